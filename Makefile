@@ -1,0 +1,29 @@
+# Two entry points, both safe on a fresh machine: `make demo` and `make test`.
+VENV := .venv
+PY := $(VENV)/bin/python
+SC := $(VENV)/bin/servecheck
+
+.PHONY: setup demo test test-deps bench
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(SC) demo
+
+# System packages the tests need (headless chromium for the HTML report test).
+test-deps:
+	bash scripts/install-test-deps.sh
+
+test: setup test-deps
+	$(SC) cache build
+	$(VENV)/bin/lint-imports --no-cache
+	$(PY) -m pytest -q -ra
+
+bench: setup
+	$(PY) benchmarks/run_all.py

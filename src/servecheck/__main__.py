@@ -1,0 +1,3 @@
+from servecheck.cli.main import main
+
+main()

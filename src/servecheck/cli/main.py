@@ -1,0 +1,109 @@
+"""The `servecheck` entry point: a lazy click group, global options, and the one place errors become exit codes."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from servecheck import __version__, exitcodes
+from servecheck.cli.context import AppContext
+from servecheck.errors import ServecheckError, UsageError
+
+# command name -> module; each module defines `cmd`, a click.Command. Imported lazily so
+# `servecheck --help` stays fast and one command's heavy imports never slow another.
+COMMANDS: dict[str, str] = {
+    "staircase": "servecheck.cli.staircase",
+    "arms": "servecheck.cli.arms",
+    "prefix-cache": "servecheck.cli.prefix_cache",
+    "log": "servecheck.cli.log",
+    "audit": "servecheck.cli.audit",
+    "bandwidth": "servecheck.cli.bandwidth",
+    "roofline": "servecheck.cli.roofline",
+    "compare": "servecheck.cli.compare",
+    "simulate": "servecheck.cli.simulate",
+    "serve-local": "servecheck.cli.serve_local",
+    "demo": "servecheck.cli.demo",
+    "cache": "servecheck.cli.cache",
+    "history": "servecheck.cli.history",
+    "show": "servecheck.cli.show",
+    "diff": "servecheck.cli.diff",
+    "report": "servecheck.cli.report",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(name for name in COMMANDS if self.get_command(ctx, name) is not None)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module_name = COMMANDS.get(cmd_name)
+        if module_name is None:
+            return None
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                return None
+            raise
+        return getattr(module, "cmd", None)
+
+
+@click.group(
+    cls=LazyGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=exitcodes.DOC,
+)
+@click.version_option(__version__, "--version", prog_name="servecheck")
+@click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.option("--quiet", "-q", is_flag=True, help="Print only results and errors (no progress).")
+@click.option("--no-color", is_flag=True, help="Plain text output, no colours.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool, quiet: bool, no_color: bool) -> None:
+    """Tell the truth about LLM inference servers, from the outside."""
+    ctx.obj = AppContext.create(debug=debug, quiet=quiet, no_color=no_color)
+
+
+def _debug_requested(argv: list[str]) -> bool:
+    return "--debug" in argv
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = _debug_requested(args)
+    try:
+        rv = cli.main(args=args, prog_name="servecheck", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exitcodes.USAGE if isinstance(exc, click.UsageError) else exitcodes.ERROR)
+    except click.exceptions.Abort:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        click.echo("Interrupted.", err=True)
+        sys.exit(130)
+    except ServecheckError as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"Error: {exc.one_line()}", err=True)
+        sys.exit(exitcodes.USAGE if isinstance(exc, UsageError) else exitcodes.ERROR)
+    except BrokenPipeError:
+        sys.exit(exitcodes.ERROR)
+    except Exception as exc:  # noqa: BLE001 - the one place an unexpected failure becomes one line
+        if debug:
+            traceback.print_exc()
+        click.echo(
+            f"Error: unexpected {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
+            err=True,
+        )
+        sys.exit(exitcodes.ERROR)
+    sys.exit(_exit_code(rv))
+
+
+def _exit_code(rv: Any) -> int:
+    return rv if isinstance(rv, int) else exitcodes.OK

@@ -1,0 +1,49 @@
+"""The target server and the clock: the inputs every driver needs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+Clock = Callable[[], int]  # monotonic nanoseconds
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and how to talk to a server. The API key is never printed or written anywhere."""
+
+    url: str
+    api: str = "auto"  # "auto" or one of servecheck.model.records.DIALECTS
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    headers: tuple[tuple[str, str], ...] = ()
+    connect_timeout_s: float = 10.0
+    # A server that sends no token for this long is declared stuck (the error names the wait).
+    first_token_timeout_s: float = 300.0
+    request_timeout_s: float = 1800.0
+
+    def public_dict(self) -> dict[str, object]:
+        return {
+            "url": self.url,
+            "api": self.api,
+            "model": self.model,
+            "headers": [name for name, _ in self.headers],  # names only: values may be secrets
+            "api_key_given": self.api_key is not None,
+        }
+
+
+@dataclass(frozen=True)
+class RunClock:
+    """A monotonic nanosecond clock zeroed at the run start, plus one wall-clock anchor."""
+
+    start_ns: int
+    wall_anchor_s: float
+    source: Clock = time.perf_counter_ns
+
+    @classmethod
+    def start(cls, source: Clock = time.perf_counter_ns) -> RunClock:
+        return cls(start_ns=source(), wall_anchor_s=time.time(), source=source)
+
+    def now_ns(self) -> int:
+        return self.source() - self.start_ns

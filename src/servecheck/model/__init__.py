@@ -1,0 +1,1 @@
+"""Immutable records shared by every layer. Pure: no I/O."""

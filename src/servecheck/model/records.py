@@ -1,0 +1,177 @@
+"""Request and batch records: what the load driver measured, as immutable values.
+
+Times are integer nanoseconds from a monotonic clock, relative to the run start
+(`RunClock.start_ns`); each run also keeps one wall-clock anchor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+Dialect = Literal["openai", "openai-chat", "llamacpp", "ollama"]
+DIALECTS: tuple[str, ...] = ("openai", "openai-chat", "llamacpp", "ollama")
+
+# Where a generated-token count came from, strongest first. "events" means we
+# counted stream events ourselves: approximate, since one event may carry several tokens.
+TokenCountSource = Literal["usage", "timings", "token_ids", "logprobs", "events", "none"]
+APPROXIMATE_SOURCES: frozenset[str] = frozenset({"events", "none"})
+
+RequestStatus = Literal["ok", "error", "timeout", "cancelled"]
+
+NS_PER_S = 1_000_000_000
+
+
+def ns_to_s(ns: int | None) -> float | None:
+    return None if ns is None else ns / NS_PER_S
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTimings:
+    """What the server reports about its own work on one request, converted to seconds."""
+
+    prompt_tokens: int | None = None  # prompt_n / prompt_eval_count / usage.prompt_tokens
+    prompt_s: float | None = None  # the server's prefill time
+    generated_tokens: int | None = None  # predicted_n / eval_count / usage.completion_tokens
+    decode_s: float | None = None  # the server's decode time
+    cached_prompt_tokens: int | None = None  # cache_n / usage.prompt_tokens_details.cached_tokens
+    self_reported_tok_s: float | None = None  # the server's own per-request generation rate
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class GenRequest:
+    """One generation request as the driver will send it."""
+
+    index: int
+    prompt: str
+    nonce: str
+    max_tokens: int
+    prompt_tokens: int | None = None  # the prompt's length in tokens, when measured
+    seed: int = 0
+    ignore_eos: bool = True
+    cache_prompt: bool | None = None  # llama.cpp per-request prompt cache; None = server default
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """Everything measured about one request. A failed request is data, not an exception."""
+
+    index: int
+    nonce: str
+    status: RequestStatus
+    tokens_requested: int
+    send_ns: int
+    first_token_ns: int | None = None
+    end_ns: int | None = None
+    token_ns: tuple[int, ...] = ()  # arrival of every event that carried generated text or ids
+    tokens: int = 0  # generated tokens actually produced
+    tokens_source: TokenCountSource = "none"
+    finish_reason: str | None = None
+    http_status: int | None = None
+    error: str | None = None
+    prompt_tokens: int | None = None
+    server: ServerTimings | None = None
+    text: str = ""  # generated text, possibly truncated; never trusted, always escaped on output
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def tokens_approximate(self) -> bool:
+        return self.tokens_source in APPROXIMATE_SOURCES
+
+    @property
+    def latency_ns(self) -> int | None:
+        return None if self.end_ns is None else self.end_ns - self.send_ns
+
+    @property
+    def ttft_ns(self) -> int | None:
+        return None if self.first_token_ns is None else self.first_token_ns - self.send_ns
+
+    def to_dict(self, *, with_token_times: bool = True) -> dict[str, Any]:
+        d = {
+            "index": self.index,
+            "nonce": self.nonce,
+            "status": self.status,
+            "tokens_requested": self.tokens_requested,
+            "send_s": ns_to_s(self.send_ns),
+            "first_token_s": ns_to_s(self.first_token_ns),
+            "end_s": ns_to_s(self.end_ns),
+            "ttft_s": ns_to_s(self.ttft_ns),
+            "latency_s": ns_to_s(self.latency_ns),
+            "tokens": self.tokens,
+            "tokens_source": self.tokens_source,
+            "tokens_approximate": self.tokens_approximate,
+            "finish_reason": self.finish_reason,
+            "http_status": self.http_status,
+            "error": self.error,
+            "prompt_tokens": self.prompt_tokens,
+            "server": None if self.server is None else self.server.to_dict(),
+            "text": self.text,
+        }
+        if with_token_times:
+            d["token_s"] = [t / NS_PER_S for t in self.token_ns]
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """One batch: requests released together from a start barrier (at most `in_flight` at once)."""
+
+    release_ns: int  # when the barrier opened, relative to the run start
+    in_flight: int
+    records: tuple[RequestRecord, ...]  # in request index order
+    dispatch_skew_ns: int  # spread of actual send times of the requests released together
+
+    def finish_s(self) -> list[float]:
+        """Finish times of successful requests, seconds from release, in finishing order."""
+        ends = sorted(r.end_ns for r in self.records if r.ok and r.end_ns is not None)
+        return [(e - self.release_ns) / NS_PER_S for e in ends]
+
+    def records_by_finish(self) -> list[RequestRecord]:
+        done = [r for r in self.records if r.end_ns is not None]
+        return sorted(done, key=lambda r: r.end_ns or 0)
+
+    @property
+    def tokens(self) -> int:
+        return sum(r.tokens for r in self.records)
+
+    @property
+    def wall_ns(self) -> int | None:
+        ends = [r.end_ns for r in self.records if r.end_ns is not None]
+        return None if not ends else max(ends) - self.release_ns
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What detection learned about the server."""
+
+    url: str
+    dialect: str
+    model: str | None
+    models: tuple[str, ...] = ()
+    engine: str | None = None  # "llama.cpp", "vllm", "ollama", "sglang", "simulator", ...
+    version: str | None = None
+    simulated: bool = False
+    n_ctx_per_request: int | None = None  # context available to one request, when known
+    total_slots: int | None = None
+    props: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "dialect": self.dialect,
+            "model": self.model,
+            "models": list(self.models),
+            "engine": self.engine,
+            "version": self.version,
+            "simulated": self.simulated,
+            "n_ctx_per_request": self.n_ctx_per_request,
+            "total_slots": self.total_slots,
+            "notes": list(self.notes),
+        }

@@ -1,0 +1,1 @@
+"""Turning results into bytes: terminal text, JSON documents, HTML."""

@@ -1,0 +1,89 @@
+"""The versioned JSON document every measuring command writes, and its atomic writer.
+
+Schema history (bump SCHEMA_VERSION on any incompatible change and say what changed):
+  1  first version: envelope {schema_version, command, servecheck_version, created_at,
+     environment, params, simulated, complete, valid, ...command fields}.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from servecheck import __version__
+from servecheck.errors import UsageError
+
+SCHEMA_VERSION = 1
+
+
+def envelope(command: str, params: dict[str, Any], environment: dict[str, Any]) -> dict[str, Any]:
+    """The common head of every result document; commands add their own fields."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "command": command,
+        "servecheck_version": __version__,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "environment": environment,
+        "params": params,
+        "simulated": False,
+        "complete": True,
+    }
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True, default=_default, allow_nan=False) + "\n"
+
+
+def _default(obj: Any) -> Any:
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def write_json(path: str | Path, doc: dict[str, Any]) -> None:
+    """Write `doc` to `path` atomically (temp file + rename); `-` means stdout."""
+    text = dumps(_finite(doc))
+    if str(path) == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    write_text_atomic(Path(path), text)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    directory = path.parent if str(path.parent) else Path(".")
+    if not directory.is_dir():
+        raise UsageError(f"cannot write {path}: folder {directory} does not exist", "create it or choose another path")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror}", "choose a writable path") from exc
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise UsageError(f"cannot write {path}: {exc.strerror}", "choose a writable path") from exc
+
+
+def _finite(obj: Any) -> Any:
+    """JSON has no NaN or infinity: write them as null rather than produce invalid JSON."""
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if hasattr(obj, "to_dict"):
+        return _finite(obj.to_dict())
+    return obj
