@@ -1,0 +1,266 @@
+"""Decode roofline arithmetic: achieved bandwidth, utilization, the kill gate, target back-solve,
+the batching ceiling and the two-factor decomposition of a speed ratio. Pure: numbers in, values out.
+
+Units: bytes are plain integers; bandwidth is GB/s with GB = 10^9 bytes; utilization is a fraction.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+GB = 1_000_000_000
+GIB = 1 << 30
+
+# The seed's pre-registered kill gate: at or above 55% of measured bandwidth a custom engine can win at
+# most ~0.9/0.55 = 1.6x and realistically 1.2-1.4x, so writing one is not worth it.
+DEFAULT_GATE = 0.55
+
+ModelKind = Literal["dense", "moe"]
+Gate = Literal["close", "open", "straddle"]
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """A closed range [lo, hi]; a point value has lo == hi."""
+
+    lo: float
+    hi: float
+
+    def __post_init__(self) -> None:
+        if not (self.lo <= self.hi):
+            raise ValueError(f"range low {self.lo} is above high {self.hi}")
+
+    @classmethod
+    def point(cls, value: float) -> Span:
+        return cls(value, value)
+
+    def as_list(self) -> list[float]:
+        return [self.lo, self.hi]
+
+
+# Typical best achieved utilization of measured read bandwidth, per model kind.
+# MoE: the seed (section 4) puts batch-1 MoE decode at 60-65% (sparse, non-contiguous expert reads;
+# published engines sit at 25-52%, reference/roofline.md section 7.3).
+# Dense: the best engines reach 85-95% of measured bandwidth (roofline.md sections 1.4 and 7.1-7.2).
+TYPICAL_CEILING: dict[str, Span] = {
+    "moe": Span(0.60, 0.65),
+    "dense": Span(0.85, 0.95),
+}
+
+
+def achieved_gb_s(tok_s: float, bytes_per_token: float) -> float:
+    """Bandwidth a decoder must sustain: tokens per second times bytes read per token, in GB/s."""
+    return tok_s * bytes_per_token / GB
+
+
+def utilization(achieved_gb_s_value: float, bandwidth_gb_s: Span) -> Span:
+    """Achieved over measured bandwidth; the high bandwidth gives the low utilization."""
+    if bandwidth_gb_s.lo <= 0:
+        raise ValueError("bandwidth must be positive")
+    return Span(achieved_gb_s_value / bandwidth_gb_s.hi, achieved_gb_s_value / bandwidth_gb_s.lo)
+
+
+def gate_verdict(util: Span, threshold: float = DEFAULT_GATE) -> Gate:
+    """close: the whole range is at or above the gate (the engine already sits near the ceiling);
+    open: the whole range is below it; straddle: the range crosses it."""
+    if util.lo >= threshold:
+        return "close"
+    if util.hi < threshold:
+        return "open"
+    return "straddle"
+
+
+@dataclass(frozen=True, slots=True)
+class Headroom:
+    """How much faster a better engine could go: ceiling / utilization, as a range."""
+
+    ceiling_name: str
+    ceiling: Span
+    factor: Span  # lo = ceiling.lo / util.hi, hi = ceiling.hi / util.lo
+
+
+def headroom(util: Span, ceiling: Span, ceiling_name: str) -> Headroom:
+    if util.lo <= 0:
+        raise ValueError("utilization must be positive")
+    return Headroom(ceiling_name, ceiling, Span(ceiling.lo / util.hi, ceiling.hi / util.lo))
+
+
+@dataclass(frozen=True, slots=True)
+class TargetCheck:
+    tok_s: float
+    required_gb_s: float
+    required_utilization: Span
+    ceiling: Span
+    within_reach: bool  # the whole required range is at or below the top of the typical ceiling
+    partly_within_reach: bool  # at least the optimistic end (highest bandwidth) is
+
+
+def back_solve(target_tok_s: float, bytes_per_token: float, bandwidth_gb_s: Span, ceiling: Span) -> TargetCheck:
+    """Seed: 125 tok/s x 1.849 GB = 231 GB/s = 73-87% of 265-315 GB/s, above a 60-65% MoE ceiling."""
+    required = achieved_gb_s(target_tok_s, bytes_per_token)
+    req_util = utilization(required, bandwidth_gb_s)
+    return TargetCheck(
+        tok_s=target_tok_s,
+        required_gb_s=required,
+        required_utilization=req_util,
+        ceiling=ceiling,
+        within_reach=req_util.hi <= ceiling.hi,
+        partly_within_reach=req_util.lo <= ceiling.hi,
+    )
+
+
+def speed_of_light_tok_s(bandwidth_gb_s: Span, bytes_per_token: float) -> Span:
+    """The tok/s a decoder reading every byte at the full measured bandwidth would reach."""
+    return Span(bandwidth_gb_s.lo * GB / bytes_per_token, bandwidth_gb_s.hi * GB / bytes_per_token)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Batching ceiling
+
+
+@dataclass(frozen=True, slots=True)
+class StepBytes:
+    """What one batch-1 decode step reads, split by how each part scales with batch size."""
+
+    shared_bytes: int  # dense weights, head, shared experts: read once per step whatever the batch
+    per_sequence_bytes: int  # KV cache, recurrent state (x2), embedding row: read once per sequence
+    routed_expert_bytes: int  # all routed experts of all layers (stored, not the k/E share)
+    expert_count: int  # E (0 when the model has no routed experts)
+    expert_used: int  # k
+
+
+def expected_distinct_experts(expert_count: int, expert_used: int, batch: int) -> float:
+    """Expected distinct experts a layer touches for `batch` tokens under uniform routing:
+    E(1-(1-k/E)^b), at most min(b*k, E); the shape bound b*k over-counts."""
+    if expert_count <= 0:
+        return 0.0
+    return expert_count * (1.0 - (1.0 - expert_used / expert_count) ** batch)
+
+
+def step_bytes(step: StepBytes, batch: int) -> float:
+    """Bytes one decode step reads at batch size `batch`."""
+    if batch < 1:
+        raise ValueError("batch must be at least 1")
+    experts = 0.0
+    if step.expert_count > 0:
+        fraction = expected_distinct_experts(step.expert_count, step.expert_used, batch) / step.expert_count
+        experts = step.routed_expert_bytes * fraction
+    return step.shared_bytes + experts + batch * step.per_sequence_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCeiling:
+    batch: int
+    step_bytes: float
+    distinct_experts: float | None  # per layer, None for dense models
+    ceiling_tok_s: Span  # aggregate tokens/s the bandwidth allows at the given utilization
+
+
+def batch_ceilings(step: StepBytes, batches: list[int], bandwidth_gb_s: Span, util: Span) -> list[BatchCeiling]:
+    """Aggregate tok/s ceiling per batch size: b x bandwidth x utilization / bytes per step."""
+    out = []
+    for b in batches:
+        nbytes = step_bytes(step, b)
+        lo = b * bandwidth_gb_s.lo * GB * util.lo / nbytes
+        hi = b * bandwidth_gb_s.hi * GB * util.hi / nbytes
+        distinct = expected_distinct_experts(step.expert_count, step.expert_used, b) if step.expert_count else None
+        out.append(BatchCeiling(b, nbytes, distinct, Span(min(lo, hi), max(lo, hi))))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Decomposition of a speed ratio
+
+
+@dataclass(frozen=True, slots=True)
+class Decomposition:
+    """speed ratio A/B = (bytes B / bytes A) x (achieved bandwidth A / achieved bandwidth B), same machine."""
+
+    name_a: str
+    name_b: str
+    measured_ratio: float
+    bytes_ratio: float
+    utilization_ratio: float
+    product: float
+    bytes_share: float | None  # share of ln(ratio); None when the ratio is 1 (no gap to split)
+    utilization_share: float | None
+
+
+def decompose(
+    name_a: str, bytes_a: float, tok_s_a: float, name_b: str, bytes_b: float, tok_s_b: float
+) -> Decomposition:
+    """Split tok_s_a / tok_s_b into fewer bytes per token and better bandwidth use (log shares)."""
+    measured = tok_s_a / tok_s_b
+    bytes_ratio = bytes_b / bytes_a
+    util_ratio = achieved_gb_s(tok_s_a, bytes_a) / achieved_gb_s(tok_s_b, bytes_b)
+    log_r = math.log(measured)
+    if abs(log_r) < 1e-12:
+        shares: tuple[float | None, float | None] = (None, None)
+    else:
+        shares = (math.log(bytes_ratio) / log_r, math.log(util_ratio) / log_r)
+    return Decomposition(
+        name_a=name_a,
+        name_b=name_b,
+        measured_ratio=measured,
+        bytes_ratio=bytes_ratio,
+        utilization_ratio=util_ratio,
+        product=bytes_ratio * util_ratio,
+        bytes_share=shares[0],
+        utilization_share=shares[1],
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Utilization versus measured aggregate throughput
+
+
+def measured_over_ceiling(measured_tok_s: float, ceiling: Span) -> Span:
+    """Measured aggregate tok/s as a fraction of the ceiling range (lo uses the high ceiling)."""
+    return Span(measured_tok_s / ceiling.hi, measured_tok_s / ceiling.lo)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Byte figures with units
+
+_UNITS: dict[str, int] = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+}
+
+
+def parse_bytes(text: str) -> int:
+    """'1.849GB' -> 1849000000, '21GiB' -> 22548578304, '4096' -> 4096. GB = 10^9, GiB = 2^30.
+
+    Raises ValueError with a one-line message on anything else."""
+    raw = text.strip().replace("_", "")
+    i = len(raw)
+    while i > 0 and raw[i - 1].isalpha():
+        i -= 1
+    number, unit = raw[:i].strip(), raw[i:].lower()
+    if unit not in _UNITS:
+        raise ValueError(f"unknown unit {raw[i:]!r} in {text!r} (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)")
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a byte figure like 1.849GB or 21GiB") from None
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{text!r} must be a positive byte figure")
+    return round(value * _UNITS[unit])
+
+
+def format_gb(nbytes: float, digits: int = 3) -> str:
+    return f"{nbytes / GB:.{digits}f} GB"
+
+
+def format_gib(nbytes: float, digits: int = 2) -> str:
+    return f"{nbytes / GIB:.{digits}f} GiB"
