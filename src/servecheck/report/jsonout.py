@@ -39,6 +39,28 @@ def dumps(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=2, sort_keys=True, default=_default, allow_nan=False) + "\n"
 
 
+def dumps_compact(doc: dict[str, Any]) -> str:
+    """One line, NaN and infinity as null: the form the history database stores."""
+    return json.dumps(_finite(doc), separators=(",", ":"), default=_default, allow_nan=False)
+
+
+def read_json(path: str | Path) -> dict[str, Any]:
+    """Load a result document written by `write_json`, with a one-line error for bad files."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise UsageError(f"no such file: {path}", "give a saved run id or an existing JSON file") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}", "give a saved run id or a JSON file servecheck wrote") from exc
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{path} is not valid JSON ({exc})", "give a JSON file servecheck wrote") from exc
+    if not isinstance(doc, dict) or "command" not in doc:
+        raise UsageError(f"{path} is not a servecheck result document", "give a JSON file servecheck wrote")
+    return doc
+
+
 def _default(obj: Any) -> Any:
     if hasattr(obj, "to_dict"):
         return obj.to_dict()
