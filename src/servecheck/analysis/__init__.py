@@ -1,0 +1,1 @@
+"""Pure analysis: verdicts, statistics and decomposition from measured numbers. No I/O; imports only `model`."""

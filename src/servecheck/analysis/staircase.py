@@ -1,0 +1,568 @@
+"""The staircase test, pure: classify how a batch's completion times group, and judge a whole run.
+
+A queue finishes N equal requests in an evenly spaced staircase whose step is one single-request
+time; real batching finishes them together; K slots finish them in groups of K. Verdicts are
+judged from how the finish times group, never from how long the batch took.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from servecheck.analysis.stats import Summary, median, mode, ratio
+from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord
+
+Verdict = Literal["baseline", "cluster", "staircase", "partial", "inconclusive"]
+Trend = Literal["rising", "flat", "inconclusive"]
+DEFINITE_VERDICTS: frozenset[str] = frozenset({"cluster", "staircase", "partial"})
+
+# --- grouping finish times -------------------------------------------------------------------
+# Gaps are measured against the single-request time T1. Inside a group, finishes differ only by
+# jitter and staggered prefill: a few percent of T1. Between groups the next group needs at least
+# one full decode of the output, i.e. about one T1. A gap below SMALL_GAP_FRAC x T1 joins a group,
+# one above LARGE_GAP_FRAC x T1 starts a new one; the wide dead band in between is where noise or
+# an unknown schedule could fool us, so a gap there makes the batch inconclusive, never a guess.
+SMALL_GAP_FRAC = 0.15
+LARGE_GAP_FRAC = 0.5
+# One group is a cluster only if its whole spread is small too: many small gaps can add up to a
+# slow drift that is neither batching nor a queue (a quarter of T1 is far beyond prefill stagger).
+CLUSTER_SPREAD_FRAC = 0.25
+# Staircase: each step (release -> first finish, then finish -> finish) within +-25% of T1. A
+# queue hands over with some overhead (seed 000: steps of 5.5-5.7 s against T1 = 5.51 s, under 4%),
+# so 25% is wide for noise yet far from the 50% steps of a two-way batch.
+STAIRCASE_STEP_TOL = 0.25
+# Evenly spaced: (largest step - smallest step) / mean step at most this. A queue of equal requests
+# is even to a few percent; a schedule that is not even is not one we know how to name.
+EVEN_STEP_SPREAD = 0.3
+# Partial: a group of K batched requests cannot finish faster than one request alone, so each
+# group's step is at least most of T1; shorter steps mean something we do not understand.
+PARTIAL_MIN_STEP_FRAC = 0.75
+
+# --- validity --------------------------------------------------------------------------------
+# Requests more than 5% away from the run's modal output length smear a staircase into a cluster
+# (seed 000 section 7: "fast ones finish first"); the issue fixes 5%.
+LENGTH_TOL = 0.05
+# Requests released more than 5% of T1 apart no longer start together; the issue fixes 5%.
+DISPATCH_SKEW_FRAC = 0.05
+
+# --- trend across N --------------------------------------------------------------------------
+# Real batching climbs well above N=1 by N=4 (seed 000: "it is not flat"); a queue stays within a
+# few percent (91.2 vs 93.0 tok/s). Rising needs +30%; flat means within -15%..+15%; between the
+# two (or a fall below -15%) is left inconclusive rather than guessed.
+RISING_RATIO = 1.3
+FLAT_LO_RATIO = 0.85
+FLAT_HI_RATIO = 1.15
+
+
+# ============================================================================================
+# One batch
+# ============================================================================================
+
+
+@dataclass(frozen=True, slots=True)
+class BatchVerdict:
+    """The verdict on one batch and the numbers that decided it."""
+
+    n: int
+    verdict: Verdict
+    reason: str
+    single_s: float | None = None
+    group_sizes: tuple[int, ...] = ()
+    steps_s: tuple[float, ...] = ()  # release -> first group, then group -> group (group means)
+    step_ratios: tuple[float, ...] = ()  # steps / single time
+    spread_s: float | None = None  # last finish - first finish
+    spread_ratio: float | None = None  # spread / single time
+    last_over_single: float | None = None
+    max_gap_ratio: float | None = None  # largest gap between consecutive finishes / single time
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "single_s": self.single_s,
+            "group_sizes": list(self.group_sizes),
+            "steps_s": list(self.steps_s),
+            "step_ratios": list(self.step_ratios),
+            "spread_s": self.spread_s,
+            "spread_ratio": self.spread_ratio,
+            "last_over_single": self.last_over_single,
+            "max_gap_ratio": self.max_gap_ratio,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Grouping:
+    groups: tuple[tuple[float, ...], ...]
+    ambiguous: tuple[tuple[int, float], ...]  # (index of the later finish, gap ratio) in the dead band
+
+
+def group_finishes(finish_s: Sequence[float], single_s: float) -> Grouping:
+    """Split sorted finish times into groups at gaps larger than LARGE_GAP_FRAC x single time."""
+    groups: list[list[float]] = []
+    ambiguous: list[tuple[int, float]] = []
+    for i, t in enumerate(finish_s):
+        gap_ratio = (t - finish_s[i - 1]) / single_s if i else float("inf")
+        if gap_ratio > LARGE_GAP_FRAC:
+            groups.append([t])
+            continue
+        if gap_ratio >= SMALL_GAP_FRAC:
+            ambiguous.append((i, gap_ratio))
+        groups[-1].append(t)
+    return Grouping(groups=tuple(tuple(g) for g in groups), ambiguous=tuple(ambiguous))
+
+
+def group_steps(groups: Sequence[Sequence[float]]) -> list[float]:
+    """Time from release to the first group, then between consecutive groups (by group means)."""
+    centres = [sum(g) / len(g) for g in groups]
+    return [c - prev for prev, c in zip([0.0, *centres], centres)]
+
+
+def _even(steps: Sequence[float]) -> bool:
+    mean = sum(steps) / len(steps)
+    return mean > 0 and (max(steps) - min(steps)) / mean <= EVEN_STEP_SPREAD
+
+
+def _consistent_sizes(sizes: Sequence[int]) -> bool:
+    """K slots give groups of K, the last one holding the remainder."""
+    head = sizes[:-1]
+    return all(s == head[0] for s in head) and sizes[-1] <= head[0]
+
+
+def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int) -> BatchVerdict:
+    """Classify one batch of `n` requests from its finish times (seconds from release)."""
+    if n == 1:
+        return BatchVerdict(n=1, verdict="baseline", reason="N=1 is the single-request baseline", single_s=single_s)
+    if single_s is None or single_s <= 0:
+        return BatchVerdict(n=n, verdict="inconclusive", reason="no single-request time to compare against")
+    if len(finish_s) < n:
+        return BatchVerdict(
+            n=n, verdict="inconclusive", reason=f"only {len(finish_s)} of {n} requests finished", single_s=single_s
+        )
+    ordered = sorted(finish_s)
+    grouping = group_finishes(ordered, single_s)
+    gaps = [b - a for a, b in zip(ordered, ordered[1:])]
+    steps = group_steps(grouping.groups)
+    spread = ordered[-1] - ordered[0]
+    base = BatchVerdict(
+        n=n,
+        verdict="inconclusive",
+        reason="",
+        single_s=single_s,
+        group_sizes=tuple(len(g) for g in grouping.groups),
+        steps_s=tuple(steps),
+        step_ratios=tuple(s / single_s for s in steps),
+        spread_s=spread,
+        spread_ratio=spread / single_s,
+        last_over_single=ordered[-1] / single_s,
+        max_gap_ratio=max(gaps) / single_s,
+    )
+    verdict, reason = _decide(base, grouping, single_s)
+    return replace(base, verdict=verdict, reason=reason)
+
+
+def _decide(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdict, str]:
+    if grouping.ambiguous:
+        i, gap_ratio = grouping.ambiguous[0]
+        return "inconclusive", (
+            f"the gap before finish #{i + 1} is {gap_ratio:.2f}x the single time: neither inside a group "
+            f"(< {SMALL_GAP_FRAC}x) nor between groups (> {LARGE_GAP_FRAC}x)"
+        )
+    k = len(grouping.groups)
+    if k == 1:
+        return _decide_cluster(v)
+    if k == v.n:
+        return _decide_staircase(v)
+    return _decide_partial(v, grouping, single_s)
+
+
+def _decide_cluster(v: BatchVerdict) -> tuple[Verdict, str]:
+    assert v.spread_ratio is not None
+    if v.spread_ratio <= CLUSTER_SPREAD_FRAC:
+        return "cluster", f"all {v.n} finish together: spread {v.spread_ratio:.2f}x the single time"
+    return "inconclusive", (
+        f"no clear step, yet the finishes drift {v.spread_ratio:.2f}x the single time apart "
+        f"(a cluster stays within {CLUSTER_SPREAD_FRAC}x)"
+    )
+
+
+def _decide_staircase(v: BatchVerdict) -> tuple[Verdict, str]:
+    off = [r for r in v.step_ratios if abs(r - 1.0) > STAIRCASE_STEP_TOL]
+    if off:
+        return "inconclusive", (
+            f"{v.n} separate finishes, but a step is {off[0]:.2f}x the single time "
+            f"(a queue steps 1 +- {STAIRCASE_STEP_TOL}x)"
+        )
+    if not _even(v.steps_s):
+        return "inconclusive", f"{v.n} separate finishes, unevenly spaced"
+    lo, hi = min(v.step_ratios), max(v.step_ratios)
+    return "staircase", f"{v.n} finishes one at a time, steps {lo:.2f}-{hi:.2f}x the single time: a queue"
+
+
+def _decide_partial(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdict, str]:
+    sizes = v.group_sizes
+    if not _consistent_sizes(sizes):
+        return "inconclusive", f"groups of {_sizes(sizes)} are not the groups a fixed number of slots makes"
+    wide = [g for g in grouping.groups if (g[-1] - g[0]) / single_s > CLUSTER_SPREAD_FRAC]
+    if wide:
+        return "inconclusive", "a group's finishes drift apart; its members did not run together"
+    short = [r for r in v.step_ratios if r < PARTIAL_MIN_STEP_FRAC]
+    if short:
+        return "inconclusive", (
+            f"a group step is {short[0]:.2f}x the single time, shorter than one request can run "
+            f"(>= {PARTIAL_MIN_STEP_FRAC}x)"
+        )
+    if not _even(v.steps_s):
+        return "inconclusive", f"groups of {_sizes(sizes)} finish unevenly spaced"
+    return "partial", f"{len(sizes)} groups of {_sizes(sizes)}: about {sizes[0]} run at once, the rest queue"
+
+
+def _sizes(sizes: Sequence[int]) -> str:
+    return "+".join(str(s) for s in sizes)
+
+
+# ============================================================================================
+# Per-request checks
+# ============================================================================================
+
+
+def length_outliers(tokens: Sequence[int], tol: float = LENGTH_TOL) -> tuple[int | None, list[int]]:
+    """The modal output length and the positions of requests more than `tol` away from it."""
+    if not tokens:
+        return None, []
+    modal = mode(tokens)
+    if modal <= 0:
+        return modal, [i for i, t in enumerate(tokens) if t != modal]
+    return modal, [i for i, t in enumerate(tokens) if abs(t - modal) / modal > tol]
+
+
+def skew_invalid(dispatch_skew_s: float, single_s: float | None) -> bool:
+    """True when the requests did not start together (skew > DISPATCH_SKEW_FRAC x single time)."""
+    return single_s is not None and single_s > 0 and dispatch_skew_s > DISPATCH_SKEW_FRAC * single_s
+
+
+def aggregate_tok_s(tokens: int, last_finish_s: float | None) -> float | None:
+    """Tokens actually produced / the time the last request finished: the only honest aggregate."""
+    return ratio(float(tokens), last_finish_s)
+
+
+def queue_time_s(record: RequestRecord) -> float | None:
+    """Client latency - server prefill - server decode: the time the request waited in a queue."""
+    s = record.server
+    if record.latency_ns is None or s is None or s.prompt_s is None or s.decode_s is None:
+        return None
+    return record.latency_ns / NS_PER_S - s.prompt_s - s.decode_s
+
+
+def self_reported_sum(records: Sequence[RequestRecord]) -> float | None:
+    """Sum of the server's own per-request rates: the misleading figure (350 vs a true 91 in seed 000)."""
+    rates = [r.server.self_reported_tok_s if r.server else None for r in records if r.ok]
+    if not rates or any(x is None for x in rates):
+        return None
+    return float(sum(x for x in rates if x is not None))
+
+
+def classify_trend(ratios: dict[int, float]) -> tuple[Trend, str]:
+    """`rising` or `flat` from agg(N)/agg(1) for every N > 1."""
+    if not ratios:
+        return "inconclusive", "no N > 1 with an aggregate"
+    best_n = max(ratios, key=lambda n: ratios[n])
+    if ratios[best_n] >= RISING_RATIO:
+        return "rising", f"aggregate climbs to {ratios[best_n]:.2f}x N=1 at N={best_n}"
+    if all(FLAT_LO_RATIO <= r <= FLAT_HI_RATIO for r in ratios.values()):
+        lo, hi = min(ratios.values()), max(ratios.values())
+        return "flat", f"aggregate stays at {lo:.2f}-{hi:.2f}x N=1: concurrency buys nothing"
+    worst_n = min(ratios, key=lambda n: ratios[n])
+    return "inconclusive", (
+        f"aggregate moves to {ratios[best_n]:.2f}x (N={best_n}) / {ratios[worst_n]:.2f}x (N={worst_n}) of N=1: "
+        f"neither flat ({FLAT_LO_RATIO}-{FLAT_HI_RATIO}x) nor rising (>= {RISING_RATIO}x)"
+    )
+
+
+# ============================================================================================
+# A whole run
+# ============================================================================================
+
+
+@dataclass(frozen=True, slots=True)
+class MeasuredBatch:
+    """One measured batch of the staircase run: N requests released together, repetition `rep`."""
+
+    n: int
+    rep: int
+    batch: BatchResult
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRef:
+    """Names one request in a run so the user can find it in the JSON."""
+
+    n: int
+    rep: int
+    index: int
+    nonce: str
+    detail: str
+
+    def label(self) -> str:
+        return f"N={self.n} rep {self.rep} request #{self.index} ({self.nonce}): {self.detail}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "rep": self.rep, "index": self.index, "nonce": self.nonce, "detail": self.detail}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A warning or a reason the run is invalid: data with a hint, rendered by the CLI."""
+
+    code: str
+    message: str
+    hint: str | None = None
+    requests: tuple[RequestRef, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "hint": self.hint,
+            "requests": [r.to_dict() for r in self.requests],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BatchAnalysis:
+    n: int
+    rep: int
+    finish_s: tuple[float, ...]  # ok requests, seconds from release, in finishing order
+    tokens: tuple[int, ...]  # their tokens, same order
+    aggregate_tok_s: float | None
+    dispatch_skew_s: float
+    verdict: BatchVerdict
+    queue_s: tuple[float | None, ...]  # per request, finishing order
+    self_reported_sum_tok_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PointAnalysis:
+    """One N across its repetitions."""
+
+    n: int
+    finish_s: tuple[float, ...]  # per-rank median across reps (the batch's own times when reps=1)
+    tokens: tuple[int, ...]  # per-rank median across reps
+    aggregate: Summary | None
+    verdict: Verdict
+    reason: str
+    batches: tuple[BatchAnalysis, ...]
+
+    @property
+    def aggregate_tok_s(self) -> float | None:
+        return None if self.aggregate is None else self.aggregate.median
+
+
+@dataclass(frozen=True, slots=True)
+class StaircaseAnalysis:
+    single_s: float | None
+    points: tuple[PointAnalysis, ...]
+    verdict: Verdict
+    verdict_reason: str
+    trend: Trend
+    trend_reason: str
+    trend_ratios: dict[int, float]
+    modal_tokens: int | None
+    invalid: tuple[Finding, ...] = ()
+    warnings: tuple[Finding, ...] = ()
+
+    @property
+    def valid(self) -> bool:
+        return not self.invalid
+
+
+def _ok_by_finish(batch: BatchResult) -> list[RequestRecord]:
+    return [r for r in batch.records_by_finish() if r.ok]
+
+
+def single_time_s(batches: Sequence[MeasuredBatch]) -> float | None:
+    """The N=1 reference: median over repetitions of the single request's finish time."""
+    times = [mb.batch.finish_s()[-1] for mb in batches if mb.n == 1 and mb.batch.finish_s()]
+    return median(times) if times else None
+
+
+def analyze_batch(mb: MeasuredBatch, single_s: float | None) -> BatchAnalysis:
+    done = _ok_by_finish(mb.batch)
+    finish = tuple(mb.batch.finish_s())
+    tokens = tuple(r.tokens for r in done)
+    return BatchAnalysis(
+        n=mb.n,
+        rep=mb.rep,
+        finish_s=finish,
+        tokens=tokens,
+        aggregate_tok_s=aggregate_tok_s(sum(tokens), finish[-1] if finish else None),
+        dispatch_skew_s=mb.batch.dispatch_skew_ns / NS_PER_S,
+        verdict=classify_batch(finish, single_s, mb.n),
+        queue_s=tuple(queue_time_s(r) for r in done),
+        self_reported_sum_tok_s=self_reported_sum(done),
+    )
+
+
+def _per_rank_median(rows: Sequence[Sequence[float]]) -> list[float]:
+    width = min((len(r) for r in rows), default=0)
+    return [median([r[i] for r in rows]) for i in range(width)]
+
+
+def analyze_point(n: int, batches: Sequence[BatchAnalysis]) -> PointAnalysis:
+    verdicts = {b.verdict.verdict for b in batches}
+    if len(verdicts) == 1:
+        verdict, reason = batches[0].verdict.verdict, batches[0].verdict.reason
+    else:
+        verdict, reason = "inconclusive", "repetitions disagree: " + ", ".join(b.verdict.verdict for b in batches)
+    aggs = [b.aggregate_tok_s for b in batches if b.aggregate_tok_s is not None]
+    return PointAnalysis(
+        n=n,
+        finish_s=tuple(_per_rank_median([b.finish_s for b in batches])),
+        tokens=tuple(round(t) for t in _per_rank_median([b.tokens for b in batches])),
+        aggregate=Summary.of(aggs) if aggs else None,
+        verdict=verdict,
+        reason=reason,
+        batches=tuple(batches),
+    )
+
+
+def _ref(mb: MeasuredBatch, r: RequestRecord, detail: str) -> RequestRef:
+    return RequestRef(n=mb.n, rep=mb.rep, index=r.index, nonce=r.nonce, detail=detail)
+
+
+def length_finding(batches: Sequence[MeasuredBatch]) -> tuple[int | None, Finding | None]:
+    pairs = [(mb, r) for mb in batches for r in mb.batch.records if r.ok]
+    modal, bad = length_outliers([r.tokens for _, r in pairs])
+    if not bad:
+        return modal, None
+    refs = tuple(_ref(pairs[i][0], pairs[i][1], f"{pairs[i][1].tokens} tokens vs modal {modal}") for i in bad)
+    return modal, Finding(
+        code="output_length",
+        message=f"{len(refs)} request(s) more than {LENGTH_TOL:.0%} away from the modal length {modal} tokens",
+        hint="unequal outputs smear a staircase into a cluster; the server may ignore ignore_eos (Ollama stops at EOS)",
+        requests=refs,
+    )
+
+
+def failed_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
+    refs = tuple(
+        _ref(mb, r, f"{r.status}: {r.error or 'no detail'}") for mb in batches for r in mb.batch.records if not r.ok
+    )
+    if not refs:
+        return None
+    return Finding(
+        code="failed_requests",
+        message=f"{len(refs)} request(s) failed; the batches they belong to are not N requests",
+        hint="look at the errors in the JSON; no request is retried because a retry changes N",
+        requests=refs,
+    )
+
+
+def skew_finding(batches: Sequence[MeasuredBatch], single_s: float | None) -> Finding | None:
+    bad = [mb for mb in batches if skew_invalid(mb.batch.dispatch_skew_ns / NS_PER_S, single_s)]
+    if not bad or single_s is None:
+        return None
+    worst = max(mb.batch.dispatch_skew_ns for mb in bad) / NS_PER_S
+    where = ", ".join(f"N={mb.n} rep {mb.rep}" for mb in bad)
+    return Finding(
+        code="dispatch_skew",
+        message=(
+            f"requests did not start together: dispatch skew up to {worst * 1000:.1f} ms "
+            f"> {DISPATCH_SKEW_FRAC:.0%} of the single time ({where})"
+        ),
+        hint="run from a less loaded machine, or use a larger --tokens so each request takes longer",
+    )
+
+
+def contamination_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
+    refs = tuple(
+        _ref(mb, r, f"{r.server.cached_prompt_tokens} cached prompt tokens")
+        for mb in batches
+        for r in mb.batch.records
+        if r.server is not None and (r.server.cached_prompt_tokens or 0) > 0
+    )
+    if not refs:
+        return None
+    return Finding(
+        code="prefix_cache_contamination",
+        message=f"contaminated by the prefix cache: {len(refs)} measured request(s) reused cached prompt tokens",
+        hint="every prompt starts with its own nonce; a hit means the server caches across the nonce or matched a suffix",
+        requests=refs,
+    )
+
+
+def approximate_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
+    refs = tuple(
+        _ref(mb, r, f"count from {r.tokens_source}")
+        for mb in batches
+        for r in mb.batch.records
+        if r.ok and r.tokens_approximate
+    )
+    if not refs:
+        return None
+    return Finding(
+        code="approximate_tokens",
+        message=f"{len(refs)} request(s) have approximate token counts (the server reported none)",
+        hint="use a dialect that reports usage (--api openai with stream_options) for exact counts",
+        requests=refs,
+    )
+
+
+def short_of_request_finding(modal: int | None, requested: int) -> Finding | None:
+    if modal is None or modal >= requested * (1 - LENGTH_TOL):
+        return None
+    return Finding(
+        code="short_outputs",
+        message=f"requests produced {modal} tokens where {requested} were asked for",
+        hint="the server stops early (an EOS ceiling or a context limit); the aggregate uses the tokens produced",
+    )
+
+
+def _run_verdict(points: Sequence[PointAnalysis]) -> tuple[Verdict, str]:
+    top = max(points, key=lambda p: p.n, default=None)
+    if top is None or top.n == 1:
+        return "inconclusive", "no N > 1 was measured"
+    return top.verdict, f"N={top.n}: {top.reason}"
+
+
+def _trend(points: Sequence[PointAnalysis]) -> tuple[Trend, str, dict[int, float]]:
+    base = next((p.aggregate_tok_s for p in points if p.n == 1), None)
+    ratios = {
+        p.n: r for p in points if p.n > 1 and (r := ratio(p.aggregate_tok_s, base)) is not None
+    }
+    trend, reason = classify_trend(ratios)
+    return trend, reason, ratios
+
+
+def analyze_staircase(batches: Sequence[MeasuredBatch], *, tokens_requested: int) -> StaircaseAnalysis:
+    """Judge a staircase run: per-batch verdicts, per-N points, the run verdict, trend and validity."""
+    single = single_time_s(batches)
+    analysed = [analyze_batch(mb, single) for mb in batches]
+    ns = sorted({b.n for b in analysed})
+    points = tuple(analyze_point(n, [b for b in analysed if b.n == n]) for n in ns)
+    verdict, verdict_reason = _run_verdict(points)
+    trend, trend_reason, ratios = _trend(points)
+    modal, length = length_finding(batches)
+    invalid = [f for f in (length, failed_finding(batches), skew_finding(batches, single)) if f is not None]
+    warnings = [
+        f
+        for f in (
+            contamination_finding(batches),
+            approximate_finding(batches),
+            short_of_request_finding(modal, tokens_requested),
+        )
+        if f is not None
+    ]
+    return StaircaseAnalysis(
+        single_s=single,
+        points=points,
+        verdict=verdict,
+        verdict_reason=verdict_reason,
+        trend=trend,
+        trend_reason=trend_reason,
+        trend_ratios=ratios,
+        modal_tokens=modal,
+        invalid=tuple(invalid),
+        warnings=tuple(warnings),
+    )

@@ -1,0 +1,267 @@
+"""The staircase verdict logic against synthetic finish times whose truth the test controls."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servecheck.analysis import staircase as sc
+from servecheck.analysis.stats import Summary, median, mode, value_range
+from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord, ServerTimings
+
+SEED_SINGLE_S = 5.51
+
+# (finish times, single time, N, expected verdict, expected group sizes)
+CASES = [
+    pytest.param([5.5, 11.1, 16.8, 22.5], SEED_SINGLE_S, 4, "staircase", (1, 1, 1, 1), id="seed-000-n4"),
+    pytest.param([5.4, 11.0], SEED_SINGLE_S, 2, "staircase", (1, 1), id="seed-000-n2"),
+    pytest.param([5.5], SEED_SINGLE_S, 1, "baseline", (), id="n1-baseline"),
+    pytest.param([5.9, 6.0, 6.05, 6.2], 5.5, 4, "cluster", (4,), id="cluster-few-percent"),
+    # A batched server may take twice the single time and still finish together.
+    pytest.param([11.0, 11.1, 11.2, 11.3], 5.5, 4, "cluster", (4,), id="cluster-slow-but-together"),
+    pytest.param([6.0, 6.1, 12.1, 12.2], 5.5, 4, "partial", (2, 2), id="partial-2-slots"),
+    pytest.param([6.0, 6.1, 6.1, 6.2, 12.1, 12.2, 12.2, 12.3], 5.5, 8, "partial", (4, 4), id="partial-4-slots-n8"),
+    pytest.param([6.0, 6.1, 12.1], 5.5, 3, "partial", (2, 1), id="partial-remainder-group"),
+    # Noisy staircase that stays inside the tolerances.
+    pytest.param([5.2, 11.4, 16.3, 22.9], SEED_SINGLE_S, 4, "staircase", (1, 1, 1, 1), id="noisy-staircase"),
+    # Borderline: one gap sits in the dead band between "same group" and "next group".
+    pytest.param([5.5, 8.0, 16.8, 22.5], SEED_SINGLE_S, 4, "inconclusive", None, id="gap-in-dead-band"),
+    # Separate finishes, but one step far from the single time.
+    pytest.param([5.5, 9.0, 16.8, 22.5], SEED_SINGLE_S, 4, "inconclusive", None, id="uneven-steps"),
+    # Evenly spaced but at half the single time: not a queue we can name.
+    pytest.param([3.0, 6.0, 9.0, 12.0], 6.0, 4, "inconclusive", None, id="even-half-steps"),
+    # No single gap is large, but the finishes drift a whole single time apart.
+    pytest.param([5.5 + 0.6 * i for i in range(8)], 5.5, 8, "inconclusive", None, id="slow-drift"),
+    # Group sizes a fixed slot count cannot make.
+    pytest.param([6.0, 12.0, 12.1, 12.2], 5.5, 4, "inconclusive", None, id="groups-1-then-3"),
+    pytest.param([6.0, 6.1, 12.0, 18.0], 5.5, 4, "inconclusive", None, id="groups-2-1-1"),
+    # Groups closer than one request could run.
+    pytest.param([2.0, 2.1, 4.0, 4.1], 5.5, 4, "inconclusive", None, id="partial-steps-too-short"),
+    pytest.param([5.5, 11.1], SEED_SINGLE_S, 4, "inconclusive", None, id="requests-missing"),
+    pytest.param([5.5, 11.1, 16.8, 22.5], None, 4, "inconclusive", None, id="no-single-time"),
+]
+
+
+@pytest.mark.parametrize(("finish_s", "single_s", "n", "verdict", "sizes"), CASES)
+def test_classify_batch(finish_s, single_s, n, verdict, sizes):
+    got = sc.classify_batch(finish_s, single_s, n)
+    assert got.verdict == verdict, got.reason
+    assert got.reason
+    if sizes is not None:
+        assert got.group_sizes == sizes
+
+
+def test_seed_deciding_numbers():
+    got = sc.classify_batch([5.5, 11.1, 16.8, 22.5], SEED_SINGLE_S, 4)
+    assert got.steps_s == pytest.approx((5.5, 5.6, 5.7, 5.7))
+    assert got.step_ratios[0] == pytest.approx(5.5 / 5.51)
+    assert got.spread_s == pytest.approx(17.0)
+    assert got.last_over_single == pytest.approx(22.5 / 5.51)
+    assert got.max_gap_ratio == pytest.approx(5.7 / 5.51)
+
+
+def test_finish_order_does_not_matter():
+    assert sc.classify_batch([16.8, 5.5, 22.5, 11.1], SEED_SINGLE_S, 4).verdict == "staircase"
+
+
+# --- never a wrong definite verdict under noise ---------------------------------------------
+
+jitter = st.floats(min_value=-0.05, max_value=0.05)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(2, 8), single=st.floats(0.2, 30.0), noise=st.lists(jitter, min_size=8, max_size=8))
+def test_noisy_queue_is_staircase_or_inconclusive(n, single, noise):
+    finish = [single * (i + 1 + noise[i]) for i in range(n)]
+    assert sc.classify_batch(finish, single, n).verdict in {"staircase", "inconclusive"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(2, 8), slow=st.floats(1.0, 3.0), single=st.floats(0.2, 30.0), noise=st.lists(jitter, min_size=8, max_size=8))
+def test_noisy_batch_is_cluster_or_inconclusive(n, slow, single, noise):
+    finish = [single * (slow + noise[i]) for i in range(n)]
+    assert sc.classify_batch(finish, single, n).verdict in {"cluster", "inconclusive"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    slots=st.integers(2, 4),
+    groups=st.integers(2, 3),
+    slow=st.floats(1.0, 1.6),
+    single=st.floats(0.2, 30.0),
+    noise=st.lists(jitter, min_size=12, max_size=12),
+)
+def test_noisy_slots_are_partial_or_inconclusive(slots, groups, slow, single, noise):
+    n = slots * groups
+    finish = [single * slow * (i // slots + 1) + single * noise[i] for i in range(n)]
+    assert sc.classify_batch(finish, single, n).verdict in {"partial", "inconclusive"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(finish=st.lists(st.floats(0.01, 100.0), min_size=2, max_size=8), single=st.floats(0.1, 50.0))
+def test_any_input_gives_a_verdict_with_a_reason(finish, single):
+    got = sc.classify_batch(finish, single, len(finish))
+    assert got.verdict in {"cluster", "staircase", "partial", "inconclusive"}
+    assert got.reason
+
+
+# --- per-request checks ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tokens", "modal", "bad"),
+    [
+        ([512, 512, 512, 512], 512, []),
+        ([512, 512, 490, 512], 512, []),  # 4.3% away: inside 5%
+        ([512, 512, 480, 512], 512, [2]),  # 6.25% away
+        ([512, 100, 512, 300], 512, [1, 3]),
+        ([100, 200], 200, [0]),  # tie goes to the longer length
+        ([], None, []),
+    ],
+)
+def test_length_outliers(tokens, modal, bad):
+    assert sc.length_outliers(tokens) == (modal, bad)
+
+
+@pytest.mark.parametrize(
+    ("skew_s", "single_s", "invalid"),
+    [(0.0, 5.0, False), (0.25, 5.0, False), (0.26, 5.0, True), (1.0, None, False)],
+)
+def test_skew_rule(skew_s, single_s, invalid):
+    assert sc.skew_invalid(skew_s, single_s) is invalid
+
+
+@pytest.mark.parametrize(
+    ("ratios", "trend"),
+    [
+        ({2: 1.004, 4: 0.98}, "flat"),  # seed 000: 93.4 and 91.2 vs 93.0
+        ({2: 1.8, 4: 3.1}, "rising"),
+        ({2: 1.1, 4: 1.2}, "inconclusive"),  # between flat and rising
+        ({2: 0.7}, "inconclusive"),  # falls: not a shape we name
+        ({}, "inconclusive"),
+    ],
+)
+def test_trend(ratios, trend):
+    got, reason = sc.classify_trend(ratios)
+    assert got == trend
+    assert reason
+
+
+def test_stats_helpers():
+    assert median([3.0, 1.0, 2.0]) == 2.0
+    assert median([1.0, 2.0, 3.0, 10.0]) == 2.5
+    assert value_range([3.0, 1.0, 2.0]) == (1.0, 3.0)
+    assert mode([1, 2, 2, 3]) == 2
+    assert Summary.of([90.0, 93.0, 91.0]).to_dict() == {"median": 91.0, "lo": 90.0, "hi": 93.0, "count": 3}
+    with pytest.raises(ValueError):
+        median([])
+
+
+# --- a whole run from synthetic batches ------------------------------------------------------
+
+
+def _record(i: int, end_s: float, tokens: int = 512, **kw) -> RequestRecord:
+    return RequestRecord(
+        index=i,
+        nonce=f"n{i}",
+        status=kw.pop("status", "ok"),
+        tokens_requested=512,
+        send_ns=kw.pop("send_ns", 0),
+        first_token_ns=int(0.1 * NS_PER_S),
+        end_ns=int(end_s * NS_PER_S),
+        tokens=tokens,
+        tokens_source=kw.pop("tokens_source", "usage"),
+        **kw,
+    )
+
+
+def _batch(n: int, finishes: list[float], rep: int = 0, tokens=None, skew_s: float = 0.001, **kw) -> sc.MeasuredBatch:
+    tokens = tokens or [512] * len(finishes)
+    records = tuple(_record(i, f, t, **kw) for i, (f, t) in enumerate(zip(finishes, tokens)))
+    return sc.MeasuredBatch(n=n, rep=rep, batch=BatchResult(0, n, records, int(skew_s * NS_PER_S)))
+
+
+SERIAL_RUN = [
+    _batch(1, [5.51]),
+    _batch(2, [5.4, 11.0]),
+    _batch(4, [5.5, 11.1, 16.8, 22.5]),
+]
+
+
+def test_seed_run():
+    a = sc.analyze_staircase(SERIAL_RUN, tokens_requested=512)
+    assert a.valid
+    assert a.single_s == pytest.approx(5.51)
+    assert [p.verdict for p in a.points] == ["baseline", "staircase", "staircase"]
+    assert a.verdict == "staircase"
+    assert a.points[2].aggregate_tok_s == pytest.approx(4 * 512 / 22.5)  # 91.0 tok/s, seed 000
+    assert a.trend == "flat"
+    assert a.trend_ratios[4] == pytest.approx((4 * 512 / 22.5) / (512 / 5.51))
+
+
+def test_short_output_is_named_and_invalidates():
+    run = [_batch(1, [1.0]), _batch(4, [0.5, 1.0, 1.0, 1.05], tokens=[200, 512, 512, 512])]
+    a = sc.analyze_staircase(run, tokens_requested=512)
+    assert not a.valid
+    (finding,) = a.invalid
+    assert finding.code == "output_length"
+    assert [(r.n, r.index) for r in finding.requests] == [(4, 0)]
+    # The aggregate still counts the tokens actually produced.
+    assert a.points[1].aggregate_tok_s == pytest.approx((200 + 3 * 512) / 1.05)
+
+
+def test_skew_and_failures_invalidate():
+    records = (_record(0, 1.0), _record(1, 2.0, status="error", error="boom"))
+    failed = sc.MeasuredBatch(2, 0, BatchResult(0, 2, records, 0))
+    run = [_batch(1, [1.0]), failed, _batch(4, [1.0, 1.0, 1.0, 1.0], skew_s=0.2)]
+    a = sc.analyze_staircase(run, tokens_requested=512)
+    codes = {f.code for f in a.invalid}
+    assert codes == {"failed_requests", "dispatch_skew"}
+    (failures,) = [f for f in a.invalid if f.code == "failed_requests"]
+    assert [(r.n, r.index) for r in failures.requests] == [(2, 1)]
+    assert a.points[1].verdict == "inconclusive"  # one of two finished
+
+
+def test_contamination_is_named_as_a_warning():
+    cached = ServerTimings(cached_prompt_tokens=48)
+    run = [_batch(1, [1.0]), _batch(2, [1.0, 1.02], server=cached)]
+    a = sc.analyze_staircase(run, tokens_requested=512)
+    (w,) = [f for f in a.warnings if f.code == "prefix_cache_contamination"]
+    assert [r.index for r in w.requests] == [0, 1]
+    assert a.verdict == "cluster"
+
+
+def test_queue_time_and_self_reported_sum():
+    # Serial: each request decodes 1 s; the k-th one waited k-1 s; the server claims 512 tok/s each.
+    timings = ServerTimings(prompt_s=0.05, decode_s=0.95, self_reported_tok_s=512 / 0.95)
+    run = [_batch(1, [1.0], server=timings), _batch(4, [1.0, 2.0, 3.0, 4.0], server=timings)]
+    a = sc.analyze_staircase(run, tokens_requested=512)
+    top = a.points[1].batches[0]
+    assert top.queue_s == pytest.approx((0.0, 1.0, 2.0, 3.0))
+    assert top.self_reported_sum_tok_s == pytest.approx(4 * 512 / 0.95)
+    assert top.aggregate_tok_s == pytest.approx(512.0)
+
+
+def test_reps_give_median_and_range_and_disagreement_is_inconclusive():
+    run = [
+        _batch(1, [1.0], rep=0),
+        _batch(1, [1.2], rep=1),
+        _batch(1, [1.1], rep=2),
+        _batch(2, [1.1, 1.15], rep=0),
+        _batch(2, [1.1, 2.2], rep=1),
+        _batch(2, [1.1, 1.12], rep=2),
+    ]
+    a = sc.analyze_staircase(run, tokens_requested=512)
+    assert a.single_s == pytest.approx(1.1)
+    base = a.points[0].aggregate
+    assert base.median == pytest.approx(512 / 1.1) and base.lo == pytest.approx(512 / 1.2)
+    assert a.points[1].verdict == "inconclusive"
+    assert "disagree" in a.points[1].reason
+    assert a.points[1].finish_s == pytest.approx((1.1, 1.15))
+
+
+def test_only_baseline_is_inconclusive():
+    a = sc.analyze_staircase([_batch(1, [1.0])], tokens_requested=512)
+    assert a.verdict == "inconclusive"
+    assert a.trend == "inconclusive"
