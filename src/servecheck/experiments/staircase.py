@@ -1,0 +1,165 @@
+"""The staircase experiment: a warm-up, then N equal-length requests released together for each N.
+
+Runs through the load driver and hands every batch to `analysis.staircase`; after each batch the
+caller gets the partial result so nothing measured is lost to a crash or a Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from servecheck.analysis.staircase import (
+    BatchAnalysis,
+    MeasuredBatch,
+    PointAnalysis,
+    StaircaseAnalysis,
+    analyze_staircase,
+)
+from servecheck.errors import ServerError, UsageError
+from servecheck.model.records import NS_PER_S, BatchResult, GenRequest, RequestRecord, ServerInfo
+
+OnPoint = Callable[["StaircaseResult"], None]
+# make_requests(driver, n, prompt_tokens, max_tokens, rng) -> requests (or an awaitable of them)
+RequestFactory = Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class StaircaseResult:
+    """Everything a staircase run measured; analysis is computed from it, never stored beside it."""
+
+    server: ServerInfo
+    ns: tuple[int, ...]
+    tokens: int
+    prompt_tokens: int
+    reps: int
+    warmup: RequestRecord | None = None
+    batches: tuple[MeasuredBatch, ...] = ()
+    complete: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    def analysis(self) -> StaircaseAnalysis:
+        return analyze_staircase(self.batches, tokens_requested=self.tokens)
+
+    def to_doc(self) -> dict[str, Any]:
+        """The staircase fields of the JSON document (the CLI puts the envelope around them)."""
+        a = self.analysis()
+        return {
+            "command": "staircase",
+            "valid": a.valid,
+            "simulated": self.server.simulated,
+            "complete": self.complete,
+            "verdict": a.verdict,
+            "verdict_reason": a.verdict_reason,
+            "trend": a.trend,
+            "trend_reason": a.trend_reason,
+            "trend_ratios": {str(n): r for n, r in sorted(a.trend_ratios.items())},
+            "single_s": a.single_s,
+            "modal_tokens": a.modal_tokens,
+            "server": self.server.to_dict(),
+            "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
+            "points": [_point_doc(p, self.batches) for p in a.points],
+            "invalid": [f.to_dict() for f in a.invalid],
+            "warnings": [f.to_dict() for f in a.warnings],
+            "notes": list(self.notes),
+        }
+
+
+def _point_doc(point: PointAnalysis, batches: Sequence[MeasuredBatch]) -> dict[str, Any]:
+    raw = {(mb.n, mb.rep): mb.batch for mb in batches}
+    agg = point.aggregate
+    return {
+        "n": point.n,
+        "finish_s": list(point.finish_s),
+        "tokens": list(point.tokens),
+        "aggregate_tok_s": point.aggregate_tok_s,
+        "aggregate_range_tok_s": None if agg is None else [agg.lo, agg.hi],
+        "verdict": point.verdict,
+        "reason": point.reason,
+        "batches": [_batch_doc(b, raw[(b.n, b.rep)]) for b in point.batches],
+    }
+
+
+def _batch_doc(b: BatchAnalysis, batch: BatchResult) -> dict[str, Any]:
+    return {
+        "rep": b.rep,
+        "release_s": batch.release_ns / NS_PER_S,
+        "dispatch_skew_s": b.dispatch_skew_s,
+        "finish_s": list(b.finish_s),
+        "tokens": list(b.tokens),
+        "aggregate_tok_s": b.aggregate_tok_s,
+        "verdict": b.verdict.to_dict(),
+        "queue_s": list(b.queue_s),
+        "self_reported_sum_tok_s": b.self_reported_sum_tok_s,
+        "requests": [r.to_dict() for r in batch.records],
+    }
+
+
+def plan_ns(ns: Sequence[int]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Sorted distinct N values, always starting with the N=1 baseline every verdict needs."""
+    bad = [n for n in ns if n < 1]
+    if bad or not ns:
+        raise UsageError(f"--n values must be integers >= 1, got {list(ns)}", "for example --n 1,2,4,8")
+    planned = tuple(sorted(set(ns) | {1}))
+    notes = () if 1 in ns else ("added N=1: every verdict is judged against the single-request time",)
+    return planned, notes
+
+
+async def _make(
+    factory: RequestFactory | None, driver: Any, n: int, prompt_tokens: int, tokens: int, rng: random.Random
+) -> list[GenRequest]:
+    if factory is None:
+        from servecheck.load.prompts import make_requests as factory
+    reqs = factory(driver, n, prompt_tokens, tokens, rng)
+    if inspect.isawaitable(reqs):
+        reqs = await reqs
+    return list(reqs)
+
+
+async def _warm_up(
+    factory: RequestFactory | None, driver: Any, prompt_tokens: int, tokens: int, rng: random.Random
+) -> RequestRecord:
+    (req,) = await _make(factory, driver, 1, prompt_tokens, tokens, rng)
+    record = await driver.generate(req)
+    if not record.ok:
+        raise ServerError(
+            f"the warm-up request failed: {record.error or record.status}",
+            "check the URL, --model and --api; the server must answer one request before a batch",
+            status=record.http_status,
+        )
+    return record
+
+
+async def run_staircase(
+    driver: Any,
+    *,
+    ns: Sequence[int],
+    tokens: int,
+    prompt_tokens: int,
+    reps: int,
+    rng: random.Random,
+    on_point: OnPoint | None = None,
+    requests_factory: RequestFactory | None = None,
+) -> StaircaseResult:
+    """Detect the server, warm it up, then measure every N `reps` times; returns the full result.
+
+    Every request (the warm-up too) gets a fresh nonce from the factory, by default
+    `load.prompts.make_requests`, so no prefix is ever shared across the run.
+    """
+    if tokens < 1 or prompt_tokens < 1 or reps < 1:
+        raise UsageError("--tokens, --prompt-tokens and --reps must be >= 1", "for example --tokens 512 --reps 3")
+    planned, notes = plan_ns(ns)
+    server = await driver.detect()
+    result = StaircaseResult(server, planned, tokens, prompt_tokens, reps, notes=notes)
+    result = replace(result, warmup=await _warm_up(requests_factory, driver, prompt_tokens, tokens, rng))
+    for n in planned:
+        for rep in range(reps):
+            reqs = await _make(requests_factory, driver, n, prompt_tokens, tokens, rng)
+            batch = await driver.run_batch(reqs)
+            result = replace(result, batches=(*result.batches, MeasuredBatch(n=n, rep=rep, batch=batch)))
+            if on_point is not None:
+                on_point(result)
+    return replace(result, complete=True)
