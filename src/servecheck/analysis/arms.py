@@ -1,0 +1,694 @@
+"""What concurrency buys the operator and costs each user: the pure analysis behind `servecheck arms`.
+
+A cell is one rep of one arm (the same requests, `concurrency` of them in flight at once). Speedups
+are within-rep ratios against the serial arm, which is what the rotated design supports; the
+generation stage is measured from the time during which at least one request was decoding, so a
+queue cannot pass for batching.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from servecheck.analysis.stats import median, mode
+from servecheck.model.records import NS_PER_S, RequestRecord
+
+Label = Literal["batching", "pipelining", "none"]
+
+# A rise counts only when the whole interval of the within-rep ratio lies above 1: a median above
+# 1 with an interval reaching below it is a gain the reps cannot tell from noise.
+RISE_INTERVAL_FLOOR = 1.0
+# ...and only when the median itself is at least 5% above serial. Even a strictly serial server
+# gains a few percent when requests queue at the server instead of waiting on the client's
+# round trip; the seed's drift between burst and plateau (8.2%) is of the same order.
+MIN_RISE = 1.05
+# The seed's analyser stops reporting a headline when one arm's median differs by more than 10%
+# between the positions it occupied: a bias that size is as large as the effects being measured.
+DEFAULT_BIAS_LIMIT = 0.10
+# A cell whose total output is more than 5% away from the run's modal output did not do the same
+# work (one request failed to stop, or stopped early): it is named so nobody compares its wall clock.
+OUTPUT_DEVIATION_LIMIT = 0.05
+# Burst-to-plateau loss of the serial arm worth a warning: the seed's 8.2% was the same order as
+# the effect looked for, so anything above 5% deserves the reader's attention.
+DRIFT_WARN_LOSS = 0.05
+# Cached prompt tokens up to this share of the prompt are a shared template or BOS token, which
+# every request has and which cannot fake a concurrency win; more means the prefix cache served
+# part of a measured prompt.
+CACHED_PROMPT_ALLOWANCE = 0.05
+CACHED_TOKENS_MIN = 4
+# Bootstrap of the median of within-rep ratios: seeded, so the same cells give the same interval.
+BOOTSTRAP_RESAMPLES = 2000
+INTERVAL_LEVEL = 0.95
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One rep of one arm, reduced to the numbers the analysis compares."""
+
+    rep: int
+    position: int
+    concurrency: int
+    wall_s: float  # release to the last token: the clock that produced `tokens`
+    tokens: int  # generated tokens actually produced, summed over the cell's requests
+    decode_tokens: int  # tokens after each request's first (the first is the prefill's)
+    decoding_union_s: float  # time during which at least one request of the cell was decoding
+    decoding_sum_s: float  # sum of every request's own first-to-last-token time
+    per_user_rate_tok_s: float | None  # median over requests of (tokens - 1) / (last - first token)
+    ttft_s: float | None  # median time to first token
+    start_s: float = 0.0  # release time, seconds from the run start
+    batch_wall_s: float | None = None  # release to the last response's end; recorded, never compared
+    run: int = 0  # which pooled run the cell came from
+    failed: int = 0  # requests that did not finish ok
+
+    @property
+    def aggregate_tok_s(self) -> float | None:
+        return self.tokens / self.wall_s if self.wall_s > 0 else None
+
+    @property
+    def generation_tok_s(self) -> float | None:
+        """What the generation stage delivered while it was busy."""
+        return self.decode_tokens / self.decoding_union_s if self.decoding_union_s > 0 else None
+
+    @property
+    def mean_decoding(self) -> float | None:
+        """Average number of requests decoding at once while any was."""
+        return self.decoding_sum_s / self.decoding_union_s if self.decoding_union_s > 0 else None
+
+    def to_dict(self, *, deviant: bool = False) -> dict[str, Any]:
+        return {
+            "rep": self.rep,
+            "position": self.position,
+            "concurrency": self.concurrency,
+            "run": self.run,
+            "start_s": self.start_s,
+            "wall_s": self.wall_s,
+            "batch_wall_s": self.batch_wall_s,
+            "tokens": self.tokens,
+            "decode_tokens": self.decode_tokens,
+            "decoding_union_s": self.decoding_union_s,
+            "decoding_sum_s": self.decoding_sum_s,
+            "aggregate_tok_s": self.aggregate_tok_s,
+            "generation_tok_s": self.generation_tok_s,
+            "per_user_rate_tok_s": self.per_user_rate_tok_s,
+            "ttft_s": self.ttft_s,
+            "failed": self.failed,
+            "deviant": deviant,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, run: int | None = None) -> Cell:
+        """Rebuild a cell from a saved document (for pooling); raises KeyError/TypeError/ValueError on a bad one."""
+        return cls(
+            rep=int(d["rep"]),
+            position=int(d["position"]),
+            concurrency=int(d["concurrency"]),
+            wall_s=float(d["wall_s"]),
+            tokens=int(d["tokens"]),
+            decode_tokens=int(d["decode_tokens"]),
+            decoding_union_s=float(d["decoding_union_s"]),
+            decoding_sum_s=float(d["decoding_sum_s"]),
+            per_user_rate_tok_s=_opt_float(d.get("per_user_rate_tok_s")),
+            ttft_s=_opt_float(d.get("ttft_s")),
+            start_s=float(d.get("start_s") or 0.0),
+            batch_wall_s=_opt_float(d.get("batch_wall_s")),
+            run=int(d.get("run", 0)) if run is None else run,
+            failed=int(d.get("failed", 0)),
+        )
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else float(v)
+
+
+# --- cells from request records ------------------------------------------------------------
+
+
+def union_length_ns(intervals: Iterable[tuple[int, int]]) -> int:
+    """Total length covered by at least one of the intervals."""
+    total = 0
+    cur_lo: int | None = None
+    cur_hi = 0
+    for lo, hi in sorted(i for i in intervals if i[1] > i[0]):
+        if cur_lo is None or lo > cur_hi:
+            if cur_lo is not None:
+                total += cur_hi - cur_lo
+            cur_lo, cur_hi = lo, hi
+        else:
+            cur_hi = max(cur_hi, hi)
+    if cur_lo is not None:
+        total += cur_hi - cur_lo
+    return total
+
+
+def decode_interval_ns(record: RequestRecord) -> tuple[int, int] | None:
+    """First to last token event of a request, when it produced more than one event."""
+    if record.first_token_ns is None:
+        return None
+    last = record.token_ns[-1] if record.token_ns else record.end_ns
+    if last is None or last <= record.first_token_ns:
+        return None
+    return (record.first_token_ns, last)
+
+
+def per_user_rate_tok_s(record: RequestRecord) -> float | None:
+    """Tokens after the first over the time from first to last token: the rate one user watches."""
+    span = decode_interval_ns(record)
+    if span is None or record.tokens < 2:
+        return None
+    return (record.tokens - 1) * NS_PER_S / (span[1] - span[0])
+
+
+def cell_from_records(
+    records: Sequence[RequestRecord],
+    *,
+    rep: int,
+    position: int,
+    concurrency: int,
+    release_ns: int,
+    run: int = 0,
+) -> Cell:
+    """Reduce one batch's request records to a cell."""
+    spans = [s for s in (decode_interval_ns(r) for r in records) if s is not None]
+    last_token = max((s[1] for s in spans), default=None)
+    ends = [r.end_ns for r in records if r.end_ns is not None]
+    ttfts = [r.ttft_ns / NS_PER_S for r in records if r.ok and r.ttft_ns is not None]
+    rates = [x for x in (per_user_rate_tok_s(r) for r in records if r.ok) if x is not None]
+    wall_end = last_token if last_token is not None else (max(ends) if ends else release_ns)
+    return Cell(
+        rep=rep,
+        position=position,
+        concurrency=concurrency,
+        wall_s=(wall_end - release_ns) / NS_PER_S,
+        tokens=sum(r.tokens for r in records),
+        decode_tokens=sum(max(r.tokens - 1, 0) for r in records if decode_interval_ns(r) is not None),
+        decoding_union_s=union_length_ns(spans) / NS_PER_S,
+        decoding_sum_s=sum(hi - lo for lo, hi in spans) / NS_PER_S,
+        per_user_rate_tok_s=median(rates) if rates else None,
+        ttft_s=median(ttfts) if ttfts else None,
+        start_s=release_ns / NS_PER_S,
+        batch_wall_s=(max(ends) - release_ns) / NS_PER_S if ends else None,
+        run=run,
+        failed=sum(1 for r in records if not r.ok),
+    )
+
+
+# --- design --------------------------------------------------------------------------------
+
+
+def rotated_order(arms: Sequence[int], rep: int, *, fixed: bool = False) -> tuple[int, ...]:
+    """The arm order of one rep: cyclic rotation by rep, so each arm takes each position in turn."""
+    if fixed or not arms:
+        return tuple(arms)
+    k = rep % len(arms)
+    return tuple(arms[k:]) + tuple(arms[:k])
+
+
+def schedule(arms: Sequence[int], reps: int, *, fixed: bool = False) -> list[tuple[int, int, int]]:
+    """(rep, position, concurrency) for every cell, in the order they run."""
+    return [(rep, pos, c) for rep in range(reps) for pos, c in enumerate(rotated_order(arms, rep, fixed=fixed))]
+
+
+def balanced(n_arms: int, reps: int) -> bool:
+    """Each arm occupies each position equally often exactly when reps is a multiple of the arm count."""
+    return n_arms > 0 and reps % n_arms == 0
+
+
+# --- results -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A median of within-rep ratios with its interval."""
+
+    median: float
+    lo: float
+    hi: float
+    n: int
+
+    @property
+    def rises(self) -> bool:
+        return self.lo > RISE_INTERVAL_FLOOR and self.median >= MIN_RISE
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"median": self.median, "lo": self.lo, "hi": self.hi, "n": self.n}
+
+
+@dataclass(frozen=True, slots=True)
+class ArmResult:
+    concurrency: int
+    n_cells: int
+    aggregate_tok_s: float | None  # medians across reps
+    generation_tok_s: float | None
+    per_user_rate_tok_s: float | None
+    ttft_s: float | None
+    mean_decoding: float | None
+    aggregate_speedup: Estimate | None
+    generation_gain: Estimate | None
+    per_user_rate_ratio: Estimate | None
+    ttft_multiple: Estimate | None
+    label: Label
+
+    @property
+    def efficiency(self) -> float | None:
+        return None if self.aggregate_speedup is None else self.aggregate_speedup.median / self.concurrency
+
+    @property
+    def per_user_rate_change(self) -> float | None:
+        return None if self.per_user_rate_ratio is None else self.per_user_rate_ratio.median - 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        def med(e: Estimate | None) -> float | None:
+            return None if e is None else e.median
+
+        def iv(e: Estimate | None) -> list[float] | None:
+            return None if e is None else [e.lo, e.hi]
+
+        return {
+            "concurrency": self.concurrency,
+            "cells": self.n_cells,
+            "aggregate_speedup": med(self.aggregate_speedup),
+            "aggregate_speedup_interval": iv(self.aggregate_speedup),
+            "generation_gain": med(self.generation_gain),
+            "generation_gain_interval": iv(self.generation_gain),
+            "per_user_rate_change": self.per_user_rate_change,
+            "per_user_rate_change_interval": None
+            if self.per_user_rate_ratio is None
+            else [self.per_user_rate_ratio.lo - 1.0, self.per_user_rate_ratio.hi - 1.0],
+            "ttft_multiple": med(self.ttft_multiple),
+            "ttft_multiple_interval": iv(self.ttft_multiple),
+            "efficiency": self.efficiency,
+            "label": self.label,
+            "aggregate_tok_s": self.aggregate_tok_s,
+            "generation_tok_s": self.generation_tok_s,
+            "per_user_rate_tok_s": self.per_user_rate_tok_s,
+            "ttft_s": self.ttft_s,
+            "mean_decoding": self.mean_decoding,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class PositionBias:
+    """The widest spread of one arm's median throughput across the positions it occupied."""
+
+    concurrency: int
+    spread: float  # fraction: (highest - lowest) / lowest
+    method: Literal["positions", "drift"]
+    by_position: tuple[tuple[int, float], ...] = ()  # (position, median aggregate tok/s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency,
+            "spread": self.spread,
+            "method": self.method,
+            "by_position": [{"position": p, "aggregate_tok_s": v} for p, v in self.by_position],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """The serial arm's throughput in the first reps against the last (burst against plateau)."""
+
+    first_tok_s: float
+    last_tok_s: float
+    reps_each: int
+
+    @property
+    def loss(self) -> float:
+        return 1.0 - self.last_tok_s / self.first_tok_s if self.first_tok_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"first_tok_s": self.first_tok_s, "last_tok_s": self.last_tok_s, "reps_each": self.reps_each, "loss": self.loss}
+
+
+@dataclass(frozen=True, slots=True)
+class DeviantCell:
+    run: int
+    rep: int
+    concurrency: int
+    tokens: int
+    modal_tokens: int
+
+    @property
+    def deviation(self) -> float:
+        return (self.tokens - self.modal_tokens) / self.modal_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "rep": self.rep,
+            "concurrency": self.concurrency,
+            "tokens": self.tokens,
+            "modal_tokens": self.modal_tokens,
+            "deviation": self.deviation,
+        }
+
+    def describe(self) -> str:
+        return (
+            f"rep {self.rep} at {self.concurrency}-way produced {self.tokens} tokens against the modal "
+            f"{self.modal_tokens} ({self.deviation:+.0%})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Warning_:
+    """A warning is data: what happened and what to do about it."""
+
+    message: str
+    hint: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"message": self.message, "hint": self.hint}
+
+
+@dataclass(frozen=True, slots=True)
+class ArmsAnalysis:
+    arms: tuple[ArmResult, ...]
+    position_bias: PositionBias | None
+    bias_limit: float
+    drift: Drift | None
+    deviant_cells: tuple[DeviantCell, ...]
+    headline: str | None
+    refusal: str | None
+    warnings: tuple[Warning_, ...] = field(default=())
+
+    @property
+    def headline_refused(self) -> bool:
+        return self.refusal is not None
+
+    def arm(self, concurrency: int) -> ArmResult:
+        for a in self.arms:
+            if a.concurrency == concurrency:
+                return a
+        raise KeyError(concurrency)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "headline": self.headline,
+            "headline_refused": self.headline_refused,
+            "refusal": self.refusal,
+            "arms": [a.to_dict() for a in self.arms],
+            "position_bias": None if self.position_bias is None else self.position_bias.to_dict(),
+            "bias_limit": self.bias_limit,
+            "drift": None if self.drift is None else self.drift.to_dict(),
+            "deviant_cells": [d.to_dict() for d in self.deviant_cells],
+            "warnings": [w.to_dict() for w in self.warnings],
+        }
+
+
+# --- statistics ----------------------------------------------------------------------------
+
+
+def median_interval(values: Sequence[float], *, seed: int = 0) -> Estimate:
+    """Median with a seeded percentile-bootstrap interval; one value gives a zero-width interval."""
+    if not values:
+        raise ValueError("median_interval of no values")
+    arr = np.asarray(values, dtype=float)
+    mid = median(list(arr))
+    if len(arr) == 1:
+        return Estimate(mid, mid, mid, 1)
+    rng = np.random.default_rng(seed)
+    samples = rng.choice(arr, size=(BOOTSTRAP_RESAMPLES, len(arr)), replace=True)
+    meds = np.median(samples, axis=1)
+    tail = (1.0 - INTERVAL_LEVEL) / 2.0
+    lo, hi = np.quantile(meds, [tail, 1.0 - tail])
+    return Estimate(mid, float(lo), float(hi), len(arr))
+
+
+def within_rep_ratios(
+    cells: Sequence[Cell], concurrency: int, metric: str, baseline: int = 1
+) -> list[float]:
+    """metric(arm) / metric(serial) for every (run, rep) that has both with usable values."""
+    base = {(c.run, c.rep): getattr(c, metric) for c in cells if c.concurrency == baseline}
+    out = []
+    for c in cells:
+        if c.concurrency != concurrency:
+            continue
+        num, den = getattr(c, metric), base.get((c.run, c.rep))
+        if num is not None and den is not None and den > 0 and num > 0:
+            out.append(num / den)
+    return out
+
+
+def _estimate(cells: Sequence[Cell], concurrency: int, metric: str, seed: int) -> Estimate | None:
+    ratios = within_rep_ratios(cells, concurrency, metric)
+    return median_interval(ratios, seed=seed) if ratios else None
+
+
+def _median_of(cells: Sequence[Cell], metric: str) -> float | None:
+    vals = [v for v in (getattr(c, metric) for c in cells) if v is not None]
+    return median(vals) if vals else None
+
+
+def label_arm(aggregate: Estimate | None, generation: Estimate | None) -> Label:
+    """batching: the generation stage delivers the gain; pipelining: the aggregate rises without it."""
+    if aggregate is None or not aggregate.rises:
+        return "none"
+    if generation is not None and generation.rises:
+        return "batching"
+    return "pipelining"
+
+
+def arm_result(cells: Sequence[Cell], concurrency: int, *, seed: int = 0) -> ArmResult:
+    mine = [c for c in cells if c.concurrency == concurrency]
+    agg = _estimate(cells, concurrency, "aggregate_tok_s", seed)
+    gen = _estimate(cells, concurrency, "generation_tok_s", seed + 1)
+    return ArmResult(
+        concurrency=concurrency,
+        n_cells=len(mine),
+        aggregate_tok_s=_median_of(mine, "aggregate_tok_s"),
+        generation_tok_s=_median_of(mine, "generation_tok_s"),
+        per_user_rate_tok_s=_median_of(mine, "per_user_rate_tok_s"),
+        ttft_s=_median_of(mine, "ttft_s"),
+        mean_decoding=_median_of(mine, "mean_decoding"),
+        aggregate_speedup=agg,
+        generation_gain=gen,
+        per_user_rate_ratio=_estimate(cells, concurrency, "per_user_rate_tok_s", seed + 2),
+        ttft_multiple=_estimate(cells, concurrency, "ttft_s", seed + 3),
+        label="none" if concurrency == 1 else label_arm(agg, gen),
+    )
+
+
+# --- checks --------------------------------------------------------------------------------
+
+
+def _rep_key(c: Cell) -> tuple[int, int]:
+    return (c.run, c.rep)
+
+
+def position_spreads(cells: Sequence[Cell]) -> list[PositionBias]:
+    """Per arm, its median throughput at each position it occupied, after taking out each rep's level.
+
+    Dividing by the rep's level removes slow drift across the run (which rotation balances and the
+    drift check reports), leaving what running first or last within a rep does to an arm.
+    """
+    arm_med = {a: _median_of([c for c in cells if c.concurrency == a], "aggregate_tok_s") for a in _arms(cells)}
+    rel: dict[tuple[int, int], list[tuple[Cell, float]]] = defaultdict(list)
+    for c in cells:
+        agg, ref = c.aggregate_tok_s, arm_med.get(c.concurrency)
+        if agg is not None and ref:
+            rel[_rep_key(c)].append((c, agg / ref))
+    out = []
+    for a in _arms(cells):
+        by_pos: dict[int, list[float]] = defaultdict(list)
+        for members in rel.values():
+            level = median([r for _, r in members])
+            for c, r in members:
+                if c.concurrency == a and level > 0:
+                    by_pos[c.position].append(r / level * (arm_med[a] or 0.0))
+        if len(by_pos) < 2:
+            continue
+        meds = tuple(sorted((p, median(v)) for p, v in by_pos.items()))
+        lo, hi = min(v for _, v in meds), max(v for _, v in meds)
+        out.append(PositionBias(a, (hi - lo) / lo if lo > 0 else math.inf, "positions", meds))
+    return out
+
+
+def drift_position_bias(cells: Sequence[Cell]) -> PositionBias | None:
+    """Position bias when the order was fixed: each arm always held one position, so positions cannot
+    be compared directly. A steady drift across reps then charges the last arm of every rep with
+    (positions - 1) / positions of one rep's drift; estimated from every arm's trend across reps."""
+    arms = _arms(cells)
+    if len(arms) < 2:
+        return None
+    slopes = [s for s in (_log_slope_per_rep(cells, a) for a in arms) if s is not None]
+    if not slopes:
+        return None
+    per_rep = median(slopes)
+    spread = abs(math.expm1(per_rep * (len(arms) - 1) / len(arms)))
+    last_pos = max(c.position for c in cells)
+    last_arm = next(c.concurrency for c in cells if c.position == last_pos)
+    return PositionBias(last_arm, spread, "drift")
+
+
+def _log_slope_per_rep(cells: Sequence[Cell], concurrency: int) -> float | None:
+    """Theil-Sen slope of log throughput against rep order: robust to one odd cell."""
+    pts = sorted(
+        (c.start_s, math.log(c.aggregate_tok_s))
+        for c in cells
+        if c.concurrency == concurrency and c.aggregate_tok_s
+    )
+    pts_idx = [(i, y) for i, (_, y) in enumerate(pts)]
+    pairs = [(y2 - y1) / (x2 - x1) for k, (x1, y1) in enumerate(pts_idx) for x2, y2 in pts_idx[k + 1 :]]
+    return median(pairs) if pairs else None
+
+
+def position_bias(cells: Sequence[Cell]) -> PositionBias | None:
+    """The widest position spread of any arm, measured from positions when the order rotated."""
+    spreads = position_spreads(cells)
+    if spreads:
+        return max(spreads, key=lambda b: b.spread)
+    return drift_position_bias(cells)
+
+
+def drift(cells: Sequence[Cell], baseline: int = 1) -> Drift | None:
+    """Serial throughput over the first quarter of reps (at least one) against the last quarter."""
+    serial = sorted((c for c in cells if c.concurrency == baseline and c.aggregate_tok_s), key=lambda c: c.start_s)
+    if len(serial) < 2:
+        return None
+    k = max(1, len(serial) // 4)
+    first = median([c.aggregate_tok_s or 0.0 for c in serial[:k]])
+    last = median([c.aggregate_tok_s or 0.0 for c in serial[-k:]])
+    return Drift(first, last, k)
+
+
+def deviant_cells(cells: Sequence[Cell], limit: float = OUTPUT_DEVIATION_LIMIT) -> list[DeviantCell]:
+    """Cells whose total output is more than `limit` away from their run's modal output."""
+    out = []
+    for run in sorted({c.run for c in cells}):
+        mine = [c for c in cells if c.run == run]
+        modal = mode([c.tokens for c in mine])
+        for c in mine:
+            if modal > 0 and abs(c.tokens - modal) / modal > limit:
+                out.append(DeviantCell(run, c.rep, c.concurrency, c.tokens, modal))
+    return out
+
+
+def cached_prompt_suspects(
+    records: Iterable[tuple[int, int, RequestRecord]],
+) -> list[str]:
+    """Requests (rep, concurrency, record) whose prompt the prefix cache partly served, named."""
+    out = []
+    for rep, conc, r in records:
+        cached = None if r.server is None else r.server.cached_prompt_tokens
+        if cached is None or cached <= 0:
+            continue
+        prompt = r.prompt_tokens or (r.server.prompt_tokens if r.server else None)
+        allowance = max(CACHED_TOKENS_MIN, CACHED_PROMPT_ALLOWANCE * prompt) if prompt else CACHED_TOKENS_MIN
+        if cached > allowance:
+            out.append(f"rep {rep} {conc}-way request {r.index} ({r.nonce}): {cached} cached prompt tokens")
+    return out
+
+
+def _arms(cells: Sequence[Cell]) -> list[int]:
+    return sorted({c.concurrency for c in cells})
+
+
+# --- words ---------------------------------------------------------------------------------
+
+
+def ttft_words(multiple: float) -> str:
+    """How a time-to-first-token multiple reads in a sentence."""
+    if multiple < 0.9:
+        return f"cuts the time to first token to {multiple:.2f}x"
+    if multiple < 1.15:
+        return "leaves the time to first token about unchanged"
+    named = {2: "doubles", 3: "triples", 4: "quadruples"}
+    nearest = round(multiple)
+    if nearest in named and abs(multiple - nearest) <= 0.1:
+        return f"{named[nearest]} the time to first token"
+    if nearest in named and nearest - 0.35 <= multiple < nearest:
+        return f"nearly {named[nearest]} the time to first token"
+    return f"multiplies the time to first token by {multiple:.1f}"
+
+
+def headline(arm: ArmResult) -> str | None:
+    """The two-sided sentence: what the operator gains and what each user pays."""
+    if arm.aggregate_speedup is None:
+        return None
+    gain = arm.aggregate_speedup.median - 1.0
+    operator = f"buys the operator {gain:+.0%} throughput" if gain >= 0 else f"costs the operator {-gain:.0%} throughput"
+    parts = [f"{arm.concurrency}-way concurrency {operator}"]
+    change = arm.per_user_rate_change
+    user = []
+    if change is not None:
+        user.append(
+            f"costs each user {-change:.0%} of their generation rate"
+            if change < 0
+            else f"gives each user {change:+.0%} generation rate"
+        )
+    if arm.ttft_multiple is not None:
+        user.append(ttft_words(arm.ttft_multiple.median))
+    if user:
+        parts.append("it " + " and ".join(user))
+    return "; ".join(parts)
+
+
+def refusal_text(bias: PositionBias, limit: float) -> str:
+    where = (
+        "across the positions it occupied"
+        if bias.method == "positions"
+        else "from the drift it carried by always running in the same place (fixed order)"
+    )
+    return (
+        f"headline withheld: the {bias.concurrency}-way arm's throughput spreads {bias.spread:.1%} "
+        f"{where}, above the {limit:.0%} limit"
+    )
+
+
+# --- the whole analysis --------------------------------------------------------------------
+
+
+def analyse(
+    cells: Sequence[Cell],
+    *,
+    bias_limit: float = DEFAULT_BIAS_LIMIT,
+    seed: int = 0,
+    baseline: int = 1,
+) -> ArmsAnalysis:
+    """Everything `servecheck arms` reports, from cells alone."""
+    if not any(c.concurrency == baseline for c in cells):
+        raise ValueError("the serial arm (concurrency 1) is the baseline and has no cells")
+    results = tuple(arm_result(cells, a, seed=seed) for a in _arms(cells))
+    bias = position_bias(cells)
+    refusal = refusal_text(bias, bias_limit) if bias is not None and bias.spread > bias_limit else None
+    top = results[-1]
+    drift_ = drift(cells, baseline)
+    deviants = tuple(deviant_cells(cells))
+    return ArmsAnalysis(
+        arms=results,
+        position_bias=bias,
+        bias_limit=bias_limit,
+        drift=drift_,
+        deviant_cells=deviants,
+        headline=None if refusal else headline(top),
+        refusal=refusal,
+        warnings=tuple(_warnings(cells, drift_, deviants)),
+    )
+
+
+def _warnings(cells: Sequence[Cell], drift_: Drift | None, deviants: Sequence[DeviantCell]) -> list[Warning_]:
+    out = []
+    if drift_ is not None and drift_.loss > DRIFT_WARN_LOSS:
+        out.append(
+            Warning_(
+                f"the serial arm lost {drift_.loss:.1%} of its throughput between the first and last reps",
+                "let the machine settle (or cool) before measuring, or add reps so the rotation averages it out",
+            )
+        )
+    for d in deviants:
+        out.append(
+            Warning_(
+                f"output-length trap: {d.describe()}",
+                "its throughput uses the tokens it actually produced; never compare its wall clock",
+            )
+        )
+    failed = sum(c.failed for c in cells)
+    if failed:
+        out.append(Warning_(f"{failed} request(s) failed", "see the cells; a failed request changes the work an arm did"))
+    return out

@@ -1,0 +1,348 @@
+"""Unit tests for the pure arms analysis, on hand-built cells with known answers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from servecheck.analysis import arms as A
+from servecheck.model.records import NS_PER_S, RequestRecord, ServerTimings
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def make_cell(
+    rep: int,
+    position: int,
+    concurrency: int,
+    *,
+    agg: float,
+    gen: float,
+    per_user: float,
+    ttft: float,
+    tokens: int = 720,
+    requests: int = 4,
+    run: int = 0,
+) -> A.Cell:
+    """A cell whose aggregate, generation-stage rate and per-user rate are exactly the given ones."""
+    decode_tokens = tokens - requests
+    union = decode_tokens / gen
+    return A.Cell(
+        rep=rep,
+        position=position,
+        concurrency=concurrency,
+        wall_s=tokens / agg,
+        tokens=tokens,
+        decode_tokens=decode_tokens,
+        decoding_union_s=union,
+        decoding_sum_s=union * gen / per_user,
+        per_user_rate_tok_s=per_user,
+        ttft_s=ttft,
+        start_s=10.0 * (rep * 3 + position),
+        run=run,
+    )
+
+
+def wobble(rep: int, concurrency: int) -> float:
+    """Deterministic noise so intervals have width: the whole rep moves +-2%, each arm +-0.2% within it."""
+    return (1.0 + 0.01 * (((rep * 7) % 5) - 2)) * (1.0 + 0.002 * (((rep + concurrency) % 3) - 1))
+
+
+# The seed's figures: serial 100 tok/s; 2-way +9% aggregate but the generation stage at 0.94x;
+# 4-way +39% aggregate, generation stage 1.39x, each user at 35% of the serial rate, TTFT x2.8.
+SEED_ARMS = {
+    1: dict(agg=100.0, gen=100.0, per_user=100.0, ttft=0.20),
+    2: dict(agg=109.0, gen=94.0, per_user=47.0, ttft=0.40),
+    4: dict(agg=139.0, gen=139.0, per_user=35.0, ttft=0.56),
+}
+
+
+def seed_cells(reps: int = 10, *, fixed: bool = False) -> list[A.Cell]:
+    cells = []
+    for rep, pos, c in A.schedule([1, 2, 4], reps, fixed=fixed):
+        w = wobble(rep, c)
+        f = SEED_ARMS[c]
+        cells.append(
+            make_cell(rep, pos, c, agg=f["agg"] * w, gen=f["gen"] * w, per_user=f["per_user"] * w, ttft=f["ttft"] / w)
+        )
+    return cells
+
+
+def rec(index: int, send_s: float, first_s: float, n_tokens: int, step_s: float, *, cached: int | None = None) -> RequestRecord:
+    """A request whose token events arrive every `step_s` after the first."""
+    times = tuple(int((first_s + i * step_s) * NS_PER_S) for i in range(n_tokens))
+    return RequestRecord(
+        index=index,
+        nonce=f"n{index}",
+        status="ok",
+        tokens_requested=n_tokens,
+        send_ns=int(send_s * NS_PER_S),
+        first_token_ns=times[0],
+        end_ns=times[-1],
+        token_ns=times,
+        tokens=n_tokens,
+        tokens_source="usage",
+        prompt_tokens=64,
+        server=None if cached is None else ServerTimings(cached_prompt_tokens=cached, prompt_tokens=64),
+    )
+
+
+# --- the seed's worked example -------------------------------------------------------------
+
+
+def test_seed_worked_figures() -> None:
+    result = A.analyse(seed_cells())
+    two, four = result.arm(2), result.arm(4)
+    assert four.aggregate_speedup is not None and two.aggregate_speedup is not None
+    assert four.aggregate_speedup.median == pytest.approx(1.39, abs=0.01)
+    assert two.aggregate_speedup.median == pytest.approx(1.09, abs=0.01)
+    assert four.per_user_rate_change == pytest.approx(-0.65, abs=0.01)
+    assert two.efficiency == pytest.approx(0.55, abs=0.01)
+    assert four.efficiency == pytest.approx(0.35, abs=0.01)
+    assert four.generation_gain is not None and two.generation_gain is not None
+    assert four.generation_gain.median == pytest.approx(1.39, abs=0.01)
+    assert two.generation_gain.median == pytest.approx(0.94, abs=0.01)
+    assert four.ttft_multiple is not None and four.ttft_multiple.median == pytest.approx(2.8, abs=0.05)
+    assert (result.arm(1).label, two.label, four.label) == ("none", "pipelining", "batching")
+    assert not result.headline_refused
+    assert result.headline == (
+        "4-way concurrency buys the operator +39% throughput; it costs each user 65% of their "
+        "generation rate and nearly triples the time to first token"
+    )
+
+
+def test_seed_generation_gain_equals_per_user_rate_times_mean_decoding() -> None:
+    four = A.analyse(seed_cells()).arm(4)
+    one = A.analyse(seed_cells()).arm(1)
+    assert four.mean_decoding is not None and four.per_user_rate_tok_s and one.per_user_rate_tok_s
+    equivalent = four.per_user_rate_tok_s * four.mean_decoding / one.per_user_rate_tok_s
+    assert four.generation_gain is not None
+    assert equivalent == pytest.approx(four.generation_gain.median, rel=0.02)
+
+
+def test_json_shape_uses_ratios_and_signed_fractions() -> None:
+    d = A.analyse(seed_cells()).to_dict()
+    four = next(a for a in d["arms"] if a["concurrency"] == 4)
+    assert set(four) >= {"concurrency", "aggregate_speedup", "generation_gain", "per_user_rate_change", "ttft_multiple", "efficiency", "label"}
+    assert four["aggregate_speedup"] > 1 and four["per_user_rate_change"] < 0 and 0 < four["efficiency"] < 1
+    assert d["headline_refused"] is False and d["deviant_cells"] == []
+
+
+# --- the queue trap ------------------------------------------------------------------------
+
+
+def queue_cells() -> tuple[A.Cell, A.Cell]:
+    """Four requests of 11 tokens at 100 tok/s each. Serial: sent one after another. Queue: all sent
+    at once, but the server runs them one at a time, each at the solo rate once its turn comes: the
+    same timeline, so the right answer is exactly 1x."""
+    serial = [rec(i, i * 0.2, i * 0.2 + 0.1, 11, 0.01) for i in range(4)]
+    queued = [rec(i, 0.0, i * 0.2 + 0.1, 11, 0.01) for i in range(4)]
+    s = A.cell_from_records(serial, rep=0, position=0, concurrency=1, release_ns=0)
+    q = A.cell_from_records(queued, rep=0, position=1, concurrency=4, release_ns=0)
+    return s, q
+
+
+def test_queue_trap_naive_formula_says_4x_right_one_says_1x() -> None:
+    s, q = queue_cells()
+    assert s.per_user_rate_tok_s == pytest.approx(100.0) and q.per_user_rate_tok_s == pytest.approx(100.0)
+    naive = q.per_user_rate_tok_s * q.concurrency / s.per_user_rate_tok_s
+    assert naive == pytest.approx(4.0)
+    assert q.generation_tok_s is not None and s.generation_tok_s is not None
+    assert q.generation_tok_s / s.generation_tok_s == pytest.approx(1.0)
+    assert q.mean_decoding == pytest.approx(1.0)
+
+
+def test_queue_is_labelled_none() -> None:
+    cells = []
+    for rep in range(4):
+        s, q = queue_cells()
+        cells += [replace(s, rep=rep), replace(q, rep=rep)]
+    result = A.analyse(cells)
+    assert result.arm(4).label == "none"
+    assert result.arm(4).generation_gain is not None
+    assert result.arm(4).generation_gain.median == pytest.approx(1.0, abs=0.02)
+
+
+def test_cell_from_records_counts_tokens_wall_and_ttft() -> None:
+    s, q = queue_cells()
+    assert s.tokens == 44 and s.decode_tokens == 40
+    assert s.wall_s == pytest.approx(0.8)  # the last request's last token
+    assert s.ttft_s == pytest.approx(0.1)
+    assert q.ttft_s == pytest.approx(0.4)  # median of 0.1, 0.3, 0.5, 0.7
+    assert s.decoding_union_s == pytest.approx(0.4) and q.decoding_union_s == pytest.approx(0.4)
+    assert A.Cell.from_dict(q.to_dict()) == q
+
+
+# --- building blocks -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("intervals", "expected"),
+    [
+        ([], 0),
+        ([(0, 10)], 10),
+        ([(0, 10), (5, 15)], 15),
+        ([(0, 10), (20, 30)], 20),
+        ([(0, 30), (5, 10), (12, 14)], 30),
+        ([(20, 30), (0, 10), (10, 20)], 30),
+        ([(5, 5), (7, 3)], 0),
+    ],
+)
+def test_union_length(intervals: list[tuple[int, int]], expected: int) -> None:
+    assert A.union_length_ns(intervals) == expected
+
+
+@pytest.mark.parametrize("reps", [3, 6, 12])
+def test_rotation_balances_positions(reps: int) -> None:
+    sched = A.schedule([1, 2, 4], reps)
+    counts = Counter((c, pos) for _, pos, c in sched)
+    assert set(counts.values()) == {reps // 3}
+    assert len(counts) == 9
+    assert all(sorted(c for r, _, c in sched if r == rep) == [1, 2, 4] for rep in range(reps))
+
+
+def test_fixed_order_keeps_positions() -> None:
+    assert {(c, pos) for _, pos, c in A.schedule([1, 2, 4], 5, fixed=True)} == {(1, 0), (2, 1), (4, 2)}
+
+
+@pytest.mark.parametrize(("n_arms", "reps", "ok"), [(3, 12, True), (3, 10, False), (2, 4, True), (3, 1, False)])
+def test_balanced(n_arms: int, reps: int, ok: bool) -> None:
+    assert A.balanced(n_arms, reps) is ok
+
+
+@pytest.mark.parametrize(
+    ("agg", "gen", "label"),
+    [
+        ((1.39, 1.30, 1.45), (1.39, 1.30, 1.45), "batching"),
+        ((1.09, 1.06, 1.12), (0.94, 0.90, 0.97), "pipelining"),
+        ((1.09, 1.06, 1.12), (1.04, 0.98, 1.10), "pipelining"),  # generation interval reaches below 1
+        ((1.02, 0.99, 1.05), (1.00, 0.97, 1.03), "none"),
+        ((1.03, 1.01, 1.05), (1.00, 0.97, 1.03), "none"),  # interval above 1, but under MIN_RISE
+        ((1.30, 0.95, 1.60), (1.30, 0.95, 1.60), "none"),  # too noisy to call
+        ((0.90, 0.85, 0.95), (1.20, 1.10, 1.30), "none"),  # the operator gets nothing
+    ],
+)
+def test_label_arm(agg: tuple[float, float, float], gen: tuple[float, float, float], label: str) -> None:
+    assert A.label_arm(A.Estimate(*agg, 10), A.Estimate(*gen, 10)) == label
+
+
+def test_median_interval_is_seeded_and_brackets_median() -> None:
+    values = [1.1, 1.3, 1.2, 1.25, 1.15, 1.4]
+    a, b = A.median_interval(values, seed=3), A.median_interval(values, seed=3)
+    assert a == b
+    assert a.lo <= a.median <= a.hi and a.lo >= min(values) and a.hi <= max(values)
+    assert A.median_interval([2.0]) == A.Estimate(2.0, 2.0, 2.0, 1)
+
+
+@pytest.mark.parametrize(
+    ("multiple", "words"),
+    [
+        (2.8, "nearly triples the time to first token"),
+        (3.05, "triples the time to first token"),
+        (2.0, "doubles the time to first token"),
+        (1.05, "leaves the time to first token about unchanged"),
+        (2.4, "multiplies the time to first token by 2.4"),
+        (0.5, "cuts the time to first token to 0.50x"),
+    ],
+)
+def test_ttft_words(multiple: float, words: str) -> None:
+    assert A.ttft_words(multiple) == words
+
+
+# --- checks --------------------------------------------------------------------------------
+
+
+def test_position_bias_refusal_names_arm_and_spread() -> None:
+    cells = []
+    for rep, pos, c in A.schedule([1, 2, 4], 6):
+        f = SEED_ARMS[c]
+        penalty = 0.8 if (c == 4 and pos == 2) else 1.0  # 4-way loses 20% whenever it runs last
+        cells.append(make_cell(rep, pos, c, agg=f["agg"] * penalty, gen=f["gen"], per_user=f["per_user"], ttft=f["ttft"]))
+    result = A.analyse(cells)
+    assert result.headline_refused and result.headline is None
+    assert result.position_bias is not None and result.position_bias.concurrency == 4
+    assert result.position_bias.spread == pytest.approx(0.25, abs=0.03)
+    assert result.refusal is not None and "4-way" in result.refusal and "%" in result.refusal
+
+
+def test_position_bias_limit_is_configurable() -> None:
+    cells = []
+    for rep, pos, c in A.schedule([1, 2, 4], 6):
+        f = SEED_ARMS[c]
+        penalty = 0.93 if (c == 2 and pos == 0) else 1.0
+        cells.append(make_cell(rep, pos, c, agg=f["agg"] * penalty, gen=f["gen"], per_user=f["per_user"], ttft=f["ttft"]))
+    assert not A.analyse(cells).headline_refused
+    assert A.analyse(cells, bias_limit=0.05).headline_refused
+
+
+def test_balanced_seed_run_has_small_spread() -> None:
+    bias = A.position_bias(seed_cells(12))
+    assert bias is not None and bias.method == "positions" and bias.spread < 0.03
+
+
+def drifting_cells(*, fixed: bool, loss_per_cell: float, reps: int = 6) -> list[A.Cell]:
+    cells = []
+    for k, (rep, pos, c) in enumerate(A.schedule([1, 2, 4], reps, fixed=fixed)):
+        f = SEED_ARMS[c]
+        slow = (1.0 - loss_per_cell) ** k
+        cells.append(make_cell(rep, pos, c, agg=f["agg"] * slow, gen=f["gen"] * slow, per_user=f["per_user"] * slow, ttft=f["ttft"]))
+    return cells
+
+
+def test_fixed_order_under_drift_is_refused() -> None:
+    result = A.analyse(drifting_cells(fixed=True, loss_per_cell=0.06))
+    assert result.position_bias is not None and result.position_bias.method == "drift"
+    assert result.position_bias.concurrency == 4
+    assert result.headline_refused
+    assert result.drift is not None and result.drift.loss > 0.3
+
+
+def test_fixed_order_without_drift_is_not_refused() -> None:
+    result = A.analyse(drifting_cells(fixed=True, loss_per_cell=0.0))
+    assert not result.headline_refused
+    assert result.position_bias is not None and result.position_bias.spread == pytest.approx(0.0, abs=1e-9)
+
+
+def test_rotated_order_under_drift_keeps_estimates() -> None:
+    result = A.analyse(drifting_cells(fixed=False, loss_per_cell=0.02))
+    four = result.arm(4)
+    assert four.aggregate_speedup is not None
+    assert four.aggregate_speedup.median == pytest.approx(1.39, rel=0.06)
+    assert any("lost" in w.message for w in result.warnings)
+
+
+def test_deviant_cell_named_and_throughput_uses_tokens_produced() -> None:
+    cells = seed_cells(3)
+    odd = cells[4]
+    cells[4] = replace(odd, tokens=933)
+    result = A.analyse(cells)
+    assert [(d.rep, d.concurrency, d.tokens, d.modal_tokens) for d in result.deviant_cells] == [
+        (odd.rep, odd.concurrency, 933, 720)
+    ]
+    assert cells[4].aggregate_tok_s == pytest.approx(933 / odd.wall_s)
+    assert any("output-length trap" in w.message for w in result.warnings)
+
+
+def test_deviant_cells_use_each_runs_own_mode() -> None:
+    a = [make_cell(r, 0, 1, agg=100, gen=100, per_user=100, ttft=0.1, tokens=720, run=0) for r in range(3)]
+    b = [make_cell(r, 0, 1, agg=100, gen=100, per_user=100, ttft=0.1, tokens=180, run=1) for r in range(3)]
+    assert A.deviant_cells(a + b) == []
+
+
+def test_pooled_runs_pair_reps_within_their_run() -> None:
+    run0 = seed_cells(3)
+    run1 = [replace(c, run=1) for c in seed_cells(3)]
+    assert len(A.within_rep_ratios(run0 + run1, 4, "aggregate_tok_s")) == 6
+
+
+def test_analyse_needs_serial_arm() -> None:
+    with pytest.raises(ValueError):
+        A.analyse([make_cell(0, 0, 2, agg=1, gen=1, per_user=1, ttft=1)])
+
+
+def test_cached_prompt_suspects_named_beyond_allowance() -> None:
+    records = [(0, 4, rec(0, 0, 0.1, 4, 0.01, cached=1)), (1, 2, rec(3, 0, 0.1, 4, 0.01, cached=40)), (0, 1, rec(1, 0, 0.1, 4, 0.01))]
+    named = A.cached_prompt_suspects(records)
+    assert len(named) == 1 and "rep 1 2-way request 3" in named[0] and "40 cached" in named[0]
