@@ -1,0 +1,596 @@
+"""The self-contained HTML report: one file, inline CSS and SVG, no scripts, nothing fetched.
+
+Documents come from every command and may be partial or from another version, so each section
+renders what it finds and shows "—" for what is missing. Every string is escaped, wherever it
+came from.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from servecheck import __version__
+from servecheck.report import fields
+from servecheck.report.fields import as_dict, as_float, as_int, as_list, as_str
+from servecheck.report.jsonout import write_text_atomic
+from servecheck.report.svg import (
+    Bar,
+    Marker,
+    RangeBar,
+    Segment,
+    Series,
+    TimelineRow,
+    bar_chart,
+    esc,
+    line_chart,
+    range_chart,
+    timeline_chart,
+)
+
+DASH = "—"
+# Long runs (256 requests x many reps) would make the file unreadable; beyond these the
+# report says how many rows it left out.
+MAX_TABLE_ROWS = 200
+MAX_TEXT_CHARS = 160
+ENVELOPE_KEYS = frozenset(
+    {"schema_version", "command", "servecheck_version", "created_at", "environment", "params", "simulated",
+     "complete", "valid", "run_id", "server", "target", "warnings"}
+)
+
+Renderer = Callable[[dict[str, Any]], str]
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def write_html(path: str | Path, docs: Sequence[dict[str, Any]]) -> None:
+    """Render `docs` into one self-contained HTML file, written atomically."""
+    write_text_atomic(Path(path), render_html(docs))
+
+
+def render_html(docs: Sequence[dict[str, Any]]) -> str:
+    sections = [render_doc(doc, i) for i, doc in enumerate(docs)]
+    title = "servecheck report" if len(docs) != 1 else f"servecheck {fields.command(docs[0])} report"
+    return _template().substitute(
+        title=esc(title),
+        subtitle=esc(_subtitle(docs)),
+        toc=_toc(docs),
+        body="\n".join(sections),
+        css=_css(),
+        version=esc(__version__),
+        generated=esc(datetime.now(timezone.utc).isoformat(timespec="seconds")),
+    )
+
+
+def _template() -> Template:
+    text = resources.files("servecheck.report").joinpath("templates/report.html").read_text(encoding="utf-8")
+    return Template(text)
+
+
+def _css() -> str:
+    return resources.files("servecheck.report").joinpath("templates/report.css").read_text(encoding="utf-8")
+
+
+def _subtitle(docs: Sequence[dict[str, Any]]) -> str:
+    commands = sorted({fields.command(d) for d in docs})
+    return f"{len(docs)} run{'s' if len(docs) != 1 else ''}: {', '.join(commands) or 'none'}"
+
+
+def _toc(docs: Sequence[dict[str, Any]]) -> str:
+    if len(docs) < 2:
+        return ""
+    links = [f'<a href="#run-{i}">{esc(_run_title(d))}</a>' for i, d in enumerate(docs)]
+    return f'<nav class="toc">{"".join(links)}</nav>'
+
+
+# ---------------------------------------------------------------- one document
+
+
+def render_doc(doc: dict[str, Any], index: int = 0) -> str:
+    renderer = RENDERERS.get(fields.command(doc), _generic_section)
+    try:
+        body = renderer(doc)
+    except Exception as exc:  # noqa: BLE001 - a malformed document must still give a report
+        body = f'<p class="warn">This section could not be drawn ({esc(type(exc).__name__)}: {esc(exc)}).</p>'
+        body += _generic_section(doc)
+    parts = [
+        f'<section class="run {esc(fields.command(doc))}" id="run-{index}">',
+        f"<h2>{esc(_run_title(doc))}</h2>",
+        _meta_line(doc),
+        _banners(doc),
+        body,
+        _warnings(doc),
+        _environment(doc),
+        "</section>",
+    ]
+    return "\n".join(p for p in parts if p)
+
+
+def _run_title(doc: dict[str, Any]) -> str:
+    run_id = as_int(doc.get("run_id"))
+    prefix = f"Run {run_id}: " if run_id is not None else ""
+    return f"{prefix}{fields.command(doc)}"
+
+
+def _meta_line(doc: dict[str, Any]) -> str:
+    server = as_dict(doc.get("server"))
+    items = [
+        ("server", fields.server_url(doc)),
+        ("model", fields.model_name(doc)),
+        ("engine", " ".join(x for x in (as_str(server.get("engine")), as_str(server.get("version"))) if x) or None),
+        ("time", as_str(doc.get("created_at"))),
+    ]
+    text = " · ".join(f"{name} <b>{esc(value)}</b>" for name, value in items if value)
+    return f'<p class="meta">{text}</p>' if text else ""
+
+
+def _banners(doc: dict[str, Any]) -> str:
+    out = []
+    if fields.is_simulated(doc):
+        out.append('<div class="banner simulated">SIMULATED: these numbers come from servecheck\'s simulated server, not a real one.</div>')
+    if not fields.is_complete(doc):
+        out.append('<div class="banner incomplete">INCOMPLETE: the run stopped before it finished; only the points measured so far are shown.</div>')
+    if doc.get("valid") is False:
+        out.append('<div class="banner invalid">INVALID: the run completed but failed a validity check (see the warnings).</div>')
+    return "\n".join(out)
+
+
+def _warnings(doc: dict[str, Any]) -> str:
+    items = []
+    for w in as_list(doc.get("warnings")):
+        if isinstance(w, dict):
+            text = as_str(w.get("message")) or as_str(w.get("text")) or str(w)
+            hint = as_str(w.get("hint"))
+            items.append(esc(text) + (f" <i>({esc(hint)})</i>" if hint else ""))
+        else:
+            items.append(esc(w))
+    if not items:
+        return ""
+    return "<h3>Warnings</h3><ul class=\"warnings\">" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
+
+
+def _environment(doc: dict[str, Any]) -> str:
+    rows = [("servecheck", doc.get("servecheck_version")), ("schema", doc.get("schema_version"))]
+    rows += list(as_dict(doc.get("environment")).items())
+    rows += [(f"param {k}", v) for k, v in as_dict(doc.get("params")).items()]
+    return "<details><summary>Environment and parameters</summary>" + kv_table(rows) + "</details>"
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def fmt(value: Any, digits: int = 2, suffix: str = "") -> str:
+    """A number rounded, a string escaped, anything missing as a dash."""
+    if value is None or value == "":
+        return DASH
+    number = as_float(value)
+    if number is not None and not isinstance(value, bool):
+        text = f"{number:,.{digits}f}" if not float(number).is_integer() or digits == 0 else f"{int(number):,}"
+        return esc(text + suffix)
+    if isinstance(value, (list, tuple)):
+        return esc(", ".join(_plain(v) for v in value)) if value else DASH
+    if isinstance(value, dict):
+        return esc(", ".join(f"{k}={_plain(v)}" for k, v in value.items())) if value else DASH
+    return esc(value)
+
+
+def _plain(value: Any) -> str:
+    number = as_float(value)
+    return f"{number:g}" if number is not None and not isinstance(value, bool) else str(value)
+
+
+def fmt_ratio(value: Any) -> str:
+    number = as_float(value)
+    return DASH if number is None else esc(f"{number:.2f}×")
+
+
+def fmt_signed_pct(value: Any) -> str:
+    number = as_float(value)
+    return DASH if number is None else esc(f"{number * 100:+.0f}%")
+
+
+def fmt_pct(value: Any) -> str:
+    number = as_float(value)
+    return DASH if number is None else esc(f"{number * 100:.0f}%")
+
+
+def fmt_yes_no(value: Any) -> str:
+    return "yes" if value is True else "no" if value is False else DASH
+
+
+def fmt_range(value: Any, digits: int = 2, scale: float = 1.0, suffix: str = "") -> str:
+    lo, hi = as_range(value)
+    if lo is None or hi is None:
+        return DASH
+    if abs(lo - hi) < 1e-12:
+        return esc(f"{lo * scale:.{digits}f}{suffix}")
+    return esc(f"{lo * scale:.{digits}f}–{hi * scale:.{digits}f}{suffix}")
+
+
+def as_range(value: Any) -> tuple[float | None, float | None]:
+    """[lo, hi], a single number, or {"lo", "hi"} as (lo, hi)."""
+    if isinstance(value, dict):
+        return as_float(value.get("lo")), as_float(value.get("hi"))
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return as_float(value[0]), as_float(value[1])
+    number = as_float(value)
+    return number, number
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: frozenset[int] = frozenset()) -> str:
+    """Cells must already be escaped HTML; headers are escaped here."""
+    head = "".join(f'<th{" class=num" if i in numeric else ""}>{esc(h)}</th>' for i, h in enumerate(headers))
+    body = []
+    for row in rows[:MAX_TABLE_ROWS]:
+        cells = "".join(f'<td{" class=num" if i in numeric else ""}>{c}</td>' for i, c in enumerate(row))
+        body.append(f"<tr>{cells}</tr>")
+    more = len(rows) - MAX_TABLE_ROWS
+    note = f'<p class="key">{more} more rows not shown (see the JSON result).</p>' if more > 0 else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{note}"
+
+
+def kv_table(rows: Sequence[tuple[str, Any]]) -> str:
+    return table(["", ""], [(esc(k), fmt(v)) for k, v in rows])
+
+
+def verdict_line(label: str, word: Any, extra: str = "") -> str:
+    return f'<p class="verdict">{esc(label)}: <b>{fmt(word)}</b>{" " + extra if extra else ""}</p>'
+
+
+def _excerpt(text: Any) -> str:
+    s = str(text) if text is not None else ""
+    s = s if len(s) <= MAX_TEXT_CHARS else s[:MAX_TEXT_CHARS] + "…"
+    return f"<code>{esc(s)}</code>" if s else DASH
+
+
+# ---------------------------------------------------------------- generic
+
+
+def _generic_section(doc: dict[str, Any]) -> str:
+    rows = [(k, v) for k, v in doc.items() if k not in ENVELOPE_KEYS and _is_simple(v)]
+    out = [verdict_line("Verdict", fields.verdict(doc))] if fields.verdict(doc) else []
+    out.append("<h3>Results</h3>" + kv_table(rows))
+    points = [as_dict(p) for p in as_list(doc.get("points")) if isinstance(p, dict)]
+    if points:
+        keys = [k for k in points[0] if _is_simple(points[0][k])]
+        out.append("<h3>Points</h3>" + table(keys, [[fmt(p.get(k)) for k in keys] for p in points]))
+    return "\n".join(out)
+
+
+def _is_simple(value: Any) -> bool:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return True
+    return isinstance(value, list) and len(value) <= 16 and all(isinstance(v, (str, int, float, bool)) for v in value)
+
+
+# ---------------------------------------------------------------- staircase
+
+
+def _staircase_section(doc: dict[str, Any]) -> str:
+    points = [p for p in as_list(doc.get("points")) if isinstance(p, dict)]
+    trend = as_str(doc.get("trend"))
+    parts = [
+        verdict_line("Verdict", doc.get("verdict"), f"· aggregate across N: <b>{fmt(trend)}</b>" + _ratio_note(points)),
+        "<h3>Completion times</h3>",
+        table(
+            ["N", "finish at (s from release)", "aggregate tok/s", "verdict"],
+            [[fmt(p.get("n"), 0), _finishes(p), fmt(p.get("aggregate_tok_s"), 1), fmt(p.get("verdict"))] for p in points],
+            numeric=frozenset({0, 2}),
+        ),
+        _timeline_charts(points),
+        _throughput_chart(points),
+        _requests_details(points),
+    ]
+    return "\n".join(p for p in parts if p)
+
+
+def _ratio_note(points: list[dict[str, Any]]) -> str:
+    aggs = [(as_float(p.get("n")), as_float(p.get("aggregate_tok_s"))) for p in points]
+    aggs = [(n, a) for n, a in aggs if n is not None and a is not None]
+    base = next((a for n, a in aggs if n == 1), None)
+    if not base or len(aggs) < 2:
+        return ""
+    n_max, a_max = max(aggs)
+    return f" (agg({fmt(n_max, 0)}) / agg(1) = {fmt_ratio(a_max / base)})"
+
+
+def _finishes(point: dict[str, Any]) -> str:
+    values = [as_float(v) for v in as_list(point.get("finish_s"))]
+    shown = [f"{v:.1f}" if v is not None else DASH for v in values]
+    return esc(" / ".join(shown)) if shown else DASH
+
+
+def _first_batch(point: dict[str, Any]) -> dict[str, Any] | None:
+    batches = [b for b in as_list(point.get("batches")) if isinstance(b, dict)]
+    return batches[0] if batches else None
+
+
+def _timeline_charts(points: list[dict[str, Any]]) -> str:
+    lanes = [(p, _lanes(p)) for p in points]
+    lanes = [(p, rows) for p, rows in lanes if rows]
+    if not lanes:
+        return ""
+    x_max = max(seg.end for _, rows in lanes for row in rows for seg in row.segments)
+    charts = []
+    for point, rows in lanes:
+        reps = len(as_list(point.get("batches")))
+        note = f" (rep 1 of {reps})" if reps > 1 else ""
+        charts.append(timeline_chart(rows, x_max, title=f"N={fmt(point.get('n'), 0)}{note}", x_label="seconds from release"))
+    key = ('<p class="key">Each request is one lane:<i class="wait"></i>sent, waiting for its first token'
+           '<i class="gen"></i>generating<i class="fail"></i>failed. A staircase means the server queued them; '
+           "a cluster means it ran them together.</p>")
+    return key + "".join(charts)
+
+
+def _lanes(point: dict[str, Any]) -> list[TimelineRow]:
+    batch = _first_batch(point)
+    if batch is None:
+        return _lanes_from_finishes(point)
+    release = as_float(batch.get("release_s")) or 0.0
+    requests = [r for r in as_list(batch.get("requests")) if isinstance(r, dict)]
+    requests.sort(key=lambda r: as_float(r.get("send_s")) or 0.0)
+    return [row for row in (_lane(r, release) for r in requests) if row is not None]
+
+
+def _lane(req: dict[str, Any], release: float) -> TimelineRow | None:
+    send, first, end = (as_float(req.get(k)) for k in ("send_s", "first_token_s", "end_s"))
+    if send is None or end is None:
+        return None
+    send, end = send - release, end - release
+    failed = req.get("status", "ok") != "ok"
+    if failed or first is None:
+        segments = (Segment(send, end, "fail" if failed else "gen"),)
+    else:
+        segments = (Segment(send, first - release, "wait"), Segment(first - release, end, "gen"))
+    title = (f"request {req.get('index', '?')}: sent {send:.2f} s, first token "
+             f"{'—' if first is None else f'{first - release:.2f} s'}, finished {end:.2f} s, "
+             f"{req.get('tokens', '?')} tokens, {req.get('status', '?')}")
+    return TimelineRow(label=f"#{req.get('index', '?')}", segments=segments, title=title)
+
+
+def _lanes_from_finishes(point: dict[str, Any]) -> list[TimelineRow]:
+    finishes = [as_float(v) for v in as_list(point.get("finish_s"))]
+    return [
+        TimelineRow(label=f"{i + 1}", segments=(Segment(0.0, f, "gen"),), title=f"finished {f:.2f} s")
+        for i, f in enumerate(finishes)
+        if f is not None
+    ]
+
+
+def _throughput_chart(points: list[dict[str, Any]]) -> str:
+    agg = _series_points(points, "aggregate_tok_s")
+    if not agg:
+        return ""
+    series = [Series("aggregate tok/s", agg, "primary")]
+    per_user = tuple(
+        (n, rate) for n, rate in ((as_float(p.get("n")), _per_user_rate(p)) for p in points) if n is not None and rate is not None
+    )
+    if per_user:
+        series.append(Series("per-user rate tok/s", per_user, "secondary"))
+    return line_chart(series, title="Throughput against N", x_label="concurrent requests (N)", y_label="tok/s")
+
+
+def _series_points(points: list[dict[str, Any]], key: str) -> tuple[tuple[float, float], ...]:
+    pairs = ((as_float(p.get("n")), as_float(p.get(key))) for p in points)
+    return tuple((n, v) for n, v in pairs if n is not None and v is not None)
+
+
+def _per_user_rate(point: dict[str, Any]) -> float | None:
+    """The point's own figure when present, else median over requests of tokens after the first / decode time."""
+    given = as_float(point.get("per_user_rate_tok_s"))
+    if given is not None:
+        return given
+    rates = []
+    for batch in as_list(point.get("batches")):
+        for req in as_list(as_dict(batch).get("requests")):
+            rate = _request_rate(as_dict(req))
+            if rate is not None:
+                rates.append(rate)
+    return statistics.median(rates) if rates else None
+
+
+def _request_rate(req: dict[str, Any]) -> float | None:
+    first, end, tokens = as_float(req.get("first_token_s")), as_float(req.get("end_s")), as_float(req.get("tokens"))
+    if req.get("status", "ok") != "ok" or first is None or end is None or tokens is None or tokens < 2 or end <= first:
+        return None
+    return (tokens - 1) / (end - first)
+
+
+def _requests_details(points: list[dict[str, Any]]) -> str:
+    rows = []
+    for p in points:
+        batch = _first_batch(p)
+        release = as_float(as_dict(batch).get("release_s")) or 0.0
+        for req in as_list(as_dict(batch).get("requests")):
+            req = as_dict(req)
+            end = as_float(req.get("end_s"))
+            rows.append([
+                fmt(p.get("n"), 0), fmt(req.get("index"), 0), fmt(req.get("status")), fmt(req.get("tokens"), 0),
+                fmt(req.get("ttft_s"), 3), fmt(None if end is None else end - release, 2), _excerpt(req.get("text")),
+            ])
+    if not rows:
+        return ""
+    headers = ["N", "request", "status", "tokens", "TTFT s", "finish s", "generated text (start)"]
+    return "<details><summary>Requests (first rep of each N)</summary>" + table(headers, rows, frozenset({0, 1, 3, 4, 5})) + "</details>"
+
+
+# ---------------------------------------------------------------- arms
+
+
+def _arms_section(doc: dict[str, Any]) -> str:
+    arms = [a for a in as_list(doc.get("arms")) if isinstance(a, dict)]
+    parts = [_arms_headline(doc), "<h3>Arms</h3>", _arms_table(arms, doc), _decomposition_chart(arms), _deviant_cells(doc)]
+    return "\n".join(p for p in parts if p)
+
+
+def _arms_headline(doc: dict[str, Any]) -> str:
+    if doc.get("headline_refused") is True:
+        reason = as_str(doc.get("refusal")) or as_str(doc.get("refusal_reason")) or "position bias too large"
+        return f'<p class="verdict">Headline withheld: <b>{esc(reason)}</b></p>'
+    headline = as_str(doc.get("headline"))
+    return f'<p class="verdict">{esc(headline)}</p>' if headline else ""
+
+
+def _arms_table(arms: list[dict[str, Any]], doc: dict[str, Any]) -> str:
+    medians = _cell_medians(doc)
+    rows = []
+    for a in arms:
+        c = as_int(a.get("concurrency"))
+        m = medians.get(c, {}) if c is not None else {}
+        rows.append([
+            fmt(c, 0), fmt(m.get("aggregate_tok_s"), 1), fmt_ratio(a.get("aggregate_speedup")), fmt_ratio(a.get("generation_gain")),
+            fmt_signed_pct(a.get("per_user_rate_change")), fmt_ratio(a.get("ttft_multiple")), fmt_pct(a.get("efficiency")),
+            f'<span class="label-{esc(a.get("label", ""))}">{fmt(a.get("label"))}</span>',
+        ])
+    headers = ["in flight", "aggregate tok/s", "aggregate speedup", "generation-stage gain", "per-user rate",
+               "TTFT multiple", "efficiency", "label"]
+    return table(headers, rows, frozenset(range(7)))
+
+
+def _cell_medians(doc: dict[str, Any]) -> dict[int, dict[str, float]]:
+    by_arm: dict[int, dict[str, list[float]]] = {}
+    for cell in as_list(doc.get("cells")):
+        cell = as_dict(cell)
+        c = as_int(cell.get("concurrency"))
+        if c is None:
+            continue
+        for key in ("aggregate_tok_s", "per_user_rate_tok_s", "ttft_s"):
+            value = as_float(cell.get(key))
+            if value is not None:
+                by_arm.setdefault(c, {}).setdefault(key, []).append(value)
+    return {c: {k: statistics.median(v) for k, v in d.items()} for c, d in by_arm.items()}
+
+
+def _decomposition_chart(arms: list[dict[str, Any]]) -> str:
+    bars = []
+    for a in arms:
+        c = fmt(a.get("concurrency"), 0)
+        for key, css, name in (("aggregate_speedup", "primary", "aggregate"), ("generation_gain", "secondary", "generation")):
+            value = as_float(a.get(key))
+            if value is not None:
+                bars.append(Bar(f"{c}-way {name}", value, css, f"{c}-way {name}: {value:.2f}×"))
+    if not bars:
+        return ""
+    key = '<p class="key">Against the serial arm (dashed line = 1×, no gain): aggregate throughput gain beside the generation-stage gain. Aggregate up with generation flat is pipelining, not batching.</p>'
+    return key + bar_chart(bars, title="Decomposition: aggregate vs generation-stage gain", y_label="× serial", ref_line=1.0)
+
+
+def _deviant_cells(doc: dict[str, Any]) -> str:
+    cells = as_list(doc.get("deviant_cells"))
+    if not cells:
+        return ""
+    items = "".join(f"<li>{fmt(c)}</li>" for c in cells[:MAX_TABLE_ROWS])
+    return f"<h3>Cells whose output length deviates</h3><ul class=\"warnings\">{items}</ul>"
+
+
+# ---------------------------------------------------------------- prefix cache
+
+
+def _prefix_cache_section(doc: dict[str, Any]) -> str:
+    sends = _sends(doc)
+    bars = [
+        Bar(f"{i + 1} {s['kind']}", s["ttft_s"], s["kind"] if s["kind"] in ("repeat", "control") else "primary",
+            f"send {i + 1} ({s['kind']}): TTFT {s['ttft_s']:.3f} s, cached {s['cached']}")
+        for i, s in enumerate(sends)
+        if s["ttft_s"] is not None
+    ]
+    rows = [[fmt(i + 1, 0), fmt(s["kind"]), fmt(s["ttft_s"], 3), fmt(s["cached"], 0), fmt(s["prompt"], 0)] for i, s in enumerate(sends)]
+    parts = [
+        verdict_line("Verdict", doc.get("verdict")),
+        bar_chart(bars, title="Time to first token per send", y_label="seconds") if bars else "",
+        "<h3>Sends</h3>",
+        table(["send", "kind", "TTFT s", "cached tokens", "prompt tokens"], rows, frozenset({0, 2, 3, 4})),
+    ]
+    return "\n".join(p for p in parts if p)
+
+
+def _sends(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    sends = [as_dict(s) for s in as_list(doc.get("sends")) if isinstance(s, dict)]
+    if sends:
+        return [
+            {"kind": as_str(s.get("kind")) or "send", "ttft_s": as_float(s.get("ttft_s")),
+             "cached": s.get("cached_tokens"), "prompt": s.get("prompt_tokens")}
+            for s in sends
+        ]
+    cached = as_list(doc.get("cached_tokens"))
+    out = [
+        {"kind": "repeat", "ttft_s": as_float(t), "cached": cached[i] if i < len(cached) else None, "prompt": None}
+        for i, t in enumerate(as_list(doc.get("ttft_s")))
+    ]
+    control = as_float(doc.get("control_ttft_s"))
+    if control is not None:
+        out.append({"kind": "control", "ttft_s": control, "cached": None, "prompt": None})
+    return out
+
+
+# ---------------------------------------------------------------- roofline
+
+
+def _roofline_section(doc: dict[str, Any]) -> str:
+    target = as_dict(doc.get("target"))
+    rows = [
+        ("bytes per token (GB = 10^9 B)", _gb(doc.get("bytes_per_token"))),
+        ("achieved bandwidth", fmt(doc.get("achieved_gb_s"), 1, " GB/s")),
+        ("measured bandwidth", fmt_range(doc.get("bandwidth_gb_s"), 0, suffix=" GB/s")),
+        ("utilization", fmt_range(doc.get("utilization"), 0, 100, "%")),
+        ("kill gate", f"{fmt(doc.get('gate'))} (threshold {fmt_range(doc.get('gate_threshold'), 0, 100, '%')})"),
+    ]
+    if target:
+        rows.append(("target", f"{fmt(target.get('tok_s'), 1)} tok/s needs {fmt(target.get('required_gb_s'), 0)} GB/s = "
+                               f"{fmt_range(target.get('required_utilization'), 0, 100, '%')}; within reach: {fmt_yes_no(target.get('within_reach'))}"))
+    table_html = table(["", ""], [(esc(k), v) for k, v in rows])
+    return "\n".join([verdict_line("Gate", doc.get("gate")), _roofline_chart(doc), table_html])
+
+
+def _gb(value: Any) -> str:
+    number = as_float(value)
+    return DASH if number is None else esc(f"{number / 1e9:.3f} GB ({number:,.0f} B)")
+
+
+def _roofline_chart(doc: dict[str, Any]) -> str:
+    lo, hi = as_range(doc.get("bandwidth_gb_s"))
+    achieved = as_float(doc.get("achieved_gb_s"))
+    bars = []
+    if lo is not None and hi is not None:
+        bars.append(RangeBar(f"measured bandwidth {lo:.0f}–{hi:.0f} GB/s", lo, hi, "measured", "measured bandwidth at the model's working set"))
+    if achieved is not None:
+        bars.append(RangeBar(f"achieved {achieved:.0f} GB/s", achieved, achieved, "achieved", "tok/s × bytes per token"))
+    if not bars:
+        return ""
+    gate = as_float(doc.get("gate_threshold"))
+    markers = []
+    if gate is not None and lo is not None and hi is not None:
+        markers.append(Marker(f"gate {gate * 100:.0f}% of measured: {gate * lo:.0f}–{gate * hi:.0f} GB/s", gate * lo, gate * hi))
+    return range_chart(bars, markers, title="Roofline: achieved against measured bandwidth", x_label="GB/s (10^9 bytes per second)")
+
+
+# ---------------------------------------------------------------- log
+
+
+def _log_section(doc: dict[str, Any]) -> str:
+    findings = [as_dict(f) for f in as_list(doc.get("findings"))]
+    rows = [
+        [fmt(f.get("feature")), f'<span class="status-{esc(f.get("status", ""))}">{fmt(f.get("status"))}</span>', _excerpt(f.get("line"))]
+        for f in findings
+    ]
+    parts = [verdict_line("Verdict", fields.verdict(doc)), "<h3>Findings</h3>", table(["feature", "status", "evidence"], rows)]
+    lines = [as_dict(line) for line in as_list(doc.get("lines"))]
+    if lines:
+        line_rows = [[fmt(line.get("level")), _excerpt(line.get("text"))] for line in lines]
+        parts.append("<details><summary>Warning and error lines</summary>" + table(["level", "line"], line_rows) + "</details>")
+    return "\n".join(parts)
+
+
+RENDERERS: dict[str, Renderer] = {
+    "staircase": _staircase_section,
+    "arms": _arms_section,
+    "prefix-cache": _prefix_cache_section,
+    "roofline": _roofline_section,
+    "log": _log_section,
+}
