@@ -23,6 +23,7 @@ from servecheck.errors import ServerError, UsageError
 from servecheck.model.records import NS_PER_S, BatchResult, GenRequest, RequestRecord, ServerInfo
 
 OnPoint = Callable[["StaircaseResult"], None]
+OnServer = Callable[[ServerInfo], None]
 # make_requests(driver, n, prompt_tokens, max_tokens, rng) -> requests (or an awaitable of them)
 RequestFactory = Callable[..., Any]
 
@@ -143,6 +144,7 @@ async def run_staircase(
     rng: random.Random,
     on_point: OnPoint | None = None,
     requests_factory: RequestFactory | None = None,
+    on_server: OnServer | None = None,
 ) -> StaircaseResult:
     """Detect the server, warm it up, then measure every N `reps` times; returns the full result.
 
@@ -153,6 +155,8 @@ async def run_staircase(
         raise UsageError("--tokens, --prompt-tokens and --reps must be >= 1", "for example --tokens 512 --reps 3")
     planned, notes = plan_ns(ns)
     server = await driver.detect()
+    if on_server is not None:
+        on_server(server)
     result = StaircaseResult(server, planned, tokens, prompt_tokens, reps, notes=notes)
     result = replace(result, warmup=await _warm_up(requests_factory, driver, prompt_tokens, tokens, rng))
     for n in planned:

@@ -1,0 +1,297 @@
+"""`servecheck staircase URL`: fire N equal requests at once and read the finish times: staircase or cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import click
+from rich.console import Console
+
+from servecheck import exitcodes
+from servecheck.analysis.staircase import DEFINITE_VERDICTS
+from servecheck.cli.common import Recorder, make_target, output_options, target_options
+from servecheck.cli.context import AppContext
+from servecheck.client.base import Target
+from servecheck.envinfo import environment
+from servecheck.errors import UsageError
+from servecheck.experiments.staircase import StaircaseResult, run_staircase
+from servecheck.model.records import ServerInfo
+from servecheck.report.jsonout import envelope
+
+EXIT_INTERRUPTED = 130
+SIMULATED_BANNER = "SIMULATED SERVER: these numbers come from servecheck's simulator, not from a real engine"
+
+
+def parse_ns(raw: str) -> list[int]:
+    """'1,2,4,8' -> [1, 2, 4, 8]; anything else is a one-line usage error."""
+    try:
+        ns = [int(part) for part in raw.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--n {raw!r} is not a comma-separated list of integers", "for example --n 1,2,4,8") from None
+    if not ns or any(n < 1 for n in ns):
+        raise UsageError(f"--n {raw!r}: every N must be >= 1", "for example --n 1,2,4,8")
+    return ns
+
+
+def _check_positive(name: str, value: int) -> None:
+    if value < 1:
+        raise UsageError(f"{name} must be >= 1, got {value}", f"for example {name} 64")
+
+
+# ---------------------------------------------------------------- formatting (pure: doc -> lines)
+
+
+def fmt_finishes(finish_s: list[float]) -> str:
+    """Seed-000 shape: '5.5 / 11.1 / 16.8 / 22.5 s' (two decimals when everything is under 10 s)."""
+    if not finish_s:
+        return "no request finished"
+    digits = 2 if max(finish_s) < 10 else 1
+    return " / ".join(f"{t:.{digits}f}" for t in finish_s) + " s"
+
+
+def fmt_aggregate(point: dict[str, Any]) -> str:
+    agg = point.get("aggregate_tok_s")
+    if agg is None:
+        return "aggregate -"
+    text = f"aggregate {agg:.1f} tok/s"
+    rng = point.get("aggregate_range_tok_s")
+    if rng and len(point.get("batches", [])) > 1:
+        text += f" ({rng[0]:.1f}-{rng[1]:.1f})"
+    return text
+
+
+def point_line(point: dict[str, Any], finish_width: int = 0) -> str:
+    n = f"N={point['n']}"
+    finish = fmt_finishes(point["finish_s"]).ljust(finish_width)
+    return f"{n:<5} finish at {finish}  {fmt_aggregate(point)}  {point['verdict']}"
+
+
+def deciding_line(point: dict[str, Any]) -> str | None:
+    """The numbers behind a verdict: steps against the single time, spread, last / single, groups."""
+    batches = point.get("batches") or []
+    if point["n"] == 1 or not batches:
+        return None
+    v = batches[0]["verdict"]
+    if not v.get("step_ratios"):
+        return f"      {point['reason']}"
+    steps = ", ".join(f"{r:.2f}" for r in v["step_ratios"])
+    groups = "+".join(str(s) for s in v["group_sizes"])
+    line = (
+        f"      steps {steps} x single · spread {v['spread_ratio']:.2f} x single · "
+        f"last {v['last_over_single']:.2f} x single · groups {groups}"
+    )
+    return line + (f" · {point['reason']}" if point["verdict"] == "inconclusive" else "")
+
+
+def header_lines(doc: dict[str, Any]) -> list[str]:
+    server = doc.get("server") or {}
+    params = doc.get("params") or {}
+    lines = [
+        f"staircase  {server.get('url', params.get('url', '?'))}  api {server.get('dialect', '?')}  "
+        f"model {server.get('model') or '?'}",
+        f"{params.get('tokens')} tokens per request, {params.get('prompt_tokens')}-token prompts, "
+        f"{params.get('reps')} rep(s) per N",
+    ]
+    if doc.get("single_s") is not None:
+        lines.append(f"single-request time {doc['single_s']:.2f} s (N=1)")
+    return lines
+
+
+def queue_lines(doc: dict[str, Any]) -> list[str]:
+    lines = []
+    for point in doc["points"]:
+        queue = point["batches"][0]["queue_s"] if point["batches"] else []
+        if point["n"] > 1 and queue and all(q is not None for q in queue):
+            lines.append(f"N={point['n']:<3} queue time (client latency - server prefill - decode): {fmt_finishes(queue)}")
+    return lines
+
+
+def trap_lines(doc: dict[str, Any]) -> list[str]:
+    lines = []
+    for point in doc["points"]:
+        claimed = point["batches"][0]["self_reported_sum_tok_s"] if point["batches"] else None
+        if point["n"] > 1 and claimed is not None and point["aggregate_tok_s"] is not None:
+            lines.append(
+                f"N={point['n']:<3} sum of self-reported rates {claimed:.1f} tok/s (MISLEADING)  "
+                f"vs true aggregate {point['aggregate_tok_s']:.1f} tok/s"
+            )
+    return lines
+
+
+def trend_line(doc: dict[str, Any]) -> str:
+    ratios = "  ".join(f"N={n} {r:.2f}x" for n, r in doc["trend_ratios"].items())
+    return f"trend    {doc['trend']}  agg(N)/agg(1): {ratios or '-'}  ({doc['trend_reason']})"
+
+
+def finding_lines(doc: dict[str, Any]) -> list[str]:
+    lines = []
+    for kind, findings in (("INVALID", doc["invalid"]), ("warning", doc["warnings"])):
+        for f in findings:
+            lines.append(f"{kind}: {f['message']}" + (f" ({f['hint']})" if f.get("hint") else ""))
+            lines.extend(f"  - {_ref_label(r)}" for r in f["requests"])
+    return lines
+
+
+def _ref_label(r: dict[str, Any]) -> str:
+    return f"N={r['n']} rep {r['rep']} request #{r['index']} (nonce {r['nonce']}): {r['detail']}"
+
+
+def report_lines(doc: dict[str, Any]) -> list[str]:
+    """The whole terminal report, from the JSON document alone."""
+    lines = header_lines(doc) + [""]
+    width = max((len(fmt_finishes(p["finish_s"])) for p in doc["points"]), default=0)
+    for point in doc["points"]:
+        lines.append(point_line(point, width))
+        if (extra := deciding_line(point)) is not None:
+            lines.append(extra)
+    lines += ["", f"verdict  {doc['verdict']}  ({doc['verdict_reason']})", trend_line(doc)]
+    lines += queue_lines(doc) + trap_lines(doc)
+    lines += finding_lines(doc) + [f"note: {note}" for note in doc.get("notes", [])]
+    if not doc.get("complete"):
+        lines.append("INCOMPLETE: interrupted; the points above are all that was measured")
+    lines.append(f"run {'valid' if doc['valid'] else 'INVALID'}")
+    return lines
+
+
+# ---------------------------------------------------------------- exit code
+
+
+def exit_code(doc: dict[str, Any], expect: str | None) -> int:
+    """3 when invalid or inconclusive (its verdict cannot be trusted), 4 when --expect names another verdict."""
+    if not doc["valid"] or doc["verdict"] not in DEFINITE_VERDICTS:
+        return exitcodes.INVALID
+    if expect is not None and doc["verdict"] != expect:
+        return exitcodes.EXPECT_MISMATCH
+    return exitcodes.OK
+
+
+# ---------------------------------------------------------------- running
+
+
+class _Session:
+    """Ties the experiment's callbacks to the recorder and the progress console."""
+
+    def __init__(self, head: dict[str, Any], recorder: Recorder, err: Console) -> None:
+        self.head = head
+        self.recorder = recorder
+        self.err = err
+        self.last: StaircaseResult | None = None
+
+    def doc(self, result: StaircaseResult) -> dict[str, Any]:
+        return {**self.head, **result.to_doc()}
+
+    def on_server(self, server: ServerInfo) -> None:
+        engine = f", engine {server.engine}" if server.engine else ""
+        _say(self.err, f"detected {server.dialect} API at {server.url}, model {server.model or '?'}{engine}")
+        if server.simulated:
+            _say(self.err, SIMULATED_BANNER, "bold yellow")
+
+    def on_point(self, result: StaircaseResult) -> None:
+        self.last = result
+        self.recorder.partial(self.doc(result))
+        mb = result.batches[-1]
+        finish = fmt_finishes(mb.batch.finish_s())
+        _say(self.err, f"N={mb.n} rep {mb.rep + 1}/{result.reps}  finish at {finish}", "dim")
+
+
+async def _measure(target: Target, session: _Session, **kw: Any) -> StaircaseResult:
+    from servecheck.load.driver import LoadDriver
+
+    async with LoadDriver(target) as driver:
+        return await run_staircase(driver, on_point=session.on_point, on_server=session.on_server, **kw)
+
+
+def _say(console: Console, line: str, style: str | None = None) -> None:
+    """Print server-supplied text literally: no markup, no highlighting, no wrapping."""
+    console.print(line, markup=False, highlight=False, style=style, soft_wrap=True)
+
+
+def _print(console: Console, lines: list[str]) -> None:
+    for line in lines:
+        _say(console, line, "bold yellow" if line.startswith(("INVALID", "INCOMPLETE", "SIMULATED")) else None)
+
+
+def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool) -> None:
+    console = app.err if json_to_stdout else app.out
+    lines = report_lines(doc)
+    if doc.get("simulated"):
+        lines = [SIMULATED_BANNER, *lines]
+    _print(console, lines)
+
+
+@click.command("staircase")
+@click.argument("url")
+@click.option("--n", "n_values", default="1,2,4,8", show_default=True, help="Concurrency levels, comma-separated.")
+@click.option("--tokens", type=int, default=512, show_default=True, help="Output tokens per request (forced length).")
+@click.option("--prompt-tokens", type=int, default=64, show_default=True, help="Prompt length in tokens.")
+@click.option("--reps", type=int, default=1, show_default=True, help="Repetitions of every N (median and range).")
+@click.option(
+    "--expect",
+    type=click.Choice(sorted(DEFINITE_VERDICTS)),
+    default=None,
+    help="Exit 4 when the run's verdict is a different definite verdict (for CI gates).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the prompt text and nonces.")
+@target_options
+@output_options
+@click.pass_obj
+def cmd(
+    app: AppContext,
+    url: str,
+    n_values: str,
+    tokens: int,
+    prompt_tokens: int,
+    reps: int,
+    expect: str | None,
+    seed: int,
+    api: str,
+    model: str | None,
+    api_key: str | None,
+    headers: tuple[str, ...],
+    first_token_timeout_s: float,
+    json_path: str | None,
+    html_path: str | None,
+    db_path: str | None,
+    no_save: bool,
+) -> int:
+    """Fire N equal-length requests at once and read their finish times: staircase (a queue),
+    cluster (batching) or partial (a few slots). Aggregate = tokens produced / last finish."""
+    ns = parse_ns(n_values)
+    for name, value in (("--tokens", tokens), ("--prompt-tokens", prompt_tokens), ("--reps", reps)):
+        _check_positive(name, value)
+    target = make_target(
+        url, api=api, model=model, api_key=api_key, headers=headers, first_token_timeout_s=first_token_timeout_s
+    )
+    params = {
+        **target.public_dict(),
+        "n": ns,
+        "tokens": tokens,
+        "prompt_tokens": prompt_tokens,
+        "reps": reps,
+        "expect": expect,
+        "seed": seed,
+    }
+    recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
+    session = _Session(envelope("staircase", params, environment()), recorder, app.err)
+    try:
+        recorder.start({**session.head, "points": []})
+        result = asyncio.run(
+            _measure(target, session, ns=ns, tokens=tokens, prompt_tokens=prompt_tokens, reps=reps, rng=random.Random(seed))
+        )
+        doc = recorder.finish(session.doc(result))
+    except KeyboardInterrupt:
+        return _interrupted(app, session, json_path == "-")
+    finally:
+        recorder.close()
+    _render(app, doc, json_path == "-")
+    return exit_code(doc, expect)
+
+
+def _interrupted(app: AppContext, session: _Session, json_to_stdout: bool) -> int:
+    _say(app.err, "Interrupted: saving the partial result (complete: false)", "bold yellow")
+    doc = session.recorder.interrupted()
+    if session.last is not None and doc is not None:
+        _render(app, doc, json_to_stdout)
+    return EXIT_INTERRUPTED

@@ -1,0 +1,123 @@
+"""`servecheck staircase` rendering, JSON, exit codes and Ctrl-C, with the measurement scripted (no network)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from servecheck import exitcodes
+from servecheck.cli import main as main_mod
+from servecheck.cli import staircase as cli_sc
+from servecheck.experiments.staircase import run_staircase
+
+from test_staircase_experiment import SerialFakeDriver, fake_requests
+
+
+def run_main(args: list[str]) -> int:
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(args)
+    return int(info.value.code or 0)
+
+
+@pytest.fixture
+def scripted(monkeypatch: pytest.MonkeyPatch):
+    """Replace the network with a serial fake driver (a queue: single time 2 s)."""
+
+    async def fake_measure(target, session, **kw):
+        return await run_staircase(
+            SerialFakeDriver(), on_point=session.on_point, on_server=session.on_server,
+            requests_factory=fake_requests, **kw,
+        )
+
+    monkeypatch.setattr(cli_sc, "_measure", fake_measure)
+
+
+def test_table_in_the_seed_shape(scripted, capsys):
+    assert run_main(["staircase", "http://127.0.0.1:9", "--n", "1,2,4", "--tokens", "100", "--no-save"]) == 0
+    captured = capsys.readouterr()
+    out = captured.out.splitlines()
+    assert "N=4   finish at 2.00 / 4.00 / 6.00 / 8.00 s  aggregate 50.0 tok/s  staircase" in out
+    assert "N=1   finish at 2.00 s                       aggregate 50.0 tok/s  baseline" in out
+    assert any(line.startswith("verdict  staircase") for line in out)
+    assert any(line.startswith("trend    flat  agg(N)/agg(1): N=2 1.00x  N=4 1.00x") for line in out)
+    assert any("steps 1.00, 1.00, 1.00, 1.00 x single" in line for line in out)
+    assert cli_sc.SIMULATED_BANNER in captured.out and cli_sc.SIMULATED_BANNER in captured.err
+    assert "detected llamacpp API" in captured.err
+
+
+@pytest.mark.parametrize(("expect", "code"), [("staircase", exitcodes.OK), ("cluster", exitcodes.EXPECT_MISMATCH)])
+def test_expect(scripted, expect, code):
+    assert run_main(["staircase", "http://127.0.0.1:9", "--n", "2", "--tokens", "10", "--expect", expect, "--no-save"]) == code
+
+
+def test_json_to_stdout_is_clean(scripted, capsys):
+    assert run_main(["staircase", "http://127.0.0.1:9", "--n", "1,2", "--tokens", "10", "--json", "-", "--no-save"]) == 0
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert doc["command"] == "staircase" and doc["schema_version"] == 1
+    assert doc["simulated"] is True and doc["complete"] is True and doc["valid"] is True
+    assert doc["verdict"] == "staircase" and doc["trend"] == "flat"
+    assert [(p["n"], p["verdict"]) for p in doc["points"]] == [(1, "baseline"), (2, "staircase")]
+    assert doc["params"]["tokens"] == 10
+    assert "verdict  staircase" in captured.err  # the human report moved to stderr
+
+
+def test_api_key_never_written(scripted, tmp_path):
+    path = tmp_path / "r.json"
+    args = ["staircase", "http://127.0.0.1:9", "--n", "2", "--tokens", "10", "--api-key", "sk-SECRET123"]
+    assert run_main([*args, "--header", "X-Org:hidden-value", "--json", str(path), "--no-save"]) == 0
+    text = path.read_text()
+    assert "sk-SECRET123" not in text and "hidden-value" not in text
+    assert json.loads(text)["params"]["api_key_given"] is True
+
+
+def test_ctrl_c_saves_partial(monkeypatch, tmp_path, capsys):
+    async def interrupted_measure(target, session, **kw):
+        partials = []
+        await run_staircase(
+            SerialFakeDriver(), on_point=partials.append, on_server=session.on_server,
+            requests_factory=fake_requests, **kw,
+        )
+        session.on_point(partials[1])  # N=1 and N=2 measured, then the user hits Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli_sc, "_measure", interrupted_measure)
+    path = tmp_path / "partial.json"
+    code = run_main(["staircase", "http://127.0.0.1:9", "--n", "1,2,4", "--tokens", "10", "--json", str(path), "--no-save"])
+    assert code == 130
+    doc = json.loads(path.read_text())
+    assert doc["complete"] is False
+    assert [p["n"] for p in doc["points"]] == [1, 2]
+    assert "INCOMPLETE" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--n", "0"],
+        ["--n", "1,x"],
+        ["--n", ","],
+        ["--tokens", "0"],
+        ["--prompt-tokens", "-1"],
+        ["--reps", "0"],
+        ["--expect", "baseline"],
+    ],
+)
+def test_bad_input_is_a_one_line_usage_error(args, capsys):
+    assert run_main(["staircase", "http://127.0.0.1:9", *args, "--no-save"]) == exitcodes.USAGE
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+
+
+def test_partial_result_exits_3_when_inconclusive():
+    doc = {"valid": True, "verdict": "inconclusive"}
+    assert cli_sc.exit_code(doc, None) == exitcodes.INVALID
+    assert cli_sc.exit_code({"valid": False, "verdict": "staircase"}, "cluster") == exitcodes.INVALID
+    assert cli_sc.exit_code({"valid": True, "verdict": "partial"}, "partial") == exitcodes.OK
+
+
+def test_finish_format():
+    assert cli_sc.fmt_finishes([5.5, 11.1, 16.8, 22.5]) == "5.5 / 11.1 / 16.8 / 22.5 s"
+    assert cli_sc.fmt_finishes([0.61, 1.25]) == "0.61 / 1.25 s"
+    assert cli_sc.parse_ns("1, 2,4,8") == [1, 2, 4, 8]
