@@ -6,6 +6,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from servecheck.errors import ProtocolError
+
 Clock = Callable[[], int]  # monotonic nanoseconds
 
 
@@ -47,3 +49,17 @@ class RunClock:
 
     def now_ns(self) -> int:
         return self.source() - self.start_ns
+
+
+def shorten(text: str, limit: int = 120) -> str:
+    """One line of at most `limit` characters, for quoting server output in an error message."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+class StreamParseError(ProtocolError):
+    """A stream line that is not what the dialect promises; carries the offending line, shortened."""
+
+    def __init__(self, message: str, line: str) -> None:
+        super().__init__(f"{message}: {shorten(line)!r}", "the server sent a stream line servecheck cannot read")
+        self.line = shorten(line)

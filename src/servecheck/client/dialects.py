@@ -1,0 +1,292 @@
+"""One small class per API dialect: the request it sends and what one parsed stream event means.
+
+Every dialect pins the output length as hard as its engines allow (greedy, fixed seed,
+`ignore_eos` + max tokens + `min_tokens`); Ollama has no `ignore_eos`, so there
+`num_predict` is only a ceiling and the driver records what came back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from servecheck.model.records import GenRequest, ServerTimings, TokenCountSource
+
+Framing = Literal["sse", "ndjson"]
+NS_PER_S = 1e9
+MS_PER_S = 1e3
+
+
+@dataclass(frozen=True, slots=True)
+class EventReading:
+    """What one stream event says, in dialect-free terms."""
+
+    text: str = ""
+    carries_output: bool = False  # generated text or token ids: counts as a token event
+    token_ids: int = 0  # token ids carried by this event
+    logprob_tokens: int = 0  # per-token logprob entries carried by this event
+    finish_reason: str | None = None
+    final: bool = False  # the server's terminal event
+    server_tokens: int | None = None  # a server-reported generated-token count
+    server_tokens_source: TokenCountSource = "none"  # "usage" or "timings"
+    timings: ServerTimings | None = None
+    error: str | None = None  # an error object sent inside the stream
+
+
+class Dialect:
+    name: ClassVar[str]
+    path: ClassVar[str]
+    framing: ClassVar[Framing] = "sse"
+    # A cheap GET that opens a connection before the start barrier.
+    warm_path: ClassVar[str] = "/v1/models"
+
+    def body(self, req: GenRequest, model: str | None) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def read(self, event: dict[str, Any]) -> EventReading:
+        raise NotImplementedError
+
+
+def _with_cache_prompt(body: dict[str, Any], req: GenRequest) -> dict[str, Any]:
+    if req.cache_prompt is not None:
+        body["cache_prompt"] = req.cache_prompt
+    return body
+
+
+def _openai_pins(req: GenRequest, model: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "max_tokens": req.max_tokens,
+        "temperature": 0,
+        "top_k": 1,
+        "seed": req.seed,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if req.ignore_eos:
+        body |= {"ignore_eos": True, "min_tokens": req.max_tokens}
+    if model:
+        body["model"] = model
+    return _with_cache_prompt(body, req)
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _scaled(value: Any, divisor: float) -> float | None:
+    num = _num(value)
+    return None if num is None else num / divisor
+
+
+def _error_text(event: dict[str, Any]) -> str | None:
+    err = event.get("error")
+    if err is None:
+        return None
+    if isinstance(err, dict):
+        return str(err.get("message") or err)
+    return str(err)
+
+
+def llamacpp_timings(t: dict[str, Any]) -> ServerTimings:
+    """llama.cpp `timings` (milliseconds) -> seconds."""
+    return ServerTimings(
+        prompt_tokens=_int(t.get("prompt_n")),
+        prompt_s=_scaled(t.get("prompt_ms"), MS_PER_S),
+        generated_tokens=_int(t.get("predicted_n")),
+        decode_s=_scaled(t.get("predicted_ms"), MS_PER_S),
+        cached_prompt_tokens=_int(t.get("cache_n")),
+        self_reported_tok_s=_num(t.get("predicted_per_second")),
+    )
+
+
+def _usage_timings(usage: dict[str, Any], timings: dict[str, Any] | None) -> ServerTimings:
+    base = llamacpp_timings(timings) if timings else ServerTimings()
+    details = usage.get("prompt_tokens_details") or {}
+    cached = _int(details.get("cached_tokens")) if isinstance(details, dict) else None
+    return ServerTimings(
+        prompt_tokens=_int(usage.get("prompt_tokens")),  # the full prompt; timings' prompt_n excludes cached
+        prompt_s=base.prompt_s,
+        generated_tokens=_int(usage.get("completion_tokens")),
+        decode_s=base.decode_s,
+        cached_prompt_tokens=cached if cached is not None else base.cached_prompt_tokens,
+        self_reported_tok_s=base.self_reported_tok_s,
+    )
+
+
+def _logprob_count(choice: dict[str, Any]) -> int:
+    lp = choice.get("logprobs")
+    if not isinstance(lp, dict):
+        return 0
+    entries = lp.get("content") if lp.get("content") is not None else lp.get("tokens")
+    return len(entries) if isinstance(entries, list) else 0
+
+
+class _OpenAIBase(Dialect):
+    def _choice_text(self, choice: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def read(self, event: dict[str, Any]) -> EventReading:
+        error = _error_text(event)
+        choices = event.get("choices") or []
+        choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+        text = self._choice_text(choice)
+        logprobs = _logprob_count(choice)
+        usage = event.get("usage") if isinstance(event.get("usage"), dict) else None
+        timings = event.get("timings") if isinstance(event.get("timings"), dict) else None
+        server_tokens, source, server = None, "none", None
+        if usage is not None:
+            server = _usage_timings(usage, timings)
+            server_tokens, source = server.generated_tokens, "usage"
+        elif timings is not None:
+            server = llamacpp_timings(timings)
+            server_tokens, source = server.generated_tokens, "timings"
+        return EventReading(
+            text=text,
+            carries_output=bool(text) or logprobs > 0,
+            logprob_tokens=logprobs,
+            finish_reason=choice.get("finish_reason"),
+            server_tokens=server_tokens,
+            server_tokens_source=source if server_tokens is not None else "none",  # type: ignore[arg-type]
+            timings=server,
+            error=error,
+        )
+
+
+class OpenAICompletions(_OpenAIBase):
+    name = "openai"
+    path = "/v1/completions"
+
+    def body(self, req: GenRequest, model: str | None) -> dict[str, Any]:
+        return {"prompt": req.prompt, **_openai_pins(req, model)}
+
+    def _choice_text(self, choice: dict[str, Any]) -> str:
+        text = choice.get("text")
+        return text if isinstance(text, str) else ""
+
+
+class OpenAIChat(_OpenAIBase):
+    name = "openai-chat"
+    path = "/v1/chat/completions"
+
+    def body(self, req: GenRequest, model: str | None) -> dict[str, Any]:
+        return {"messages": [{"role": "user", "content": req.prompt}], **_openai_pins(req, model)}
+
+    def _choice_text(self, choice: dict[str, Any]) -> str:
+        # Reasoning text is generated output too; the role-only first delta carries none.
+        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        parts = (delta.get(k) for k in ("reasoning_content", "reasoning", "content"))
+        return "".join(p for p in parts if isinstance(p, str))
+
+
+_LLAMACPP_FINISH = {"limit": "length", "eos": "stop", "word": "stop"}
+
+
+class LlamaCpp(Dialect):
+    name = "llamacpp"
+    path = "/completion"
+    warm_path = "/health"
+
+    def body(self, req: GenRequest, model: str | None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "prompt": req.prompt,
+            "n_predict": req.max_tokens,
+            "ignore_eos": req.ignore_eos,
+            "temperature": 0,
+            "top_k": 1,
+            "seed": req.seed,
+            "stream": True,
+        }
+        if model:
+            body["model"] = model
+        return _with_cache_prompt(body, req)
+
+    def read(self, event: dict[str, Any]) -> EventReading:
+        text = event.get("content") if isinstance(event.get("content"), str) else ""
+        ids = event.get("tokens") if isinstance(event.get("tokens"), list) else []
+        final = event.get("stop") is True
+        timings = event.get("timings") if final and isinstance(event.get("timings"), dict) else None
+        server = llamacpp_timings(timings) if timings else None
+        count = server.generated_tokens if server else None
+        source = "timings"
+        if count is None and final:
+            count, source = _int(event.get("tokens_predicted")), "usage"
+        return EventReading(
+            text=text,
+            carries_output=bool(text) or bool(ids),
+            token_ids=len(ids),
+            finish_reason=_llamacpp_finish(event) if final else None,
+            final=final,
+            server_tokens=count,
+            server_tokens_source=source if count is not None else "none",  # type: ignore[arg-type]
+            timings=server,
+            error=_error_text(event),
+        )
+
+
+def _llamacpp_finish(event: dict[str, Any]) -> str | None:
+    if event.get("truncated") is True:
+        return "truncated"  # the slot's context ran out before n_predict
+    stop_type = event.get("stop_type")
+    return _LLAMACPP_FINISH.get(stop_type, stop_type) if isinstance(stop_type, str) else None
+
+
+class Ollama(Dialect):
+    name = "ollama"
+    path = "/api/generate"
+    framing = "ndjson"
+    warm_path = "/api/version"
+
+    def body(self, req: GenRequest, model: str | None) -> dict[str, Any]:
+        # No ignore_eos in Ollama: num_predict is a ceiling only, so lengths are checked afterwards.
+        options = {"num_predict": req.max_tokens, "seed": req.seed, "temperature": 0, "top_k": 1}
+        body: dict[str, Any] = {"prompt": req.prompt, "stream": True, "options": options}
+        if model:
+            body["model"] = model
+        return body
+
+    def read(self, event: dict[str, Any]) -> EventReading:
+        text = event.get("response")
+        if not isinstance(text, str):
+            message = event.get("message") if isinstance(event.get("message"), dict) else {}
+            text = "".join(message.get(k) or "" for k in ("thinking", "content"))
+        final = event.get("done") is True
+        server = ollama_timings(event) if final else None
+        count = server.generated_tokens if server else None
+        return EventReading(
+            text=text,
+            carries_output=bool(text),
+            finish_reason=event.get("done_reason") if final else None,
+            final=final,
+            server_tokens=count,
+            server_tokens_source="timings" if count is not None else "none",
+            timings=server,
+            error=_error_text(event),
+        )
+
+
+def ollama_timings(event: dict[str, Any]) -> ServerTimings:
+    """Ollama's final-object metrics (nanoseconds) -> seconds."""
+    eval_count = _int(event.get("eval_count"))
+    decode_s = _scaled(event.get("eval_duration"), NS_PER_S)
+    rate = eval_count / decode_s if eval_count is not None and decode_s else None
+    return ServerTimings(
+        prompt_tokens=_int(event.get("prompt_eval_count")),
+        prompt_s=_scaled(event.get("prompt_eval_duration"), NS_PER_S),
+        generated_tokens=eval_count,
+        decode_s=decode_s,
+        cached_prompt_tokens=None,  # Ollama does not expose prefix-cache hits
+        self_reported_tok_s=rate,
+    )
+
+
+DIALECT_CLASSES: dict[str, type[Dialect]] = {
+    cls.name: cls for cls in (OpenAICompletions, OpenAIChat, LlamaCpp, Ollama)
+}
+
+
+def get_dialect(name: str) -> Dialect:
+    return DIALECT_CLASSES[name]()
