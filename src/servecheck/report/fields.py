@@ -55,6 +55,11 @@ def verdict(doc: dict[str, Any]) -> str | None:
         return word
     if doc.get("headline_refused") is True:
         return "refused"
+    arms = [as_dict(a) for a in as_list(doc.get("arms"))]
+    if arms:
+        top = max(arms, key=lambda a: as_float(a.get("concurrency")) or 0.0)
+        label, concurrency = as_str(top.get("label")), as_int(top.get("concurrency"))
+        return f"{label} at {concurrency}" if label and concurrency else label
     statuses = [as_dict(f).get("status") for f in as_list(doc.get("findings"))]
     if statuses:
         return "refused" if "refused" in statuses else "no refusals"

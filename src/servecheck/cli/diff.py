@@ -1,0 +1,80 @@
+"""`servecheck diff RUN_A RUN_B [RUN_C...]`: staircase or arms runs side by side, and which line rises."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from servecheck.cli.context import AppContext
+from servecheck.report.diff import RISING_RATIO, Diff, Line, diff_runs
+from servecheck.report.jsonout import write_json
+from servecheck.store.refs import load_runs
+
+
+@click.command("diff")
+@click.argument("runs", nargs=-1, required=True)
+@click.option("--db", "db_path", default=None, metavar="PATH", help="History database (default: $SERVECHECK_DB or the user data directory).")
+@click.option("--json", "json_path", default=None, metavar="PATH", help="Write the comparison as JSON ('-' for stdout).")
+@click.pass_obj
+def cmd(app: AppContext, runs: tuple[str, ...], db_path: str | None, json_path: str | None) -> int:
+    """Aggregate tok/s per concurrency level, one row per run (ids, `last`, or JSON files)."""
+    docs = load_runs(runs, db_path)
+    result = diff_runs(docs, labels=[_label(ref, doc) for ref, doc in zip(runs, docs)])
+    if json_path:
+        write_json(json_path, _as_dict(result))
+        if json_path == "-":
+            return 0
+    models = {line.model for line in result.lines}
+    if len(models) == 1:
+        app.out.print(Text(f"model: {models.pop() or '—'}"))
+    app.out.print(diff_table(result))
+    app.out.print(Text.assemble("verdict: ", (result.verdict, "bold")))
+    app.out.print(Text(f"aggregate tok/s per concurrency level; agg ratio = agg(highest C) / agg(C=1); a line rises at >= {RISING_RATIO}×"
+                       " or when the run itself said so", style="dim"))
+    return 0
+
+
+def _label(ref: str, doc: dict[str, object]) -> str:
+    run_id = doc.get("run_id")
+    return f"#{run_id}" if isinstance(run_id, int) else ref
+
+
+def diff_table(result: Diff) -> Table:
+    show_model = len({line.model for line in result.lines}) > 1
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("run", no_wrap=True)
+    if show_model:
+        table.add_column("model", overflow="fold")
+    table.add_column("differs by", overflow="fold")
+    for n in result.levels:
+        table.add_column(f"C={n}", justify="right", no_wrap=True)
+    for name in ("per-stream", "agg ratio", "trend"):
+        table.add_column(name, justify="right" if name != "trend" else "left", no_wrap=True)
+    for line in result.lines:
+        table.add_row(*_row(line, result.levels, show_model))
+    return table
+
+
+def _row(line: Line, levels: tuple[int, ...], show_model: bool) -> list[str | Text]:
+    cells = [f"{line.aggregate_tok_s[n]:.1f}" if n in line.aggregate_tok_s else "—" for n in levels]
+    per_user = "—" if line.per_user_tok_s is None else f"~{line.per_user_tok_s:.0f}"
+    ratio = "—" if line.ratio is None else f"{line.ratio:.2f}×"
+    style = "bold green" if line.trend == "rising" else ""
+    head: list[str | Text] = [Text(line.label)] + ([Text(line.model or "—")] if show_model else []) + [Text(line.config)]
+    return [*head, *cells, per_user, ratio, Text(line.trend, style=style)]
+
+
+def _as_dict(result: Diff) -> dict[str, object]:
+    return {
+        "command": "diff",
+        "levels": list(result.levels),
+        "verdict": result.verdict,
+        "rising_ratio": RISING_RATIO,
+        "lines": [
+            {"label": l.label, "config": l.config, "command": l.command, "server_url": l.server_url, "model": l.model,
+             "aggregate_tok_s": {str(n): v for n, v in l.aggregate_tok_s.items()}, "per_user_tok_s": l.per_user_tok_s,
+             "ratio": l.ratio, "trend": l.trend, "trend_from": l.trend_from}
+            for l in result.lines
+        ],
+    }

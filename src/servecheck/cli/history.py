@@ -1,0 +1,58 @@
+"""`servecheck history`: the saved runs, newest first."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from servecheck.cli.context import AppContext
+from servecheck.report.jsonout import dumps
+from servecheck.store.db import RunSummary, open_store
+
+
+@click.command("history")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Show at most this many runs.")
+@click.option("--command", "command_name", default=None, metavar="NAME", help="Only runs of this command (e.g. staircase).")
+@click.option("--db", "db_path", default=None, metavar="PATH", help="History database (default: $SERVECHECK_DB or the user data directory).")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON on stdout.")
+@click.pass_obj
+def cmd(app: AppContext, limit: int, command_name: str | None, db_path: str | None, as_json: bool) -> int:
+    """List saved runs: id, time, command, server, model, verdict."""
+    with open_store(db_path, create=False) as store:
+        rows = store.list_runs(limit=limit, command=command_name)
+        location = store.path
+    if as_json:
+        click.echo(dumps({"runs": [_row_dict(r) for r in rows]}), nl=False)
+        return 0
+    if not rows:
+        app.err.print(f"No saved runs{f' of {command_name}' if command_name else ''} in {location}.")
+        return 0
+    app.out.print(history_table(rows))
+    return 0
+
+
+def _row_dict(row: RunSummary) -> dict[str, object]:
+    return {name: getattr(row, name) for name in row.__slots__}
+
+
+def history_table(rows: list[RunSummary]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for name in ("id", "time", "command", "server", "model", "verdict", "marks"):
+        table.add_column(name, no_wrap=name in ("id", "time", "command"))
+    for r in rows:
+        marks = " ".join(m for m, on in (("incomplete", not r.complete), ("simulated", r.simulated)) if on)
+        table.add_row(
+            str(r.id), _local_time(r.created_at), Text(r.command), Text(r.server_url or "—"),
+            Text(r.model or "—"), Text(r.verdict or "—"), Text(marks, style="yellow"),
+        )
+    return table
+
+
+def _local_time(stamp: str) -> str:
+    try:
+        return datetime.fromisoformat(stamp).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return stamp

@@ -1,0 +1,183 @@
+"""Several staircase or arms runs side by side, in the shape of seed 000 section 3: aggregate
+throughput per concurrency level, one row per run, and which configuration's line rises."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from servecheck.errors import UsageError
+from servecheck.report import fields
+from servecheck.report.fields import as_dict, as_float, as_int, as_list, as_str
+
+# agg(N_max) / agg(1) at or above this is a rising line. A server that batches gains well over
+# 1.3x by N=2-4; a queue's line stays within a few percent of flat (seed 000: 86.3-90.3 tok/s
+# across C=1..8). 1.2 sits clear of both, so noise on a loaded machine cannot flip the verdict.
+RISING_RATIO = 1.2
+DIFFABLE = ("staircase", "arms")
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One run's row: aggregate tok/s per concurrency level and its trend."""
+
+    label: str
+    config: str  # what sets this run apart from the others (parameters, engine version)
+    command: str
+    server_url: str | None
+    model: str | None
+    aggregate_tok_s: dict[int, float]
+    per_user_tok_s: float | None
+    ratio: float | None  # agg(highest N) / agg(1)
+    trend: str  # rising | flat | inconclusive
+    trend_from: str  # "run" (the run's own verdict) or "computed"
+
+
+@dataclass(frozen=True, slots=True)
+class Diff:
+    lines: tuple[Line, ...]
+    levels: tuple[int, ...]
+    verdict: str
+
+    @property
+    def rising(self) -> tuple[Line, ...]:
+        return tuple(line for line in self.lines if line.trend == "rising")
+
+
+def label_for(doc: dict[str, Any], fallback: str) -> str:
+    run_id = as_int(doc.get("run_id"))
+    return f"#{run_id}" if run_id is not None else fallback
+
+
+def diff_runs(docs: Sequence[dict[str, Any]], labels: Sequence[str] | None = None) -> Diff:
+    """Lay out the runs and say which lines rise. Raises UsageError for fewer than two or other commands."""
+    if len(docs) < 2:
+        raise UsageError("diff needs at least two runs", "give two or more run ids, e.g. servecheck diff 3 4 5")
+    for doc in docs:
+        if fields.command(doc) not in DIFFABLE:
+            raise UsageError(
+                f"{label_for(doc, 'a run')} is a {fields.command(doc)} run; diff compares staircase and arms runs",
+                "pick staircase or arms runs from `servecheck history`",
+            )
+    names = list(labels) if labels is not None else [label_for(d, f"run {i + 1}") for i, d in enumerate(docs)]
+    configs = config_notes(docs)
+    lines = tuple(line_of(doc, name, config) for doc, name, config in zip(docs, names, configs))
+    levels = tuple(sorted({n for line in lines for n in line.aggregate_tok_s}))
+    return Diff(lines=lines, levels=levels, verdict=verdict_across(lines))
+
+
+def config_notes(docs: Sequence[dict[str, Any]]) -> list[str]:
+    """Per run, the parameters and server facts whose values differ between the runs."""
+    facts = [_config_facts(doc) for doc in docs]
+    keys = sorted({k for f in facts for k in f})
+    varying = [k for k in keys if len({repr(f.get(k)) for f in facts}) > 1]
+    return [", ".join(f"{k}={_short(f.get(k))}" for k in varying if k in f) or "—" for f in facts]
+
+
+def _config_facts(doc: dict[str, Any]) -> dict[str, Any]:
+    server = as_dict(doc.get("server"))
+    facts: dict[str, Any] = {k: v for k, v in as_dict(doc.get("params")).items() if k not in ("url", "model")}
+    for key in ("engine", "version"):
+        if server.get(key) is not None:
+            facts[f"server {key}"] = server[key]
+    return facts
+
+
+def _short(value: Any) -> str:
+    text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def line_of(doc: dict[str, Any], label: str, config: str = "—") -> Line:
+    aggregates = _staircase_aggregates(doc) if fields.command(doc) == "staircase" else _arms_aggregates(doc)
+    ratio = growth_ratio(aggregates)
+    own = as_str(doc.get("trend"))
+    if own in ("rising", "flat"):
+        trend, source = own, "run"
+    else:
+        trend, source = trend_of(ratio), "computed"
+    return Line(
+        label=label,
+        config=config,
+        command=fields.command(doc),
+        server_url=fields.server_url(doc),
+        model=fields.model_name(doc),
+        aggregate_tok_s=aggregates,
+        per_user_tok_s=_per_user(doc),
+        ratio=ratio,
+        trend=trend,
+        trend_from=source,
+    )
+
+
+def growth_ratio(aggregates: dict[int, float]) -> float | None:
+    base = aggregates.get(1)
+    if not base or len(aggregates) < 2:
+        return None
+    return aggregates[max(aggregates)] / base
+
+
+def trend_of(ratio: float | None) -> str:
+    if ratio is None:
+        return "inconclusive"
+    return "rising" if ratio >= RISING_RATIO else "flat"
+
+
+def _staircase_aggregates(doc: dict[str, Any]) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for point in map(as_dict, as_list(doc.get("points"))):
+        n, agg = as_int(point.get("n")), as_float(point.get("aggregate_tok_s"))
+        if n is not None and agg is not None:
+            out[n] = agg
+    return out
+
+
+def _arms_aggregates(doc: dict[str, Any]) -> dict[int, float]:
+    """Each arm's own median aggregate when given, else the median over its cells."""
+    out: dict[int, float] = {}
+    for arm in map(as_dict, as_list(doc.get("arms"))):
+        c, agg = as_int(arm.get("concurrency")), as_float(arm.get("aggregate_tok_s"))
+        if c is not None and agg is not None:
+            out[c] = agg
+    cells: dict[int, list[float]] = {}
+    for cell in map(as_dict, as_list(doc.get("cells"))):
+        c, agg = as_int(cell.get("concurrency")), as_float(cell.get("aggregate_tok_s"))
+        if c is not None and agg is not None and c not in out:
+            cells.setdefault(c, []).append(agg)
+    out.update({c: statistics.median(v) for c, v in cells.items()})
+    return dict(sorted(out.items()))
+
+
+def _per_user(doc: dict[str, Any]) -> float | None:
+    """Median per-stream generation rate: tokens after the first over the decode time, per request."""
+    rates = [as_float(as_dict(c).get("per_user_rate_tok_s")) for c in as_list(doc.get("cells"))]
+    for point in map(as_dict, as_list(doc.get("points"))):
+        rates.append(as_float(point.get("per_user_rate_tok_s")))
+        for batch in map(as_dict, as_list(point.get("batches"))):
+            rates += [_request_rate(as_dict(r)) for r in as_list(batch.get("requests"))]
+    found = [r for r in rates if r is not None]
+    return statistics.median(found) if found else None
+
+
+def _request_rate(req: dict[str, Any]) -> float | None:
+    first, end, tokens = as_float(req.get("first_token_s")), as_float(req.get("end_s")), as_float(req.get("tokens"))
+    if req.get("status", "ok") != "ok" or first is None or end is None or tokens is None or tokens < 2 or end <= first:
+        return None
+    return (tokens - 1) / (end - first)
+
+
+def verdict_across(lines: Sequence[Line]) -> str:
+    rising = [line.label for line in lines if line.trend == "rising"]
+    flat = [line.label for line in lines if line.trend == "flat"]
+    unknown = [line.label for line in lines if line.trend not in ("rising", "flat")]
+    tail = f"; inconclusive (no N=1 point or one level only): {', '.join(unknown)}" if unknown else ""
+    if not rising and flat:
+        return "no configuration batches: all lines flat" + tail if not unknown else "no configuration batches: every decided line is flat" + tail
+    if not rising:
+        return "no verdict: no line can be judged" + tail
+    if not flat and not unknown:
+        return "every configuration batches: all lines rise"
+    subject = f"only {rising[0]} rises" if len(rising) == 1 else f"{', '.join(rising)} rise"
+    return f"{subject}; flat: {', '.join(flat) or 'none'}" + tail

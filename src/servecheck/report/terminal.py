@@ -1,0 +1,221 @@
+"""Terminal output helpers: a delayed progress display on stderr, and short re-renderings of saved
+result documents as rich renderables. Formatters return renderables; only the CLI prints them."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from rich.console import Console, Group, RenderableType
+from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from servecheck.report import fields
+from servecheck.report.fields import as_dict, as_float, as_list
+
+# Anything shorter finishes before a user wonders whether it hangs; a progress display that
+# flashes for a fraction of a second is noise.
+PROGRESS_DELAY_S = 2.0
+DASH = "—"
+
+
+class _App(Protocol):
+    err: Console
+    quiet: bool
+
+
+class ProgressHandle:
+    """What a task reports while it runs; safe to call whether or not the display is showing."""
+
+    def __init__(self, progress: Progress | None, task: TaskID | None) -> None:
+        self._progress = progress
+        self._task = task
+
+    def update(self, *, description: str | None = None, completed: float | None = None, total: float | None = None) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.update(self._task, description=description, completed=completed, total=total)
+
+    def advance(self, amount: float = 1.0) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.advance(self._task, amount)
+
+
+@contextmanager
+def progress(app: _App, description: str, *, total: float | None = None, delay_s: float = PROGRESS_DELAY_S) -> Iterator[ProgressHandle]:
+    """Show a spinner (or a bar when `total` is known) on stderr once the task has run `delay_s`.
+
+    Silent with --quiet or when stderr is not a terminal, so stdout and logs stay clean.
+    """
+    if app.quiet or not app.err.is_terminal:
+        yield ProgressHandle(None, None)
+        return
+    display = _make_progress(app.err, total is not None)
+    task = display.add_task(description, total=total)
+    lock = threading.Lock()
+    state = {"started": False, "done": False}
+
+    def start() -> None:
+        with lock:
+            if not state["done"]:
+                display.start()
+                state["started"] = True
+
+    timer = threading.Timer(delay_s, start)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield ProgressHandle(display, task)
+    finally:
+        timer.cancel()
+        with lock:
+            state["done"] = True
+            if state["started"]:
+                display.stop()
+
+
+def _make_progress(console: Console, with_bar: bool) -> Progress:
+    columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}")]
+    if with_bar:
+        columns += [BarColumn(), TextColumn("{task.completed:.0f}/{task.total:.0f}")]
+    columns.append(TimeElapsedColumn())
+    return Progress(*columns, console=console, transient=True)
+
+
+# ---------------------------------------------------------------- re-rendering saved runs
+
+
+def num(value: Any, digits: int = 1, suffix: str = "") -> str:
+    number = as_float(value)
+    if number is None:
+        return DASH if value is None else str(value)
+    return f"{number:,.{digits}f}{suffix}"
+
+
+def render_doc(doc: dict[str, Any]) -> RenderableType:
+    """A short rendering of any result document: head, marks, verdict, the key numbers, its table."""
+    parts: list[RenderableType] = [_head(doc)]
+    parts += _marks(doc)
+    word = fields.verdict(doc)
+    if word:
+        parts.append(Text.assemble("verdict: ", (word, "bold")))
+    body = _BODIES.get(fields.command(doc), _generic_body)(doc)
+    parts += body
+    return Group(*parts)
+
+
+def _head(doc: dict[str, Any]) -> Text:
+    run_id = doc.get("run_id")
+    bits = [f"run {run_id}" if run_id is not None else None, fields.command(doc), fields.as_str(doc.get("created_at")),
+            fields.server_url(doc), fields.model_name(doc)]
+    return Text(" · ".join(b for b in bits if b), style="bold")
+
+
+def _marks(doc: dict[str, Any]) -> list[RenderableType]:
+    marks = []
+    if fields.is_simulated(doc):
+        marks.append(Text("SIMULATED: measured against servecheck's simulated server", style="yellow"))
+    if not fields.is_complete(doc):
+        marks.append(Text("INCOMPLETE: the run stopped before it finished", style="red"))
+    if doc.get("valid") is False:
+        marks.append(Text("INVALID: the run failed a validity check", style="red"))
+    return marks
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    table = Table(*headers, box=None, pad_edge=False, header_style="bold")
+    for row in rows:
+        table.add_row(*[Text(c) for c in row])  # Text: server strings are never read as markup
+    return table
+
+
+def _staircase_body(doc: dict[str, Any]) -> list[RenderableType]:
+    rows = []
+    for p in as_list(doc.get("points")):
+        p = as_dict(p)
+        finishes = " / ".join(num(f) for f in as_list(p.get("finish_s"))) or DASH
+        rows.append([f"N={num(p.get('n'), 0)}", f"finish at {finishes} s", f"aggregate {num(p.get('aggregate_tok_s'))} tok/s",
+                     str(p.get("verdict") or DASH)])
+    out: list[RenderableType] = [Text(f"aggregate across N: {doc.get('trend') or DASH}")]
+    return out + [_table(["", "", "", ""], rows)]
+
+
+def _arms_body(doc: dict[str, Any]) -> list[RenderableType]:
+    out: list[RenderableType] = []
+    if doc.get("headline"):
+        out.append(Text(str(doc["headline"])))
+    rows = [
+        [num(a.get("concurrency"), 0), num(a.get("aggregate_speedup"), 2, "×"), num(a.get("generation_gain"), 2, "×"),
+         _pct(a.get("per_user_rate_change"), signed=True), num(a.get("ttft_multiple"), 2, "×"), _pct(a.get("efficiency")),
+         str(a.get("label") or DASH)]
+        for a in map(as_dict, as_list(doc.get("arms")))
+    ]
+    headers = ["in flight", "aggregate", "generation", "per-user rate", "TTFT", "efficiency", "label"]
+    return out + [_table(headers, rows)]
+
+
+def _pct(value: Any, *, signed: bool = False) -> str:
+    number = as_float(value)
+    if number is None:
+        return DASH
+    return f"{number * 100:+.0f}%" if signed else f"{number * 100:.0f}%"
+
+
+def _prefix_body(doc: dict[str, Any]) -> list[RenderableType]:
+    sends = [as_dict(s) for s in as_list(doc.get("sends"))]
+    if sends:
+        rows = [[str(i + 1), str(s.get("kind") or DASH), num(s.get("ttft_s"), 3), num(s.get("cached_tokens"), 0)] for i, s in enumerate(sends)]
+    else:
+        cached = as_list(doc.get("cached_tokens"))
+        rows = [[str(i + 1), "repeat", num(t, 3), num(cached[i] if i < len(cached) else None, 0)] for i, t in enumerate(as_list(doc.get("ttft_s")))]
+        rows.append([str(len(rows) + 1), "control", num(doc.get("control_ttft_s"), 3), DASH])
+    return [_table(["send", "kind", "TTFT s", "cached tokens"], rows)]
+
+
+def _roofline_body(doc: dict[str, Any]) -> list[RenderableType]:
+    rows = [
+        ["bytes per token", num(as_float(doc.get("bytes_per_token")) and as_float(doc.get("bytes_per_token")) / 1e9, 3, " GB")],
+        ["achieved", num(doc.get("achieved_gb_s"), 1, " GB/s")],
+        ["measured bandwidth", _range(doc.get("bandwidth_gb_s"), 1.0, " GB/s", 0)],
+        ["utilization", _range(doc.get("utilization"), 100.0, "%", 0)],
+        ["gate", f"{doc.get('gate') or DASH} (threshold {_range(doc.get('gate_threshold'), 100.0, '%', 0)})"],
+    ]
+    return [_table(["", ""], rows)]
+
+
+def _range(value: Any, scale: float, suffix: str, digits: int) -> str:
+    values = [as_float(v) for v in value] if isinstance(value, list) else [as_float(value)]
+    shown = [f"{v * scale:.{digits}f}" for v in values if v is not None]
+    return "–".join(dict.fromkeys(shown)) + suffix if shown else DASH
+
+
+def _log_body(doc: dict[str, Any]) -> list[RenderableType]:
+    rows = [[str(f.get("feature") or DASH), str(f.get("status") or DASH), str(f.get("line") or DASH)] for f in map(as_dict, as_list(doc.get("findings")))]
+    return [_table(["feature", "status", "evidence"], rows)]
+
+
+def _generic_body(doc: dict[str, Any]) -> list[RenderableType]:
+    skip = {"environment", "params", "server", "target", "command", "created_at", "run_id", "schema_version"}
+    rows = [[k, _scalar(v)] for k, v in doc.items() if k not in skip and not isinstance(v, (dict, list))]
+    out: list[RenderableType] = [_table(["", ""], rows)]
+    points = [as_dict(p) for p in as_list(doc.get("points"))]
+    if points:
+        keys = [k for k, v in points[0].items() if not isinstance(v, (dict, list))]
+        out.append(_table(keys, [[_scalar(p.get(k)) for k in keys] for p in points]))
+    return out
+
+
+def _scalar(value: Any) -> str:
+    number = as_float(value)
+    return DASH if value is None else f"{number:g}" if number is not None else str(value)
+
+
+_BODIES = {
+    "staircase": _staircase_body,
+    "arms": _arms_body,
+    "prefix-cache": _prefix_body,
+    "roofline": _roofline_body,
+    "log": _log_body,
+}
