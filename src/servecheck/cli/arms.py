@@ -1,0 +1,346 @@
+"""`servecheck arms URL`: what concurrency buys the operator and costs each user, from the same
+requests sent 1, 2, 4 at a time in rotated order."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+
+from servecheck import exitcodes
+from servecheck.analysis.arms import DEFAULT_BIAS_LIMIT
+from servecheck.cli.common import Recorder, make_target, output_options, target_options
+from servecheck.cli.context import AppContext
+from servecheck.client.base import Target
+from servecheck.envinfo import environment
+from servecheck.errors import ServecheckError, UsageError
+from servecheck.experiments.arms import ArmsDesign, ArmsRun, pooled_cells, run_arms
+from servecheck.model.records import ServerInfo
+from servecheck.probe.thermal import ThermalSampler
+from servecheck.report.jsonout import envelope
+
+EXIT_INTERRUPTED = 130
+SIMULATED_BANNER = "SIMULATED SERVER: these numbers come from servecheck's simulator, not from a real engine"
+
+
+def parse_arms(raw: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4); anything else is a one-line usage error."""
+    try:
+        arms = tuple(int(part) for part in raw.split(",") if part.strip())
+    except ValueError:
+        raise UsageError(f"--arms {raw!r} is not a comma-separated list of integers", "for example --arms 1,2,4") from None
+    if not arms:
+        raise UsageError("--arms is empty", "for example --arms 1,2,4")
+    return tuple(sorted(arms))
+
+
+# ---------------------------------------------------------------- pooling (I/O lives here)
+
+
+def load_pool(sources: tuple[str, ...], db_path: str | None) -> tuple[list[dict[str, Any]], list[str]]:
+    """Saved arms documents from JSON files, or from the history database by run id."""
+    docs, names = [], []
+    for src in sources:
+        if Path(src).exists() or not src.isdigit():
+            docs.append(_load_json(src))
+        else:
+            docs.append(_load_run(int(src), db_path))
+        names.append(src)
+    return docs, names
+
+
+def _load_json(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"--pool {path}: no such file", "pass a JSON file written by `servecheck arms --json`, or a run id")
+    try:
+        doc = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UsageError(f"--pool {path} is not readable JSON ({exc.__class__.__name__})", "pass a file written by `servecheck arms --json`") from exc
+    if not isinstance(doc, dict):
+        raise UsageError(f"--pool {path} is not an arms result", "pass a file written by `servecheck arms --json`")
+    return doc
+
+
+def _load_run(run_id: int, db_path: str | None) -> dict[str, Any]:
+    from servecheck.store.db import open_store
+
+    store = open_store(db_path, create=False)
+    try:
+        return store.get_run(run_id)
+    finally:
+        store.close()
+
+
+# ---------------------------------------------------------------- formatting (pure: doc -> lines)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.0%}"
+
+
+def _ratio(x: float | None, interval: list[float] | None = None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.2f}x" + (f" [{interval[0]:.2f}-{interval[1]:.2f}]" if interval else "")
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def header_lines(doc: dict[str, Any]) -> list[str]:
+    server = doc.get("server") or {}
+    d = doc.get("design") or {}
+    order = "fixed order" if d.get("fixed_order") else "rotated order"
+    lines = []
+    if server:
+        lines.append(f"arms  {server.get('url', '?')}  api {server.get('dialect', '?')}  model {server.get('model') or '?'}")
+    lines.append(
+        f"{d.get('requests')} requests per cell, {d.get('tokens')} tokens each, {d.get('prompt_tokens')}-token prompts; "
+        f"arms {','.join(str(a) for a in d.get('arms', []))}; {d.get('reps')} reps, {order}"
+    )
+    if doc.get("pooled_from"):
+        lines.append(f"pooled with: {', '.join(doc['pooled_from'])}")
+    return lines
+
+
+def arm_table(doc: dict[str, Any]) -> list[str]:
+    lines = [f"{'arm':>4}  {'aggregate':>13}  {'speedup [95%]':>20}  {'effic.':>6}  {'per-user':>13}  {'change':>6}  {'TTFT':>7}  {'TTFT x':>6}"]
+    for a in doc["arms"]:
+        lines.append(
+            f"{a['concurrency']:>4}  {_num(a['aggregate_tok_s'], '8.1f') + ' tok/s':>13}  "
+            f"{_ratio(a['aggregate_speedup'], a.get('aggregate_speedup_interval')):>20}  "
+            f"{_num(a['efficiency'], '6.0%'):>6}  {_num(a['per_user_rate_tok_s'], '8.1f') + ' tok/s':>13}  "
+            f"{_pct(a['per_user_rate_change']):>6}  {_num(a['ttft_s'], '6.2f') + 's':>7}  {_ratio(a['ttft_multiple']):>6}"
+        )
+    return lines
+
+
+def decomposition_table(doc: dict[str, Any]) -> list[str]:
+    lines = [f"{'arm':>4}  {'aggregate gain':>20}  {'generation stage':>20}  {'decoding at once':>16}  label"]
+    for a in doc["arms"]:
+        lines.append(
+            f"{a['concurrency']:>4}  {_ratio(a['aggregate_speedup'], a.get('aggregate_speedup_interval')):>20}  "
+            f"{_ratio(a['generation_gain'], a.get('generation_gain_interval')):>20}  "
+            f"{_num(a['mean_decoding'], '.2f'):>16}  {a['label']}"
+        )
+    lines.append(
+        "generation stage = tokens after the first / time at least one request was decoding, against serial "
+        "(per-user rate x requests decoding at once, not x streams)"
+    )
+    return lines
+
+
+def check_lines(doc: dict[str, Any]) -> list[str]:
+    lines = []
+    bias = doc.get("position_bias")
+    if bias:
+        how = "across positions" if bias["method"] == "positions" else "estimated from drift (fixed order)"
+        lines.append(
+            f"position bias: widest spread {bias['spread']:.1%} ({bias['concurrency']}-way, {how}); "
+            f"limit {doc['bias_limit']:.0%}"
+        )
+    drift = doc.get("drift")
+    if drift:
+        lines.append(
+            f"drift: serial arm {drift['first_tok_s']:.1f} -> {drift['last_tok_s']:.1f} tok/s "
+            f"(first vs last {drift['reps_each']} rep(s)): loss {drift['loss']:.1%}"
+        )
+    thermal = doc.get("thermal")
+    if thermal:
+        lines.append(f"thermal: {thermal['summary']}")
+    for cell in doc.get("deviant_cells", []):
+        lines.append(
+            f"deviant cell: run {cell['run']} rep {cell['rep']} at {cell['concurrency']}-way produced {cell['tokens']} "
+            f"tokens against the modal {cell['modal_tokens']} ({cell['deviation']:+.0%})"
+        )
+    return lines
+
+
+def report_lines(doc: dict[str, Any]) -> list[str]:
+    """The whole terminal report, from the JSON document alone."""
+    lines = header_lines(doc) + [""]
+    if doc.get("headline_refused"):
+        lines.append(f"REFUSED: {doc['refusal']}")
+    elif doc.get("headline"):
+        lines.append(doc["headline"])
+    if doc["arms"]:
+        lines += ["", *arm_table(doc), "", *decomposition_table(doc), ""]
+    else:
+        lines.append("no serial cell was measured: nothing to compare against")
+    lines += check_lines(doc)
+    lines += [f"warning: {w['message']}" + (f" ({w['hint']})" if w.get("hint") else "") for w in doc.get("warnings", [])]
+    lines += [f"note: {n}" for n in doc.get("notes", [])]
+    if not doc.get("complete"):
+        lines.append("INCOMPLETE: interrupted; the cells above are all that was measured")
+    if not doc.get("valid", True):
+        lines.append("INVALID: some requests failed (see the cells)")
+    return lines
+
+
+def exit_code(doc: dict[str, Any]) -> int:
+    """3 when the headline is refused or the run is invalid."""
+    if doc.get("headline_refused") or not doc.get("valid", True) or not doc.get("arms"):
+        return exitcodes.INVALID
+    return exitcodes.OK
+
+
+# ---------------------------------------------------------------- running
+
+
+class _Session:
+    """Ties the experiment's callbacks to the recorder and the progress console."""
+
+    def __init__(self, head: dict[str, Any], recorder: Recorder, err: Console, bias_limit: float, seed: int) -> None:
+        self.head = head
+        self.recorder = recorder
+        self.err = err
+        self.bias_limit = bias_limit
+        self.seed = seed
+        self.last: ArmsRun | None = None
+
+    def doc(self, run: ArmsRun) -> dict[str, Any]:
+        return {**self.head, **run.to_doc(bias_limit=self.bias_limit, seed=self.seed)}
+
+    def on_cell(self, run: ArmsRun) -> None:
+        if self.last is None or self.last.server is None:
+            self._on_server(run.server)
+        self.last = run
+        self.recorder.partial(self.doc(run))
+        cell = run.measured[-1].cell
+        agg = cell.aggregate_tok_s
+        _say(
+            self.err,
+            f"rep {cell.rep + 1}/{run.design.reps}  {cell.concurrency}-way  {cell.tokens} tokens in {cell.wall_s:.2f} s"
+            f"  aggregate {agg or 0:.1f} tok/s",
+            "dim",
+        )
+
+    def _on_server(self, server: ServerInfo | None) -> None:
+        if server is None:
+            return
+        engine = f", engine {server.engine}" if server.engine else ""
+        _say(self.err, f"detected {server.dialect} API at {server.url}, model {server.model or '?'}{engine}")
+        if server.simulated:
+            _say(self.err, SIMULATED_BANNER, "bold yellow")
+
+
+async def _measure(target: Target, session: _Session, design: ArmsDesign, sampler: ThermalSampler, **kw: Any) -> ArmsRun:
+    from servecheck.load.driver import LoadDriver
+
+    async with LoadDriver(target) as driver:
+        return await run_arms(driver, design, on_cell=session.on_cell, thermal=sampler.summary, **kw)
+
+
+def _say(console: Console, line: str, style: str | None = None) -> None:
+    """Print server-supplied text literally: no markup, no highlighting, no wrapping."""
+    console.print(line, markup=False, highlight=False, style=style, soft_wrap=True)
+
+
+def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool) -> None:
+    console = app.err if json_to_stdout else app.out
+    lines = report_lines(doc)
+    if doc.get("simulated"):
+        lines = [SIMULATED_BANNER, *lines]
+    for line in lines:
+        _say(console, line, "bold yellow" if line.startswith(("REFUSED", "INVALID", "INCOMPLETE", "SIMULATED")) else None)
+
+
+@click.command("arms")
+@click.argument("url", required=False)
+@click.option("--requests", "n_requests", type=int, default=4, show_default=True, help="Requests in every cell (the same in every arm).")
+@click.option("--arms", "arms_raw", default="1,2,4", show_default=True, help="In-flight counts to compare, comma-separated; must include 1.")
+@click.option("--reps", type=int, default=12, show_default=True, help="Reps; each runs every arm once. Use a multiple of the arm count.")
+@click.option("--tokens", type=int, default=128, show_default=True, help="Output tokens per request (pinned where the engine allows).")
+@click.option("--prompt-tokens", type=int, default=64, show_default=True, help="Prompt length in tokens (equal for every request).")
+@click.option("--fixed-order", is_flag=True, help="Run the arms in the same order every rep (the control experiment).")
+@click.option(
+    "--bias-limit",
+    type=click.FloatRange(min=0.0, min_open=True),
+    default=DEFAULT_BIAS_LIMIT,
+    show_default=True,
+    help="Withhold the headline when an arm's median spreads more than this fraction across positions.",
+)
+@click.option("--pool", multiple=True, metavar="RUN", help="Pool the cells of a saved run (arms JSON file or history run id); repeatable.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the prompts, nonces and the bootstrap.")
+@target_options
+@output_options
+@click.pass_obj
+def cmd(
+    app: AppContext,
+    url: str | None,
+    n_requests: int,
+    arms_raw: str,
+    reps: int,
+    tokens: int,
+    prompt_tokens: int,
+    fixed_order: bool,
+    bias_limit: float,
+    pool: tuple[str, ...],
+    seed: int,
+    api: str,
+    model: str | None,
+    api_key: str | None,
+    headers: tuple[str, ...],
+    first_token_timeout_s: float,
+    json_path: str | None,
+    html_path: str | None,
+    db_path: str | None,
+    no_save: bool,
+) -> int:
+    """Send the same requests 1, 2, 4 at a time (rotated order, fresh nonces) and report what
+    concurrency buys the operator (aggregate throughput) and costs each user (generation rate,
+    time to first token), and whether the gain is batching or pipelining. Without URL, analyse
+    the --pool runs alone."""
+    design = ArmsDesign(parse_arms(arms_raw), n_requests, reps, tokens, prompt_tokens, fixed_order)
+    design.check()
+    if url is None and not pool:
+        raise UsageError("give the server URL, or --pool saved runs to analyse", "for example servecheck arms http://127.0.0.1:8080")
+    docs, names = load_pool(pool, db_path)
+    pooled = pooled_cells(docs)
+    params = {"design": design.to_dict(), "bias_limit": bias_limit, "seed": seed, "pool": list(pool)}
+    if url is None:
+        run = ArmsRun(design, pooled=tuple(pooled), pooled_from=tuple(names), complete=True)
+        doc = {**envelope("arms", params, environment()), **run.to_doc(bias_limit=bias_limit, seed=seed)}
+        if json_path:
+            Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=True).finish(doc)
+        _render(app, doc, json_path == "-")
+        return exit_code(doc)
+    target = make_target(url, api=api, model=model, api_key=api_key, headers=headers, first_token_timeout_s=first_token_timeout_s)
+    params = {**target.public_dict(), **params}
+    recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
+    session = _Session(envelope("arms", params, environment()), recorder, app.err, bias_limit, seed)
+    for note in design.notes():
+        _say(app.err, f"note: {note}", "yellow")
+    sampler = ThermalSampler()
+    try:
+        recorder.start({**session.head, **ArmsRun(design).to_doc()})
+        with sampler:
+            run = asyncio.run(
+                _measure(target, session, design, sampler, rng=random.Random(seed), pooled=pooled, pooled_from=names)
+            )
+        doc = recorder.finish(session.doc(run))
+    except KeyboardInterrupt:
+        return _interrupted(app, session, json_path == "-")
+    except ServecheckError:
+        if session.last is not None:
+            recorder.interrupted()
+        raise
+    finally:
+        recorder.close()
+    _render(app, doc, json_path == "-")
+    return exit_code(doc)
+
+
+def _interrupted(app: AppContext, session: _Session, json_to_stdout: bool) -> int:
+    _say(app.err, "Interrupted: saving the partial result (complete: false)", "bold yellow")
+    doc = session.recorder.interrupted()
+    if session.last is not None and doc is not None:
+        _render(app, doc, json_to_stdout)
+    return EXIT_INTERRUPTED

@@ -1,0 +1,259 @@
+"""The arms experiment: the same requests in every arm, differing only in how many are in flight.
+
+Each rep runs every arm once, in an order rotated by rep, after one warm-up request. Every cell is
+reduced to an `analysis.arms.Cell`; the caller gets the run after each cell so nothing measured is
+lost to a crash or a Ctrl-C. Cells of earlier runs can be pooled in before the analysis.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from servecheck.analysis.arms import (
+    DEFAULT_BIAS_LIMIT,
+    ArmsAnalysis,
+    Cell,
+    Warning_,
+    analyse,
+    balanced,
+    cached_prompt_suspects,
+    cell_from_records,
+    schedule,
+)
+from servecheck.errors import ServerError, UsageError
+from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
+from servecheck.probe.thermal import ThermalSummary
+
+OnCell = Callable[["ArmsRun"], None]
+RequestFactory = Callable[..., Any]
+ThermalNow = Callable[[], ThermalSummary]
+
+
+@dataclass(frozen=True)
+class ArmsDesign:
+    """What every arm sends and how the reps are ordered."""
+
+    arms: tuple[int, ...] = (1, 2, 4)
+    requests: int = 4
+    reps: int = 12
+    tokens: int = 128
+    prompt_tokens: int = 64
+    fixed_order: bool = False
+
+    def check(self) -> None:
+        """Raise UsageError with a one-line reason for any design that cannot answer the question."""
+        if not self.arms or any(a < 1 for a in self.arms) or len(set(self.arms)) != len(self.arms):
+            raise UsageError(f"--arms must be distinct integers >= 1, got {list(self.arms)}", "for example --arms 1,2,4")
+        if 1 not in self.arms:
+            raise UsageError("--arms must include 1: the serial arm is the baseline every ratio is taken against", "for example --arms 1,2,4")
+        if self.requests < max(self.arms):
+            raise UsageError(
+                f"--requests {self.requests} is below the largest arm ({max(self.arms)}): that arm could never have "
+                f"{max(self.arms)} in flight",
+                f"use --requests {max(self.arms)} or more",
+            )
+        if self.reps < 1 or self.tokens < 2 or self.prompt_tokens < 1:
+            raise UsageError("--reps and --prompt-tokens must be >= 1 and --tokens >= 2", "for example --reps 12 --tokens 128")
+
+    def notes(self) -> tuple[str, ...]:
+        out = []
+        if not self.fixed_order and not balanced(len(self.arms), self.reps):
+            out.append(
+                f"--reps {self.reps} is not a multiple of {len(self.arms)} arms: arms do not occupy every "
+                "position equally often (use a multiple for a balanced design)"
+            )
+        if self.fixed_order:
+            out.append("--fixed-order: every arm runs in the same position in every rep (the control experiment)")
+        return tuple(out)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "arms": list(self.arms),
+            "requests": self.requests,
+            "reps": self.reps,
+            "tokens": self.tokens,
+            "prompt_tokens": self.prompt_tokens,
+            "fixed_order": self.fixed_order,
+        }
+
+
+@dataclass(frozen=True)
+class MeasuredCell:
+    cell: Cell
+    records: tuple[RequestRecord, ...]
+    dispatch_skew_ns: int
+
+    def to_dict(self, *, deviant: bool) -> dict[str, Any]:
+        return {
+            **self.cell.to_dict(deviant=deviant),
+            "release_s": self.cell.start_s,
+            "dispatch_skew_s": self.dispatch_skew_ns / NS_PER_S,
+            "requests": [r.to_dict(with_token_times=False) for r in self.records],
+        }
+
+
+@dataclass(frozen=True)
+class ArmsRun:
+    """Everything an arms run measured (plus pooled cells); the analysis is computed from it."""
+
+    design: ArmsDesign
+    server: ServerInfo | None = None
+    warmup: RequestRecord | None = None
+    measured: tuple[MeasuredCell, ...] = ()
+    pooled: tuple[Cell, ...] = ()
+    pooled_from: tuple[str, ...] = ()
+    thermal: ThermalSummary | None = None
+    complete: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    def cells(self) -> list[Cell]:
+        return [*self.pooled, *(m.cell for m in self.measured)]
+
+    def analysis(self, *, bias_limit: float = DEFAULT_BIAS_LIMIT, seed: int = 0) -> ArmsAnalysis | None:
+        cells = self.cells()
+        if not any(c.concurrency == 1 for c in cells):
+            return None
+        return analyse(cells, bias_limit=bias_limit, seed=seed)
+
+    def cached_suspects(self) -> list[str]:
+        return cached_prompt_suspects(
+            (m.cell.rep, m.cell.concurrency, r) for m in self.measured for r in m.records
+        )
+
+    def warnings(self, analysis: ArmsAnalysis | None) -> list[Warning_]:
+        out = list(analysis.warnings) if analysis is not None else []
+        suspects = self.cached_suspects()
+        if suspects:
+            shown = "; ".join(suspects[:4]) + (f"; and {len(suspects) - 4} more" if len(suspects) > 4 else "")
+            out.append(
+                Warning_(
+                    f"contaminated by the prefix cache: {len(suspects)} measured request(s) had cached prompt tokens ({shown})",
+                    "every prompt opens with its own nonce, so the server is caching across requests; "
+                    "restart it or disable prompt caching and rerun",
+                )
+            )
+        if self.thermal is not None and self.thermal.pressure_samples:
+            out.append(
+                Warning_(
+                    f"{self.thermal.describe()}",
+                    "the machine throttled during the run: let it cool, or add reps so rotation spreads the cost",
+                )
+            )
+        return out
+
+    def to_doc(self, *, bias_limit: float = DEFAULT_BIAS_LIMIT, seed: int = 0) -> dict[str, Any]:
+        """The arms fields of the JSON document (the CLI puts the envelope around them)."""
+        a = self.analysis(bias_limit=bias_limit, seed=seed)
+        deviant = set() if a is None else {(d.run, d.rep, d.concurrency) for d in a.deviant_cells}
+        failed = sum(c.failed for c in self.cells())
+        body = a.to_dict() if a is not None else {"headline": None, "headline_refused": False, "refusal": None, "arms": [], "deviant_cells": []}
+        return {
+            **body,
+            "command": "arms",
+            "valid": failed == 0,
+            "complete": self.complete,
+            "simulated": bool(self.server and self.server.simulated),
+            "design": self.design.to_dict(),
+            "server": None if self.server is None else self.server.to_dict(),
+            "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
+            "cells": [_cell_doc(c, deviant) for c in self.pooled]
+            + [m.to_dict(deviant=(m.cell.run, m.cell.rep, m.cell.concurrency) in deviant) for m in self.measured],
+            "pooled_from": list(self.pooled_from),
+            "thermal": None if self.thermal is None else {**self.thermal.to_dict(), "summary": self.thermal.describe()},
+            "warnings": [w.to_dict() for w in self.warnings(a)],
+            "cached_prompt_requests": self.cached_suspects(),
+            "notes": list(self.notes),
+        }
+
+
+def _cell_doc(c: Cell, deviant: set[tuple[int, int, int]]) -> dict[str, Any]:
+    return c.to_dict(deviant=(c.run, c.rep, c.concurrency) in deviant)
+
+
+async def _make(
+    factory: RequestFactory | None, driver: Any, n: int, design: ArmsDesign, rng: random.Random
+) -> list[GenRequest]:
+    if factory is None:
+        from servecheck.load.prompts import make_requests as factory
+    reqs = factory(driver, n, design.prompt_tokens, design.tokens, rng)
+    if inspect.isawaitable(reqs):
+        reqs = await reqs
+    return list(reqs)
+
+
+async def _warm_up(factory: RequestFactory | None, driver: Any, design: ArmsDesign, rng: random.Random) -> RequestRecord:
+    (req,) = await _make(factory, driver, 1, design, rng)
+    record = await driver.generate(req)
+    if not record.ok:
+        raise ServerError(
+            f"the warm-up request failed: {record.error or record.status}",
+            "check the URL, --model and --api; the server must answer one request before the arms run",
+            status=record.http_status,
+        )
+    return record
+
+
+async def run_arms(
+    driver: Any,
+    design: ArmsDesign,
+    *,
+    rng: random.Random,
+    run_index: int = 0,
+    pooled: Sequence[Cell] = (),
+    pooled_from: Sequence[str] = (),
+    on_cell: OnCell | None = None,
+    thermal: ThermalNow | None = None,
+    requests_factory: RequestFactory | None = None,
+) -> ArmsRun:
+    """Detect, warm up, then run every (rep, arm) cell with fresh nonces; returns the whole run.
+
+    `thermal` is called after every cell for the sampler's running summary.
+    """
+    design.check()
+    run = ArmsRun(design, pooled=tuple(pooled), pooled_from=tuple(pooled_from), notes=design.notes())
+    run = replace(run, server=await driver.detect())
+    run = replace(run, warmup=await _warm_up(requests_factory, driver, design, rng))
+    for rep, position, concurrency in schedule(design.arms, design.reps, fixed=design.fixed_order):
+        reqs = await _make(requests_factory, driver, design.requests, design, rng)
+        batch = await driver.run_batch(reqs, in_flight=concurrency)
+        cell = cell_from_records(
+            batch.records, rep=rep, position=position, concurrency=concurrency, release_ns=batch.release_ns, run=run_index
+        )
+        run = replace(
+            run,
+            measured=(*run.measured, MeasuredCell(cell, batch.records, batch.dispatch_skew_ns)),
+            thermal=thermal() if thermal is not None else run.thermal,
+        )
+        if on_cell is not None:
+            on_cell(run)
+    return replace(run, complete=True)
+
+
+def pooled_cells(docs: Sequence[dict[str, Any]], first_run: int = 1) -> list[Cell]:
+    """Cells of saved arms documents, each saved run numbered apart, so reps pair only within their run.
+
+    A document that was itself pooled keeps its runs apart too.
+    """
+    out: list[Cell] = []
+    next_run = first_run
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, dict) or doc.get("command") != "arms" or not isinstance(doc.get("cells"), list):
+            raise UsageError(f"pooled document {i + 1} is not an arms result", "pass JSON files written by `servecheck arms --json`")
+        runs: dict[int, int] = {}
+        for raw in doc["cells"]:
+            try:
+                cell = Cell.from_dict(raw)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise UsageError(
+                    f"pooled document {i + 1} has a cell this version cannot read ({exc!s})",
+                    "pass JSON files written by `servecheck arms --json`",
+                ) from exc
+            if cell.run not in runs:
+                runs[cell.run] = next_run
+                next_run += 1
+            out.append(replace(cell, run=runs[cell.run]))
+    return out
