@@ -16,6 +16,8 @@ from servecheck.errors import AuditError
 
 _SHARD = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 _KV_TENSORS = ("attn_k.", "attn_v.", "attn_qkv.", "attn_kv_a_mqa.", "attn_k_b.")
+# No released model has more than a few hundred blocks; a larger count is a corrupt header.
+MAX_BLOCKS = 1 << 16
 _RUN_FLAGS = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -112,6 +114,8 @@ def _run_layers(m: _Meta, tensors: list[GGUFTensorInfo], notes: list[str]) -> in
     nextn = m.int("nextn_predict_layers") or 0
     if blocks is None:
         return None
+    if not 0 < blocks <= MAX_BLOCKS or not 0 <= nextn < blocks:
+        raise AuditError(f"{m.key('block_count')} = {blocks} (NextN {nextn}) is not a plausible layer count", "the file is corrupt")
     if nextn:
         notes.append(f"{m.key('nextn_predict_layers')} = {nextn}: blocks {blocks - nextn}..{blocks - 1} are NextN/MTP, excluded")
     return blocks - nextn

@@ -196,8 +196,9 @@ def _check_count(cur: _Cursor, count: int, min_bytes: int, what: str) -> None:
     room = cur.remaining() // min_bytes
     if count > room:
         raise AuditError(
-            f"{cur.path.name}: header claims {count} {what} but the file has room for at most {room}",
-            "the file is corrupt or not a GGUF model",
+            f"{cur.path.name}: header claims {count} {what} but the file has room for at most {room} "
+            "(truncated or corrupt)",
+            "fetch the file again; if it persists, the file is not a GGUF model",
         )
 
 
