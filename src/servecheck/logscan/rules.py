@@ -1,0 +1,148 @@
+"""The rule table: known "feature refused / confirmed" log lines, loaded from TOML data, never from code."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from servecheck.errors import LogScanError, UsageError
+
+RuleStatus = Literal["refused", "confirmed", "info"]
+RULE_STATUSES: tuple[str, ...] = ("refused", "confirmed", "info")
+# Engines a log can come from. Ollama and LM Studio run llama.cpp underneath and copy its log
+# lines into their own, so their scans also apply the llama.cpp rules.
+ENGINES: tuple[str, ...] = ("llamacpp", "vllm", "ollama", "sglang", "mlx", "lmstudio", "tgi")
+ENGINE_CHOICES: tuple[str, ...] = ("auto", *ENGINES)
+ENGINE_FAMILIES: dict[str, tuple[str, ...]] = {
+    "ollama": ("ollama", "llamacpp"),
+    "lmstudio": ("lmstudio", "llamacpp"),
+}
+_REQUIRED = ("id", "engine", "pattern", "feature", "status", "meaning", "source")
+_FEATURE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One known log line: what it says about which feature, and where the wording comes from."""
+
+    id: str
+    engine: str
+    pattern: re.Pattern[str]
+    feature: str
+    status: RuleStatus
+    meaning: str
+    source: str
+    verified: str = ""
+    min_value: float | None = None  # a captured value below this does not confirm the feature
+    below_min_status: RuleStatus = "info"
+    requires_request: bool = False  # the line is printed in every log unless the feature was asked for
+
+    def value_status(self, value: float | None) -> RuleStatus:
+        """The status a match means, given the number it captured (if any)."""
+        if value is not None and self.min_value is not None and value < self.min_value:
+            return self.below_min_status
+        return self.status
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ENGINE_CHOICES:
+        raise UsageError(f"unknown engine {engine!r}", f"use one of {', '.join(ENGINE_CHOICES)}")
+    return engine
+
+
+def engines_for(engine: str) -> tuple[str, ...]:
+    """The rule engines that apply to a log from `engine` ("auto": every rule)."""
+    check_engine(engine)
+    if engine == "auto":
+        return ENGINES
+    return ENGINE_FAMILIES.get(engine, (engine,))
+
+
+def default_rules_path() -> Path:
+    return Path(str(resources.files("servecheck.logscan").joinpath("rules.toml")))
+
+
+def load_rules(path: str | Path | None = None) -> tuple[Rule, ...]:
+    """The built-in rules, plus the rules in `path` when given (same TOML shape)."""
+    rules = list(_load_file(default_rules_path()))
+    if path is not None:
+        rules.extend(_load_file(Path(path)))
+    _check_unique(rules)
+    return tuple(rules)
+
+
+def rules_for(rules: tuple[Rule, ...], engine: str) -> tuple[Rule, ...]:
+    wanted = engines_for(engine)
+    return tuple(r for r in rules if r.engine in wanted)
+
+
+def _load_file(path: Path) -> list[Rule]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise LogScanError(f"rules file {path} does not exist", "check the path given to --rules") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LogScanError(f"cannot read rules file {path}: {exc}", "check the path given to --rules") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise LogScanError(f"rules file {path} is not valid TOML: {exc}", "see the header of rules.toml") from exc
+    entries = data.get("rule", [])
+    if not isinstance(entries, list):
+        raise LogScanError(f"rules file {path}: 'rule' must be an array of tables", "write each rule as [[rule]]")
+    return [_parse_rule(entry, path, i) for i, entry in enumerate(entries)]
+
+
+def _parse_rule(entry: Any, path: Path, index: int) -> Rule:
+    where = f"rules file {path}, rule {index + 1}"
+    if not isinstance(entry, dict):
+        raise LogScanError(f"{where}: not a table", "write each rule as [[rule]]")
+    missing = [k for k in _REQUIRED if not isinstance(entry.get(k), str) or not entry[k]]
+    if missing:
+        raise LogScanError(f"{where}: missing or empty {', '.join(missing)}", "see the header of rules.toml")
+    _check_fields(entry, where)
+    return Rule(
+        id=entry["id"],
+        engine=entry["engine"],
+        pattern=_compile(entry["pattern"], where),
+        feature=entry["feature"],
+        status=entry["status"],
+        meaning=entry["meaning"],
+        source=entry["source"],
+        verified=str(entry.get("verified", "")),
+        min_value=None if entry.get("min_value") is None else float(entry["min_value"]),
+        below_min_status=entry.get("below_min_status", "info"),
+        requires_request=bool(entry.get("requires_request", False)),
+    )
+
+
+def _check_fields(entry: dict[str, Any], where: str) -> None:
+    if entry["engine"] not in ENGINES:
+        raise LogScanError(f"{where}: unknown engine {entry['engine']!r}", f"use one of {', '.join(ENGINES)}")
+    for key in ("status", "below_min_status"):
+        if entry.get(key, "info") not in RULE_STATUSES:
+            raise LogScanError(f"{where}: {key} {entry.get(key)!r} is not one of {', '.join(RULE_STATUSES)}")
+    if not _FEATURE_NAME.match(entry["feature"]):
+        raise LogScanError(f"{where}: feature {entry['feature']!r} is not snake_case", "e.g. parallel_slots")
+    if entry.get("min_value") is not None and not isinstance(entry["min_value"], int | float):
+        raise LogScanError(f"{where}: min_value must be a number")
+
+
+def _compile(pattern: str, where: str) -> re.Pattern[str]:
+    try:
+        compiled = re.compile(pattern, re.IGNORECASE)
+    except re.error as exc:
+        raise LogScanError(f"{where}: bad regex {pattern!r}: {exc}", "the pattern is a Python regex") from exc
+    if compiled.groups and "value" not in compiled.groupindex:
+        raise LogScanError(f"{where}: only a group named 'value' may capture", "use (?:...) for other groups")
+    return compiled
+
+
+def _check_unique(rules: list[Rule]) -> None:
+    seen: set[str] = set()
+    for rule in rules:
+        if rule.id in seen:
+            raise LogScanError(f"two rules share the id {rule.id!r}", "give every rule its own id")
+        seen.add(rule.id)

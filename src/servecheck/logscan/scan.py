@@ -1,0 +1,304 @@
+"""`scan_log`: stream a server log through the rule table and say, per feature the user switched on,
+whether the log confirms it, refuses it, or says nothing."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from servecheck.logscan.flags import FeatureRequest, guess_engine, parse_flags, split_flags
+from servecheck.logscan.reader import RawLine, iter_log
+from servecheck.logscan.rules import Rule, check_engine, load_rules, rules_for
+
+FindingStatus = Literal["confirmed", "refused", "unconfirmed"]
+
+# WARNING/ERROR lines kept for the report; a log with more is still scanned to the end.
+MAX_KEPT_LINES = 2000
+# Lines read to guess which engine wrote the log when the user said "auto".
+DETECT_LINES = 400
+_ENGINE_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("ollama", re.compile(r"OLLAMA_|level=\w+ source=\S+\.go:")),
+    ("vllm", re.compile(r"\bvllm\b|vllm\.|\[\w+\.py:\d+\].*(?:Engine|Running: \d+ reqs)", re.IGNORECASE)),
+    ("sglang", re.compile(r"\bsglang\b|Prefill batch\.|Decode batch\.", re.IGNORECASE)),
+    ("mlx", re.compile(r"\bmlx[_-]lm\b|mlx_lm\.server", re.IGNORECASE)),
+    ("tgi", re.compile(r"text_generation_(?:launcher|router|server)")),
+    ("llamacpp", re.compile(r"llama_server|llama_model_loader|llama_context|load_model:|--gpu-layers|srv\s")),
+)
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One thing that speaks about a feature: a matched log line or a live reading from the server."""
+
+    feature: str
+    status: Literal["confirmed", "refused", "info"]
+    line: str
+    rule_id: str
+    meaning: str
+    source: str  # "log" or "live"
+    line_no: int | None = None
+    value: float | None = None
+    requires_request: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "feature": self.feature,
+            "status": self.status,
+            "line": self.line,
+            "rule": self.rule_id,
+            "meaning": self.meaning,
+            "source": self.source,
+            "line_no": self.line_no,
+            "value": self.value,
+        }
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The verdict on one feature, with the line that decided it (None when nothing did)."""
+
+    feature: str
+    status: FindingStatus
+    line: str | None
+    requested: bool
+    asked: str | None = None
+    rule_id: str | None = None
+    meaning: str | None = None
+    source: str | None = None
+    line_no: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "feature": self.feature,
+            "status": self.status,
+            "line": self.line,
+            "requested": self.requested,
+            "asked": self.asked,
+            "rule": self.rule_id,
+            "meaning": self.meaning,
+            "source": self.source,
+            "line_no": self.line_no,
+        }
+
+
+@dataclass(frozen=True)
+class LogLine:
+    level: Literal["warning", "error"]
+    text: str
+    line_no: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"level": self.level, "text": self.text, "line_no": self.line_no}
+
+
+@dataclass(frozen=True)
+class LogScanResult:
+    """Everything `servecheck log` reports about one log file."""
+
+    path: str
+    engine: str  # the engine whose rules and flag syntax were used ("auto": every rule)
+    requests: tuple[FeatureRequest, ...]
+    findings: tuple[Finding, ...]
+    evidence: tuple[Evidence, ...]
+    lines: tuple[LogLine, ...]  # WARNING/ERROR lines, at most MAX_KEPT_LINES
+    lines_total: int
+    warnings: int
+    errors: int
+    lines_dropped: int = 0  # WARNING/ERROR lines beyond MAX_KEPT_LINES
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def refused(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.status == "refused")
+
+    def with_live(self, live: Sequence[Evidence]) -> LogScanResult:
+        """The same scan with live evidence from the running server added."""
+        evidence = (*self.evidence, *live)
+        return replace(self, evidence=evidence, findings=decide_findings(self.requests, evidence))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "engine": self.engine,
+            "requests": [r.to_dict() for r in self.requests],
+            "findings": [f.to_dict() for f in self.findings],
+            "evidence": [e.to_dict() for e in self.evidence],
+            "lines": [ln.to_dict() for ln in self.lines],
+            "lines_total": self.lines_total,
+            "warnings": self.warnings,
+            "errors": self.errors,
+            "lines_dropped": self.lines_dropped,
+            "notes": list(self.notes),
+        }
+
+
+def scan_log(
+    path: str | Path,
+    engine: str = "auto",
+    flags: str | None = None,
+    *,
+    rules: tuple[Rule, ...] | None = None,
+) -> LogScanResult:
+    """Scan one log file. `flags` is the server's command line (Ollama: its environment)."""
+    check_engine(engine)
+    all_rules = load_rules() if rules is None else rules
+    scan = _Scan(rules_for(all_rules, engine))
+    for raw in iter_log(path):
+        scan.feed(raw)
+    flag_engine = _flag_engine(engine, flags, scan.detected)
+    requests = parse_flags(flags, flag_engine)
+    notes = _notes(engine, flag_engine, flags)
+    return LogScanResult(
+        path=str(path),
+        engine=flag_engine if engine == "auto" and flags else engine if engine != "auto" else scan.detected or "auto",
+        requests=requests,
+        findings=decide_findings(requests, scan.evidence),
+        evidence=tuple(scan.evidence),
+        lines=tuple(scan.kept),
+        lines_total=scan.total,
+        warnings=scan.warnings,
+        errors=scan.errors,
+        lines_dropped=scan.dropped,
+        notes=notes,
+    )
+
+
+class _Scan:
+    """Accumulates matches and WARNING/ERROR lines while the log streams past."""
+
+    def __init__(self, rules: tuple[Rule, ...]) -> None:
+        self.rules = rules
+        # One combined pattern rejects the vast majority of lines with a single search.
+        self.any_rule = _combined(rules)
+        self.evidence: list[Evidence] = []
+        self.kept: list[LogLine] = []
+        self.total = self.warnings = self.errors = self.dropped = 0
+        self.detected: str | None = None
+
+    def feed(self, raw: RawLine) -> None:
+        self.total = raw.line_no
+        if self.detected is None and raw.line_no <= DETECT_LINES:
+            self.detected = _detect(raw.text)
+        if raw.level is not None:
+            self._keep(raw)
+        if self.any_rule is not None and self.any_rule.search(raw.text):
+            self.evidence.extend(match_line(self.rules, raw.text, raw.line_no))
+
+    def _keep(self, raw: RawLine) -> None:
+        if raw.level == "warning":
+            self.warnings += 1
+        else:
+            self.errors += 1
+        if len(self.kept) < MAX_KEPT_LINES:
+            self.kept.append(LogLine(raw.level, raw.text, raw.line_no))  # type: ignore[arg-type]
+        else:
+            self.dropped += 1
+
+
+def match_line(rules: Iterable[Rule], text: str, line_no: int | None = None) -> list[Evidence]:
+    """Evidence from every rule that matches one line."""
+    out = []
+    for rule in rules:
+        m = rule.pattern.search(text)
+        if m is None:
+            continue
+        value = _number(m.groupdict().get("value"))
+        status = rule.value_status(value)
+        below_min = status != rule.status
+        out.append(
+            Evidence(
+                feature=rule.feature,
+                status=status,
+                line=text.strip(),
+                rule_id=rule.id,
+                meaning=rule.meaning,
+                source="log",
+                line_no=line_no,
+                value=value,
+                # "n_slots = 1" refuses parallel slots only when they were asked for.
+                requires_request=rule.requires_request or below_min,
+            )
+        )
+    return out
+
+
+def decide_findings(requests: Sequence[FeatureRequest], evidence: Sequence[Evidence]) -> tuple[Finding, ...]:
+    """Per feature: refused if any line refuses it, else confirmed if any line confirms it, else
+    unconfirmed (asked for, nothing either way). Features nobody asked for appear only with evidence."""
+    asked = {r.feature: r for r in requests}
+    features = list(asked)
+    for ev in evidence:
+        if ev.feature not in asked and ev.status != "info" and ev.feature not in features:
+            features.append(ev.feature)
+    findings = [_decide(f, asked.get(f), [e for e in evidence if e.feature == f]) for f in features]
+    return tuple(f for f in findings if f is not None)
+
+
+def _decide(feature: str, request: FeatureRequest | None, evidence: list[Evidence]) -> Finding | None:
+    usable = [_against_request(e, request) for e in evidence if request is not None or not e.requires_request]
+    for status in ("refused", "confirmed"):
+        hit = next((e for e in usable if e.status == status), None)
+        if hit is not None:
+            return _finding(feature, status, request, hit)  # type: ignore[arg-type]
+    if request is None:
+        return None
+    return Finding(feature, "unconfirmed", None, True, asked=request.asked)
+
+
+def _against_request(ev: Evidence, request: FeatureRequest | None) -> Evidence:
+    """`-np 4` but `n_slots = 2`: the feature is on, but not as asked -- that is a refusal too."""
+    if request is None or request.value is None or ev.value is None or ev.status != "confirmed":
+        return ev
+    if ev.value < request.value:
+        return replace(ev, status="refused", meaning=f"{request.asked} asked for {request.value:g}, got {ev.value:g}")
+    return ev
+
+
+def _finding(feature: str, status: FindingStatus, request: FeatureRequest | None, ev: Evidence) -> Finding:
+    return Finding(
+        feature=feature,
+        status=status,
+        line=ev.line,
+        requested=request is not None,
+        asked=None if request is None else request.asked,
+        rule_id=ev.rule_id,
+        meaning=ev.meaning,
+        source=ev.source,
+        line_no=ev.line_no,
+    )
+
+
+def _combined(rules: tuple[Rule, ...]) -> re.Pattern[str] | None:
+    if not rules:
+        return None
+    parts = [re.sub(r"\(\?P<\w+>", "(?:", r.pattern.pattern) for r in rules]
+    return re.compile("|".join(f"(?:{p})" for p in parts), re.IGNORECASE)
+
+
+def _detect(text: str) -> str | None:
+    return next((engine for engine, marker in _ENGINE_MARKERS if marker.search(text)), None)
+
+
+def _flag_engine(engine: str, flags: str | None, detected: str | None) -> str:
+    if engine != "auto":
+        return engine
+    from_flags = guess_engine(split_flags(flags)) if flags else None
+    return from_flags or detected or "llamacpp"
+
+
+def _notes(engine: str, flag_engine: str, flags: str | None) -> tuple[str, ...]:
+    if engine == "auto" and flags:
+        return (f"--flags read as {flag_engine} flags (pass --engine to choose)",)
+    return ()
+
+
+def _number(raw: str | None) -> float | None:
+    if raw is None:
+        return None
+    try:
+        return float(raw.replace(",", ""))
+    except ValueError:
+        return None
