@@ -1,0 +1,135 @@
+"""What the simulated server does: one frozen value, validated once, describable in one line."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from servecheck.errors import UsageError
+
+SimMode = Literal["serial", "batched", "slots", "pipelined"]
+PrefixCacheMode = Literal["on", "off", "inert"]
+MODES: tuple[str, ...] = ("serial", "batched", "slots", "pipelined")
+PREFIX_CACHE_MODES: tuple[str, ...] = ("on", "off", "inert")
+
+# Every model the simulator serves starts with this, so a simulated result is obvious everywhere.
+MODEL_PREFIX = "servecheck-sim"
+
+# The strings hostile mode injects (model name, generated text, a log line): the HTML report and
+# the terminal must show them as text and never run them.
+HOSTILE_SCRIPT = "<script>alert(1)</script>"
+HOSTILE_IMG = "<img src=x onerror=alert(1)>"
+
+# Continuous batching without a slot limit still needs a finite number to report in /props;
+# far above any concurrency a test or benchmark fires (the overhead benchmark goes to 256).
+BATCHED_CAPACITY = 1024
+# Pipelined: one request prefilling (or prefilled and waiting) while another decodes.
+PIPELINE_DEPTH = 2
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Behaviour of the simulated server. Times are seconds; see `docs` in `servecheck.sim`.
+
+    Step time of a decode step: (token_s + per_seq_s x sequences decoding) x heat factor, where the
+    heat factor is 1 + heat_per_s x seconds since the server started. Prefill time of a request:
+    prompt_token_s x prompt tokens not served from the prefix cache, times the same heat factor.
+    """
+
+    mode: SimMode = "serial"
+    slots: int = 4  # the slot count in mode "slots"
+    token_s: float = 0.010
+    per_seq_s: float = 0.001
+    prompt_token_s: float = 0.0001
+    heat_per_s: float = 0.0
+    # EOS ceiling: the server ignores ignore_eos and some requests stop early, as Ollama does.
+    eos_ceiling: bool = False
+    eos_short_fraction: float = 0.5  # share of prompts that stop early, drawn per prompt (nonce)
+    eos_short_range: tuple[float, float] = (0.25, 0.75)  # early stop length, as a fraction of max_tokens
+    prefix_cache: PrefixCacheMode = "on"
+    n_ctx: int = 8192  # context per request (per slot), as llama.cpp's default_generation_settings.n_ctx
+    default_max_tokens: int = 128  # when a request names no length (or n_predict = -1)
+    refusal: bool = False  # write llama.cpp-like "feature refused" lines to the log
+    hostile: bool = False  # put script/img markup into the model name, generated text and a log line
+    log_path: str | None = None
+    model: str = MODEL_PREFIX
+
+    def __post_init__(self) -> None:
+        problems = _problems(self)
+        if problems:
+            raise UsageError(f"simulator config: {'; '.join(problems)}", "see `servecheck simulate --help`")
+
+    @property
+    def capacity(self) -> int:
+        """How many requests the server admits at once (the rest queue, FIFO)."""
+        return {
+            "serial": 1,
+            "slots": self.slots,
+            "batched": BATCHED_CAPACITY,
+            "pipelined": PIPELINE_DEPTH,
+        }[self.mode]
+
+    @property
+    def model_name(self) -> str:
+        name = self.model
+        if self.hostile:
+            name = f"{name}-{HOSTILE_SCRIPT}{HOSTILE_IMG}"
+        return name
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["eos_short_range"] = list(self.eos_short_range)
+        d["capacity"] = self.capacity
+        d["model"] = self.model_name
+        return d
+
+    def describe(self) -> str:
+        """One line naming the behaviour, for results to say which mode produced them."""
+        parts = [f"simulated server: mode={self.mode}"]
+        if self.mode == "slots":
+            parts.append(f"slots={self.slots}")
+        parts += [
+            f"token={self.token_s * 1e3:g}ms",
+            f"per_seq={self.per_seq_s * 1e3:g}ms",
+            f"prompt_token={self.prompt_token_s * 1e3:g}ms",
+            f"prefix_cache={self.prefix_cache}",
+            f"n_ctx={self.n_ctx}",
+        ]
+        if self.heat_per_s:
+            parts.append(f"heat={self.heat_per_s:g}/s")
+        if self.eos_ceiling:
+            lo, hi = self.eos_short_range
+            parts.append(f"eos_ceiling={self.eos_short_fraction:g} short at {lo:g}-{hi:g}x")
+        if self.refusal:
+            parts.append("refusal")
+        if self.hostile:
+            parts.append("hostile")
+        return " ".join(parts)
+
+
+def _problems(c: SimConfig) -> list[str]:
+    problems: list[str] = []
+    if c.mode not in MODES:
+        problems.append(f"mode {c.mode!r} is not one of {', '.join(MODES)}")
+    if c.prefix_cache not in PREFIX_CACHE_MODES:
+        problems.append(f"prefix_cache {c.prefix_cache!r} is not one of {', '.join(PREFIX_CACHE_MODES)}")
+    if not isinstance(c.slots, int) or c.slots < 1:
+        problems.append(f"slots must be an integer >= 1, got {c.slots!r}")
+    for name in ("token_s", "per_seq_s", "prompt_token_s", "heat_per_s"):
+        value = getattr(c, name)
+        if not isinstance(value, int | float) or value < 0 or value != value:
+            problems.append(f"{name} must be a number >= 0, got {value!r}")
+    if c.token_s + c.per_seq_s <= 0:
+        problems.append("token_s + per_seq_s must be > 0 (a decode step cannot take no time)")
+    if not 0.0 <= c.eos_short_fraction <= 1.0:
+        problems.append(f"eos_short_fraction must be in [0, 1], got {c.eos_short_fraction!r}")
+    lo, hi = c.eos_short_range
+    if not 0.0 < lo <= hi < 1.0:
+        problems.append(f"eos_short_range must satisfy 0 < lo <= hi < 1, got {c.eos_short_range!r}")
+    if c.n_ctx < 2:
+        problems.append(f"n_ctx must be >= 2, got {c.n_ctx!r}")
+    if not 1 <= c.default_max_tokens < c.n_ctx:
+        problems.append(f"default_max_tokens must be in [1, n_ctx), got {c.default_max_tokens!r}")
+    if not c.model.startswith(MODEL_PREFIX):
+        problems.append(f"model name must start with {MODEL_PREFIX!r} so the simulation is obvious, got {c.model!r}")
+    return problems

@@ -1,0 +1,408 @@
+"""The simulator's scheduler: one asyncio task that decides when every token is produced.
+
+It keeps an ideal timeline in perf_counter nanoseconds and sleeps until each scheduled event
+(never spins). Back-to-back steps are chained on the timeline, not on when the loop happened to
+wake, so a late wake-up on a loaded machine does not slow the simulated server down; a stall longer
+than MAX_CATCHUP_NS is lost time, as it would be on a real machine.
+
+Modes (see SimConfig):
+  serial / slots=K / batched   up to capacity (1, K, unlimited) requests admitted, the rest queue
+                               FIFO; admitted requests decode together, one token each per step of
+                               (token_s + per_seq_s x decoding) x heat. New prompts are prefilled in
+                               a step of their own that stalls decoding (as llama.cpp without
+                               chunked prefill).
+  pipelined                    two stages that overlap: one request prefills while another
+                               decodes; decode never batches (one sequence at a time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from servecheck.sim.config import SimConfig
+from servecheck.sim.text import common_prefix_len
+
+# A wake-up later than this behind the timeline is not caught up: the gap is lost time. Long
+# enough to absorb scheduling jitter on a loaded 2-core machine, short enough that a process
+# paused for seconds does not come back and burst a backlog of "overdue" tokens.
+MAX_CATCHUP_NS = 100_000_000
+# Previous prompts the prefix cache remembers (llama.cpp keeps one per slot plus a RAM cache).
+PREFIX_CACHE_ENTRIES = 64
+
+LogFn = Callable[[str], None]
+Clock = Callable[[], int]
+
+
+@dataclass(frozen=True, slots=True)
+class TokenEvent:
+    index: int  # 0-based position of the generated token
+    t_ns: int  # scheduled production time
+
+
+@dataclass(frozen=True, slots=True)
+class JobDone:
+    t_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobAborted:
+    reason: str
+
+
+JobEvent = TokenEvent | JobDone | JobAborted
+
+
+@dataclass(frozen=True, slots=True)
+class JobTimings:
+    """The server's own account of one request, in llama.cpp's terms."""
+
+    cache_n: int
+    prompt_n: int
+    prompt_ms: float
+    predicted_n: int
+    predicted_ms: float
+    queue_ms: float  # arrival to prefill start
+    total_ms: float  # arrival to the last token
+
+    @property
+    def predicted_per_second(self) -> float:
+        """The per-request rate a server self-reports: tokens over its own decode time only."""
+        return self.predicted_n / (self.predicted_ms / 1e3) if self.predicted_ms > 0 else 0.0
+
+    @property
+    def prompt_per_second(self) -> float:
+        return self.prompt_n / (self.prompt_ms / 1e3) if self.prompt_ms > 0 else 0.0
+
+
+@dataclass(eq=False)
+class Job:
+    """One request inside the server. The HTTP handler reads `events`; the scheduler writes them."""
+
+    task_id: int
+    prompt_tokens: tuple[int, ...]
+    target_tokens: int  # what the server will generate (may be below max_tokens: EOS ceiling)
+    max_tokens: int
+    cache_prompt: bool
+    arrival_ns: int
+    events: asyncio.Queue[JobEvent] = field(default_factory=asyncio.Queue)
+    slot: int = -1
+    cache_n: int = 0
+    prefill_start_ns: int | None = None
+    prefill_end_ns: int | None = None
+    decode_start_ns: int | None = None
+    token_ns: list[int] = field(default_factory=list)
+    end_ns: int | None = None
+    cancelled: bool = False
+
+    @property
+    def prompt_n(self) -> int:
+        return len(self.prompt_tokens) - self.cache_n
+
+    @property
+    def produced(self) -> int:
+        return len(self.token_ns)
+
+    @property
+    def finished(self) -> bool:
+        return self.end_ns is not None
+
+    @property
+    def stopped_early(self) -> bool:
+        return self.target_tokens < self.max_tokens
+
+    def timings(self) -> JobTimings:
+        ms = 1e-6
+        prefill_start = self.prefill_start_ns if self.prefill_start_ns is not None else self.arrival_ns
+        prefill_end = self.prefill_end_ns if self.prefill_end_ns is not None else prefill_start
+        last = self.token_ns[-1] if self.token_ns else prefill_end
+        decode_start = self.decode_start_ns if self.decode_start_ns is not None else last
+        return JobTimings(
+            cache_n=self.cache_n,
+            prompt_n=self.prompt_n,
+            prompt_ms=(prefill_end - prefill_start) * ms,
+            predicted_n=self.produced,
+            predicted_ms=(last - decode_start) * ms,
+            queue_ms=(prefill_start - self.arrival_ns) * ms,
+            total_ms=(last - self.arrival_ns) * ms,
+        )
+
+
+@dataclass
+class _Step:
+    kind: str  # "prefill" | "decode"
+    start_ns: int
+    end_ns: int
+    jobs: list[Job]
+
+
+class PrefixCache:
+    """Remembers prompts that finished prefill; a new prompt reuses its longest shared prefix."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self._prompts: deque[tuple[int, ...]] = deque(maxlen=PREFIX_CACHE_ENTRIES)
+
+    def lookup(self, tokens: tuple[int, ...], *, allowed: bool) -> int:
+        """Cached tokens for this prompt. As llama.cpp, at least the last prompt token is re-evaluated."""
+        if self.mode != "on" or not allowed or not tokens:
+            return 0
+        best = max((common_prefix_len(tokens, p) for p in self._prompts), default=0)
+        return min(best, len(tokens) - 1)
+
+    def store(self, tokens: tuple[int, ...]) -> None:
+        if self.mode == "on" and tokens:
+            self._prompts.append(tokens)
+
+
+class Scheduler:
+    def __init__(self, config: SimConfig, *, log: LogFn, clock: Clock = time.perf_counter_ns) -> None:
+        self.config = config
+        self._log = log
+        self._clock = clock
+        self.start_ns = clock()
+        self.cache = PrefixCache(config.prefix_cache)
+        self._waiting: deque[Job] = deque()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._next_task_id = 0
+        self._slots_busy: set[int] = set()
+        # serial / slots / batched
+        self._active: list[Job] = []
+        self._step: _Step | None = None
+        self._cursor_ns: int | None = None
+        # pipelined
+        self._prefilling: _Step | None = None
+        self._ready: deque[Job] = deque()
+        self._decoding: _Step | None = None
+        # counters, for tests and /slots
+        self.completed = 0
+        self.peak_decoding = 0
+
+    # ----------------------------------------------------------------- public
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="servecheck-sim-scheduler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        for job in self._all_jobs():
+            if not job.finished:
+                job.events.put_nowait(JobAborted("server shutting down"))
+
+    def new_task_id(self) -> int:
+        self._next_task_id += 1
+        return self._next_task_id - 1
+
+    def now_ns(self) -> int:
+        return self._clock()
+
+    def submit(self, job: Job) -> None:
+        self._waiting.append(job)
+        self._wake.set()
+
+    def cancel(self, job: Job) -> None:
+        job.cancelled = True
+        self._wake.set()
+
+    def slot_view(self) -> list[tuple[int, Job | None]]:
+        """(slot id, job or None) for the slots in use plus idle ones, for /slots."""
+        jobs = {j.slot: j for j in self._all_jobs() if j.slot >= 0 and not j.finished}
+        shown = max(len(jobs), min(self.config.capacity, 64))
+        ids = sorted(set(range(shown)) | set(jobs))
+        return [(i, jobs.get(i)) for i in ids]
+
+    # ------------------------------------------------------------ event loop
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            deadline = self._advance(self._clock())
+            if deadline is None:
+                await self._wake.wait()
+                continue
+            delay_s = (deadline - self._clock()) / 1e9
+            if delay_s <= 0:
+                continue
+            try:
+                async with asyncio.timeout(delay_s):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    def _advance(self, now: int) -> int | None:
+        """Complete everything due by `now`, start what can start; return the next deadline (None: idle)."""
+        if self.config.mode == "pipelined":
+            return self._advance_pipeline(now)
+        return self._advance_batch(now)
+
+    def _heat(self, t_ns: int) -> float:
+        return 1.0 + self.config.heat_per_s * max(0, t_ns - self.start_ns) / 1e9
+
+    def _start_at(self, earliest_ns: int, now: int) -> int:
+        return max(earliest_ns, now - MAX_CATCHUP_NS)
+
+    def _prefill_ns(self, jobs: list[Job], start_ns: int) -> int:
+        tokens = sum(j.prompt_n for j in jobs)
+        return round(tokens * self.config.prompt_token_s * self._heat(start_ns) * 1e9)
+
+    def _decode_ns(self, n_seqs: int, start_ns: int) -> int:
+        c = self.config
+        return round((c.token_s + c.per_seq_s * n_seqs) * self._heat(start_ns) * 1e9)
+
+    # ---------------------------------------------------- serial/slots/batched
+    def _advance_batch(self, now: int) -> int | None:
+        while True:
+            if self._step is not None:
+                if self._step.end_ns > now:
+                    return self._step.end_ns
+                self._complete(self._step)
+                self._cursor_ns = self._step.end_ns
+                self._step = None
+            self._drop_cancelled()
+            admitted = self._admit(self.config.capacity - len(self._active))
+            self._active.extend(admitted)
+            if not self._active:
+                self._cursor_ns = None
+                return None
+            earliest = self._cursor_ns if self._cursor_ns is not None else max(j.arrival_ns for j in admitted)
+            self._step = self._next_batch_step(self._start_at(earliest, now))
+
+    def _next_batch_step(self, start: int) -> _Step:
+        pending = [j for j in self._active if j.prefill_end_ns is None]
+        if pending:
+            return self._begin_prefill(pending, start)
+        return self._begin_decode(list(self._active), start)
+
+    # -------------------------------------------------------------- pipelined
+    def _advance_pipeline(self, now: int) -> int | None:
+        progressed = True
+        while progressed:
+            progressed = False
+            step = self._prefilling
+            if step is not None and step.end_ns <= now:
+                self._complete(step)
+                self._prefilling = None
+                self._ready.extend(j for j in step.jobs if not j.cancelled)
+                progressed = True
+            step = self._decoding
+            if step is not None and step.end_ns <= now:
+                self._complete(step)
+                job = step.jobs[0]
+                self._decoding = None
+                if not job.finished and not job.cancelled:
+                    self._decoding = self._begin_decode([job], self._start_at(step.end_ns, now))
+                progressed = True
+            progressed |= self._pipeline_start(now)
+        deadlines = [s.end_ns for s in (self._prefilling, self._decoding) if s is not None]
+        return min(deadlines) if deadlines else None
+
+    def _pipeline_start(self, now: int) -> bool:
+        started = False
+        self._drop_cancelled()
+        if self._decoding is None and self._ready:
+            job = self._ready.popleft()
+            self._decoding = self._begin_decode([job], self._start_at(job.prefill_end_ns or now, now))
+            started = True
+        in_flight = len(self._ready) + (self._prefilling is not None) + (self._decoding is not None)
+        if self._prefilling is None and in_flight < self.config.capacity:
+            admitted = self._admit(1)
+            if admitted:
+                job = admitted[0]
+                self._prefilling = self._begin_prefill([job], self._start_at(job.arrival_ns, now))
+                started = True
+        return started
+
+    # ----------------------------------------------------------------- shared
+    def _admit(self, room: int) -> list[Job]:
+        admitted: list[Job] = []
+        while self._waiting and len(admitted) < room:
+            job = self._waiting.popleft()
+            if job.cancelled:
+                continue
+            job.slot = self._free_slot()
+            self._slots_busy.add(job.slot)
+            self._log(f"slot launch_slot_: id {job.slot:>2} | task {job.task_id} | processing task")
+            admitted.append(job)
+        return admitted
+
+    def _free_slot(self) -> int:
+        i = 0
+        while i in self._slots_busy:
+            i += 1
+        return i
+
+    def _begin_prefill(self, jobs: list[Job], start: int) -> _Step:
+        for j in jobs:
+            j.cache_n = self.cache.lookup(j.prompt_tokens, allowed=j.cache_prompt)
+            j.prefill_start_ns = start
+        return _Step("prefill", start, start + self._prefill_ns(jobs, start), jobs)
+
+    def _begin_decode(self, jobs: list[Job], start: int) -> _Step:
+        for j in jobs:
+            if j.decode_start_ns is None:
+                j.decode_start_ns = start
+        self.peak_decoding = max(self.peak_decoding, len(jobs))
+        return _Step("decode", start, start + self._decode_ns(len(jobs), start), jobs)
+
+    def _complete(self, step: _Step) -> None:
+        for job in step.jobs:
+            if job.cancelled:
+                self._release(job)
+            elif step.kind == "prefill":
+                job.prefill_end_ns = step.end_ns
+                self.cache.store(job.prompt_tokens)
+            else:
+                self._emit_token(job, step.end_ns)
+
+    def _emit_token(self, job: Job, t_ns: int) -> None:
+        job.token_ns.append(t_ns)
+        job.events.put_nowait(TokenEvent(job.produced - 1, t_ns))
+        if job.produced >= job.target_tokens:
+            job.end_ns = t_ns
+            self.completed += 1
+            self._release(job)
+            self._log_timing(job)
+            job.events.put_nowait(JobDone(t_ns))
+
+    def _release(self, job: Job) -> None:
+        self._slots_busy.discard(job.slot)
+        if job in self._active:
+            self._active.remove(job)
+
+    def _drop_cancelled(self) -> None:
+        for job in [j for j in self._active if j.cancelled]:
+            self._release(job)
+        if any(j.cancelled for j in self._waiting):
+            self._waiting = deque(j for j in self._waiting if not j.cancelled)
+        if any(j.cancelled for j in self._ready):
+            for job in [j for j in self._ready if j.cancelled]:
+                self._release(job)
+            self._ready = deque(j for j in self._ready if not j.cancelled)
+
+    def _all_jobs(self) -> list[Job]:
+        jobs = list(self._waiting) + list(self._active) + list(self._ready)
+        for step in (self._step, self._prefilling, self._decoding):
+            if step is not None:
+                jobs.extend(step.jobs)
+        return list({id(j): j for j in jobs}.values())
+
+    def _log_timing(self, job: Job) -> None:
+        t = job.timings()
+        self._log(
+            f"slot print_timing: id {job.slot:>2} | task {job.task_id} | "
+            f"prompt eval time = {t.prompt_ms:10.2f} ms / {t.prompt_n:5d} tokens, "
+            f"eval time = {t.predicted_ms:10.2f} ms / {t.predicted_n:5d} tokens "
+            f"({t.predicted_per_second:8.2f} tokens per second)"
+        )
+        self._log(
+            f"slot      release: id {job.slot:>2} | task {job.task_id} | stop processing: "
+            f"n_tokens = {len(job.prompt_tokens) + job.produced}, truncated = 0"
+        )
