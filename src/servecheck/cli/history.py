@@ -41,7 +41,9 @@ def _row_dict(row: RunSummary) -> dict[str, object]:
 def history_table(rows: list[RunSummary]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
     for name in ("id", "time", "command", "server", "model", "verdict", "marks"):
-        table.add_column(name, no_wrap=name in ("id", "time", "command"))
+        # server and model fold onto more lines when the terminal is narrow; the rest stay whole
+        folds = name in ("server", "model")
+        table.add_column(name, no_wrap=not folds, overflow="fold" if folds else "ellipsis")
     for r in rows:
         marks = " ".join(m for m, on in (("incomplete", not r.complete), ("simulated", r.simulated)) if on)
         table.add_row(

@@ -40,7 +40,7 @@ MAX_TABLE_ROWS = 200
 MAX_TEXT_CHARS = 160
 ENVELOPE_KEYS = frozenset(
     {"schema_version", "command", "servecheck_version", "created_at", "environment", "params", "simulated",
-     "complete", "valid", "run_id", "server", "target", "warnings"}
+     "complete", "valid", "run_id", "server", "target", "warnings", "invalid"}
 )
 
 Renderer = Callable[[dict[str, Any]], str]
@@ -142,17 +142,24 @@ def _banners(doc: dict[str, Any]) -> str:
 
 
 def _warnings(doc: dict[str, Any]) -> str:
-    items = []
-    for w in as_list(doc.get("warnings")):
-        if isinstance(w, dict):
-            text = as_str(w.get("message")) or as_str(w.get("text")) or str(w)
-            hint = as_str(w.get("hint"))
-            items.append(esc(text) + (f" <i>({esc(hint)})</i>" if hint else ""))
-        else:
-            items.append(esc(w))
+    items = [f"<b>Invalid:</b> {_finding(f)}" for f in as_list(doc.get("invalid"))]
+    items += [_finding(w) for w in as_list(doc.get("warnings"))]
     if not items:
         return ""
     return "<h3>Warnings</h3><ul class=\"warnings\">" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
+
+
+def _finding(item: Any) -> str:
+    """A warning as text, or as {message, hint, requests}: escaped HTML."""
+    if not isinstance(item, dict):
+        return esc(item)
+    text = as_str(item.get("message")) or as_str(item.get("text")) or str(item)
+    hint = as_str(item.get("hint"))
+    out = esc(text) + (f" <i>({esc(hint)})</i>" if hint else "")
+    requests = as_list(item.get("requests"))
+    if requests:
+        out += f" <span class=\"key\">({len(requests)} request{'s' if len(requests) != 1 else ''})</span>"
+    return out
 
 
 def _environment(doc: dict[str, Any]) -> str:

@@ -1,0 +1,128 @@
+"""diff: runs side by side per concurrency level, and a verdict naming the rising line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servecheck.cli import main as main_mod
+from servecheck.errors import UsageError
+from servecheck.report import samples
+from servecheck.report.diff import RISING_RATIO, diff_runs, growth_ratio, trend_of
+from servecheck.store.db import open_store
+
+
+def seed_table_doc(aggregates: dict[int, float], trend: str | None = None) -> dict[str, Any]:
+    """A staircase document holding only the seed-000 section-3 figures."""
+    doc: dict[str, Any] = {"command": "staircase", "points": [{"n": n, "aggregate_tok_s": a} for n, a in aggregates.items()]}
+    if trend is not None:
+        doc["trend"] = trend
+    return doc
+
+
+SEED_OLD = {1: 90.3, 2: 89.5, 4: 89.6, 8: 88.5}
+SEED_NEW = {1: 87.5, 2: 89.3, 4: 88.7, 8: 88.3}
+SEED_CB8 = {1: 86.7, 2: 87.2, 4: 86.8, 8: 86.3}
+BATCHING = {1: 90.0, 2: 160.0, 4: 250.0, 8: 300.0}
+
+
+def test_seed_three_flat_lines() -> None:
+    result = diff_runs([seed_table_doc(a) for a in (SEED_OLD, SEED_NEW, SEED_CB8)], labels=["old", "new", "new CB=8"])
+    assert result.verdict == "no configuration batches: all lines flat"
+    assert result.levels == (1, 2, 4, 8)
+    assert [line.trend_from for line in result.lines] == ["computed"] * 3
+    assert result.lines[0].ratio == pytest.approx(88.5 / 90.3)
+
+
+def test_one_rising_line_is_named() -> None:
+    result = diff_runs([seed_table_doc(a) for a in (SEED_OLD, SEED_NEW, BATCHING)], labels=["old", "new", "fixed"])
+    assert result.verdict == "only fixed rises; flat: old, new"
+    assert [line.label for line in result.rising] == ["fixed"]
+
+
+@pytest.mark.parametrize(
+    ("aggregates", "expected"),
+    [
+        ({1: 100.0, 4: 100.0 * RISING_RATIO}, "rising"),
+        ({1: 100.0, 4: 100.0 * RISING_RATIO - 0.1}, "flat"),
+        ({1: 100.0, 8: 60.0}, "flat"),
+        ({2: 100.0, 4: 300.0}, "inconclusive"),  # no N=1 baseline
+        ({1: 100.0}, "inconclusive"),
+    ],
+)
+def test_computed_trend(aggregates: dict[int, float], expected: str) -> None:
+    assert trend_of(growth_ratio(aggregates)) == expected
+
+
+def test_runs_own_trend_wins_over_the_computed_one() -> None:
+    result = diff_runs([seed_table_doc(SEED_OLD, trend="rising"), seed_table_doc(SEED_NEW)], labels=["a", "b"])
+    assert [(line.trend, line.trend_from) for line in result.lines] == [("rising", "run"), ("flat", "computed")]
+
+
+def test_inconclusive_line_is_reported() -> None:
+    result = diff_runs([seed_table_doc(SEED_OLD), seed_table_doc({2: 90.0, 4: 91.0})], labels=["a", "b"])
+    assert result.verdict.startswith("no configuration batches: every decided line is flat")
+    assert "inconclusive" in result.verdict and "b" in result.verdict
+
+
+def test_arms_runs_use_the_cell_medians() -> None:
+    flat, batched = samples.arms(), samples.arms()
+    for cell in flat["cells"]:
+        cell["aggregate_tok_s"] = 64.0
+    result = diff_runs([flat, batched], labels=["flat", "batched"])
+    assert result.lines[1].aggregate_tok_s == {1: 64.0, 2: pytest.approx(69.76), 4: pytest.approx(88.96)}
+    assert result.verdict == "only batched rises; flat: flat"
+
+
+def test_what_differs_between_runs_is_named() -> None:
+    docs = [samples.staircase(serial=True), samples.staircase(serial=True, flag="--cb 8"), samples.staircase(serial=False)]
+    result = diff_runs(docs, labels=["a", "b", "c"])
+    assert [line.config for line in result.lines] == ["—", "flag=--cb 8", "—"]
+    assert result.verdict == "only c rises; flat: a, b"
+
+
+@pytest.mark.parametrize(
+    ("docs", "message"),
+    [([seed_table_doc(SEED_OLD)], "at least two runs"), ([seed_table_doc(SEED_OLD), {"command": "log", "run_id": 7}], "#7 is a log run")],
+)
+def test_bad_input(docs: list[dict[str, Any]], message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        diff_runs(docs)
+
+
+def run_cli(args: list[str]) -> int:
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(args)
+    return int(info.value.code or 0)
+
+
+def test_cli_diff_of_three_saved_hand_built_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "h.db"
+    docs = [samples.staircase(serial=True), samples.staircase(serial=True, flag="--cb 8"), samples.staircase(serial=False)]
+    with open_store(db) as store:
+        ids = [store.begin_run(d) for d in docs]
+    assert run_cli(["diff", *map(str, ids), "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert f"verdict: only #{ids[2]} rises; flat: #{ids[0]}, #{ids[1]}" in out
+    assert "196.9" in out and "C=4" in out
+
+
+@pytest.mark.timeout(180)
+def test_diff_of_three_simulated_staircase_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Serial, serial with a flag that does nothing (refused, as in seed 000), batched: only batched rises."""
+    sim = pytest.importorskip("servecheck.sim")
+    db = tmp_path / "sim.db"
+    configs = [sim.SimConfig(mode="serial"), sim.SimConfig(mode="serial", refusal=True), sim.SimConfig(mode="batched")]
+    for config in configs:
+        with sim.sim_in_thread(config) as server:
+            code = run_cli(["--quiet", "staircase", server.url, "--n", "1,2,4", "--tokens", "16", "--prompt-tokens", "8", "--db", str(db)])
+        assert code in (0, 3)  # 3: a loaded machine may make a run invalid; its aggregates still count
+    capsys.readouterr()
+    with open_store(db) as store:
+        ids = sorted(r.id for r in store.list_runs())
+    assert len(ids) == 3
+    assert run_cli(["diff", *map(str, ids), "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert f"only #{ids[2]} rises; flat: #{ids[0]}, #{ids[1]}" in out

@@ -1,0 +1,219 @@
+"""The HTML report: structure per document kind, banners, escaping, and robustness to partial documents."""
+
+from __future__ import annotations
+
+import copy
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servecheck.errors import UsageError
+from servecheck.report import html as report_html
+from servecheck.report import samples
+
+HOSTILE = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>"]
+
+
+class Collector(HTMLParser):
+    """Counts elements by tag and class, and keeps the visible text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str]]] = []
+        self.text: list[str] = []
+        self._svg_stack: list[int] = []
+        self.svgs: list[dict[str, int]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = {k: v or "" for k, v in attrs}
+        self.tags.append((tag, attributes))
+        if tag == "svg":
+            self.svgs.append({"rect.bar": 0, "circle": 0})
+            self._svg_stack.append(len(self.svgs) - 1)
+        elif self._svg_stack and tag == "rect" and "bar" in attributes.get("class", "").split():
+            self.svgs[self._svg_stack[-1]]["rect.bar"] += 1
+        elif self._svg_stack and tag == "circle":
+            self.svgs[self._svg_stack[-1]]["circle"] += 1
+
+    def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.handle_starttag(tag, attrs)
+        if tag == "svg":
+            self._svg_stack.pop()
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "svg" and self._svg_stack:
+            self._svg_stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    def count(self, tag: str, css: str | None = None) -> int:
+        return sum(1 for t, a in self.tags if t == tag and (css is None or css in a.get("class", "").split()))
+
+    def charts(self, kind: str) -> list[dict[str, int]]:
+        idx = [i for i, (t, a) in enumerate(self.tags) if t == "svg"]
+        return [self.svgs[k] for k, i in enumerate(idx) if kind in self.tags[i][1].get("class", "").split()]
+
+
+def parse(docs: list[dict[str, Any]]) -> tuple[str, Collector]:
+    page = report_html.render_html(docs)
+    collector = Collector()
+    collector.feed(page)
+    return page, collector
+
+
+def test_page_is_self_contained() -> None:
+    page, c = parse(samples.all_kinds())
+    assert c.count("script") == 0
+    assert c.count("link") == 0
+    assert "http-equiv" in page and "script-src 'none'" in page
+    srcs = [a.get("src", "") for _, a in c.tags] + [a.get("href", "") for _, a in c.tags]
+    assert all(s == "" or s.startswith("#") for s in srcs)
+    assert c.count("section", "run") == 6
+    assert c.count("nav", "toc") == 1
+
+
+@pytest.mark.parametrize(("serial", "finish_text"), [(True, "1.0 / 2.0 / 3.0 / 4.0"), (False, "1.3 / 1.3 / 1.3 / 1.3")])
+def test_staircase_has_a_lane_chart_per_n_and_a_throughput_chart(serial: bool, finish_text: str) -> None:
+    doc = samples.staircase(serial=serial, ns=(1, 2, 4))
+    page, c = parse([doc])
+    timelines = c.charts("timeline")
+    # one chart per N; every request a lane with a waiting and a generating segment
+    assert [t["rect.bar"] for t in timelines] == [2, 4, 8]
+    assert c.count("rect", "wait") == 7 and c.count("rect", "gen") == 7
+    (lines,) = c.charts("lines")
+    assert lines["circle"] == 6  # aggregate and per-user rate at three N
+    assert finish_text in page
+    assert ("staircase" if serial else "cluster") in "".join(c.text)
+
+
+def test_staircase_bars_are_placed_from_release() -> None:
+    doc = samples.staircase(serial=True, ns=(2,), request_s=2.0)
+    assert doc["points"][0]["batches"][0]["release_s"] > 0
+    page, _ = parse([doc])
+    # request 1 waits behind request 0: first token 2.1 s and end 4.0 s after the release
+    assert "request 1: sent 0.00 s, first token 2.10 s, finished 4.00 s, 64 tokens, ok" in page
+    # axis 0..4 s over 672 px from x=64: its generating segment starts at 64 + 2.1 * 168
+    assert '<rect class="bar gen" x="416.8"' in page
+
+
+def test_staircase_from_finish_times_only() -> None:
+    doc = {"command": "staircase", "points": [{"n": 1, "finish_s": [5.51], "aggregate_tok_s": 93.0},
+                                              {"n": 4, "finish_s": [5.5, 11.1, 16.8, 22.5], "aggregate_tok_s": 91.2}]}
+    page, c = parse([doc])
+    assert [t["rect.bar"] for t in c.charts("timeline")] == [1, 4]
+    assert "5.5 / 11.1 / 16.8 / 22.5" in page
+
+
+def test_failed_request_is_drawn_as_failed() -> None:
+    doc = samples.staircase(serial=True, ns=(2,))
+    doc["points"][0]["batches"][0]["requests"][1]["status"] = "error"
+    _, c = parse([doc])
+    assert c.count("rect", "fail") == 1
+
+
+def test_arms_table_and_decomposition() -> None:
+    page, c = parse([samples.arms()])
+    (bars,) = c.charts("bars")
+    assert bars["rect.bar"] == 6  # aggregate and generation gain for three arms
+    text = "".join(c.text)
+    for expected in ("1.39×", "0.94×", "-65%", "35%", "pipelining", "batching", "89.0"):
+        assert expected in text
+    assert c.count("line", "ref") == 1  # the 1x line
+
+
+def test_arms_refused_headline() -> None:
+    doc = samples.arms()
+    doc.update(headline_refused=True, refusal="position bias 14% in arm 4")
+    _, c = parse([doc])
+    assert "Headline withheld: position bias 14% in arm 4" in "".join(c.text)
+
+
+@pytest.mark.parametrize("with_sends", [True, False])
+def test_prefix_cache_ttft_chart(with_sends: bool) -> None:
+    doc = samples.prefix_cache(working=True)
+    if not with_sends:
+        del doc["sends"]
+    page, c = parse([doc])
+    (bars,) = c.charts("bars")
+    assert bars["rect.bar"] == 4
+    assert c.count("rect", "control") == 1 and c.count("rect", "repeat") == 3
+    assert "0.190" in page and "5,990" in page
+
+
+def test_roofline_bar_with_gate_line() -> None:
+    page, c = parse([samples.roofline()])
+    (ranges,) = c.charts("ranges")
+    assert ranges["rect.bar"] == 3  # measured lo, measured lo..hi, achieved
+    assert c.count("line", "ref") == 2  # gate at 55% of each end of the bandwidth range
+    text = "".join(c.text)
+    for expected in ("57–68%", "265–315 GB/s", "180.9 GB/s", "146–173 GB/s", "close", "1.849 GB"):
+        assert expected in text
+
+
+def test_log_findings_table() -> None:
+    _, c = parse([samples.log()])
+    assert c.count("span", "status-refused") == 1
+    assert c.count("span", "status-confirmed") == 1
+    assert "continuous batching is unavailable" in "".join(c.text)
+
+
+def test_unknown_kind_gets_a_key_value_table() -> None:
+    doc = {"command": "bandwidth", "points": [{"bytes": 2**30, "gb_s": 360.5}], "best_gb_s": 366.0}
+    page, c = parse([doc])
+    assert "best_gb_s" in page and "366" in page and "360.5" in page
+    assert c.count("table") >= 2
+
+
+@pytest.mark.parametrize(
+    ("doc", "banners"),
+    [
+        ({"command": "staircase", "simulated": True, "complete": False}, {"simulated", "incomplete"}),
+        ({"command": "staircase", "simulated": False, "complete": True, "valid": False}, {"invalid"}),
+        ({"command": "log"}, set()),
+    ],
+)
+def test_banners(doc: dict[str, Any], banners: set[str]) -> None:
+    _, c = parse([doc])
+    found = {css for css in ("simulated", "incomplete", "invalid") if c.count("div", css)}
+    assert found == banners
+
+
+@pytest.mark.parametrize("kind", ["staircase", "arms", "prefix-cache", "roofline", "log", "audit"])
+def test_garbage_fields_never_crash(kind: str) -> None:
+    garbage: dict[str, Any] = {
+        "command": kind, "points": [None, {"n": "x", "batches": [{"requests": [{"send_s": "a"}, None]}]}],
+        "arms": [1, {"concurrency": None}], "cells": "no", "sends": [{"ttft_s": None}], "bandwidth_gb_s": [1],
+        "achieved_gb_s": float("nan"), "findings": [None, {"status": 3}], "lines": [7], "environment": [],
+        "params": None, "server": "x", "warnings": [{"message": None}, "plain"],
+    }
+    page, _ = parse([garbage])
+    assert "</html>" in page
+
+
+def test_every_kind_escapes_hostile_strings() -> None:
+    docs = copy.deepcopy(samples.all_kinds())
+    for doc in docs:
+        doc["server"]["model"] = HOSTILE[0] + HOSTILE[1]
+        doc["warnings"] = [HOSTILE[1]]
+        doc["params"]["flags"] = HOSTILE[0]
+    docs[0]["points"][0]["batches"][0]["requests"][0]["text"] = HOSTILE[0]
+    docs[5]["findings"][0]["line"] = HOSTILE[1]
+    docs.append({"command": HOSTILE[0], "odd": HOSTILE[1], "points": [{HOSTILE[0]: HOSTILE[1]}]})
+    page, c = parse(docs)
+    assert c.count("script") == 0
+    assert c.count("img") == 0
+    assert "<script>alert" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert HOSTILE[0] in "".join(c.text)
+
+
+def test_write_html_atomic_and_bad_path(tmp_path: Path) -> None:
+    target = tmp_path / "r.html"
+    report_html.write_html(target, [samples.roofline()])
+    assert target.read_text().startswith("<!DOCTYPE html>")
+    assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
+    with pytest.raises(UsageError, match="does not exist"):
+        report_html.write_html(tmp_path / "missing" / "r.html", [samples.roofline()])

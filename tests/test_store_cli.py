@@ -1,0 +1,149 @@
+"""history, show and report on a saved database, and their one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from servecheck import exitcodes
+from servecheck.cli import main as main_mod
+from servecheck.report import samples
+from servecheck.store.db import open_store
+
+
+def run_cli(args: list[str]) -> int:
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(args)
+    return int(info.value.code or 0)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "h.db"
+    with open_store(path) as store:
+        for doc in samples.all_kinds():
+            run_id = store.begin_run(doc)
+            store.update_run(run_id, doc, complete=doc["command"] != "log")  # the log run stays incomplete
+    return path
+
+
+def test_history_lists_runs_newest_first(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["history", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line[:1].isdigit()]
+    assert [line.split()[0] for line in lines] == ["6", "5", "4", "3", "2", "1"]
+    assert "incomplete" in lines[0] and "simulated" in lines[0]
+    assert "incomplete" not in lines[1]
+    assert "close" in lines[1]  # roofline's gate is its verdict
+
+
+def test_history_filters_and_json(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["history", "--db", str(db), "--command", "staircase", "--limit", "1", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["runs"]
+    assert [(r["id"], r["command"], r["verdict"]) for r in rows] == [(2, "staircase", "cluster")]
+
+
+def test_history_of_empty_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "empty.db"
+    open_store(path).close()
+    assert run_cli(["history", "--db", str(path)]) == 0
+    assert "No saved runs" in capsys.readouterr().err
+
+
+def test_show_renders_a_saved_run(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["show", "1", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "run 1 · staircase" in out
+    assert "SIMULATED" in out
+    assert "finish at 1.0 / 2.0 / 3.0 / 4.0 s" in out
+    assert "aggregate across N: flat" in out
+
+
+@pytest.mark.parametrize("run", ["3", "4", "5", "6", "last"])
+def test_show_every_kind(db: Path, run: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["show", run, "--db", str(db)]) == 0
+    assert "verdict:" in capsys.readouterr().out
+
+
+def test_show_json_to_stdout_is_the_saved_document(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["show", "5", "--db", str(db), "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["command"] == "roofline" and doc["run_id"] == 5 and doc["utilization"] == [0.574, 0.683]
+
+
+def test_show_marks_an_incomplete_run(db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["show", "6", "--db", str(db)]) == 0
+    assert "INCOMPLETE" in capsys.readouterr().out
+
+
+def test_report_writes_html_from_ids_and_files(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    saved = tmp_path / "run.json"
+    saved.write_text(json.dumps(samples.prefix_cache()))
+    out = tmp_path / "r.html"
+    assert run_cli(["report", "1", "2", str(saved), "--db", str(db), "--html", str(out)]) == 0
+    page = out.read_text()
+    assert page.count('<section class="run') == 3
+    assert "Wrote" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["show", "42"], exitcodes.ERROR, "Error: no run 42 in "),
+        (["show", "nope"], exitcodes.USAGE, "Error: 'nope' is not a run id, 'last', or a JSON result file"),
+        (["diff", "1", "42"], exitcodes.ERROR, "Error: no run 42 in "),
+        (["report", "1", "--html", "/nonexistent-dir/r.html"], exitcodes.USAGE, "Error: cannot write /nonexistent-dir/r.html"),
+        (["show", "missing.json"], exitcodes.USAGE, "Error: no such file: missing.json"),
+    ],
+)
+def test_bad_input_is_one_line(db: Path, args: list[str], code: int, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli([*args, "--db", str(db)]) == code
+    err = capsys.readouterr().err
+    assert err.startswith(message)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
+def test_unwritable_output(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    assert run_cli(["report", "1", "--db", str(db), "--html", str(locked / "r.html")]) == exitcodes.USAGE
+    assert capsys.readouterr().err.startswith("Error: cannot write")
+
+
+def test_output_path_that_is_a_folder(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["report", "1", "--db", str(db), "--html", str(tmp_path)]) == exitcodes.USAGE
+    assert capsys.readouterr().err.startswith("Error: cannot write")
+
+
+def test_bad_json_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert run_cli(["show", str(bad)]) == exitcodes.USAGE
+    assert capsys.readouterr().err.startswith(f"Error: {bad} is not valid JSON")
+
+
+@pytest.mark.parametrize("command", [["history"], ["show", "1"], ["report", "1", "--html", "x.html"], ["diff", "1", "2"]])
+def test_missing_database(tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli([*command, "--db", str(tmp_path / "absent.db")]) == exitcodes.ERROR
+    err = capsys.readouterr().err
+    assert err.startswith(f"Error: no history database at {tmp_path / 'absent.db'}")
+    assert not (tmp_path / "absent.db").exists()
+
+
+def test_corrupt_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"not sqlite\n" * 200)
+    assert run_cli(["history", "--db", str(bad)]) == exitcodes.ERROR
+    err = capsys.readouterr().err
+    assert err.startswith(f"Error: history database {bad} is not a SQLite database or is damaged")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_env_var_selects_the_database(db: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SERVECHECK_DB", str(db))
+    assert run_cli(["show", "2"]) == 0
+    assert "cluster" in capsys.readouterr().out
