@@ -177,7 +177,7 @@ def _group_notes(tied: bool, experts: Experts | None, rows: list[TensorRow]) -> 
     else:
         notes[C.EMBEDDING] = "one row per token"
     if experts is not None:
-        notes[C.ROUTED] = f"{experts.used} of {experts.count} per token ({experts.source})"
+        notes[C.ROUTED] = f"{experts.used} of {experts.count} per token"
     if any(r.group == C.EXCLUDED for r in rows):
         notes[C.EXCLUDED] = "resident but never run (MTP/NextN, vision, per-layer embeddings)"
     return notes

@@ -33,7 +33,8 @@ MAX_ARRAY_DEPTH = 3
 # Numeric metadata arrays up to this length are kept (per-layer head counts, sliding-window patterns);
 # longer ones (token scores, types) are skipped: the audit needs only their length.
 KEEP_ARRAY_MAX = 4096
-_CHUNK = 1 << 20
+_FIRST_CHUNK = 64 << 10  # most headers fit; a large vocabulary grows the window
+_MAX_CHUNK = 4 << 20
 
 # Smallest possible encodings, to refuse absurd counts before allocating anything.
 _MIN_KV_BYTES = 8 + 4 + 1  # empty key, value type, one-byte value
@@ -99,6 +100,7 @@ class _Cursor:
         self.base = 0  # file offset of buf[0]
         self.pos = 0  # absolute file offset
         self.bytes_read = 0
+        self.chunk = _FIRST_CHUNK
 
     def remaining(self) -> int:
         return self.file_bytes - self.pos
@@ -114,7 +116,8 @@ class _Cursor:
                 "the download or copy is incomplete; fetch the file again",
             )
         self.fh.seek(self.pos)
-        want = max(n, _CHUNK)
+        want = max(n, self.chunk)
+        self.chunk = min(self.chunk * 2, _MAX_CHUNK)
         data = self.fh.read(want)
         self.bytes_read += len(data)
         if len(data) < n:

@@ -238,7 +238,7 @@ def _group_notes(tied: bool, experts: Experts | None, rows: list[TensorRow]) -> 
     if tied:
         notes[C.HEAD] = "tied to the embedding (counted there)"
     if experts is not None:
-        notes[C.ROUTED] = f"{experts.used} of {experts.count} per token ({experts.source})"
+        notes[C.ROUTED] = f"{experts.used} of {experts.count} per token"
     if any(r.group == C.EXCLUDED for r in rows):
         notes[C.EXCLUDED] = "resident but never run (MTP, vision, audio, per-layer embeddings)"
     return notes
