@@ -304,9 +304,6 @@ class RequestRef:
     nonce: str
     detail: str
 
-    def label(self) -> str:
-        return f"N={self.n} rep {self.rep} request #{self.index} ({self.nonce}): {self.detail}"
-
     def to_dict(self) -> dict[str, Any]:
         return {"n": self.n, "rep": self.rep, "index": self.index, "nonce": self.nonce, "detail": self.detail}
 
@@ -464,7 +461,7 @@ def skew_finding(batches: Sequence[MeasuredBatch], single_s: float | None) -> Fi
     if not bad or single_s is None:
         return None
     worst = max(mb.batch.dispatch_skew_ns for mb in bad) / NS_PER_S
-    where = ", ".join(f"N={mb.n} rep {mb.rep}" for mb in bad)
+    where = ", ".join(f"N={mb.n} rep {mb.rep + 1}" for mb in bad)
     return Finding(
         code="dispatch_skew",
         message=(

@@ -135,7 +135,7 @@ def finding_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def _ref_label(r: dict[str, Any]) -> str:
-    return f"N={r['n']} rep {r['rep']} request #{r['index']} (nonce {r['nonce']}): {r['detail']}"
+    return f"N={r['n']} rep {r['rep'] + 1} request #{r['index']} (nonce {r['nonce']}): {r['detail']}"
 
 
 def report_lines(doc: dict[str, Any]) -> list[str]:

@@ -1,0 +1,113 @@
+"""`servecheck staircase` end to end against the simulated server on 127.0.0.1, port 0.
+
+The simulator's schedule is the ground truth: serial must read as a staircase, continuous batching as
+a cluster, K slots as groups of K. 64 tokens at ~12 ms make one request take ~0.8 s, so the gaps the
+verdicts rely on (0 vs ~1 single time) stay far apart even on a loaded 2-core machine.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servecheck import exitcodes
+from servecheck.cli import main as main_mod
+from servecheck.sim import SimConfig, sim_in_thread
+
+pytestmark = pytest.mark.timeout(120)
+
+TOKENS = 64
+TIMING = {"token_s": 0.012, "per_seq_s": 0.001, "prompt_token_s": 0.0001}
+
+
+def staircase(config: SimConfig, tmp_path: Path, *args: str) -> tuple[int, dict]:
+    """Run the command against a fresh simulator; returns the exit code and the JSON document."""
+    json_path = tmp_path / "staircase.json"
+    code = run_cli(config, "--json", str(json_path), *args)
+    return code, json.loads(json_path.read_text())
+
+
+def run_cli(config: SimConfig, *args: str) -> int:
+    with sim_in_thread(config) as sim:
+        argv = ["staircase", sim.url, "--tokens", str(TOKENS), "--prompt-tokens", "32", "--no-save", "--timeout", "60"]
+        with pytest.raises(SystemExit) as info:
+            main_mod.main([*argv, *args])
+    return int(info.value.code or 0)
+
+
+def verdicts(doc: dict) -> dict[int, str]:
+    return {p["n"]: p["verdict"] for p in doc["points"]}
+
+
+def test_serial_is_a_staircase(tmp_path, capsys):
+    code, doc = staircase(SimConfig(mode="serial", **TIMING), tmp_path, "--n", "1,2,4", "--expect", "staircase")
+    assert code == exitcodes.OK, doc["verdict_reason"]
+    assert verdicts(doc) == {1: "baseline", 2: "staircase", 4: "staircase"}
+    assert doc["verdict"] == "staircase" and doc["valid"] and doc["complete"] and doc["simulated"]
+    assert doc["trend"] == "flat"
+    top = doc["points"][-1]
+    assert top["tokens"] == [TOKENS] * 4
+    # The queue witness: the server's own timings say the k-th request waited about k-1 single times.
+    queue = top["batches"][0]["queue_s"]
+    assert queue[0] < 0.5 * doc["single_s"] < queue[1] < queue[2] < queue[3]
+    # The 350-versus-91 trap: the self-reported rates sum to about N times the true aggregate.
+    claimed = top["batches"][0]["self_reported_sum_tok_s"]
+    assert claimed > 3 * top["aggregate_tok_s"]
+    out = capsys.readouterr().out
+    assert "SIMULATED SERVER" in out
+    assert "MISLEADING" in out
+    assert any(line.startswith("N=4   finish at") and line.endswith("staircase") for line in out.splitlines())
+
+
+def test_batched_is_a_cluster_and_json_to_stdout(capsys):
+    code = run_cli(SimConfig(mode="batched", **TIMING), "--n", "1,2,4", "--json", "-")
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)  # stdout holds nothing but the document
+    assert code == exitcodes.OK, doc["verdict_reason"]
+    assert doc["command"] == "staircase" and doc["simulated"] is True
+    assert verdicts(doc) == {1: "baseline", 2: "cluster", 4: "cluster"}
+    assert doc["trend"] == "rising"
+    for point in doc["points"]:
+        assert set(point) >= {"n", "finish_s", "tokens", "aggregate_tok_s", "verdict", "batches"}
+        assert len(point["finish_s"]) == len(point["tokens"]) == point["n"]
+    assert "detected llamacpp API" in captured.err and "SIMULATED SERVER" in captured.err
+
+
+def test_two_slots_give_pairs(tmp_path):
+    code, doc = staircase(SimConfig(mode="slots", slots=2, **TIMING), tmp_path, "--n", "1,4", "--expect", "partial")
+    assert code == exitcodes.OK, doc["verdict_reason"]
+    assert verdicts(doc) == {1: "baseline", 4: "partial"}
+    assert doc["points"][-1]["batches"][0]["verdict"]["group_sizes"] == [2, 2]
+
+
+def test_four_slots_with_eight_requests_give_two_groups_of_four(tmp_path):
+    code, doc = staircase(SimConfig(mode="slots", slots=4, **TIMING), tmp_path, "--n", "1,8")
+    assert code == exitcodes.OK, doc["verdict_reason"]
+    assert verdicts(doc) == {1: "baseline", 8: "partial"}
+    assert doc["points"][-1]["batches"][0]["verdict"]["group_sizes"] == [4, 4]
+
+
+def test_eos_ceiling_names_short_requests_and_invalidates(tmp_path, capsys):
+    config = SimConfig(mode="batched", eos_ceiling=True, **TIMING)
+    code, doc = staircase(config, tmp_path, "--n", "1,2,4")
+    assert code == exitcodes.INVALID
+    assert doc["valid"] is False and doc["complete"] is True
+    requests = [
+        (p["n"], b["rep"], r["index"], r["tokens"]) for p in doc["points"] for b in p["batches"] for r in b["requests"]
+    ]
+    short = {(n, rep, i) for n, rep, i, tokens in requests if tokens < 0.95 * TOKENS}
+    assert short, "the simulator stopped no request early; the test proves nothing"
+    (finding,) = [f for f in doc["invalid"] if f["code"] == "output_length"]
+    assert {(r["n"], r["rep"], r["index"]) for r in finding["requests"]} == short
+    out = capsys.readouterr().out
+    assert "INVALID" in out
+    for r in finding["requests"]:
+        assert r["nonce"] in out  # each short request is named in the terminal output
+
+
+def test_expect_mismatch_exits_4(tmp_path):
+    code, doc = staircase(SimConfig(mode="serial", **TIMING), tmp_path, "--n", "1,2", "--expect", "cluster")
+    assert doc["verdict"] == "staircase"
+    assert code == exitcodes.EXPECT_MISMATCH
