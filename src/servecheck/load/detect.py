@@ -1,0 +1,184 @@
+"""Which engine and dialect a server speaks, which models it serves, and its per-request context.
+
+Probes, in order (engine_apis.md §8): llama.cpp `/props`, Ollama `/api/version`, vLLM `/version`,
+OpenAI `/v1/models`, then llama.cpp without `/props` (`/health` + a zero-token `/completion`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from servecheck.errors import ServerError
+from servecheck.model.records import ServerInfo
+
+if TYPE_CHECKING:
+    from servecheck.load.driver import LoadDriver
+
+# /v1/models `owned_by` values that name the engine behind an OpenAI-compatible API.
+_OWNERS = {"llamacpp": "llama.cpp", "vllm": "vllm", "sglang": "sglang", "library": "ollama", "ollama": "ollama"}
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    engine: str | None
+    dialect: str
+    via: str
+    version: str | None = None
+    props: dict[str, Any] = field(default_factory=dict)
+
+
+async def identify(driver: LoadDriver) -> Identity | None:
+    for probe in (_llamacpp_props, _ollama, _vllm, _openai_models, _llamacpp_bare):
+        found = await probe(driver)
+        if found is not None:
+            return found
+    return None
+
+
+async def _llamacpp_props(driver: LoadDriver) -> Identity | None:
+    status, data = await driver.probe("GET", "/props")
+    keys = ("default_generation_settings", "total_slots", "build_info")
+    if status != 200 or not isinstance(data, dict) or not any(k in data for k in keys):
+        return None
+    engine = "simulator" if data.get("simulated") is True else "llama.cpp"
+    return Identity(engine, "llamacpp", "/props", _str(data.get("build_info")), data)
+
+
+async def _ollama(driver: LoadDriver) -> Identity | None:
+    status, data = await driver.probe("GET", "/api/version")
+    if status != 200 or not isinstance(data, dict) or "version" not in data:
+        return None
+    return Identity("ollama", "ollama", "/api/version", _str(data.get("version")), data)
+
+
+async def _vllm(driver: LoadDriver) -> Identity | None:
+    status, data = await driver.probe("GET", "/version")
+    if status != 200 or not isinstance(data, dict) or "version" not in data:
+        return None
+    return Identity("vllm", "openai", "/version", _str(data.get("version")), data)
+
+
+async def _openai_models(driver: LoadDriver) -> Identity | None:
+    status, data = await driver.probe("GET", "/v1/models")
+    if status != 200 or not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        return None
+    owners = [m.get("owned_by") for m in data["data"] if isinstance(m, dict)]
+    engine = next((_OWNERS[o] for o in owners if o in _OWNERS), None)
+    return Identity(engine, "openai", "/v1/models", None, {})
+
+
+async def _llamacpp_bare(driver: LoadDriver) -> Identity | None:
+    status, data = await driver.probe("GET", "/health")
+    if status != 200 or not isinstance(data, dict) or data.get("status") != "ok":
+        return None
+    status, data = await driver.probe("POST", "/completion", {"prompt": "", "n_predict": 0})
+    if status != 200 or not isinstance(data, dict) or "content" not in data:
+        return None
+    return Identity("llama.cpp", "llamacpp", "/health + /completion", None, {})
+
+
+async def list_models(driver: LoadDriver, found: Identity | None) -> tuple[str, ...]:
+    if found is not None and found.engine == "ollama":
+        status, data = await driver.probe("GET", "/api/tags")
+        return _names(data, "models", "name") if status == 200 else ()
+    status, data = await driver.probe("GET", "/v1/models")
+    models = _names(data, "data", "id") if status == 200 else ()
+    if not models and found is not None and found.props.get("model_path"):
+        models = (str(found.props["model_path"]).rsplit("/", 1)[-1],)
+    return models
+
+
+def pick_model(url: str, wanted: str | None, models: tuple[str, ...], found: Identity | None) -> str | None:
+    """The requested model if the server offers it, else the server's first model."""
+    if wanted is None:
+        return models[0] if models else None
+    single_model_engine = found is not None and found.engine == "llama.cpp" and len(models) <= 1
+    if not models or single_model_engine or _offers(models, wanted):
+        return wanted  # llama.cpp serves its one model whatever the name says
+    raise ServerError(
+        f"model {wanted!r} not found at {url}; the server offers: {', '.join(models)}",
+        "pick one of them with --model",
+        status=404,
+    )
+
+
+def _offers(models: tuple[str, ...], wanted: str) -> bool:
+    # Ollama names carry a tag; "llama3" means "llama3:latest".
+    return wanted in models or f"{wanted}:latest" in models
+
+
+async def server_info(
+    driver: LoadDriver,
+    found: Identity | None,
+    dialect: str,
+    model: str | None,
+    models: tuple[str, ...],
+    saw_simulated: bool,
+) -> ServerInfo:
+    props = found.props if found is not None else {}
+    engine = found.engine if found is not None else None
+    simulated = saw_simulated or props.get("simulated") is True or engine == "simulator"
+    n_ctx = await _n_ctx(driver, found, model)
+    slots = props.get("total_slots") if isinstance(props.get("total_slots"), int) else None
+    return ServerInfo(
+        url=driver.url,
+        dialect=dialect,
+        model=model,
+        models=models,
+        engine=engine,
+        version=found.version if found is not None else None,
+        simulated=simulated,
+        n_ctx_per_request=n_ctx,
+        total_slots=slots,
+        props=props,
+        notes=(_note(driver.target.api, found, dialect, slots, n_ctx, simulated),),
+    )
+
+
+async def _n_ctx(driver: LoadDriver, found: Identity | None, model: str | None) -> int | None:
+    if found is None:
+        return None
+    settings = found.props.get("default_generation_settings")
+    if isinstance(settings, dict) and isinstance(settings.get("n_ctx"), int):
+        return int(settings["n_ctx"])  # the per-slot context
+    if found.engine == "ollama" and model:
+        return await _ollama_n_ctx(driver, model)
+    return None
+
+
+async def _ollama_n_ctx(driver: LoadDriver, model: str) -> int | None:
+    status, data = await driver.probe("GET", "/api/ps")
+    for entry in (data or {}).get("models", []) if status == 200 else []:
+        if isinstance(entry, dict) and entry.get("name") in (model, f"{model}:latest"):
+            if isinstance(entry.get("context_length"), int):
+                return int(entry["context_length"])
+    status, data = await driver.probe("POST", "/api/show", {"model": model})
+    params = data.get("parameters") if status == 200 and isinstance(data, dict) else None
+    match = re.search(r"num_ctx\s+(\d+)", params) if isinstance(params, str) else None
+    return int(match.group(1)) if match else None
+
+
+def _note(api: str, found: Identity | None, dialect: str, slots: int | None, n_ctx: int | None, sim: bool) -> str:
+    how = f"--api {api} (forced)" if api != "auto" else f"detected via {found.via}" if found else "auto"
+    engine = (found.engine if found else None) or "an OpenAI-compatible server"
+    parts = [f"{engine}, dialect {dialect}, {how}"]
+    if slots is not None:
+        parts.append(f"{slots} slots")
+    if n_ctx is not None:
+        parts.append(f"{n_ctx} tokens of context per request")
+    if sim:
+        parts.append("SIMULATED server")
+    return "; ".join(parts)
+
+
+def _names(data: Any, key: str, name_key: str) -> tuple[str, ...]:
+    entries = data.get(key) if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return ()
+    return tuple(str(e[name_key]) for e in entries if isinstance(e, dict) and e.get(name_key))
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)

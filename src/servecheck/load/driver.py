@@ -1,0 +1,421 @@
+"""The streaming load driver: detection, single requests, and batches released from a start barrier.
+
+aiohttp, not httpx: `content.readany()` hands us each raw chunk as it arrives, so every event
+is stamped on arrival, and the simulated server is built on aiohttp too: one HTTP library
+shared by both sides of every test.
+
+Honest concurrency: each batch opens fresh connections (one per lane, warmed with a cheap
+GET) before the barrier, releases them together, never retries, and measures dispatch skew.
+A request that fails is a `RequestRecord` with a status, never an exception through a batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import aiohttp
+
+from servecheck.client.base import RunClock, StreamParseError, Target, shorten
+from servecheck.client.dialects import Dialect, get_dialect
+from servecheck.client.ndjson import NdjsonParser
+from servecheck.client.sse import SseParser, loads_object
+from servecheck.client.tally import StreamTally
+from servecheck.errors import ConnectError, ProtocolError, RequestTimeout, ServerError, UsageError
+from servecheck.load.detect import identify, list_models, pick_model, server_info
+from servecheck.model.records import BatchResult, GenRequest, RequestRecord, RequestStatus, ServerInfo
+
+SIMULATED_HEADER = "X-Servecheck-Simulated"
+# Detection and tokenize calls are cheap; a server that takes longer than this is not answering.
+CONTROL_TIMEOUT_S = 30.0
+# Bytes of an HTTP error body worth reading for its message.
+ERROR_BODY_BYTES = 4096
+
+
+def base_url(url: str) -> str:
+    """The server root: an OpenAI-style base URL ending in /v1 is accepted and trimmed."""
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+class LoadDriver:
+    """Talks to one server. Use as `async with LoadDriver(target) as driver:`."""
+
+    def __init__(self, target: Target, clock: RunClock | None = None) -> None:
+        self.target = target
+        self.clock = clock if clock is not None else RunClock.start()
+        self.url = base_url(target.url)
+        self.info: ServerInfo | None = None
+        self._dialect: Dialect | None = None if target.api == "auto" else get_dialect(target.api)
+        self._session: aiohttp.ClientSession | None = None
+        self._saw_simulated = False
+        self._can_tokenize: bool | None = None
+
+    def __repr__(self) -> str:
+        return f"LoadDriver(url={self.url!r}, api={self.target.api!r})"
+
+    async def __aenter__(self) -> LoadDriver:
+        self._session = self._new_session(limit=0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    # ---- sessions, headers, errors -------------------------------------------------------
+
+    def _headers(self) -> dict[str, str]:
+        headers = dict(self.target.headers)
+        if self.target.api_key:
+            headers["Authorization"] = f"Bearer {self.target.api_key}"
+        return headers
+
+    def _new_session(self, limit: int) -> aiohttp.ClientSession:
+        # No total timeout on streams (a 5-minute default would kill long runs); the first-token
+        # and stall limits are enforced while reading, the request limit here.
+        timeout = aiohttp.ClientTimeout(
+            total=self.target.request_timeout_s,
+            connect=self.target.connect_timeout_s,
+            sock_connect=self.target.connect_timeout_s,
+        )
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0)
+        return aiohttp.ClientSession(connector=connector, headers=self._headers(), timeout=timeout)
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("use LoadDriver as `async with LoadDriver(target) as driver:`")
+        return self._session
+
+    def scrub(self, text: str) -> str:
+        """Remove the API key and header values from anything that may be shown or saved."""
+        secrets = [self.target.api_key or ""] + [v for _, v in self.target.headers]
+        for secret in secrets:
+            if len(secret) >= 4:
+                text = text.replace(secret, "***")
+        return text
+
+    def _note_headers(self, resp: aiohttp.ClientResponse) -> None:
+        if resp.headers.get(SIMULATED_HEADER, "").strip() == "1":
+            self._saw_simulated = True
+
+    def _connect_error(self, exc: BaseException) -> ConnectError:
+        if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+            return ConnectError(
+                f"TLS certificate of {self.url} was refused: {shorten(str(exc.certificate_error))}",
+                "check the https URL's certificate",
+            )
+        reason = getattr(exc, "os_error", None) or exc
+        return ConnectError(
+            self.scrub(f"cannot connect to {self.url}: {shorten(str(reason))}"),
+            "check the host and port; is the server running?",
+        )
+
+    # ---- control requests ----------------------------------------------------------------
+
+    async def _call(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+        """One short request, with network errors translated into servecheck errors."""
+        url = self.url + path
+        timeout = aiohttp.ClientTimeout(total=CONTROL_TIMEOUT_S, sock_connect=self.target.connect_timeout_s)
+        try:
+            async with self.session.request(method, url, json=body, timeout=timeout) as resp:
+                self._note_headers(resp)
+                return resp.status, await resp.content.read(1 << 22)
+        except aiohttp.ClientConnectorError as exc:
+            raise self._connect_error(exc) from exc
+        except TimeoutError as exc:
+            raise RequestTimeout(f"{url} did not answer within {CONTROL_TIMEOUT_S:g} s", "is the server overloaded?") from exc
+        except aiohttp.ClientError as exc:
+            raise ConnectError(self.scrub(f"{url}: {shorten(str(exc))}"), "is this an HTTP server?") from exc
+
+    async def probe(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        """(status, decoded JSON or None). HTTP errors are returned, not raised; 401/403 are raised."""
+        status, raw = await self._call(method, path, body)
+        if status in (401, 403):
+            raise ServerError(
+                f"{self.url}{path} refused the request (HTTP {status}): {self.scrub(_message(raw))}",
+                "pass --api-key or --header 'Authorization: Bearer ...'",
+                status=status,
+            )
+        try:
+            return status, loads_object(raw.decode("utf-8", errors="replace")) if raw.strip()[:1] == b"{" else None
+        except StreamParseError:
+            return status, None
+
+    async def get_json(self, path: str) -> Any | None:
+        """GET a JSON document; None on 404. Other HTTP errors raise ServerError."""
+        status, raw = await self._call("GET", path)
+        if status == 404:
+            return None
+        self._raise_for(status, path, raw)
+        import json
+
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise ProtocolError(f"{self.url}{path} did not return JSON: {shorten(raw.decode(errors='replace'))!r}") from exc
+
+    async def get_text(self, path: str) -> str | None:
+        """GET a text document (e.g. /metrics); None on 404."""
+        status, raw = await self._call("GET", path)
+        if status == 404:
+            return None
+        self._raise_for(status, path, raw)
+        return raw.decode("utf-8", errors="replace")
+
+    def _raise_for(self, status: int, path: str, raw: bytes) -> None:
+        if status >= 400:
+            raise ServerError(f"{self.url}{path}: HTTP {status}: {self.scrub(_message(raw))}", status=status)
+
+    # ---- detection and tokenizing --------------------------------------------------------
+
+    async def detect(self) -> ServerInfo:
+        """Identify the engine and dialect, list the models and fill `ServerInfo`."""
+        found = await identify(self)
+        if found is None and self.target.api == "auto":
+            raise ProtocolError(
+                f"no LLM API found at {self.url}: tried {', '.join(_TRIED)}",
+                "is this the inference server's URL and port? force a dialect with --api",
+            )
+        dialect = self.target.api if self.target.api != "auto" else found.dialect  # type: ignore[union-attr]
+        self._dialect = get_dialect(dialect)
+        models = await list_models(self, found)
+        model = pick_model(self.url, self.target.model, models, found)
+        self.info = await server_info(self, found, dialect, model, models, self._saw_simulated)
+        return self.info
+
+    async def _ready(self) -> Dialect:
+        if self.info is None:
+            await self.detect()
+        assert self._dialect is not None
+        return self._dialect
+
+    async def tokenize(self, text: str) -> int | None:
+        """The prompt's length in the server's tokens, or None when the server has no tokenizer endpoint."""
+        if self._can_tokenize is False:
+            return None
+        await self._ready()
+        status, data = await self.probe("POST", "/tokenize", self._tokenize_body(text))
+        count = _token_count(data) if status == 200 else None
+        self._can_tokenize = count is not None
+        return count
+
+    def _tokenize_body(self, text: str) -> dict[str, Any]:
+        engine = self.info.engine if self.info else None
+        if engine == "llama.cpp":
+            return {"content": text, "add_special": True}  # count BOS as the server will
+        body: dict[str, Any] = {"prompt": text, "content": text}
+        if self.info and self.info.model:
+            body["model"] = self.info.model
+        return body
+
+    # ---- generation ----------------------------------------------------------------------
+
+    async def generate(self, req: GenRequest) -> RequestRecord:
+        """One streamed request on the shared session, no barrier."""
+        dialect = await self._ready()
+        return await self._send(self.session, dialect, req)
+
+    async def run_batch(self, reqs: Sequence[GenRequest], in_flight: int | None = None) -> BatchResult:
+        """Release `reqs` together from a start barrier (at most `in_flight` at once)."""
+        if not reqs:
+            raise UsageError("a batch needs at least one request")
+        if in_flight is not None and in_flight < 1:
+            raise UsageError(f"in_flight must be >= 1, got {in_flight}")
+        dialect = await self._ready()
+        lanes = len(reqs) if in_flight is None else min(in_flight, len(reqs))
+        sessions = [self._new_session(limit=1) for _ in range(lanes)]
+        try:
+            await asyncio.gather(*(self._warm(s, dialect) for s in sessions))
+            release_ns, records, first_sends = await self._release(sessions, dialect, reqs)
+        finally:
+            await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
+        ordered = tuple(sorted(records, key=lambda r: r.index))
+        return BatchResult(release_ns, lanes, ordered, max(first_sends) - min(first_sends))
+
+    async def _warm(self, session: aiohttp.ClientSession, dialect: Dialect) -> None:
+        """Open this lane's connection before the barrier, so TCP/TLS setup is not timed."""
+        try:
+            async with session.get(self.url + dialect.warm_path) as resp:
+                await resp.read()
+        except (aiohttp.ClientError, TimeoutError):
+            pass  # the request itself will record the failure
+
+    async def _release(
+        self, sessions: list[aiohttp.ClientSession], dialect: Dialect, reqs: Sequence[GenRequest]
+    ) -> tuple[int, list[RequestRecord], list[int]]:
+        gate = asyncio.Event()
+        queue = deque(reqs)
+        records: list[RequestRecord] = []
+        first_sends: list[int] = []
+
+        async def lane(session: aiohttp.ClientSession) -> None:
+            await gate.wait()
+            wave: list[int] | None = first_sends  # only a lane's first request was released together
+            while queue:
+                records.append(await self._send(session, dialect, queue.popleft(), wave))
+                wave = None
+
+        tasks = [asyncio.create_task(lane(s)) for s in sessions]
+        await asyncio.sleep(0)  # every lane reaches the gate before it opens
+        release_ns = self.clock.now_ns()
+        gate.set()
+        await asyncio.gather(*tasks)
+        return release_ns, records, first_sends
+
+    async def _send(
+        self,
+        session: aiohttp.ClientSession,
+        dialect: Dialect,
+        req: GenRequest,
+        first_sends: list[int] | None = None,
+    ) -> RequestRecord:
+        body = dialect.body(req, self.info.model if self.info else self.target.model)
+        tally = StreamTally()
+        send_ns = self.clock.now_ns()
+        outcome = await self._stream(session, dialect, body, tally, send_ns, first_sends)
+        return self._record(req, send_ns, tally, outcome)
+
+    async def _stream(
+        self,
+        session: aiohttp.ClientSession,
+        dialect: Dialect,
+        body: dict[str, Any],
+        tally: StreamTally,
+        send_ns: int,
+        first_sends: list[int] | None,
+    ) -> _Outcome:
+        wait_s = self.target.first_token_timeout_s
+        http_status: int | None = None
+        if first_sends is not None:
+            first_sends.append(send_ns)
+        try:
+            async with asyncio.timeout(wait_s) as deadline:
+                async with session.post(self.url + dialect.path, json=body) as resp:
+                    http_status = resp.status
+                    self._note_headers(resp)
+                    if resp.status >= 400:
+                        return _Outcome("error", http_status, await self._http_error(resp))
+                    await self._read(resp, dialect, tally, deadline)
+        except TimeoutError:
+            return _Outcome("timeout", http_status, self._timeout_message(tally, deadline.expired()))
+        except StreamParseError as exc:
+            return _Outcome("error", http_status, self.scrub(exc.message))
+        except aiohttp.ClientConnectorError as exc:
+            return _Outcome("error", http_status, self._connect_error(exc).message)
+        except aiohttp.ClientError as exc:
+            return _Outcome("error", http_status, self.scrub(f"connection lost: {shorten(str(exc) or type(exc).__name__)}"))
+        return _Outcome("ok", http_status, None)
+
+    async def _read(
+        self, resp: aiohttp.ClientResponse, dialect: Dialect, tally: StreamTally, deadline: asyncio.Timeout
+    ) -> None:
+        parser: SseParser | NdjsonParser = SseParser() if dialect.framing == "sse" else NdjsonParser()
+        loop = asyncio.get_running_loop()
+        stall_s = self.target.first_token_timeout_s
+        t_ns = self.clock.now_ns()
+        while tally.final_ns is None:
+            chunk = await resp.content.readany()
+            t_ns = self.clock.now_ns()
+            if not chunk:
+                break
+            _apply(parser.feed(chunk), dialect, tally, t_ns)
+            if tally.first_token_ns is not None:
+                deadline.reschedule(loop.time() + stall_s)
+        if tally.final_ns is None:
+            _apply(parser.close(), dialect, tally, t_ns)
+
+    def _timeout_message(self, tally: StreamTally, ours: bool) -> str:
+        if not ours:
+            return f"request did not finish within {self.target.request_timeout_s:g} s (request timeout)"
+        if tally.first_token_ns is None:
+            return f"no token within {self.target.first_token_timeout_s:g} s of sending (first-token timeout; raise --timeout)"
+        return f"stream stalled: no data for {self.target.first_token_timeout_s:g} s after {tally.events} token events"
+
+    async def _http_error(self, resp: aiohttp.ClientResponse) -> str:
+        raw = await resp.content.read(ERROR_BODY_BYTES)
+        message = f"HTTP {resp.status}: {_message(raw)}"
+        models = self.info.models if self.info else ()
+        if resp.status == 404 and models:
+            message += f" (the server offers: {', '.join(models)})"
+        return self.scrub(message)
+
+    def _record(self, req: GenRequest, send_ns: int, tally: StreamTally, outcome: _Outcome) -> RequestRecord:
+        status, error = outcome.status, outcome.error
+        if status == "ok" and tally.error is not None:
+            status, error = "error", self.scrub(f"server error in stream: {shorten(tally.error)}")
+        if status == "ok" and tally.final_ns is None and tally.finish_reason is None:
+            status, error = "error", "stream ended before the server's final event (disconnected?)"
+        count = tally.count()
+        return RequestRecord(
+            index=req.index,
+            nonce=req.nonce,
+            status=status,
+            tokens_requested=req.max_tokens,
+            send_ns=send_ns,
+            first_token_ns=tally.first_token_ns,
+            end_ns=(tally.final_ns or tally.last_event_ns) if status == "ok" else tally.last_event_ns,
+            token_ns=tuple(tally.token_ns),
+            tokens=count.tokens,
+            tokens_source=count.source,
+            finish_reason=tally.finish_reason,
+            http_status=outcome.http_status,
+            error=error,
+            prompt_tokens=req.prompt_tokens if req.prompt_tokens is not None else _server_prompt_len(tally, self._dialect),
+            server=tally.server,
+            text=tally.text,
+        )
+
+
+class _Outcome:
+    __slots__ = ("status", "http_status", "error")
+
+    def __init__(self, status: RequestStatus, http_status: int | None, error: str | None) -> None:
+        self.status, self.http_status, self.error = status, http_status, error
+
+
+_TRIED = ("/props", "/api/version", "/version", "/v1/models", "/health + /completion")
+
+
+def _apply(events: list[Any], dialect: Dialect, tally: StreamTally, t_ns: int) -> None:
+    for event in events:
+        if isinstance(event, dict):
+            tally.add(dialect.read(event), t_ns)
+        elif event.done:
+            tally.done(t_ns)
+        else:
+            tally.add(dialect.read(event.json()), t_ns)
+
+
+def _message(raw: bytes) -> str:
+    """The server's own error message from an error body, shortened to one line."""
+    text = raw.decode("utf-8", errors="replace")
+    try:
+        data = loads_object(text)
+    except StreamParseError:
+        return shorten(text, 200) or "(empty body)"
+    err = data.get("error", data)
+    if isinstance(err, dict):
+        err = err.get("message") or err.get("detail") or err
+    return shorten(str(data.get("detail", err) if "error" not in data else err), 200)
+
+
+def _token_count(data: Any) -> int | None:
+    if not isinstance(data, dict):
+        return None
+    if isinstance(data.get("count"), int):
+        return int(data["count"])
+    tokens = data.get("tokens")
+    return len(tokens) if isinstance(tokens, list) else None
+
+
+def _server_prompt_len(tally: StreamTally, dialect: Dialect | None) -> int | None:
+    server = tally.server
+    if server is None or server.prompt_tokens is None:
+        return None
+    if dialect is not None and dialect.name == "llamacpp":
+        return server.prompt_tokens + (server.cached_prompt_tokens or 0)  # prompt_n excludes cached tokens
+    return server.prompt_tokens

@@ -1,0 +1,117 @@
+"""Prompts of equal length in tokens and different bytes, each starting with its own nonce.
+
+A shared prefix would let a prefix cache fake a concurrency win, so every prompt opens with
+a random nonce. Lengths are measured with the server's `/tokenize` where it has one and
+adjusted word by word until they hit the target; otherwise they are estimated, and the
+driver reports the server's own prompt-token count instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from servecheck.model.records import GenRequest
+
+if TYPE_CHECKING:
+    from servecheck.load.driver import LoadDriver
+
+# Common short words that are a single token (with their leading space) in the usual BPE
+# and SentencePiece vocabularies, so one word added or removed moves the length by one.
+WORDS: tuple[str, ...] = tuple(
+    "the of and to in is was for on that with as by at from it his an were are which this be "
+    "not had one have but or all new more first also time after two her can may its only other "
+    "into over most been would some there when than out up so them these then year made such "
+    "back any well way day said should him where each man city part great world own life high "
+    "old down many work long just name even under last still before school game team war".split()
+)
+# Tokenizer round trips allowed per prompt while adjusting its length.
+MAX_ADJUST_ROUNDS = 8
+# Prompts measured at once: /tokenize is cheap, but not worth flooding a server with.
+TOKENIZE_CONCURRENCY = 8
+# Nonce tokens plus framing, assumed when no tokenizer is available.
+NONCE_TOKENS_ESTIMATE = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    text: str
+    nonce: str
+    prompt_tokens: int | None  # measured with the server's tokenizer; None when it has none
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def new_nonce(rng: random.Random) -> str:
+    return f"{rng.getrandbits(48):012x}"
+
+
+def _text(nonce: str, words: list[str]) -> str:
+    return f"{nonce}:" + "".join(f" {w}" for w in words)
+
+
+async def fixed_prompt(
+    driver: LoadDriver, prompt_tokens: int, rng: random.Random, nonce: str | None = None
+) -> Prompt:
+    """One prompt of `prompt_tokens` tokens (where measurable) starting with `nonce` (random if None)."""
+    nonce = nonce if nonce is not None else new_nonce(rng)
+    words = [rng.choice(WORDS) for _ in range(max(prompt_tokens - NONCE_TOKENS_ESTIMATE, 1))]
+    measured = await driver.tokenize(_text(nonce, words))
+    for _ in range(MAX_ADJUST_ROUNDS):
+        if measured is None or measured == prompt_tokens:
+            break
+        words = _adjust(words, prompt_tokens - measured, rng)
+        measured = await driver.tokenize(_text(nonce, words))
+    return Prompt(_text(nonce, words), nonce, measured)
+
+
+def _adjust(words: list[str], delta: int, rng: random.Random) -> list[str]:
+    if delta > 0:
+        return words + [rng.choice(WORDS) for _ in range(delta)]
+    return words[: max(len(words) + delta, 1)]
+
+
+async def make_requests(
+    driver: LoadDriver,
+    n: int,
+    prompt_tokens: int,
+    max_tokens: int,
+    rng: random.Random,
+    start_index: int = 0,
+    cache_prompt: bool | None = None,
+) -> list[GenRequest]:
+    """`n` requests with equal-length prompts, each opening with its own nonce."""
+    nonces = _distinct_nonces(n, rng)
+    seeds = [rng.getrandbits(32) for _ in range(n)]  # each prompt's words, independent of timing
+    gate = asyncio.Semaphore(TOKENIZE_CONCURRENCY)
+
+    async def one(i: int) -> GenRequest:
+        async with gate:
+            prompt = await fixed_prompt(driver, prompt_tokens, random.Random(seeds[i]), nonces[i])
+        return GenRequest(
+            index=start_index + i,
+            prompt=prompt.text,
+            nonce=prompt.nonce,
+            max_tokens=max_tokens,
+            prompt_tokens=prompt.prompt_tokens,
+            cache_prompt=cache_prompt,
+        )
+
+    # A prompt that misses the target after adjusting keeps its measured length: never claim what was not measured.
+    return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+def _distinct_nonces(n: int, rng: random.Random) -> list[str]:
+    """Nonces whose first two characters differ (while n <= 256), so even their first tokens differ."""
+    heads: set[str] = set()
+    nonces: list[str] = []
+    while len(nonces) < n:
+        nonce = new_nonce(rng)
+        if (nonce[:2] in heads and len(heads) < 256) or nonce in nonces:
+            continue
+        heads.add(nonce[:2])
+        nonces.append(nonce)
+    return nonces
