@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from servecheck.load.driver import LoadDriver
 
 # /v1/models `owned_by` values that name the engine behind an OpenAI-compatible API.
-_OWNERS = {"llamacpp": "llama.cpp", "vllm": "vllm", "sglang": "sglang", "library": "ollama", "ollama": "ollama"}
+_OWNERS = {"servecheck-sim": "simulator", "llamacpp": "llama.cpp", "vllm": "vllm", "sglang": "sglang", "library": "ollama", "ollama": "ollama"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,8 @@ async def _llamacpp_props(driver: LoadDriver) -> Identity | None:
     keys = ("default_generation_settings", "total_slots", "build_info")
     if status != 200 or not isinstance(data, dict) or not any(k in data for k in keys):
         return None
-    engine = "simulator" if data.get("simulated") is True else "llama.cpp"
+    simulated = data.get("simulated") is True or data.get("servecheck_simulated") is True
+    engine = "simulator" if simulated else "llama.cpp"
     return Identity(engine, "llamacpp", "/props", _str(data.get("build_info")), data)
 
 
@@ -119,7 +120,7 @@ async def server_info(
 ) -> ServerInfo:
     props = found.props if found is not None else {}
     engine = found.engine if found is not None else None
-    simulated = saw_simulated or props.get("simulated") is True or engine == "simulator"
+    simulated = saw_simulated or engine == "simulator"
     n_ctx = await _n_ctx(driver, found, model)
     slots = props.get("total_slots") if isinstance(props.get("total_slots"), int) else None
     return ServerInfo(
