@@ -75,7 +75,7 @@ def test_page_is_self_contained() -> None:
     assert c.count("nav", "toc") == 1
 
 
-@pytest.mark.parametrize(("serial", "finish_text"), [(True, "1.0 / 2.0 / 3.0 / 4.0"), (False, "1.3 / 1.3 / 1.3 / 1.3")])
+@pytest.mark.parametrize(("serial", "finish_text"), [(True, "1.00 / 2.00 / 3.00 / 4.00"), (False, "1.30 / 1.30 / 1.30 / 1.30")])
 def test_staircase_has_a_lane_chart_per_n_and_a_throughput_chart(serial: bool, finish_text: str) -> None:
     doc = samples.staircase(serial=serial, ns=(1, 2, 4))
     page, c = parse([doc])

@@ -309,7 +309,9 @@ def _ratio_note(points: list[dict[str, Any]]) -> str:
 
 def _finishes(point: dict[str, Any]) -> str:
     values = [as_float(v) for v in as_list(point.get("finish_s"))]
-    shown = [f"{v:.1f}" if v is not None else DASH for v in values]
+    # seed-000 shape: one decimal for runs of seconds, two when everything is under 10 s
+    digits = 2 if max((v for v in values if v is not None), default=0.0) < 10 else 1
+    shown = [f"{v:.{digits}f}" if v is not None else DASH for v in values]
     return esc(" / ".join(shown)) if shown else DASH
 
 

@@ -1,0 +1,121 @@
+"""The HTML report in a real headless Chromium: charts render, nothing is fetched, hostile strings stay text."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servecheck.cli import main as main_mod
+from servecheck.report import samples
+from servecheck.report.html import write_html
+
+CHROMIUM = os.environ.get("SERVECHECK_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--headless",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+HOSTILE_SCRIPT = "<script>alert(1)</script>"
+HOSTILE_IMG = "<img src=x onerror=alert(1)>"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.timeout(240),
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium: run scripts/install-test-deps.sh"),
+]
+
+# Per chart: its class and how many drawn marks (bars or dots) it should hold.
+CHART_COUNT_JS = """() => Array.from(document.querySelectorAll('svg.chart')).map(svg => {
+  const box = svg.getBoundingClientRect();
+  const marks = Array.from(svg.querySelectorAll('rect.bar, circle.dot'))
+    .filter(el => { const b = el.getBBox(); return b.width > 0 && b.height > 0; });
+  return {kind: svg.getAttribute('class'), width: box.width, height: box.height, marks: marks.length};
+})"""
+
+
+def simulated_staircase(tmp_path: Path) -> dict[str, Any]:
+    """A staircase run against the simulator in hostile mode: markup in the model name and the generated text."""
+    sim = pytest.importorskip("servecheck.sim")
+    out = tmp_path / "staircase.json"
+    with sim.sim_in_thread(sim.SimConfig(mode="serial", hostile=True)) as server:
+        with pytest.raises(SystemExit) as info:
+            main_mod.main(["--quiet", "staircase", server.url, "--n", "1,2,4", "--tokens", "12", "--prompt-tokens", "8",
+                           "--no-save", "--json", str(out)])
+    assert info.value.code in (0, 3)
+    doc: dict[str, Any] = json.loads(out.read_text())
+    assert HOSTILE_SCRIPT in doc["server"]["model"]
+    return doc
+
+
+def hostile_log() -> dict[str, Any]:
+    line = f"WARNING: {HOSTILE_SCRIPT} continuous batching disabled {HOSTILE_IMG}"
+    return samples.log(line=line)
+
+
+def open_report(path: Path, tmp_path: Path) -> dict[str, Any]:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    dialogs: list[str] = []
+    requests: list[str] = []
+    with sync_api.sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            str(tmp_path / "profile"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+            viewport={"width": 1100, "height": 900},
+        )
+        try:
+            # the report itself is the only thing allowed to load; everything else is blocked and recorded
+            uri = path.as_uri()
+            context.route("**/*", lambda route: route.continue_() if route.request.url == uri else route.abort())
+            page = context.new_page()
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(path.as_uri(), wait_until="load")
+            page.wait_for_timeout(300)  # give any injected handler (there must be none) time to fire
+            result = {
+                "charts": page.evaluate(CHART_COUNT_JS),
+                "text": page.inner_text("body"),
+                "img": page.locator("img").count(),
+                "script": page.locator("script").count(),
+                "onerror": page.locator("[onerror]").count(),
+            }
+            page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+        finally:
+            context.close()
+    result["dialogs"] = dialogs
+    result["requests"] = [u for u in requests if u != path.as_uri()]
+    return result
+
+
+def test_report_renders_and_hostile_strings_stay_text(tmp_path: Path) -> None:
+    staircase = simulated_staircase(tmp_path)
+    docs = [staircase, samples.arms(), samples.prefix_cache(working=True), samples.roofline(), hostile_log()]
+    report = tmp_path / "report.html"
+    write_html(report, docs)
+
+    seen = open_report(report, tmp_path)
+
+    kinds = [c["kind"] for c in seen["charts"]]
+    assert kinds == ["chart timeline"] * 3 + ["chart lines", "chart bars", "chart bars", "chart ranges"]
+    assert all(c["width"] > 100 and c["height"] > 50 for c in seen["charts"])
+    # marks per chart: lanes of 1, 2 and 4 requests (two segments each), 2 series x 3 N,
+    # arms decomposition 2 x 3, four TTFT sends, roofline lo + range + achieved
+    assert [c["marks"] for c in seen["charts"]] == [2, 4, 8, 6, 6, 4, 3]
+    assert seen["dialogs"] == []
+    assert seen["requests"] == []
+    assert seen["img"] == 0 and seen["script"] == 0 and seen["onerror"] == 0
+    text = seen["text"]
+    assert HOSTILE_SCRIPT in text and HOSTILE_IMG in text  # shown as text: model name, generated text, log line
+    assert f"WARNING: {HOSTILE_SCRIPT} continuous batching disabled {HOSTILE_IMG}" in text
+    assert "SIMULATED" in text
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+    keep = os.environ.get("SERVECHECK_KEEP_SCREENSHOT")
+    if keep:
+        shutil.copy(tmp_path / "report.png", keep)
