@@ -8,6 +8,9 @@ verdicts rely on (0 vs ~1 single time) stay far apart even on a loaded 2-core ma
 from __future__ import annotations
 
 import json
+import os
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,7 @@ import pytest
 from servecheck import exitcodes
 from servecheck.cli import main as main_mod
 from servecheck.sim import SimConfig, sim_in_thread
+from servecheck.store.db import open_store
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -22,16 +26,17 @@ TOKENS = 64
 TIMING = {"token_s": 0.012, "per_seq_s": 0.001, "prompt_token_s": 0.0001}
 
 
-def staircase(config: SimConfig, tmp_path: Path, *args: str) -> tuple[int, dict]:
+def staircase(config: SimConfig, tmp_path: Path, *args: str, db: Path | None = None) -> tuple[int, dict]:
     """Run the command against a fresh simulator; returns the exit code and the JSON document."""
     json_path = tmp_path / "staircase.json"
-    code = run_cli(config, "--json", str(json_path), *args)
+    code = run_cli(config, "--json", str(json_path), *args, db=db)
     return code, json.loads(json_path.read_text())
 
 
-def run_cli(config: SimConfig, *args: str) -> int:
+def run_cli(config: SimConfig, *args: str, db: Path | None = None) -> int:
+    save = ["--no-save"] if db is None else ["--db", str(db)]
     with sim_in_thread(config) as sim:
-        argv = ["staircase", sim.url, "--tokens", str(TOKENS), "--prompt-tokens", "32", "--no-save", "--timeout", "60"]
+        argv = ["staircase", sim.url, "--tokens", str(TOKENS), "--prompt-tokens", "32", *save, "--timeout", "60"]
         with pytest.raises(SystemExit) as info:
             main_mod.main([*argv, *args])
     return int(info.value.code or 0)
@@ -42,8 +47,13 @@ def verdicts(doc: dict) -> dict[int, str]:
 
 
 def test_serial_is_a_staircase(tmp_path, capsys):
-    code, doc = staircase(SimConfig(mode="serial", **TIMING), tmp_path, "--n", "1,2,4", "--expect", "staircase")
+    db = tmp_path / "history.sqlite3"
+    code, doc = staircase(SimConfig(mode="serial", **TIMING), tmp_path, "--n", "1,2,4", "--expect", "staircase", db=db)
     assert code == exitcodes.OK, doc["verdict_reason"]
+    with open_store(db) as store:
+        (row,) = store.list_runs()
+        assert (row.command, row.verdict, row.simulated, row.complete) == ("staircase", "staircase", True, True)
+        assert store.get_run(row.id)["points"] == doc["points"]
     assert verdicts(doc) == {1: "baseline", 2: "staircase", 4: "staircase"}
     assert doc["verdict"] == "staircase" and doc["valid"] and doc["complete"] and doc["simulated"]
     assert doc["trend"] == "flat"
@@ -111,3 +121,19 @@ def test_expect_mismatch_exits_4(tmp_path):
     code, doc = staircase(SimConfig(mode="serial", **TIMING), tmp_path, "--n", "1,2", "--expect", "cluster")
     assert doc["verdict"] == "staircase"
     assert code == exitcodes.EXPECT_MISMATCH
+
+
+def test_ctrl_c_saves_the_partial_run(tmp_path, capsys):
+    """A real SIGINT mid-run: exit 130, and the JSON holds what was measured, marked incomplete."""
+    json_path = tmp_path / "partial.json"
+    timer = threading.Timer(2.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        code = run_cli(SimConfig(mode="serial", **TIMING), "--n", "1,2,4,8", "--json", str(json_path))
+    finally:
+        timer.cancel()
+    assert code == 130
+    doc = json.loads(json_path.read_text())
+    assert doc["complete"] is False
+    assert len(doc["points"]) < 4  # N=8 alone takes longer than the 2.5 s before the interrupt
+    assert "Interrupted" in capsys.readouterr().err
