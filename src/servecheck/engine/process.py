@@ -39,8 +39,9 @@ STOP_GRACE_S = 5.0
 HEALTH_POLL_S = 0.2
 HEALTH_REQUEST_TIMEOUT_S = 2.0
 LOG_TAIL_LINES = 12
-# Paths tried, in order, to decide that an arbitrary server (--serve) is up.
-GENERIC_HEALTH_PATHS = ("/health", "/v1/models", "/api/version")
+# Paths tried, in order, to decide that an arbitrary server (--serve) is up. A path that answers
+# anything but 404 decides (llama.cpp answers 503 on /health while loading); 404 tries the next.
+GENERIC_HEALTH_PATHS = ("/health", "/v1/models", "/api/version", "/")
 _BIND_FAILURE_MARKERS = ("couldn't bind", "address already in use", "failed to bind")
 
 _LIVE: set[ManagedServer] = set()
@@ -165,7 +166,7 @@ class ManagedServer:
         deadline = time.monotonic() + self.startup_timeout_s
         while True:
             self._raise_if_exited()
-            if any(_http_status(self.url + path) == 200 for path in self.health_paths):
+            if self._healthy():
                 return
             if time.monotonic() > deadline:
                 raise EngineError(
@@ -174,6 +175,13 @@ class ManagedServer:
                     f"full log: {self.log_path}",
                 )
             time.sleep(HEALTH_POLL_S)
+
+    def _healthy(self) -> bool:
+        for path in self.health_paths:
+            status = _http_status(self.url + path)
+            if status != 404:
+                return status == 200
+        return False
 
     def _raise_if_exited(self) -> None:
         assert self.proc is not None

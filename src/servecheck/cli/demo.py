@@ -1,0 +1,260 @@
+"""`servecheck demo`: one llama.cpp binary, one model, two verdicts.
+
+The staircase test (N = 1, 2, 4) runs against llama-server with one slot (requests queue: a
+staircase) and with four slots (requests are batched: a cluster); both server logs are audited
+and the two results are printed side by side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from servecheck import exitcodes
+from servecheck.cli.common import make_target
+from servecheck.cli.context import AppContext
+from servecheck.cli.serve_local import enable_ctrl_c, llama_server_option, progress_printer
+from servecheck.engine.cache import EngineCache
+from servecheck.engine.local import LocalEngine, provision_local
+from servecheck.engine.model import DEFAULT_SIZE
+from servecheck.engine.process import LlamaServer, ctx_per_slot_for, default_threads
+from servecheck.envinfo import environment
+from servecheck.report.jsonout import envelope, write_json
+
+Say = Callable[[str], None]
+
+DEMO_NS = (1, 2, 4)
+# (slots, the verdict llama.cpp must show): one slot queues, four slots batch four requests.
+EXPECTED: tuple[tuple[int, str], ...] = ((1, "staircase"), (4, "cluster"))
+# 256 tokens make one request take about a second here: long enough that scheduler noise on a
+# loaded machine stays well inside the staircase test's 5% rules (64 tokens were too short).
+DEFAULT_TOKENS = 256
+DEFAULT_PROMPT_TOKENS = 32
+# A noisy machine may blur one run into `inconclusive`; one retry, never more (a run repeated
+# until it agrees would prove nothing).
+MAX_ATTEMPTS = 2
+FIRST_TOKEN_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    parallel: int
+    expected: str
+    doc: dict[str, Any]  # the staircase document (experiments.staircase.StaircaseResult.to_doc)
+    attempts: int
+    command: tuple[str, ...]
+    server_pid: int | None
+    log_path: Path
+    log_audit: dict[str, Any] | None  # servecheck.logscan's findings, when that feature is installed
+
+    @property
+    def as_expected(self) -> bool:
+        return bool(self.doc["verdict"] == self.expected and self.doc["valid"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "parallel": self.parallel,
+            "expected": self.expected,
+            "verdict": self.doc["verdict"],
+            "as_expected": self.as_expected,
+            "attempts": self.attempts,
+            "server_command": list(self.command),
+            "server_pid": self.server_pid,
+            "log_path": str(self.log_path),
+            "log_audit": self.log_audit,
+            "staircase": self.doc,
+        }
+
+
+# ---------------------------------------------------------------- running
+
+
+async def _staircase(url: str, tokens: int, prompt_tokens: int, seed: int, on_point: Callable[[Any], None]) -> Any:
+    from servecheck.experiments.staircase import run_staircase
+    from servecheck.load.driver import LoadDriver
+
+    target = make_target(url, api="llamacpp", first_token_timeout_s=FIRST_TOKEN_TIMEOUT_S)
+    async with LoadDriver(target) as driver:
+        return await run_staircase(
+            driver, ns=DEMO_NS, tokens=tokens, prompt_tokens=prompt_tokens, reps=1,
+            rng=random.Random(seed), on_point=on_point,
+        )
+
+
+def _point_printer(parallel: int, say: Say) -> Callable[[Any], None]:
+    def on_point(result: Any) -> None:
+        mb = result.batches[-1]
+        finish = " / ".join(f"{t:.2f}" for t in mb.batch.finish_s())
+        say(f"  --parallel {parallel}  N={mb.n}  finish at {finish} s")
+
+    return on_point
+
+
+def run_one(
+    engine: LocalEngine, parallel: int, expected: str, *, tokens: int, prompt_tokens: int, threads: int,
+    log_dir: Path, say: Say,
+) -> DemoRun:
+    """Start llama-server with `parallel` slots, run the staircase test (retried once if inconclusive), stop it."""
+    log_path = log_dir / f"demo-np{parallel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    server = LlamaServer(
+        engine.binary, engine.model_path, parallel=parallel, threads=threads,
+        ctx_per_slot=ctx_per_slot_for(prompt_tokens, tokens), log_path=log_path,
+    )
+    with server as url:
+        say(f"llama-server --parallel {parallel} up at {url} (pid {server.pid}); running the staircase test")
+        assert server.server is not None
+        command, pid = tuple(server.server.cmd), server.pid
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            result = asyncio.run(_staircase(url, tokens, prompt_tokens, attempt, _point_printer(parallel, say)))
+            doc = result.to_doc()
+            if doc["verdict"] != "inconclusive" or attempt == MAX_ATTEMPTS:
+                break
+            say(f"  inconclusive ({doc['verdict_reason']}); measuring once more")
+    say(f"llama-server --parallel {parallel} stopped; verdict {doc['verdict']}")
+    return DemoRun(parallel, expected, doc, attempt, command, pid, log_path, audit_log(log_path, command))
+
+
+def audit_log(log_path: Path, command: tuple[str, ...]) -> dict[str, Any] | None:
+    """The server log audited by servecheck.logscan (None until that module is installed)."""
+    try:
+        from servecheck.logscan import scan_log  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    result = scan_log(log_path, "llamacpp", shlex.join(command[1:]))
+    return result.to_dict() if hasattr(result, "to_dict") else dict(vars(result))
+
+
+# ---------------------------------------------------------------- rendering (pure: runs -> text)
+
+
+def cell_for_point(point: dict[str, Any]) -> str:
+    finish = " / ".join(f"{t:.2f}" for t in point["finish_s"]) or "-"
+    agg = point.get("aggregate_tok_s")
+    return f"finish {finish} s · {agg:.0f} tok/s" if agg is not None else f"finish {finish} s"
+
+
+def verdict_cell(run: DemoRun) -> str:
+    mark = "as expected" if run.as_expected else f"EXPECTED {run.expected}"
+    valid = "" if run.doc["valid"] else ", run invalid"
+    return f"{run.doc['verdict']} ({mark}{valid})"
+
+
+def trend_cell(run: DemoRun) -> str:
+    ratios = run.doc.get("trend_ratios") or {}
+    last = ratios.get(str(max(DEMO_NS)))
+    return f"{run.doc['trend']}" + (f" (agg N={max(DEMO_NS)} / N=1 = {last:.2f}x)" if last is not None else "")
+
+
+def audit_cell(run: DemoRun) -> str:
+    if run.log_audit is None:
+        return "log audit not available in this build"
+    findings = [f"{f.get('feature')}: {f.get('status')}" for f in run.log_audit.get("findings") or []]
+    counts = f"{run.log_audit.get('warnings', 0)} warning(s), {run.log_audit.get('errors', 0)} error(s)"
+    return "\n".join([*findings, counts])
+
+
+def comparison_table(runs: list[DemoRun]) -> Table:
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("")
+    for run in runs:
+        table.add_column(f"--parallel {run.parallel}")
+    table.add_row("verdict", *(verdict_cell(r) for r in runs))
+    by_n = [{p["n"]: p for p in r.doc["points"]} for r in runs]
+    for n in DEMO_NS:
+        table.add_row(f"N={n}", *(cell_for_point(points[n]) if n in points else "-" for points in by_n))
+    table.add_row("trend", *(trend_cell(r) for r in runs))
+    table.add_row("server log", *(audit_cell(r) for r in runs))
+    return table
+
+
+def lesson(runs: list[DemoRun]) -> str:
+    if not all(r.as_expected for r in runs):
+        wrong = ", ".join(f"--parallel {r.parallel} gave {r.doc['verdict']}" for r in runs if not r.as_expected)
+        return (
+            f"lesson: not shown this time ({wrong}); a heavily loaded machine blurs the timing: "
+            "rerun `servecheck demo` when it is quieter"
+        )
+    one, many = runs[0], runs[-1]
+    agg1 = _agg_at(one, max(DEMO_NS))
+    agg4 = _agg_at(many, max(DEMO_NS))
+    return (
+        f"lesson: the same binary and model queue requests with one slot (staircase, {agg1:.0f} tok/s at "
+        f"N={max(DEMO_NS)}) and batch them with {many.parallel} slots (cluster, {agg4:.0f} tok/s): "
+        "\"accepted\" is not \"batched\"; run `servecheck staircase URL` on your own server to see which it does."
+    )
+
+
+def _agg_at(run: DemoRun, n: int) -> float:
+    for point in run.doc["points"]:
+        if point["n"] == n and point.get("aggregate_tok_s") is not None:
+            return float(point["aggregate_tok_s"])
+    return float("nan")
+
+
+def header_line(engine: LocalEngine, tokens: int, prompt_tokens: int, threads: int) -> str:
+    return (
+        f"servecheck demo: llama-server {engine.binary.version}, model {engine.model_name} "
+        f"({engine.model_path.name}), {tokens} output tokens and {prompt_tokens}-token prompts per request, "
+        f"-t {threads}"
+    )
+
+
+# ---------------------------------------------------------------- the command
+
+
+@click.command("demo")
+@click.option("--json", "json_path", default=None, metavar="PATH", help="Write both runs as JSON ('-' for stdout).")
+@click.option(
+    "--tokens", type=click.IntRange(min=16), default=DEFAULT_TOKENS, show_default=True, help="Output tokens per request."
+)
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Server threads (-t) [default: CPUs, at most 8].")
+@click.option("--model", default=DEFAULT_SIZE, show_default=True, help="Generated model size or a GGUF path.")
+@llama_server_option
+@click.pass_obj
+def cmd(
+    app: AppContext, json_path: str | None, tokens: int, threads: int | None, model: str, llama_server: str | None
+) -> int:
+    """Show staircase and cluster on a real local llama.cpp server: --parallel 1 against --parallel 4."""
+    enable_ctrl_c()
+    say = progress_printer(app)
+    cache = EngineCache.default()
+    engine = provision_local(llama_server, model, cache=cache, progress=say)
+    threads = threads or default_threads()
+    prompt_tokens = DEFAULT_PROMPT_TOKENS
+    runs = [
+        run_one(engine, p, expected, tokens=tokens, prompt_tokens=prompt_tokens, threads=threads,
+                log_dir=cache.dir("logs"), say=say)
+        for p, expected in EXPECTED
+    ]
+    ok = all(r.as_expected for r in runs)
+    if json_path:
+        write_json(json_path, demo_doc(engine, runs, tokens=tokens, prompt_tokens=prompt_tokens, threads=threads))
+    out = app.err if json_path == "-" else app.out
+    out.print(header_line(engine, tokens, prompt_tokens, threads), markup=False, highlight=False, soft_wrap=True)
+    out.print(comparison_table(runs))
+    out.print(lesson(runs), markup=False, highlight=False, soft_wrap=True)
+    return exitcodes.OK if ok else exitcodes.INVALID
+
+
+def demo_doc(engine: LocalEngine, runs: list[DemoRun], *, tokens: int, prompt_tokens: int, threads: int) -> dict[str, Any]:
+    params = {"tokens": tokens, "prompt_tokens": prompt_tokens, "threads": threads, "n": list(DEMO_NS),
+              "model": engine.model_name}
+    doc = envelope("demo", params, environment())
+    doc.update({
+        "engine": engine.binary.to_dict(),
+        "model_path": str(engine.model_path),
+        "runs": [r.to_dict() for r in runs],
+        "verdicts": {f"parallel_{r.parallel}": r.doc["verdict"] for r in runs},
+        "as_expected": all(r.as_expected for r in runs),
+        "valid": all(r.doc["valid"] for r in runs),
+    })
+    return doc
