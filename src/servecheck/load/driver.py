@@ -12,6 +12,7 @@ A request that fails is a `RequestRecord` with a status, never an exception thro
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -151,8 +152,6 @@ class LoadDriver:
         if status == 404:
             return None
         self._raise_for(status, path, raw)
-        import json
-
         try:
             return json.loads(raw)
         except ValueError as exc:
@@ -273,7 +272,8 @@ class LoadDriver:
         req: GenRequest,
         first_sends: list[int] | None = None,
     ) -> RequestRecord:
-        body = dialect.body(req, self.info.model if self.info else self.target.model)
+        # Encoded before the send stamp: only the HTTP write itself lies between stamp and wire.
+        body = json.dumps(dialect.body(req, self.info.model if self.info else self.target.model)).encode()
         tally = StreamTally()
         send_ns = self.clock.now_ns()
         outcome = await self._stream(session, dialect, body, tally, send_ns, first_sends)
@@ -283,7 +283,7 @@ class LoadDriver:
         self,
         session: aiohttp.ClientSession,
         dialect: Dialect,
-        body: dict[str, Any],
+        body: bytes,
         tally: StreamTally,
         send_ns: int,
         first_sends: list[int] | None,
@@ -294,7 +294,7 @@ class LoadDriver:
             first_sends.append(send_ns)
         try:
             async with asyncio.timeout(wait_s) as deadline:
-                async with session.post(self.url + dialect.path, json=body) as resp:
+                async with session.post(self.url + dialect.path, data=body, headers=_JSON) as resp:
                     http_status = resp.status
                     self._note_headers(resp)
                     if resp.status >= 400:
@@ -377,6 +377,7 @@ class _Outcome:
         self.status, self.http_status, self.error = status, http_status, error
 
 
+_JSON = {"Content-Type": "application/json"}
 _TRIED = ("/props", "/api/version", "/version", "/v1/models", "/health + /completion")
 
 
