@@ -70,6 +70,8 @@ def diff_runs(docs: Sequence[dict[str, Any]], labels: Sequence[str] | None = Non
 
 def config_notes(docs: Sequence[dict[str, Any]]) -> list[str]:
     """Per run, the parameters and server facts whose values differ between the runs."""
+    if len({fields.command(doc) for doc in docs}) > 1:
+        return [fields.command(doc) for doc in docs]  # different experiments: their parameters do not compare
     facts = [_config_facts(doc) for doc in docs]
     keys = sorted({k for f in facts for k in f})
     varying = [k for k in keys if len({repr(f.get(k)) for f in facts}) > 1]
@@ -78,7 +80,8 @@ def config_notes(docs: Sequence[dict[str, Any]]) -> list[str]:
 
 def _config_facts(doc: dict[str, Any]) -> dict[str, Any]:
     server = as_dict(doc.get("server"))
-    facts: dict[str, Any] = {k: v for k, v in as_dict(doc.get("params")).items() if k not in ("url", "model")}
+    params = as_dict(doc.get("params")).items()
+    facts: dict[str, Any] = {k: v for k, v in params if k not in ("url", "model") and not isinstance(v, dict)}
     for key in ("engine", "version"):
         if server.get(key) is not None:
             facts[f"server {key}"] = server[key]

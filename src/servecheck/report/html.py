@@ -453,13 +453,18 @@ def _arms_table(arms: list[dict[str, Any]], doc: dict[str, Any]) -> str:
         c = as_int(a.get("concurrency"))
         m = medians.get(c, {}) if c is not None else {}
         rows.append([
-            fmt(c, 0), fmt(m.get("aggregate_tok_s"), 1), fmt_ratio(a.get("aggregate_speedup")), fmt_ratio(a.get("generation_gain")),
+            fmt(c, 0), fmt(_first(a.get("aggregate_tok_s"), m.get("aggregate_tok_s")), 1),
+            fmt(_first(a.get("per_user_rate_tok_s"), m.get("per_user_rate_tok_s")), 1), fmt_ratio(a.get("aggregate_speedup")), fmt_ratio(a.get("generation_gain")),
             fmt_signed_pct(a.get("per_user_rate_change")), fmt_ratio(a.get("ttft_multiple")), fmt_pct(a.get("efficiency")),
             f'<span class="label-{esc(a.get("label", ""))}">{fmt(a.get("label"))}</span>',
         ])
-    headers = ["in flight", "aggregate tok/s", "aggregate speedup", "generation-stage gain", "per-user rate",
+    headers = ["in flight", "aggregate tok/s", "per-user tok/s", "aggregate speedup", "generation-stage gain", "per-user rate",
                "TTFT multiple", "efficiency", "label"]
-    return table(headers, rows, frozenset(range(7)))
+    return table(headers, rows, frozenset(range(8)))
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if as_float(v) is not None), None)
 
 
 def _cell_medians(doc: dict[str, Any]) -> dict[int, dict[str, float]]:
