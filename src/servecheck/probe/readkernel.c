@@ -1,0 +1,106 @@
+/* servecheck read-stream kernel: pure reads over a buffer first touched by the threads that read it.
+ *
+ * sc_alloc maps anonymous memory and asks for 2 MiB pages (huge = 1) or forbids them (huge = 0).
+ * sc_read fills the buffer with normal non-zero doubles from nthreads threads (each its own chunk, so
+ * pages land on the reading thread's node and never map to the shared zero page), then runs `passes`
+ * timed read passes, every thread summing its chunk as 64-bit integers (vectorises without -ffast-math;
+ * the bits are those of the doubles). times_out[p] gets the wall time of pass p in seconds.
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <time.h>
+
+typedef struct {
+    uint64_t *buf;
+    size_t n;
+    int nthreads;
+    int passes;
+    double *times;
+    double t0;
+    pthread_barrier_t bar;
+    uint64_t sink[256];
+} ctx_t;
+
+typedef struct {
+    ctx_t *c;
+    int id;
+} arg_t;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t sum_range(const uint64_t *restrict p, size_t n) {
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        a0 += p[i]; a1 += p[i + 1]; a2 += p[i + 2]; a3 += p[i + 3];
+        a4 += p[i + 4]; a5 += p[i + 5]; a6 += p[i + 6]; a7 += p[i + 7];
+    }
+    for (; i < n; i++) a0 += p[i];
+    return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
+}
+
+static void *worker(void *vp) {
+    arg_t *a = (arg_t *)vp;
+    ctx_t *c = a->c;
+    size_t chunk = c->n / (size_t)c->nthreads;
+    size_t lo = (size_t)a->id * chunk;
+    size_t hi = (a->id == c->nthreads - 1) ? c->n : lo + chunk;
+    double *d = (double *)c->buf;
+    for (size_t i = lo; i < hi; i++) d[i] = 1.0 + (double)(i & 7) * 0.125;
+    uint64_t s = 0;
+    for (int p = 0; p < c->passes; p++) {
+        pthread_barrier_wait(&c->bar);
+        if (a->id == 0) c->t0 = now_s();
+        s += sum_range(c->buf + lo, hi - lo);
+        pthread_barrier_wait(&c->bar);
+        if (a->id == 0) c->times[p] = now_s() - c->t0;
+    }
+    c->sink[a->id & 255] = s;
+    return NULL;
+}
+
+void *sc_alloc(size_t nbytes, int huge) {
+    void *p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, nbytes, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+#endif
+    return p;
+}
+
+void sc_free(void *p, size_t nbytes) {
+    if (p) munmap(p, nbytes);
+}
+
+/* Returns 0 on success, -1 when threads could not be started. */
+int sc_read(void *buf, size_t nbytes, int nthreads, int passes, double *times_out) {
+    ctx_t *c = (ctx_t *)calloc(1, sizeof(ctx_t));
+    if (!c || nthreads < 1) { free(c); return -1; }
+    c->buf = (uint64_t *)buf;
+    c->n = nbytes / sizeof(uint64_t);
+    c->nthreads = nthreads;
+    c->passes = passes;
+    c->times = times_out;
+    pthread_barrier_init(&c->bar, NULL, (unsigned)nthreads);
+    pthread_t *th = (pthread_t *)calloc((size_t)nthreads, sizeof(pthread_t));
+    arg_t *args = (arg_t *)calloc((size_t)nthreads, sizeof(arg_t));
+    int rc = 0, started = 0;
+    if (!th || !args) rc = -1;
+    for (int i = 0; rc == 0 && i < nthreads; i++) {
+        args[i].c = c;
+        args[i].id = i;
+        if (pthread_create(&th[i], NULL, worker, &args[i]) != 0) rc = -1; else started++;
+    }
+    for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&c->bar);
+    free(th); free(args); free(c);
+    return started == nthreads ? rc : -1;
+}
