@@ -427,3 +427,79 @@ async def test_fixed_prompt_is_reproducible_for_a_nonce(serve: Starter) -> None:
         a = await fixed_prompt(driver, 30, random.Random(5), nonce="cafe01")
         b = await fixed_prompt(driver, 30, random.Random(5), nonce="cafe01")
     assert a == b and a.prompt_tokens == 30 and a.text.startswith("cafe01")
+
+
+# ---- https, loading, secrets in headers -------------------------------------------------------
+
+
+@pytest.fixture
+def cert(tmp_path):  # type: ignore[no-untyped-def]
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    key, crt = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(crt),
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True, timeout=60,
+    )
+    return key, crt
+
+
+async def serve_tls(app: web.Application, key, crt) -> tuple[web.AppRunner, str]:  # type: ignore[no-untyped-def]
+    import ssl
+
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(crt, key)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ctx).start()
+    return runner, f"https://127.0.0.1:{runner.addresses[0][1]}"
+
+
+async def test_https_with_a_trusted_certificate(cert, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    key, crt = cert
+    monkeypatch.setenv("SSL_CERT_FILE", str(crt))
+    runner, url = await serve_tls(FakeLlamaCpp().app(), key, crt)
+    try:
+        async with LoadDriver(target(url)) as driver:
+            info = await driver.detect()
+            batch = await driver.run_batch(reqs(2))
+    finally:
+        await runner.cleanup()
+    assert info.engine == "llama.cpp" and all(r.ok and r.tokens == 3 for r in batch.records)
+
+
+async def test_https_with_an_untrusted_certificate_is_a_one_line_error(cert, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    key, crt = cert
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    runner, url = await serve_tls(FakeLlamaCpp().app(), key, crt)
+    try:
+        async with LoadDriver(target(url)) as driver:
+            with pytest.raises(ConnectError) as info:
+                await driver.detect()
+    finally:
+        await runner.cleanup()
+    assert "certificate" in info.value.message and url in info.value.message
+    assert "\n" not in info.value.one_line()
+
+
+async def test_loading_server_says_so(serve: Starter) -> None:
+    app = web.Application()
+
+    async def props(_: web.Request) -> web.Response:
+        return web.json_response({"error": {"code": 503, "message": "Loading model"}}, status=503)
+
+    app.router.add_get("/props", props)
+    url = await serve(app)
+    async with LoadDriver(target(url)) as driver:
+        with pytest.raises(ServerError) as info:
+            await driver.detect()
+    assert "Loading model" in info.value.message and info.value.status == 503
+
+
+def test_header_values_stay_out_of_target_repr() -> None:
+    t = target("http://x", api_key=SECRET, headers=(("Authorization", f"Bearer {SECRET}"),))
+    assert SECRET not in repr(t) and SECRET not in str(t.public_dict())

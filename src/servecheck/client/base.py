@@ -19,7 +19,7 @@ class Target:
     api: str = "auto"  # "auto" or one of servecheck.model.records.DIALECTS
     model: str | None = None
     api_key: str | None = field(default=None, repr=False)
-    headers: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # values may be secrets
     connect_timeout_s: float = 10.0
     # A server that sends no token for this long is declared stuck (the error names the wait).
     first_token_timeout_s: float = 300.0

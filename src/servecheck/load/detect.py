@@ -39,6 +39,12 @@ async def identify(driver: LoadDriver) -> Identity | None:
 
 async def _llamacpp_props(driver: LoadDriver) -> Identity | None:
     status, data = await driver.probe("GET", "/props")
+    if status == 503:
+        raise ServerError(
+            f"{driver.url} is not ready (HTTP 503: {_error_message(data)})",
+            "wait until the server has loaded its model, then retry",
+            status=503,
+        )
     keys = ("default_generation_settings", "total_slots", "build_info")
     if status != 200 or not isinstance(data, dict) or not any(k in data for k in keys):
         return None
@@ -172,6 +178,13 @@ def _note(api: str, found: Identity | None, dialect: str, slots: int | None, n_c
     if sim:
         parts.append("SIMULATED server")
     return "; ".join(parts)
+
+
+def _error_message(data: Any) -> str:
+    err = data.get("error") if isinstance(data, dict) else None
+    if isinstance(err, dict):
+        err = err.get("message")
+    return str(err) if err else "service unavailable"
 
 
 def _names(data: Any, key: str, name_key: str) -> tuple[str, ...]:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -53,6 +55,9 @@ class LoadDriver:
         self._session: aiohttp.ClientSession | None = None
         self._saw_simulated = False
         self._can_tokenize: bool | None = None
+        # Built once per driver (not per lane: loading CA certificates costs milliseconds), and at
+        # run time so SSL_CERT_FILE / SSL_CERT_DIR name a private CA for https servers.
+        self._ssl = ssl.create_default_context() if self.url.startswith("https:") else None
 
     def __repr__(self) -> str:
         return f"LoadDriver(url={self.url!r}, api={self.target.api!r})"
@@ -82,7 +87,7 @@ class LoadDriver:
             connect=self.target.connect_timeout_s,
             sock_connect=self.target.connect_timeout_s,
         )
-        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0)
+        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ssl=self._ssl if self._ssl else True)
         return aiohttp.ClientSession(connector=connector, headers=self._headers(), timeout=timeout)
 
     @property
@@ -370,11 +375,11 @@ class LoadDriver:
         )
 
 
+@dataclass(frozen=True, slots=True)
 class _Outcome:
-    __slots__ = ("status", "http_status", "error")
-
-    def __init__(self, status: RequestStatus, http_status: int | None, error: str | None) -> None:
-        self.status, self.http_status, self.error = status, http_status, error
+    status: RequestStatus
+    http_status: int | None
+    error: str | None
 
 
 _JSON = {"Content-Type": "application/json"}
