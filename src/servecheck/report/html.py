@@ -590,10 +590,12 @@ def _roofline_chart(doc: dict[str, Any]) -> str:
 def _log_section(doc: dict[str, Any]) -> str:
     findings = [as_dict(f) for f in as_list(doc.get("findings"))]
     rows = [
-        [fmt(f.get("feature")), f'<span class="status-{esc(f.get("status", ""))}">{fmt(f.get("status"))}</span>', _excerpt(f.get("line"))]
+        [fmt(f.get("feature")), f'<span class="status-{esc(f.get("status", ""))}">{fmt(f.get("status"))}</span>',
+         _excerpt(f.get("line")), fmt(f.get("meaning"))]
         for f in findings
     ]
-    parts = [verdict_line("Verdict", fields.verdict(doc)), "<h3>Findings</h3>", table(["feature", "status", "evidence"], rows)]
+    headers = ["feature", "status", "evidence", "meaning"]
+    parts = [verdict_line("Verdict", fields.verdict(doc)), "<h3>Findings</h3>", table(headers, rows)]
     lines = [as_dict(line) for line in as_list(doc.get("lines"))]
     if lines:
         line_rows = [[fmt(line.get("level")), _excerpt(line.get("text"))] for line in lines]

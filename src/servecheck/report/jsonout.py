@@ -1,6 +1,7 @@
 """The versioned JSON document every measuring command writes, and its atomic writer.
 
-Schema history (bump SCHEMA_VERSION on any incompatible change and say what changed):
+The fields are documented in docs/schema.md. Schema history (bump SCHEMA_VERSION on any
+incompatible change and say what changed; adding a field is compatible):
   1  first version: envelope {schema_version, command, servecheck_version, created_at,
      environment, params, simulated, complete, valid, ...command fields}.
 """
