@@ -101,7 +101,8 @@ def test_four_slots_with_eight_requests_give_two_groups_of_four(tmp_path):
 
 def test_eos_ceiling_names_short_requests_and_invalidates(tmp_path, capsys):
     config = SimConfig(mode="batched", eos_ceiling=True, **TIMING)
-    code, doc = staircase(config, tmp_path, "--n", "1,2,4")
+    # The simulator draws which prompts stop early from their nonces; seed 0 gives several short ones.
+    code, doc = staircase(config, tmp_path, "--n", "1,2,4", "--seed", "0")
     assert code == exitcodes.INVALID
     assert doc["valid"] is False and doc["complete"] is True
     requests = [
@@ -137,3 +138,24 @@ def test_ctrl_c_saves_the_partial_run(tmp_path, capsys):
     assert doc["complete"] is False
     assert len(doc["points"]) < 4  # N=8 alone takes longer than the 2.5 s before the interrupt
     assert "Interrupted" in capsys.readouterr().err
+
+
+def test_prefix_cache_contamination_is_named(tmp_path):
+    """Repeating a run's exact prompts (same --seed) on a caching server: every measured request is named."""
+    fast = SimConfig(mode="batched", prefix_cache="on", token_s=0.004, per_seq_s=0.0005)
+
+    def run(sim_url: str, seed: str, name: str) -> dict:
+        path = tmp_path / name
+        argv = ["staircase", sim_url, "--tokens", "16", "--n", "1,2", "--seed", seed, "--no-save", "--json", str(path)]
+        with pytest.raises(SystemExit):
+            main_mod.main(argv)
+        return json.loads(path.read_text())
+
+    with sim_in_thread(fast) as sim:
+        first = run(sim.url, "7", "first.json")
+        fresh = run(sim.url, "8", "fresh.json")  # control: new nonces, nothing to reuse
+        repeat = run(sim.url, "7", "repeat.json")
+    assert not [w for w in first["warnings"] + fresh["warnings"] if w["code"] == "prefix_cache_contamination"]
+    (warning,) = [w for w in repeat["warnings"] if w["code"] == "prefix_cache_contamination"]
+    measured = {(p["n"], b["rep"], r["index"]) for p in repeat["points"] for b in p["batches"] for r in b["requests"]}
+    assert {(r["n"], r["rep"], r["index"]) for r in warning["requests"]} == measured

@@ -183,6 +183,8 @@ class _Session:
         return {**self.head, **result.to_doc()}
 
     def on_server(self, server: ServerInfo) -> None:
+        # The history row starts once a server answered, so an unreachable URL leaves no empty run behind.
+        self.recorder.start({**self.head, "server": server.to_dict(), "simulated": server.simulated, "points": []})
         engine = f", engine {server.engine}" if server.engine else ""
         _say(self.err, f"detected {server.dialect} API at {server.url}, model {server.model or '?'}{engine}")
         if server.simulated:
@@ -233,7 +235,13 @@ def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool) -> None:
     default=None,
     help="Exit 4 when the run's verdict is a different definite verdict (for CI gates).",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the prompt text and nonces.")
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Seed for the prompt text and nonces (default: fresh each run, recorded in the JSON). A fixed seed "
+    "repeats the same prompts, which a prefix cache then serves from memory.",
+)
 @target_options
 @output_options
 @click.pass_obj
@@ -245,7 +253,7 @@ def cmd(
     prompt_tokens: int,
     reps: int,
     expect: str | None,
-    seed: int,
+    seed: int | None,
     api: str,
     model: str | None,
     api_key: str | None,
@@ -264,6 +272,9 @@ def cmd(
     target = make_target(
         url, api=api, model=model, api_key=api_key, headers=headers, first_token_timeout_s=first_token_timeout_s
     )
+    if seed is None:
+        # Fresh nonces every run: a repeated prompt would be served by the server's prefix cache.
+        seed = random.SystemRandom().randrange(2**32)
     params = {
         **target.public_dict(),
         "n": ns,
@@ -276,7 +287,6 @@ def cmd(
     recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
     session = _Session(envelope("staircase", params, environment()), recorder, app.err)
     try:
-        recorder.start({**session.head, "points": []})
         result = asyncio.run(
             _measure(target, session, ns=ns, tokens=tokens, prompt_tokens=prompt_tokens, reps=reps, rng=random.Random(seed))
         )
