@@ -40,6 +40,14 @@ class Rule:
     min_value: float | None = None  # a captured value below this does not confirm the feature
     below_min_status: RuleStatus = "info"
     requires_request: bool = False  # the line is printed in every log unless the feature was asked for
+    # Lower-cased text every matching line must contain: a cheap substring test skips the regex
+    # on almost every line of a big log. None: no such text (the regex always runs).
+    literal: str | None = None
+
+    def search(self, text: str, lowered: str) -> re.Match[str] | None:
+        if self.literal is not None and self.literal not in lowered:
+            return None
+        return self.pattern.search(text)
 
     def value_status(self, value: float | None) -> RuleStatus:
         """The status a match means, given the number it captured (if any)."""
@@ -107,6 +115,7 @@ def _parse_rule(entry: Any, path: Path, index: int) -> Rule:
         id=entry["id"],
         engine=entry["engine"],
         pattern=_compile(entry["pattern"], where),
+        literal=required_literal(entry["pattern"]),
         feature=entry["feature"],
         status=entry["status"],
         meaning=entry["meaning"],
@@ -138,6 +147,26 @@ def _compile(pattern: str, where: str) -> re.Pattern[str]:
     if compiled.groups and "value" not in compiled.groupindex:
         raise LogScanError(f"{where}: only a group named 'value' may capture", "use (?:...) for other groups")
     return compiled
+
+
+def required_literal(pattern: str) -> str | None:
+    """The longest run of plain characters the pattern needs at its top level (lower-cased)."""
+    try:
+        from re import _parser  # the stdlib's own regex parser; private, so failures just disable the shortcut
+
+        parsed = _parser.parse(pattern)
+    except Exception:  # noqa: BLE001 - any surprise means "no shortcut", never a wrong one
+        return None
+    best, run = "", ""
+    for op, arg in parsed:
+        if op is _parser.LITERAL:
+            run += chr(arg)
+            continue
+        if op is _parser.BRANCH:
+            return None  # alternatives: no single text is required
+        best, run = max(best, run, key=len), ""
+    best = max(best, run, key=len)
+    return best.lower() if len(best) >= 4 else None
 
 
 def _check_unique(rules: list[Rule]) -> None:

@@ -171,8 +171,6 @@ class _Scan:
 
     def __init__(self, rules: tuple[Rule, ...]) -> None:
         self.rules = rules
-        # One combined pattern rejects the vast majority of lines with a single search.
-        self.any_rule = _combined(rules)
         self.evidence: list[Evidence] = []
         self.kept: list[LogLine] = []
         self.total = self.warnings = self.errors = self.dropped = 0
@@ -184,8 +182,7 @@ class _Scan:
             self.detected = _detect(raw.text)
         if raw.level is not None:
             self._keep(raw)
-        if self.any_rule is not None and self.any_rule.search(raw.text):
-            self.evidence.extend(match_line(self.rules, raw.text, raw.line_no))
+        self.evidence.extend(match_line(self.rules, raw.text, raw.line_no))
 
     def _keep(self, raw: RawLine) -> None:
         if raw.level == "warning":
@@ -201,8 +198,9 @@ class _Scan:
 def match_line(rules: Iterable[Rule], text: str, line_no: int | None = None) -> list[Evidence]:
     """Evidence from every rule that matches one line."""
     out = []
+    lowered = text.lower()
     for rule in rules:
-        m = rule.pattern.search(text)
+        m = rule.search(text, lowered)
         if m is None:
             continue
         value = _number(m.groupdict().get("value"))
@@ -269,13 +267,6 @@ def _finding(feature: str, status: FindingStatus, request: FeatureRequest | None
         source=ev.source,
         line_no=ev.line_no,
     )
-
-
-def _combined(rules: tuple[Rule, ...]) -> re.Pattern[str] | None:
-    if not rules:
-        return None
-    parts = [re.sub(r"\(\?P<\w+>", "(?:", r.pattern.pattern) for r in rules]
-    return re.compile("|".join(f"(?:{p})" for p in parts), re.IGNORECASE)
 
 
 def _detect(text: str) -> str | None:

@@ -1,0 +1,93 @@
+"""Server command lines (and Ollama's environment) parsed into feature requests, per engine."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from servecheck.errors import UsageError
+from servecheck.logscan.flags import guess_engine, parse_flags, split_flags
+
+CASES = [
+    # (engine, flags, {feature: (asked, value)})
+    ("llamacpp", "-ngl 99 -np 4 --cache-reuse 256 -fa on",
+     {"gpu_offload": ("-ngl 99", None), "parallel_slots": ("-np 4", 4.0), "cache_reuse": ("--cache-reuse 256", None),
+      "flash_attention": ("-fa on", None)}),
+    ("llamacpp", "llama-server -m /m.gguf --n-gpu-layers=all --parallel=8", {"gpu_offload": ("--n-gpu-layers all", None),
+                                                                         "parallel_slots": ("--parallel 8", 8.0)}),
+    ("llamacpp", "-ngl 0 -np 1 -fa off --cache-reuse 0", {}),
+    ("llamacpp", "-fa -np 2", {"flash_attention": ("-fa", None), "parallel_slots": ("-np 2", 2.0)}),  # old bare -fa
+    ("llamacpp", "-ctk q8_0 -ctv f16", {"kv_cache_quant": ("-ctk q8_0", None)}),
+    ("llamacpp", "-ctk f16 -ctv f16", {}),
+    ("llamacpp", "-md draft.gguf --spec-type none", {"speculative_decoding": ("-md draft.gguf", None)}),
+    ("llamacpp", "--spec-type ngram-simple", {"speculative_decoding": ("--spec-type ngram-simple", None)}),
+    ("llamacpp", "--cache-ram 0", {}),
+    ("llamacpp", "-cram 4096 --swa-full --context-shift", {"prompt_cache_ram": ("-cram 4096", None),
+                                                         "swa_full": ("--swa-full", None),
+                                                         "context_shift": ("--context-shift", None)}),
+    ("llamacpp", "-np", {}),  # a flag missing its value
+    ("llamacpp", "--continuous-batching 4 --prefix-cache", {"continuous_batching": ("--continuous-batching 4", None),
+                                                          "prefix_cache": ("--prefix-cache", None)}),
+    ("ollama", "OLLAMA_NUM_PARALLEL=4 OLLAMA_FLASH_ATTENTION=1 OLLAMA_KV_CACHE_TYPE=q8_0",
+     {"parallel_slots": ("OLLAMA_NUM_PARALLEL=4", 4.0), "flash_attention": ("OLLAMA_FLASH_ATTENTION=1", None),
+      "kv_cache_quant": ("OLLAMA_KV_CACHE_TYPE=q8_0", None)}),
+    ("ollama", "OLLAMA_NUM_PARALLEL=1 OLLAMA_FLASH_ATTENTION=0", {}),
+    ("vllm", "vllm serve m --enable-prefix-caching --max-num-seqs 64 --kv-cache-dtype fp8",
+     {"prefix_cache": ("--enable-prefix-caching", None), "continuous_batching": ("--max-num-seqs 64", None),
+      "kv_cache_quant": ("--kv-cache-dtype fp8", None)}),
+    ("vllm", "--kv-cache-dtype auto", {}),
+    ("sglang", "--max-running-requests 8 --speculative-algorithm EAGLE",
+     {"continuous_batching": ("--max-running-requests 8", None),
+      "speculative_decoding": ("--speculative-algorithm EAGLE", None)}),
+    ("mlx", "--decode-concurrency 32 --draft-model d --prompt-cache-size 10",
+     {"continuous_batching": ("--decode-concurrency 32", None), "speculative_decoding": ("--draft-model d", None),
+      "prefix_cache": ("--prompt-cache-size 10", None)}),
+    ("tgi", "PREFIX_CACHING=1", {"prefix_cache": ("PREFIX_CACHING=1", None)}),
+]
+
+
+@pytest.mark.parametrize(("engine", "flags", "expected"), CASES)
+def test_flags_to_features(engine, flags, expected):
+    got = {r.feature: (r.asked, r.value) for r in parse_flags(flags, engine)}
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("flags", "engine"),
+    [
+        ("-ngl 99 -np 4", "llamacpp"),
+        ("OLLAMA_NUM_PARALLEL=4", "ollama"),
+        ("vllm serve x --max-num-seqs 8", "vllm"),
+        ("python -m sglang.launch_server --max-running-requests 8", "sglang"),
+        ("mlx_lm.server --decode-concurrency 4", "mlx"),
+        ("--weird", None),
+    ],
+)
+def test_engine_guessed_from_the_command_line(flags, engine):
+    assert guess_engine(split_flags(flags)) == engine
+
+
+def test_empty_flags_ask_for_nothing():
+    assert parse_flags(None, "llamacpp") == () and parse_flags("   ", "vllm") == ()
+
+
+def test_unbalanced_quotes_are_a_usage_error():
+    with pytest.raises(UsageError, match="--flags"):
+        parse_flags('-m "model.gguf', "llamacpp")
+
+
+def test_unknown_engine_is_a_usage_error():
+    with pytest.raises(UsageError, match="unknown engine 'foo'"):
+        parse_flags("-np 4", "foo")
+
+
+@given(st.text(max_size=200), st.sampled_from(["llamacpp", "ollama", "vllm", "sglang", "mlx", "lmstudio", "tgi"]))
+def test_any_text_parses_or_fails_with_a_usage_error(text, engine):
+    try:
+        requests = parse_flags(text, engine)
+    except UsageError:
+        return
+    features = [r.feature for r in requests]
+    assert len(features) == len(set(features))
+    assert all(r.asked for r in requests)
