@@ -35,6 +35,7 @@ class FakeLlamaCpp:
     active: int = 0
     max_active: int = 0
     peers: set = field(default_factory=set)
+    warm_peers: set = field(default_factory=set)
     auth_seen: list = field(default_factory=list)
     org_seen: list = field(default_factory=list)
     arrived: asyncio.Event | None = None
@@ -56,6 +57,7 @@ class FakeLlamaCpp:
         return web.json_response(body, headers=self._headers())
 
     async def health(self, request: web.Request) -> web.Response:
+        self.warm_peers.add(request.transport.get_extra_info("peername"))
         return web.json_response({"status": "ok"})
 
     async def models(self, request: web.Request) -> web.Response:
@@ -294,6 +296,7 @@ async def test_batch_of_32_all_in_flight_on_32_fresh_connections(serve: Starter)
         batch = await driver.run_batch(reqs(32))
     assert fake.max_active == 32  # nothing silently serialised by a pool
     assert len(fake.peers) == 32
+    assert fake.peers <= fake.warm_peers  # every request went out on a connection opened before the barrier
     assert [r.index for r in batch.records] == list(range(32))
     assert all(r.ok and r.tokens == 3 and r.tokens_source == "timings" for r in batch.records)
     sends = [r.send_ns for r in batch.records]

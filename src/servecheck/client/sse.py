@@ -50,16 +50,13 @@ class SseParser:
         self._event: str | None = None
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
-        self._buf += chunk
+        *lines, self._buf = (self._buf + chunk).split(b"\n")  # one pass per read, however many events
         events: list[SseEvent] = []
-        while True:
-            cut = self._buf.find(b"\n")
-            if cut < 0:
-                return events
-            raw, self._buf = self._buf[:cut], self._buf[cut + 1 :]
+        for raw in lines:
             event = self._line(raw.rstrip(b"\r").decode("utf-8", errors="replace"))
             if event is not None:
                 events.append(event)
+        return events
 
     def close(self) -> list[SseEvent]:
         """End of stream: a last event without its blank line still counts."""
