@@ -224,7 +224,7 @@ class Scheduler:
     async def _run(self) -> None:
         while True:
             self._wake.clear()
-            deadline = self._advance(self._clock())
+            deadline = self.advance(self._clock())
             if deadline is None:
                 await self._wake.wait()
                 continue
@@ -237,8 +237,11 @@ class Scheduler:
             except TimeoutError:
                 pass
 
-    def _advance(self, now: int) -> int | None:
-        """Complete everything due by `now`, start what can start; return the next deadline (None: idle)."""
+    def advance(self, now: int) -> int | None:
+        """Complete everything due by `now`, start what can start; return the next deadline (None: idle).
+
+        The event loop calls this on every wake-up; tests drive it directly with a fake clock.
+        """
         if self.config.mode == "pipelined":
             return self._advance_pipeline(now)
         return self._advance_batch(now)
@@ -267,13 +270,21 @@ class Scheduler:
                 self._cursor_ns = self._step.end_ns
                 self._step = None
             self._drop_cancelled()
-            admitted = self._admit(self.config.capacity - len(self._active))
+            room = self.config.capacity - len(self._active)
+            if self._cursor_ns is not None:  # busy: the next step follows the last one on the timeline
+                start = self._start_at(self._cursor_ns, now)
+                admitted = self._admit(room, by_ns=start)
+            else:  # idle until now: start when the last admitted request arrived
+                admitted = self._admit(room, by_ns=now)
+                start = self._start_at(max((j.arrival_ns for j in admitted), default=now), now)
             self._active.extend(admitted)
             if not self._active:
+                if self._cursor_ns is not None and self._waiting:
+                    self._cursor_ns = None  # requests arrived after the timeline went idle
+                    continue
                 self._cursor_ns = None
                 return None
-            earliest = self._cursor_ns if self._cursor_ns is not None else max(j.arrival_ns for j in admitted)
-            self._step = self._next_batch_step(self._start_at(earliest, now))
+            self._step = self._next_batch_step(start)
 
     def _next_batch_step(self, start: int) -> _Step:
         pending = [j for j in self._active if j.prefill_end_ns is None]
@@ -283,47 +294,46 @@ class Scheduler:
 
     # -------------------------------------------------------------- pipelined
     def _advance_pipeline(self, now: int) -> int | None:
-        progressed = True
-        while progressed:
-            progressed = False
-            step = self._prefilling
-            if step is not None and step.end_ns <= now:
-                self._complete(step)
+        """Process the two stages' events in time order, starting new work at the event that allowed it."""
+        t = self._cursor_ns
+        while True:
+            self._pipeline_start(t, now)
+            due = [s for s in (self._prefilling, self._decoding) if s is not None and s.end_ns <= now]
+            if not due:
+                break
+            step = min(due, key=lambda s: s.end_ns)
+            t = step.end_ns
+            self._complete(step)
+            if step is self._prefilling:
                 self._prefilling = None
                 self._ready.extend(j for j in step.jobs if not j.cancelled)
-                progressed = True
-            step = self._decoding
-            if step is not None and step.end_ns <= now:
-                self._complete(step)
-                job = step.jobs[0]
+            else:
                 self._decoding = None
+                job = step.jobs[0]
                 if not job.finished and not job.cancelled:
                     self._decoding = self._begin_decode([job], self._start_at(step.end_ns, now))
-                progressed = True
-            progressed |= self._pipeline_start(now)
         deadlines = [s.end_ns for s in (self._prefilling, self._decoding) if s is not None]
+        self._cursor_ns = t if deadlines or self._ready else None
         return min(deadlines) if deadlines else None
 
-    def _pipeline_start(self, now: int) -> bool:
-        started = False
+    def _pipeline_start(self, t: int | None, now: int) -> None:
+        floor = t if t is not None else 0
         self._drop_cancelled()
         if self._decoding is None and self._ready:
             job = self._ready.popleft()
-            self._decoding = self._begin_decode([job], self._start_at(job.prefill_end_ns or now, now))
-            started = True
+            self._decoding = self._begin_decode([job], self._start_at(max(floor, job.prefill_end_ns or 0), now))
         in_flight = len(self._ready) + (self._prefilling is not None) + (self._decoding is not None)
         if self._prefilling is None and in_flight < self.config.capacity:
-            admitted = self._admit(1)
+            admitted = self._admit(1, by_ns=now)
             if admitted:
                 job = admitted[0]
-                self._prefilling = self._begin_prefill([job], self._start_at(job.arrival_ns, now))
-                started = True
-        return started
+                self._prefilling = self._begin_prefill([job], self._start_at(max(floor, job.arrival_ns), now))
 
     # ----------------------------------------------------------------- shared
-    def _admit(self, room: int) -> list[Job]:
+    def _admit(self, room: int, *, by_ns: int) -> list[Job]:
+        """Take up to `room` queued requests, FIFO, that had arrived by `by_ns`."""
         admitted: list[Job] = []
-        while self._waiting and len(admitted) < room:
+        while self._waiting and len(admitted) < room and self._waiting[0].arrival_ns <= by_ns:
             job = self._waiting.popleft()
             if job.cancelled:
                 continue

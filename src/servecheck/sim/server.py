@@ -127,7 +127,7 @@ class _Output:
 
 
 async def _tokens(sim: _Sim, req: wire.SimRequest, job: Job, out: _Output) -> Any:
-    """Yields (piece, token id) per generated token; returns when the job is done."""
+    """Yields (index, piece, token id) per generated token; returns when the job is done."""
     while True:
         event = await job.events.get()
         if isinstance(event, TokenEvent):
@@ -135,7 +135,7 @@ async def _tokens(sim: _Sim, req: wire.SimRequest, job: Job, out: _Output) -> An
             token = piece_token_id(piece)
             out.pieces.append(piece)
             out.tokens.append(token)
-            yield piece, token
+            yield event.index, piece, token
         elif isinstance(event, JobDone):
             return
         elif isinstance(event, JobAborted):
@@ -197,8 +197,8 @@ class _StreamWriter:
     async def run(self) -> None:
         if self.dialect == "openai-chat":
             await self._send(wire.chat_chunk(self.cid, self.model, {"role": "assistant", "content": None}, None))
-        async for piece, token in _tokens(self.sim, self.req, self.job, self.out):
-            await self._send(self._token_event(piece, token))
+        async for index, piece, token in _tokens(self.sim, self.req, self.job, self.out):
+            await self._send(self._token_event(index, piece, token))
         for event in self._final_events():
             await self._send(event)
         if self.dialect in ("openai", "openai-chat"):
@@ -209,9 +209,9 @@ class _StreamWriter:
         frame = wire.ndjson(obj) if self.dialect == "ollama" else wire.sse(obj)
         await self.resp.write(frame)
 
-    def _token_event(self, piece: str, token: int) -> dict[str, Any]:
+    def _token_event(self, index: int, piece: str, token: int) -> dict[str, Any]:
         if self.dialect == "llamacpp":
-            return wire.native_partial(self.job, piece, token)
+            return wire.native_partial(self.job, index, piece, token)
         if self.dialect == "openai":
             return wire.completion_chunk(self.cid, self.model, piece, None)
         if self.dialect == "openai-chat":

@@ -180,14 +180,15 @@ def _created() -> int:
 
 
 # ------------------------------------------------------- llama.cpp native
-def native_partial(job: Job, piece: str, token: int) -> dict[str, Any]:
+def native_partial(job: Job, index: int, piece: str, token: int) -> dict[str, Any]:
+    """A stream chunk for generated token `index` (0-based): tokens_predicted counts up to it."""
     return {
         "index": 0,
         "content": piece,
         "tokens": [token],
         "stop": False,
         "id_slot": job.slot,
-        "tokens_predicted": job.produced,
+        "tokens_predicted": index + 1,
         "tokens_evaluated": len(job.prompt_tokens),
     }
 
