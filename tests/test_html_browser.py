@@ -79,6 +79,7 @@ def open_report(path: Path, tmp_path: Path) -> dict[str, Any]:
             page.on("request", lambda r: requests.append(r.url))
             page.goto(path.as_uri(), wait_until="load")
             page.wait_for_timeout(300)  # give any injected handler (there must be none) time to fire
+            page.locator("details").evaluate_all("els => els.forEach(e => { e.open = true; })")
             result = {
                 "charts": page.evaluate(CHART_COUNT_JS),
                 "text": page.inner_text("body"),
@@ -114,6 +115,8 @@ def test_report_renders_and_hostile_strings_stay_text(tmp_path: Path) -> None:
     text = seen["text"]
     assert HOSTILE_SCRIPT in text and HOSTILE_IMG in text  # shown as text: model name, generated text, log line
     assert f"WARNING: {HOSTILE_SCRIPT} continuous batching disabled {HOSTILE_IMG}" in text
+    generated = staircase["points"][0]["batches"][0]["requests"][0]["text"].strip()
+    assert generated.startswith(HOSTILE_SCRIPT) and generated[:60] in text
     assert "SIMULATED" in text
     assert (tmp_path / "report.png").stat().st_size > 10_000
     keep = os.environ.get("SERVECHECK_KEEP_SCREENSHOT")

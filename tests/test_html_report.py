@@ -160,11 +160,20 @@ def test_log_findings_table() -> None:
     assert "continuous batching is unavailable" in "".join(c.text)
 
 
-def test_unknown_kind_gets_a_key_value_table() -> None:
-    doc = {"command": "bandwidth", "points": [{"bytes": 2**30, "gb_s": 360.5}], "best_gb_s": 366.0}
+def test_unknown_kind_gets_key_value_tables() -> None:
+    doc = {"command": "audit", "format": "gguf", "bytes_per_token": 1849, "groups": [{"group": "attention", "bytes": 12}, {"group": "<b>x</b>"}]}
     page, c = parse([doc])
-    assert "best_gb_s" in page and "366" in page and "360.5" in page
-    assert c.count("table") >= 2
+    assert "gguf" in page and "1,849" in page
+    assert "<th>group</th><th>bytes</th>" in page and "&lt;b&gt;x&lt;/b&gt;" in page
+    assert c.count("svg") == 0
+
+
+def test_bandwidth_points_chart() -> None:
+    doc = {"command": "bandwidth", "points": [{"bytes": 2**30, "gb_s": 360.5}, {"bytes": 16 * 2**30, "gb_s": 267.0}]}
+    page, c = parse([doc])
+    (bars,) = c.charts("bars")
+    assert bars["rect.bar"] == 2
+    assert "16 GiB" in page and "360.5" in page
 
 
 @pytest.mark.parametrize(

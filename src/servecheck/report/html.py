@@ -262,12 +262,19 @@ def _excerpt(text: Any) -> str:
 def _generic_section(doc: dict[str, Any]) -> str:
     rows = [(k, v) for k, v in doc.items() if k not in ENVELOPE_KEYS and _is_simple(v)]
     out = [verdict_line("Verdict", fields.verdict(doc))] if fields.verdict(doc) else []
-    out.append("<h3>Results</h3>" + kv_table(rows))
-    points = [as_dict(p) for p in as_list(doc.get("points")) if isinstance(p, dict)]
-    if points:
-        keys = [k for k in points[0] if _is_simple(points[0][k])]
-        out.append("<h3>Points</h3>" + table(keys, [[fmt(p.get(k)) for k in keys] for p in points]))
+    if rows:
+        out.append("<h3>Results</h3>" + kv_table(rows))
+    for key, value in doc.items():
+        rows = [r for r in as_list(value) if isinstance(r, dict)]
+        if key not in ENVELOPE_KEYS and rows:
+            out.append(f"<h3>{esc(key)}</h3>" + _dict_rows_table(rows))
     return "\n".join(out)
+
+
+def _dict_rows_table(rows: list[dict[str, Any]]) -> str:
+    """A list of records as a table of their simple fields (audit groups, bandwidth points, ...)."""
+    keys = list(dict.fromkeys(k for r in rows for k, v in r.items() if _is_simple(v)))
+    return table(keys, [[fmt(r.get(k)) for k in keys] for r in rows])
 
 
 def _is_simple(value: Any) -> bool:
@@ -603,7 +610,22 @@ def _log_section(doc: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+# ---------------------------------------------------------------- bandwidth
+
+
+def _bandwidth_section(doc: dict[str, Any]) -> str:
+    points = [as_dict(p) for p in as_list(doc.get("points"))]
+    bars = [
+        Bar(f"{b / 2**30:g} GiB", v, "primary", f"{b / 2**30:g} GiB working set: {v:.1f} GB/s")
+        for b, v in ((as_float(p.get("bytes")), as_float(p.get("gb_s"))) for p in points)
+        if b is not None and v is not None
+    ]
+    chart = bar_chart(bars, title="Read bandwidth by working-set size", y_label="GB/s") if bars else ""
+    return chart + _generic_section(doc)
+
+
 RENDERERS: dict[str, Renderer] = {
+    "bandwidth": _bandwidth_section,
     "staircase": _staircase_section,
     "arms": _arms_section,
     "prefix-cache": _prefix_cache_section,
