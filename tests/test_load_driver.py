@@ -104,6 +104,9 @@ class FakeLlamaCpp:
             if "BAD" in prompt and i == 1:
                 await resp.write(b"data: {\"content\": oops not json}\n\n")
                 continue
+            if "ERREVENT" in prompt and i == 1:
+                await resp.write(b'error: {"code": 500, "message": "slot crashed", "type": "server_error"}\n\n')
+                return resp
             if "CUT" in prompt and i == 1:
                 request.transport.close()
                 return resp
@@ -366,6 +369,13 @@ async def test_first_token_timeout_names_the_wait(serve: Starter) -> None:
     slow = batch.records[0]
     assert slow.status == "timeout" and "first-token timeout" in (slow.error or "") and "0.5 s" in (slow.error or "")
     assert batch.records[1].ok
+
+
+async def test_error_event_mid_stream_fails_the_request(serve: Starter) -> None:
+    url = await serve(FakeLlamaCpp().app())
+    async with LoadDriver(target(url, api="llamacpp")) as driver:
+        rec = await driver.generate(GenRequest(index=0, prompt="ERREVENT", nonce="e", max_tokens=3))
+    assert rec.status == "error" and "slot crashed" in (rec.error or "") and rec.tokens == 1
 
 
 async def test_disconnect_mid_stream_is_recorded(serve: Starter) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from servecheck.client.base import RunClock, StreamParseError, Target, shorten
-from servecheck.client.dialects import Dialect, get_dialect
+from servecheck.client.dialects import Dialect, EventReading, get_dialect
 from servecheck.client.ndjson import NdjsonParser
 from servecheck.client.sse import SseParser, loads_object
 from servecheck.client.tally import StreamTally
@@ -219,9 +219,15 @@ class LoadDriver:
     # ---- generation ----------------------------------------------------------------------
 
     async def generate(self, req: GenRequest) -> RequestRecord:
-        """One streamed request on the shared session, no barrier."""
+        """One streamed request, no barrier; like a batch lane, on a fresh connection opened first
+        (a keep-alive connection left idle since detection may have been closed by the server)."""
         dialect = await self._ready()
-        return await self._send(self.session, dialect, req)
+        session = self._new_session(limit=1)
+        try:
+            await self._warm(session, dialect)
+            return await self._send(session, dialect, req)
+        finally:
+            await session.close()
 
     async def run_batch(self, reqs: Sequence[GenRequest], in_flight: int | None = None) -> BatchResult:
         """Release `reqs` together from a start barrier (at most `in_flight` at once)."""
@@ -281,7 +287,9 @@ class LoadDriver:
         body = json.dumps(dialect.body(req, self.info.model if self.info else self.target.model)).encode()
         tally = StreamTally()
         send_ns = self.clock.now_ns()
-        outcome = await self._stream(session, dialect, body, tally, send_ns, first_sends)
+        if first_sends is not None:
+            first_sends.append(send_ns)
+        outcome = await self._stream(session, dialect, body, tally)
         return self._record(req, send_ns, tally, outcome)
 
     async def _stream(
@@ -290,13 +298,9 @@ class LoadDriver:
         dialect: Dialect,
         body: bytes,
         tally: StreamTally,
-        send_ns: int,
-        first_sends: list[int] | None,
     ) -> _Outcome:
         wait_s = self.target.first_token_timeout_s
         http_status: int | None = None
-        if first_sends is not None:
-            first_sends.append(send_ns)
         try:
             async with asyncio.timeout(wait_s) as deadline:
                 async with session.post(self.url + dialect.path, data=body, headers=_JSON) as resp:
@@ -392,6 +396,8 @@ def _apply(events: list[Any], dialect: Dialect, tally: StreamTally, t_ns: int) -
             tally.add(dialect.read(event), t_ns)
         elif event.done:
             tally.done(t_ns)
+        elif event.event == "error":  # llama.cpp writes mid-stream failures as `error: {json}`
+            tally.add(EventReading(error=_message(event.data.encode())), t_ns)
         else:
             tally.add(dialect.read(event.json()), t_ns)
 
