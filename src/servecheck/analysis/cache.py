@@ -1,0 +1,174 @@
+"""Is the prefix cache working, inert ("accepted and does nothing"), or can we not tell?
+
+Pure: the sends of one prefix-cache run in (the same prompt `repeats` times, then a control prompt
+of equal length with different bytes), a verdict out. Counters (cached prompt tokens per send)
+decide when the server reports them; time to first token decides only when the difference is
+far beyond noise.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+CacheVerdictName = Literal["working", "inert", "unknown"]
+VERDICTS: tuple[str, ...] = ("working", "inert", "unknown")
+
+# Warm repeats must take under half the first send's time to first token (and under half the
+# control's) to count as a cache hit by timing alone. A real hit skips nearly all of the prefill
+# (the local engine went from 7.3 s to 0.19 s on a 6,400-token prompt, 0.03x), so half leaves a
+# wide margin against scheduling noise while no uncached repeat gets anywhere near it.
+WORKING_TTFT_RATIO = 0.5
+# Warm repeats that keep at least this share of the first send's time were "as slow as the first
+# within noise": the seed's inert cache showed 6.8 s every time, a ratio of 1.0.
+INERT_TTFT_RATIO = 0.8
+# Counters show hits when every warm repeat had at least half of its prompt served from cache.
+# A working cache serves all of it but the last token or so; half tolerates engines that cache
+# whole blocks only (vLLM's 16-token blocks) on short prompts.
+HIT_FRACTION = 0.5
+# Counters are flat when no warm repeat had more than 5% cached: a BOS token and a chat
+# template's fixed head are shared by any two prompts and may be "cached" without a working cache.
+FLAT_FRACTION = 0.05
+
+
+@dataclass(frozen=True)
+class CacheSend:
+    """One send as the verdict sees it."""
+
+    kind: Literal["repeat", "control"]
+    ttft_s: float | None  # None when the request failed
+    cached_tokens: int | None  # None when the server reports no cache counter
+    prompt_tokens: int | None  # the prompt's full length in tokens, when known
+
+
+@dataclass(frozen=True)
+class CacheVerdict:
+    verdict: CacheVerdictName
+    reason: str
+    signal: Literal["counters", "timing", "none"]  # what decided it
+    warm_ttft_ratio: float | None = None  # median warm repeat TTFT / first send's TTFT
+    control_ttft_ratio: float | None = None  # median warm repeat TTFT / control TTFT
+    warm_cached_fraction: float | None = None  # smallest cached share of the prompt over warm repeats
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "signal": self.signal,
+            "warm_ttft_ratio": self.warm_ttft_ratio,
+            "control_ttft_ratio": self.control_ttft_ratio,
+            "warm_cached_fraction": self.warm_cached_fraction,
+            "thresholds": thresholds(),
+        }
+
+
+def thresholds() -> dict[str, float]:
+    return {
+        "working_ttft_ratio": WORKING_TTFT_RATIO,
+        "inert_ttft_ratio": INERT_TTFT_RATIO,
+        "hit_fraction": HIT_FRACTION,
+        "flat_fraction": FLAT_FRACTION,
+    }
+
+
+def decide_cache(sends: Sequence[CacheSend]) -> CacheVerdict:
+    """The verdict for one run: `sends` in the order sent, repeats first, then the control."""
+    repeats = [s for s in sends if s.kind == "repeat"]
+    control = next((s for s in sends if s.kind == "control"), None)
+    if len(repeats) < 2:
+        return CacheVerdict("unknown", "need at least two sends of the same prompt", "none")
+    if any(s.ttft_s is None for s in (*repeats, *([control] if control else []))):
+        return CacheVerdict("unknown", "a send failed, so the sends cannot be compared", "none")
+    timing = _timing(repeats, control)
+    fractions = _fractions(repeats[1:], repeats[0])
+    control_fraction = _fraction(control, repeats[0]) if control is not None else None
+    if control_fraction is not None and control_fraction >= HIT_FRACTION:
+        return CacheVerdict(
+            "unknown",
+            f"the control prompt also had {control_fraction:.0%} cached: the prompts share a prefix, so "
+            "hits say nothing about caching of repeated prompts",
+            "counters",
+            *timing,
+            None,
+        )
+    if fractions is not None:
+        return _by_counters(min(fractions), max(fractions), timing)
+    return _by_timing(timing)
+
+
+def _by_counters(lowest: float, highest: float, timing: tuple[float | None, float | None]) -> CacheVerdict:
+    if lowest >= HIT_FRACTION:
+        return CacheVerdict(
+            "working", f"every warm repeat had at least {lowest:.0%} of its prompt cached", "counters", *timing, lowest
+        )
+    if highest <= FLAT_FRACTION:
+        if _faster(timing):
+            return CacheVerdict(
+                "unknown",
+                "the cache counters stayed flat, yet the repeats were much faster: the counters may not "
+                "count this engine's hits",
+                "counters",
+                *timing,
+                lowest,
+            )
+        return CacheVerdict(
+            "inert",
+            f"the cache counters stayed flat (at most {highest:.0%} cached on warm repeats) and the repeats "
+            f"were {_ratio_text(timing[0])} the first send: accepted, and does nothing",
+            "counters",
+            *timing,
+            lowest,
+        )
+    decided = _by_timing(timing, f"cache counters mixed ({lowest:.0%}-{highest:.0%} cached on warm repeats)")
+    return CacheVerdict(decided.verdict, decided.reason, decided.signal, *timing, lowest)
+
+
+def _by_timing(timing: tuple[float | None, float | None], what: str = "no cache counters") -> CacheVerdict:
+    warm, control = timing
+    if _faster(timing):
+        return CacheVerdict(
+            "working",
+            f"{what}, but warm repeats took {warm:.2f}x the first send's time to first token"
+            + ("" if control is None else f" and {control:.2f}x the control's"),
+            "timing",
+            *timing,
+        )
+    if warm is not None and warm >= INERT_TTFT_RATIO:
+        reason = f"{what}, and the repeats were {_ratio_text(warm)} the first send"
+    else:
+        reason = f"{what}, and a time difference ({_ratio_text(warm)} the first) that noise could explain"
+    return CacheVerdict("unknown", reason, "none", *timing)
+
+
+def _faster(timing: tuple[float | None, float | None]) -> bool:
+    warm, control = timing
+    return warm is not None and warm < WORKING_TTFT_RATIO and (control is None or control < WORKING_TTFT_RATIO)
+
+
+def _timing(repeats: list[CacheSend], control: CacheSend | None) -> tuple[float | None, float | None]:
+    warm = statistics.median(s.ttft_s for s in repeats[1:] if s.ttft_s is not None)
+    first = repeats[0].ttft_s
+    warm_ratio = warm / first if first else None
+    control_ratio = warm / control.ttft_s if control is not None and control.ttft_s else None
+    return warm_ratio, control_ratio
+
+
+def _fractions(warm: list[CacheSend], first: CacheSend) -> list[float] | None:
+    """Cached share of the prompt per warm repeat; None unless every warm repeat has a counter."""
+    fractions = [_fraction(s, first) for s in warm]
+    if not fractions or any(f is None for f in fractions):
+        return None
+    return [f for f in fractions if f is not None]
+
+
+def _fraction(send: CacheSend, first: CacheSend) -> float | None:
+    length = send.prompt_tokens or first.prompt_tokens
+    if send.cached_tokens is None or not length:
+        return None
+    return min(send.cached_tokens / length, 1.0)
+
+
+def _ratio_text(ratio: float | None) -> str:
+    return "?x" if ratio is None else f"{ratio:.2f}x"

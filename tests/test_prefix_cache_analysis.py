@@ -1,0 +1,88 @@
+"""The prefix-cache verdict from hand-built sends: counters first, time only far beyond noise."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from servecheck.analysis.cache import (
+    FLAT_FRACTION,
+    HIT_FRACTION,
+    INERT_TTFT_RATIO,
+    WORKING_TTFT_RATIO,
+    CacheSend,
+    decide_cache,
+)
+
+P = 6000  # prompt tokens
+
+
+def run(ttfts: list[float | None], cached: list[int | None], control_ttft: float | None = 6.8,
+        control_cached: int | None = 0, prompt: int | None = P) -> list[CacheSend]:
+    sends = [CacheSend("repeat", t, c, prompt) for t, c in zip(ttfts, cached, strict=True)]
+    return sends + [CacheSend("control", control_ttft, control_cached, prompt)]
+
+
+CASES = [
+    # (description, sends, verdict, signal)
+    ("seed 000: 6.8 s every time, counter 0", run([6.8, 6.8, 6.8], [0, 0, 0]), "inert", "counters"),
+    ("the local engine: 7.3 s then 0.19 s, cache_n rises", run([7.3, 0.19, 0.19], [0, 5999, 5999], 7.3, 1),
+     "working", "counters"),
+    ("counters show hits though the time did not drop (tiny model)", run([0.02, 0.02, 0.02], [0, 5999, 5999], 0.02, 1),
+     "working", "counters"),
+    ("BOS-only cache is flat", run([1.0, 1.0, 0.98], [0, 1, 1], 1.0, 1), "inert", "counters"),
+    ("no counters, much faster", run([7.3, 0.2, 0.21], [None, None, None], 7.2, None), "working", "timing"),
+    ("no counters, same time", run([7.3, 7.2, 7.4], [None, None, None], 7.3, None), "unknown", "none"),
+    ("no counters, 0.7x: noise could explain it", run([1.0, 0.7, 0.7], [None] * 3, 1.0, None), "unknown", "none"),
+    ("no counters, faster than the first but not than the control (first was a cold start)",
+     run([7.0, 0.5, 0.5], [None] * 3, 0.6, None), "unknown", "none"),
+    ("flat counters but much faster: counters lie", run([7.3, 0.2, 0.2], [0, 0, 0], 7.3, 0), "unknown", "counters"),
+    ("control also cached: shared prefix", run([7.3, 0.2, 0.2], [0, 5999, 5999], 0.2, 5999), "unknown", "counters"),
+    ("mixed counters fall back to time", run([7.3, 0.2, 7.3, 7.3], [0, 5999, 0, 0], 7.3, 0), "unknown", "none"),
+    ("mixed counters, time says working", run([7.3, 0.2, 0.2, 0.2], [0, 5999, 0, 5999], 7.3, 0), "working", "timing"),
+    ("a failed send", run([7.3, None, 0.2], [0, None, 5999]), "unknown", "none"),
+    ("a single repeat", run([7.3], [0]), "unknown", "none"),
+    ("prompt length unknown: counters unusable, time decides", run([7.3, 0.2, 0.2], [0, 10, 10], 7.3, 0, None),
+     "working", "timing"),
+]
+
+
+@pytest.mark.parametrize(("name", "sends", "verdict", "signal"), CASES, ids=[c[0] for c in CASES])
+def test_verdicts(name, sends, verdict, signal):
+    v = decide_cache(sends)
+    assert (v.verdict, v.signal) == (verdict, signal), v.reason
+    assert v.reason
+
+
+def test_ratios_reported():
+    v = decide_cache(run([8.0, 2.0, 2.0], [0, 6000, 6000], 4.0, 0))
+    assert v.warm_ttft_ratio == pytest.approx(0.25)
+    assert v.control_ttft_ratio == pytest.approx(0.5)
+    assert v.warm_cached_fraction == pytest.approx(1.0)
+    d = v.to_dict()
+    assert d["thresholds"]["working_ttft_ratio"] == WORKING_TTFT_RATIO
+
+
+def test_threshold_edges():
+    just_hit = int(HIT_FRACTION * P)
+    assert decide_cache(run([1.0, 1.0, 1.0], [0, just_hit, just_hit])).verdict == "working"
+    assert decide_cache(run([1.0, 1.0, 1.0], [0, just_hit - 1, just_hit])).verdict == "unknown"  # mixed
+    flat = int(FLAT_FRACTION * P)
+    assert decide_cache(run([1.0, 1.0, 1.0], [0, flat, flat], 1.0)).verdict == "inert"
+    assert decide_cache(run([1.0, WORKING_TTFT_RATIO * 0.99] * 1 + [0.4], [None] * 3, 1.0, None)).verdict == "working"
+    assert decide_cache(run([1.0, WORKING_TTFT_RATIO, WORKING_TTFT_RATIO], [None] * 3, 1.0, None)).verdict == "unknown"
+    assert INERT_TTFT_RATIO > WORKING_TTFT_RATIO
+
+
+@given(
+    st.lists(st.floats(0.001, 100.0), min_size=2, max_size=6),
+    st.floats(0.001, 100.0),
+    st.lists(st.one_of(st.none(), st.integers(0, P)), min_size=6, max_size=6),
+)
+def test_any_numbers_give_a_known_verdict(ttfts, control, cached):
+    sends = run(ttfts, cached[: len(ttfts)], control, cached[-1])
+    v = decide_cache(sends)
+    assert v.verdict in ("working", "inert", "unknown") and v.reason
+    if v.verdict == "working" and v.signal == "timing":
+        assert v.warm_ttft_ratio is not None and v.warm_ttft_ratio < WORKING_TTFT_RATIO
