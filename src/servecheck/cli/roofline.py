@@ -272,6 +272,8 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
     lines += _target_lines(doc.get("target"))
     lines += _batch_lines(doc.get("batch"))
     lines += [f"note: {n}" for n in doc.get("notes", [])]
+    if doc.get("simulated"):
+        lines.insert(0, "SIMULATED SERVER: the decode rate comes from servecheck's simulator, not from a real engine")
     lines.append(UNITS_LINE)
     return lines
 

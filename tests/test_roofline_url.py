@@ -1,0 +1,29 @@
+"""`roofline --url` measures single-stream decode tok/s on a simulated server started here (port 0)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servecheck.cli.main import main
+from servecheck.sim import SimConfig, sim_in_thread
+
+TOKEN_S = 0.005  # the simulator decodes one token every 5 ms: 200 tok/s
+
+
+def test_roofline_url_measures_decode_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    with sim_in_thread(SimConfig(mode="serial", token_s=TOKEN_S, per_seq_s=0.0, prompt_token_s=0.0)) as sim:
+        with pytest.raises(SystemExit) as exc:
+            main(["roofline", "--bytes-per-token", "1GB", "--url", sim.url, "--tokens", "40", "--bandwidth", "400",
+                  "--timeout", "30", "--no-save", "--json", str(out)])
+    assert exc.value.code == 0, capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    # wide margins: a loaded machine only slows the stream down, and never by more than half here
+    assert 100 <= doc["tok_s"] <= 1.2 / TOKEN_S
+    assert doc["measurement"]["tokens"] == 40
+    assert doc["simulated"] is True
+    assert doc["utilization"][0] == pytest.approx(doc["tok_s"] * 1.0 / 400)
+    assert "measured" in doc["tok_s_source"]
