@@ -56,22 +56,44 @@ def _text(nonce: str, words: list[str]) -> str:
 async def fixed_prompt(
     driver: LoadDriver, prompt_tokens: int, rng: random.Random, nonce: str | None = None
 ) -> Prompt:
-    """One prompt of `prompt_tokens` tokens (where measurable) starting with `nonce` (random if None)."""
+    """One prompt of `prompt_tokens` tokens (where measurable) starting with `nonce` (random if None).
+
+    Where the target cannot be hit exactly, the closest prompt found is returned with its measured length.
+    """
     nonce = nonce if nonce is not None else new_nonce(rng)
     words = [rng.choice(WORDS) for _ in range(max(prompt_tokens - NONCE_TOKENS_ESTIMATE, 1))]
     measured = await driver.tokenize(_text(nonce, words))
+    if measured is None:
+        return Prompt(_text(nonce, words), nonce, None)
+    best = (abs(measured - prompt_tokens), words, measured)
+    rate = 1.0  # tokens per word, learnt from the measurements
     for _ in range(MAX_ADJUST_ROUNDS):
-        if measured is None or measured == prompt_tokens:
+        if measured == prompt_tokens:
             break
-        words = _adjust(words, prompt_tokens - measured, rng)
-        measured = await driver.tokenize(_text(nonce, words))
+        step = _word_step(prompt_tokens - measured, rate)
+        new_words = _adjust(words, step, rng)
+        if new_words == words:
+            break  # already down to one word: the nonce alone is longer than the target
+        new_measured = await driver.tokenize(_text(nonce, new_words))
+        if new_measured is None:
+            break
+        if len(new_words) != len(words) and new_measured != measured:
+            rate = max((new_measured - measured) / (len(new_words) - len(words)), 0.25)
+        words, measured = new_words, new_measured
+        best = min(best, (abs(measured - prompt_tokens), words, measured), key=lambda b: b[0])
+    _, words, measured = best
     return Prompt(_text(nonce, words), nonce, measured)
 
 
-def _adjust(words: list[str], delta: int, rng: random.Random) -> list[str]:
-    if delta > 0:
-        return words + [rng.choice(WORDS) for _ in range(delta)]
-    return words[: max(len(words) + delta, 1)]
+def _adjust(words: list[str], step: int, rng: random.Random) -> list[str]:
+    if step > 0:
+        return words + [rng.choice(WORDS) for _ in range(step)]
+    return words[: max(len(words) + step, 1)]
+
+
+def _word_step(delta_tokens: int, tokens_per_word: float) -> int:
+    step = round(delta_tokens / tokens_per_word)
+    return step if step != 0 else (1 if delta_tokens > 0 else -1)
 
 
 async def make_requests(
