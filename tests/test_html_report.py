@@ -226,3 +226,14 @@ def test_write_html_atomic_and_bad_path(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
     with pytest.raises(UsageError, match="does not exist"):
         report_html.write_html(tmp_path / "missing" / "r.html", [samples.roofline()])
+
+
+def test_roofline_ceiling_and_headroom() -> None:
+    doc = samples.roofline()
+    doc["ceiling"] = {"name": "typical MoE ceiling 0.60-0.65", "utilization": [0.60, 0.65]}
+    doc["headroom"] = {"factor": [0.88, 1.13], "speed_of_light_tok_s": [143.3, 170.4]}
+    page, c = parse([doc])
+    assert c.count("line", "ceiling") == 2 and c.count("rect", "ceiling") == 1
+    text = "".join(c.text)
+    assert "typical ceiling 60–65% of measured: 159–205 GB/s" in text
+    assert "0.88–1.13×" in text and "143–170 tok/s" in text

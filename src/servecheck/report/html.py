@@ -562,6 +562,11 @@ def _roofline_section(doc: dict[str, Any]) -> str:
         ("utilization", fmt_range(doc.get("utilization"), 0, 100, "%")),
         ("kill gate", f"{fmt(doc.get('gate'))} (threshold {fmt_range(doc.get('gate_threshold'), 0, 100, '%')})"),
     ]
+    headroom, ceiling = as_dict(doc.get("headroom")), as_dict(doc.get("ceiling"))
+    if ceiling or headroom:
+        rows.append(("ceiling", fmt(as_str(ceiling.get("name")) or headroom.get("ceiling"))))
+        rows.append(("headroom a perfect engine could win", fmt_range(headroom.get("factor"), 2, suffix="×")))
+        rows.append(("speed of light (100% of measured)", fmt_range(headroom.get("speed_of_light_tok_s"), 0, suffix=" tok/s")))
     if target:
         rows.append(("target", f"{fmt(target.get('tok_s'), 1)} tok/s needs {fmt(target.get('required_gb_s'), 0)} GB/s = "
                                f"{fmt_range(target.get('required_utilization'), 0, 100, '%')}; within reach: {fmt_yes_no(target.get('within_reach'))}"))
@@ -588,6 +593,10 @@ def _roofline_chart(doc: dict[str, Any]) -> str:
     markers = []
     if gate is not None and lo is not None and hi is not None:
         markers.append(Marker(f"gate {gate * 100:.0f}% of measured: {gate * lo:.0f}–{gate * hi:.0f} GB/s", gate * lo, gate * hi))
+    c_lo, c_hi = as_range(as_dict(doc.get("ceiling")).get("utilization"))
+    if c_lo is not None and c_hi is not None and lo is not None and hi is not None:
+        markers.append(Marker(f"typical ceiling {c_lo * 100:.0f}–{c_hi * 100:.0f}% of measured: {c_lo * lo:.0f}–{c_hi * hi:.0f} GB/s",
+                              c_lo * lo, c_hi * hi, "ceiling"))
     return range_chart(bars, markers, title="Roofline: achieved against measured bandwidth", x_label="GB/s (10^9 bytes per second)")
 
 

@@ -190,6 +190,7 @@ class Marker:
     label: str
     lo: float
     hi: float  # equal to lo for a single line
+    css: str = "gate"
 
 
 def range_chart(bars: Sequence[RangeBar], markers: Sequence[Marker], *, title: str, x_label: str) -> str:
@@ -215,9 +216,9 @@ def range_chart(bars: Sequence[RangeBar], markers: Sequence[Marker], *, title: s
     for k, m in enumerate(markers):
         x_lo, x_hi = LEFT + m.lo * scale, LEFT + m.hi * scale
         if m.hi > m.lo:
-            parts.append(f'<rect class="band" x="{_n(x_lo)}" y="{TOP}" width="{_n(x_hi - x_lo)}" height="{_n(y0 - TOP)}"/>')
+            parts.append(f'<rect class="band {esc(m.css)}" x="{_n(x_lo)}" y="{TOP}" width="{_n(x_hi - x_lo)}" height="{_n(y0 - TOP)}"/>')
         for x in {x_lo, x_hi}:
-            parts.append(f'<line class="ref" x1="{_n(x)}" y1="{TOP - 4}" x2="{_n(x)}" y2="{_n(y0)}"/>')
-        parts.append(f'<text class="marker" x="{_n(x_lo)}" y="{_n(y0 + BOTTOM + 4 + 16 * k)}">{esc(m.label)}</text>')
+            parts.append(f'<line class="ref {esc(m.css)}" x1="{_n(x)}" y1="{TOP - 4}" x2="{_n(x)}" y2="{_n(y0)}"/>')
+        parts.append(f'<text class="marker {esc(m.css)}" x="{_n(x_lo)}" y="{_n(y0 + BOTTOM + 4 + 16 * k)}">{esc(m.label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
