@@ -237,3 +237,16 @@ def test_roofline_ceiling_and_headroom() -> None:
     text = "".join(c.text)
     assert "typical ceiling 60–65% of measured: 159–205 GB/s" in text
     assert "0.88–1.13×" in text and "143–170 tok/s" in text
+
+
+def test_demo_draws_each_staircase_run() -> None:
+    runs = [
+        {"parallel": 1, "expected": "staircase", "verdict": "staircase", "staircase": samples.staircase(serial=True, ns=(1, 2))},
+        {"parallel": 2, "expected": "cluster", "verdict": "cluster", "staircase": samples.staircase(serial=False, ns=(1, 2)),
+         "log_audit": {"findings": [{"feature": "parallel_slots", "status": "confirmed", "line": "n_slots = 2"}]}},
+    ]
+    _, c = parse([{"command": "demo", "runs": runs}])
+    assert [t["rect.bar"] for t in c.charts("timeline")] == [2, 4, 2, 4]
+    assert len(c.charts("lines")) == 2
+    assert c.count("span", "status-confirmed") == 1
+    assert "--parallel 2: expected cluster, got cluster" in "".join(c.text)

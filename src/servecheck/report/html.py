@@ -633,7 +633,26 @@ def _bandwidth_section(doc: dict[str, Any]) -> str:
     return chart + _generic_section(doc)
 
 
+# ---------------------------------------------------------------- demo
+
+
+def _demo_section(doc: dict[str, Any]) -> str:
+    """The demo's staircase runs (one per server configuration), each drawn like a staircase run."""
+    parts = []
+    for run in map(as_dict, as_list(doc.get("runs"))):
+        title = f"--parallel {fmt(run.get('parallel'), 0)}: expected {fmt(run.get('expected'))}, got {fmt(run.get('verdict'))}"
+        parts.append(f"<h3>{title}</h3>")
+        staircase = as_dict(run.get("staircase"))
+        if staircase:
+            parts.append(_staircase_section(staircase))
+        audit = as_dict(run.get("log_audit"))
+        if as_list(audit.get("findings")):
+            parts.append(_log_section(audit))
+    return "\n".join(parts) or _generic_section(doc)
+
+
 RENDERERS: dict[str, Renderer] = {
+    "demo": _demo_section,
     "bandwidth": _bandwidth_section,
     "staircase": _staircase_section,
     "arms": _arms_section,
