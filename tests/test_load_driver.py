@@ -246,7 +246,7 @@ async def test_detect_vllm(serve: Starter) -> None:
         return web.json_response({"version": "0.11.0"})
 
     async def models(_: web.Request) -> web.Response:
-        return web.json_response({"data": [{"id": "Qwen/Qwen3-8B", "owned_by": "vllm"}]})
+        return web.json_response({"data": [{"id": "Qwen/Qwen3-8B", "owned_by": "vllm", "max_model_len": 32768}]})
 
     app.router.add_get("/version", version)
     app.router.add_get("/v1/models", models)
@@ -254,6 +254,7 @@ async def test_detect_vllm(serve: Starter) -> None:
     async with LoadDriver(target(url + "/v1/")) as driver:  # an OpenAI base URL is accepted
         info = await driver.detect()
     assert (info.dialect, info.engine, info.version, info.model) == ("openai", "vllm", "0.11.0", "Qwen/Qwen3-8B")
+    assert info.n_ctx_per_request == 32768
 
 
 async def test_not_an_llm_server(serve: Starter) -> None:

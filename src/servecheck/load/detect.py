@@ -152,6 +152,18 @@ async def _n_ctx(driver: LoadDriver, found: Identity | None, model: str | None) 
         return int(settings["n_ctx"])  # the per-slot context
     if found.engine == "ollama" and model:
         return await _ollama_n_ctx(driver, model)
+    if found.engine == "vllm":
+        return await _vllm_n_ctx(driver, model)
+    return None
+
+
+async def _vllm_n_ctx(driver: LoadDriver, model: str | None) -> int | None:
+    """vLLM's /v1/models `max_model_len`: the most one request (prompt + output) may hold."""
+    status, data = await driver.probe("GET", "/v1/models")
+    entries = data.get("data") if status == 200 and isinstance(data, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("id") == model and isinstance(entry.get("max_model_len"), int):
+            return int(entry["max_model_len"])
     return None
 
 
