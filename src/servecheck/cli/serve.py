@@ -1,0 +1,124 @@
+"""`--serve "COMMAND"` for the load commands: servecheck starts the server, waits for health, runs
+the test against it, stops it on every exit path, and audits the log it wrote.
+
+    @serve_option
+    def cmd(..., url, serve_command, serve_log, ...):
+        with served(serve_command, url, say=...) as server:
+            ... measure against server.url ...
+        doc["log_audit"] = server.audit_doc()      # filled in once the server has stopped
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from servecheck.cli.common import check_url
+from servecheck.errors import ServecheckError, UsageError
+from servecheck.logscan.scan import LogScanResult, scan_log
+
+F = Callable[..., Any]
+Say = Callable[[str], None]
+
+
+def serve_option(f: F) -> F:
+    """--serve "COMMAND" and --serve-log PATH."""
+    f = click.option(
+        "--serve-log",
+        "serve_log",
+        default=None,
+        metavar="PATH",
+        help="With --serve: where to keep the server's log (default: a temporary file, named at the end).",
+    )(f)
+    f = click.option(
+        "--serve",
+        "serve_command",
+        default=None,
+        metavar='"COMMAND"',
+        help='Start the server with this command (e.g. "llama-server -m m.gguf --port 8091 -np 4"), wait '
+        "until it is healthy, test it, stop it, and audit its log for refused features.",
+    )(f)
+    return f
+
+
+@dataclass
+class Served:
+    """The server under test: its URL and, with --serve, its log and the audit of that log."""
+
+    url: str
+    command: str | None = None
+    log_path: Path | None = None
+    audit: LogScanResult | None = None
+    audit_error: str | None = None
+
+    @property
+    def owned(self) -> bool:
+        return self.command is not None
+
+    @property
+    def refused(self) -> bool:
+        return self.audit is not None and bool(self.audit.refused)
+
+    def audit_doc(self) -> dict[str, Any] | None:
+        if not self.owned:
+            return None
+        doc: dict[str, Any] = {"command": self.command, "log_path": str(self.log_path), "error": self.audit_error}
+        if self.audit is not None:
+            scan = self.audit.to_dict()
+            doc.update(findings=scan["findings"], lines=scan["lines"], refused=[f.feature for f in self.audit.refused])
+        return doc
+
+
+def resolve_url(url: str | None, serve_command: str | None) -> str | None:
+    """The URL to test: the one given, or (with --serve) the one the command will listen on."""
+    if url is None and serve_command is None:
+        raise UsageError("give the server's URL, or --serve \"COMMAND\" to start one", "e.g. http://127.0.0.1:8080")
+    return None if url is None else check_url(url)
+
+
+@contextmanager
+def served(
+    serve_command: str | None,
+    url: str | None,
+    *,
+    engine: str = "auto",
+    log_path: str | Path | None = None,
+    say: Say | None = None,
+) -> Iterator[Served]:
+    """Yield the server to test; with a command, own it: start, wait for health, stop, audit its log."""
+    if serve_command is None:
+        if url is None:
+            raise UsageError("no server URL", "give the server's URL or --serve \"COMMAND\"")
+        yield Served(url=url)
+        return
+    from servecheck.engine.process import ManagedServer
+
+    server = ManagedServer.from_command_string(serve_command, log_path=None if log_path is None else Path(log_path))
+    _say(say, f"starting {server.name} (log: {server.log_path}) and waiting until it is healthy ...")
+    server.start()  # stops the process itself when it never becomes healthy
+    result = Served(url=url or server.url, command=serve_command, log_path=server.log_path)
+    _say(say, f"{server.name} is up at {server.url}")
+    try:
+        yield result
+    finally:
+        server.stop()
+        _audit(result, engine)
+
+
+def _audit(result: Served, engine: str) -> None:
+    """Scan the stopped server's log; a scan failure is recorded, never raised over the run's own error."""
+    assert result.log_path is not None
+    try:
+        result.audit = scan_log(result.log_path, engine, result.command)
+    except ServecheckError as exc:
+        result.audit_error = exc.one_line()
+
+
+def _say(say: Say | None, line: str) -> None:
+    if say is not None:
+        say(line)

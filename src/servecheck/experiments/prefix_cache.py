@@ -1,0 +1,321 @@
+"""The prefix-cache experiment: the same long prompt `repeats` times, one after another, then a
+control prompt of equal length with different bytes. Every cache signal the engine exposes is
+recorded per send; `analysis.cache` turns them into working / inert / unknown.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from servecheck.analysis.cache import CacheSend, CacheVerdict, decide_cache
+from servecheck.errors import ServecheckError, UsageError
+from servecheck.model.records import GenRequest, RequestRecord, ServerInfo, ns_to_s
+
+if TYPE_CHECKING:
+    from servecheck.load.driver import LoadDriver
+
+SendKind = Literal["repeat", "control"]
+OnSend = Callable[["PrefixCacheResult"], None]
+OnServer = Callable[[ServerInfo], None]
+
+# Below this many prompt tokens a cache hit saves too little prefill to see, and a prompt this
+# short fits in one prefill batch on every engine: the test would measure noise.
+MIN_PROMPT_TOKENS = 512
+# Room kept in the context beyond prompt + output: BOS, a chat template's head, tokenizer drift.
+CTX_MARGIN_TOKENS = 16
+# A few output tokens are enough: time to first token is what the cache changes.
+DEFAULT_MAX_TOKENS = 4
+# Counters summed from /metrics, before and after each send: (hits, queries) per engine.
+CACHE_COUNTERS: tuple[tuple[str, str | None], ...] = (
+    ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
+    ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
+    ("sglang:cached_tokens_total", None),
+)
+
+
+@dataclass(frozen=True)
+class PrefixSend:
+    """One send: the request record plus the cache signals read for it."""
+
+    kind: SendKind
+    record: RequestRecord
+    prompt_tokens: int | None  # the prompt's length in tokens (ours, measured with the server's tokenizer)
+    cached_tokens: int | None
+    cached_source: str | None  # "timings.cache_n / usage", "/metrics vllm:prefix_cache_hits_total", ...
+
+    @property
+    def ttft_s(self) -> float | None:
+        return ns_to_s(self.record.ttft_ns) if self.record.ok else None
+
+    def for_verdict(self) -> CacheSend:
+        return CacheSend(self.kind, self.ttft_s, self.cached_tokens, self.prompt_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        server = self.record.server
+        return {
+            "kind": self.kind,
+            "index": self.record.index,
+            "ttft_s": self.ttft_s,
+            "cached_tokens": self.cached_tokens,
+            "cached_source": self.cached_source,
+            "prompt_tokens": self.prompt_tokens,
+            "server_prompt_tokens": None if server is None else server.prompt_tokens,
+            "server_prompt_s": None if server is None else server.prompt_s,
+            "status": self.record.status,
+            "error": self.record.error,
+            "request": self.record.to_dict(with_token_times=False),
+        }
+
+
+@dataclass(frozen=True)
+class ContextFit:
+    """How long the prompt may be, and why."""
+
+    n_ctx: int | None  # per-request context, when the server says
+    source: str | None  # where n_ctx came from
+    asked_tokens: int
+    prompt_tokens: int  # what will be sent
+    note: str | None = None  # set when the prompt was capped
+
+
+@dataclass(frozen=True)
+class PrefixCacheResult:
+    server: ServerInfo
+    fit: ContextFit
+    repeats: int
+    max_tokens: int
+    cache_prompt: bool | None
+    sends: tuple[PrefixSend, ...] = ()
+    complete: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    def analysis(self) -> CacheVerdict:
+        return decide_cache([s.for_verdict() for s in self.sends])
+
+    @property
+    def valid(self) -> bool:
+        return all(s.record.ok for s in self.sends)
+
+    def to_doc(self) -> dict[str, Any]:
+        """The prefix-cache fields of the JSON document (the CLI puts the envelope around them)."""
+        verdict = self.analysis()
+        repeats = [s for s in self.sends if s.kind == "repeat"]
+        control = next((s for s in self.sends if s.kind == "control"), None)
+        return {
+            "command": "prefix-cache",
+            "valid": self.valid,
+            "simulated": self.server.simulated,
+            "complete": self.complete,
+            "verdict": verdict.verdict,
+            "verdict_reason": verdict.reason,
+            "analysis": verdict.to_dict(),
+            "ttft_s": [s.ttft_s for s in repeats],
+            "cached_tokens": [s.cached_tokens for s in repeats],
+            "control_ttft_s": None if control is None else control.ttft_s,
+            "control_cached_tokens": None if control is None else control.cached_tokens,
+            "sends": [s.to_dict() for s in self.sends],
+            "prompt_tokens": self.fit.prompt_tokens,
+            "prompt_tokens_asked": self.fit.asked_tokens,
+            "n_ctx_per_request": self.fit.n_ctx,
+            "n_ctx_source": self.fit.source,
+            "capped": self.fit.note is not None,
+            "repeats": self.repeats,
+            "cache_prompt": self.cache_prompt,
+            "server": self.server.to_dict(),
+            "notes": list(self.notes),
+        }
+
+
+async def run_prefix_cache(
+    driver: LoadDriver,
+    *,
+    prompt_tokens: int = 6000,
+    repeats: int = 3,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    cache_prompt: bool | None = None,
+    rng: random.Random | None = None,
+    on_server: OnServer | None = None,
+    on_send: OnSend | None = None,
+) -> PrefixCacheResult:
+    """Send the same prompt `repeats` times, then the control; the partial result after every send."""
+    check_params(prompt_tokens, repeats, max_tokens)
+    rng = rng or random.Random(0)
+    info = await driver.detect()
+    if on_server is not None:
+        on_server(info)
+    fit = fit_prompt(prompt_tokens, max_tokens, *await per_request_context(driver, info))
+    prompt, control = await _prompts(driver, fit.prompt_tokens, rng)
+    result = PrefixCacheResult(info, fit, repeats, max_tokens, cache_prompt, notes=_notes(fit, info, prompt))
+    plan: list[tuple[SendKind, GenRequest]] = [("repeat", _request(i, prompt, max_tokens, cache_prompt)) for i in range(repeats)]
+    plan.append(("control", _request(repeats, control, max_tokens, cache_prompt)))
+    for kind, req in plan:
+        result = replace(result, sends=(*result.sends, await _send(driver, info, kind, req)))
+        if on_send is not None:
+            on_send(result)
+    return replace(result, complete=True)
+
+
+def check_params(prompt_tokens: int, repeats: int, max_tokens: int) -> None:
+    if repeats < 2:
+        raise UsageError(f"--repeats must be >= 2, got {repeats}", "the first send fills the cache; later ones can hit it")
+    if prompt_tokens < 1:
+        raise UsageError(f"--prompt-tokens must be >= 1, got {prompt_tokens}", "for example --prompt-tokens 6000")
+    if max_tokens < 1:
+        raise UsageError(f"max_tokens must be >= 1, got {max_tokens}")
+
+
+def fit_prompt(asked: int, max_tokens: int, n_ctx: int | None, source: str | None) -> ContextFit:
+    """Cap the prompt to the per-request context, leaving room for the output; refuse below 512."""
+    if n_ctx is None:
+        return ContextFit(None, None, asked, asked)
+    room = n_ctx - max_tokens - CTX_MARGIN_TOKENS
+    if room >= asked:
+        return ContextFit(n_ctx, source, asked, asked)
+    if room < MIN_PROMPT_TOKENS:
+        raise UsageError(
+            f"the server's per-request context is {n_ctx} tokens ({source}): only {max(room, 0)} prompt tokens "
+            f"fit, and the prefix-cache test needs at least {MIN_PROMPT_TOKENS}",
+            "give each request more context (llama.cpp: a larger -c or fewer -np slots)",
+        )
+    note = (
+        f"prompt capped to {room} tokens (asked {asked}): the server's per-request context is {n_ctx} tokens "
+        f"({source}), with {max_tokens} output tokens and {CTX_MARGIN_TOKENS} spare"
+    )
+    return ContextFit(n_ctx, source, asked, room, note)
+
+
+async def per_request_context(driver: LoadDriver, info: ServerInfo) -> tuple[int | None, str | None]:
+    """The context one request can use, and where that number came from."""
+    if info.n_ctx_per_request is not None:
+        where = "/props default_generation_settings.n_ctx" if info.props else "the server's model info"
+        return info.n_ctx_per_request, where
+    for probe in (_v1_models_ctx, _ollama_show_ctx):
+        try:
+            found = await probe(driver, info)
+        except ServecheckError:
+            found = None
+        if found is not None:
+            return found
+    return None, None
+
+
+async def _v1_models_ctx(driver: LoadDriver, info: ServerInfo) -> tuple[int, str] | None:
+    data = await driver.get_json("/v1/models")
+    entries = data.get("data") if isinstance(data, dict) else None
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and (info.model is None or entry.get("id") == info.model):
+            for key in ("max_model_len", "context_length"):
+                if isinstance(entry.get(key), int):
+                    return int(entry[key]), f"/v1/models {key}"
+    return None
+
+
+async def _ollama_show_ctx(driver: LoadDriver, info: ServerInfo) -> tuple[int, str] | None:
+    if info.dialect != "ollama" or not info.model:
+        return None
+    status, data = await driver.probe("POST", "/api/show", {"model": info.model})
+    if status != 200 or not isinstance(data, dict):
+        return None
+    num_ctx = _ollama_num_ctx(data.get("parameters"))
+    if num_ctx is not None:
+        return num_ctx, "/api/show parameters num_ctx"
+    model_info = data.get("model_info") if isinstance(data.get("model_info"), dict) else {}
+    for key, value in model_info.items():
+        if key.endswith(".context_length") and isinstance(value, int):
+            # The model's trained length; Ollama's default num_ctx is smaller unless set.
+            return int(value), f"/api/show {key}"
+    return None
+
+
+def _ollama_num_ctx(parameters: Any) -> int | None:
+    if not isinstance(parameters, str):
+        return None
+    for line in parameters.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "num_ctx" and parts[1].isdigit():
+            return int(parts[1])
+    return None
+
+
+async def _prompts(driver: LoadDriver, tokens: int, rng: random.Random) -> tuple[Any, Any]:
+    """The repeated prompt and the control: equal length, different bytes from the first character."""
+    from servecheck.load.prompts import fixed_prompt, new_nonce
+
+    first = new_nonce(rng)
+    other = new_nonce(rng)
+    while other[:2] == first[:2]:
+        other = new_nonce(rng)
+    prompt = await fixed_prompt(driver, tokens, random.Random(rng.getrandbits(32)), first)
+    control = await fixed_prompt(driver, tokens, random.Random(rng.getrandbits(32)), other)
+    return prompt, control
+
+
+def _request(index: int, prompt: Any, max_tokens: int, cache_prompt: bool | None) -> GenRequest:
+    return GenRequest(
+        index=index,
+        prompt=prompt.text,
+        nonce=prompt.nonce,
+        max_tokens=max_tokens,
+        prompt_tokens=prompt.prompt_tokens,
+        cache_prompt=cache_prompt,
+    )
+
+
+async def _send(driver: LoadDriver, info: ServerInfo, kind: SendKind, req: GenRequest) -> PrefixSend:
+    before = await _counters(driver, info)
+    record = await driver.generate(req)
+    after = await _counters(driver, info) if before else {}
+    cached, source = _cached(record, before, after)
+    return PrefixSend(kind, record, req.prompt_tokens or record.prompt_tokens, cached, source)
+
+
+def _cached(record: RequestRecord, before: dict[str, float], after: dict[str, float]) -> tuple[int | None, str | None]:
+    server = record.server
+    if server is not None and server.cached_prompt_tokens is not None:
+        return server.cached_prompt_tokens, "response (timings.cache_n / usage.prompt_tokens_details.cached_tokens)"
+    for hits, _queries in CACHE_COUNTERS:
+        if hits in before and hits in after:
+            return int(after[hits] - before[hits]), f"/metrics {hits} delta"
+    return None, None
+
+
+async def _counters(driver: LoadDriver, info: ServerInfo) -> dict[str, float]:
+    """Cache counters from /metrics (vLLM, SGLang); empty for engines that have none."""
+    if info.engine in ("llama.cpp", "ollama", "simulator") or info.dialect in ("llamacpp", "ollama"):
+        return {}
+    try:
+        text = await driver.get_text("/metrics")
+    except ServecheckError:
+        return {}
+    return metric_totals(text or "", {name for pair in CACHE_COUNTERS for name in pair if name})
+
+
+def metric_totals(text: str, names: set[str]) -> dict[str, float]:
+    """Sum of the named samples over their labels, from Prometheus text."""
+    totals: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in names:
+                    totals[sample.name] = totals.get(sample.name, 0.0) + float(sample.value)
+    except ValueError:
+        return {}
+    return totals
+
+
+def _notes(fit: ContextFit, info: ServerInfo, prompt: Any) -> tuple[str, ...]:
+    notes = [fit.note] if fit.note else []
+    if fit.n_ctx is None:
+        notes.append("the server does not say its per-request context; the prompt was not capped")
+    if prompt.prompt_tokens is None:
+        notes.append("the server has no tokenizer endpoint: prompt lengths are estimates")
+    elif prompt.prompt_tokens != fit.prompt_tokens:
+        notes.append(f"the prompt measured {prompt.prompt_tokens} tokens (target {fit.prompt_tokens})")
+    if info.simulated:
+        notes.append("SIMULATED server: the cache behaviour is the simulator's configuration")
+    return tuple(notes)
