@@ -214,3 +214,36 @@ async def test_refusal_mode_logs_refusal_lines(tmp_path: Path) -> None:
         assert line in text
         assert line not in quiet.log_lines
     assert "initializing slots, n_slots = 1" in text
+
+
+async def test_a_client_that_goes_away_frees_its_slot() -> None:
+    running = await start_sim(SimConfig(mode="serial", token_s=0.005, per_seq_s=0.0))
+    try:
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as s:
+            async with s.post(running.url + "/completion", json={"prompt": "a", "n_predict": 2000, "stream": True}) as r:
+                await r.content.readline()  # one event, then hang up on a 10 s request
+            t0 = time.perf_counter()
+            await finish_times(running.url, bodies(1, tokens=5))
+            assert time.perf_counter() - t0 < 5.0  # not queued behind the abandoned request
+    finally:
+        await running.stop()
+
+
+async def test_stop_ends_in_flight_requests_quickly() -> None:
+    running = await start_sim(SimConfig(mode="batched", token_s=0.010))
+
+    async def long_request(stream: bool) -> int:
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as s:
+            body = {"prompt": "a", "n_predict": 2000, "stream": stream}
+            async with s.post(running.url + "/completion", json=body) as r:
+                await r.read()
+                return r.status
+
+    tasks = [asyncio.create_task(long_request(stream)) for stream in (True, False)]
+    await asyncio.sleep(0.2)
+    t0 = time.perf_counter()
+    await running.stop()
+    await running.stop()  # idempotent
+    statuses = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
+    assert time.perf_counter() - t0 < 5.0
+    assert statuses[1] == 503  # the non-streamed request is told the server went away

@@ -249,3 +249,16 @@ async def test_hostile_strings_in_model_text_and_log() -> None:
         assert any(HOSTILE_SCRIPT in ln for ln in running.log_lines)
     finally:
         await running.stop()
+
+
+async def test_openai_logprobs_one_entry_per_token(sim: RunningSim) -> None:
+    body = {"prompt": "a b", "max_tokens": 4, "stream": True, "logprobs": 1}
+    _, _, text = await post(sim.url + "/v1/completions", body)
+    chunks = [json.loads(e) for e in sse_events(text)[:-1]]
+    assert sum(len((c["choices"][0]["logprobs"] or {}).get("tokens", [])) for c in chunks) == 4
+    body = {"messages": [{"role": "user", "content": "a"}], "max_tokens": 3, "logprobs": True}
+    _, _, text = await post(sim.url + "/v1/chat/completions", body)
+    assert len(json.loads(text)["choices"][0]["logprobs"]["content"]) == 3
+    _, _, text = await post(sim.url + "/v1/chat/completions", {**body, "stream": True})
+    chunks = [json.loads(e) for e in sse_events(text)[:-1]]
+    assert sum(len(c["choices"][0].get("logprobs", {}).get("content", [])) for c in chunks if c["choices"]) == 3

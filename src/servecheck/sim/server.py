@@ -153,8 +153,8 @@ async def _whole(sim: _Sim, dialect: str, req: wire.SimRequest, job: Job) -> web
     cid = _completion_id(dialect)
     body = {
         "llamacpp": lambda: wire.native_final(job, req, model, out.text, out.tokens),
-        "openai": lambda: wire.completion_json(cid, model, job, out.text),
-        "openai-chat": lambda: wire.chat_json(cid, model, job, out.text),
+        "openai": lambda: wire.completion_json(cid, model, job, out.pieces, req.logprobs),
+        "openai-chat": lambda: wire.chat_json(cid, model, job, out.pieces, req.logprobs),
         "ollama": lambda: wire.ollama_final(model, job, out.text),
     }[dialect]()
     return web.json_response(body)
@@ -213,9 +213,11 @@ class _StreamWriter:
         if self.dialect == "llamacpp":
             return wire.native_partial(self.job, index, piece, token)
         if self.dialect == "openai":
-            return wire.completion_chunk(self.cid, self.model, piece, None)
+            lp = wire.completion_logprobs([piece]) if self.req.logprobs else None
+            return wire.completion_chunk(self.cid, self.model, piece, None, lp)
         if self.dialect == "openai-chat":
-            return wire.chat_chunk(self.cid, self.model, {"content": piece}, None)
+            lp = wire.chat_logprobs([piece]) if self.req.logprobs else None
+            return wire.chat_chunk(self.cid, self.model, {"content": piece}, None, lp)
         return wire.ollama_partial(self.model, piece)
 
     def _final_events(self) -> list[dict[str, Any]]:
@@ -421,6 +423,7 @@ class RunningSim:
     def __init__(self, sim: _Sim, runner: web.AppRunner, host: str, port: int) -> None:
         self._sim = sim
         self._runner = runner
+        self._stopped = False
         self.host = host
         self.port = port
         self.url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
@@ -447,6 +450,10 @@ class RunningSim:
         return self.config.describe()
 
     async def stop(self) -> None:
+        """Abort in-flight requests, close the socket and the log. Safe to call twice."""
+        if self._stopped:
+            return
+        self._stopped = True
         await self._sim.scheduler.stop()
         await self._runner.cleanup()
         self._sim.log.close()

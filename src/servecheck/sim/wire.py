@@ -36,6 +36,7 @@ class SimRequest:
     include_usage: bool
     cache_prompt: bool
     model: str | None
+    logprobs: bool = False  # OpenAI routes: one logprob entry per generated token
 
 
 # ------------------------------------------------------------------ parsing
@@ -61,6 +62,7 @@ def parse_request(dialect: str, body: Any, config: SimConfig) -> SimRequest:
         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
         cache_prompt=body.get("cache_prompt", True) is not False,
         model=model,
+        logprobs=dialect in ("openai", "openai-chat") and bool(body.get("logprobs")),
     )
 
 
@@ -214,44 +216,75 @@ def native_final(job: Job, req: SimRequest, model: str, content: str, tokens: li
     }
 
 
+# The toy model is sure of every token it picks.
+TOKEN_LOGPROB = -0.01
+
+
+def completion_logprobs(pieces: list[str]) -> dict[str, Any]:
+    """Legacy completions logprobs: parallel lists, one entry per token."""
+    return {"tokens": pieces, "token_logprobs": [TOKEN_LOGPROB] * len(pieces), "top_logprobs": None}
+
+
+def chat_logprobs(pieces: list[str]) -> dict[str, Any]:
+    return {
+        "content": [
+            {"token": p, "logprob": TOKEN_LOGPROB, "bytes": list(p.encode()), "top_logprobs": []} for p in pieces
+        ]
+    }
+
+
 # ------------------------------------------------------ OpenAI completions
-def completion_chunk(cid: str, model: str, text: str, reason: str | None) -> dict[str, Any]:
+def completion_chunk(
+    cid: str, model: str, text: str, reason: str | None, logprobs: dict[str, Any] | None = None
+) -> dict[str, Any]:
     return {
         "id": cid,
         "object": "text_completion",
         "created": _created(),
         "model": model,
-        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": reason}],
+        "choices": [{"index": 0, "text": text, "logprobs": logprobs, "finish_reason": reason}],
     }
 
 
-def completion_json(cid: str, model: str, job: Job, text: str) -> dict[str, Any]:
-    out = completion_chunk(cid, model, text, finish_reason(job))
+def completion_json(cid: str, model: str, job: Job, pieces: list[str], logprobs: bool) -> dict[str, Any]:
+    lp = completion_logprobs(pieces) if logprobs else None
+    out = completion_chunk(cid, model, "".join(pieces), finish_reason(job), lp)
     out["usage"] = usage_json(job)
     out["timings"] = timings_json(job.timings())
     return out
 
 
 # ------------------------------------------------------------- OpenAI chat
-def chat_chunk(cid: str, model: str, delta: dict[str, Any], reason: str | None) -> dict[str, Any]:
+def chat_chunk(
+    cid: str, model: str, delta: dict[str, Any], reason: str | None, logprobs: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": reason}
+    if logprobs is not None:
+        choice["logprobs"] = logprobs
     return {
         "id": cid,
         "object": "chat.completion.chunk",
         "created": _created(),
         "model": model,
-        "choices": [{"index": 0, "delta": delta, "finish_reason": reason}],
+        "choices": [choice],
     }
 
 
-def chat_json(cid: str, model: str, job: Job, text: str) -> dict[str, Any]:
+def chat_json(cid: str, model: str, job: Job, pieces: list[str], logprobs: bool) -> dict[str, Any]:
+    text = "".join(pieces)
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": {"role": "assistant", "content": text},
+        "finish_reason": finish_reason(job),
+    }
+    if logprobs:
+        choice["logprobs"] = chat_logprobs(pieces)
     return {
         "id": cid,
         "object": "chat.completion",
         "created": _created(),
         "model": model,
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason(job)}
-        ],
+        "choices": [choice],
         "usage": usage_json(job),
         "timings": timings_json(job.timings()),
     }
