@@ -1,6 +1,7 @@
 """One small class per API dialect: the request it sends and what one parsed stream event means.
 
-Every dialect pins the output length as hard as its engines allow (greedy, fixed seed,
+Every dialect pins the output length as hard as its engines allow (greedy; a fixed seed on the
+native dialects only, see `_openai_pins`;
 `ignore_eos` + max tokens + `min_tokens`); Ollama has no `ignore_eos`, so there
 `num_predict` is only a ceiling and the driver records what came back.
 """
@@ -58,7 +59,8 @@ def _openai_pins(req: GenRequest, model: str | None) -> dict[str, Any]:
         "max_tokens": req.max_tokens,
         "temperature": 0,
         "top_k": 1,
-        "seed": req.seed,
+        # No "seed" here: greedy decoding needs none, and MLX-LM's server silently falls back to
+        # one request at a time when a request carries a seed, which would fake a staircase.
         "stream": True,
         "stream_options": {"include_usage": True},
     }
