@@ -346,3 +346,17 @@ def test_cached_prompt_suspects_named_beyond_allowance() -> None:
     records = [(0, 4, rec(0, 0, 0.1, 4, 0.01, cached=1)), (1, 2, rec(3, 0, 0.1, 4, 0.01, cached=40)), (0, 1, rec(1, 0, 0.1, 4, 0.01))]
     named = A.cached_prompt_suspects(records)
     assert len(named) == 1 and "rep 1 2-way request 3" in named[0] and "40 cached" in named[0]
+
+
+@pytest.mark.parametrize(
+    ("speedup", "rate", "ttft", "text"),
+    [
+        (1.39, 0.35, 2.8, "4-way concurrency buys the operator +39% throughput; it costs each user 65% of their generation rate and nearly triples the time to first token"),
+        (1.01, 1.005, 2.0, "4-way concurrency buys the operator +1% throughput; it leaves each user's generation rate about unchanged and doubles the time to first token"),
+        (0.9, 1.2, 1.0, "4-way concurrency costs the operator 10% throughput; it gives each user +20% generation rate and leaves the time to first token about unchanged"),
+    ],
+)
+def test_headline_words(speedup: float, rate: float, ttft: float, text: str) -> None:
+    est = lambda m: A.Estimate(m, m, m, 3)  # noqa: E731
+    arm = A.ArmResult(4, 3, None, None, None, None, None, est(speedup), est(speedup), est(rate), est(ttft), "none")
+    assert A.headline(arm) == text

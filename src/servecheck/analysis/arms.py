@@ -42,6 +42,8 @@ DRIFT_WARN_LOSS = 0.05
 # part of a measured prompt.
 CACHED_PROMPT_ALLOWANCE = 0.05
 CACHED_TOKENS_MIN = 4
+# A per-user rate change under 2% rounds to "0%" or "1%" in words; calling that a cost misleads.
+UNCHANGED_RATE = 0.02
 # Bootstrap of the median of within-rep ratios: seeded, so the same cells give the same interval.
 BOOTSTRAP_RESAMPLES = 2000
 INTERVAL_LEVEL = 0.95
@@ -511,31 +513,41 @@ def position_spreads(cells: Sequence[Cell]) -> list[PositionBias]:
 
 def drift_position_bias(cells: Sequence[Cell]) -> PositionBias | None:
     """Position bias when the order was fixed: each arm always held one position, so positions cannot
-    be compared directly. A steady drift across reps then charges the last arm of every rep with
-    (positions - 1) / positions of one rep's drift; estimated from every arm's trend across reps."""
+    be compared directly. A steady drift then charges each arm with the drift between its place in
+    the rep and the first place; the drift rate comes from every arm's trend across the run, the
+    places from the cells' own times. The arm carrying the largest bias is named."""
     arms = _arms(cells)
-    if len(arms) < 2:
+    slopes = [s for s in (_log_slope_per_s(cells, a) for a in arms) if s is not None]
+    if len(arms) < 2 or not slopes:
         return None
-    slopes = [s for s in (_log_slope_per_rep(cells, a) for a in arms) if s is not None]
-    if not slopes:
-        return None
-    per_rep = median(slopes)
-    spread = abs(math.expm1(per_rep * (len(arms) - 1) / len(arms)))
-    last_pos = max(c.position for c in cells)
-    last_arm = next(c.concurrency for c in cells if c.position == last_pos)
-    return PositionBias(last_arm, spread, "drift")
+    per_s = median(slopes)
+    offsets = _offsets_in_rep_s(cells)
+    biased = [(abs(math.expm1(per_s * off)), a) for a, off in offsets.items()]
+    spread, arm = max(biased)
+    return PositionBias(arm, spread, "drift")
 
 
-def _log_slope_per_rep(cells: Sequence[Cell], concurrency: int) -> float | None:
-    """Theil-Sen slope of log throughput against rep order: robust to one odd cell."""
-    pts = sorted(
-        (c.start_s, math.log(c.aggregate_tok_s))
-        for c in cells
-        if c.concurrency == concurrency and c.aggregate_tok_s
-    )
-    pts_idx = [(i, y) for i, (_, y) in enumerate(pts)]
-    pairs = [(y2 - y1) / (x2 - x1) for k, (x1, y1) in enumerate(pts_idx) for x2, y2 in pts_idx[k + 1 :]]
+def _mid_s(c: Cell) -> float:
+    return c.start_s + c.wall_s / 2.0
+
+
+def _log_slope_per_s(cells: Sequence[Cell], concurrency: int) -> float | None:
+    """Theil-Sen slope of log throughput against time: robust to one odd cell."""
+    pts = [(_mid_s(c), math.log(c.aggregate_tok_s)) for c in cells if c.concurrency == concurrency and c.aggregate_tok_s]
+    pairs = [
+        (y2 - y1) / (x2 - x1) for k, (x1, y1) in enumerate(pts) for x2, y2 in pts[k + 1 :] if x2 != x1
+    ]
     return median(pairs) if pairs else None
+
+
+def _offsets_in_rep_s(cells: Sequence[Cell]) -> dict[int, float]:
+    """Per arm, the median time between its cell's middle and the middle of its rep's first cell."""
+    firsts = {_rep_key(c): _mid_s(c) for c in cells if c.position == 0}
+    by_arm: dict[int, list[float]] = defaultdict(list)
+    for c in cells:
+        if _rep_key(c) in firsts:
+            by_arm[c.concurrency].append(_mid_s(c) - firsts[_rep_key(c)])
+    return {a: median(v) for a, v in by_arm.items()}
 
 
 def position_bias(cells: Sequence[Cell]) -> PositionBias | None:
@@ -617,16 +629,20 @@ def headline(arm: ArmResult) -> str | None:
     change = arm.per_user_rate_change
     user = []
     if change is not None:
-        user.append(
-            f"costs each user {-change:.0%} of their generation rate"
-            if change < 0
-            else f"gives each user {change:+.0%} generation rate"
-        )
+        user.append(_user_rate_words(change))
     if arm.ttft_multiple is not None:
         user.append(ttft_words(arm.ttft_multiple.median))
     if user:
         parts.append("it " + " and ".join(user))
     return "; ".join(parts)
+
+
+def _user_rate_words(change: float) -> str:
+    if abs(change) < UNCHANGED_RATE:
+        return "leaves each user's generation rate about unchanged"
+    if change < 0:
+        return f"costs each user {-change:.0%} of their generation rate"
+    return f"gives each user {change:+.0%} generation rate"
 
 
 def refusal_text(bias: PositionBias, limit: float) -> str:

@@ -306,7 +306,7 @@ def cmd(
     pooled = pooled_cells(docs)
     params = {"design": design.to_dict(), "bias_limit": bias_limit, "seed": seed, "pool": list(pool)}
     if url is None:
-        run = ArmsRun(design, pooled=tuple(pooled), pooled_from=tuple(names), complete=True)
+        run = ArmsRun(_pooled_design(docs, design), pooled=tuple(pooled), pooled_from=tuple(names), complete=True)
         doc = {**envelope("arms", params, environment()), **run.to_doc(bias_limit=bias_limit, seed=seed)}
         if json_path:
             Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=True).finish(doc)
@@ -336,6 +336,24 @@ def cmd(
         recorder.close()
     _render(app, doc, json_path == "-")
     return exit_code(doc)
+
+
+def _pooled_design(docs: list[dict[str, Any]], fallback: ArmsDesign) -> ArmsDesign:
+    """The design the pooled runs were measured with (the first run's), for the report's header."""
+    raw = docs[0].get("design") if docs else None
+    if not isinstance(raw, dict):
+        return fallback
+    try:
+        return ArmsDesign(
+            arms=tuple(int(a) for a in raw["arms"]),
+            requests=int(raw["requests"]),
+            reps=sum(int(d.get("design", {}).get("reps", 0)) for d in docs),
+            tokens=int(raw["tokens"]),
+            prompt_tokens=int(raw["prompt_tokens"]),
+            fixed_order=bool(raw.get("fixed_order", False)),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return fallback
 
 
 def _interrupted(app: AppContext, session: _Session, json_to_stdout: bool) -> int:

@@ -1,0 +1,159 @@
+"""`servecheck arms` rendering, JSON, exit codes, pooling and Ctrl-C, with the measurement scripted (no network)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servecheck import exitcodes
+from servecheck.cli import arms as cli_arms
+from servecheck.cli import main as main_mod
+from servecheck.experiments.arms import run_arms
+from servecheck.model.records import BatchResult, GenRequest
+
+from test_arms_experiment import QueueDriver, factory
+
+
+def run_main(args: list[str]) -> int:
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(args)
+    return int(info.value.code or 0)
+
+
+class HeatingDriver(QueueDriver):
+    """A queue that gets 15% slower with every batch: steady drift."""
+
+    async def run_batch(self, reqs: Any, in_flight: int | None = None) -> BatchResult:
+        self.token_ns = int(self.token_ns * 1.15)
+        return await super().run_batch(reqs, in_flight)
+
+
+class InterruptingDriver(QueueDriver):
+    """Ctrl-C arrives during the third cell."""
+
+    async def run_batch(self, reqs: Any, in_flight: int | None = None) -> BatchResult:
+        if len(self.batches) == 2:
+            raise KeyboardInterrupt
+        return await super().run_batch(reqs, in_flight)
+
+
+@pytest.fixture
+def scripted(monkeypatch: pytest.MonkeyPatch):
+    """Replace the network with a fake driver; the test may set `scripted.driver`."""
+
+    class Script:
+        driver: QueueDriver = QueueDriver()
+
+    async def fake_measure(target, session, design, sampler, **kw):
+        return await run_arms(Script.driver, design, on_cell=session.on_cell, thermal=sampler.summary, requests_factory=factory, **kw)
+
+    monkeypatch.setattr(cli_arms, "_measure", fake_measure)
+    return Script
+
+
+URL = "http://127.0.0.1:9"
+SMALL = ["--reps", "3", "--tokens", "16", "--no-save"]
+
+
+def test_report_and_json_to_stdout(scripted, capsys) -> None:
+    assert run_main(["arms", URL, *SMALL, "--json", "-"]) == exitcodes.OK
+    captured = capsys.readouterr()
+    doc = json.loads(captured.out)
+    assert doc["command"] == "arms" and doc["schema_version"] == 1 and doc["simulated"] is True
+    assert doc["headline_refused"] is False and doc["complete"] is True
+    assert [a["label"] for a in doc["arms"]] == ["none", "none", "none"]
+    assert len(doc["cells"]) == 9 and doc["deviant_cells"] == []
+    assert "4-way concurrency" in captured.err and "generation stage" in captured.err
+    assert cli_arms.SIMULATED_BANNER in captured.err and "detected llamacpp API" in captured.err
+
+
+def test_terminal_report_has_tables_and_checks(scripted, capsys) -> None:
+    assert run_main(["arms", URL, *SMALL]) == exitcodes.OK
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == cli_arms.SIMULATED_BANNER
+    assert any(line.startswith("4-way concurrency buys the operator") for line in out)
+    rows = [line.split() for line in out if line.split()[:1] == ["4"] and "requests" not in line]
+    assert len(rows) == 2 and rows[1][-1] == "none" and rows[1][1].startswith("1.0")  # per-arm, decomposition
+    assert any(line.startswith("position bias: widest spread") for line in out)
+    assert any(line.startswith("drift: serial arm") for line in out)
+    assert any(line.startswith("thermal: ") for line in out)
+
+
+def test_fixed_order_under_drift_refuses_and_exits_3(scripted, capsys) -> None:
+    scripted.driver = HeatingDriver()
+    assert run_main(["arms", URL, *SMALL, "--fixed-order"]) == exitcodes.INVALID
+    out = capsys.readouterr().out
+    assert "REFUSED: headline withheld: the 4-way arm" in out
+    assert "4-way concurrency buys" not in out
+
+
+def test_bias_limit_flag_reaches_the_analysis(scripted, tmp_path: Path) -> None:
+    scripted.driver = HeatingDriver()
+    out = tmp_path / "a.json"
+    assert run_main(["arms", URL, *SMALL, "--fixed-order", "--bias-limit", "5", "--json", str(out)]) == exitcodes.OK
+    doc = json.loads(out.read_text())
+    assert doc["bias_limit"] == 5 and doc["headline_refused"] is False and doc["headline"]
+
+
+def test_ctrl_c_saves_partial_result(scripted, tmp_path: Path) -> None:
+    scripted.driver = InterruptingDriver()
+    out = tmp_path / "partial.json"
+    assert run_main(["arms", URL, *SMALL, "--json", str(out)]) == 130
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False and len(doc["cells"]) == 2
+
+
+def test_pool_files_and_run_ids(scripted, tmp_path: Path, capsys) -> None:
+    db = tmp_path / "history.db"
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert run_main(["arms", URL, "--reps", "3", "--tokens", "16", "--db", str(db), "--json", str(a)]) == 0
+    assert run_main(["arms", URL, "--reps", "3", "--tokens", "16", "--seed", "1", "--no-save", "--json", str(b)]) == 0
+    run_id = json.loads(a.read_text())["run_id"]
+    pooled = tmp_path / "pooled.json"
+    assert run_main(["arms", "--pool", str(run_id), "--pool", str(b), "--db", str(db), "--json", str(pooled)]) == 0
+    doc = json.loads(pooled.read_text())
+    assert len(doc["cells"]) == 18 and {c["run"] for c in doc["cells"]} == {1, 2}
+    assert doc["pooled_from"] == [str(run_id), str(b)]
+    assert next(x for x in doc["arms"] if x["concurrency"] == 4)["aggregate_speedup_interval"] is not None
+    assert "pooled with:" in capsys.readouterr().out
+    # pooling into a new measured run: its cells join the pooled ones
+    both = tmp_path / "both.json"
+    assert run_main(["arms", URL, *SMALL, "--pool", str(b), "--json", str(both)]) == 0
+    assert len(json.loads(both.read_text())["cells"]) == 18
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["arms", URL, "--arms", "2,4"], "--arms must include 1"),
+        (["arms", URL, "--arms", "1,x"], "not a comma-separated list"),
+        (["arms", URL, "--arms", "1,8"], "below the largest arm"),
+        (["arms", URL, "--reps", "0"], "--reps"),
+        (["arms"], "give the server URL"),
+        (["arms", "--pool", "/nonexistent/run.json"], "no such file"),
+        (["arms", "not-a-url"], "is not an http(s) URL"),
+    ],
+)
+def test_bad_input_is_one_line_usage_error(args: list[str], message: str, capsys) -> None:
+    assert run_main([*args, "--no-save"]) == exitcodes.USAGE
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("content", ['{"command": "staircase", "points": []}', "not json", "[1, 2]"])
+def test_pool_rejects_other_files(tmp_path: Path, content: str, capsys) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    assert run_main(["arms", "--pool", str(bad)]) == exitcodes.USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("Error: ") and "Traceback" not in err
+
+
+def test_gen_request_factory_gives_distinct_nonces() -> None:
+    import random
+
+    reqs: list[GenRequest] = factory(None, 4, 8, 8, random.Random(0))
+    assert len({r.nonce for r in reqs}) == 4
