@@ -247,3 +247,21 @@ async def test_stop_ends_in_flight_requests_quickly() -> None:
     statuses = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
     assert time.perf_counter() - t0 < 5.0
     assert statuses[1] == 503  # the non-streamed request is told the server went away
+
+
+async def test_metrics_count_tokens_and_busy_slots() -> None:
+    running = await start_sim(SimConfig(mode="slots", slots=2, token_s=0.002, per_seq_s=0.0, prompt_token_s=0.0))
+    try:
+        await finish_times(running.url, bodies(4, tokens=10, words=4))
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as s, s.get(running.url + "/metrics") as r:
+            assert r.headers["X-Servecheck-Simulated"] == "1"
+            text = await r.text()
+    finally:
+        await running.stop()
+    values = {
+        line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line and not line.startswith("#")
+    }
+    assert values["llamacpp:tokens_predicted_total"] == 40
+    assert values["llamacpp:prompt_tokens_total"] == 4 * 5
+    assert values["llamacpp:requests_processing"] == 0 and values["llamacpp:requests_deferred"] == 0
+    assert 1.0 <= values["llamacpp:n_busy_slots_per_decode"] <= 2.0

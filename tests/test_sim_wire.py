@@ -262,3 +262,19 @@ async def test_openai_logprobs_one_entry_per_token(sim: RunningSim) -> None:
     _, _, text = await post(sim.url + "/v1/chat/completions", {**body, "stream": True})
     chunks = [json.loads(e) for e in sse_events(text)[:-1]]
     assert sum(len(c["choices"][0].get("logprobs", {}).get("content", [])) for c in chunks if c["choices"]) == 3
+
+
+async def test_slots_show_a_request_in_progress() -> None:
+    running = await start_sim(SimConfig(mode="slots", slots=2, token_s=0.005, per_seq_s=0.0))
+    try:
+        async with aiohttp.ClientSession(timeout=TIMEOUT) as s:
+            body = {"prompt": "a b", "n_predict": 400, "stream": True}
+            async with s.post(running.url + "/completion", json=body) as r:
+                await r.content.readline()
+                async with s.get(running.url + "/slots") as slots_resp:
+                    slots = await slots_resp.json()
+        busy = [x for x in slots if x["is_processing"]]
+        assert len(slots) == 2 and len(busy) == 1
+        assert busy[0]["params"]["n_predict"] == 400 and busy[0]["next_token"]["n_decoded"] >= 1
+    finally:
+        await running.stop()

@@ -132,6 +132,22 @@ class Job:
 
 
 @dataclass
+class SchedulerStats:
+    """Lifetime counters, in the terms of llama.cpp's /metrics."""
+
+    prompt_tokens: int = 0
+    prompt_s: float = 0.0
+    tokens_predicted: int = 0
+    predicted_s: float = 0.0
+    n_decode: int = 0
+    n_busy_slots: int = 0  # summed over decode steps
+
+    @property
+    def busy_slots_per_decode(self) -> float:
+        return self.n_busy_slots / self.n_decode if self.n_decode else 0.0
+
+
+@dataclass
 class _Step:
     kind: str  # "prefill" | "decode"
     start_ns: int
@@ -178,9 +194,10 @@ class Scheduler:
         self._prefilling: _Step | None = None
         self._ready: deque[Job] = deque()
         self._decoding: _Step | None = None
-        # counters, for tests and /slots
+        # counters, for tests, /slots and /metrics
         self.completed = 0
         self.peak_decoding = 0
+        self.stats = SchedulerStats()
 
     # ----------------------------------------------------------------- public
     def start(self) -> None:
@@ -212,6 +229,16 @@ class Scheduler:
     def cancel(self, job: Job) -> None:
         job.cancelled = True
         self._wake.set()
+
+    @property
+    def processing(self) -> int:
+        """Requests admitted and not finished."""
+        return len(self._slots_busy)
+
+    @property
+    def deferred(self) -> int:
+        """Requests waiting for a slot."""
+        return sum(not j.cancelled for j in self._waiting)
 
     def slot_view(self) -> list[tuple[int, Job | None]]:
         """(slot id, job or None) for the slots in use plus idle ones, for /slots."""
@@ -363,6 +390,7 @@ class Scheduler:
         return _Step("decode", start, start + self._decode_ns(len(jobs), start), jobs)
 
     def _complete(self, step: _Step) -> None:
+        self._count(step)
         for job in step.jobs:
             if job.cancelled:
                 self._release(job)
@@ -371,6 +399,18 @@ class Scheduler:
                 self.cache.store(job.prompt_tokens)
             else:
                 self._emit_token(job, step.end_ns)
+
+    def _count(self, step: _Step) -> None:
+        live = [j for j in step.jobs if not j.cancelled]
+        seconds = (step.end_ns - step.start_ns) / 1e9
+        if step.kind == "prefill":
+            self.stats.prompt_tokens += sum(j.prompt_n for j in live)
+            self.stats.prompt_s += seconds
+        else:
+            self.stats.tokens_predicted += len(live)
+            self.stats.predicted_s += seconds
+            self.stats.n_decode += 1
+            self.stats.n_busy_slots += len(live)
 
     def _emit_token(self, job: Job, t_ns: int) -> None:
         job.token_ns.append(t_ns)

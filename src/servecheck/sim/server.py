@@ -293,6 +293,28 @@ def _slot_json(sim: _Sim, slot: int, job: Job | None) -> dict[str, Any]:
     }
 
 
+def _metric_lines(name: str, kind: str, help_text: str, value: float) -> list[str]:
+    return [f"# HELP llamacpp:{name} {help_text}", f"# TYPE llamacpp:{name} {kind}", f"llamacpp:{name} {value:g}"]
+
+
+async def _metrics(request: web.Request) -> web.StreamResponse:
+    """llama.cpp's Prometheus names (engine_apis.md 1.1), from the scheduler's own counters."""
+    sched = _state(request).scheduler
+    st = sched.stats
+    rows = [
+        ("prompt_tokens_total", "counter", "Number of prompt tokens processed.", st.prompt_tokens),
+        ("prompt_seconds_total", "counter", "Prompt process time", st.prompt_s),
+        ("tokens_predicted_total", "counter", "Number of generation tokens processed.", st.tokens_predicted),
+        ("tokens_predicted_seconds_total", "counter", "Predict process time", st.predicted_s),
+        ("n_decode_total", "counter", "Total number of decode steps.", st.n_decode),
+        ("n_busy_slots_per_decode", "counter", "Average number of busy slots per decode.", st.busy_slots_per_decode),
+        ("requests_processing", "gauge", "Number of requests processing.", sched.processing),
+        ("requests_deferred", "gauge", "Number of requests deferred.", sched.deferred),
+    ]
+    lines = [ln for row in rows for ln in _metric_lines(*row)]
+    return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")
+
+
 async def _tokenize(request: web.Request) -> web.StreamResponse:
     try:
         body = await _read_json(request)
@@ -408,6 +430,7 @@ def build_app(sim: _Sim) -> web.Application:
     app.router.add_get("/health", _health)
     app.router.add_get("/props", _props)
     app.router.add_get("/slots", _slots)
+    app.router.add_get("/metrics", _metrics)
     app.router.add_post("/tokenize", _tokenize)
     app.router.add_get("/v1/models", _v1_models)
     app.router.add_get("/models", _v1_models)
