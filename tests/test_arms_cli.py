@@ -48,7 +48,10 @@ def scripted(monkeypatch: pytest.MonkeyPatch):
         driver: QueueDriver = QueueDriver()
 
     async def fake_measure(target, session, design, sampler, **kw):
-        return await run_arms(Script.driver, design, on_cell=session.on_cell, thermal=sampler.summary, requests_factory=factory, **kw)
+        return await run_arms(
+            Script.driver, design, on_cell=session.on_cell, on_server=session.on_server,
+            thermal=sampler.summary, requests_factory=factory, **kw,
+        )
 
     monkeypatch.setattr(cli_arms, "_measure", fake_measure)
     return Script

@@ -141,3 +141,36 @@ def test_nvml_source_with_fake_library() -> None:
 
     readings = T.Nvml(FakeNvml(), [0, 1]).read()
     assert [(r.pressure, r.temp_c) for r in readings] == [(False, 60.0), (True, 90.0)]
+
+
+def test_ctypes_nvml_binding_reads_through_pointers() -> None:
+    """The ctypes binding passes out-pointers and checks return codes as NVML's C API expects."""
+
+    class FakeLib:
+        def nvmlInit_v2(self) -> int:
+            return 0
+
+        def nvmlDeviceGetCount_v2(self, out) -> int:  # noqa: ANN001
+            out._obj.value = 2
+            return 0
+
+        def nvmlDeviceGetHandleByIndex_v2(self, i, out) -> int:  # noqa: ANN001
+            out._obj.value = 100 + i.value
+            return 0
+
+        def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle, out) -> int:  # noqa: ANN001
+            out._obj.value = 0x40 if handle.value == 101 else 0
+            return 0
+
+        def nvmlDeviceGetTemperature(self, handle, sensor, out) -> int:  # noqa: ANN001
+            if handle.value == 101:
+                return 3  # NVML_ERROR_NOT_SUPPORTED: that GPU is skipped, not fatal
+            out._obj.value = 55
+            return 0
+
+    lib = T._CtypesNvml(FakeLib())
+    lib.nvmlInit()
+    handles = [lib.nvmlDeviceGetHandleByIndex(i) for i in range(lib.nvmlDeviceGetCount())]
+    assert [h.value for h in handles] == [100, 101]
+    readings = T.Nvml(lib, handles).read()
+    assert [(r.pressure, r.temp_c) for r in readings] == [(False, 55.0)]

@@ -209,8 +209,6 @@ class _Session:
         return {**self.head, **run.to_doc(bias_limit=self.bias_limit, seed=self.seed)}
 
     def on_cell(self, run: ArmsRun) -> None:
-        if self.last is None or self.last.server is None:
-            self._on_server(run.server)
         self.last = run
         self.recorder.partial(self.doc(run))
         cell = run.measured[-1].cell
@@ -222,9 +220,7 @@ class _Session:
             "dim",
         )
 
-    def _on_server(self, server: ServerInfo | None) -> None:
-        if server is None:
-            return
+    def on_server(self, server: ServerInfo) -> None:
         engine = f", engine {server.engine}" if server.engine else ""
         _say(self.err, f"detected {server.dialect} API at {server.url}, model {server.model or '?'}{engine}")
         if server.simulated:
@@ -235,7 +231,9 @@ async def _measure(target: Target, session: _Session, design: ArmsDesign, sample
     from servecheck.load.driver import LoadDriver
 
     async with LoadDriver(target) as driver:
-        return await run_arms(driver, design, on_cell=session.on_cell, thermal=sampler.summary, **kw)
+        return await run_arms(
+            driver, design, on_cell=session.on_cell, on_server=session.on_server, thermal=sampler.summary, **kw
+        )
 
 
 def _say(console: Console, line: str, style: str | None = None) -> None:

@@ -206,6 +206,7 @@ async def run_arms(
     pooled: Sequence[Cell] = (),
     pooled_from: Sequence[str] = (),
     on_cell: OnCell | None = None,
+    on_server: Callable[[ServerInfo], None] | None = None,
     thermal: ThermalNow | None = None,
     requests_factory: RequestFactory | None = None,
 ) -> ArmsRun:
@@ -216,6 +217,8 @@ async def run_arms(
     design.check()
     run = ArmsRun(design, pooled=tuple(pooled), pooled_from=tuple(pooled_from), notes=design.notes())
     run = replace(run, server=await driver.detect())
+    if on_server is not None and run.server is not None:
+        on_server(run.server)
     run = replace(run, warmup=await _warm_up(requests_factory, driver, design, rng))
     for rep, position, concurrency in schedule(design.arms, design.reps, fixed=design.fixed_order):
         reqs = await _make(requests_factory, driver, design.requests, design, rng)

@@ -2,7 +2,8 @@
 
 Sources, each used when the system exposes it: Linux thermal zones (temperature against the zone's
 own passive/hot trip points), Linux cpufreq (a cap lowered during the run, or throttle counters
-rising), macOS `pmset -g therm`, and NVIDIA GPUs through NVML (`pynvml`) when it is installed.
+rising), macOS `pmset -g therm`, and NVIDIA GPUs through NVML (`pynvml`, or the driver's
+libnvidia-ml directly) when present.
 """
 
 from __future__ import annotations
@@ -201,14 +202,79 @@ class Nvml:
 
 
 def _nvml_source() -> Nvml | None:
+    """NVML through `pynvml` when installed, else straight from the driver's libnvidia-ml."""
+    for load in (_pynvml, _CtypesNvml.load):
+        try:
+            lib = load()
+            if lib is None:
+                continue
+            lib.nvmlInit()
+            count = lib.nvmlDeviceGetCount()
+            return Nvml(lib, [lib.nvmlDeviceGetHandleByIndex(i) for i in range(count)]) if count else None
+        except Exception:  # noqa: BLE001 - no driver, no library or no GPU all mean: no NVML source
+            continue
+    return None
+
+
+def _pynvml() -> Any:
     try:
         import pynvml  # type: ignore[import-not-found]
-
-        pynvml.nvmlInit()
-        count = pynvml.nvmlDeviceGetCount()
-        return Nvml(pynvml, [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]) if count else None
-    except Exception:  # noqa: BLE001 - no driver, no library or no GPU all mean: no NVML source
+    except ImportError:
         return None
+    return pynvml
+
+
+class _CtypesNvml:
+    """The five NVML calls the sampler needs, with pynvml's names, over ctypes."""
+
+    def __init__(self, lib: Any) -> None:
+        self._lib = lib
+
+    @classmethod
+    def load(cls) -> _CtypesNvml | None:
+        import ctypes
+        import ctypes.util
+
+        name = ctypes.util.find_library("nvidia-ml") or "libnvidia-ml.so.1"
+        try:
+            return cls(ctypes.CDLL(name))
+        except OSError:
+            return None
+
+    def _check(self, rc: int, call: str) -> None:
+        if rc != 0:  # NVML_SUCCESS
+            raise OSError(f"{call} failed with NVML return code {rc}")
+
+    def nvmlInit(self) -> None:
+        self._check(self._lib.nvmlInit_v2(), "nvmlInit_v2")
+
+    def nvmlDeviceGetCount(self) -> int:
+        import ctypes
+
+        n = ctypes.c_uint(0)
+        self._check(self._lib.nvmlDeviceGetCount_v2(ctypes.byref(n)), "nvmlDeviceGetCount_v2")
+        return n.value
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> Any:
+        import ctypes
+
+        handle = ctypes.c_void_p()
+        self._check(self._lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(handle)), "nvmlDeviceGetHandleByIndex_v2")
+        return handle
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
+        import ctypes
+
+        mask = ctypes.c_ulonglong(0)
+        self._check(self._lib.nvmlDeviceGetCurrentClocksThrottleReasons(handle, ctypes.byref(mask)), "throttle reasons")
+        return mask.value
+
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        import ctypes
+
+        temp = ctypes.c_uint(0)
+        self._check(self._lib.nvmlDeviceGetTemperature(handle, ctypes.c_int(sensor), ctypes.byref(temp)), "temperature")
+        return temp.value
 
 
 def default_sources() -> list[Source]:
