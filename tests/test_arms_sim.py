@@ -71,20 +71,16 @@ def test_batched_server_is_batching_at_2_and_4(tmp_path: Path) -> None:
     assert 0 < arm(doc, 4)["efficiency"] <= 1.05
 
 
-def test_pipelined_server_is_pipelining_at_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The simulator backdates a stage's start by up to MAX_CATCHUP_NS when it begins from a wait
-    # (scheduler._pipeline_start), which lets a queued request decode faster than solo; with no
-    # catch-up every stage starts when its resource is free, the ground truth this test needs.
-    import servecheck.sim.scheduler as scheduler
-
-    monkeypatch.setattr(scheduler, "MAX_CATCHUP_NS", 0)
-    # prefill (16 tokens x 7 ms) longer than decode (16 x 5.5 ms): overlapping the two pays
-    rc, doc = arms_run(tmp_path, sim("pipelined", prompt_token_s=0.007), tokens=16, prompt_tokens=16)
+def test_pipelined_server_is_pipelining_at_2(tmp_path: Path) -> None:
+    # prefill (16 tokens x 7 ms) longer than decode (16 x 5.5 ms): overlapping the two pays.
+    # Ground truth at 2-way: serial 4 x (112 + 88) ms against 4 x 112 + 88 ms = 1.49x aggregate,
+    # while the generation stage still decodes one sequence at a time (1.0x).
+    _, doc = arms_run(tmp_path, sim("pipelined", prompt_token_s=0.007), tokens=16, prompt_tokens=16)
     two = arm(doc, 2)
     assert two["label"] == "pipelining"
-    assert two["aggregate_speedup"] > 1.2
-    assert two["generation_gain"] < 1.1
-    assert arm(doc, 2)["per_user_rate_change"] < 0.1
+    assert 1.2 < two["aggregate_speedup"] < 1.8
+    assert 0.85 < two["generation_gain"] < 1.1
+    assert abs(two["per_user_rate_change"]) < 0.1
 
 
 def test_heat_with_fixed_order_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
