@@ -1,0 +1,65 @@
+"""prefix-cache against the real llama-server (tiny random-weight model, one slot).
+
+The same 600-token prompt three times with prompt caching on must read `working` from the
+server's own counter (timings.cache_n rises to the prompt length); with `cache_prompt: false`
+sent per request it must read `inert`. 600 tokens keep each uncached send to a second or two here.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import pytest
+
+from servecheck import exitcodes
+from servecheck.cli import main as main_mod
+from servecheck.engine.local import LocalEngine, provision_local
+from servecheck.engine.process import LOCALHOST, free_port, live_pids
+
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(300)]
+
+PROMPT = 600
+
+
+@pytest.fixture(scope="module")
+def engine() -> LocalEngine:
+    return provision_local(None, "tiny", progress=lambda m: print(m, file=sys.stderr))
+
+
+def serve_command(engine: LocalEngine) -> str:
+    return (f"{engine.binary.path} -m {engine.model_path} --host {LOCALHOST} --port {free_port()} "
+            f"-np 1 -c 2048 -t 2")
+
+
+def run(engine: LocalEngine, tmp_path, *extra: str) -> tuple[int, dict]:
+    out = tmp_path / "pc.json"
+    args = ["prefix-cache", "--serve", serve_command(engine), "--prompt-tokens", str(PROMPT), "--json", str(out),
+            "--no-save", "--timeout", "120", *extra]
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(args)
+    return int(info.value.code or 0), json.loads(out.read_text())
+
+
+def test_cache_on_is_working(engine, tmp_path):
+    code, doc = run(engine, tmp_path)
+    assert doc["verdict"] == "working", doc["verdict_reason"]
+    assert code == exitcodes.OK
+    first, *warm = doc["cached_tokens"]
+    assert first == 0
+    assert all(c >= PROMPT - 2 for c in warm)  # cache_n rises to the prompt (less the last token)
+    assert doc["control_cached_tokens"] <= 2  # BOS at most: the control shares no prefix
+    assert all(s["cached_source"].startswith("response") for s in doc["sends"])
+    # Prefill of 600 tokens against ~1: the drop is tens of times, far beyond scheduling noise.
+    assert statistics.median(doc["ttft_s"][1:]) < doc["ttft_s"][0]
+    assert doc["log_audit"]["refused"] == []
+    assert live_pids() == []
+
+
+def test_cache_prompt_false_is_inert(engine, tmp_path):
+    code, doc = run(engine, tmp_path, "--no-cache-prompt")
+    assert doc["verdict"] == "inert", doc["verdict_reason"]
+    assert code == exitcodes.INVALID
+    assert all(c is not None and c <= 2 for c in doc["cached_tokens"])
+    assert doc["params"]["cache_prompt"] is False
