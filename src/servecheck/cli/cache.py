@@ -52,11 +52,11 @@ def show(app: AppContext) -> int:
     """List what is cached, with sizes and paths."""
     cache = EngineCache.default()
     entries = list_entries(cache)
-    app.out.print(f"cache {cache.root}  (set {CACHE_ENV} to move it)", markup=False, highlight=False)
+    app.out.print(f"cache {cache.root}  (set {CACHE_ENV} to move it)", markup=False, highlight=False, soft_wrap=True)
     for entry in entries:
         app.out.print(entry_line(entry), markup=False, highlight=False, soft_wrap=True)
     total = sum(e.size_bytes for e in entries)
-    app.out.print(f"total {fmt_size(total)}" if entries else "empty", markup=False, highlight=False)
+    app.out.print(f"total {fmt_size(total)}" if entries else "empty", markup=False, highlight=False, soft_wrap=True)
     return exitcodes.OK
 
 
@@ -67,7 +67,7 @@ def clear_cmd(app: AppContext) -> int:
     cache = EngineCache.default()
     with cache.lock("build", on_wait=progress_printer(app)):
         freed = clear(cache)
-    app.out.print(f"cleared {cache.root} ({fmt_size(freed)} freed)", markup=False, highlight=False)
+    app.out.print(f"cleared {cache.root} ({fmt_size(freed)} freed)", markup=False, highlight=False, soft_wrap=True)
     return exitcodes.OK
 
 
@@ -91,8 +91,8 @@ def build(app: AppContext, models: str, llama_server: str | None) -> int:
     say = progress_printer(app)
     cache = EngineCache.default()
     binary = provision_engine(llama_server, cache=cache, progress=say)
-    app.out.print(f"llama-server {binary.version} ({binary.origin}): {binary.path}", markup=False, highlight=False)
+    app.out.print(f"llama-server {binary.version} ({binary.origin}): {binary.path}", markup=False, highlight=False, soft_wrap=True)
     for name in names:
         path = ensure_model(name, cache, say)
-        app.out.print(f"model {name}: {path} ({fmt_size(path.stat().st_size)})", markup=False, highlight=False)
+        app.out.print(f"model {name}: {path} ({fmt_size(path.stat().st_size)})", markup=False, highlight=False, soft_wrap=True)
     return exitcodes.OK

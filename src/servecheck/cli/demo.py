@@ -35,9 +35,10 @@ Say = Callable[[str], None]
 DEMO_NS = (1, 2, 4)
 # (slots, the verdict llama.cpp must show): one slot queues, four slots batch four requests.
 EXPECTED: tuple[tuple[int, str], ...] = ((1, "staircase"), (4, "cluster"))
-# 256 tokens make one request take about a second here: long enough that scheduler noise on a
-# loaded machine stays well inside the staircase test's 5% rules (64 tokens were too short).
-DEFAULT_TOKENS = 256
+# 512 tokens make one request take about two seconds on a 2-core machine. On a shared, loaded
+# machine 256-token runs came out `inconclusive` about half the time (steps 0.7-1.5x the single
+# time), 512-token runs were clean staircases: longer requests average the neighbours' noise out.
+DEFAULT_TOKENS = 512
 DEFAULT_PROMPT_TOKENS = 32
 # A noisy machine may blur one run into `inconclusive`; one retry, never more (a run repeated
 # until it agrees would prove nothing).
@@ -216,7 +217,7 @@ def header_line(engine: LocalEngine, tokens: int, prompt_tokens: int, threads: i
 @click.option(
     "--tokens", type=click.IntRange(min=16), default=DEFAULT_TOKENS, show_default=True, help="Output tokens per request."
 )
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Server threads (-t) [default: CPUs, at most 8].")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Server threads (-t) [default: half the CPUs, at most 8].")
 @click.option("--model", default=DEFAULT_SIZE, show_default=True, help="Generated model size or a GGUF path.")
 @llama_server_option
 @click.pass_obj

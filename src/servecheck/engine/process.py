@@ -369,6 +369,10 @@ CTX_ROUND_TOKENS = 256
 DEFAULT_CTX_PER_SLOT = 2048
 # Pinned so that runs are comparable; more threads than this rarely helps a small model.
 MAX_DEFAULT_THREADS = 8
+# ggml's threads meet at spin barriers after every op, so one descheduled thread stalls them all:
+# with -t 2 on a busy 2-core machine single-request times varied 10x, with -t 1 a few percent.
+# Half the cores leaves room for the client stamping tokens and for whatever else is running.
+DEFAULT_THREADS_PER_CPU = 0.5
 BIND_RETRIES = 3
 
 
@@ -379,7 +383,7 @@ def ctx_per_slot_for(prompt_tokens: int, output_tokens: int, margin: int = CTX_M
 
 
 def default_threads() -> int:
-    return max(1, min(os.cpu_count() or 1, MAX_DEFAULT_THREADS))
+    return max(1, min(int((os.cpu_count() or 1) * DEFAULT_THREADS_PER_CPU), MAX_DEFAULT_THREADS))
 
 
 @functools.lru_cache(maxsize=16)
