@@ -1,0 +1,41 @@
+"""`roofline MODEL --url` against the real llama-server serving the MoE demo model: a utilization figure."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from servecheck.cli import main as main_mod
+from servecheck.engine.local import LocalEngine, provision_local
+from servecheck.engine.process import LOCALHOST, ManagedServer, free_port, live_pids
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(scope="module")
+def engine() -> LocalEngine:
+    return provision_local(None, "moe", progress=lambda m: print(m, file=sys.stderr))
+
+
+def test_roofline_url_on_local_engine(engine: LocalEngine, tmp_path: Path) -> None:
+    port = free_port()
+    cmd = [str(engine.binary.path), "-m", str(engine.model_path), "--host", LOCALHOST, "--port", str(port),
+           "-np", "1", "-c", "1024", "-t", "2"]
+    out = tmp_path / "r.json"
+    with ManagedServer(cmd, url=f"http://{LOCALHOST}:{port}", log_path=tmp_path / "server.log") as url:
+        with pytest.raises(SystemExit) as info:
+            main_mod.main(["roofline", str(engine.model_path), "--url", url, "--tokens", "64", "--bandwidth", "10-20",
+                           "--no-save", "--json", str(out), "--timeout", "120"])
+    assert info.value.code == 0
+    doc = json.loads(out.read_text())
+    assert doc["measurement"]["tokens"] == 64
+    assert doc["tok_s"] > 0
+    assert doc["kind"] == "moe" and doc["audit"]["experts"]["used"] == 2
+    lo, hi = doc["utilization"]
+    assert lo == pytest.approx(doc["tok_s"] * doc["bytes_per_token"] / 1e9 / 20)
+    assert hi == pytest.approx(2 * lo)
+    assert doc["gate"] in ("close", "open", "straddle")
+    assert live_pids() == []
