@@ -8,6 +8,8 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from servecheck import exitcodes
 from servecheck.cli import main as main_mod
@@ -288,3 +290,19 @@ def test_cli_markup_in_the_log_is_printed_literally(tmp_path, capsys):
     log.write_text("warning: no usable GPU found, --gpu-layers option will be ignored [bold]<script>alert(1)</script>\n")
     assert run_main(["log", str(log), "--flags", "-ngl 99"]) == exitcodes.INVALID
     assert "[bold]<script>alert(1)</script>" in capsys.readouterr().out
+
+
+_LINE = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\n\r"), max_size=120)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_LINE, min_size=1, max_size=30))
+def test_any_text_log_scans(tmp_path, lines):
+    log = tmp_path / "any.log"
+    log.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if log.stat().st_size == 0:
+        return
+    result = scan_log(log)
+    assert result.lines_total == len(lines)
+    assert result.warnings + result.errors == len(result.lines)
+    assert all(ln.text == lines[ln.line_no - 1].rstrip("\r\n") for ln in result.lines)

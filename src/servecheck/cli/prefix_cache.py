@@ -19,7 +19,7 @@ from servecheck.cli.log import findings_table
 from servecheck.cli.serve import Served, resolve_url, serve_option, served
 from servecheck.client.base import Target
 from servecheck.envinfo import environment
-from servecheck.experiments.prefix_cache import PrefixCacheResult, run_prefix_cache
+from servecheck.experiments.prefix_cache import DEFAULT_MAX_TOKENS, PrefixCacheResult, check_params, run_prefix_cache
 from servecheck.model.records import ServerInfo
 from servecheck.report.jsonout import envelope
 
@@ -174,8 +174,6 @@ def cmd(
     """Send the same long prompt --repeats times, then a control of equal length with different
     bytes; read time to first token and every cache counter: working, inert or unknown."""
     url = resolve_url(url, serve_command)
-    from servecheck.experiments.prefix_cache import check_params, DEFAULT_MAX_TOKENS
-
     check_params(prompt_tokens, repeats, DEFAULT_MAX_TOKENS)
     json_to_stdout = json_path == "-"
     with served(serve_command, url, log_path=serve_log, say=lambda line: _say(app.err, line)) as server:

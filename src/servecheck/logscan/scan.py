@@ -153,7 +153,7 @@ def scan_log(
     notes = _notes(engine, flag_engine, flags)
     return LogScanResult(
         path=str(path),
-        engine=flag_engine if engine == "auto" and flags else engine if engine != "auto" else scan.detected or "auto",
+        engine=_reported_engine(engine, flags, flag_engine, scan.detected),
         requests=requests,
         findings=decide_findings(requests, scan.evidence),
         evidence=tuple(scan.evidence),
@@ -278,6 +278,13 @@ def _flag_engine(engine: str, flags: str | None, detected: str | None) -> str:
         return engine
     from_flags = guess_engine(split_flags(flags)) if flags else None
     return from_flags or detected or "llamacpp"
+
+
+def _reported_engine(engine: str, flags: str | None, flag_engine: str, detected: str | None) -> str:
+    """The engine named in the result: the user's choice, else what the flags or the log showed."""
+    if engine != "auto":
+        return engine
+    return flag_engine if flags else detected or "auto"
 
 
 def _notes(engine: str, flag_engine: str, flags: str | None) -> tuple[str, ...]:
