@@ -285,6 +285,15 @@ def test_cli_bad_input_one_line(args, code, message, capsys):
     assert message in err and "Traceback" not in err
 
 
+def test_cli_unreachable_url_is_one_line(capsys):
+    from servecheck.engine.process import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    assert run_main(["log", str(FIXTURES / "llamacpp_base.log"), "--url", url]) == exitcodes.ERROR
+    err = capsys.readouterr().err
+    assert "cannot read live evidence" in err and "Traceback" not in err
+
+
 def test_cli_markup_in_the_log_is_printed_literally(tmp_path, capsys):
     log = tmp_path / "h.log"
     log.write_text("warning: no usable GPU found, --gpu-layers option will be ignored [bold]<script>alert(1)</script>\n")

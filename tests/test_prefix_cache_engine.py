@@ -63,3 +63,13 @@ def test_cache_prompt_false_is_inert(engine, tmp_path):
     assert code == exitcodes.INVALID
     assert all(c is not None and c <= 2 for c in doc["cached_tokens"])
     assert doc["params"]["cache_prompt"] is False
+
+
+def test_serve_that_never_starts_names_the_refusal(engine, capsys):
+    command = serve_command(engine) + " -ctv q8_0 -fa off"
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(["prefix-cache", "--serve", command, "--prompt-tokens", str(PROMPT), "--no-save"])
+    assert info.value.code == exitcodes.ERROR
+    err = capsys.readouterr().err
+    assert "exited with code" in err and "the log refuses: kv_cache_quant" in err and "Traceback" not in err
+    assert live_pids() == []

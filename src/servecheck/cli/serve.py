@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from servecheck.cli.common import check_url
-from servecheck.errors import ServecheckError, UsageError
+from servecheck.errors import EngineError, ServecheckError, UsageError
 from servecheck.logscan.scan import LogScanResult, scan_log
 
 F = Callable[..., Any]
@@ -100,8 +100,12 @@ def served(
 
     server = ManagedServer.from_command_string(serve_command, log_path=None if log_path is None else Path(log_path))
     _say(say, f"starting {server.name} (log: {server.log_path}) and waiting until it is healthy ...")
-    server.start()  # stops the process itself when it never becomes healthy
     result = Served(url=url or server.url, command=serve_command, log_path=server.log_path)
+    try:
+        server.start()  # stops the process itself when it never becomes healthy
+    except EngineError as exc:
+        _audit(result, engine)
+        raise EngineError(exc.message + _refusal_text(result), exc.hint) from exc
     _say(say, f"{server.name} is up at {server.url}")
     try:
         yield result
@@ -117,6 +121,13 @@ def _audit(result: Served, engine: str) -> None:
         result.audit = scan_log(result.log_path, engine, result.command)
     except ServecheckError as exc:
         result.audit_error = exc.one_line()
+
+
+def _refusal_text(result: Served) -> str:
+    """What the log audit says about a server that never came up (often the real reason)."""
+    if result.audit is None or not result.audit.refused:
+        return ""
+    return "\nthe log refuses: " + "; ".join(f"{f.feature} ({f.line})" for f in result.audit.refused)
 
 
 def _say(say: Say | None, line: str) -> None:
