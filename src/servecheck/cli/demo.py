@@ -28,6 +28,7 @@ from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.model import DEFAULT_SIZE
 from servecheck.engine.process import LlamaServer, ctx_per_slot_for, default_threads
 from servecheck.envinfo import environment
+from servecheck.errors import ServecheckError
 from servecheck.report.jsonout import envelope, write_json
 
 Say = Callable[[str], None]
@@ -130,7 +131,10 @@ def audit_log(log_path: Path, command: tuple[str, ...]) -> dict[str, Any] | None
         from servecheck.logscan import scan_log  # type: ignore[attr-defined]
     except ImportError:
         return None
-    result = scan_log(log_path, "llamacpp", shlex.join(command[1:]))
+    try:
+        result = scan_log(log_path, "llamacpp", shlex.join(command[1:]))
+    except ServecheckError as exc:  # the audit is a bonus: its failure must not hide the two verdicts
+        return {"error": exc.one_line(), "findings": []}
     return result.to_dict() if hasattr(result, "to_dict") else dict(vars(result))
 
 
@@ -158,6 +162,8 @@ def trend_cell(run: DemoRun) -> str:
 def audit_cell(run: DemoRun) -> str:
     if run.log_audit is None:
         return "log audit not available in this build"
+    if run.log_audit.get("error"):
+        return f"log audit failed: {run.log_audit['error']}"
     findings = [f"{f.get('feature')}: {f.get('status')}" for f in run.log_audit.get("findings") or []]
     counts = f"{run.log_audit.get('warnings', 0)} warning(s), {run.log_audit.get('errors', 0)} error(s)"
     return "\n".join([*findings, counts])

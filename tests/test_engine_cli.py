@@ -1,0 +1,122 @@
+"""serve-local, cache and demo commands without the real engine: bad input, cache listing, rendering."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servecheck.cli import demo
+from servecheck.engine.build import EngineBinary
+from servecheck.engine.local import LocalEngine
+
+
+def run_cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SERVECHECK_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "servecheck", *args], capture_output=True, text=True, env=env, timeout=60)
+
+
+def _one_line_error(proc: subprocess.CompletedProcess[str], rc: int, text: str) -> None:
+    assert proc.returncode == rc, proc.stderr
+    assert text in proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["serve-local", "demo", "cache build"])
+def test_non_executable_llama_server(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "llama-server"
+    path.write_text("#!/bin/sh\necho hi\n")
+    path.chmod(0o644)
+    proc = run_cli(*command.split(), "--llama-server", str(path), cache=tmp_path / "c")
+    _one_line_error(proc, 1, f"Error: llama-server {path} is not an executable file")
+
+
+@pytest.mark.parametrize("command", ["serve-local", "demo"])
+def test_program_that_is_not_llama_server(tmp_path: Path, command: str) -> None:
+    proc = run_cli(command, "--llama-server", "/bin/true", cache=tmp_path / "c")
+    _one_line_error(proc, 1, "does not look like llama-server")
+
+
+def test_missing_model_file(tmp_path: Path) -> None:
+    fake = tmp_path / "llama-server"
+    fake.write_text("#!/bin/sh\necho 'version: 1 (x)'; echo 'built with cc for x'\n")
+    fake.chmod(0o755)
+    proc = run_cli("serve-local", "--llama-server", str(fake), "--model", str(tmp_path / "no.gguf"), cache=tmp_path / "c")
+    _one_line_error(proc, 2, "is neither a size (tiny, small, moe) nor an existing file")
+
+
+def test_bad_flags_are_usage_errors(tmp_path: Path) -> None:
+    assert run_cli("serve-local", "--parallel", "0", cache=tmp_path).returncode == 2
+    assert run_cli("serve-local", "--port", "70000", cache=tmp_path).returncode == 2
+    _one_line_error(run_cli("cache", "build", "--models", "huge", cache=tmp_path), 2, "unknown size(s) huge")
+
+
+def test_cache_show_and_clear(tmp_path: Path) -> None:
+    cache = tmp_path / "c"
+    (cache / "models").mkdir(parents=True)
+    (cache / "models" / "servecheck-tiny-v1.gguf").write_bytes(b"x" * 2_000_000)
+    (cache / "probe").mkdir()  # another feature's cache files are not ours to list or clear
+    shown = run_cli("cache", "show", cache=cache)
+    assert shown.returncode == 0
+    assert f"cache {cache}" in shown.stdout
+    assert "model" in shown.stdout and "2.0 MB" in shown.stdout and "servecheck-tiny-v1.gguf" in shown.stdout
+    assert run_cli("cache", cache=cache).stdout == shown.stdout  # `cache` alone shows
+    cleared = run_cli("cache", "clear", cache=cache)
+    assert cleared.returncode == 0 and "2.0 MB freed" in cleared.stdout
+    assert not (cache / "models").exists() and (cache / "probe").is_dir()
+    assert "empty" in run_cli("cache", "show", cache=cache).stdout
+
+
+# ---------------------------------------------------------------- demo rendering from hand-built runs
+
+
+def _doc(verdict: str, aggs: tuple[float, float, float], valid: bool = True) -> dict[str, Any]:
+    finishes = {1: [2.0], 2: [2.0, 4.0], 4: [2.0, 4.0, 6.0, 8.0]}
+    return {
+        "verdict": verdict, "valid": valid, "trend": "flat", "trend_ratios": {"4": aggs[2] / aggs[0]},
+        "points": [{"n": n, "finish_s": finishes[n], "aggregate_tok_s": a} for n, a in zip((1, 2, 4), aggs, strict=True)],
+    }
+
+
+def _run(parallel: int, expected: str, doc: dict[str, Any]) -> demo.DemoRun:
+    return demo.DemoRun(parallel, expected, doc, 1, ("llama-server",), None, Path("x.log"), None)
+
+
+@pytest.mark.parametrize(
+    ("v1", "v4", "valid", "ok"),
+    [
+        ("staircase", "cluster", True, True),
+        ("inconclusive", "cluster", True, False),
+        ("staircase", "partial", True, False),
+        ("staircase", "cluster", False, False),  # right verdicts from an invalid run do not count
+    ],
+)
+def test_demo_outcome(v1: str, v4: str, valid: bool, ok: bool) -> None:
+    runs = [_run(1, "staircase", _doc(v1, (250, 250, 251), valid)), _run(4, "cluster", _doc(v4, (250, 400, 520)))]
+    assert all(r.as_expected for r in runs) is ok
+    text = demo.lesson(runs)
+    if ok:
+        assert "staircase, 251 tok/s at N=4" in text and "cluster, 520 tok/s" in text
+    else:
+        assert text.startswith("lesson: not shown this time")
+
+
+def test_demo_table_and_json_shape() -> None:
+    from rich.console import Console
+
+    runs = [_run(1, "staircase", _doc("staircase", (250, 250, 251))), _run(4, "cluster", _doc("cluster", (250, 400, 520)))]
+    console = Console(width=200, record=True, no_color=True)
+    console.print(demo.comparison_table(runs))
+    text = console.export_text()
+    assert "--parallel 1" in text and "--parallel 4" in text
+    assert "staircase (as expected)" in text and "cluster (as expected)" in text
+    assert "finish 2.00 / 4.00 / 6.00 / 8.00 s · 251 tok/s" in text
+    engine = LocalEngine(EngineBinary(Path("/x/llama-server"), "1 (abc)", "cache"), Path("/m/tiny.gguf"), "tiny")
+    doc = demo.demo_doc(engine, runs, tokens=512, prompt_tokens=32, threads=1)
+    assert doc["command"] == "demo" and doc["as_expected"] is True
+    assert doc["verdicts"] == {"parallel_1": "staircase", "parallel_4": "cluster"}
+    assert [r["parallel"] for r in doc["runs"]] == [1, 4]
