@@ -103,10 +103,18 @@ def test_bias_limit_flag_reaches_the_analysis(scripted, tmp_path: Path) -> None:
 
 def test_ctrl_c_saves_partial_result(scripted, tmp_path: Path) -> None:
     scripted.driver = InterruptingDriver()
-    out = tmp_path / "partial.json"
-    assert run_main(["arms", URL, *SMALL, "--json", str(out)]) == 130
+    out, db = tmp_path / "partial.json", tmp_path / "history.db"
+    assert run_main(["arms", URL, "--reps", "3", "--tokens", "16", "--db", str(db), "--json", str(out)]) == 130
     doc = json.loads(out.read_text())
     assert doc["complete"] is False and len(doc["cells"]) == 2
+    from servecheck.store.db import open_store
+
+    store = open_store(db)
+    try:
+        saved = store.get_run(doc["run_id"])
+    finally:
+        store.close()
+    assert saved["complete"] is False and len(saved["cells"]) == 2
 
 
 def test_pool_files_and_run_ids(scripted, tmp_path: Path, capsys) -> None:

@@ -306,34 +306,37 @@ def cmd(
     if url is None:
         run = ArmsRun(_pooled_design(docs, design), pooled=tuple(pooled), pooled_from=tuple(names), complete=True)
         doc = {**envelope("arms", params, environment()), **run.to_doc(bias_limit=bias_limit, seed=seed)}
-        if json_path:
-            Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=True).finish(doc)
+        Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=True).finish(doc)
         _render(app, doc, json_path == "-")
         return exit_code(doc)
     target = make_target(url, api=api, model=model, api_key=api_key, headers=headers, first_token_timeout_s=first_token_timeout_s)
-    params = {**target.public_dict(), **params}
     recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
-    session = _Session(envelope("arms", params, environment()), recorder, app.err, bias_limit, seed)
+    head = envelope("arms", {**target.public_dict(), **params}, environment())
+    session = _Session(head, recorder, app.err, bias_limit, seed)
     for note in design.notes():
         _say(app.err, f"note: {note}", "yellow")
-    sampler = ThermalSampler()
     try:
-        recorder.start({**session.head, **ArmsRun(design).to_doc()})
-        with sampler:
-            run = asyncio.run(
-                _measure(target, session, design, sampler, rng=random.Random(seed), pooled=pooled, pooled_from=names)
-            )
-        doc = recorder.finish(session.doc(run))
+        doc = _run_and_record(target, session, design, rng=random.Random(seed), pooled=pooled, pooled_from=names)
     except KeyboardInterrupt:
         return _interrupted(app, session, json_path == "-")
-    except ServecheckError:
-        if session.last is not None:
-            recorder.interrupted()
-        raise
     finally:
         recorder.close()
     _render(app, doc, json_path == "-")
     return exit_code(doc)
+
+
+def _run_and_record(target: Target, session: _Session, design: ArmsDesign, **kw: Any) -> dict[str, Any]:
+    """Measure with the thermal sampler running; a failure after some cells still saves them."""
+    recorder = session.recorder
+    try:
+        recorder.start({**session.head, **ArmsRun(design).to_doc()})
+        with ThermalSampler() as sampler:
+            run = asyncio.run(_measure(target, session, design, sampler, **kw))
+        return recorder.finish(session.doc(run))
+    except ServecheckError:
+        if session.last is not None:
+            recorder.interrupted()
+        raise
 
 
 def _pooled_design(docs: list[dict[str, Any]], fallback: ArmsDesign) -> ArmsDesign:
