@@ -91,7 +91,7 @@ def build(app: AppContext, models: str, llama_server: str | None) -> int:
     say = progress_printer(app)
     cache = EngineCache.default()
     binary = provision_engine(llama_server, cache=cache, progress=say)
-    app.out.print(f"llama-server {binary.version} ({binary.origin}): {binary.path}", markup=False, highlight=False, soft_wrap=True)
+    app.out.print(binary.describe(), markup=False, highlight=False, soft_wrap=True)
     for name in names:
         path = ensure_model(name, cache, say)
         app.out.print(f"model {name}: {path} ({fmt_size(path.stat().st_size)})", markup=False, highlight=False, soft_wrap=True)

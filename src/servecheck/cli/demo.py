@@ -209,7 +209,7 @@ def _agg_at(run: DemoRun, n: int) -> float:
 
 def header_line(engine: LocalEngine, tokens: int, prompt_tokens: int, threads: int) -> str:
     return (
-        f"servecheck demo: llama-server {engine.binary.version}, model {engine.model_name} "
+        f"servecheck demo: {engine.binary.describe()}\nmodel {engine.model_name} "
         f"({engine.model_path.name}), {tokens} output tokens and {prompt_tokens}-token prompts per request, "
         f"-t {threads}"
     )

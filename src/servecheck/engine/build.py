@@ -15,7 +15,7 @@ import tarfile
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, TextIO
 
@@ -58,9 +58,14 @@ class EngineBinary:
     path: Path
     version: str  # what `--version` printed, e.g. "0.5.0-dev (build 1, commit 0c1e570)"
     origin: Origin
+    source: str | None = None  # what servecheck built it from, e.g. "llama-cpp-python 0.3.36 sdist"
 
-    def to_dict(self) -> dict[str, str]:
-        return {"path": str(self.path), "version": self.version, "origin": self.origin}
+    def to_dict(self) -> dict[str, str | None]:
+        return {"path": str(self.path), "version": self.version, "origin": self.origin, "source": self.source}
+
+    def describe(self) -> str:
+        built_from = f", built from the {self.source}" if self.source else ""
+        return f"llama-server {self.version} ({self.origin}{built_from}): {self.path}"
 
 
 def _noop(_: str) -> None:
@@ -131,9 +136,14 @@ def cached_binary(cache: EngineCache, source_dir: Path | None = None) -> EngineB
     if not (folder / "stamp.json").is_file() or not os.access(binary, os.X_OK):
         return None
     try:
-        return validate_binary(binary, origin="cache")
+        found = validate_binary(binary, origin="cache")
     except EngineError:
         return None  # a broken cache entry is rebuilt, not trusted
+    return replace(found, source=_source_label(source_dir))
+
+
+def _source_label(source_dir: Path | None) -> str:
+    return f"llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} sdist" if source_dir is None else f"sources in {source_dir}"
 
 
 def find_llama_server(explicit: str | Path | None, cache: EngineCache) -> EngineBinary | None:
@@ -308,7 +318,10 @@ def _install(cache: EngineCache, key: str, binary: Path, log_path: Path, source_
     (staging / "stamp.json").write_text(json.dumps(stamp, indent=2) + "\n")
     shutil.rmtree(folder, ignore_errors=True)
     staging.rename(folder)
-    return EngineBinary(path=(folder / "llama-server").resolve(), version=checked.version, origin="built")
+    return EngineBinary(
+        path=(folder / "llama-server").resolve(), version=checked.version, origin="built",
+        source=_source_label(source_dir),
+    )
 
 
 # -- the source distribution and the vocabulary --------------------------------------------------

@@ -29,6 +29,6 @@ def provision_local(
     cache = cache or EngineCache.default()
     say = progress or (lambda _: None)
     binary = provision_engine(llama_server, cache=cache, progress=say, allow_build=allow_build)
-    say(f"llama-server {binary.version} ({binary.origin}): {binary.path}")
+    say(binary.describe())
     path = resolve_model(model, cache, say)
     return LocalEngine(binary=binary, model_path=path, model_name=model if model in SIZES else path.name)
