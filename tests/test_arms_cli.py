@@ -168,3 +168,19 @@ def test_gen_request_factory_gives_distinct_nonces() -> None:
 
     reqs: list[GenRequest] = factory(None, 4, 8, 8, random.Random(0))
     assert len({r.nonce for r in reqs}) == 4
+
+
+def _nonces(doc: dict[str, Any]) -> set[str]:
+    return {r["nonce"] for c in doc["cells"] for r in c["requests"]}
+
+
+def test_runs_never_repeat_prompts_unless_seeded(scripted, tmp_path: Path) -> None:
+    """A long-running server's prefix cache may still hold the previous run's prompts."""
+    docs = []
+    for name, extra in (("a", []), ("b", []), ("c", ["--seed", "7"]), ("d", ["--seed", "7"])):
+        out = tmp_path / f"{name}.json"
+        assert run_main(["arms", URL, *SMALL, "--json", str(out), *extra]) == 0
+        docs.append(json.loads(out.read_text()))
+    a, b, c, d = docs
+    assert a["params"]["seed"] != b["params"]["seed"] and not (_nonces(a) & _nonces(b))
+    assert c["params"]["seed"] == 7 and _nonces(c) == _nonces(d)

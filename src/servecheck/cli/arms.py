@@ -25,7 +25,15 @@ from servecheck.probe.thermal import ThermalSampler
 from servecheck.report.jsonout import envelope
 
 EXIT_INTERRUPTED = 130
+# The bootstrap is seeded by a constant, so the same cells always give the same intervals.
+BOOTSTRAP_SEED = 0
 SIMULATED_BANNER = "SIMULATED SERVER: these numbers come from servecheck's simulator, not from a real engine"
+
+
+def fresh_seed() -> int:
+    """A prompt seed no earlier run used: nonces derived from a fixed seed would repeat the previous
+    run's prompts, and a server that stayed up may still hold them in its prefix cache."""
+    return random.SystemRandom().getrandbits(32)
 
 
 def parse_arms(raw: str) -> tuple[int, ...]:
@@ -266,7 +274,13 @@ def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool) -> None:
     help="Withhold the headline when an arm's median spreads more than this fraction across positions.",
 )
 @click.option("--pool", multiple=True, metavar="RUN", help="Pool the cells of a saved run (arms JSON file or history run id); repeatable.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the prompts, nonces and the bootstrap.")
+@click.option(
+    "--seed",
+    type=int,
+    default=None,
+    help="Seed for the prompts and nonces (default: fresh each run, recorded in the result). Reusing one "
+    "against a long-running server resends the same prompts, which its prefix cache may still hold.",
+)
 @target_options
 @output_options
 @click.pass_obj
@@ -281,7 +295,7 @@ def cmd(
     fixed_order: bool,
     bias_limit: float,
     pool: tuple[str, ...],
-    seed: int,
+    seed: int | None,
     api: str,
     model: str | None,
     api_key: str | None,
@@ -302,21 +316,22 @@ def cmd(
         raise UsageError("give the server URL, or --pool saved runs to analyse", "for example servecheck arms http://127.0.0.1:8080")
     docs, names = load_pool(pool, db_path)
     pooled = pooled_cells(docs)
-    params = {"design": design.to_dict(), "bias_limit": bias_limit, "seed": seed, "pool": list(pool)}
+    prompt_seed = fresh_seed() if seed is None else seed
+    params = {"design": design.to_dict(), "bias_limit": bias_limit, "seed": prompt_seed, "pool": list(pool)}
     if url is None:
         run = ArmsRun(_pooled_design(docs, design), pooled=tuple(pooled), pooled_from=tuple(names), complete=True)
-        doc = {**envelope("arms", params, environment()), **run.to_doc(bias_limit=bias_limit, seed=seed)}
+        doc = {**envelope("arms", params, environment()), **run.to_doc(bias_limit=bias_limit, seed=BOOTSTRAP_SEED)}
         Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=True).finish(doc)
         _render(app, doc, json_path == "-")
         return exit_code(doc)
     target = make_target(url, api=api, model=model, api_key=api_key, headers=headers, first_token_timeout_s=first_token_timeout_s)
     recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
     head = envelope("arms", {**target.public_dict(), **params}, environment())
-    session = _Session(head, recorder, app.err, bias_limit, seed)
+    session = _Session(head, recorder, app.err, bias_limit, BOOTSTRAP_SEED)
     for note in design.notes():
         _say(app.err, f"note: {note}", "yellow")
     try:
-        doc = _run_and_record(target, session, design, rng=random.Random(seed), pooled=pooled, pooled_from=names)
+        doc = _run_and_record(target, session, design, rng=random.Random(prompt_seed), pooled=pooled, pooled_from=names)
     except KeyboardInterrupt:
         return _interrupted(app, session, json_path == "-")
     finally:
