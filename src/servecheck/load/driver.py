@@ -264,10 +264,10 @@ class LoadDriver:
 
         async def lane(session: aiohttp.ClientSession) -> None:
             await gate.wait()
-            wave: list[int] | None = first_sends  # only a lane's first request was released together
+            if queue:  # only a lane's first request is released together, on its warmed connection
+                records.append(await self._send(session, dialect, queue.popleft(), first_sends))
             while queue:
-                records.append(await self._send(session, dialect, queue.popleft(), wave))
-                wave = None
+                records.append(await self._send_fresh(dialect, queue.popleft()))
 
         tasks = [asyncio.create_task(lane(s)) for s in sessions]
         await asyncio.sleep(0)  # every lane reaches the gate before it opens
@@ -275,6 +275,16 @@ class LoadDriver:
         gate.set()
         await asyncio.gather(*tasks)
         return release_ns, records, first_sends
+
+    async def _send_fresh(self, dialect: Dialect, req: GenRequest) -> RequestRecord:
+        """A lane's later request goes out on a new connection: servers close a connection after
+        a streamed reply (llama-server does), and writing into one that is closing fails the
+        request. Warming it in advance is no cure either: an idle connection is closed too."""
+        session = self._new_session(limit=1)
+        try:
+            return await self._send(session, dialect, req)
+        finally:
+            await session.close()
 
     async def _send(
         self,
