@@ -159,3 +159,25 @@ def test_prefix_cache_contamination_is_named(tmp_path):
     (warning,) = [w for w in repeat["warnings"] if w["code"] == "prefix_cache_contamination"]
     measured = {(p["n"], b["rep"], r["index"]) for p in repeat["points"] for b in p["batches"] for r in b["requests"]}
     assert {(r["n"], r["rep"], r["index"]) for r in warning["requests"]} == measured
+
+
+def test_serve_owns_the_simulator_and_audits_its_log(tmp_path: Path) -> None:
+    """--serve starts the server, tests it, stops it and audits its log: a refused feature exits 3."""
+    import sys
+
+    from servecheck.engine.process import ensure_port_free, free_port, live_pids
+
+    port = free_port()
+    log = tmp_path / "served.log"
+    json_path = tmp_path / "staircase.json"
+    command = f"{sys.executable} -m servecheck simulate --port {port} --mode batched --token-ms 12 --refusal"
+    argv = ["staircase", "--serve", command, "--serve-log", str(log), "--n", "1,2", "--tokens", str(TOKENS),
+            "--prompt-tokens", "32", "--json", str(json_path), "--no-save", "--timeout", "60"]
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(argv)
+    doc = json.loads(json_path.read_text())
+    assert doc["verdict"] == "cluster" and doc["simulated"] is True
+    assert "gpu_offload" in doc["log_audit"]["refused"]
+    assert info.value.code == exitcodes.INVALID  # batched, but the server refused a feature at start-up
+    ensure_port_free("127.0.0.1", port)
+    assert live_pids() == []

@@ -15,8 +15,7 @@ from rich.text import Text
 from servecheck import exitcodes
 from servecheck.cli.common import Recorder, make_target, output_options, target_options
 from servecheck.cli.context import AppContext
-from servecheck.cli.log import findings_table
-from servecheck.cli.serve import Served, resolve_url, serve_option, served
+from servecheck.cli.serve import Served, render_audit, resolve_url, serve_option, served
 from servecheck.client.base import Target
 from servecheck.envinfo import environment
 from servecheck.experiments.prefix_cache import DEFAULT_MAX_TOKENS, PrefixCacheResult, check_params, run_prefix_cache
@@ -87,19 +86,7 @@ def render(console: Console, doc: dict[str, Any], served_: Served | None = None)
         style = VERDICT_STYLE.get(doc["verdict"]) if line.startswith("verdict") else None
         console.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
     if served_ is not None and served_.owned:
-        _render_audit(console, served_)
-
-
-def _render_audit(console: Console, served_: Served) -> None:
-    console.print(f"server log audit ({served_.log_path}):", markup=False, highlight=False, soft_wrap=True)
-    if served_.audit is None:
-        console.print(f"  could not scan the log: {served_.audit_error}", markup=False, highlight=False)
-        return
-    if served_.audit.findings:
-        console.print(findings_table(served_.audit))
-    refused = [f.feature for f in served_.audit.refused]
-    line = f"REFUSED: {', '.join(refused)}" if refused else "no feature refused"
-    console.print(line, style="bold red" if refused else "green", markup=False, highlight=False)
+        render_audit(console, served_)
 
 
 # ---------------------------------------------------------------- running
@@ -146,7 +133,9 @@ def _say(console: Console, line: str, style: str | None = None) -> None:
 @click.option("--no-cache-prompt", is_flag=True, help="Send cache_prompt: false with every request (llama.cpp).")
 @click.option("--expect", type=click.Choice(["working", "inert"]), default=None,
               help="Exit 0 on this verdict and 4 on the other (for CI).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for the prompt text and nonces.")
+@click.option("--seed", type=int, default=None,
+              help="Seed for the prompt text and nonces (default: fresh each run, recorded in the JSON). A fixed "
+              "seed resends the previous run's prompt, which a long-running server may still hold in its cache.")
 @serve_option
 @target_options
 @output_options
@@ -158,7 +147,7 @@ def cmd(
     repeats: int,
     no_cache_prompt: bool,
     expect: str | None,
-    seed: int,
+    seed: int | None,
     serve_command: str | None,
     serve_log: str | None,
     api: str,
@@ -176,6 +165,8 @@ def cmd(
     url = resolve_url(url, serve_command)
     check_params(prompt_tokens, repeats, DEFAULT_MAX_TOKENS)
     json_to_stdout = json_path == "-"
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**32)
     with served(serve_command, url, log_path=serve_log, say=lambda line: _say(app.err, line)) as server:
         target = make_target(server.url, api=api, model=model, api_key=api_key, headers=headers,
                              first_token_timeout_s=first_token_timeout_s)

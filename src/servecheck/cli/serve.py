@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.console import Console
 
 from servecheck.cli.common import check_url
+from servecheck.cli.log import findings_table
 from servecheck.errors import EngineError, ServecheckError, UsageError
 from servecheck.logscan.scan import LogScanResult, scan_log
 
@@ -133,3 +135,16 @@ def _refusal_text(result: Served) -> str:
 def _say(say: Say | None, line: str) -> None:
     if say is not None:
         say(line)
+
+
+def render_audit(console: Console, served_: Served) -> None:
+    """The --serve log audit: findings table and whether any feature was refused."""
+    console.print(f"server log audit ({served_.log_path}):", markup=False, highlight=False, soft_wrap=True)
+    if served_.audit is None:
+        console.print(f"  could not scan the log: {served_.audit_error}", markup=False, highlight=False)
+        return
+    if served_.audit.findings:
+        console.print(findings_table(served_.audit))
+    refused = [f.feature for f in served_.audit.refused]
+    line = f"REFUSED: {', '.join(refused)}" if refused else "no feature refused"
+    console.print(line, style="bold red" if refused else "green", markup=False, highlight=False)

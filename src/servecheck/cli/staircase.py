@@ -13,6 +13,7 @@ from servecheck import exitcodes
 from servecheck.analysis.staircase import DEFINITE_VERDICTS
 from servecheck.cli.common import Recorder, make_target, output_options, target_options
 from servecheck.cli.context import AppContext
+from servecheck.cli.serve import Served, render_audit, resolve_url, serve_option, served
 from servecheck.client.base import Target
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
@@ -159,8 +160,10 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def exit_code(doc: dict[str, Any], expect: str | None) -> int:
-    """3 when invalid or inconclusive (its verdict cannot be trusted), 4 when --expect names another verdict."""
-    if not doc["valid"] or doc["verdict"] not in DEFINITE_VERDICTS:
+    """3 when invalid or inconclusive (its verdict cannot be trusted) or when the --serve log audit found
+    a refused feature; 4 when --expect names another verdict."""
+    refused = bool((doc.get("log_audit") or {}).get("refused"))
+    if not doc["valid"] or doc["verdict"] not in DEFINITE_VERDICTS or refused:
         return exitcodes.INVALID
     if expect is not None and doc["verdict"] != expect:
         return exitcodes.EXPECT_MISMATCH
@@ -215,16 +218,18 @@ def _print(console: Console, lines: list[str]) -> None:
         _say(console, line, "bold yellow" if line.startswith(("INVALID", "INCOMPLETE", "SIMULATED")) else None)
 
 
-def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool) -> None:
+def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_: Served | None = None) -> None:
     console = app.err if json_to_stdout else app.out
     lines = report_lines(doc)
     if doc.get("simulated"):
         lines = [SIMULATED_BANNER, *lines]
     _print(console, lines)
+    if served_ is not None and served_.owned:
+        render_audit(console, served_)
 
 
 @click.command("staircase")
-@click.argument("url")
+@click.argument("url", required=False)
 @click.option("--n", "n_values", default="1,2,4,8", show_default=True, help="Concurrency levels, comma-separated.")
 @click.option("--tokens", type=int, default=512, show_default=True, help="Output tokens per request (forced length).")
 @click.option("--prompt-tokens", type=int, default=64, show_default=True, help="Prompt length in tokens.")
@@ -242,18 +247,21 @@ def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool) -> None:
     help="Seed for the prompt text and nonces (default: fresh each run, recorded in the JSON). A fixed seed "
     "repeats the same prompts, which a prefix cache then serves from memory.",
 )
+@serve_option
 @target_options
 @output_options
 @click.pass_obj
 def cmd(
     app: AppContext,
-    url: str,
+    url: str | None,
     n_values: str,
     tokens: int,
     prompt_tokens: int,
     reps: int,
     expect: str | None,
     seed: int | None,
+    serve_command: str | None,
+    serve_log: str | None,
     api: str,
     model: str | None,
     api_key: str | None,
@@ -266,36 +274,43 @@ def cmd(
 ) -> int:
     """Fire N equal-length requests at once and read their finish times: staircase (a queue),
     cluster (batching) or partial (a few slots). Aggregate = tokens produced / last finish."""
+    url = resolve_url(url, serve_command)
     ns = parse_ns(n_values)
     for name, value in (("--tokens", tokens), ("--prompt-tokens", prompt_tokens), ("--reps", reps)):
         _check_positive(name, value)
-    target = make_target(
-        url, api=api, model=model, api_key=api_key, headers=headers, first_token_timeout_s=first_token_timeout_s
-    )
     if seed is None:
         # Fresh nonces every run: a repeated prompt would be served by the server's prefix cache.
         seed = random.SystemRandom().randrange(2**32)
-    params = {
-        **target.public_dict(),
-        "n": ns,
-        "tokens": tokens,
-        "prompt_tokens": prompt_tokens,
-        "reps": reps,
-        "expect": expect,
-        "seed": seed,
-    }
     recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
-    session = _Session(envelope("staircase", params, environment()), recorder, app.err)
     try:
-        result = asyncio.run(
-            _measure(target, session, ns=ns, tokens=tokens, prompt_tokens=prompt_tokens, reps=reps, rng=random.Random(seed))
-        )
-        doc = recorder.finish(session.doc(result))
-    except KeyboardInterrupt:
-        return _interrupted(app, session, json_path == "-")
+        with served(serve_command, url, log_path=serve_log, say=lambda line: _say(app.err, line)) as server:
+            target = make_target(
+                server.url, api=api, model=model, api_key=api_key, headers=headers,
+                first_token_timeout_s=first_token_timeout_s,
+            )
+            params = {
+                **target.public_dict(),
+                "n": ns,
+                "tokens": tokens,
+                "prompt_tokens": prompt_tokens,
+                "reps": reps,
+                "expect": expect,
+                "seed": seed,
+                "serve": serve_command,
+            }
+            session = _Session(envelope("staircase", params, environment()), recorder, app.err)
+            try:
+                result = asyncio.run(
+                    _measure(target, session, ns=ns, tokens=tokens, prompt_tokens=prompt_tokens, reps=reps,
+                             rng=random.Random(seed))
+                )
+            except KeyboardInterrupt:
+                return _interrupted(app, session, json_path == "-")
+        # The log audit exists only once the server has stopped, so the document is finished here.
+        doc = recorder.finish({**session.doc(result), "log_audit": server.audit_doc()})
     finally:
         recorder.close()
-    _render(app, doc, json_path == "-")
+    _render(app, doc, json_path == "-", server)
     return exit_code(doc, expect)
 
 
