@@ -36,6 +36,18 @@ def read_url(proc: subprocess.Popen[str]) -> str:
 
 
 @pytest.mark.timeout(60)
+def test_cli_stops_cleanly_on_ctrl_c() -> None:
+    proc = start()
+    try:
+        read_url(proc)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=START_TIMEOUT_S)
+    assert proc.returncode == 0, err
+    assert "stopped" in err and "Traceback" not in err
+
+
+@pytest.mark.timeout(60)
 def test_cli_prints_url_first_and_stops_cleanly(tmp_path: Path) -> None:
     log = tmp_path / "sim.log"
     proc = start("--mode", "slots", "--slots", "2", "--refusal", "--log", str(log))

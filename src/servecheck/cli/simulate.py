@@ -125,20 +125,23 @@ def _echo_log(line: str) -> None:
 
 
 async def _serve(config: SimConfig, host: str, port: int, *, quiet: bool) -> None:
-    sim = await start_sim(config, host, port, echo=None if quiet else _echo_log)
-    click.echo(sim.url)
-    click.echo(f"SIMULATED inference server, not a real engine: {sim.describe()}")
-    sys.stdout.flush()
+    # Handlers first: a signal that arrives once the URL is printed must stop the server cleanly.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM)
     for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        sim = await start_sim(config, host, port, echo=None if quiet else _echo_log)
+        try:
+            click.echo(sim.url)
+            click.echo(f"SIMULATED inference server, not a real engine: {sim.describe()}")
+            sys.stdout.flush()
+            await stop.wait()
+        finally:
+            await sim.stop()
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
-        await sim.stop()
     if not quiet:
         click.echo("servecheck simulate: stopped", err=True)
