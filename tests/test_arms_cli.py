@@ -184,3 +184,24 @@ def test_runs_never_repeat_prompts_unless_seeded(scripted, tmp_path: Path) -> No
     a, b, c, d = docs
     assert a["params"]["seed"] != b["params"]["seed"] and not (_nonces(a) & _nonces(b))
     assert c["params"]["seed"] == 7 and _nonces(c) == _nonces(d)
+
+
+def test_arms_serve_owns_the_simulator_and_audits_its_log(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """--serve on arms: the server is started, measured, stopped, and its refusal exits 3."""
+    import sys
+
+    from servecheck.engine.process import ensure_port_free, free_port, live_pids
+
+    port = free_port()
+    out = tmp_path / "arms.json"
+    command = f"{sys.executable} -m servecheck simulate --port {port} --mode batched --token-ms 4 --refusal"
+    argv = ["arms", "--serve", command, "--serve-log", str(tmp_path / "s.log"), "--arms", "1,2", "--reps", "2",
+            "--requests", "2", "--tokens", "16", "--prompt-tokens", "16", "--json", str(out), "--no-save"]
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(argv)
+    doc = json.loads(out.read_text())
+    assert doc["simulated"] is True and len(doc["cells"]) == 4
+    assert "gpu_offload" in doc["log_audit"]["refused"]
+    assert info.value.code == exitcodes.INVALID
+    ensure_port_free("127.0.0.1", port)
+    assert live_pids() == []

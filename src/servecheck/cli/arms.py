@@ -14,8 +14,9 @@ from rich.console import Console
 
 from servecheck import exitcodes
 from servecheck.analysis.arms import DEFAULT_BIAS_LIMIT
-from servecheck.cli.common import Recorder, make_target, output_options, target_options
+from servecheck.cli.common import Recorder, check_url, make_target, output_options, target_options
 from servecheck.cli.context import AppContext
+from servecheck.cli.serve import Served, render_audit, serve_option, served
 from servecheck.client.base import Target
 from servecheck.envinfo import environment
 from servecheck.errors import ServecheckError, UsageError
@@ -193,8 +194,9 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def exit_code(doc: dict[str, Any]) -> int:
-    """3 when the headline is refused or the run is invalid."""
-    if doc.get("headline_refused") or not doc.get("valid", True) or not doc.get("arms"):
+    """3 when the headline is refused, the run is invalid, or the --serve log audit found a refused feature."""
+    refused = bool((doc.get("log_audit") or {}).get("refused"))
+    if doc.get("headline_refused") or not doc.get("valid", True) or not doc.get("arms") or refused:
         return exitcodes.INVALID
     return exitcodes.OK
 
@@ -249,13 +251,15 @@ def _say(console: Console, line: str, style: str | None = None) -> None:
     console.print(line, markup=False, highlight=False, style=style, soft_wrap=True)
 
 
-def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool) -> None:
+def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_: Served | None = None) -> None:
     console = app.err if json_to_stdout else app.out
     lines = report_lines(doc)
     if doc.get("simulated"):
         lines = [SIMULATED_BANNER, *lines]
     for line in lines:
         _say(console, line, "bold yellow" if line.startswith(("REFUSED", "INVALID", "INCOMPLETE", "SIMULATED")) else None)
+    if served_ is not None and served_.owned:
+        render_audit(console, served_)
 
 
 @click.command("arms")
@@ -281,6 +285,7 @@ def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool) -> None:
     help="Seed for the prompts and nonces (default: fresh each run, recorded in the result). Reusing one "
     "against a long-running server resends the same prompts, which its prefix cache may still hold.",
 )
+@serve_option
 @target_options
 @output_options
 @click.pass_obj
@@ -296,6 +301,8 @@ def cmd(
     bias_limit: float,
     pool: tuple[str, ...],
     seed: int | None,
+    serve_command: str | None,
+    serve_log: str | None,
     api: str,
     model: str | None,
     api_key: str | None,
@@ -312,42 +319,51 @@ def cmd(
     the --pool runs alone."""
     design = ArmsDesign(parse_arms(arms_raw), n_requests, reps, tokens, prompt_tokens, fixed_order)
     design.check()
-    if url is None and not pool:
-        raise UsageError("give the server URL, or --pool saved runs to analyse", "for example servecheck arms http://127.0.0.1:8080")
+    if url is None and serve_command is None and not pool:
+        raise UsageError(
+            "give the server URL, --serve \"COMMAND\", or --pool saved runs to analyse",
+            "for example servecheck arms http://127.0.0.1:8080",
+        )
     docs, names = load_pool(pool, db_path)
     pooled = pooled_cells(docs)
     prompt_seed = fresh_seed() if seed is None else seed
-    params = {"design": design.to_dict(), "bias_limit": bias_limit, "seed": prompt_seed, "pool": list(pool)}
-    if url is None:
+    params = {"design": design.to_dict(), "bias_limit": bias_limit, "seed": prompt_seed, "pool": list(pool),
+              "serve": serve_command}
+    if url is None and serve_command is None:
         run = ArmsRun(_pooled_design(docs, design), pooled=tuple(pooled), pooled_from=tuple(names), complete=True)
         doc = {**envelope("arms", params, environment()), **run.to_doc(bias_limit=bias_limit, seed=BOOTSTRAP_SEED)}
         Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=True).finish(doc)
         _render(app, doc, json_path == "-")
         return exit_code(doc)
-    target = make_target(url, api=api, model=model, api_key=api_key, headers=headers, first_token_timeout_s=first_token_timeout_s)
     recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
-    head = envelope("arms", {**target.public_dict(), **params}, environment())
-    session = _Session(head, recorder, app.err, bias_limit, BOOTSTRAP_SEED)
     for note in design.notes():
         _say(app.err, f"note: {note}", "yellow")
     try:
-        doc = _run_and_record(target, session, design, rng=random.Random(prompt_seed), pooled=pooled, pooled_from=names)
-    except KeyboardInterrupt:
-        return _interrupted(app, session, json_path == "-")
+        with served(serve_command, url and check_url(url), log_path=serve_log, say=lambda line: _say(app.err, line)) as server:
+            target = make_target(server.url, api=api, model=model, api_key=api_key, headers=headers,
+                                 first_token_timeout_s=first_token_timeout_s)
+            head = envelope("arms", {**target.public_dict(), **params}, environment())
+            session = _Session(head, recorder, app.err, bias_limit, BOOTSTRAP_SEED)
+            try:
+                run = _measure_saving_partial(target, session, design, rng=random.Random(prompt_seed),
+                                              pooled=pooled, pooled_from=names)
+            except KeyboardInterrupt:
+                return _interrupted(app, session, json_path == "-")
+        # The log audit exists only once the server has stopped, so the document is finished here.
+        doc = recorder.finish({**session.doc(run), "log_audit": server.audit_doc()})
     finally:
         recorder.close()
-    _render(app, doc, json_path == "-")
+    _render(app, doc, json_path == "-", server)
     return exit_code(doc)
 
 
-def _run_and_record(target: Target, session: _Session, design: ArmsDesign, **kw: Any) -> dict[str, Any]:
+def _measure_saving_partial(target: Target, session: _Session, design: ArmsDesign, **kw: Any) -> ArmsRun:
     """Measure with the thermal sampler running; a failure after some cells still saves them."""
     recorder = session.recorder
     try:
         recorder.start({**session.head, **ArmsRun(design).to_doc()})
         with ThermalSampler() as sampler:
-            run = asyncio.run(_measure(target, session, design, sampler, **kw))
-        return recorder.finish(session.doc(run))
+            return asyncio.run(_measure(target, session, design, sampler, **kw))
     except ServecheckError:
         if session.last is not None:
             recorder.interrupted()
