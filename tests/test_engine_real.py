@@ -188,8 +188,13 @@ def test_sigint_during_the_demo_leaves_no_llama_server(local_engine: LocalEngine
         [*SERVECHECK, "demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
+    progress: list[str] = []
+    threading.Thread(target=lambda: progress.extend(proc.stderr), daemon=True).start()  # type: ignore[arg-type]
     try:
-        wait_until(lambda: bool(llama_children(proc.pid)) or proc.poll() is not None, 120, "the demo's server")
+        wait_until(
+            lambda: any("running the staircase test" in line for line in progress) or proc.poll() is not None,
+            120, "the demo's first staircase run",
+        )
         children = llama_children(proc.pid)
         assert children, "the demo started no llama-server"
         time.sleep(1.0)  # in the middle of the staircase run
