@@ -58,7 +58,7 @@ def llama_server_option(f: Callable[..., object]) -> Callable[..., object]:
     show_default=True,
     help="Context per slot in tokens (-c is parallel x this).",
 )
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Server threads (-t), pinned [default: CPUs, at most 8].")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Server threads (-t), pinned [default: half the CPUs, at most 8].")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port on 127.0.0.1 [default: a free one].")
 @click.option("--log", "log_path", default=None, metavar="PATH", help="Server log file [default: in the cache].")
 @llama_server_option
