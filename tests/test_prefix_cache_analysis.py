@@ -86,3 +86,24 @@ def test_any_numbers_give_a_known_verdict(ttfts, control, cached):
     assert v.verdict in ("working", "inert", "unknown") and v.reason
     if v.verdict == "working" and v.signal == "timing":
         assert v.warm_ttft_ratio is not None and v.warm_ttft_ratio < WORKING_TTFT_RATIO
+
+
+@pytest.mark.parametrize(
+    ("cached", "prompt", "expected"),
+    [
+        (None, 64, False),  # the server reports no counter
+        (0, 64, False),
+        (1, 64, False),  # llama.cpp keeps the BOS token in the slot: every request "hits" it
+        (2, 64, False),  # BOS + one token two nonces happen to share
+        (4, 64, False),  # at the allowance
+        (5, 64, True),
+        (48, 64, True),  # most of the prompt came from the cache
+        (30, 1000, False),  # 3% of a long prompt: a chat template's fixed head
+        (51, 1000, True),
+        (5, None, True),  # no prompt length: the token floor alone decides
+    ],
+)
+def test_contamination_allowance(cached: int | None, prompt: int | None, expected: bool) -> None:
+    from servecheck.analysis.cache import contaminated
+
+    assert contaminated(cached, prompt) is expected

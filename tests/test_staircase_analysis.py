@@ -232,6 +232,13 @@ def test_contamination_is_named_as_a_warning():
     assert a.verdict == "cluster"
 
 
+def test_a_cached_bos_token_is_not_contamination():
+    bos_only = ServerTimings(cached_prompt_tokens=1, prompt_tokens=64)
+    run = [_batch(1, [1.0], server=bos_only), _batch(2, [1.0, 1.02], server=bos_only)]
+    a = sc.analyze_staircase(run, tokens_requested=512)
+    assert not [f for f in a.warnings if f.code == "prefix_cache_contamination"]
+
+
 def test_queue_time_and_self_reported_sum():
     # Serial: each request decodes 1 s; the k-th one waited k-1 s; the server claims 512 tok/s each.
     timings = ServerTimings(prompt_s=0.05, decode_s=0.95, self_reported_tok_s=512 / 0.95)

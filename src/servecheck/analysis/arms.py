@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from servecheck.analysis.cache import contaminated
 from servecheck.analysis.stats import median, mode
 from servecheck.model.records import NS_PER_S, RequestRecord
 
@@ -37,11 +38,6 @@ OUTPUT_DEVIATION_LIMIT = 0.05
 # Burst-to-plateau loss of the serial arm worth a warning: the seed's 8.2% was the same order as
 # the effect looked for, so anything above 5% deserves the reader's attention.
 DRIFT_WARN_LOSS = 0.05
-# Cached prompt tokens up to this share of the prompt are a shared template or BOS token, which
-# every request has and which cannot fake a concurrency win; more means the prefix cache served
-# part of a measured prompt.
-CACHED_PROMPT_ALLOWANCE = 0.05
-CACHED_TOKENS_MIN = 4
 # A per-user rate change under 2% rounds to "0%" or "1%" in words; calling that a cost misleads.
 UNCHANGED_RATE = 0.02
 # Bootstrap of the median of within-rep ratios: seeded, so the same cells give the same interval.
@@ -588,11 +584,8 @@ def cached_prompt_suspects(
     out = []
     for rep, conc, r in records:
         cached = None if r.server is None else r.server.cached_prompt_tokens
-        if cached is None or cached <= 0:
-            continue
         prompt = r.prompt_tokens or (r.server.prompt_tokens if r.server else None)
-        allowance = max(CACHED_TOKENS_MIN, CACHED_PROMPT_ALLOWANCE * prompt) if prompt else CACHED_TOKENS_MIN
-        if cached > allowance:
+        if contaminated(cached, prompt):
             out.append(f"rep {rep} {conc}-way request {r.index} ({r.nonce}): {cached} cached prompt tokens")
     return out
 

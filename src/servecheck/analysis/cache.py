@@ -172,3 +172,22 @@ def _fraction(send: CacheSend, first: CacheSend) -> float | None:
 
 def _ratio_text(ratio: float | None) -> str:
     return "?x" if ratio is None else f"{ratio:.2f}x"
+
+
+# --- contamination of load tests --------------------------------------------------------------
+# Cached prompt tokens up to this share of the prompt are a BOS token or a chat template's fixed
+# head, which every request has and which cannot fake a concurrency win (llama.cpp reports 1-2
+# cached tokens on every request for the BOS it keeps in the slot); more means the prefix cache
+# served part of a measured prompt.
+CONTAMINATION_ALLOWANCE_FRACTION = 0.05
+CONTAMINATION_ALLOWANCE_TOKENS = 4
+
+
+def contaminated(cached_tokens: int | None, prompt_tokens: int | None) -> bool:
+    """Did the prefix cache serve more of a measured prompt than any two distinct prompts share?"""
+    if cached_tokens is None or cached_tokens <= 0:
+        return False
+    allowance = float(CONTAMINATION_ALLOWANCE_TOKENS)
+    if prompt_tokens:
+        allowance = max(allowance, CONTAMINATION_ALLOWANCE_FRACTION * prompt_tokens)
+    return cached_tokens > allowance

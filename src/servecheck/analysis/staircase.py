@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from servecheck.analysis.cache import contaminated
 from servecheck.analysis.stats import Summary, median, mode, ratio
 from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord
 
@@ -477,7 +478,8 @@ def contamination_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
         _ref(mb, r, f"{r.server.cached_prompt_tokens} cached prompt tokens")
         for mb in batches
         for r in mb.batch.records
-        if r.server is not None and (r.server.cached_prompt_tokens or 0) > 0
+        if r.server is not None
+        and contaminated(r.server.cached_prompt_tokens, r.prompt_tokens or r.server.prompt_tokens)
     )
     if not refs:
         return None
