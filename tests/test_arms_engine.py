@@ -1,0 +1,56 @@
+"""`arms` on the real llama.cpp engine: four slots batch at 4-way; one slot buys nothing at any arm.
+
+The ground truth is the server's own configuration (`--parallel`), which this test sets."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from servecheck.cli.common import make_target
+from servecheck.engine.local import LocalEngine, provision_local
+from servecheck.engine.process import LlamaServer, ctx_per_slot_for
+from servecheck.experiments.arms import ArmsDesign, run_arms
+from servecheck.load.driver import LoadDriver
+
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
+
+# 6 reps rotate the three arms through every position twice; 128 tokens keep a cell near a second.
+DESIGN = ArmsDesign(arms=(1, 2, 4), requests=4, reps=6, tokens=128, prompt_tokens=32)
+
+
+@pytest.fixture(scope="module")
+def local_engine() -> LocalEngine:
+    return provision_local(None, "tiny", progress=lambda m: print(m, file=sys.stderr))
+
+
+async def _arms(url: str) -> dict:
+    async with LoadDriver(make_target(url, api="llamacpp", first_token_timeout_s=120)) as driver:
+        run = await run_arms(driver, DESIGN, rng=random.Random())
+    return run.to_doc()
+
+
+def _labels(engine: LocalEngine, parallel: int, tmp_path: Path) -> dict[int, str]:
+    server = LlamaServer(
+        engine.binary, engine.model_path, parallel=parallel,
+        ctx_per_slot=ctx_per_slot_for(DESIGN.prompt_tokens, DESIGN.tokens), log_path=tmp_path / f"np{parallel}.log",
+    )
+    with server as url:
+        doc = asyncio.run(_arms(url))
+    assert doc["valid"], doc.get("warnings")
+    assert doc["simulated"] is False
+    arms = {a["concurrency"]: a for a in doc["arms"]}
+    print({c: (a["label"], a["aggregate_speedup"], a["generation_gain"]) for c, a in arms.items()})
+    return {c: a["label"] for c, a in arms.items()}
+
+
+def test_four_slots_batch_at_four_way(local_engine: LocalEngine, tmp_path: Path) -> None:
+    assert _labels(local_engine, 4, tmp_path)[4] == "batching"
+
+
+def test_one_slot_buys_nothing_at_any_arm(local_engine: LocalEngine, tmp_path: Path) -> None:
+    assert set(_labels(local_engine, 1, tmp_path).values()) == {"none"}
