@@ -24,6 +24,7 @@ from servecheck.experiments.arms import ArmsDesign, ArmsRun, pooled_cells, run_a
 from servecheck.model.records import ServerInfo
 from servecheck.probe.thermal import ThermalSampler
 from servecheck.report.jsonout import envelope
+from servecheck.report.terminal import ProgressHandle, progress
 
 EXIT_INTERRUPTED = 130
 # The bootstrap is seeded by a constant, so the same cells always give the same intervals.
@@ -214,6 +215,7 @@ class _Session:
         self.bias_limit = bias_limit
         self.seed = seed
         self.last: ArmsRun | None = None
+        self.bar = ProgressHandle(None, None)
 
     def doc(self, run: ArmsRun) -> dict[str, Any]:
         return {**self.head, **run.to_doc(bias_limit=self.bias_limit, seed=self.seed)}
@@ -221,6 +223,7 @@ class _Session:
     def on_cell(self, run: ArmsRun) -> None:
         self.last = run
         self.recorder.partial(self.doc(run))
+        self.bar.advance()
         cell = run.measured[-1].cell
         agg = cell.aggregate_tok_s
         _say(
@@ -345,8 +348,9 @@ def cmd(
             head = envelope("arms", {**target.public_dict(), **params}, environment())
             session = _Session(head, recorder, app.err, bias_limit, BOOTSTRAP_SEED)
             try:
-                run = _measure_saving_partial(target, session, design, rng=random.Random(prompt_seed),
-                                              pooled=pooled, pooled_from=names)
+                with progress(app, "arms: cells", total=design.reps * len(design.arms)) as session.bar:
+                    run = _measure_saving_partial(target, session, design, rng=random.Random(prompt_seed),
+                                                  pooled=pooled, pooled_from=names)
             except KeyboardInterrupt:
                 return _interrupted(app, session, json_path == "-")
         # The log audit exists only once the server has stopped, so the document is finished here.

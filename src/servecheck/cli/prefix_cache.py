@@ -21,6 +21,7 @@ from servecheck.envinfo import environment
 from servecheck.experiments.prefix_cache import DEFAULT_MAX_TOKENS, PrefixCacheResult, check_params, run_prefix_cache
 from servecheck.model.records import ServerInfo
 from servecheck.report.jsonout import envelope
+from servecheck.report.terminal import ProgressHandle, progress
 
 EXIT_INTERRUPTED = 130
 SIMULATED_BANNER = "SIMULATED SERVER: these numbers come from servecheck's simulator, not from a real engine"
@@ -98,6 +99,7 @@ class _Session:
         self.recorder = recorder
         self.err = err
         self.last: PrefixCacheResult | None = None
+        self.bar = ProgressHandle(None, None)
 
     def doc(self, result: PrefixCacheResult) -> dict[str, Any]:
         return {**self.head, **result.to_doc()}
@@ -109,6 +111,7 @@ class _Session:
     def on_send(self, result: PrefixCacheResult) -> None:
         self.last = result
         self.recorder.partial(self.doc(result))
+        self.bar.advance()
         s = result.sends[-1]
         ttft = _num(s.ttft_s, 3)
         _say(self.err, f"send {len(result.sends)} ({s.kind}): TTFT {ttft} s, cached tokens {s.cached_tokens}", "dim")
@@ -177,8 +180,10 @@ def cmd(
         session = _Session(envelope("prefix-cache", params, environment()), recorder, app.err)
         try:
             recorder.start({**session.head, "sends": []})
-            result = asyncio.run(_measure(target, session, prompt_tokens=prompt_tokens, repeats=repeats,
-                                          cache_prompt=False if no_cache_prompt else None, rng=random.Random(seed)))
+            with progress(app, "prefix-cache: sends", total=repeats + 1) as session.bar:
+                result = asyncio.run(_measure(target, session, prompt_tokens=prompt_tokens, repeats=repeats,
+                                              cache_prompt=False if no_cache_prompt else None,
+                                              rng=random.Random(seed)))
         except KeyboardInterrupt:
             recorder.interrupted()
             recorder.close()

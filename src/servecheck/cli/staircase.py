@@ -20,6 +20,7 @@ from servecheck.errors import UsageError
 from servecheck.experiments.staircase import StaircaseResult, run_staircase
 from servecheck.model.records import ServerInfo
 from servecheck.report.jsonout import envelope
+from servecheck.report.terminal import ProgressHandle, progress
 
 EXIT_INTERRUPTED = 130
 SIMULATED_BANNER = "SIMULATED SERVER: these numbers come from servecheck's simulator, not from a real engine"
@@ -81,7 +82,7 @@ def deciding_line(point: dict[str, Any]) -> str | None:
     groups = "+".join(str(s) for s in v["group_sizes"])
     line = (
         f"      steps {steps} x single · spread {v['spread_ratio']:.2f} x single · "
-        f"last {v['last_over_single']:.2f} x single · groups {groups}"
+        f"last {v['last_over_single']:.2f} x single · group sizes {groups}"
     )
     return line + (f" · {point['reason']}" if point["verdict"] == "inconclusive" else "")
 
@@ -181,6 +182,7 @@ class _Session:
         self.recorder = recorder
         self.err = err
         self.last: StaircaseResult | None = None
+        self.bar = ProgressHandle(None, None)
 
     def doc(self, result: StaircaseResult) -> dict[str, Any]:
         return {**self.head, **result.to_doc()}
@@ -196,6 +198,7 @@ class _Session:
     def on_point(self, result: StaircaseResult) -> None:
         self.last = result
         self.recorder.partial(self.doc(result))
+        self.bar.advance()
         mb = result.batches[-1]
         finish = fmt_finishes(mb.batch.finish_s())
         _say(self.err, f"N={mb.n} rep {mb.rep + 1}/{result.reps}  finish at {finish}", "dim")
@@ -300,10 +303,11 @@ def cmd(
             }
             session = _Session(envelope("staircase", params, environment()), recorder, app.err)
             try:
-                result = asyncio.run(
-                    _measure(target, session, ns=ns, tokens=tokens, prompt_tokens=prompt_tokens, reps=reps,
-                             rng=random.Random(seed))
-                )
+                with progress(app, "staircase: batches", total=len(set(ns) | {1}) * reps) as session.bar:
+                    result = asyncio.run(
+                        _measure(target, session, ns=ns, tokens=tokens, prompt_tokens=prompt_tokens, reps=reps,
+                                 rng=random.Random(seed))
+                    )
             except KeyboardInterrupt:
                 return _interrupted(app, session, json_path == "-")
         # The log audit exists only once the server has stopped, so the document is finished here.
