@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from servecheck import exitcodes
 from servecheck.analysis.roofline import parse_bytes
 from servecheck.cli.common import Recorder, output_options
 from servecheck.cli.context import AppContext
@@ -99,7 +100,7 @@ def cmd(
         recorder.start({**head, "points": []})
         result = measure_bandwidth(planned, device=device, threads=threads, passes=passes, method=method,
                                    progress=None if app.quiet else lambda s: app.err.print(f"probing {s}", style="dim", markup=False))
-        doc = recorder.finish({**head, **result.to_dict()})
+        recorder.finish({**head, **result.to_dict()})
     except KeyboardInterrupt:
         recorder.interrupted()
         app.err.print("Interrupted.", markup=False)
@@ -109,4 +110,4 @@ def cmd(
     console = app.err if json_path == "-" else app.out
     for line in report_lines(result):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-    return 0 if doc else 0
+    return exitcodes.OK
