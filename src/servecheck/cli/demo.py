@@ -20,7 +20,7 @@ import click
 from rich.table import Table
 
 from servecheck import exitcodes
-from servecheck.cli.common import make_target
+from servecheck.cli.common import Recorder, make_target, output_options
 from servecheck.cli.context import AppContext
 from servecheck.cli.serve_local import enable_ctrl_c, llama_server_option, progress_printer
 from servecheck.engine.cache import EngineCache
@@ -29,7 +29,7 @@ from servecheck.engine.model import DEFAULT_SIZE
 from servecheck.engine.process import LlamaServer, ctx_per_slot_for, default_threads
 from servecheck.envinfo import environment
 from servecheck.errors import ServecheckError
-from servecheck.report.jsonout import envelope, write_json
+from servecheck.report.jsonout import envelope
 
 Say = Callable[[str], None]
 
@@ -219,7 +219,7 @@ def header_line(engine: LocalEngine, tokens: int, prompt_tokens: int, threads: i
 
 
 @click.command("demo")
-@click.option("--json", "json_path", default=None, metavar="PATH", help="Write both runs as JSON ('-' for stdout).")
+@output_options
 @click.option(
     "--tokens", type=click.IntRange(min=16), default=DEFAULT_TOKENS, show_default=True, help="Output tokens per request."
 )
@@ -228,7 +228,15 @@ def header_line(engine: LocalEngine, tokens: int, prompt_tokens: int, threads: i
 @llama_server_option
 @click.pass_obj
 def cmd(
-    app: AppContext, json_path: str | None, tokens: int, threads: int | None, model: str, llama_server: str | None
+    app: AppContext,
+    json_path: str | None,
+    html_path: str | None,
+    db_path: str | None,
+    no_save: bool,
+    tokens: int,
+    threads: int | None,
+    model: str,
+    llama_server: str | None,
 ) -> int:
     """Show staircase and cluster on a real local llama.cpp server: --parallel 1 against --parallel 4."""
     enable_ctrl_c()
@@ -243,8 +251,13 @@ def cmd(
         for p, expected in EXPECTED
     ]
     ok = all(r.as_expected for r in runs)
-    if json_path:
-        write_json(json_path, demo_doc(engine, runs, tokens=tokens, prompt_tokens=prompt_tokens, threads=threads))
+    recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
+    doc = demo_doc(engine, runs, tokens=tokens, prompt_tokens=prompt_tokens, threads=threads)
+    try:
+        recorder.start(doc)
+        recorder.finish(doc)
+    finally:
+        recorder.close()
     out = app.err if json_path == "-" else app.out
     out.print(header_line(engine, tokens, prompt_tokens, threads), markup=False, highlight=False, soft_wrap=True)
     out.print(comparison_table(runs))

@@ -11,12 +11,12 @@ from rich.table import Table
 from rich.text import Text
 
 from servecheck import exitcodes
-from servecheck.cli.common import check_url
+from servecheck.cli.common import Recorder, check_url, output_options
 from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
 from servecheck.logscan.rules import ENGINE_CHOICES, load_rules
 from servecheck.logscan.scan import LogScanResult, scan_log
-from servecheck.report.jsonout import envelope, write_json
+from servecheck.report.jsonout import envelope
 
 # WARNING/ERROR lines printed in the terminal; the JSON has all of them (up to the scan's cap).
 SHOWN_LINES = 20
@@ -111,7 +111,7 @@ def exit_code(result: LogScanResult) -> int:
 )
 @click.option("--url", default=None, help="The running server: add live evidence (/props, /slots, /metrics).")
 @click.option("--rules", "rules_path", default=None, metavar="PATH", help="Extra rules (TOML, same shape as rules.toml).")
-@click.option("--json", "json_path", default=None, metavar="PATH", help="Write the JSON result ('-' for stdout).")
+@output_options
 @click.pass_obj
 def cmd(
     app: AppContext,
@@ -121,6 +121,9 @@ def cmd(
     url: str | None,
     rules_path: str | None,
     json_path: str | None,
+    html_path: str | None,
+    db_path: str | None,
+    no_save: bool,
 ) -> int:
     """Audit a server log: report each feature the flags switch on as confirmed, refused (with the
     line) or unconfirmed. Exits 3 when a feature was refused."""
@@ -132,7 +135,11 @@ def cmd(
         result = result.with_live(live_evidence(check_url(url), engine))
     params = {"file": file, "engine": engine, "flags": flags, "url": url, "rules": rules_path}
     doc = log_doc(result, params)
-    if json_path:
-        write_json(json_path, doc)
+    recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
+    try:
+        recorder.start(doc)
+        recorder.finish(doc)
+    finally:
+        recorder.close()
     render(app.err if json_path == "-" else app.out, result)
     return exit_code(result)
