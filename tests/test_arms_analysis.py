@@ -360,3 +360,25 @@ def test_headline_words(speedup: float, rate: float, ttft: float, text: str) -> 
     est = lambda m: A.Estimate(m, m, m, 3)  # noqa: E731
     arm = A.ArmResult(4, 3, None, None, None, None, None, est(speedup), est(speedup), est(rate), est(ttft), "none")
     assert A.headline(arm) == text
+
+
+# --- too few reps for an interval ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("reps", [1, 2])
+def test_too_few_reps_label_nothing_and_say_why(reps: int) -> None:
+    """One rep gives a zero-width 'interval' and two give [min, max]: neither can show a rise."""
+    result = A.analyse(seed_cells(reps))
+    assert [a.label for a in result.arms] == ["none", "none", "none"]
+    assert any("too few for an interval" in w.message for w in result.warnings)
+
+
+def test_three_reps_are_enough_to_label() -> None:
+    result = A.analyse(seed_cells(3))
+    assert (result.arm(2).label, result.arm(4).label) == ("pipelining", "batching")
+    assert not any("too few" in w.message for w in result.warnings)
+
+
+def test_label_arm_needs_enough_reps() -> None:
+    assert A.label_arm(A.Estimate(1.39, 1.39, 1.39, 1), A.Estimate(1.39, 1.39, 1.39, 1)) == "none"
+    assert A.label_arm(A.Estimate(1.39, 1.30, 1.45, 3), A.Estimate(1.39, 1.30, 1.45, 3)) == "batching"

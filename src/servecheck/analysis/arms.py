@@ -40,6 +40,10 @@ OUTPUT_DEVIATION_LIMIT = 0.05
 DRIFT_WARN_LOSS = 0.05
 # A per-user rate change under 2% rounds to "0%" or "1%" in words; calling that a cost misleads.
 UNCHANGED_RATE = 0.02
+# Below three within-rep ratios there is no interval to speak of: one ratio gives a zero-width
+# "interval" and two give [min, max], which covers the median only half the time. A rise needs at
+# least this many reps behind it; fewer label every arm `none` and say why.
+MIN_REPS_FOR_RISE = 3
 # Bootstrap of the median of within-rep ratios: seeded, so the same cells give the same interval.
 BOOTSTRAP_RESAMPLES = 2000
 INTERVAL_LEVEL = 0.95
@@ -231,7 +235,7 @@ class Estimate:
 
     @property
     def rises(self) -> bool:
-        return self.lo > RISE_INTERVAL_FLOOR and self.median >= MIN_RISE
+        return self.n >= MIN_REPS_FOR_RISE and self.lo > RISE_INTERVAL_FLOOR and self.median >= MIN_RISE
 
     def to_dict(self) -> dict[str, float | int]:
         return {"median": self.median, "lo": self.lo, "hi": self.hi, "n": self.n}
@@ -677,11 +681,13 @@ def analyse(
         deviant_cells=deviants,
         headline=None if refusal else headline(top),
         refusal=refusal,
-        warnings=tuple(_warnings(cells, drift_, deviants)),
+        warnings=tuple(_warnings(cells, results, drift_, deviants)),
     )
 
 
-def _warnings(cells: Sequence[Cell], drift_: Drift | None, deviants: Sequence[DeviantCell]) -> list[Warning_]:
+def _warnings(
+    cells: Sequence[Cell], results: Sequence[ArmResult], drift_: Drift | None, deviants: Sequence[DeviantCell]
+) -> list[Warning_]:
     out = []
     if drift_ is not None and drift_.loss > DRIFT_WARN_LOSS:
         out.append(
@@ -695,6 +701,15 @@ def _warnings(cells: Sequence[Cell], drift_: Drift | None, deviants: Sequence[De
             Warning_(
                 f"output-length trap: {d.describe()}",
                 "its throughput uses the tokens it actually produced; never compare its wall clock",
+            )
+        )
+    paired = min((a.aggregate_speedup.n for a in results if a.aggregate_speedup is not None and a.concurrency != 1), default=None)
+    if paired is not None and paired < MIN_REPS_FOR_RISE:
+        out.append(
+            Warning_(
+                f"only {paired} rep(s) pair an arm with the serial arm: too few for an interval, so no arm is "
+                "labelled batching or pipelining",
+                f"use --reps {MIN_REPS_FOR_RISE} or more (a multiple of the arm count)",
             )
         )
     failed = sum(c.failed for c in cells)
