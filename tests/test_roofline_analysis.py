@@ -97,7 +97,7 @@ def test_batch_step_bytes_dense_once_experts_partial_kv_per_sequence() -> None:
 
 def test_batch_ceiling_dense_scales_with_batch() -> None:
     step = rl.StepBytes(shared_bytes=10**9, per_sequence_bytes=0, routed_expert_bytes=0, expert_count=0, expert_used=0)
-    rows = rl.batch_ceilings(step, [1, 4], Span(100.0, 100.0), Span(0.5, 0.5))
+    rows = rl.batch_ceilings(step, [1, 4], Span.point(50.0))
     assert rows[0].ceiling_tok_s.lo == pytest.approx(50.0)
     assert rows[1].ceiling_tok_s.lo == pytest.approx(200.0)
     assert rows[0].distinct_experts is None

@@ -65,6 +65,31 @@ def test_roofline_from_model_with_batches(tmp_path: Path, capsys: pytest.Capture
     assert rows[4]["measured_over_ceiling"][0] == pytest.approx(1200.0 / rows[4]["ceiling_tok_s"][0])
 
 
+def test_batch_ceiling_at_batch_one_is_the_measured_rate_with_a_bandwidth_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """bandwidth x utilization is the achieved bandwidth: a bandwidth range must not widen the ceiling."""
+    model = write_gguf(tmp_path / "moe.gguf", "qwen2moe", MOE_KV, moe_tensors())
+    p = tmp_path / "r.json"
+    code, _, _ = run(["roofline", str(model), "--tok-s", "1000", "--bandwidth", "8-12", "--batch", "1,4",
+                      "--no-save", "--json", str(p)], capsys)
+    assert code == 0
+    rows = {r["batch"]: r for r in json.loads(p.read_text())["batch"]}
+    assert rows[1]["ceiling_tok_s"] == pytest.approx([1000.0, 1000.0], rel=1e-6)
+    step1, step4 = rows[1]["step_bytes"], rows[4]["step_bytes"]
+    assert rows[4]["ceiling_tok_s"] == pytest.approx([4000.0 * step1 / step4] * 2, rel=1e-6)
+
+
+def test_batch_ceiling_seed_numbers_without_audit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "r.json"
+    code, out, _ = run(["roofline", "--bytes-per-token", "1.849GB", "--tok-s", "97.83", "--bandwidth", "265-315",
+                        "--batch", "1,4", "--no-save", "--json", str(p)], capsys)
+    assert code == 0
+    doc = json.loads(p.read_text())
+    rows = {r["batch"]: r for r in doc["batch"]}
+    assert rows[1]["ceiling_tok_s"] == pytest.approx([97.83, 97.83])
+    assert rows[4]["ceiling_tok_s"] == pytest.approx([4 * 97.83, 4 * 97.83])
+    assert any("without an audit" in n for n in doc["notes"])
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -158,15 +158,18 @@ class BatchCeiling:
     ceiling_tok_s: Span  # aggregate tokens/s the bandwidth allows at the given utilization
 
 
-def batch_ceilings(step: StepBytes, batches: list[int], bandwidth_gb_s: Span, util: Span) -> list[BatchCeiling]:
-    """Aggregate tok/s ceiling per batch size: b x bandwidth x utilization / bytes per step."""
+def batch_ceilings(step: StepBytes, batches: list[int], effective_gb_s: Span) -> list[BatchCeiling]:
+    """Aggregate tok/s ceiling per batch size: b x effective bandwidth / bytes per step.
+
+    `effective_gb_s` is bandwidth x utilization. At the measured utilization that product is the achieved
+    bandwidth, a single figure: pairing the low bandwidth with the low utilization instead would divide the
+    bandwidth range into itself twice and put batch 1 below and above the rate that was measured."""
     out = []
     for b in batches:
         nbytes = step_bytes(step, b)
-        lo = b * bandwidth_gb_s.lo * GB * util.lo / nbytes
-        hi = b * bandwidth_gb_s.hi * GB * util.hi / nbytes
         distinct = expected_distinct_experts(step.expert_count, step.expert_used, b) if step.expert_count else None
-        out.append(BatchCeiling(b, nbytes, distinct, Span(min(lo, hi), max(lo, hi))))
+        ceiling = Span(b * effective_gb_s.lo * GB / nbytes, b * effective_gb_s.hi * GB / nbytes)
+        out.append(BatchCeiling(b, nbytes, distinct, ceiling))
     return out
 
 

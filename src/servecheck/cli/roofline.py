@@ -184,7 +184,7 @@ def analyse(weights: Weights, tok_s: float, bw: Bandwidth, gate_threshold: float
         "batch": None,
     }
     if batches:
-        doc["batch"] = _batch_doc(weights, batches, bw.span, util, runs)
+        doc["batch"] = _batch_doc(weights, batches, achieved, runs)
     return doc
 
 
@@ -199,9 +199,10 @@ def _step(weights: Weights) -> rl.StepBytes:
     return rl.StepBytes(weights.bytes_per_token, 0, 0, 0, 0)
 
 
-def _batch_doc(weights: Weights, batches: list[int], bw: Span, util: Span, runs: dict[int, float] | None) -> list[dict[str, Any]]:
+def _batch_doc(weights: Weights, batches: list[int], achieved_gb_s: float, runs: dict[int, float] | None) -> list[dict[str, Any]]:
+    """Ceilings at the measured utilization: measured bandwidth x utilization is the achieved bandwidth."""
     out = []
-    for row in rl.batch_ceilings(_step(weights), batches, bw, util):
+    for row in rl.batch_ceilings(_step(weights), batches, Span.point(achieved_gb_s)):
         measured = (runs or {}).get(row.batch)
         out.append({
             "batch": row.batch,
@@ -401,6 +402,9 @@ def _sanity_notes(doc: dict[str, Any], weights: Weights) -> list[str]:
         notes.append("utilization below 15%: often the wrong device or a fallback path (check where the engine runs)")
     if weights.audit is None and doc["params"].get("kind") == "auto":
         notes.append("model kind assumed dense with --bytes-per-token: pass --kind moe for a mixture of experts")
+    if weights.audit is None and doc.get("batch"):
+        notes.append("batching ceiling without an audit: every byte counted once per step (no experts, no KV cache); "
+                     "give the MODEL file for the split")
     if weights.audit is not None and weights.audit.kv is None:
         notes.append("KV cache not counted: pass --context N for long-context decode")
     return notes
