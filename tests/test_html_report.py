@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import os
+import stat
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ import pytest
 from servecheck.errors import UsageError
 from servecheck.report import html as report_html
 from servecheck.report import samples
+from servecheck.report.jsonout import write_json
 
 HOSTILE = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>"]
 
@@ -226,6 +229,18 @@ def test_write_html_atomic_and_bad_path(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
     with pytest.raises(UsageError, match="does not exist"):
         report_html.write_html(tmp_path / "missing" / "r.html", [samples.roofline()])
+
+
+def test_written_files_get_the_mode_open_would_give(tmp_path: Path) -> None:
+    """The temp file behind the atomic write is 0600; the result must not stay private to its owner."""
+    old = os.umask(0o022)
+    try:
+        report_html.write_html(tmp_path / "r.html", [samples.roofline()])
+        write_json(tmp_path / "r.json", samples.roofline())
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "r.html").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == 0o644
 
 
 def test_roofline_ceiling_and_headroom() -> None:
