@@ -113,10 +113,19 @@ def _by_counters(lowest: float, highest: float, timing: tuple[float | None, floa
                 *timing,
                 lowest,
             )
+        if _as_slow(timing):
+            return CacheVerdict(
+                "inert",
+                f"the cache counters stayed flat (at most {highest:.0%} cached on warm repeats) and the repeats "
+                f"were {_ratio_text(timing[0])} the first send{_control_text(timing[1])}: accepted, and does nothing",
+                "counters",
+                *timing,
+                lowest,
+            )
         return CacheVerdict(
-            "inert",
-            f"the cache counters stayed flat (at most {highest:.0%} cached on warm repeats) and the repeats "
-            f"were {_ratio_text(timing[0])} the first send: accepted, and does nothing",
+            "unknown",
+            f"the cache counters stayed flat, but the repeats were {_ratio_text(timing[0])} the first send"
+            f"{_control_text(timing[1])}: faster than noise explains, yet not a clear hit",
             "counters",
             *timing,
             lowest,
@@ -145,6 +154,19 @@ def _by_timing(timing: tuple[float | None, float | None], what: str = "no cache 
 def _faster(timing: tuple[float | None, float | None]) -> bool:
     warm, control = timing
     return warm is not None and warm < WORKING_TTFT_RATIO and (control is None or control < WORKING_TTFT_RATIO)
+
+
+def _as_slow(timing: tuple[float | None, float | None]) -> bool:
+    """Repeats as slow as a send the cache cannot serve, within noise. The control is the fair
+    comparison when there is one (a fresh prompt of equal length, sent warm); the first send may
+    carry a cold start."""
+    warm, control = timing
+    reference = control if control is not None else warm
+    return reference is not None and reference >= INERT_TTFT_RATIO
+
+
+def _control_text(control: float | None) -> str:
+    return "" if control is None else f" and {control:.2f}x the control"
 
 
 def _timing(repeats: list[CacheSend], control: CacheSend | None) -> tuple[float | None, float | None]:
