@@ -147,3 +147,35 @@ def test_env_var_selects_the_database(db: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("SERVECHECK_DB", str(db))
     assert run_cli(["show", "2"]) == 0
     assert "cluster" in capsys.readouterr().out
+
+
+def test_history_keeps_one_line_per_run_on_a_narrow_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Long server URLs and model names are cut with an ellipsis; id, time, verdict and marks stay whole."""
+    path = tmp_path / "h.db"
+    hostile = "servecheck-sim-<script>alert(1)</script><img src=x onerror=alert(1)> " * 2
+    with open_store(path) as store:
+        doc = samples.staircase(serial=True, model=hostile)
+        doc["server"]["url"] = "http://127.0.0.1:65535/a/very/long/path/prefix/that/goes/on"
+        store.update_run(store.begin_run(doc), doc, complete=True)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert run_cli(["history", "--db", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    assert lines[1].split()[0] == "1" and "staircase" in lines[1]
+    assert "simulated" in lines[1] and "…" in lines[1] and len(lines[1].rstrip()) <= 80
+
+
+def test_results_are_not_folded_at_80_columns_in_a_pipe(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a terminal (a file, a pipe, CI) rich's default 80 columns would fold tables."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    path = tmp_path / "h.db"
+    url = "http://127.0.0.1:65535/a/long/path/prefix"
+    with open_store(path) as store:
+        doc = samples.staircase(serial=True, model="a-model-name-of-some-length-q4_k_m")
+        doc["server"]["url"] = url
+        store.update_run(store.begin_run(doc), doc, complete=True)
+    assert run_cli(["history", "--db", str(path)]) == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert url in row and "a-model-name-of-some-length-q4_k_m" in row and "simulated" in row

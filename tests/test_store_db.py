@@ -77,8 +77,10 @@ def test_verdict_column_for_other_commands() -> None:
         roof = store.begin_run({"command": "roofline", "gate": "close"})
         arms = store.begin_run({"command": "arms", "headline_refused": True})
         log = store.begin_run({"command": "log", "findings": [{"feature": "prefix_cache", "status": "refused"}]})
+        demo = store.begin_run({"command": "demo", "verdicts": {"parallel_1": "staircase", "parallel_4": "partial"},
+                                "as_expected": False})
         verdicts = {r.id: r.verdict for r in store.list_runs()}
-    assert verdicts == {roof: "close", arms: "refused", log: "refused"}
+    assert verdicts == {roof: "close", arms: "refused", log: "refused", demo: "staircase, partial (not as expected)"}
 
 
 def test_migrations_replay_from_empty(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -16,6 +18,18 @@ class AppContext:
 
     @classmethod
     def create(cls, *, debug: bool = False, quiet: bool = False, no_color: bool = False) -> AppContext:
-        out = Console(no_color=no_color, highlight=False, soft_wrap=False)
+        out = Console(no_color=no_color, highlight=False, soft_wrap=False, width=_pipe_width())
         err = Console(stderr=True, no_color=no_color, highlight=False, quiet=quiet)
         return cls(out=out, err=err, debug=debug, quiet=quiet)
+
+
+# Rich wraps at 80 columns when stdout is a file or a pipe, which folds tables of URLs and model
+# names into unreadable columns in logs and CI output. Without a terminal there is no width to
+# respect, so give results room (COLUMNS still wins when it is set).
+PIPE_WIDTH = 200
+
+
+def _pipe_width() -> int | None:
+    if os.environ.get("COLUMNS") or sys.stdout.isatty():
+        return None
+    return PIPE_WIDTH

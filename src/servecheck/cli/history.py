@@ -41,16 +41,22 @@ def _row_dict(row: RunSummary) -> dict[str, object]:
 def history_table(rows: list[RunSummary]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
     for name in ("id", "time", "command", "server", "model", "verdict", "marks"):
-        # server and model fold onto more lines when the terminal is narrow; the rest stay whole
-        folds = name in ("server", "model")
-        table.add_column(name, no_wrap=not folds, overflow="fold" if folds else "ellipsis")
+        # On a narrow terminal server and model give way first, cut with an ellipsis: folding
+        # them into a few characters a line made every row ten lines tall.
+        # (rich collapses only wrappable columns, so those two are; their cells never wrap).
+        shrinks = name in ("server", "model")
+        table.add_column(name, no_wrap=not shrinks, overflow="ellipsis", max_width=48 if shrinks else None)
     for r in rows:
         marks = " ".join(m for m, on in (("incomplete", not r.complete), ("simulated", r.simulated)) if on)
         table.add_row(
-            str(r.id), _local_time(r.created_at), Text(r.command), Text(r.server_url or "—"),
-            Text(r.model or "—"), Text(r.verdict or "—"), Text(marks, style="yellow"),
+            str(r.id), _local_time(r.created_at), Text(r.command), _one_line(r.server_url), _one_line(r.model),
+            Text(r.verdict or "—"), Text(marks, style="yellow"),
         )
     return table
+
+
+def _one_line(value: str | None) -> Text:
+    return Text(value or "—", no_wrap=True, overflow="ellipsis")
 
 
 def _local_time(stamp: str) -> str:

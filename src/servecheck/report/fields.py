@@ -60,6 +60,11 @@ def verdict(doc: dict[str, Any]) -> str | None:
         top = max(arms, key=lambda a: as_float(a.get("concurrency")) or 0.0)
         label, concurrency = as_str(top.get("label")), as_int(top.get("concurrency"))
         return f"{label} at {concurrency}" if label and concurrency else label
+    demo = [w for w in map(as_str, as_dict(doc.get("verdicts")).values()) if w]
+    if demo:
+        expected = doc.get("as_expected")
+        tail = "" if not isinstance(expected, bool) else " (as expected)" if expected else " (not as expected)"
+        return ", ".join(demo) + tail
     statuses = [as_dict(f).get("status") for f in as_list(doc.get("findings"))]
     if statuses:
         return "refused" if "refused" in statuses else "no refusals"
