@@ -7,6 +7,7 @@ one-line `LogScanError`. Very long lines are cut, not buffered.
 from __future__ import annotations
 
 import codecs
+import io
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -58,9 +59,14 @@ def _word_level(word: str) -> Level | None:
 
 
 def iter_log(path: str | Path) -> Iterator[RawLine]:
-    """Yield every line of the log with its level. Raises LogScanError for unusable files."""
+    """Yield every line of the log with its level. Raises LogScanError for unusable files.
+
+    Pipes work too (`servecheck log <(docker logs vllm 2>&1)`): the text check peeks at the stream
+    instead of seeking back, and emptiness is judged by what was read, not by the file's size.
+    """
     p = Path(path)
     fh = _open(p)
+    n = 0
     with fh:
         _sniff(fh, p)
         for n, raw in enumerate(_lines(fh), start=1):
@@ -68,26 +74,23 @@ def iter_log(path: str | Path) -> Iterator[RawLine]:
                 raise LogScanError(f"{p} line {n} contains NUL bytes: not a text log", "give the server's text log")
             text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
             yield RawLine(n, text, line_level(text))
+    if n == 0:
+        raise LogScanError(f"log file {p} is empty", "capture the server's output with 2>&1 into the file")
 
 
-def _open(p: Path) -> BinaryIO:
+def _open(p: Path) -> io.BufferedReader:
     if not p.exists():
         raise LogScanError(f"log file {p} does not exist", "check the path")
     if p.is_dir():
         raise LogScanError(f"{p} is a folder, not a log file", "give the log file itself")
     try:
-        fh = p.open("rb")
+        return open(p, "rb", buffering=SNIFF_BYTES)  # noqa: SIM115 -- closed by iter_log's `with`
     except OSError as exc:
         raise LogScanError(f"cannot read {p}: {exc.strerror}", "check the file's permissions") from exc
-    if p.stat().st_size == 0:
-        fh.close()
-        raise LogScanError(f"log file {p} is empty", "capture the server's output with 2>&1 into the file")
-    return fh
 
 
-def _sniff(fh: BinaryIO, p: Path) -> None:
-    head = fh.read(SNIFF_BYTES)
-    fh.seek(0)
+def _sniff(fh: io.BufferedReader, p: Path) -> None:
+    head = fh.peek(SNIFF_BYTES)[:SNIFF_BYTES]
     if b"\x00" in head:
         raise LogScanError(f"{p} looks binary (NUL bytes), not a text log", "give the server's text log")
     try:

@@ -108,6 +108,7 @@ class LogScanResult:
     warnings: int
     errors: int
     lines_dropped: int = 0  # WARNING/ERROR lines beyond MAX_KEPT_LINES
+    evidence_repeated: int = 0  # matching lines that repeated a reading already in `evidence`
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -131,6 +132,7 @@ class LogScanResult:
             "warnings": self.warnings,
             "errors": self.errors,
             "lines_dropped": self.lines_dropped,
+            "evidence_repeated": self.evidence_repeated,
             "notes": list(self.notes),
         }
 
@@ -162,6 +164,7 @@ def scan_log(
         warnings=scan.warnings,
         errors=scan.errors,
         lines_dropped=scan.dropped,
+        evidence_repeated=scan.repeated_evidence,
         notes=notes,
     )
 
@@ -175,6 +178,8 @@ class _Scan:
         self.kept: list[LogLine] = []
         self.total = self.warnings = self.errors = self.dropped = 0
         self.detected: str | None = None
+        self._seen: set[tuple[str, str, float | None, bool]] = set()
+        self.repeated_evidence = 0  # matches of a rule, status and value already kept
 
     def feed(self, raw: RawLine) -> None:
         self.total = raw.line_no
@@ -182,7 +187,18 @@ class _Scan:
             self.detected = _detect(raw.text)
         if raw.level is not None:
             self._keep(raw)
-        self.evidence.extend(match_line(self.rules, raw.text, raw.line_no))
+        for ev in match_line(self.rules, raw.text, raw.line_no):
+            self._add(ev)
+
+    def _add(self, ev: Evidence) -> None:
+        # A long-running server repeats the same line (a slot line per restart, a warning per
+        # request): the first of each kind decides, so memory stays bounded by distinct readings.
+        key = (ev.rule_id, ev.status, ev.value, ev.requires_request)
+        if key in self._seen:
+            self.repeated_evidence += 1
+            return
+        self._seen.add(key)
+        self.evidence.append(ev)
 
     def _keep(self, raw: RawLine) -> None:
         if raw.level == "warning":
