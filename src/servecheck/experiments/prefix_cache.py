@@ -228,7 +228,7 @@ async def _ollama_show_ctx(driver: LoadDriver, info: ServerInfo) -> tuple[int, s
     for key, value in model_info.items():
         if key.endswith(".context_length") and isinstance(value, int):
             # The model's trained length; Ollama's default num_ctx is smaller unless set.
-            return int(value), f"/api/show {key}"
+            return int(value), f"/api/show {key}, the model's trained length: Ollama's num_ctx may be smaller and truncate the prompt"
     return None
 
 
