@@ -5,6 +5,10 @@
  * pages land on the reading thread's node and never map to the shared zero page), then runs `passes`
  * timed read passes, every thread summing its chunk as 64-bit integers (vectorises without -ffast-math;
  * the bits are those of the doubles). times_out[p] gets the wall time of pass p in seconds.
+ *
+ * No worker touches the barrier before every worker exists: the barrier counts nthreads arrivals, so
+ * a thread that fails to start (thread or memory limit) would leave the others waiting on it forever.
+ * Workers first wait on a gate that opens (all started) or aborts (one failed).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -22,6 +26,9 @@ typedef struct {
     double *times;
     double t0;
     pthread_barrier_t bar;
+    pthread_mutex_t gate_mu;
+    pthread_cond_t gate_cv;
+    int gate; /* 0 wait, 1 run, -1 abort */
     uint64_t sink[256];
 } ctx_t;
 
@@ -47,9 +54,25 @@ static uint64_t sum_range(const uint64_t *restrict p, size_t n) {
     return a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;
 }
 
+static int wait_gate(ctx_t *c) {
+    pthread_mutex_lock(&c->gate_mu);
+    while (c->gate == 0) pthread_cond_wait(&c->gate_cv, &c->gate_mu);
+    int go = c->gate > 0;
+    pthread_mutex_unlock(&c->gate_mu);
+    return go;
+}
+
+static void open_gate(ctx_t *c, int value) {
+    pthread_mutex_lock(&c->gate_mu);
+    c->gate = value;
+    pthread_cond_broadcast(&c->gate_cv);
+    pthread_mutex_unlock(&c->gate_mu);
+}
+
 static void *worker(void *vp) {
     arg_t *a = (arg_t *)vp;
     ctx_t *c = a->c;
+    if (!wait_gate(c)) return NULL;
     size_t chunk = c->n / (size_t)c->nthreads;
     size_t lo = (size_t)a->id * chunk;
     size_t hi = (a->id == c->nthreads - 1) ? c->n : lo + chunk;
@@ -80,27 +103,33 @@ void sc_free(void *p, size_t nbytes) {
     if (p) munmap(p, nbytes);
 }
 
-/* Returns 0 on success, -1 when threads could not be started. */
+/* Returns 0 on success, -1 when the threads could not all be started (none is left running). */
 int sc_read(void *buf, size_t nbytes, int nthreads, int passes, double *times_out) {
+    if (nthreads < 1 || passes < 1) return -1;
     ctx_t *c = (ctx_t *)calloc(1, sizeof(ctx_t));
-    if (!c || nthreads < 1) { free(c); return -1; }
+    pthread_t *th = (pthread_t *)calloc((size_t)nthreads, sizeof(pthread_t));
+    arg_t *args = (arg_t *)calloc((size_t)nthreads, sizeof(arg_t));
+    if (!c || !th || !args) { free(c); free(th); free(args); return -1; }
     c->buf = (uint64_t *)buf;
     c->n = nbytes / sizeof(uint64_t);
     c->nthreads = nthreads;
     c->passes = passes;
     c->times = times_out;
-    pthread_barrier_init(&c->bar, NULL, (unsigned)nthreads);
-    pthread_t *th = (pthread_t *)calloc((size_t)nthreads, sizeof(pthread_t));
-    arg_t *args = (arg_t *)calloc((size_t)nthreads, sizeof(arg_t));
-    int rc = 0, started = 0;
-    if (!th || !args) rc = -1;
+    pthread_mutex_init(&c->gate_mu, NULL);
+    pthread_cond_init(&c->gate_cv, NULL);
+    int barrier_ok = pthread_barrier_init(&c->bar, NULL, (unsigned)nthreads) == 0;
+    int rc = barrier_ok ? 0 : -1;
+    int started = 0;
     for (int i = 0; rc == 0 && i < nthreads; i++) {
         args[i].c = c;
         args[i].id = i;
         if (pthread_create(&th[i], NULL, worker, &args[i]) != 0) rc = -1; else started++;
     }
+    open_gate(c, rc == 0 ? 1 : -1);
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-    pthread_barrier_destroy(&c->bar);
+    if (barrier_ok) pthread_barrier_destroy(&c->bar);
+    pthread_cond_destroy(&c->gate_cv);
+    pthread_mutex_destroy(&c->gate_mu);
     free(th); free(args); free(c);
-    return started == nthreads ? rc : -1;
+    return rc;
 }
