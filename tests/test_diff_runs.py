@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from servecheck.cli import main as main_mod
+from servecheck.cli.diff import per_stream
 from servecheck.errors import UsageError
 from servecheck.report import samples
 from servecheck.report.diff import RISING_RATIO, diff_runs, growth_ratio, trend_of
@@ -136,3 +137,42 @@ def test_diff_of_three_simulated_staircase_runs(tmp_path: Path, capsys: pytest.C
     assert result["verdict"] == f"only #{ids[2]} rises; flat: #{ids[0]}, #{ids[1]}", lines
     assert run_cli(["diff", *map(str, ids), "--db", str(db)]) == 0
     assert f"verdict: only #{ids[2]} rises" in capsys.readouterr().out
+
+
+def test_a_fresh_seed_is_not_named_as_what_differs() -> None:
+    docs = [samples.staircase(serial=True, seed=11), samples.staircase(serial=True, seed=12, flag="--cb 8")]
+    assert [line.config for line in diff_runs(docs, labels=["a", "b"]).lines] == ["—", "flag=--cb 8"]
+
+
+def test_per_stream_rate_is_given_per_level_and_shown_as_its_fall() -> None:
+    """Serial: each request alone, ~64 tok/s at every N. Batched (samples: 10% slower per extra request): it falls."""
+    serial, batched = samples.staircase(serial=True), samples.staircase(serial=False)
+    result = diff_runs([serial, batched], labels=["serial", "batched"])
+    flat_line, falling = result.lines
+    assert set(flat_line.per_user_by_level) == {1, 2, 4}
+    assert max(flat_line.per_user_by_level.values()) / min(flat_line.per_user_by_level.values()) < 1.01
+    assert falling.per_user_by_level[4] < falling.per_user_by_level[1] * 0.9
+    shown = [per_stream(line) for line in result.lines]
+    assert shown[0].startswith("~") and "→" in shown[1]
+    first, last = shown[1].split("→")
+    assert float(first) == pytest.approx(falling.per_user_by_level[1], abs=0.5)
+    assert float(last) == pytest.approx(falling.per_user_by_level[4], abs=0.5)
+
+
+def test_simulated_incomplete_and_invalid_lines_are_marked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    real, sim = samples.staircase(serial=True), samples.staircase(serial=False)
+    real["simulated"] = False
+    real["server"]["simulated"] = False
+    sim["complete"], sim["valid"] = False, False
+    paths = []
+    for name, doc in (("real", real), ("sim", sim)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(doc))
+    assert [line.marks for line in diff_runs([real, sim]).lines] == [(), ("simulated", "incomplete", "invalid")]
+    assert run_cli(["diff", *map(str, paths)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith(str(paths[1])[:3]) and "rising" in line)
+    assert row.rstrip().endswith("simulated incomplete invalid")
+    assert f"SIMULATED: {paths[1]} measured servecheck's simulated server" in out
+    assert run_cli(["diff", *map(str, paths), "--json", "-"]) == 0
+    assert [line["marks"] for line in json.loads(capsys.readouterr().out)["lines"]] == [[], ["simulated", "incomplete", "invalid"]]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import click
 from rich.table import Table
 from rich.text import Text
@@ -10,6 +12,9 @@ from servecheck.cli.context import AppContext
 from servecheck.report.diff import RISING_RATIO, Diff, Line, diff_runs
 from servecheck.report.jsonout import write_json
 from servecheck.store.refs import load_runs
+
+# Within 10% across levels the per-stream rate is "constant" (seed 000: ~95-98 on every line).
+PER_STREAM_STEADY = 1.10
 
 
 @click.command("diff")
@@ -30,6 +35,10 @@ def cmd(app: AppContext, runs: tuple[str, ...], db_path: str | None, json_path: 
         app.out.print(Text(f"model: {models.pop() or '—'}"))
     app.out.print(diff_table(result))
     app.out.print(Text.assemble("verdict: ", (result.verdict, "bold")))
+    simulated = [line.label for line in result.lines if "simulated" in line.marks]
+    if simulated:
+        app.out.print(Text(f"SIMULATED: {', '.join(simulated)} measured servecheck's simulated server, not a real engine",
+                           style="yellow"))
     app.out.print(Text(f"aggregate tok/s per concurrency level; agg ratio = agg(highest C) / agg(C=1); a line rises at >= {RISING_RATIO}×"
                        " or when the run itself said so", style="dim"))
     return 0
@@ -45,24 +54,39 @@ def diff_table(result: Diff) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
     table.add_column("run", no_wrap=True)
     if show_model:
-        table.add_column("model", overflow="fold")
-    table.add_column("differs by", overflow="fold")
+        table.add_column("model", max_width=40)  # its cells stay one line, cut with an ellipsis
+    table.add_column("differs by", overflow="fold", min_width=len("differs by"))
     for n in result.levels:
         table.add_column(f"C={n}", justify="right", no_wrap=True)
     for name in ("per-stream", "agg ratio", "trend"):
         table.add_column(name, justify="right" if name != "trend" else "left", no_wrap=True)
+    show_marks = any(line.marks for line in result.lines)
+    if show_marks:
+        table.add_column("marks", no_wrap=True)
     for line in result.lines:
-        table.add_row(*_row(line, result.levels, show_model))
+        table.add_row(*_row(line, result.levels, show_model), *([Text(" ".join(line.marks), style="yellow")] if show_marks else []))
     return table
 
 
 def _row(line: Line, levels: tuple[int, ...], show_model: bool) -> list[str | Text]:
     cells = [f"{line.aggregate_tok_s[n]:.1f}" if n in line.aggregate_tok_s else "—" for n in levels]
-    per_user = "—" if line.per_user_tok_s is None else f"~{line.per_user_tok_s:.0f}"
     ratio = "—" if line.ratio is None else f"{line.ratio:.2f}×"
     style = "bold green" if line.trend == "rising" else ""
-    head: list[str | Text] = [Text(line.label)] + ([Text(line.model or "—")] if show_model else []) + [Text(line.config)]
-    return [*head, *cells, per_user, ratio, Text(line.trend, style=style)]
+    model = Text(line.model or "—", no_wrap=True, overflow="ellipsis")
+    head: list[str | Text] = [Text(line.label), *([model] if show_model else []), Text(line.config)]
+    return [*head, *cells, per_stream(line), ratio, Text(line.trend, style=style)]
+
+
+def per_stream(line: Line) -> str:
+    """`~98` when the per-stream rate holds across levels (seed 000's "~98 constant"), else `333→167`
+    from the lowest to the highest level, so a falling per-user rate is never averaged away."""
+    rates = line.per_user_by_level
+    if not rates:
+        return "—" if line.per_user_tok_s is None else f"~{line.per_user_tok_s:.0f}"
+    low, high = min(rates.values()), max(rates.values())
+    if high <= low * PER_STREAM_STEADY:
+        return f"~{statistics.median(rates.values()):.0f}"
+    return f"{rates[min(rates)]:.0f}→{rates[max(rates)]:.0f}"
 
 
 def _as_dict(result: Diff) -> dict[str, object]:
@@ -74,7 +98,8 @@ def _as_dict(result: Diff) -> dict[str, object]:
         "lines": [
             {"label": l.label, "config": l.config, "command": l.command, "server_url": l.server_url, "model": l.model,
              "aggregate_tok_s": {str(n): v for n, v in l.aggregate_tok_s.items()}, "per_user_tok_s": l.per_user_tok_s,
-             "ratio": l.ratio, "trend": l.trend, "trend_from": l.trend_from}
+             "per_user_tok_s_by_level": {str(n): v for n, v in l.per_user_by_level.items()},
+             "ratio": l.ratio, "trend": l.trend, "trend_from": l.trend_from, "marks": list(l.marks)}
             for l in result.lines
         ],
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from servecheck.errors import UsageError
@@ -17,6 +17,9 @@ from servecheck.report.fields import as_dict, as_float, as_int, as_list, as_str
 # across C=1..8). 1.2 sits clear of both, so noise on a loaded machine cannot flip the verdict.
 RISING_RATIO = 1.2
 DIFFABLE = ("staircase", "arms")
+# Parameters that change from run to run without changing what is measured: a fresh prompt seed
+# per run would otherwise be the "difference" named for every pair of runs.
+NOT_CONFIG = frozenset({"url", "model", "seed", "expect"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,8 @@ class Line:
     ratio: float | None  # agg(highest N) / agg(1)
     trend: str  # rising | flat | inconclusive
     trend_from: str  # "run" (the run's own verdict) or "computed"
+    per_user_by_level: dict[int, float] = field(default_factory=dict)  # median per-stream tok/s at each level
+    marks: tuple[str, ...] = ()  # simulated, incomplete, invalid: a line must never pass for a clean real run
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +86,7 @@ def config_notes(docs: Sequence[dict[str, Any]]) -> list[str]:
 def _config_facts(doc: dict[str, Any]) -> dict[str, Any]:
     server = as_dict(doc.get("server"))
     params = as_dict(doc.get("params")).items()
-    facts: dict[str, Any] = {k: v for k, v in params if k not in ("url", "model") and not isinstance(v, dict)}
+    facts: dict[str, Any] = {k: v for k, v in params if k not in NOT_CONFIG and not isinstance(v, dict)}
     for key in ("engine", "version"):
         if server.get(key) is not None:
             facts[f"server {key}"] = server[key]
@@ -112,7 +117,15 @@ def line_of(doc: dict[str, Any], label: str, config: str = "—") -> Line:
         ratio=ratio,
         trend=trend,
         trend_from=source,
+        per_user_by_level=_per_user_by_level(doc),
+        marks=marks_of(doc),
     )
+
+
+def marks_of(doc: dict[str, Any]) -> tuple[str, ...]:
+    flags = (("simulated", fields.is_simulated(doc)), ("incomplete", not fields.is_complete(doc)),
+             ("invalid", doc.get("valid") is False))
+    return tuple(name for name, on in flags if on)
 
 
 def growth_ratio(aggregates: dict[int, float]) -> float | None:
@@ -162,6 +175,24 @@ def _per_user(doc: dict[str, Any]) -> float | None:
             rates += [_request_rate(as_dict(r)) for r in as_list(batch.get("requests"))]
     found = [r for r in rates if r is not None]
     return statistics.median(found) if found else None
+
+
+def _per_user_by_level(doc: dict[str, Any]) -> dict[int, float]:
+    """Median per-stream rate at each concurrency level: it falls with N on a batching server, so one
+    median over all levels would describe none of them."""
+    rates: dict[int, list[float]] = {}
+    for cell in map(as_dict, as_list(doc.get("cells"))):
+        c, rate = as_int(cell.get("concurrency")), as_float(cell.get("per_user_rate_tok_s"))
+        if c is not None and rate is not None:
+            rates.setdefault(c, []).append(rate)
+    for point in map(as_dict, as_list(doc.get("points"))):
+        n = as_int(point.get("n"))
+        if n is None:
+            continue
+        for batch in map(as_dict, as_list(point.get("batches"))):
+            found = (_request_rate(as_dict(r)) for r in as_list(batch.get("requests")))
+            rates.setdefault(n, []).extend(r for r in found if r is not None)
+    return {level: statistics.median(v) for level, v in sorted(rates.items()) if v}
 
 
 def _request_rate(req: dict[str, Any]) -> float | None:
