@@ -67,8 +67,12 @@ def test_tied_embedding_read_in_full(tmp_path: Path) -> None:
     path = write_gguf(tmp_path / "tied.gguf", "llama", DENSE_KV, tensors)
     result = audit_model(path)
     total = sum(nbytes(q, s) for _, q, s in tensors)
+    embd = nbytes("Q8_0", (EMBD, VOCAB))
     assert result.tied_head
-    assert result.bytes_per_token == total  # every tensor, the embedding table in full once
+    assert result.bytes_per_token == total + embd // VOCAB  # every tensor, the table for the logits, one row looked up
+    step = result.step_bytes()
+    assert step.per_sequence_bytes == embd // VOCAB  # each sequence looks up its own row
+    assert step.shared_bytes == total  # the whole table once per step, with everything else
     assert any("tied" in n for n in result.notes)
 
 

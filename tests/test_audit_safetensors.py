@@ -58,7 +58,8 @@ def test_tied_by_absent_lm_head(tmp_path: Path) -> None:
     t = _dense(tied=True)
     result = audit_model(_write(tmp_path / "m", t, {**CONFIG, "tie_word_embeddings": True}))
     assert result.tied_head
-    assert result.bytes_per_token == sum(a.nbytes for a in t.values())
+    embd = t["model.embed_tokens.weight"].nbytes
+    assert result.bytes_per_token == sum(a.nbytes for a in t.values()) + embd // V
 
 
 def test_sharded_with_index(tmp_path: Path) -> None:
@@ -118,7 +119,8 @@ def test_mlx_moe_tied(tmp_path: Path) -> None:
     assert result.tied_head
     assert result.experts is not None and (result.experts.count, result.experts.used) == (E, K)
     assert "num_experts_per_tok" in result.experts.source
-    assert result.bytes_per_token == total - routed + routed * K // E
+    rows = sum(a.nbytes // V for n, a in t.items() if n.startswith("model.embed_tokens."))
+    assert result.bytes_per_token == total - routed + routed * K // E + rows
     groups = {g.group: g for g in result.groups}
     assert "mlx affine 4-bit g64" in groups["routed experts"].types
     assert "mlx affine 8-bit g64" in groups["router"].types

@@ -11,7 +11,15 @@ from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from servecheck.audit import classify as C
 from servecheck.audit.gguf_header import GGUFHeader, GGUFTensorInfo, SkippedArray, read_gguf_header
-from servecheck.audit.records import AuditResult, Experts, KVCache, RecurrentState, TensorRow, summarize_groups
+from servecheck.audit.records import (
+    AuditResult,
+    Experts,
+    KVCache,
+    RecurrentState,
+    TensorRow,
+    read_per_token,
+    summarize_groups,
+)
 from servecheck.errors import AuditError
 
 _SHARD = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
@@ -157,22 +165,14 @@ def _row(t: GGUFTensorInfo, run_layers: int | None, experts: Experts | None, tie
 
 
 def _read_bytes(t: GGUFTensorInfo, group: str, experts: Experts | None, tied: bool) -> int:
-    if group == C.EXCLUDED:
-        return 0
-    if group == C.EMBEDDING:
-        if tied:
-            return t.n_bytes
-        rows = t.shape[-1] if len(t.shape) >= 2 else 1
-        return t.n_bytes // max(rows, 1)
-    if group == C.ROUTED and experts is not None:
-        return t.n_bytes * experts.used // experts.count
-    return t.n_bytes
+    rows = t.shape[-1] if len(t.shape) >= 2 else 1  # ggml order: the row count is the last dimension
+    return read_per_token(group, t.n_bytes, rows, experts, tied)
 
 
 def _group_notes(tied: bool, experts: Experts | None, rows: list[TensorRow]) -> dict[str, str]:
     notes: dict[str, str] = {}
     if tied:
-        notes[C.EMBEDDING] = "tied head: the whole table is read for the logits"
+        notes[C.EMBEDDING] = "tied head: one row, and the whole table for the logits"
         notes[C.HEAD] = "tied to the embedding (counted there)"
     else:
         notes[C.EMBEDDING] = "one row per token"

@@ -127,8 +127,9 @@ class AuditResult:
     def step_bytes(self) -> StepBytes:
         """The batch-1 step split by how each part scales with batch size (for the batching ceiling)."""
         routed = sum(t.stored_bytes for t in self.tensors if t.group == C.ROUTED)
-        # a tied head reads the whole embedding once per step; otherwise each sequence reads one row
-        embed_row = 0 if self.tied_head else sum(t.read_bytes for t in self.tensors if t.group == C.EMBEDDING)
+        # each sequence looks up its own embedding row; a tied head's whole table is read once per step
+        embedding = [t for t in self.tensors if t.group == C.EMBEDDING]
+        embed_row = sum(t.read_bytes - (t.stored_bytes if self.tied_head else 0) for t in embedding)
         per_seq = embed_row + self.state_bytes_per_token + (0 if self.kv is None else self.kv.bytes_per_token)
         routed_read = sum(t.read_bytes for t in self.tensors if t.group == C.ROUTED)
         shared = self.bytes_per_token - routed_read - embed_row
@@ -165,6 +166,21 @@ class AuditResult:
             "header_bytes_read": self.header_bytes_read,
             "notes": list(self.notes),
         }
+
+
+def read_per_token(group: str, stored_bytes: int, rows: int, experts: Experts | None, tied: bool) -> int:
+    """Bytes of one tensor a batch-1 decoded token reads, by its group (reference/roofline.md section 1.1).
+
+    The embedding lookup reads one row of `rows`; a tied head also reads the whole table for the logits,
+    so a tied embedding counts the table plus the row. Routed experts count k/E of their bytes."""
+    if group == C.EXCLUDED:
+        return 0
+    if group == C.EMBEDDING:
+        row = stored_bytes // max(rows, 1)
+        return stored_bytes + row if tied else row
+    if group == C.ROUTED and experts is not None:
+        return stored_bytes * experts.used // experts.count
+    return stored_bytes
 
 
 def summarize_groups(rows: list[TensorRow], notes: dict[str, str]) -> tuple[GroupRow, ...]:

@@ -15,7 +15,15 @@ from typing import Any
 
 from servecheck.audit import classify as C
 from servecheck.audit.gguf_audit import AuditOptions, kv_element_bytes
-from servecheck.audit.records import AuditResult, Experts, KVCache, RecurrentState, TensorRow, summarize_groups
+from servecheck.audit.records import (
+    AuditResult,
+    Experts,
+    KVCache,
+    RecurrentState,
+    TensorRow,
+    read_per_token,
+    summarize_groups,
+)
 from servecheck.errors import AuditError
 
 # The safetensors format caps the header at 100 MB; anything larger is corrupt, not a model.
@@ -221,20 +229,13 @@ def _row(t: STensor, experts: Experts | None, tied: bool, quant: dict[str, Any] 
     group = C.classify_hf(t.name)
     packed = quant is not None and (t.name.endswith((".scales", ".biases")) or t.dtype == "U32")
     dtype = _mlx_dtype(t.name, quant) if quant is not None and packed else t.dtype
-    if group == C.EXCLUDED:
-        read = 0
-    elif group == C.EMBEDDING:
-        read = t.n_bytes if tied else t.n_bytes // max(t.shape[0] if t.shape else 1, 1)
-    elif group == C.ROUTED and experts is not None:
-        read = t.n_bytes * experts.used // experts.count
-    else:
-        read = t.n_bytes
-    return TensorRow(t.name, group, dtype, t.shape, t.n_bytes, read)
+    rows = t.shape[0] if t.shape else 1  # [vocab, hidden]: the row count is the first dimension
+    return TensorRow(t.name, group, dtype, t.shape, t.n_bytes, read_per_token(group, t.n_bytes, rows, experts, tied))
 
 
 def _group_notes(tied: bool, experts: Experts | None, rows: list[TensorRow]) -> dict[str, str]:
     notes: dict[str, str] = {}
-    notes[C.EMBEDDING] = "tied head: the whole table is read for the logits" if tied else "one row per token"
+    notes[C.EMBEDDING] = "tied head: one row, and the whole table for the logits" if tied else "one row per token"
     if tied:
         notes[C.HEAD] = "tied to the embedding (counted there)"
     if experts is not None:
