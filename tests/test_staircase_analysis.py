@@ -272,3 +272,95 @@ def test_only_baseline_is_inconclusive():
     a = sc.analyze_staircase([_batch(1, [1.0])], tokens_requested=512)
     assert a.verdict == "inconclusive"
     assert a.trend == "inconclusive"
+
+
+# --- a verdict is never named from evidence that cannot carry it ------------------------------
+
+
+def test_unequal_lengths_on_a_serial_server_do_not_read_as_a_cluster():
+    # A queue serving one 512-token request, then one of 40 tokens: two finishes 0.08 single
+    # times apart, which the grouping alone would call a cluster.
+    ends = [1.0, 1.0 + 40 / 512]
+    run = [_batch(1, [1.0]), _batch(2, ends, tokens=[512, 40])]
+    assert sc.classify_batch(ends, 1.0, 2).verdict == "cluster"  # what the times alone say
+    a = sc.analyze_staircase(run, tokens_requested=512)
+    assert a.points[1].verdict == "inconclusive"
+    assert "output lengths differ" in a.points[1].reason and "cluster" in a.points[1].reason
+    assert a.verdict == "inconclusive" and not a.valid
+
+
+def test_skewed_release_makes_the_batch_inconclusive():
+    run = [_batch(1, [1.0]), _batch(2, [1.0, 2.0], skew_s=0.3)]
+    a = sc.analyze_staircase(run, tokens_requested=512)
+    assert a.points[1].verdict == "inconclusive"
+    assert "did not start together" in a.points[1].reason
+    assert {f.code for f in a.invalid} == {"dispatch_skew"}
+
+
+def test_a_single_request_of_the_wrong_length_is_no_reference():
+    # The N=1 request stopped at 100 tokens; the batches produced 512 each.
+    run = [_batch(1, [0.2], tokens=[100]), _batch(2, [1.0, 2.0]), _batch(4, [1.0, 2.0, 3.0, 4.0])]
+    a = sc.analyze_staircase(run, tokens_requested=512)
+    assert a.single_s is None
+    assert [p.verdict for p in a.points] == ["baseline", "inconclusive", "inconclusive"]
+    assert a.verdict == "inconclusive"
+
+
+@pytest.mark.parametrize(
+    ("points", "verdict"),
+    [
+        # two slots: N=2 together, N=4 in pairs
+        ({2: [1.1, 1.1], 4: [1.1, 1.1, 2.2, 2.2]}, "partial"),
+        # a queue at N=2 cannot batch four at N=4
+        ({2: [1.0, 2.0], 4: [1.2, 1.2, 1.25, 1.25]}, "inconclusive"),
+        # four together at N=4, yet pairs at N=8 would need two slots
+        ({4: [1.2, 1.2, 1.2, 1.2], 8: [1.1, 1.1, 2.2, 2.2, 3.3, 3.3, 4.4, 4.4]}, "inconclusive"),
+        # pairs at N=4 and a staircase at N=8: one slot or two?
+        ({4: [1.1, 1.1, 2.2, 2.2], 8: [1.0 * (i + 1) for i in range(8)]}, "inconclusive"),
+        ({2: [1.1, 1.1], 4: [1.2, 1.2, 1.25, 1.25]}, "cluster"),
+    ],
+)
+def test_points_that_no_slot_count_explains_give_no_run_verdict(points, verdict):
+    run = [_batch(1, [1.0])] + [_batch(n, ends) for n, ends in points.items()]
+    a = sc.analyze_staircase(run, tokens_requested=512)
+    assert a.verdict == verdict, a.verdict_reason
+    if verdict == "inconclusive":
+        assert "disagree" in a.verdict_reason
+
+
+lengths = st.lists(st.sampled_from([512, 512, 512, 480, 300, 40]), min_size=7, max_size=7)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens=lengths, noise=st.lists(jitter, min_size=7, max_size=7))
+def test_a_queue_is_never_called_anything_but_a_staircase(tokens, noise):
+    """A serial server with whatever output lengths: one request after another, each taking its
+    own length's time; the run verdict is staircase or inconclusive, never cluster or partial."""
+    per_token = 1.0 / 512
+    run, k = [], 0
+    for n in (1, 2, 4):
+        ends, t = [], 0.0
+        for i in range(n):
+            t += tokens[k + i] * per_token * (1 + noise[k + i])
+            ends.append(t)
+        run.append(_batch(n, ends, tokens=tokens[k : k + n]))
+        k += n
+    a = sc.analyze_staircase(run, tokens_requested=512)
+    assert a.verdict in {"staircase", "inconclusive"}, a.verdict_reason
+    assert all(p.verdict in {"baseline", "staircase", "inconclusive"} for p in a.points)
+
+
+@settings(max_examples=200, deadline=None)
+@given(tokens=lengths, slow=st.floats(1.0, 2.0), noise=st.lists(jitter, min_size=7, max_size=7))
+def test_a_batch_is_never_called_anything_but_a_cluster(tokens, slow, noise):
+    """Continuous batching with whatever output lengths: every request runs from the release and
+    ends after its own length; the run verdict is cluster or inconclusive, never staircase."""
+    per_token = 1.0 / 512
+    run, k = [], 0
+    for n in (1, 2, 4):
+        step = per_token * (slow if n > 1 else 1.0)
+        ends = [tokens[k + i] * step * (1 + noise[k + i]) for i in range(n)]
+        run.append(_batch(n, ends, tokens=tokens[k : k + n]))
+        k += n
+    a = sc.analyze_staircase(run, tokens_requested=512)
+    assert a.verdict in {"cluster", "inconclusive"}, a.verdict_reason

@@ -136,7 +136,11 @@ def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int) ->
     if n == 1:
         return BatchVerdict(n=1, verdict="baseline", reason="N=1 is the single-request baseline", single_s=single_s)
     if single_s is None or single_s <= 0:
-        return BatchVerdict(n=n, verdict="inconclusive", reason="no single-request time to compare against")
+        return BatchVerdict(
+            n=n,
+            verdict="inconclusive",
+            reason="no single-request time to compare against (the N=1 request failed or its length was off)",
+        )
     if len(finish_s) < n:
         return BatchVerdict(
             n=n, verdict="inconclusive", reason=f"only {len(finish_s)} of {n} requests finished", single_s=single_s
@@ -233,9 +237,16 @@ def length_outliers(tokens: Sequence[int], tol: float = LENGTH_TOL) -> tuple[int
     if not tokens:
         return None, []
     modal = mode(tokens)
+    return modal, [i for i, t in enumerate(tokens) if off_length(t, modal, tol)]
+
+
+def off_length(tokens: int, modal: int | None, tol: float = LENGTH_TOL) -> bool:
+    """True when an output of `tokens` is more than `tol` away from the run's modal length."""
+    if modal is None:
+        return False
     if modal <= 0:
-        return modal, [i for i, t in enumerate(tokens) if t != modal]
-    return modal, [i for i, t in enumerate(tokens) if abs(t - modal) / modal > tol]
+        return tokens != modal
+    return abs(tokens - modal) / modal > tol
 
 
 def skew_invalid(dispatch_skew_s: float, single_s: float | None) -> bool:
@@ -379,16 +390,51 @@ def _ok_by_finish(batch: BatchResult) -> list[RequestRecord]:
     return [r for r in batch.records_by_finish() if r.ok]
 
 
-def single_time_s(batches: Sequence[MeasuredBatch]) -> float | None:
-    """The N=1 reference: median over repetitions of the single request's finish time."""
-    times = [mb.batch.finish_s()[-1] for mb in batches if mb.n == 1 and mb.batch.finish_s()]
+def single_time_s(batches: Sequence[MeasuredBatch], modal: int | None = None) -> float | None:
+    """The N=1 reference: median over repetitions of the single request's finish time.
+
+    A single request whose output length is off the run's modal length times a different amount
+    of work, so it is no reference for the others and is left out.
+    """
+    times = [
+        mb.batch.finish_s()[-1]
+        for mb in batches
+        if mb.n == 1 and mb.batch.finish_s() and not any(off_length(r.tokens, modal) for r in _ok_by_finish(mb.batch))
+    ]
     return median(times) if times else None
 
 
-def analyze_batch(mb: MeasuredBatch, single_s: float | None) -> BatchAnalysis:
+def batch_doubt(mb: MeasuredBatch, single_s: float | None, modal: int | None) -> str | None:
+    """Why this batch's finish times cannot show the server's schedule, or None when they can.
+
+    Unequal outputs smear a staircase into a cluster (a serial server finishing one long request
+    and three short ones reads as four finishes together), and requests that did not leave
+    together finish apart for the client's reasons, not the server's.
+    """
+    short = [r for r in _ok_by_finish(mb.batch) if off_length(r.tokens, modal)]
+    if short:
+        lengths = ", ".join(f"#{r.index} {r.tokens}" for r in short)
+        return (
+            f"output lengths differ (tokens {lengths} vs modal {modal}): unequal requests finish apart "
+            "or together whatever the schedule"
+        )
+    skew_s = mb.batch.dispatch_skew_ns / NS_PER_S
+    if mb.n > 1 and skew_invalid(skew_s, single_s):
+        return (
+            f"the requests did not start together: dispatch skew {skew_s * 1000:.1f} ms "
+            f"> {DISPATCH_SKEW_FRAC:.0%} of the single time"
+        )
+    return None
+
+
+def analyze_batch(mb: MeasuredBatch, single_s: float | None, modal: int | None = None) -> BatchAnalysis:
     done = _ok_by_finish(mb.batch)
     finish = tuple(mb.batch.finish_s())
     tokens = tuple(r.tokens for r in done)
+    verdict = classify_batch(finish, single_s, mb.n)
+    doubt = batch_doubt(mb, single_s, modal) if mb.n > 1 else None
+    if doubt is not None and verdict.verdict != "inconclusive":
+        verdict = replace(verdict, verdict="inconclusive", reason=f"{doubt} (it looked like {verdict.verdict})")
     return BatchAnalysis(
         n=mb.n,
         rep=mb.rep,
@@ -396,7 +442,7 @@ def analyze_batch(mb: MeasuredBatch, single_s: float | None) -> BatchAnalysis:
         tokens=tokens,
         aggregate_tok_s=aggregate_tok_s(sum(tokens), finish[-1] if finish else None),
         dispatch_skew_s=mb.batch.dispatch_skew_ns / NS_PER_S,
-        verdict=classify_batch(finish, single_s, mb.n),
+        verdict=verdict,
         queue_s=tuple(queue_time_s(r) for r in done),
         self_reported_sum_tok_s=self_reported_sum(done),
     )
@@ -518,10 +564,40 @@ def short_of_request_finding(modal: int | None, requested: int) -> Finding | Non
     )
 
 
+def slots_implied(n: int, verdict: BatchVerdict) -> tuple[int, float] | None:
+    """The range of concurrent slots a definite batch verdict implies: a cluster of N needs at
+    least N, a staircase exactly one, a partial of groups of K exactly K; None when indefinite."""
+    if verdict.verdict == "cluster":
+        return n, float("inf")
+    if verdict.verdict == "staircase":
+        return 1, 1
+    if verdict.verdict == "partial" and verdict.group_sizes:
+        return verdict.group_sizes[0], verdict.group_sizes[0]
+    return None
+
+
+def contradiction(points: Sequence[PointAnalysis]) -> str | None:
+    """Two definite verdicts no fixed number of slots can give (a staircase at N=2 beside a cluster
+    at N=4): the schedule is not the one the verdict words assume, so no run verdict is named."""
+    lo, hi, seen = 1, float("inf"), []
+    for p in points:
+        for b in p.batches:
+            implied = slots_implied(p.n, b.verdict)
+            if implied is None:
+                continue
+            seen.append(f"N={p.n} {b.verdict.verdict}")
+            lo, hi = max(lo, implied[0]), min(hi, implied[1])
+            if lo > hi:
+                return f"the points disagree ({', '.join(dict.fromkeys(seen))}): no fixed number of slots gives both"
+    return None
+
+
 def _run_verdict(points: Sequence[PointAnalysis]) -> tuple[Verdict, str]:
     top = max(points, key=lambda p: p.n, default=None)
     if top is None or top.n == 1:
         return "inconclusive", "no N > 1 was measured"
+    if top.verdict in DEFINITE_VERDICTS and (why := contradiction(points)) is not None:
+        return "inconclusive", why
     return top.verdict, f"N={top.n}: {top.reason}"
 
 
@@ -536,13 +612,13 @@ def _trend(points: Sequence[PointAnalysis]) -> tuple[Trend, str, dict[int, float
 
 def analyze_staircase(batches: Sequence[MeasuredBatch], *, tokens_requested: int) -> StaircaseAnalysis:
     """Judge a staircase run: per-batch verdicts, per-N points, the run verdict, trend and validity."""
-    single = single_time_s(batches)
-    analysed = [analyze_batch(mb, single) for mb in batches]
+    modal, length = length_finding(batches)
+    single = single_time_s(batches, modal)
+    analysed = [analyze_batch(mb, single, modal) for mb in batches]
     ns = sorted({b.n for b in analysed})
     points = tuple(analyze_point(n, [b for b in analysed if b.n == n]) for n in ns)
     verdict, verdict_reason = _run_verdict(points)
     trend, trend_reason, ratios = _trend(points)
-    modal, length = length_finding(batches)
     invalid = [f for f in (length, failed_finding(batches), skew_finding(batches, single)) if f is not None]
     warnings = [
         f
