@@ -91,3 +91,23 @@ def test_any_text_parses_or_fails_with_a_usage_error(text, engine):
     features = [r.feature for r in requests]
     assert len(features) == len(set(features))
     assert all(r.asked for r in requests)
+
+
+@pytest.mark.parametrize(
+    ("engine", "flags", "expected"),
+    [
+        ("llamacpp", "-fa on -np 4 -fa off", {"parallel_slots": "-np 4"}),
+        ("llamacpp", "-np 4 -np 1", {}),
+        ("llamacpp", "-cb -nocb", {}),
+        ("llamacpp", "--no-cont-batching --cont-batching", {"continuous_batching": "--cont-batching"}),
+        ("llamacpp", "--cache-prompt --no-cache-prompt", {}),
+        ("llamacpp", "--context-shift --no-context-shift", {}),
+        ("llamacpp", "-ctk q8_0 -ctv f16", {"kv_cache_quant": "-ctk q8_0"}),  # two options, one still on
+        ("llamacpp", "-ctk q8_0 -ctk f16", {}),
+        ("vllm", "--enable-prefix-caching --no-enable-prefix-caching", {}),
+        ("ollama", "OLLAMA_NUM_PARALLEL=4 OLLAMA_NUM_PARALLEL=1", {}),
+    ],
+)
+def test_the_last_flag_of_an_option_wins(engine: str, flags: str, expected: dict[str, str]) -> None:
+    """A later flag that switches a feature off means it was not asked for (as the engines parse it)."""
+    assert {r.feature: r.asked for r in parse_flags(flags, engine)} == expected

@@ -26,6 +26,9 @@ class FeatureRequest:
         return {"feature": self.feature, "asked": self.asked, "value": self.value}
 
 
+# (which option, the request) when a flag switches its feature on; (which option, None) when it
+# switches it off. The option is a flag spec's first name or an environment variable.
+Switch = tuple[str, "FeatureRequest | None"]
 # A flag's value -> (is the feature on, the number to compare with the log). None: no value taken.
 Decide = Callable[[str | None], tuple[bool, float | None]]
 
@@ -37,10 +40,15 @@ class FlagSpec:
     takes_value: bool
     decide: Decide
     optional_values: tuple[str, ...] = ()  # a value is taken only when it is one of these
+    off_of: str | None = None  # a negation (`-nocb`): the first name of the option it switches off
 
 
 def _on(_: str | None) -> tuple[bool, float | None]:
     return True, None
+
+
+def _off(_: str | None) -> tuple[bool, float | None]:
+    return False, None
 
 
 def _int_above(threshold: int, keep_value: bool = True) -> Decide:
@@ -89,26 +97,33 @@ LLAMACPP: tuple[FlagSpec, ...] = (
              _gpu_layers),
     FlagSpec(("-np", "--parallel"), "parallel_slots", True, _int_above(1)),
     FlagSpec(("-cb", "--cont-batching"), "continuous_batching", False, _on),
+    FlagSpec(("-nocb", "--no-cont-batching"), "continuous_batching", False, _off, off_of="-cb"),
     FlagSpec(("--cache-prompt",), "prefix_cache", False, _on),
+    FlagSpec(("--no-cache-prompt",), "prefix_cache", False, _off, off_of="--cache-prompt"),
     FlagSpec(("--cache-reuse",), "cache_reuse", True, _int_above(0, keep_value=False)),
     FlagSpec(("-cram", "--cache-ram"), "prompt_cache_ram", True, _not_in("0")),
     FlagSpec(("--cache-idle-slots",), "cache_idle_slots", False, _on),
+    FlagSpec(("--no-cache-idle-slots",), "cache_idle_slots", False, _off, off_of="--cache-idle-slots"),
     FlagSpec(("-fa", "--flash-attn"), "flash_attention", True, _not_in("off", "0", "false", "disabled"),
              optional_values=_FA_VALUES),
-    FlagSpec(("-ctk", "--cache-type-k", "-ctv", "--cache-type-v"), "kv_cache_quant", True, _not_in(*_UNQUANTIZED)),
+    FlagSpec(("-ctk", "--cache-type-k"), "kv_cache_quant", True, _not_in(*_UNQUANTIZED)),
+    FlagSpec(("-ctv", "--cache-type-v"), "kv_cache_quant", True, _not_in(*_UNQUANTIZED)),
     FlagSpec(("-md", "--model-draft", "--spec-draft-model"), "speculative_decoding", True, _on),
     FlagSpec(("--spec-type",), "speculative_decoding", True, _not_in("none")),
     FlagSpec(("--swa-full",), "swa_full", False, _on),
     FlagSpec(("--context-shift",), "context_shift", False, _on),
+    FlagSpec(("--no-context-shift",), "context_shift", False, _off, off_of="--context-shift"),
     *_GENERIC,
 )
 
 VLLM: tuple[FlagSpec, ...] = (
     FlagSpec(("--enable-prefix-caching",), "prefix_cache", False, _on),
+    FlagSpec(("--no-enable-prefix-caching",), "prefix_cache", False, _off, off_of="--enable-prefix-caching"),
     FlagSpec(("--max-num-seqs",), "continuous_batching", True, _int_above(1, keep_value=False)),
     FlagSpec(("--speculative-config", "--speculative-model"), "speculative_decoding", True, _on),
     FlagSpec(("--kv-cache-dtype",), "kv_cache_quant", True, _not_in(*_UNQUANTIZED)),
     FlagSpec(("--enable-chunked-prefill",), "chunked_prefill", False, _on),
+    FlagSpec(("--no-enable-chunked-prefill",), "chunked_prefill", False, _off, off_of="--enable-chunked-prefill"),
     *_GENERIC,
 )
 
@@ -183,21 +198,20 @@ def parse_flags(text: str | None, engine: str) -> tuple[FeatureRequest, ...]:
     return _dedupe(requests)
 
 
-def _parse_env(tokens: list[str], table: dict[str, tuple[str, Decide]]) -> list[FeatureRequest]:
-    out = []
+def _parse_env(tokens: list[str], table: dict[str, tuple[str, Decide]]) -> list[Switch]:
+    out: list[Switch] = []
     for token in tokens:
         name, sep, value = token.partition("=")
         if sep and name in table:
             feature, decide = table[name]
             on, number = decide(value)
-            if on:
-                out.append(FeatureRequest(feature, token, number))
+            out.append((name, FeatureRequest(feature, token, number) if on else None))
     return out
 
 
-def _parse_argv(tokens: list[str], table: tuple[FlagSpec, ...]) -> list[FeatureRequest]:
+def _parse_argv(tokens: list[str], table: tuple[FlagSpec, ...]) -> list[Switch]:
     by_name = {name: spec for spec in table for name in spec.names}
-    out: list[FeatureRequest] = []
+    out: list[Switch] = []
     i = 0
     while i < len(tokens):
         name, eq, inline = tokens[i].partition("=")
@@ -212,9 +226,8 @@ def _parse_argv(tokens: list[str], table: tuple[FlagSpec, ...]) -> list[FeatureR
         if spec.takes_value and value is None and not spec.optional_values:
             continue  # a flag missing its value: the server would have refused to start
         on, number = spec.decide(value)
-        if on:
-            asked = name if value is None else f"{name} {value}"
-            out.append(FeatureRequest(spec.feature, asked, number))
+        asked = name if value is None else f"{name} {value}"
+        out.append((spec.off_of or spec.names[0], FeatureRequest(spec.feature, asked, number) if on else None))
     return out
 
 
@@ -224,10 +237,17 @@ def _takes(spec: FlagSpec, token: str) -> bool:
     return not token.startswith("--") and not (token.startswith("-") and _int(token) is None)
 
 
-def _dedupe(requests: list[FeatureRequest]) -> tuple[FeatureRequest, ...]:
-    """One request per feature; the last flag wins, as in the engines' own parsers."""
+def _dedupe(switches: list[Switch]) -> tuple[FeatureRequest, ...]:
+    """One request per feature. Per option the last flag wins, as in the engines' own parsers, so
+    `-fa on ... -fa off` or `-cb ... -nocb` asks for nothing; a feature two options switch on
+    (`-ctk q8_0 -ctv f16`) is asked for when either is still on, in the words of the later one."""
+    last_per_option: dict[str, FeatureRequest | None] = {}
+    for option, req in switches:
+        last_per_option.pop(option, None)
+        last_per_option[option] = req
     last: dict[str, FeatureRequest] = {}
-    for req in requests:
-        last.pop(req.feature, None)
-        last[req.feature] = req
+    for req in last_per_option.values():
+        if req is not None:
+            last.pop(req.feature, None)
+            last[req.feature] = req
     return tuple(last.values())
