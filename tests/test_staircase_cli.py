@@ -121,3 +121,17 @@ def test_finish_format():
     assert cli_sc.fmt_finishes([5.5, 11.1, 16.8, 22.5]) == "5.5 / 11.1 / 16.8 / 22.5 s"
     assert cli_sc.fmt_finishes([0.61, 1.25]) == "0.61 / 1.25 s"
     assert cli_sc.parse_ns("1, 2,4,8") == [1, 2, 4, 8]
+
+
+def test_trap_and_queue_lines_take_the_median_over_reps():
+    """With reps, the misleading sum stands beside the aggregate of the same reps, not of another."""
+    batches = [
+        {"self_reported_sum_tok_s": 400.0, "aggregate_tok_s": 100.0, "queue_s": [0.0, 1.0]},
+        {"self_reported_sum_tok_s": 420.0, "aggregate_tok_s": 104.0, "queue_s": [0.0, 1.2]},
+        {"self_reported_sum_tok_s": 800.0, "aggregate_tok_s": 50.0, "queue_s": [0.0, None]},
+    ]
+    doc = {"points": [{"n": 2, "aggregate_tok_s": 999.0, "batches": batches}]}
+    (trap,) = cli_sc.trap_lines(doc)
+    assert "sum of self-reported rates 420.0 tok/s (MISLEADING)  vs true aggregate 100.0 tok/s" in trap
+    (queue,) = cli_sc.queue_lines(doc)
+    assert queue.endswith("0.00 / 1.10 s")  # the third rep lacks server timings for one request

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from servecheck import exitcodes
 from servecheck.analysis.staircase import DEFINITE_VERDICTS
+from servecheck.analysis.stats import median
 from servecheck.cli.common import Recorder, make_target, output_options, target_options
 from servecheck.cli.context import AppContext
 from servecheck.cli.serve import Served, render_audit, resolve_url, serve_option, served
@@ -101,23 +102,37 @@ def header_lines(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
+def median_queue_s(point: dict[str, Any]) -> list[float] | None:
+    """Queue time per finishing rank, the median over the reps that have it for every request."""
+    rows = [b["queue_s"] for b in point["batches"] if b["queue_s"] and all(q is not None for q in b["queue_s"])]
+    if not rows:
+        return None
+    return [median([row[i] for row in rows]) for i in range(min(len(row) for row in rows))]
+
+
 def queue_lines(doc: dict[str, Any]) -> list[str]:
     lines = []
     for point in doc["points"]:
-        queue = point["batches"][0]["queue_s"] if point["batches"] else []
-        if point["n"] > 1 and queue and all(q is not None for q in queue):
+        queue = median_queue_s(point)
+        if point["n"] > 1 and queue:
             lines.append(f"N={point['n']:<3} queue time (client latency - server prefill - decode): {fmt_finishes(queue)}")
     return lines
 
 
 def trap_lines(doc: dict[str, Any]) -> list[str]:
+    """The self-reported sum beside the true aggregate, both medians over the same reps."""
     lines = []
     for point in doc["points"]:
-        claimed = point["batches"][0]["self_reported_sum_tok_s"] if point["batches"] else None
-        if point["n"] > 1 and claimed is not None and point["aggregate_tok_s"] is not None:
+        pairs = [
+            (b["self_reported_sum_tok_s"], b["aggregate_tok_s"])
+            for b in point["batches"]
+            if b["self_reported_sum_tok_s"] is not None and b["aggregate_tok_s"] is not None
+        ]
+        if point["n"] > 1 and pairs:
+            claimed, true = median([c for c, _ in pairs]), median([t for _, t in pairs])
             lines.append(
                 f"N={point['n']:<3} sum of self-reported rates {claimed:.1f} tok/s (MISLEADING)  "
-                f"vs true aggregate {point['aggregate_tok_s']:.1f} tok/s"
+                f"vs true aggregate {true:.1f} tok/s"
             )
     return lines
 
