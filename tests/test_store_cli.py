@@ -179,3 +179,29 @@ def test_results_are_not_folded_at_80_columns_in_a_pipe(tmp_path: Path, capsys: 
     assert run_cli(["history", "--db", str(path)]) == 0
     row = capsys.readouterr().out.splitlines()[1]
     assert url in row and "a-model-name-of-some-length-q4_k_m" in row and "simulated" in row
+
+
+def test_show_gives_the_commands_own_report_of_a_simulated_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """show re-renders what staircase printed (reasons, the misleading self-reported sum) under the SIMULATED mark."""
+    sim = pytest.importorskip("servecheck.sim")
+    db = tmp_path / "h.db"
+    with sim.sim_in_thread(sim.SimConfig(mode="serial")) as server:
+        code = run_cli(["--quiet", "staircase", server.url, "--n", "1,2", "--tokens", "12", "--prompt-tokens", "8", "--db", str(db)])
+    assert code in (0, 3)
+    printed = capsys.readouterr().out
+    assert run_cli(["show", "last", "--db", str(db)]) == 0
+    shown = capsys.readouterr().out
+    assert shown.splitlines()[0].startswith("run 1 · staircase")
+    assert shown.count("SIMULATED") == 1
+    for needle in ("verdict  staircase  (N=2", "(MISLEADING)", "trend    flat"):
+        assert needle in printed and needle in shown
+
+
+def test_show_falls_back_for_a_document_the_command_report_cannot_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = samples.staircase(serial=True)
+    del doc["points"][1]["finish_s"]  # an older or damaged document
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    assert run_cli(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: staircase" in out and "N=4" in out

@@ -1,13 +1,23 @@
-"""`servecheck show RUN`: re-render a saved run (or a JSON result file)."""
+"""`servecheck show RUN`: re-render a saved run (or a JSON result file) as the command printed it."""
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 import click
+from rich.console import RenderableType
+from rich.text import Text
 
 from servecheck.cli.context import AppContext
+from servecheck.report import fields
 from servecheck.report.jsonout import write_json
 from servecheck.report.terminal import render_doc
 from servecheck.store.refs import load_runs
+
+# Commands whose module renders its whole terminal report from the JSON document alone.
+REPORT_LINES = {"staircase": "servecheck.cli.staircase", "arms": "servecheck.cli.arms", "roofline": "servecheck.cli.roofline"}
+ALARM = ("INVALID", "INCOMPLETE", "REFUSED")
 
 
 @click.command("show")
@@ -22,5 +32,24 @@ def cmd(app: AppContext, run: str, json_path: str | None, db_path: str | None) -
         write_json(json_path, doc)
         if json_path == "-":
             return 0
-    app.out.print(render_doc(doc))
+    app.out.print(render_doc(doc, command_report(doc)))
     return 0
+
+
+def command_report(doc: dict[str, Any]) -> list[RenderableType] | None:
+    """The report the command itself printed, or None where a document is partial or from another
+    version and lacks what that report needs (the short rendering copes with any document)."""
+    command = fields.command(doc)
+    try:
+        if command in REPORT_LINES:
+            lines: list[str] = importlib.import_module(REPORT_LINES[command]).report_lines(doc)
+        elif command == "prefix-cache":
+            from servecheck.cli import prefix_cache
+
+            return [Text(prefix_cache.header_line(doc)), prefix_cache.sends_table(doc), *map(Text, prefix_cache.verdict_lines(doc))]
+        else:
+            return None
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError):
+        return None
+    # the head above already carries the SIMULATED mark
+    return [Text(line, style="bold yellow" if line.startswith(ALARM) else "") for line in lines if not line.startswith("SIMULATED")]

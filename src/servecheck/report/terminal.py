@@ -94,15 +94,17 @@ def num(value: Any, digits: int = 1, suffix: str = "") -> str:
     return f"{number:,.{digits}f}{suffix}"
 
 
-def render_doc(doc: dict[str, Any]) -> RenderableType:
-    """A short rendering of any result document: head, marks, verdict, the key numbers, its table."""
+def render_doc(doc: dict[str, Any], body: Sequence[RenderableType] | None = None) -> RenderableType:
+    """Head and marks (SIMULATED, INCOMPLETE, INVALID), then `body` (the command's own report) or a short
+    rendering of any result document: verdict, the key numbers, its table."""
     parts: list[RenderableType] = [_head(doc)]
     parts += _marks(doc)
+    if body is not None:
+        return Group(*parts, *body)
     word = fields.verdict(doc)
     if word:
         parts.append(Text.assemble("verdict: ", (word, "bold")))
-    body = _BODIES.get(fields.command(doc), _generic_body)(doc)
-    parts += body
+    parts += _BODIES.get(fields.command(doc), _generic_body)(doc)
     return Group(*parts)
 
 
@@ -125,7 +127,7 @@ def _marks(doc: dict[str, Any]) -> list[RenderableType]:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
-    table = Table(*headers, box=None, pad_edge=False, header_style="bold")
+    table = Table(*headers, box=None, pad_edge=False, header_style="bold", show_header=any(headers))
     for row in rows:
         table.add_row(*[Text(c) for c in row])  # Text: server strings are never read as markup
     return table
