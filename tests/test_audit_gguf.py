@@ -178,3 +178,24 @@ def test_walker_matches_official_reader(tmp_path: Path) -> None:
     reader = GGUFReader(path)
     theirs = {t.name: (int(t.n_bytes), tuple(int(d) for d in t.shape), int(t.data_offset) - reader.data_offset) for t in reader.tensors}
     assert ours == theirs
+
+
+@pytest.mark.parametrize("pattern", [2, [True, False]])
+def test_sliding_window_layers_read_at_most_the_window(tmp_path: Path, pattern: int | list[bool]) -> None:
+    """Period 2 (llama.cpp's set_swa_pattern) and the per-layer bool array both say: block 0 slides, block 1 does not."""
+    kv = {**DENSE_KV, "attention.sliding_window": 64, "attention.sliding_window_pattern": pattern}
+    path = write_gguf(tmp_path / "swa.gguf", "gemma3", kv, dense_tensors(tied=False))
+    result = audit_model(path, AuditOptions(context=1000))
+    head_dim = EMBD // 4
+    assert result.kv is not None
+    assert result.kv.bytes_per_token == (64 + 1 + 1000 + 1) * 1 * (head_dim + head_dim) * 2
+    assert result.kv.note is not None and "1 of 2 layers slide" in result.kv.note
+    short = audit_model(path, AuditOptions(context=10))  # inside the window: every layer reads the whole context
+    assert short.kv is not None and short.kv.bytes_per_token == 2 * 11 * 2 * head_dim * 2
+
+
+def test_sliding_window_without_pattern_counts_full_context_and_says_so(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "swa.gguf", "llama", {**DENSE_KV, "attention.sliding_window": 64}, dense_tensors(tied=False))
+    result = audit_model(path, AuditOptions(context=1000))
+    assert result.kv is not None and result.kv.bytes_per_token == 1001 * LAYERS * 2 * (EMBD // 4) * 2
+    assert result.kv.note is not None and "not applied" in result.kv.note

@@ -153,3 +153,40 @@ def test_tensor_past_end_is_truncation(tmp_path: Path) -> None:
     p.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
     with pytest.raises(AuditError, match="truncated"):
         audit_model(p)
+
+
+def test_mtp_layer_past_num_hidden_layers_is_excluded(tmp_path: Path) -> None:
+    """DeepSeek-V3 / GLM-4.5 layout: the MTP layer is model.layers.{num_hidden_layers}, resident but never run."""
+    t = _dense(tied=False)
+    mtp = {f"model.layers.{L}.self_attn.q_proj.weight": np.ones((H, H), np.float16),
+           f"model.layers.{L}.mlp.up_proj.weight": np.ones((FF, H), np.float16)}
+    base = audit_model(_write(tmp_path / "base", t, CONFIG))
+    result = audit_model(_write(tmp_path / "mtp", {**t, **mtp}, CONFIG))
+    assert result.bytes_per_token == base.bytes_per_token
+    assert result.resident_bytes == base.resident_bytes + sum(a.nbytes for a in mtp.values())
+    assert set(result.excluded) == set(mtp)
+    assert any("MTP" in n for n in result.notes)
+
+
+def test_sliding_layers_read_at_most_the_window(tmp_path: Path) -> None:
+    """layer_types (Gemma 3, gpt-oss): a sliding layer reads min(context, window) positions, a full one the context."""
+    config = {**CONFIG, "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 16}
+    result = audit_model(_write(tmp_path / "m", _dense(tied=False), config), AuditOptions(context=99))
+    head_dim = H // 4
+    assert result.kv is not None and result.kv.layers == L
+    assert result.kv.bytes_per_token == ((16 + 1) + (99 + 1)) * 1 * 2 * head_dim * 2
+    pattern = {**CONFIG, "sliding_window_pattern": 2, "sliding_window": 16}  # older Gemma 3 configs
+    same = audit_model(_write(tmp_path / "p", _dense(tied=False), pattern), AuditOptions(context=99))
+    assert same.kv is not None and same.kv.bytes_per_token == result.kv.bytes_per_token
+
+
+def test_hybrid_mamba_state_uses_the_ssm_width_not_the_mlp_width(tmp_path: Path) -> None:
+    """Jamba-style config: intermediate_size is the MLP; the SSM's inner size is mamba_expand x hidden_size."""
+    t = _dense(tied=False)
+    t["model.layers.0.mamba.in_proj.weight"] = np.ones((4 * H, H), np.float16)
+    config = {**CONFIG, "intermediate_size": 8 * H, "mamba_expand": 2, "mamba_d_state": 16, "mamba_d_conv": 4}
+    result = audit_model(_write(tmp_path / "m", t, config))
+    d_inner = 2 * H
+    assert result.state is not None and result.state.layers == 1
+    assert result.state.state_bytes == d_inner * 16 * 4 + (4 - 1) * d_inner * 4
+    assert result.state_bytes_per_token == 2 * result.state.state_bytes

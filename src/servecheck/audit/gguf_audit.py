@@ -197,19 +197,19 @@ def kv_element_bytes(kv_type: str) -> float:
     return size / block
 
 
-def _kv_layers(m: _Meta, tensors: list[GGUFTensorInfo], run_layers: int | None) -> list[int]:
-    """KV heads of every layer that holds a KV cache."""
+def _kv_layers(m: _Meta, tensors: list[GGUFTensorInfo], run_layers: int | None) -> list[tuple[int, int]]:
+    """(block, KV heads) of every layer that holds a KV cache."""
     heads = m.get("attention.head_count_kv")
     if heads is None:
         heads = m.get("attention.head_count")
     n = run_layers if run_layers is not None else m.int("block_count") or 0
     if isinstance(heads, list):
-        return [h for h in heads[:n] if isinstance(h, int) and h > 0]
+        return [(i, h) for i, h in enumerate(heads[:n]) if isinstance(h, int) and h > 0]
     if not isinstance(heads, int) or heads <= 0:
         return []
     interval = m.int("full_attention_interval")
     if interval:
-        return [heads for i in range(n) if (i + 1) % interval == 0]
+        return [(i, heads) for i in range(n) if (i + 1) % interval == 0]
     layers = set()
     ssm = set()
     for t in tensors:
@@ -222,15 +222,26 @@ def _kv_layers(m: _Meta, tensors: list[GGUFTensorInfo], run_layers: int | None) 
         if base.startswith("ssm_"):
             ssm.add(b)
     kv_blocks = layers - ssm if layers else set(range(n))
-    return [heads for _ in sorted(kv_blocks)]
+    return [(b, heads) for b in sorted(kv_blocks)]
+
+
+def _swa_blocks(m: _Meta, n: int) -> set[int] | None:
+    """Blocks with a sliding window, from attention.sliding_window_pattern (a per-layer bool array, or a
+    period N: in each run of N layers the first N-1 slide, as llama.cpp's set_swa_pattern has it)."""
+    pattern = m.get("attention.sliding_window_pattern")
+    if isinstance(pattern, list):
+        return {i for i, slides in enumerate(pattern[:n]) if slides is True}
+    if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0:
+        return {i for i in range(n) if i % pattern < pattern - 1}
+    return None
 
 
 def _kv_cache(
     m: _Meta, tensors: list[GGUFTensorInfo], run_layers: int | None, options: AuditOptions, notes: list[str]
 ) -> KVCache | None:
     assert options.context is not None
-    layer_heads = _kv_layers(m, tensors, run_layers)
-    if not layer_heads:
+    layers = _kv_layers(m, tensors, run_layers)
+    if not layers:
         notes.append("no attention KV cache found in the metadata (attention.head_count_kv missing)")
         return None
     element = kv_element_bytes(options.kv_type)
@@ -239,23 +250,27 @@ def _kv_cache(
     dk = m.int("attention.key_length") or default_head
     dv = m.int("attention.value_length") or default_head
     lora = m.int("attention.kv_lora_rank")
-    tokens = options.context + 1  # read the whole context, write one new entry
-    note = None
     if lora:
         rope = m.int("rope.dimension_count") or 0
-        per_token_layer = (lora + rope) * element
-        total = round(tokens * len(layer_heads) * per_token_layer)
-        layout = f"MLA latent ({lora} + {rope} rope per layer)"
+        total = round((options.context + 1) * len(layers) * (lora + rope) * element)
         note = "engines that expand MLA into per-head K/V read far more; check the engine's cache layout"
-        return KVCache(options.context, len(layer_heads), (1,) * len(layer_heads), lora, rope, options.kv_type.lower(), total, layout, note)
+        return KVCache(options.context, len(layers), (1,) * len(layers), lora, rope, options.kv_type.lower(), total,
+                       f"MLA latent ({lora} + {rope} rope per layer)", note)
     if not dk or not dv:
         notes.append("KV head size unknown (no attention.key_length/value_length or embedding_length/head_count)")
         return None
-    total = round(tokens * sum(layer_heads) * (dk + dv) * element)
     window = m.int("attention.sliding_window")
-    if window:
-        note = f"sliding window {window} not applied: layers with a window read at most {window} positions"
-    return KVCache(options.context, len(layer_heads), tuple(layer_heads), dk, dv, options.kv_type.lower(), total, "per-head K/V", note)
+    swa = _swa_blocks(m, max(b for b, _ in layers) + 1) if window else None
+    note = None
+    if window and swa is None:
+        note = f"sliding window {window} not applied (no sliding_window_pattern): layers with a window read at most {window} positions"
+    elif window and swa is not None:
+        note = f"{sum(1 for b, _ in layers if b in swa)} of {len(layers)} layers slide: they read at most {window} positions"
+    # read the positions in reach, write the one new entry
+    positions = [(min(options.context, window) if window and swa and b in swa else options.context) + 1 for b, _ in layers]
+    total = round(sum(p * h for p, (_, h) in zip(positions, layers)) * (dk + dv) * element)
+    heads = tuple(h for _, h in layers)
+    return KVCache(options.context, len(layers), heads, dk, dv, options.kv_type.lower(), total, "per-head K/V", note)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -157,7 +157,8 @@ def audit_safetensors(path: Path, options: AuditOptions) -> AuditResult:
     tied = not any(C.classify_hf(t.name) == C.HEAD for t in tensors)
     if tied:
         notes.append("no lm_head: the head is tied to the embedding, so the whole embedding is read every token")
-    rows = [_row(t, experts, tied, quant if is_mlx else None) for t in tensors]
+    run_layers = _run_layers(config, tensors, notes)
+    rows = [_row(t, experts, tied, quant if is_mlx else None, run_layers) for t in tensors]
     group_notes = _group_notes(tied, experts, rows)
     kv = _kv_cache(config, rows, options, notes) if options.context is not None else None
     state = _state(config, rows)
@@ -225,8 +226,23 @@ def _experts(config: dict[str, Any], tensors: list[STensor], options: AuditOptio
     return Experts(count, used, src)
 
 
-def _row(t: STensor, experts: Experts | None, tied: bool, quant: dict[str, Any] | None) -> TensorRow:
+def _run_layers(config: dict[str, Any], tensors: list[STensor], notes: list[str]) -> int | None:
+    """Layers a plain decode runs. DeepSeek-V3 and GLM-4.5 store their MTP/NextN layer as one more
+    `model.layers.N` after the last decoder layer, so a block at or past num_hidden_layers never runs."""
+    n, key = _int(config, ("num_hidden_layers", "n_layer", "num_layers"))
+    if n is None:
+        return None
+    beyond = sorted({b for t in tensors if C.classify_hf(t.name) != C.EXCLUDED and (b := C.block_index(t.name)) is not None and b >= n})
+    if beyond:
+        notes.append(f"blocks {beyond[0]}..{beyond[-1]} are past config.json {key} = {n} (MTP/NextN): excluded")
+    return n
+
+
+def _row(t: STensor, experts: Experts | None, tied: bool, quant: dict[str, Any] | None, run_layers: int | None) -> TensorRow:
     group = C.classify_hf(t.name)
+    block = C.block_index(t.name)
+    if run_layers is not None and block is not None and block >= run_layers:
+        group = C.EXCLUDED
     packed = quant is not None and (t.name.endswith((".scales", ".biases")) or t.dtype == "U32")
     dtype = _mlx_dtype(t.name, quant) if quant is not None and packed else t.dtype
     rows = t.shape[0] if t.shape else 1  # [vocab, hidden]: the row count is the first dimension
@@ -245,24 +261,39 @@ def _group_notes(tied: bool, experts: Experts | None, rows: list[TensorRow]) -> 
     return notes
 
 
-def _kv_layers(config: dict[str, Any], rows: list[TensorRow]) -> int:
+def _kv_windows(config: dict[str, Any], rows: list[TensorRow]) -> list[int | None]:
+    """One entry per layer that holds a KV cache: its window in positions, or None for the full context."""
     n, _ = _int(config, ("num_hidden_layers", "n_layer", "num_layers"))
+    window, _ = _int(config, ("sliding_window",))
+    chunk, _ = _int(config, ("attention_chunk_size",))
     layer_types = config.get("layer_types")
     if isinstance(layer_types, list):
-        return sum(1 for t in layer_types if isinstance(t, str) and "full" in t or t == "attention")
+        out: list[int | None] = []
+        for t in (t for t in layer_types if isinstance(t, str)):
+            if "sliding" in t:
+                out.append(window)
+            elif "chunked" in t:
+                out.append(chunk)
+            elif "full" in t or t == "attention":
+                out.append(None)
+        return out
     interval, _ = _int(config, ("full_attention_interval",))
     if n and interval:
-        return sum(1 for i in range(n) if (i + 1) % interval == 0)
+        return [None for i in range(n) if (i + 1) % interval == 0]
+    pattern, _ = _int(config, ("sliding_window_pattern",))
+    if n and window and pattern:  # every pattern-th layer is global, the others slide
+        return [None if (i + 1) % pattern == 0 else window for i in range(n)]
     if n:
         recurrent = {C.block_index(r.name) for r in rows if r.group == C.RECURRENT}
         recurrent.discard(None)
-        return n - len(recurrent)
-    return 0
+        return [None] * (n - len(recurrent))
+    return []
 
 
 def _kv_cache(config: dict[str, Any], rows: list[TensorRow], options: AuditOptions, notes: list[str]) -> KVCache | None:
     assert options.context is not None
-    layers = _kv_layers(config, rows)
+    windows = _kv_windows(config, rows)
+    layers = len(windows)
     heads, _ = _int(config, ("num_attention_heads", "n_head"))
     kv_heads, _ = _int(config, ("num_key_value_heads", "n_head_kv"))
     kv_heads = kv_heads or heads
@@ -273,16 +304,22 @@ def _kv_cache(config: dict[str, Any], rows: list[TensorRow], options: AuditOptio
         notes.append("config.json lacks the layer count, KV heads or head size: no KV-cache line")
         return None
     element = kv_element_bytes(options.kv_type)
-    tokens = options.context + 1
     lora, _ = _int(config, ("kv_lora_rank",))
     if lora:
         rope, _ = _int(config, ("qk_rope_head_dim",))
-        total = round(tokens * layers * (lora + (rope or 0)) * element)
+        total = round((options.context + 1) * layers * (lora + (rope or 0)) * element)
         return KVCache(options.context, layers, (1,) * layers, lora, rope or 0, options.kv_type.lower(), total,
                        f"MLA latent ({lora} + {rope or 0} rope per layer)",
                        "engines that expand MLA into per-head K/V read far more")
-    total = round(tokens * layers * kv_heads * 2 * head_dim * element)
-    return KVCache(options.context, layers, (kv_heads,) * layers, head_dim, head_dim, options.kv_type.lower(), total, "per-head K/V")
+    # read the positions in reach, write the one new entry
+    positions = sum(min(options.context, w if w else options.context) + 1 for w in windows)
+    total = round(positions * kv_heads * 2 * head_dim * element)
+    sliding = [w for w in windows if w]
+    note = f"{len(sliding)} of {layers} layers slide or chunk: they read at most {min(sliding)}-{max(sliding)} positions" if sliding else None
+    window, _ = _int(config, ("sliding_window",))
+    if not sliding and window and config.get("use_sliding_window") is not False:
+        note = f"sliding window {window} not applied (no layer_types): layers with a window read at most {window} positions"
+    return KVCache(options.context, layers, (kv_heads,) * layers, head_dim, head_dim, options.kv_type.lower(), total, "per-head K/V", note)
 
 
 def _state(config: dict[str, Any], rows: list[TensorRow]) -> RecurrentState | None:
@@ -300,8 +337,13 @@ def _state(config: dict[str, Any], rows: list[TensorRow]) -> RecurrentState | No
     d_state, _ = _int(config, ("state_size", "mamba_d_state", "ssm_state_size"))
     hidden, _ = _int(config, ("hidden_size",))
     expand, _ = _int(config, ("expand", "mamba_expand"))
-    d_inner, _ = _int(config, ("intermediate_size", "mamba_d_ssm"))
-    d_inner = d_inner or (hidden * expand if hidden and expand else None)
+    # in hybrids (Jamba, Falcon-H1, Nemotron-H) intermediate_size is the MLP's width, not the SSM's;
+    # a pure Mamba's intermediate_size equals expand x hidden, so expand comes first
+    d_ssm, _ = _int(config, ("mamba_d_ssm",))
+    heads_ssm, _ = _int(config, ("mamba_num_heads",))
+    head_ssm, _ = _int(config, ("mamba_head_dim",))
+    d_inner = d_ssm or (heads_ssm * head_ssm if heads_ssm and head_ssm else None)
+    d_inner = d_inner or (hidden * expand if hidden and expand else None) or _int(config, ("intermediate_size",))[0]
     groups, _ = _int(config, ("n_groups", "mamba_n_groups"))
     if d_state and d_inner and d_conv:
         per = d_inner * d_state * F32 + (d_conv - 1) * (d_inner + 2 * (groups or 0) * d_state) * F32
