@@ -185,9 +185,11 @@ def cmd(
                                               cache_prompt=False if no_cache_prompt else None,
                                               rng=random.Random(seed)))
         except KeyboardInterrupt:
-            recorder.interrupted()
+            partial = recorder.interrupted()
             recorder.close()
             _say(app.err, "Interrupted: saved the partial result (complete: false)", "bold yellow")
+            if session.last is not None and partial is not None:
+                render(app.err if json_to_stdout else app.out, partial)  # the sends it did measure
             return EXIT_INTERRUPTED
         except BaseException:
             recorder.close()
