@@ -134,3 +134,12 @@ def test_compare_with_model_file(tmp_path: Path, capsys: pytest.CaptureFixture[s
     from servecheck.audit import audit_model
 
     assert doc["engines"][0]["bytes_per_token"] == audit_model(model).bytes_per_token
+
+
+def test_compare_words_follow_the_direction_of_each_factor(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["compare", "base=2.80GB@41.5", "big=3.5GB@45"], capsys)
+    assert code == 0
+    assert "(more bytes per token)" in out and "(better bandwidth use)" in out
+    assert "opposite directions" in out
+    code, out, _ = run(["compare", "base=2.80GB@41.5", "small=1.849GB@30"], capsys)
+    assert "(fewer bytes per token)" in out and "(worse bandwidth use)" in out

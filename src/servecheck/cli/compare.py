@@ -70,11 +70,15 @@ def report_lines(entries: list[Entry], decs: list[rl.Decomposition]) -> list[str
     ]
     lines.append("")
     for d in decs:
+        fewer = "fewer" if d.bytes_ratio >= 1 else "more"
+        better = "better" if d.utilization_ratio >= 1 else "worse"
         lines.append(
-            f"{d.name_a} vs {d.name_b}: measured {d.measured_ratio:.2f}x = bytes {d.bytes_ratio:.2f}x (fewer bytes per token) "
-            f"x utilization {d.utilization_ratio:.2f}x (better bandwidth use) = {d.product:.2f}x"
+            f"{d.name_a} vs {d.name_b}: measured {d.measured_ratio:.2f}x = bytes {d.bytes_ratio:.2f}x ({fewer} bytes per token) "
+            f"x utilization {d.utilization_ratio:.2f}x ({better} bandwidth use) = {d.product:.2f}x"
         )
         lines.append(f"  share of the gap (log): bytes {_share(d.bytes_share)}, utilization {_share(d.utilization_share)}")
+        if d.bytes_share is not None and not 0 <= d.bytes_share <= 1:
+            lines.append("  the two factors pull in opposite directions, so one share is negative and the other above 100%")
     lines.append("same machine assumed (equal bandwidth); GB = 10^9 bytes")
     return lines
 

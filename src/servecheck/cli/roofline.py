@@ -109,7 +109,7 @@ def resolve_bandwidth(raw: str, resident: int | None, device: str, threads: int 
         return Bandwidth(parse_span(raw, "--bandwidth", "265-315"), "given")
     size, note = probe_size(resident)
     app.err.print(f"probing read bandwidth at {size / GIB:.2f} GiB on {device} ({note})", style="dim", markup=False)
-    result = measure_bandwidth([size] if device == "cpu" else [size], device=device, threads=threads)
+    result = measure_bandwidth([size], device=device, threads=threads)
     point = result.closest(resident or size)
     return Bandwidth(Span(min(point.low_gb_s, point.gb_s), point.gb_s), f"probed at {point.bytes / GIB:.2f} GiB ({note})", result)
 
@@ -241,9 +241,15 @@ def _pct(span: list[float]) -> str:
     return f"{lo:.0%}" if round(lo, 2) == round(hi, 2) else f"{lo:.0%}-{hi:.0%}"
 
 
+def _num(value: float) -> str:
+    """Three significant figures or more: 181, 41.5, 2.53 (a small model's 2.5 GB/s must not print as 3)."""
+    digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+    return f"{value:.{digits}f}"
+
+
 def _gbs(span: list[float]) -> str:
-    lo, hi = span
-    return f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
+    lo, hi = (_num(v) for v in span)
+    return lo if lo == hi else f"{lo}-{hi}"
 
 
 def _x(span: list[float]) -> str:
@@ -262,7 +268,7 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
     lines = [
         f"bytes per token      {fmt_bytes(doc['bytes_per_token'])} ({doc['kind']})",
         f"decode rate          {doc['tok_s']:.2f} tok/s ({doc.get('tok_s_source', 'given')})",
-        f"achieved bandwidth   {doc['achieved_gb_s']:.0f} GB/s  = {doc['tok_s']:.2f} tok/s x {doc['bytes_per_token'] / 1e9:.3f} GB",
+        f"achieved bandwidth   {_num(doc['achieved_gb_s'])} GB/s  = {doc['tok_s']:.2f} tok/s x {fmt_bytes(doc['bytes_per_token'])}",
         f"measured bandwidth   {_gbs(doc['bandwidth_gb_s'])} GB/s ({doc['bandwidth_source']})",
         f"utilization          {_pct(doc['utilization'])} of measured bandwidth",
         f"gate {doc['gate_threshold']:.2f}            {doc['gate'].upper()}: {GATE_MEANING[doc['gate']]}",
@@ -283,7 +289,7 @@ def _target_lines(t: dict[str, Any] | None) -> list[str]:
     if not t:
         return []
     verdict = "within reach" if t["within_reach"] else ("partly within reach" if t["partly_within_reach"] else "out of reach")
-    return [f"target {t['tok_s']:g} tok/s     needs {t['required_gb_s']:.0f} GB/s = {_pct(t['required_utilization'])} utilization: "
+    return [f"target {t['tok_s']:g} tok/s     needs {_num(t['required_gb_s'])} GB/s = {_pct(t['required_utilization'])} utilization: "
             f"{verdict} (typical ceiling {_pct(t['ceiling'])})"]
 
 
