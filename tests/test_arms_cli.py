@@ -205,3 +205,34 @@ def test_arms_serve_owns_the_simulator_and_audits_its_log(tmp_path) -> None:  # 
     assert info.value.code == exitcodes.INVALID
     ensure_port_free("127.0.0.1", port)
     assert live_pids() == []
+
+
+def test_pooling_a_simulated_run_marks_the_result_simulated(scripted, tmp_path: Path, capsys) -> None:
+    """A simulated run pooled alone or into a measurement must never come back looking real."""
+    saved = tmp_path / "sim.json"
+    assert run_main(["arms", URL, *SMALL, "--json", str(saved)]) == exitcodes.OK
+    assert json.loads(saved.read_text())["simulated"] is True
+    capsys.readouterr()
+    pooled = tmp_path / "pooled.json"
+    assert run_main(["arms", "--pool", str(saved), "--no-save", "--json", str(pooled)]) == exitcodes.OK
+    assert json.loads(pooled.read_text())["simulated"] is True
+    assert capsys.readouterr().out.splitlines()[0] == cli_arms.SIMULATED_BANNER
+
+
+def test_pooled_simulated_flag_survives_a_real_measurement() -> None:
+    from servecheck.experiments.arms import ArmsDesign, ArmsRun, any_simulated
+
+    assert any_simulated([{"simulated": False}, {"simulated": True}])
+    assert not any_simulated([{"simulated": False}, {}])
+    assert ArmsRun(ArmsDesign(), pooled_simulated=True).to_doc()["simulated"] is True
+    assert ArmsRun(ArmsDesign()).to_doc()["simulated"] is False
+
+
+@pytest.mark.parametrize(("x", "text"), [(-0.002, "+0%"), (0.004, "+0%"), (-0.65, "-65%"), (0.39, "+39%"), (None, "-")])
+def test_change_never_reads_minus_zero(x: float | None, text: str) -> None:
+    assert cli_arms._pct(x) == text
+
+
+@pytest.mark.parametrize(("loss", "words"), [(0.082, "loss 8.2%"), (-0.0001, "no loss"), (-0.03, "gain 3.0%")])
+def test_drift_words(loss: float, words: str) -> None:
+    assert cli_arms._drift_words(loss) == words

@@ -20,7 +20,7 @@ from servecheck.cli.serve import Served, render_audit, serve_option, served
 from servecheck.client.base import Target
 from servecheck.envinfo import environment
 from servecheck.errors import ServecheckError, UsageError
-from servecheck.experiments.arms import ArmsDesign, ArmsRun, pooled_cells, run_arms
+from servecheck.experiments.arms import ArmsDesign, ArmsRun, any_simulated, pooled_cells, run_arms
 from servecheck.model.records import ServerInfo
 from servecheck.probe.thermal import ThermalSampler
 from servecheck.report.jsonout import envelope
@@ -91,7 +91,15 @@ def _load_run(run_id: int, db_path: str | None) -> dict[str, Any]:
 
 
 def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:+.0%}"
+    if x is None:
+        return "-"
+    return f"{0.0 if abs(x) < 0.005 else x:+.0%}"  # no "-0%" for a change that rounds to nothing
+
+
+def _drift_words(loss: float) -> str:
+    if abs(loss) < 0.0005:
+        return "no loss"
+    return f"loss {loss:.1%}" if loss > 0 else f"gain {-loss:.1%}"
 
 
 def _ratio(x: float | None, interval: list[float] | None = None) -> str:
@@ -160,7 +168,7 @@ def check_lines(doc: dict[str, Any]) -> list[str]:
     if drift:
         lines.append(
             f"drift: serial arm {drift['first_tok_s']:.1f} -> {drift['last_tok_s']:.1f} tok/s "
-            f"(first vs last {drift['reps_each']} rep(s)): loss {drift['loss']:.1%}"
+            f"(first vs last {drift['reps_each']} rep(s)): {_drift_words(drift['loss'])}"
         )
     thermal = doc.get("thermal")
     if thermal:
@@ -333,7 +341,8 @@ def cmd(
     params = {"design": design.to_dict(), "bias_limit": bias_limit, "seed": prompt_seed, "pool": list(pool),
               "serve": serve_command}
     if url is None and serve_command is None:
-        run = ArmsRun(_pooled_design(docs, design), pooled=tuple(pooled), pooled_from=tuple(names), complete=True)
+        run = ArmsRun(_pooled_design(docs, design), pooled=tuple(pooled), pooled_from=tuple(names),
+                      pooled_simulated=any_simulated(docs), complete=True)
         doc = {**envelope("arms", params, environment()), **run.to_doc(bias_limit=bias_limit, seed=BOOTSTRAP_SEED)}
         Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=True).finish(doc)
         _render(app, doc, json_path == "-")
@@ -350,7 +359,8 @@ def cmd(
             try:
                 with progress(app, "arms: cells", total=design.reps * len(design.arms)) as session.bar:
                     run = _measure_saving_partial(target, session, design, rng=random.Random(prompt_seed),
-                                                  pooled=pooled, pooled_from=names)
+                                                  pooled=pooled, pooled_from=names,
+                                                  pooled_simulated=any_simulated(docs))
             except KeyboardInterrupt:
                 return _interrupted(app, session, json_path == "-")
         # The log audit exists only once the server has stopped, so the document is finished here.

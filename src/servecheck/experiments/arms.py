@@ -106,6 +106,7 @@ class ArmsRun:
     measured: tuple[MeasuredCell, ...] = ()
     pooled: tuple[Cell, ...] = ()
     pooled_from: tuple[str, ...] = ()
+    pooled_simulated: bool = False  # a pooled run came from the simulator: the whole result is simulated
     thermal: ThermalSummary | None = None
     complete: bool = False
     notes: tuple[str, ...] = field(default=())
@@ -156,7 +157,7 @@ class ArmsRun:
             "command": "arms",
             "valid": failed == 0,
             "complete": self.complete,
-            "simulated": bool(self.server and self.server.simulated),
+            "simulated": bool(self.server and self.server.simulated) or self.pooled_simulated,
             "design": self.design.to_dict(),
             "server": None if self.server is None else self.server.to_dict(),
             "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
@@ -205,6 +206,7 @@ async def run_arms(
     run_index: int = 0,
     pooled: Sequence[Cell] = (),
     pooled_from: Sequence[str] = (),
+    pooled_simulated: bool = False,
     on_cell: OnCell | None = None,
     on_server: Callable[[ServerInfo], None] | None = None,
     thermal: ThermalNow | None = None,
@@ -215,7 +217,9 @@ async def run_arms(
     `thermal` is called after every cell for the sampler's running summary.
     """
     design.check()
-    run = ArmsRun(design, pooled=tuple(pooled), pooled_from=tuple(pooled_from), notes=design.notes())
+    run = ArmsRun(
+        design, pooled=tuple(pooled), pooled_from=tuple(pooled_from), pooled_simulated=pooled_simulated, notes=design.notes()
+    )
     run = replace(run, server=await driver.detect())
     if on_server is not None and run.server is not None:
         on_server(run.server)
@@ -234,6 +238,11 @@ async def run_arms(
         if on_cell is not None:
             on_cell(run)
     return replace(run, complete=True)
+
+
+def any_simulated(docs: Sequence[dict[str, Any]]) -> bool:
+    """Whether any saved run came from the simulator: pooling it in makes the result simulated too."""
+    return any(isinstance(d, dict) and bool(d.get("simulated")) for d in docs)
 
 
 def pooled_cells(docs: Sequence[dict[str, Any]], first_run: int = 1) -> list[Cell]:
