@@ -258,3 +258,65 @@ def test_safety_net_stops_servers_when_the_parent_gets_sigterm(stub: Path, tmp_p
     finally:
         proc.kill()
         proc.wait()
+
+
+_IGNORES_SIGTERM = textwrap.dedent(
+    """
+    import signal, http.server, sys
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers()
+    http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+    """
+)
+
+
+def test_a_second_ctrl_c_while_stopping_kills_the_server(tmp_path: Path) -> None:
+    """Ctrl-C again during the grace period: the server is killed, not left running."""
+    port = free_port()
+    server = ManagedServer(
+        [sys.executable, "-c", _IGNORES_SIGTERM, str(port)], url=f"http://127.0.0.1:{port}", stop_grace_s=60,
+        log_path=tmp_path / "l.log",
+    )
+    server.start()
+    assert server.proc is not None
+    pid, wait = server.pid, server.proc.wait
+
+    def impatient_wait(timeout: float | None = None) -> int:
+        if timeout is not None:
+            raise KeyboardInterrupt
+        return wait()
+
+    server.proc.wait = impatient_wait  # type: ignore[method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        server.stop()
+    assert pid is not None and not _alive(pid)
+    assert pid not in process.live_pids()
+
+
+class _InterruptOnce:
+    """A lock whose first acquisition raises KeyboardInterrupt: Ctrl-C just after Popen returned."""
+
+    def __init__(self) -> None:
+        self.fired = False
+
+    def __enter__(self) -> None:
+        if not self.fired:
+            self.fired = True
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def test_ctrl_c_right_after_spawn_still_stops_the_server(stub: Path, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(process, "_LIVE_LOCK", _InterruptOnce())
+    server = _stub_server(stub, tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        server.start()
+    assert server.pid is not None
+    deadline = time.monotonic() + 10
+    while _alive(server.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(server.pid)

@@ -131,8 +131,9 @@ class ManagedServer:
         """Start the process and wait for health; on any failure the process is stopped first."""
         if self.check_port is not None:
             ensure_port_free(*self.check_port)
-        self._spawn()
         try:
+            # The spawn is inside: a Ctrl-C between Popen and the return must not leave the child.
+            self._spawn()
             self.wait_healthy()
         except BaseException:
             self.stop()
@@ -209,20 +210,28 @@ class ManagedServer:
         proc = self.proc
         if proc is None:
             return None
-        try:
-            if proc.poll() is None:
-                _signal_group(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=self.stop_grace_s)
-                except subprocess.TimeoutExpired:
-                    _signal_group(proc.pid, signal.SIGKILL)
-                    proc.wait()
-            else:
-                _signal_group(proc.pid, signal.SIGKILL)  # children it may have left behind
-        finally:
-            with _LIVE_LOCK:
-                _LIVE.discard(self)
+        if proc.poll() is None:
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=self.stop_grace_s)
+            except subprocess.TimeoutExpired:
+                self._kill(proc)
+            except BaseException:
+                # A second Ctrl-C while waiting means "now": kill rather than leave it running.
+                self._kill(proc)
+                raise
+        else:
+            _signal_group(proc.pid, signal.SIGKILL)  # children it may have left behind
+        # Only a server known to be gone leaves the registry, so atexit still stops any other.
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
         return proc.returncode
+
+    def _kill(self, proc: subprocess.Popen[bytes]) -> None:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+        with _LIVE_LOCK:
+            _LIVE.discard(self)
 
     def __enter__(self) -> str:
         return self.start()
