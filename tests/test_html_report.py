@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import os
 import stat
 from html.parser import HTMLParser
@@ -265,3 +266,46 @@ def test_demo_draws_each_staircase_run() -> None:
     assert len(c.charts("lines")) == 2
     assert c.count("span", "status-confirmed") == 1
     assert "--parallel 2: expected cluster, got cluster" in "".join(c.text)
+
+
+def test_staircase_reasons_self_reported_sum_and_named_requests() -> None:
+    doc = samples.staircase(serial=True)
+    doc["verdict_reason"] = "N=4: 4 finishes one at a time <b>"
+    doc["trend_reason"] = "aggregate stays at 1.00x N=1"
+    doc["single_s"] = 1.0
+    doc["points"][2]["batches"][0]["self_reported_sum_tok_s"] = 256.4
+    doc["valid"] = False
+    doc["invalid"] = [{"code": "output_length", "message": "1 request(s) more than 5% away", "hint": "pin the length",
+                       "requests": [{"n": 4, "rep": 0, "index": 3, "nonce": "abc123", "detail": "23 tokens vs modal 64"}]}]
+    doc["notes"] = ["a note <i>"]
+    page, c = parse([doc])
+    text = "".join(c.text)
+    assert "N=4: 4 finishes one at a time <b>" in text and "aggregate stays at 1.00x N=1" in text
+    assert "sum of self-reported rates (misleading)" in text
+    misleading = [i for i, (t, a) in enumerate(c.tags) if t == "span" and a.get("class") == "misleading"]
+    assert len(misleading) == 1 and "256.4" in page
+    assert "N=4 rep 1 request #3 (nonce abc123): 23 tokens vs modal 64" in text
+    assert "Single-request time 1.00 s" in text
+    assert "a note <i>" in text and "a note &lt;i&gt;" in page
+
+
+def test_arms_intervals_and_checks() -> None:
+    doc = samples.arms()
+    doc["arms"][2]["aggregate_speedup_interval"] = [1.31, 1.47]
+    doc["position_bias"] = {"spread": 0.031, "concurrency": 4, "method": "positions"}
+    doc["bias_limit"] = 0.1
+    doc["drift"] = {"first_tok_s": 64.0, "last_tok_s": 60.8, "loss": 0.05, "reps_each": 1}
+    doc["thermal"] = {"summary": "no throttling seen"}
+    _, c = parse([doc])
+    text = "".join(c.text)
+    assert "1.39× [1.31×, 1.47×]" in text
+    assert "position bias: widest spread 3.1% (4-way, across positions); limit 10%" in text
+    assert "drift: serial arm 64.0 → 60.8 tok/s (first vs last reps): loss 5.0%" in text
+    assert "thermal: no throttling seen" in text
+
+
+def test_a_small_bar_value_is_not_printed_as_zero() -> None:
+    doc = samples.prefix_cache(working=True)
+    doc["sends"][1]["ttft_s"] = 0.004
+    page, _ = parse([doc])
+    assert re.findall(r'<text class="value"[^>]*>([^<]*)</text>', page) == ["6.8", "0.004", "0.19", "6.79"]

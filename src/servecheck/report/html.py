@@ -38,6 +38,7 @@ DASH = "—"
 # report says how many rows it left out.
 MAX_TABLE_ROWS = 200
 MAX_TEXT_CHARS = 160
+MAX_NAMED_REQUESTS = 20
 ENVELOPE_KEYS = frozenset(
     {"schema_version", "command", "servecheck_version", "created_at", "environment", "params", "simulated",
      "complete", "valid", "run_id", "server", "target", "warnings", "invalid"}
@@ -144,9 +145,13 @@ def _banners(doc: dict[str, Any]) -> str:
 def _warnings(doc: dict[str, Any]) -> str:
     items = [f"<b>Invalid:</b> {_finding(f)}" for f in as_list(doc.get("invalid"))]
     items += [_finding(w) for w in as_list(doc.get("warnings"))]
-    if not items:
-        return ""
-    return "<h3>Warnings</h3><ul class=\"warnings\">" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
+    notes = [esc(n) for n in as_list(doc.get("notes")) if isinstance(n, str)]
+    out = ""
+    if items:
+        out += "<h3>Warnings</h3><ul class=\"warnings\">" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
+    if notes:
+        out += "<h3>Notes</h3><ul class=\"notes\">" + "".join(f"<li>{n}</li>" for n in notes) + "</ul>"
+    return out
 
 
 def _finding(item: Any) -> str:
@@ -156,10 +161,25 @@ def _finding(item: Any) -> str:
     text = as_str(item.get("message")) or as_str(item.get("text")) or str(item)
     hint = as_str(item.get("hint"))
     out = esc(text) + (f" <i>({esc(hint)})</i>" if hint else "")
-    requests = as_list(item.get("requests"))
+    requests = [as_dict(r) for r in as_list(item.get("requests"))]
     if requests:
         out += f" <span class=\"key\">({len(requests)} request{'s' if len(requests) != 1 else ''})</span>"
+        named = "".join(f"<li>{esc(_request_ref(r))}</li>" for r in requests[:MAX_NAMED_REQUESTS])
+        more = len(requests) - MAX_NAMED_REQUESTS
+        named += f"<li>and {more} more (see the JSON result)</li>" if more > 0 else ""
+        out += f'<ul class="refs">{named}</ul>'
     return out
+
+
+def _request_ref(ref: dict[str, Any]) -> str:
+    """`N=4 rep 1 request #0 (nonce ...): 29 tokens vs modal 64`, from whatever the finding names."""
+    rep = as_int(ref.get("rep"))
+    parts = [f"N={ref['n']}" if "n" in ref else None, f"rep {rep + 1}" if rep is not None else None,
+             f"request #{ref['index']}" if "index" in ref else None,
+             f"(nonce {ref['nonce']})" if as_str(ref.get("nonce")) else None]
+    head = " ".join(p for p in parts if p)
+    detail = as_str(ref.get("detail"))
+    return f"{head}: {detail}" if head and detail else head or detail or str(ref)
 
 
 def _environment(doc: dict[str, Any]) -> str:
@@ -239,7 +259,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: frozen
         body.append(f"<tr>{cells}</tr>")
     more = len(rows) - MAX_TABLE_ROWS
     note = f'<p class="key">{more} more rows not shown (see the JSON result).</p>' if more > 0 else ""
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>{note}"
+    # the wrapper scrolls a wide table sideways on a narrow screen instead of widening the page
+    return f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>{note}'
 
 
 def kv_table(rows: Sequence[tuple[str, Any]]) -> str:
@@ -248,6 +269,12 @@ def kv_table(rows: Sequence[tuple[str, Any]]) -> str:
 
 def verdict_line(label: str, word: Any, extra: str = "") -> str:
     return f'<p class="verdict">{esc(label)}: <b>{fmt(word)}</b>{" " + extra if extra else ""}</p>'
+
+
+def reason_line(*reasons: Any) -> str:
+    """Why the verdict came out as it did, in the analysis's own words."""
+    shown = [esc(r) for r in reasons if as_str(r)]
+    return f'<p class="reason">{"<br>".join(shown)}</p>' if shown else ""
 
 
 def _excerpt(text: Any) -> str:
@@ -291,17 +318,37 @@ def _staircase_section(doc: dict[str, Any]) -> str:
     trend = as_str(doc.get("trend"))
     parts = [
         verdict_line("Verdict", doc.get("verdict"), f"· aggregate across N: <b>{fmt(trend)}</b>" + _ratio_note(points)),
+        reason_line(doc.get("verdict_reason"), doc.get("trend_reason")),
         "<h3>Completion times</h3>",
+        _single_note(doc),
         table(
-            ["N", "finish at (s from release)", "aggregate tok/s", "verdict"],
-            [[fmt(p.get("n"), 0), _finishes(p), fmt(p.get("aggregate_tok_s"), 1), fmt(p.get("verdict"))] for p in points],
-            numeric=frozenset({0, 2}),
+            ["N", "finish at (s from release)", "aggregate tok/s", "verdict", "sum of self-reported rates (misleading)"],
+            [[fmt(p.get("n"), 0), _finishes(p), fmt(p.get("aggregate_tok_s"), 1), fmt(p.get("verdict")), _self_reported_sum(p)]
+             for p in points],
+            numeric=frozenset({0, 2, 4}),
         ),
         _timeline_charts(points),
         _throughput_chart(points),
         _requests_details(points),
     ]
     return "\n".join(p for p in parts if p)
+
+
+def _single_note(doc: dict[str, Any]) -> str:
+    single = as_float(doc.get("single_s"))
+    if single is None:
+        return ""
+    return (f'<p class="key">Single-request time {esc(f"{single:.2f}")} s (N=1). A queue finishes one request per '
+            "single-request time; the aggregate is tokens produced / last finish, nothing the server reports.</p>")
+
+
+def _self_reported_sum(point: dict[str, Any]) -> str:
+    """The sum the seed warns about (each request's own rate, added up), shown only beside the true aggregate."""
+    sums = [as_float(as_dict(b).get("self_reported_sum_tok_s")) for b in as_list(point.get("batches"))]
+    found = [v for v in sums if v is not None]
+    if not found or as_int(point.get("n")) == 1:
+        return DASH
+    return f'<span class="misleading">{fmt(statistics.median(found), 1)}</span>'
 
 
 def _ratio_note(points: list[dict[str, Any]]) -> str:
@@ -441,7 +488,8 @@ def _requests_details(points: list[dict[str, Any]]) -> str:
 
 def _arms_section(doc: dict[str, Any]) -> str:
     arms = [a for a in as_list(doc.get("arms")) if isinstance(a, dict)]
-    parts = [_arms_headline(doc), "<h3>Arms</h3>", _arms_table(arms, doc), _decomposition_chart(arms), _deviant_cells(doc)]
+    parts = [_arms_headline(doc), "<h3>Arms</h3>", _arms_table(arms, doc), _decomposition_chart(arms), _arms_checks(doc),
+             _deviant_cells(doc)]
     return "\n".join(p for p in parts if p)
 
 
@@ -461,13 +509,46 @@ def _arms_table(arms: list[dict[str, Any]], doc: dict[str, Any]) -> str:
         m = medians.get(c, {}) if c is not None else {}
         rows.append([
             fmt(c, 0), fmt(_first(a.get("aggregate_tok_s"), m.get("aggregate_tok_s")), 1),
-            fmt(_first(a.get("per_user_rate_tok_s"), m.get("per_user_rate_tok_s")), 1), fmt_ratio(a.get("aggregate_speedup")), fmt_ratio(a.get("generation_gain")),
-            fmt_signed_pct(a.get("per_user_rate_change")), fmt_ratio(a.get("ttft_multiple")), fmt_pct(a.get("efficiency")),
+            fmt(_first(a.get("per_user_rate_tok_s"), m.get("per_user_rate_tok_s")), 1),
+            _with_interval(fmt_ratio, a, "aggregate_speedup"), _with_interval(fmt_ratio, a, "generation_gain"),
+            _with_interval(fmt_signed_pct, a, "per_user_rate_change"), fmt(_first(a.get("ttft_s"), m.get("ttft_s")), 3),
+            _with_interval(fmt_ratio, a, "ttft_multiple"), fmt_pct(a.get("efficiency")),
             f'<span class="label-{esc(a.get("label", ""))}">{fmt(a.get("label"))}</span>',
         ])
     headers = ["in flight", "aggregate tok/s", "per-user tok/s", "aggregate speedup", "generation-stage gain", "per-user rate",
-               "TTFT multiple", "efficiency", "label"]
-    return table(headers, rows, frozenset(range(8)))
+               "TTFT s", "TTFT multiple", "efficiency", "label"]
+    key = '<p class="key">Brackets: the 95% interval over the repetitions.</p>' if any("aggregate_speedup_interval" in a for a in arms) else ""
+    return table(headers, rows, frozenset(range(9))) + key
+
+
+def _with_interval(formatter: Callable[[Any], str], arm: dict[str, Any], key: str) -> str:
+    """`1.48× [1.45, 1.51]`: the point estimate and, when the run gives one, its interval."""
+    lo, hi = as_range(arm.get(f"{key}_interval"))
+    point = formatter(arm.get(key))
+    if lo is None or hi is None or point == DASH:
+        return point
+    return f'{point} <span class="ci">[{formatter(lo)}, {formatter(hi)}]</span>'
+
+
+def _arms_checks(doc: dict[str, Any]) -> str:
+    """The checks that decide whether the headline may be trusted: position bias, drift, thermal state."""
+    items = []
+    bias, limit = as_dict(doc.get("position_bias")), as_float(doc.get("bias_limit"))
+    spread = as_float(bias.get("spread"))
+    if spread is not None:
+        how = "across positions" if bias.get("method") == "positions" else "estimated from drift (fixed order)"
+        items.append(f"position bias: widest spread {spread:.1%} ({fmt(bias.get('concurrency'), 0)}-way, {how})"
+                     + (f"; limit {limit:.0%}" if limit is not None else ""))
+    drift = as_dict(doc.get("drift"))
+    first, last, loss = (as_float(drift.get(k)) for k in ("first_tok_s", "last_tok_s", "loss"))
+    if first is not None and last is not None and loss is not None:
+        items.append(f"drift: serial arm {first:.1f} → {last:.1f} tok/s (first vs last reps): loss {loss:.1%}")
+    thermal = as_str(as_dict(doc.get("thermal")).get("summary"))
+    if thermal:
+        items.append(f"thermal: {thermal}")
+    if not items:
+        return ""
+    return "<h3>Checks</h3><ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
 
 
 def _first(*values: Any) -> Any:
@@ -524,6 +605,7 @@ def _prefix_cache_section(doc: dict[str, Any]) -> str:
     rows = [[fmt(i + 1, 0), fmt(s["kind"]), fmt(s["ttft_s"], 3), fmt(s["cached"], 0), fmt(s["prompt"], 0)] for i, s in enumerate(sends)]
     parts = [
         verdict_line("Verdict", doc.get("verdict")),
+        reason_line(doc.get("verdict_reason") or as_dict(doc.get("analysis")).get("reason")),
         bar_chart(bars, title="Time to first token per send", y_label="seconds") if bars else "",
         "<h3>Sends</h3>",
         table(["send", "kind", "TTFT s", "cached tokens", "prompt tokens"], rows, frozenset({0, 2, 3, 4})),
