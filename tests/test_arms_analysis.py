@@ -382,3 +382,36 @@ def test_three_reps_are_enough_to_label() -> None:
 def test_label_arm_needs_enough_reps() -> None:
     assert A.label_arm(A.Estimate(1.39, 1.39, 1.39, 1), A.Estimate(1.39, 1.39, 1.39, 1)) == "none"
     assert A.label_arm(A.Estimate(1.39, 1.30, 1.45, 3), A.Estimate(1.39, 1.30, 1.45, 3)) == "batching"
+
+
+# --- pooled runs keep their own clocks -----------------------------------------------------
+
+
+def two_steady_runs(*, fixed: bool) -> list[A.Cell]:
+    """Two runs without any drift, the second 20% slower throughout (another day, another load) and
+    started a little later on its own clock: sorting their cells together by time fakes a trend."""
+    first = seed_cells(6, fixed=fixed)
+    second = [
+        replace(c, run=1, wall_s=c.wall_s / 0.8, decoding_union_s=c.decoding_union_s / 0.8, start_s=c.start_s + 5.0)
+        for c in seed_cells(6, fixed=fixed)
+    ]
+    return first + second
+
+
+def test_drift_is_measured_within_each_run() -> None:
+    result = A.analyse(two_steady_runs(fixed=False))
+    assert result.drift is not None and abs(result.drift.loss) < 0.05
+    assert not any("lost" in w.message for w in result.warnings)
+
+
+def test_fixed_order_drift_bias_ignores_the_level_between_runs() -> None:
+    result = A.analyse(two_steady_runs(fixed=True))
+    assert result.position_bias is not None and result.position_bias.method == "drift"
+    assert result.position_bias.spread < 0.02 and not result.headline_refused
+
+
+def test_drift_names_the_run_that_lost_most() -> None:
+    steady = seed_cells(6)
+    heating = [replace(c, run=1) for c in drifting_cells(fixed=False, loss_per_cell=0.02)]
+    d = A.analyse(steady + heating).drift
+    assert d is not None and d.run == 1 and d.loss > 0.2 and d.to_dict()["run"] == 1

@@ -319,13 +319,20 @@ class Drift:
     first_tok_s: float
     last_tok_s: float
     reps_each: int
+    run: int = 0  # with pooled runs, the one that lost most
 
     @property
     def loss(self) -> float:
         return 1.0 - self.last_tok_s / self.first_tok_s if self.first_tok_s > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"first_tok_s": self.first_tok_s, "last_tok_s": self.last_tok_s, "reps_each": self.reps_each, "loss": self.loss}
+        return {
+            "first_tok_s": self.first_tok_s,
+            "last_tok_s": self.last_tok_s,
+            "reps_each": self.reps_each,
+            "loss": self.loss,
+            "run": self.run,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -532,10 +539,18 @@ def _mid_s(c: Cell) -> float:
 
 
 def _log_slope_per_s(cells: Sequence[Cell], concurrency: int) -> float | None:
-    """Theil-Sen slope of log throughput against time: robust to one odd cell."""
-    pts = [(_mid_s(c), math.log(c.aggregate_tok_s)) for c in cells if c.concurrency == concurrency and c.aggregate_tok_s]
+    """Theil-Sen slope of log throughput against time: robust to one odd cell. Pairs are taken within
+    a run only: pooled runs each count time from their own start."""
+    pts = [
+        (c.run, _mid_s(c), math.log(c.aggregate_tok_s))
+        for c in cells
+        if c.concurrency == concurrency and c.aggregate_tok_s
+    ]
     pairs = [
-        (y2 - y1) / (x2 - x1) for k, (x1, y1) in enumerate(pts) for x2, y2 in pts[k + 1 :] if x2 != x1
+        (y2 - y1) / (x2 - x1)
+        for k, (r1, x1, y1) in enumerate(pts)
+        for r2, x2, y2 in pts[k + 1 :]
+        if r1 == r2 and x2 != x1
     ]
     return median(pairs) if pairs else None
 
@@ -559,14 +574,22 @@ def position_bias(cells: Sequence[Cell]) -> PositionBias | None:
 
 
 def drift(cells: Sequence[Cell], baseline: int = 1) -> Drift | None:
-    """Serial throughput over the first quarter of reps (at least one) against the last quarter."""
-    serial = sorted((c for c in cells if c.concurrency == baseline and c.aggregate_tok_s), key=lambda c: c.start_s)
+    """Serial throughput over the first quarter of reps (at least one) against the last quarter,
+    within each run (pooled runs each count time from their own start); the run that lost most."""
+    found = [d for d in (_run_drift(cells, run, baseline) for run in sorted({c.run for c in cells})) if d is not None]
+    return max(found, key=lambda d: d.loss, default=None)
+
+
+def _run_drift(cells: Sequence[Cell], run: int, baseline: int) -> Drift | None:
+    serial = sorted(
+        (c for c in cells if c.run == run and c.concurrency == baseline and c.aggregate_tok_s), key=lambda c: c.start_s
+    )
     if len(serial) < 2:
         return None
     k = max(1, len(serial) // 4)
     first = median([c.aggregate_tok_s or 0.0 for c in serial[:k]])
     last = median([c.aggregate_tok_s or 0.0 for c in serial[-k:]])
-    return Drift(first, last, k)
+    return Drift(first, last, k, run)
 
 
 def deviant_cells(cells: Sequence[Cell], limit: float = OUTPUT_DEVIATION_LIMIT) -> list[DeviantCell]:
