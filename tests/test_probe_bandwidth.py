@@ -133,3 +133,18 @@ def test_cli_refuses_huge_size(capsys: pytest.CaptureFixture[str]) -> None:
 def test_gpu_without_torch_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(["bandwidth", "--device", "cuda", "--no-save"], capsys)
     assert code == 1 and "needs torch" in err and "Traceback" not in err
+
+
+def test_cli_threads_zero_is_refused_not_taken_as_every_core(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["bandwidth", "--sizes", "8MiB", "--threads", "0", "--no-save"], capsys)
+    assert code == 2 and err.startswith("Error: --threads")
+
+
+def test_numpy_reader_takes_a_size_that_is_not_a_multiple_of_eight() -> None:
+    times = read_numpy(SMALL + 3, huge=False, threads=2, passes=2)
+    assert len(times) == 2 and all(t > 0 for t in times)
+
+
+def test_small_sizes_print_in_mib(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(["bandwidth", "--sizes", "32MiB", "--passes", "1", "--threads", "1", "--no-save"], capsys)
+    assert code == 0 and "32.0 MiB" in out and "0.03 GiB" not in out

@@ -100,6 +100,8 @@ def test_batch_ceiling_seed_numbers_without_audit(tmp_path: Path, capsys: pytest
         ["roofline", "--bytes-per-token", "1GB", "--tok-s", "3", "--bandwidth", "fast"],
         ["roofline", "--bytes-per-token", "1GB", "--tok-s", "3", "--batch", "0,2"],
         ["roofline", "--bytes-per-token", "1GB", "--tok-s", "-3"],
+        ["roofline", "--bytes-per-token", "1GB", "--tok-s", "nan", "--bandwidth", "10"],
+        ["roofline", "--bytes-per-token", "1GB", "--tok-s", "3", "--bandwidth", "10", "--target", "inf"],
         ["compare", "a=1GB@3"],
         ["compare", "a=1GB@3", "b=nope"],
         ["compare", "a=1GB@3", "a=2GB@3"],
@@ -143,3 +145,26 @@ def test_compare_words_follow_the_direction_of_each_factor(capsys: pytest.Captur
     assert "opposite directions" in out
     code, out, _ = run(["compare", "base=2.80GB@41.5", "small=1.849GB@30"], capsys)
     assert "(fewer bytes per token)" in out and "(worse bandwidth use)" in out
+
+
+@pytest.mark.parametrize("content", ["[1, 2]", '{"points": 5}', '{"cells": [{"concurrency": true, "aggregate_tok_s": 3}]}', "not json"])
+def test_run_file_that_is_not_a_result_is_one_usage_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    code, _, err = run(["roofline", "--bytes-per-token", "1GB", "--tok-s", "3", "--bandwidth", "10", "--run", str(bad), "--no-save"], capsys)
+    assert code == 2 and err.startswith("Error: --run") and len(err.strip().splitlines()) == 1
+
+
+def test_run_file_leaves_out_deviant_cells_and_names_a_simulated_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    saved = tmp_path / "arms.json"
+    saved.write_text(json.dumps({"simulated": True, "cells": [
+        {"concurrency": 2, "aggregate_tok_s": 10.0}, {"concurrency": 2, "aggregate_tok_s": 12.0},
+        {"concurrency": 2, "aggregate_tok_s": 500.0, "deviant": True}]}))
+    p = tmp_path / "r.json"
+    code, _, _ = run(["roofline", "--bytes-per-token", "1GB", "--tok-s", "3", "--bandwidth", "10", "--run", str(saved),
+                      "--no-save", "--json", str(p)], capsys)
+    assert code == 0
+    doc = json.loads(p.read_text())
+    (row,) = doc["batch"]
+    assert row["batch"] == 2 and row["measured_tok_s"] == pytest.approx(11.0)
+    assert any("SIMULATED" in n for n in doc["notes"])

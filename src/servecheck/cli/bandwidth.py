@@ -15,7 +15,7 @@ from servecheck.errors import UsageError
 from servecheck.probe import GIB, BandwidthResult, measure_bandwidth
 from servecheck.report.jsonout import envelope
 
-UNITS_LINE = "GB/s = 10^9 bytes per second; sizes in GiB = 2^30 bytes"
+UNITS_LINE = "GB/s = 10^9 bytes per second; sizes in GiB = 2^30 bytes, MiB = 2^20 bytes"
 
 
 def parse_sizes(raw: str | None) -> list[int] | None:
@@ -42,10 +42,17 @@ def _unit(item: str) -> str:
     return item[i:]
 
 
+def fmt_size(nbytes: int) -> str:
+    """Binary units, as the sizes are given: 8 MiB stays 8 MiB rather than 0.01 GiB."""
+    if nbytes >= GIB:
+        return f"{nbytes / GIB:.2f} GiB"
+    return f"{nbytes / (1 << 20):.1f} MiB"
+
+
 def point_lines(result: BandwidthResult) -> list[str]:
     lines = []
     for p in result.points:
-        line = f"{p.bytes / GIB:>8.2f} GiB  {p.gb_s:8.1f} GB/s  (median {p.low_gb_s:.1f})"
+        line = f"{fmt_size(p.bytes):>10}  {p.gb_s:8.1f} GB/s  (median {p.low_gb_s:.1f})"
         four, huge = p.run("4k"), p.run("huge")
         if p.pages_differ and four and huge:
             line += f"   4 KiB pages {four.best_gb_s:.1f}, huge pages {huge.best_gb_s:.1f} GB/s"
@@ -57,7 +64,7 @@ def report_lines(result: BandwidthResult) -> list[str]:
     who = f"{result.threads} threads, " if result.device == "cpu" else ""
     lines = [f"bandwidth  device {result.device}  {result.method}, {who}best of {result.passes} passes", ""]
     lines += point_lines(result)
-    lines += [f"skipped {b / GIB:.0f} GiB: {reason}" for b, reason in result.skipped]
+    lines += [f"skipped {fmt_size(b)}: {reason}" for b, reason in result.skipped]
     lines += [f"note: {n}" for n in result.notes]
     if len(result.points) > 1:
         lines.append("use the figure at the size closest to the model's resident size: bandwidth falls as the working set grows")

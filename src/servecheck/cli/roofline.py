@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import statistics
 from dataclasses import dataclass
@@ -45,6 +46,11 @@ def parse_span(raw: str, flag: str, example: str) -> Span:
     if not (0 < lo <= hi) or hi == float("inf"):
         raise UsageError(f"{flag} {raw!r}: need 0 < LO <= HI", f"for example {flag} {example}")
     return Span(lo, hi)
+
+
+def _check_positive(value: float | None, flag: str, example: str) -> None:
+    if value is not None and not (0 < value < math.inf):
+        raise UsageError(f"{flag} must be a positive finite number, not {value}", f"e.g. {flag} {example}")
 
 
 def parse_batches(raw: str | None) -> list[int] | None:
@@ -215,22 +221,31 @@ def _batch_doc(weights: Weights, batches: list[int], achieved_gb_s: float, runs:
     return out
 
 
-def load_run(path: str) -> dict[int, float]:
-    """Median measured aggregate tok/s per concurrency from a saved staircase or arms JSON."""
+def load_run(path: str) -> tuple[dict[int, float], list[str]]:
+    """Median measured aggregate tok/s per concurrency from a saved staircase or arms JSON (deviant arms
+    cells left out), and notes on what the run was."""
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UsageError(f"--run {path}: cannot read a JSON result ({exc})", "give a file written by staircase or arms --json") from None
+    if not isinstance(doc, dict):
+        raise UsageError(f"--run {path}: not a servecheck result (a JSON object)", "give a staircase or arms result")
     samples: dict[int, list[float]] = {}
-    for row in (doc.get("points") or []) + (doc.get("cells") or []):
-        if not isinstance(row, dict):
+    rows = [row for key in ("points", "cells") if isinstance(doc.get(key), list) for row in doc[key]]
+    for row in rows:
+        if not isinstance(row, dict) or row.get("deviant"):
             continue
         n, agg = row.get("n", row.get("concurrency")), row.get("aggregate_tok_s")
-        if isinstance(n, int) and isinstance(agg, (int, float)):
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 1 and isinstance(agg, (int, float)) and 0 < agg < math.inf:
             samples.setdefault(n, []).append(float(agg))
     if not samples:
         raise UsageError(f"--run {path}: no aggregate tok/s per N found", "give a staircase or arms result")
-    return {n: statistics.median(v) for n, v in samples.items()}
+    notes = []
+    if doc.get("simulated"):
+        notes.append(f"--run {path} was measured on servecheck's SIMULATED server: its measured/ceiling says nothing about a real engine")
+    if doc.get("complete") is False:
+        notes.append(f"--run {path} is incomplete (interrupted): only the points it reached are compared")
+    return {n: statistics.median(v) for n, v in samples.items()}, notes
 
 
 # ---------------------------------------------------------------- rendering (doc -> lines)
@@ -343,12 +358,10 @@ def cmd(app: AppContext, model_path: Path | None, bytes_text: str | None, tok_s:
     """Utilization of measured memory bandwidth: tok/s x bytes per token / bandwidth, and the kill gate."""
     if (tok_s is None) == (url is None):
         raise UsageError("give --tok-s or --url, not both or neither", "e.g. --tok-s 97.83")
-    if tok_s is not None and tok_s <= 0:
-        raise UsageError("--tok-s must be positive", "e.g. --tok-s 97.83")
-    if target_tok_s is not None and target_tok_s <= 0:
-        raise UsageError("--target must be positive", "e.g. --target 125")
+    _check_positive(tok_s, "--tok-s", "97.83")
+    _check_positive(target_tok_s, "--target", "125")
     batches = parse_batches(batch_raw)
-    runs = load_run(run_path) if run_path else None
+    runs, run_notes = load_run(run_path) if run_path else (None, [])
     if runs and not batches:
         batches = sorted(runs)
     weights = resolve_weights(model_path, bytes_text, kind, resident, context, kv_type, experts_used)
@@ -358,7 +371,7 @@ def cmd(app: AppContext, model_path: Path | None, bytes_text: str | None, tok_s:
               "context": context, "kv_type": kv_type, "device": device}
     recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
     head = envelope("roofline", params, environment())
-    notes: list[str] = []
+    notes: list[str] = list(run_notes)
     try:
         recorder.start(head)
         measured: dict[str, Any] | None = None

@@ -192,7 +192,7 @@ def measure_cpu(
     progress: Progress | None = None,
 ) -> BandwidthResult:
     """Read bandwidth of CPU memory at each size, with the C kernel (or the numpy fallback)."""
-    threads = threads or default_threads()
+    threads = default_threads() if threads is None else threads
     if threads < 1:
         raise UsageError("--threads must be at least 1", "leave it out to use every core")
     if passes < 1:
@@ -260,7 +260,7 @@ def read_numpy(nbytes: int, huge: bool, threads: int, passes: int) -> list[float
                 mm.madvise(advice)
             except OSError:
                 pass
-        arr = np.frombuffer(mm, dtype=np.float64)
+        arr = np.frombuffer(mm, dtype=np.float64, count=nbytes // 8)  # a size need not be a multiple of 8
         bounds = [len(arr) * i // threads for i in range(threads + 1)]
         chunks = [arr[bounds[i] : bounds[i + 1]] for i in range(threads)]
         times = _run_numpy_threads(chunks, passes)
