@@ -96,6 +96,11 @@ def _pct(x: float | None) -> str:
     return f"{0.0 if abs(x) < 0.005 else x:+.0%}"  # no "-0%" for a change that rounds to nothing
 
 
+def _run_words(doc: dict[str, Any], drift: dict[str, Any]) -> str:
+    """With pooled runs, which one the drift line is about (the one that lost most)."""
+    return f" of run {drift.get('run', 0)}" if doc.get("pooled_from") else ""
+
+
 def _drift_words(loss: float) -> str:
     if abs(loss) < 0.0005:
         return "no loss"
@@ -168,7 +173,7 @@ def check_lines(doc: dict[str, Any]) -> list[str]:
     if drift:
         lines.append(
             f"drift: serial arm {drift['first_tok_s']:.1f} -> {drift['last_tok_s']:.1f} tok/s "
-            f"(first vs last {drift['reps_each']} rep(s)): {_drift_words(drift['loss'])}"
+            f"(first vs last {drift['reps_each']} rep(s){_run_words(doc, drift)}): {_drift_words(drift['loss'])}"
         )
     thermal = doc.get("thermal")
     if thermal:
