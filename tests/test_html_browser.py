@@ -46,13 +46,39 @@ def simulated_staircase(tmp_path: Path) -> dict[str, Any]:
     """A staircase run against the simulator in hostile mode: markup in the model name and the generated text."""
     sim = pytest.importorskip("servecheck.sim")
     out = tmp_path / "staircase.json"
-    with sim.sim_in_thread(sim.SimConfig(mode="serial", hostile=True)) as server:
+    with sim.sim_in_thread(sim.SimConfig(mode="serial", hostile=True, log_path=str(tmp_path / "sim.log"))) as server:
         with pytest.raises(SystemExit) as info:
             main_mod.main(["--quiet", "staircase", server.url, "--n", "1,2,4", "--tokens", "12", "--prompt-tokens", "8",
                            "--no-save", "--json", str(out)])
     assert info.value.code in (0, 3)
     doc: dict[str, Any] = json.loads(out.read_text())
     assert HOSTILE_SCRIPT in doc["server"]["model"]
+    return doc
+
+
+# The hostile simulator writes its markup into a load line that no built-in rule reads; a user rule
+# (the documented --rules extension) makes it a finding, so the simulator's own line reaches the report.
+MODEL_RULE = """
+[[rule]]
+id = "llamacpp.model_loaded"
+engine = "llamacpp"
+pattern = 'loading model'
+feature = "model_load"
+status = "confirmed"
+meaning = "the server named the model it loads"
+source = "servecheck test"
+verified = ""
+"""
+
+
+def simulated_log(tmp_path: Path) -> dict[str, Any]:
+    """`servecheck log` on the hostile simulator's own log (written by `simulated_staircase`)."""
+    rules, out = tmp_path / "rules.toml", tmp_path / "log.json"
+    rules.write_text(MODEL_RULE)
+    with pytest.raises(SystemExit):
+        main_mod.main(["--quiet", "log", str(tmp_path / "sim.log"), "--rules", str(rules), "--no-save", "--json", str(out)])
+    doc: dict[str, Any] = json.loads(out.read_text())
+    assert any(HOSTILE_SCRIPT in (f.get("line") or "") for f in doc["findings"])
     return doc
 
 
@@ -97,7 +123,8 @@ def open_report(path: Path, tmp_path: Path) -> dict[str, Any]:
 
 def test_report_renders_and_hostile_strings_stay_text(tmp_path: Path) -> None:
     staircase = simulated_staircase(tmp_path)
-    docs = [staircase, samples.arms(), samples.prefix_cache(working=True), samples.roofline(), hostile_log()]
+    docs = [staircase, samples.arms(), samples.prefix_cache(working=True), samples.roofline(), hostile_log(),
+            simulated_log(tmp_path)]
     report = tmp_path / "report.html"
     write_html(report, docs)
 
@@ -115,6 +142,7 @@ def test_report_renders_and_hostile_strings_stay_text(tmp_path: Path) -> None:
     text = seen["text"]
     assert HOSTILE_SCRIPT in text and HOSTILE_IMG in text  # shown as text: model name, generated text, log line
     assert f"WARNING: {HOSTILE_SCRIPT} continuous batching disabled {HOSTILE_IMG}" in text
+    assert f"loading model 'servecheck-sim-{HOSTILE_SCRIPT}{HOSTILE_IMG}'" in text  # the simulator's own log line
     generated = staircase["points"][0]["batches"][0]["requests"][0]["text"].strip()
     assert generated.startswith(HOSTILE_SCRIPT) and generated[:60] in text
     assert "SIMULATED" in text
