@@ -148,3 +148,23 @@ def test_numpy_reader_takes_a_size_that_is_not_a_multiple_of_eight() -> None:
 def test_small_sizes_print_in_mib(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["bandwidth", "--sizes", "32MiB", "--passes", "1", "--threads", "1", "--no-save"], capsys)
     assert code == 0 and "32.0 MiB" in out and "0.03 GiB" not in out
+
+
+def test_ctrl_c_keeps_the_sizes_already_measured(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fake reader with known pass times: 8 MiB completes, Ctrl-C arrives during 16 MiB."""
+    import servecheck.probe.bandwidth as bw
+
+    def reader(nbytes: int, huge: bool, threads: int, passes: int) -> list[float]:
+        if nbytes == 16 << 20:
+            raise KeyboardInterrupt
+        return [1.0, 0.004, 0.002][:passes]  # the first pass is the discarded warm-up
+
+    monkeypatch.setattr(bw, "_reader", lambda method, notes: (reader, "fake"))
+    out_json = tmp_path / "bw.json"
+    code, _, err = run(["bandwidth", "--sizes", "8,16MiB", "--passes", "2", "--no-save", "--json", str(out_json)], capsys)
+    assert code == 130 and "1 size(s) measured and kept" in err
+    doc = json.loads(out_json.read_text())
+    assert doc["complete"] is False
+    (point,) = doc["points"]
+    assert point["bytes"] == 8 << 20
+    assert point["gb_s"] == pytest.approx((8 << 20) / 0.002 / 1e9)

@@ -27,3 +27,22 @@ def test_roofline_url_measures_decode_rate(tmp_path: Path, capsys: pytest.Captur
     assert doc["simulated"] is True
     assert doc["utilization"][0] == pytest.approx(doc["tok_s"] * 1.0 / 400)
     assert "measured" in doc["tok_s_source"]
+
+
+def test_ctrl_c_during_the_probe_keeps_the_measured_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    import servecheck.cli.roofline as roofline_cli
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(roofline_cli, "resolve_bandwidth", interrupted)
+    out = tmp_path / "r.json"
+    with sim_in_thread(SimConfig(mode="serial", token_s=TOKEN_S, per_seq_s=0.0, prompt_token_s=0.0)) as sim:
+        with pytest.raises(SystemExit) as exc:
+            main(["roofline", "--bytes-per-token", "1GB", "--url", sim.url, "--tokens", "20", "--timeout", "30",
+                  "--no-save", "--json", str(out)])
+    assert exc.value.code == 130
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False and doc["tok_s"] > 0 and doc["measurement"]["tokens"] == 20
+    assert doc["simulated"] is True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -12,7 +13,7 @@ from servecheck.cli.common import Recorder, output_options
 from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
-from servecheck.probe import GIB, BandwidthResult, measure_bandwidth
+from servecheck.probe import GIB, BandwidthResult, ProbePoint, measure_bandwidth
 from servecheck.report.jsonout import envelope
 
 UNITS_LINE = "GB/s = 10^9 bytes per second; sizes in GiB = 2^30 bytes, MiB = 2^20 bytes"
@@ -50,8 +51,12 @@ def fmt_size(nbytes: int) -> str:
 
 
 def point_lines(result: BandwidthResult) -> list[str]:
+    return point_lines_of(result.points)
+
+
+def point_lines_of(points: Sequence[ProbePoint]) -> list[str]:
     lines = []
-    for p in result.points:
+    for p in points:
         line = f"{fmt_size(p.bytes):>10}  {p.gb_s:8.1f} GB/s  (median {p.low_gb_s:.1f})"
         four, huge = p.run("4k"), p.run("huge")
         if p.pages_differ and four and huge:
@@ -103,14 +108,22 @@ def cmd(
     params = {"sizes": planned, "threads": threads, "device": device, "passes": passes, "method": method}
     recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
     head = envelope("bandwidth", params, environment())
+    measured: list[ProbePoint] = []
+
+    def keep(point: ProbePoint) -> None:
+        measured.append(point)
+        recorder.partial({**head, "device": device, "points": [p.to_dict() for p in measured]})
+
     try:
         recorder.start({**head, "points": []})
-        result = measure_bandwidth(planned, device=device, threads=threads, passes=passes, method=method,
+        result = measure_bandwidth(planned, device=device, threads=threads, passes=passes, method=method, on_point=keep,
                                    progress=None if app.quiet else lambda s: app.err.print(f"probing {s}", style="dim", markup=False))
         recorder.finish({**head, **result.to_dict()})
     except KeyboardInterrupt:
         recorder.interrupted()
-        app.err.print("Interrupted.", markup=False)
+        app.err.print(f"Interrupted: {len(measured)} size(s) measured and kept.", markup=False)
+        for line in point_lines_of(measured):
+            app.err.print(line, markup=False, highlight=False)
         return 130
     finally:
         recorder.close()

@@ -382,6 +382,7 @@ def cmd(app: AppContext, model_path: Path | None, bytes_text: str | None, tok_s:
             tok_s, measured = asyncio.run(measure_tok_s(target, tokens, URL_PROMPT_TOKENS, 0))
             source = f"measured: one {measured['tokens']}-token stream at {url}, prefill excluded"
             head["simulated"] = bool(measured["server"].get("simulated"))
+            recorder.partial({**head, "tok_s": tok_s, "tok_s_source": source, "measurement": measured})
         bw = resolve_bandwidth(bandwidth_raw, weights.resident_bytes, device, threads, app)
         assert tok_s is not None
         doc = {**head, **analyse(weights, tok_s, bw, gate_threshold, ceiling, target_tok_s, batches, runs)}

@@ -10,6 +10,7 @@ from __future__ import annotations
 from servecheck.probe.bandwidth import (
     GIB,
     BandwidthResult,
+    OnPoint,
     ProbePoint,
     Progress,
     available_memory_bytes,
@@ -18,7 +19,7 @@ from servecheck.probe.bandwidth import (
 )
 from servecheck.errors import UsageError
 
-__all__ = ["GIB", "BandwidthResult", "ProbePoint", "measure_bandwidth", "plan_sizes"]
+__all__ = ["GIB", "BandwidthResult", "OnPoint", "ProbePoint", "measure_bandwidth", "plan_sizes"]
 
 DEVICES = ("cpu", "cuda", "mps")
 
@@ -31,6 +32,7 @@ def measure_bandwidth(
     passes: int = 5,
     method: str = "auto",
     progress: Progress | None = None,
+    on_point: OnPoint | None = None,
 ) -> BandwidthResult:
     """Probe at the given sizes (or the defaults that fit), skipped defaults noted in the result."""
     if device not in DEVICES:
@@ -38,9 +40,9 @@ def measure_bandwidth(
     if device != "cpu":
         from servecheck.probe.gpu import measure_gpu
 
-        return measure_gpu(device, sizes, passes=passes, progress=progress)
+        return measure_gpu(device, sizes, passes=passes, progress=progress, on_point=on_point)
     plan, skipped = plan_sizes(sizes, available_memory_bytes())
-    result = measure_cpu(plan, threads=threads, passes=passes, method=method, progress=progress)
+    result = measure_cpu(plan, threads=threads, passes=passes, method=method, progress=progress, on_point=on_point)
     if skipped:
         from dataclasses import replace
 

@@ -33,6 +33,7 @@ PAGE_DIFF_REPORT = 0.05
 MIN_SIZE = 1 << 20
 
 Progress = Callable[[str], None]
+OnPoint = Callable[["ProbePoint"], None]  # called after each size, so an interrupted probe keeps what it measured
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +191,7 @@ def measure_cpu(
     page_modes: tuple[str, ...] | None = None,
     method: str = "auto",
     progress: Progress | None = None,
+    on_point: OnPoint | None = None,
 ) -> BandwidthResult:
     """Read bandwidth of CPU memory at each size, with the C kernel (or the numpy fallback)."""
     threads = default_threads() if threads is None else threads
@@ -210,6 +212,8 @@ def measure_cpu(
                 progress(f"{size / GIB:.2f} GiB, {pages} pages, {threads} threads")
             runs.append(_page_run(pages, size, reader(size, pages == "huge", threads, passes + 1)))
         points.append(ProbePoint(size, tuple(runs)))
+        if on_point:
+            on_point(points[-1])
     return BandwidthResult("cpu", used, threads, passes, tuple(points), notes=tuple(notes))
 
 

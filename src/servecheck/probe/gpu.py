@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from servecheck.errors import ProbeError, UsageError
-from servecheck.probe.bandwidth import GIB, MAX_MEMORY_FRACTION, BandwidthResult, ProbePoint, _page_run
+from servecheck.probe.bandwidth import GIB, MAX_MEMORY_FRACTION, BandwidthResult, OnPoint, ProbePoint, _page_run
 
 GPU_DEFAULT_SIZES: tuple[int, ...] = (1 * GIB, 4 * GIB, 8 * GIB, 16 * GIB)
 
@@ -39,7 +39,12 @@ def _sync(torch: Any, device: str) -> Callable[[], None]:
 
 
 def measure_gpu(
-    device: str, sizes: list[int] | None, *, passes: int = 5, progress: Callable[[str], None] | None = None
+    device: str,
+    sizes: list[int] | None,
+    *,
+    passes: int = 5,
+    progress: Callable[[str], None] | None = None,
+    on_point: OnPoint | None = None,
 ) -> BandwidthResult:
     torch = _torch()
     available = {"cuda": torch.cuda.is_available(), "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
@@ -65,6 +70,8 @@ def measure_gpu(
         if progress:
             progress(f"{size / GIB:.2f} GiB on {device}")
         points.append(ProbePoint(size, (_page_run("device", size, _time_sum(torch, device, size, passes + 1, sync)),)))
+        if on_point:
+            on_point(points[-1])
     name = torch.cuda.get_device_name() if device == "cuda" else "Apple GPU"
     return BandwidthResult(device, f"torch {torch.__version__} x.sum() on {name}", 0, passes, tuple(points), tuple(skipped))
 
