@@ -181,3 +181,18 @@ def test_serve_owns_the_simulator_and_audits_its_log(tmp_path: Path) -> None:
     assert info.value.code == exitcodes.INVALID  # batched, but the server refused a feature at start-up
     ensure_port_free("127.0.0.1", port)
     assert live_pids() == []
+
+
+@pytest.mark.parametrize(("tokens", "code"), [("240", exitcodes.USAGE), ("200", exitcodes.OK)])
+def test_output_beyond_the_context_is_refused_before_any_request(tmp_path, capsys, tokens, code):
+    """A 256-token context holds a 32-token prompt and 200 tokens, not 240: refused up front, one line."""
+    config = SimConfig(mode="batched", n_ctx=256, token_s=0.002, per_seq_s=0.0, prompt_token_s=0.0)
+    with sim_in_thread(config) as sim:
+        argv = ["staircase", sim.url, "--n", "1,2", "--tokens", tokens, "--prompt-tokens", "32", "--no-save"]
+        with pytest.raises(SystemExit) as info:
+            main_mod.main(argv)
+    assert info.value.code == code
+    err = capsys.readouterr().err
+    if code == exitcodes.USAGE:
+        assert "exceed the server's context of 256 tokens per request" in err and "Traceback" not in err
+        assert "detected" not in err  # refused before the warm-up and before any history row

@@ -109,6 +109,20 @@ def plan_ns(ns: Sequence[int]) -> tuple[tuple[int, ...], tuple[str, ...]]:
     return planned, notes
 
 
+def check_context(server: ServerInfo, prompt_tokens: int, tokens: int) -> None:
+    """Refuse, before any request, a prompt + output that the server's context per request cannot hold.
+
+    Not on Ollama: its num_ctx is a window it shifts, not a limit it enforces.
+    """
+    n_ctx = server.n_ctx_per_request
+    if n_ctx is not None and server.engine != "ollama" and prompt_tokens + tokens > n_ctx:
+        raise UsageError(
+            f"--prompt-tokens {prompt_tokens} + --tokens {tokens} exceed the server's context of {n_ctx} tokens "
+            "per request",
+            "lower --tokens, or give the server more context per slot (llama-server: -c = slots x context)",
+        )
+
+
 async def _make(
     factory: RequestFactory | None, driver: Any, n: int, prompt_tokens: int, tokens: int, rng: random.Random
 ) -> list[GenRequest]:
@@ -155,6 +169,7 @@ async def run_staircase(
         raise UsageError("--tokens, --prompt-tokens and --reps must be >= 1", "for example --tokens 512 --reps 3")
     planned, notes = plan_ns(ns)
     server = await driver.detect()
+    check_context(server, prompt_tokens, tokens)
     if on_server is not None:
         on_server(server)
     result = StaircaseResult(server, planned, tokens, prompt_tokens, reps, notes=notes)
