@@ -47,6 +47,7 @@ class PrefixSend:
     prompt_tokens: int | None  # the prompt's length in tokens (ours, measured with the server's tokenizer)
     cached_tokens: int | None
     cached_source: str | None  # "timings.cache_n / usage", "/metrics vllm:prefix_cache_hits_total", ...
+    counter_deltas: tuple[tuple[str, float], ...] = ()  # every /metrics cache counter's change over the send
 
     @property
     def ttft_s(self) -> float | None:
@@ -63,6 +64,7 @@ class PrefixSend:
             "ttft_s": self.ttft_s,
             "cached_tokens": self.cached_tokens,
             "cached_source": self.cached_source,
+            "counter_deltas": dict(self.counter_deltas),
             "prompt_tokens": self.prompt_tokens,
             "server_prompt_tokens": None if server is None else server.prompt_tokens,
             "server_prompt_s": None if server is None else server.prompt_s,
@@ -271,7 +273,8 @@ async def _send(driver: LoadDriver, info: ServerInfo, kind: SendKind, req: GenRe
     record = await driver.generate(req)
     after = await _counters(driver, info) if before else {}
     cached, source = _cached(record, before, after)
-    return PrefixSend(kind, record, req.prompt_tokens or record.prompt_tokens, cached, source)
+    deltas = tuple((name, after[name] - before[name]) for name in sorted(before) if name in after)
+    return PrefixSend(kind, record, req.prompt_tokens or record.prompt_tokens, cached, source, deltas)
 
 
 def _cached(record: RequestRecord, before: dict[str, float], after: dict[str, float]) -> tuple[int | None, str | None]:
