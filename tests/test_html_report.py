@@ -309,3 +309,18 @@ def test_a_small_bar_value_is_not_printed_as_zero() -> None:
     doc["sends"][1]["ttft_s"] = 0.004
     page, _ = parse([doc])
     assert re.findall(r'<text class="value"[^>]*>([^<]*)</text>', page) == ["6.8", "0.004", "0.19", "6.79"]
+
+
+def test_serve_log_audit_is_shown_with_its_refusals() -> None:
+    doc = samples.staircase(serial=True)
+    doc["log_audit"] = {"command": "llama-server -np 4", "log_path": "/tmp/server.log", "error": None,
+                        "findings": [{"feature": "parallel_slots", "status": "refused", "line": "n_slots = 1 <x>"}],
+                        "lines": [], "refused": ["parallel_slots"]}
+    page, c = parse([doc])
+    text = "".join(c.text)
+    assert "Server log audit" in text and "/tmp/server.log" in text
+    assert "n_slots = 1 <x>" in text and c.count("span", "status-refused") == 1
+    doc["log_audit"] = {"command": "x", "log_path": "/tmp/server.log", "error": "cannot read it"}
+    assert "The log could not be audited: cannot read it" in "".join(parse([doc])[1].text)
+    doc["log_audit"] = None
+    assert "Server log audit" not in parse([doc])[0]

@@ -106,6 +106,7 @@ def render_doc(doc: dict[str, Any], index: int = 0) -> str:
         _meta_line(doc),
         _banners(doc),
         body,
+        _serve_log_audit(doc),
         _warnings(doc),
         _environment(doc),
         "</section>",
@@ -140,6 +141,18 @@ def _banners(doc: dict[str, Any]) -> str:
     if doc.get("valid") is False:
         out.append('<div class="banner invalid">INVALID: the run completed but failed a validity check (see the warnings).</div>')
     return "\n".join(out)
+
+
+def _serve_log_audit(doc: dict[str, Any]) -> str:
+    """With --serve, servecheck audited the server's log: a refused feature there made the run exit 3."""
+    audit = as_dict(doc.get("log_audit"))
+    if fields.command(doc) == "demo" or not audit:
+        return ""
+    head = f"<h3>Server log audit</h3><p class=\"key\">{esc(as_str(audit.get('log_path')) or '')}</p>"
+    error = as_str(audit.get("error"))
+    if error:
+        return head + f'<p class="warn">The log could not be audited: {esc(error)}</p>'
+    return head + _log_section(audit) if as_list(audit.get("findings")) else ""
 
 
 def _warnings(doc: dict[str, Any]) -> str:
