@@ -517,3 +517,22 @@ async def test_loading_server_says_so(serve: Starter) -> None:
 def test_header_values_stay_out_of_target_repr() -> None:
     t = target("http://x", api_key=SECRET, headers=(("Authorization", f"Bearer {SECRET}"),))
     assert SECRET not in repr(t) and SECRET not in str(t.public_dict())
+
+
+async def test_simulator_model_name_marks_the_result_simulated_without_the_header(serve: Starter) -> None:
+    """A proxy may drop X-Servecheck-Simulated; the simulator's model name still gives it away."""
+    app = web.Application()
+
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "servecheck-sim", "owned_by": "proxy"}]})
+
+    app.router.add_get("/v1/models", models)
+    url = await serve(app)
+    async with LoadDriver(target(url)) as driver:
+        info = await driver.detect()
+    assert info.simulated is True and info.model == "servecheck-sim"
+    assert "SIMULATED" in info.notes[0]
+    from servecheck.load.detect import SIM_MODEL_PREFIX
+    from servecheck.sim.config import MODEL_PREFIX
+
+    assert SIM_MODEL_PREFIX == MODEL_PREFIX

@@ -16,6 +16,9 @@ from servecheck.model.records import ServerInfo
 if TYPE_CHECKING:
     from servecheck.load.driver import LoadDriver
 
+# Every model servecheck's simulator serves starts with this (sim.config.MODEL_PREFIX; load/ does
+# not import sim/): a simulated result stays marked even behind a proxy that drops its header.
+SIM_MODEL_PREFIX = "servecheck-sim"
 # /v1/models `owned_by` values that name the engine behind an OpenAI-compatible API.
 _OWNERS = {"servecheck-sim": "simulator", "llamacpp": "llama.cpp", "vllm": "vllm", "sglang": "sglang", "library": "ollama", "ollama": "ollama"}
 
@@ -126,7 +129,7 @@ async def server_info(
 ) -> ServerInfo:
     props = found.props if found is not None else {}
     engine = found.engine if found is not None else None
-    simulated = saw_simulated or engine == "simulator"
+    simulated = saw_simulated or engine == "simulator" or any(m.startswith(SIM_MODEL_PREFIX) for m in (model or "", *models))
     n_ctx = await _n_ctx(driver, found, model)
     slots = props.get("total_slots") if isinstance(props.get("total_slots"), int) else None
     return ServerInfo(
