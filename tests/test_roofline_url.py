@@ -46,3 +46,25 @@ def test_ctrl_c_during_the_probe_keeps_the_measured_rate(tmp_path: Path, capsys:
     doc = json.loads(out.read_text())
     assert doc["complete"] is False and doc["tok_s"] > 0 and doc["measurement"]["tokens"] == 20
     assert doc["simulated"] is True
+
+
+def test_url_with_a_model_counts_the_kv_cache_at_the_streams_mean_context(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from test_audit_fixtures import write_gguf
+    from test_audit_gguf import EMBD, LAYERS, MOE_KV, moe_tensors
+
+    from servecheck.audit import audit_model
+
+    model = write_gguf(tmp_path / "moe.gguf", "qwen2moe", MOE_KV, moe_tensors())
+    out = tmp_path / "r.json"
+    with sim_in_thread(SimConfig(mode="serial", token_s=TOKEN_S, per_seq_s=0.0, prompt_token_s=0.0)) as sim:
+        with pytest.raises(SystemExit) as exc:
+            main(["roofline", str(model), "--url", sim.url, "--tokens", "20", "--bandwidth", "400", "--timeout", "30",
+                  "--no-save", "--json", str(out)])
+    assert exc.value.code == 0
+    doc = json.loads(out.read_text())
+    context = 32 + 20 // 2  # prompt tokens + half the decoded tokens
+    head_dim = EMBD // 4
+    kv = (context + 1) * LAYERS * 1 * (head_dim + head_dim) * 2
+    assert doc["audit"]["kv_bytes_per_token"] == kv
+    assert doc["bytes_per_token"] == audit_model(model).bytes_per_token + kv
+    assert any(f"{context} tokens" in n for n in doc["notes"])

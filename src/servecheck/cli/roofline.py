@@ -364,6 +364,10 @@ def cmd(app: AppContext, model_path: Path | None, bytes_text: str | None, tok_s:
     runs, run_notes = load_run(run_path) if run_path else (None, [])
     if runs and not batches:
         batches = sorted(runs)
+    if url is not None and model_path is not None and context is None:
+        # the measuring stream reads its KV cache at every step: count it at the stream's mean depth
+        context = URL_PROMPT_TOKENS + tokens // 2
+        run_notes.append(f"KV cache counted at {context} tokens, the measuring stream's mean context (--context to change)")
     weights = resolve_weights(model_path, bytes_text, kind, resident, context, kv_type, experts_used)
     ceiling = parse_fraction(ceiling_raw, "--ceiling") if ceiling_raw else rl.TYPICAL_CEILING[weights.kind]
     params = {"model": None if model_path is None else str(model_path), "bytes_per_token": bytes_text, "tok_s": tok_s, "url": url,
