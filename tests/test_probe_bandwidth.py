@@ -168,3 +168,30 @@ def test_ctrl_c_keeps_the_sizes_already_measured(tmp_path: Path, capsys: pytest.
     (point,) = doc["points"]
     assert point["bytes"] == 8 << 20
     assert point["gb_s"] == pytest.approx((8 << 20) / 0.002 / 1e9)
+
+
+def _cache_dir(root: Path, entries: list[tuple[int, str, str]]) -> Path:
+    for i, (level, kind, size) in enumerate(entries):
+        d = root / f"index{i}"
+        d.mkdir(parents=True)
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    return root
+
+
+def test_last_level_cache_read_from_sysfs(tmp_path: Path) -> None:
+    from servecheck.probe.bandwidth import last_level_cache_bytes
+
+    root = _cache_dir(tmp_path / "cache", [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"), (3, "Unified", "32768K")])
+    assert last_level_cache_bytes(root) == 32 << 20
+    assert last_level_cache_bytes(tmp_path / "absent") is None
+
+
+def test_sizes_near_the_cache_are_flagged() -> None:
+    from servecheck.probe.bandwidth import cache_note
+
+    note = cache_note([64 << 20, 1 << 30], 32 << 20)
+    assert note is not None and "64 MiB" in note and "1024 MiB" not in note and "32 MiB" in note
+    assert cache_note([1 << 30], 32 << 20) is None
+    assert cache_note([64 << 20], None) is None

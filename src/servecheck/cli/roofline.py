@@ -394,6 +394,7 @@ def cmd(app: AppContext, model_path: Path | None, bytes_text: str | None, tok_s:
         doc["measurement"] = measured
         doc["probe"] = None if bw.probe is None else bw.probe.to_dict()
         doc["audit"] = None if weights.audit is None else _audit_summary(weights.audit)
+        notes += [f"probe: {n}" for n in (bw.probe.notes if bw.probe else ())]
         notes += _sanity_notes(doc, weights)
         doc["notes"] = notes
         doc = recorder.finish(doc)

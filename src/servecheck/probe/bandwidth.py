@@ -31,6 +31,9 @@ DEFAULT_PASSES = 5  # timed passes per size, after one discarded warm-up pass
 # 4 KiB and huge-page figures closer than this are reported as one.
 PAGE_DIFF_REPORT = 0.05
 MIN_SIZE = 1 << 20
+# Below this multiple of the last-level cache a read stream is partly served from cache
+# (reference/roofline.md: working sets of at least 4x the LLC measure DRAM).
+CACHE_MULTIPLE = 4
 
 Progress = Callable[[str], None]
 OnPoint = Callable[["ProbePoint"], None]  # called after each size, so an interrupted probe keeps what it measured
@@ -156,6 +159,35 @@ def plan_sizes(requested: list[int] | None, available: int | None) -> tuple[list
     return keep, skipped
 
 
+def last_level_cache_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
+    """Size of cpu0's highest-level data or unified cache, from sysfs; None where sysfs does not say."""
+    best: tuple[int, int] | None = None
+    for index in root.glob("index*"):
+        try:
+            level = int((index / "level").read_text())
+            kind = (index / "type").read_text().strip()
+            size = _sysfs_size((index / "size").read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if kind != "Instruction" and (best is None or level > best[0]):
+            best = (level, size)
+    return None if best is None else best[1]
+
+
+def _sysfs_size(text: str) -> int:
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+    return int(text.rstrip("KMGkmg")) * scale
+
+
+def cache_note(sizes: list[int], llc: int | None) -> str | None:
+    small = [s for s in sizes if llc and s < CACHE_MULTIPLE * llc]
+    if not small or not llc:
+        return None
+    shown = ", ".join(f"{s / (1 << 20):.0f} MiB" for s in small)
+    return (f"{shown} under {CACHE_MULTIPLE}x the last-level cache ({llc / (1 << 20):.0f} MiB): "
+            "partly served from cache, so above what DRAM delivers")
+
+
 def default_threads() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -204,6 +236,9 @@ def measure_cpu(
     if "huge" not in modes and page_modes is None:
         notes.append("transparent huge pages are disabled: 4 KiB pages only")
     reader, used = _reader(method, notes)
+    note = cache_note(sizes, last_level_cache_bytes())
+    if note:
+        notes.append(note)
     points = []
     for size in sizes:
         runs = []
