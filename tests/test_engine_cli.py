@@ -120,3 +120,43 @@ def test_demo_table_and_json_shape() -> None:
     assert doc["command"] == "demo" and doc["as_expected"] is True
     assert doc["verdicts"] == {"parallel_1": "staircase", "parallel_4": "cluster"}
     assert [r["parallel"] for r in doc["runs"]] == [1, 4]
+
+
+def test_verdict_cell_says_why_a_right_verdict_does_not_count() -> None:
+    assert demo.verdict_cell(_run(1, "staircase", _doc("staircase", (1, 1, 1)))) == "staircase (as expected)"
+    invalid = _run(1, "staircase", _doc("staircase", (1, 1, 1), valid=False))
+    assert demo.verdict_cell(invalid) == "staircase (as expected, but the run is invalid)"
+    wrong = _run(4, "cluster", _doc("partial", (1, 1, 1), valid=False))
+    assert demo.verdict_cell(wrong) == "partial (EXPECTED cluster, run invalid)"
+    partial = _run(4, "cluster", {**_doc("cluster", (1, 2, 3)), "complete": False})
+    assert demo.verdict_cell(partial) == "cluster (as expected, interrupted)"
+
+
+def test_ctrl_c_in_the_demo_saves_what_was_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C during the second server's run: exit 130, the JSON holds the first run and the
+    second one's points so far, marked incomplete."""
+    import json
+
+    from servecheck.cli import main as main_mod
+
+    engine = LocalEngine(EngineBinary(Path("/x/llama-server"), "1 (abc)", "cache"), Path("/m/tiny.gguf"), "tiny")
+    monkeypatch.setattr(demo, "provision_local", lambda *a, **k: engine)
+    monkeypatch.setenv("SERVECHECK_CACHE_DIR", str(tmp_path / "cache"))
+
+    def fake_run_one(engine, parallel, expected, *, on_snapshot=None, **kw):  # type: ignore[no-untyped-def]
+        if parallel == 1:
+            return _run(1, "staircase", _doc("staircase", (250, 250, 251)))
+        on_snapshot(_run(4, "cluster", {**_doc("cluster", (250, 400, 520)), "complete": False}))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "run_one", fake_run_one)
+    path = tmp_path / "demo.json"
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(["demo", "--json", str(path), "--no-save"])
+    assert info.value.code == 130
+    doc = json.loads(path.read_text())
+    assert doc["complete"] is False and doc["as_expected"] is False
+    assert [(r["parallel"], r["verdict"]) for r in doc["runs"]] == [(1, "staircase"), (4, "cluster")]
+    out = capsys.readouterr()
+    assert "INCOMPLETE" in out.out and "cluster (as expected, interrupted)" in out.out
+    assert "lesson" not in out.out

@@ -45,6 +45,7 @@ DEFAULT_PROMPT_TOKENS = 32
 # until it agrees would prove nothing).
 MAX_ATTEMPTS = 2
 FIRST_TOKEN_TIMEOUT_S = 120.0
+EXIT_INTERRUPTED = 130
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class DemoRun:
 
     @property
     def as_expected(self) -> bool:
-        return bool(self.doc["verdict"] == self.expected and self.doc["valid"])
+        return bool(self.doc["verdict"] == self.expected and self.doc["valid"] and self.doc.get("complete", True))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,9 +104,12 @@ def _point_printer(parallel: int, say: Say) -> Callable[[Any], None]:
 
 def run_one(
     engine: LocalEngine, parallel: int, expected: str, *, tokens: int, prompt_tokens: int, threads: int,
-    log_dir: Path, say: Say,
+    log_dir: Path, say: Say, on_snapshot: Callable[[DemoRun], None] | None = None,
 ) -> DemoRun:
-    """Start llama-server with `parallel` slots, run the staircase test (retried once if inconclusive), stop it."""
+    """Start llama-server with `parallel` slots, run the staircase test (retried once if inconclusive), stop it.
+
+    `on_snapshot` gets the run as measured so far after every point, so a Ctrl-C loses nothing.
+    """
     log_path = log_dir / f"demo-np{parallel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
     server = LlamaServer(
         engine.binary, engine.model_path, parallel=parallel, threads=threads,
@@ -115,8 +119,15 @@ def run_one(
         say(f"llama-server --parallel {parallel} up at {url} (pid {server.pid}); running the staircase test")
         assert server.server is not None
         command, pid = tuple(server.server.cmd), server.pid
+        printer = _point_printer(parallel, say)
+
+        def on_point(result: Any) -> None:
+            printer(result)
+            if on_snapshot is not None:
+                on_snapshot(DemoRun(parallel, expected, result.to_doc(), attempt, command, pid, log_path, None))
+
         for attempt in range(1, MAX_ATTEMPTS + 1):
-            result = asyncio.run(_staircase(url, tokens, prompt_tokens, attempt, _point_printer(parallel, say)))
+            result = asyncio.run(_staircase(url, tokens, prompt_tokens, attempt, on_point))
             doc = result.to_doc()
             if doc["verdict"] != "inconclusive" or attempt == MAX_ATTEMPTS:
                 break
@@ -148,9 +159,13 @@ def cell_for_point(point: dict[str, Any]) -> str:
 
 
 def verdict_cell(run: DemoRun) -> str:
-    mark = "as expected" if run.as_expected else f"EXPECTED {run.expected}"
-    valid = "" if run.doc["valid"] else ", run invalid"
-    return f"{run.doc['verdict']} ({mark}{valid})"
+    right = run.doc["verdict"] == run.expected
+    mark = "as expected" if right else f"EXPECTED {run.expected}"
+    if not run.doc["valid"]:
+        mark += ", but the run is invalid" if right else ", run invalid"
+    if not run.doc.get("complete", True):
+        mark += ", interrupted"
+    return f"{run.doc['verdict']} ({mark})"
 
 
 def trend_cell(run: DemoRun) -> str:
@@ -245,24 +260,36 @@ def cmd(
     engine = provision_local(llama_server, model, cache=cache, progress=say)
     threads = threads or default_threads()
     prompt_tokens = DEFAULT_PROMPT_TOKENS
-    runs = [
-        run_one(engine, p, expected, tokens=tokens, prompt_tokens=prompt_tokens, threads=threads,
-                log_dir=cache.dir("logs"), say=say)
-        for p, expected in EXPECTED
-    ]
-    ok = all(r.as_expected for r in runs)
+    measured: dict[int, DemoRun] = {}  # by --parallel: finished runs and the latest snapshot of the one running
+
+    def keep(run: DemoRun) -> None:
+        measured[run.parallel] = run
+
+    complete = False
+    try:
+        for p, expected in EXPECTED:
+            keep(run_one(engine, p, expected, tokens=tokens, prompt_tokens=prompt_tokens, threads=threads,
+                         log_dir=cache.dir("logs"), say=say, on_snapshot=keep))
+        complete = True
+    except KeyboardInterrupt:
+        say("Interrupted: the servers are stopped; saving what was measured (complete: false)")
+    runs = list(measured.values())
     recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
     doc = demo_doc(engine, runs, tokens=tokens, prompt_tokens=prompt_tokens, threads=threads)
     try:
         recorder.start(doc)
-        recorder.finish(doc)
+        recorder.finish(doc, complete=complete)
     finally:
         recorder.close()
     out = app.err if json_path == "-" else app.out
     out.print(header_line(engine, tokens, prompt_tokens, threads), markup=False, highlight=False, soft_wrap=True)
-    out.print(comparison_table(runs))
+    if runs:
+        out.print(comparison_table(runs))
+    if not complete:
+        out.print("INCOMPLETE: interrupted; the table holds what was measured", markup=False, style="bold yellow")
+        return EXIT_INTERRUPTED
     out.print(lesson(runs), markup=False, highlight=False, soft_wrap=True)
-    return exitcodes.OK if ok else exitcodes.INVALID
+    return exitcodes.OK if all(r.as_expected for r in runs) else exitcodes.INVALID
 
 
 def demo_doc(engine: LocalEngine, runs: list[DemoRun], *, tokens: int, prompt_tokens: int, threads: int) -> dict[str, Any]:
