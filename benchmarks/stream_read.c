@@ -22,6 +22,7 @@ int main(int argc, char **argv) {
     if (argc < 2) { fprintf(stderr, "usage: %s BYTES [NTIMES]\n", argv[0]); return 2; }
     size_t bytes = strtoull(argv[1], NULL, 10);
     int ntimes = argc > 2 ? atoi(argv[2]) : 10;
+    if (ntimes < 2) ntimes = 2; /* pass 0 is the warm-up: at least one timed pass must follow */
     int huge = argc > 3 && strcmp(argv[3], "huge") == 0;
     size_t n = bytes / sizeof(double);
     size_t align = (size_t)2 << 20;

@@ -199,3 +199,10 @@ def test_sliding_window_without_pattern_counts_full_context_and_says_so(tmp_path
     result = audit_model(path, AuditOptions(context=1000))
     assert result.kv is not None and result.kv.bytes_per_token == 1001 * LAYERS * 2 * (EMBD // 4) * 2
     assert result.kv.note is not None and "not applied" in result.kv.note
+
+
+def test_experts_used_on_a_dense_model_is_named_as_ignored(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "dense.gguf", "llama", DENSE_KV, dense_tensors(tied=False))
+    result = audit_model(path, AuditOptions(experts_used=4))
+    assert result.experts is None
+    assert any("--experts-used 4 ignored" in n for n in result.notes)

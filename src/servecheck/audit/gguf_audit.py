@@ -132,6 +132,8 @@ def _run_layers(m: _Meta, tensors: list[GGUFTensorInfo], notes: list[str]) -> in
 def _experts(m: _Meta, tensors: list[GGUFTensorInfo], options: AuditOptions, notes: list[str]) -> Experts | None:
     routed = [t for t in tensors if C.classify_gguf(t.name) == C.ROUTED]
     if not routed:
+        if options.experts_used is not None:
+            notes.append(f"--experts-used {options.experts_used} ignored: the model has no routed experts")
         return None
     count, count_src = m.int("expert_count"), m.key("expert_count")
     if count is None:

@@ -210,6 +210,8 @@ def _int(config: dict[str, Any], keys: tuple[str, ...]) -> tuple[int | None, str
 
 def _experts(config: dict[str, Any], tensors: list[STensor], options: AuditOptions, notes: list[str]) -> Experts | None:
     if not any(C.classify_hf(t.name) == C.ROUTED for t in tensors):
+        if options.experts_used is not None:
+            notes.append(f"--experts-used {options.experts_used} ignored: the model has no routed experts")
         return None
     count, ck = _int(config, _E_KEYS)
     used, uk = _int(config, _K_KEYS)

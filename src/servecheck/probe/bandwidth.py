@@ -313,29 +313,32 @@ def read_numpy(nbytes: int, huge: bool, threads: int, passes: int) -> list[float
 
 
 def _run_numpy_threads(chunks: list[Any], passes: int) -> list[float]:
+    """Seconds per pass, from the first thread that started reading to the last that finished (each
+    thread stamps its own, so a timekeeper that wakes late cannot shorten a pass)."""
     import numpy as np
 
     start = threading.Barrier(len(chunks) + 1)
     end = threading.Barrier(len(chunks) + 1)
     sink = [0.0] * len(chunks)
+    starts = [[0.0] * len(chunks) for _ in range(passes)]
+    ends = [[0.0] * len(chunks) for _ in range(passes)]
 
     def work(i: int) -> None:
         chunk = chunks[i]
         chunk.fill(1.0)  # first touch by the reading thread: normal non-zero floats
-        for _ in range(passes):
+        for p in range(passes):
             start.wait()
+            starts[p][i] = time.perf_counter()
             sink[i] += float(np.add.reduce(chunk))
+            ends[p][i] = time.perf_counter()
             end.wait()
 
     workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(chunks))]
     for w in workers:
         w.start()
-    times = []
     for _ in range(passes):
         start.wait()
-        t0 = time.perf_counter()
         end.wait()
-        times.append(time.perf_counter() - t0)
     for w in workers:
         w.join()
-    return times
+    return [max(ends[p]) - min(starts[p]) for p in range(passes)]

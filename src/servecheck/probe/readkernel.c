@@ -4,7 +4,11 @@
  * sc_read fills the buffer with normal non-zero doubles from nthreads threads (each its own chunk, so
  * pages land on the reading thread's node and never map to the shared zero page), then runs `passes`
  * timed read passes, every thread summing its chunk as 64-bit integers (vectorises without -ffast-math;
- * the bits are those of the doubles). times_out[p] gets the wall time of pass p in seconds.
+ * the bits are those of the doubles). times_out[p] gets the wall time of pass p in seconds: from the
+ * first thread that started reading to the last that finished. Every thread stamps its own start and
+ * end, because one timekeeper descheduled between the barrier and its clock read (a loaded machine,
+ * more threads than free cores) would start the clock after the others had begun and report a pass
+ * shorter than it was, which best-of-N then picks.
  *
  * No worker touches the barrier before every worker exists: the barrier counts nthreads arrivals, so
  * a thread that fails to start (thread or memory limit) would leave the others waiting on it forever.
@@ -24,7 +28,8 @@ typedef struct {
     int nthreads;
     int passes;
     double *times;
-    double t0;
+    double *starts; /* [pass * nthreads + id] */
+    double *ends;
     pthread_barrier_t bar;
     pthread_mutex_t gate_mu;
     pthread_cond_t gate_cv;
@@ -80,11 +85,12 @@ static void *worker(void *vp) {
     for (size_t i = lo; i < hi; i++) d[i] = 1.0 + (double)(i & 7) * 0.125;
     uint64_t s = 0;
     for (int p = 0; p < c->passes; p++) {
+        size_t slot = (size_t)p * (size_t)c->nthreads + (size_t)a->id;
         pthread_barrier_wait(&c->bar);
-        if (a->id == 0) c->t0 = now_s();
+        c->starts[slot] = now_s();
         s += sum_range(c->buf + lo, hi - lo);
+        c->ends[slot] = now_s();
         pthread_barrier_wait(&c->bar);
-        if (a->id == 0) c->times[p] = now_s() - c->t0;
     }
     c->sink[a->id & 255] = s;
     return NULL;
@@ -109,7 +115,11 @@ int sc_read(void *buf, size_t nbytes, int nthreads, int passes, double *times_ou
     ctx_t *c = (ctx_t *)calloc(1, sizeof(ctx_t));
     pthread_t *th = (pthread_t *)calloc((size_t)nthreads, sizeof(pthread_t));
     arg_t *args = (arg_t *)calloc((size_t)nthreads, sizeof(arg_t));
-    if (!c || !th || !args) { free(c); free(th); free(args); return -1; }
+    double *starts = (double *)calloc((size_t)nthreads * (size_t)passes, sizeof(double));
+    double *ends = (double *)calloc((size_t)nthreads * (size_t)passes, sizeof(double));
+    if (!c || !th || !args || !starts || !ends) { free(c); free(th); free(args); free(starts); free(ends); return -1; }
+    c->starts = starts;
+    c->ends = ends;
     c->buf = (uint64_t *)buf;
     c->n = nbytes / sizeof(uint64_t);
     c->nthreads = nthreads;
@@ -127,9 +137,18 @@ int sc_read(void *buf, size_t nbytes, int nthreads, int passes, double *times_ou
     }
     open_gate(c, rc == 0 ? 1 : -1);
     for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    for (int p = 0; rc == 0 && p < passes; p++) {
+        double first = starts[(size_t)p * (size_t)nthreads], last = ends[(size_t)p * (size_t)nthreads];
+        for (int i = 1; i < nthreads; i++) {
+            size_t slot = (size_t)p * (size_t)nthreads + (size_t)i;
+            if (starts[slot] < first) first = starts[slot];
+            if (ends[slot] > last) last = ends[slot];
+        }
+        times_out[p] = last - first;
+    }
     if (barrier_ok) pthread_barrier_destroy(&c->bar);
     pthread_cond_destroy(&c->gate_cv);
     pthread_mutex_destroy(&c->gate_mu);
-    free(th); free(args); free(c);
+    free(th); free(args); free(starts); free(ends); free(c);
     return rc;
 }
