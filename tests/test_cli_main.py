@@ -67,3 +67,21 @@ def test_console_script_runs() -> None:
         [sys.executable, "-m", "servecheck", "--help"], capture_output=True, text=True, timeout=60, check=True
     )
     assert "Exit codes" in out.stdout
+
+
+@pytest.mark.parametrize(("no_color", "escapes"), [(False, True), (True, False)])
+def test_no_color_writes_plain_text_on_a_terminal(monkeypatch: pytest.MonkeyPatch, no_color: bool, escapes: bool) -> None:
+    """--no-color promises plain text: not only no colours but no bold or dim escape codes either."""
+    import io
+
+    from rich.text import Text
+
+    from servecheck.cli.context import AppContext
+
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich then treats the consoles as terminals
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    app = AppContext.create(no_color=no_color)
+    for console in (app.out, app.err):
+        console.file = io.StringIO()
+        console.print(Text("verdict", style="bold"), Text("rising", style="bold green"))
+        assert ("\x1b[" in console.file.getvalue()) is escapes

@@ -18,8 +18,11 @@ class AppContext:
 
     @classmethod
     def create(cls, *, debug: bool = False, quiet: bool = False, no_color: bool = False) -> AppContext:
-        out = Console(no_color=no_color, highlight=False, soft_wrap=False, width=_pipe_width())
-        err = Console(stderr=True, no_color=no_color, highlight=False, quiet=quiet)
+        # --no-color promises plain text: rich's no_color drops colours but keeps bold and dim, so
+        # switch styling off altogether (color_system=None writes no escape codes at all).
+        plain = {"color_system": None} if no_color else {}
+        out = Console(no_color=no_color, highlight=False, soft_wrap=False, width=_pipe_width(), **plain)
+        err = Console(stderr=True, no_color=no_color, highlight=False, quiet=quiet, **plain)
         return cls(out=out, err=err, debug=debug, quiet=quiet)
 
 
