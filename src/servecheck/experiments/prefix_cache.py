@@ -26,8 +26,10 @@ OnServer = Callable[[ServerInfo], None]
 # Below this many prompt tokens a cache hit saves too little prefill to see, and a prompt this
 # short fits in one prefill batch on every engine: the test would measure noise.
 MIN_PROMPT_TOKENS = 512
-# Room kept in the context beyond prompt + output: BOS, a chat template's head, tokenizer drift.
-CTX_MARGIN_TOKENS = 16
+# Room kept in the context beyond prompt + output: BOS, tokenizer drift, and a chat template's
+# head, which on the chat dialect is not in our token count (templates that add a default system
+# prompt take 20-30 tokens): a prompt that overflows fails every send and says nothing about caching.
+CTX_MARGIN_TOKENS = 64
 # A few output tokens are enough: time to first token is what the cache changes.
 DEFAULT_MAX_TOKENS = 4
 # Counters summed from /metrics, before and after each send: (hits, queries) per engine.
