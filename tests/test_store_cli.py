@@ -205,3 +205,40 @@ def test_show_falls_back_for_a_document_the_command_report_cannot_read(tmp_path:
     assert run_cli(["show", str(path)]) == 0
     out = capsys.readouterr().out
     assert "verdict: staircase" in out and "N=4" in out
+
+
+@pytest.mark.timeout(120)
+def test_a_sigkilled_staircase_run_stays_in_the_history_marked_incomplete(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """The real command, killed with SIGKILL after two points: no handler runs, the row written after each point remains."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    sim = pytest.importorskip("servecheck.sim")
+    db = tmp_path / "h.db"
+    with sim.sim_in_thread(sim.SimConfig(mode="serial", token_s=0.02)) as server:
+        proc = subprocess.Popen([sys.executable, "-m", "servecheck", "--quiet", "staircase", server.url, "--n", "1,2,4,8",
+                                 "--tokens", "25", "--prompt-tokens", "8", "--db", str(db)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if db.exists():
+                    with open_store(db) as store:
+                        runs = store.list_runs()
+                        if runs and len(store.get_run(runs[0].id).get("points", [])) >= 2:
+                            break
+                time.sleep(0.1)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert run_cli(["history", "--db", str(db)]) == 0
+    row = capsys.readouterr().out.splitlines()[1]
+    assert "staircase" in row and "incomplete" in row
+    assert run_cli(["show", "last", "--db", str(db), "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["complete"] is False
+    assert [p["n"] for p in doc["points"]][:2] == [1, 2] and len(doc["points"]) < 4
