@@ -415,3 +415,17 @@ def test_drift_names_the_run_that_lost_most() -> None:
     heating = [replace(c, run=1) for c in drifting_cells(fixed=False, loss_per_cell=0.02)]
     d = A.analyse(steady + heating).drift
     assert d is not None and d.run == 1 and d.loss > 0.2 and d.to_dict()["run"] == 1
+
+
+def test_pipelining_with_a_noisy_generation_gain_says_batching_is_not_ruled_out() -> None:
+    """The aggregate clearly rises; the generation stage's median is up too, but its interval reaches
+    below 1: the label stays pipelining (the only label the contract allows) and a warning says why."""
+    cells = []
+    for rep, pos, c in A.schedule([1, 2], 6):
+        swing = 1.0 if c == 1 else (0.9, 1.6, 1.3, 0.95, 1.5, 1.35)[rep]
+        cells.append(make_cell(rep, pos, c, agg=100.0 if c == 1 else 150.0, gen=100.0 * swing, per_user=100.0, ttft=0.2))
+    result = A.analyse(cells)
+    two = result.arm(2)
+    assert two.label == "pipelining" and two.generation_gain is not None and two.generation_gain.median > A.MIN_RISE
+    assert any("batching cannot be ruled out" in w.message for w in result.warnings)
+    assert not any("ruled out" in w.message for w in A.analyse(seed_cells()).warnings)  # 0.94x: clean pipelining

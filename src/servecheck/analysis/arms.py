@@ -735,6 +735,16 @@ def _warnings(
                 f"use --reps {MIN_REPS_FOR_RISE} or more (a multiple of the arm count)",
             )
         )
+    for a in results:
+        if a.label == "pipelining" and a.generation_gain is not None and a.generation_gain.median >= MIN_RISE:
+            g = a.generation_gain
+            out.append(
+                Warning_(
+                    f"{a.concurrency}-way is labelled pipelining, but its generation stage gained {g.median:.2f}x "
+                    f"with an interval [{g.lo:.2f}-{g.hi:.2f}] reaching down to serial: batching cannot be ruled out",
+                    "add reps to narrow the interval",
+                )
+            )
     failed = sum(c.failed for c in cells)
     if failed:
         out.append(Warning_(f"{failed} request(s) failed", "see the cells; a failed request changes the work an arm did"))
