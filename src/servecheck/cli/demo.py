@@ -260,20 +260,8 @@ def cmd(
     engine = provision_local(llama_server, model, cache=cache, progress=say)
     threads = threads or default_threads()
     prompt_tokens = DEFAULT_PROMPT_TOKENS
-    measured: dict[int, DemoRun] = {}  # by --parallel: finished runs and the latest snapshot of the one running
-
-    def keep(run: DemoRun) -> None:
-        measured[run.parallel] = run
-
-    complete = False
-    try:
-        for p, expected in EXPECTED:
-            keep(run_one(engine, p, expected, tokens=tokens, prompt_tokens=prompt_tokens, threads=threads,
-                         log_dir=cache.dir("logs"), say=say, on_snapshot=keep))
-        complete = True
-    except KeyboardInterrupt:
-        say("Interrupted: the servers are stopped; saving what was measured (complete: false)")
-    runs = list(measured.values())
+    runs, complete = run_both(engine, tokens=tokens, prompt_tokens=prompt_tokens, threads=threads,
+                              log_dir=cache.dir("logs"), say=say)
     recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
     doc = demo_doc(engine, runs, tokens=tokens, prompt_tokens=prompt_tokens, threads=threads)
     try:
@@ -290,6 +278,22 @@ def cmd(
         return EXIT_INTERRUPTED
     out.print(lesson(runs), markup=False, highlight=False, soft_wrap=True)
     return exitcodes.OK if all(r.as_expected for r in runs) else exitcodes.INVALID
+
+
+def run_both(engine: LocalEngine, *, log_dir: Path, say: Say, **kw: Any) -> tuple[list[DemoRun], bool]:
+    """Both servers in turn; on Ctrl-C (servers already stopped) what was measured so far, and False."""
+    measured: dict[int, DemoRun] = {}  # by --parallel: finished runs and the latest snapshot of the one running
+
+    def keep(run: DemoRun) -> None:
+        measured[run.parallel] = run
+
+    try:
+        for parallel, expected in EXPECTED:
+            keep(run_one(engine, parallel, expected, log_dir=log_dir, say=say, on_snapshot=keep, **kw))
+    except KeyboardInterrupt:
+        say("Interrupted: the servers are stopped; saving what was measured (complete: false)")
+        return list(measured.values()), False
+    return list(measured.values()), True
 
 
 def demo_doc(engine: LocalEngine, runs: list[DemoRun], *, tokens: int, prompt_tokens: int, threads: int) -> dict[str, Any]:
