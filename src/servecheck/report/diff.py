@@ -172,7 +172,7 @@ def _per_user(doc: dict[str, Any]) -> float | None:
     for point in map(as_dict, as_list(doc.get("points"))):
         rates.append(as_float(point.get("per_user_rate_tok_s")))
         for batch in map(as_dict, as_list(point.get("batches"))):
-            rates += [_request_rate(as_dict(r)) for r in as_list(batch.get("requests"))]
+            rates += [fields.request_rate(as_dict(r)) for r in as_list(batch.get("requests"))]
     found = [r for r in rates if r is not None]
     return statistics.median(found) if found else None
 
@@ -190,16 +190,9 @@ def _per_user_by_level(doc: dict[str, Any]) -> dict[int, float]:
         if n is None:
             continue
         for batch in map(as_dict, as_list(point.get("batches"))):
-            found = (_request_rate(as_dict(r)) for r in as_list(batch.get("requests")))
+            found = (fields.request_rate(as_dict(r)) for r in as_list(batch.get("requests")))
             rates.setdefault(n, []).extend(r for r in found if r is not None)
     return {level: statistics.median(v) for level, v in sorted(rates.items()) if v}
-
-
-def _request_rate(req: dict[str, Any]) -> float | None:
-    first, end, tokens = as_float(req.get("first_token_s")), as_float(req.get("end_s")), as_float(req.get("tokens"))
-    if req.get("status", "ok") != "ok" or first is None or end is None or tokens is None or tokens < 2 or end <= first:
-        return None
-    return (tokens - 1) / (end - first)
 
 
 def verdict_across(lines: Sequence[Line]) -> str:

@@ -81,3 +81,11 @@ def is_complete(doc: dict[str, Any]) -> bool:
 
 def command(doc: dict[str, Any]) -> str:
     return as_str(doc.get("command")) or "unknown"
+
+
+def request_rate(req: dict[str, Any]) -> float | None:
+    """A request's per-stream generation rate: tokens after the first over the time from first token to end."""
+    first, end, tokens = as_float(req.get("first_token_s")), as_float(req.get("end_s")), as_float(req.get("tokens"))
+    if req.get("status", "ok") != "ok" or first is None or end is None or tokens is None or tokens < 2 or end <= first:
+        return None
+    return (tokens - 1) / (end - first)

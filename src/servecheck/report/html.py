@@ -465,17 +465,10 @@ def _per_user_rate(point: dict[str, Any]) -> float | None:
     rates = []
     for batch in as_list(point.get("batches")):
         for req in as_list(as_dict(batch).get("requests")):
-            rate = _request_rate(as_dict(req))
+            rate = fields.request_rate(as_dict(req))
             if rate is not None:
                 rates.append(rate)
     return statistics.median(rates) if rates else None
-
-
-def _request_rate(req: dict[str, Any]) -> float | None:
-    first, end, tokens = as_float(req.get("first_token_s")), as_float(req.get("end_s")), as_float(req.get("tokens"))
-    if req.get("status", "ok") != "ok" or first is None or end is None or tokens is None or tokens < 2 or end <= first:
-        return None
-    return (tokens - 1) / (end - first)
 
 
 def _requests_details(points: list[dict[str, Any]]) -> str:
