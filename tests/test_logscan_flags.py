@@ -62,6 +62,9 @@ def test_flags_to_features(engine, flags, expected):
         ("python -m sglang.launch_server --max-running-requests 8", "sglang"),
         ("mlx_lm.server --decode-concurrency 4", "mlx"),
         ("--weird", None),
+        ("--fast-forward 1", None),  # -fa only as a whole flag
+        ("--max-num-seqsx 3", None),
+        ("--flash-attn=on -np=4", "llamacpp"),
     ],
 )
 def test_engine_guessed_from_the_command_line(flags, engine):

@@ -181,8 +181,11 @@ def guess_engine(tokens: list[str]) -> str | None:
         ("tgi", ("text-generation-launcher", "PREFIX_CACHING=")),
         ("llamacpp", ("llama-server", "-ngl", "-np", "--parallel", "--n-gpu-layers", "-fa", "--cache-reuse")),
     )
+    # A needle that is a flag must be a whole flag (`-fa` is not in `--fast-forward`); other
+    # needles (program and module names, environment prefixes) may sit anywhere.
+    flag_names = {t.partition("=")[0] for t in tokens if t.startswith("-")}
     for engine, needles in hints:
-        if any(n in joined for n in needles):
+        if any(n in flag_names if n.startswith("-") else n in joined for n in needles):
             return engine
     return None
 
