@@ -167,7 +167,7 @@ def test_log_findings_table() -> None:
 def test_unknown_kind_gets_key_value_tables() -> None:
     doc = {"command": "audit", "format": "gguf", "bytes_per_token": 1849, "groups": [{"group": "attention", "bytes": 12}, {"group": "<b>x</b>"}]}
     page, c = parse([doc])
-    assert "gguf" in page and "1,849" in page
+    assert "gguf" in page and "1.85 kB" in page  # a byte count reads in decimal units
     assert "<th>group</th><th>bytes</th>" in page and "&lt;b&gt;x&lt;/b&gt;" in page
     assert c.count("svg") == 0
 
@@ -324,3 +324,15 @@ def test_serve_log_audit_is_shown_with_its_refusals() -> None:
     assert "The log could not be audited: cannot read it" in "".join(parse([doc])[1].text)
     doc["log_audit"] = None
     assert "Server log audit" not in parse([doc])[0]
+
+
+def test_byte_counts_read_in_gb_and_a_seed_is_not_a_quantity() -> None:
+    doc = {**samples.roofline(), "command": "audit", "bytes_per_token": 1_849_000_000, "resident_bytes": 22_548_578_304,
+           "groups": [{"group": "attention", "read_bytes_per_token": 16_777_216, "stored_bytes": 512}]}
+    doc["params"] = {"seed": 3513248848, "sizes": [2**30, 4 * 2**30]}
+    _, c = parse([doc])
+    text = "".join(c.text)
+    assert "1.85 GB (1.72 GiB)" in text and "22.5 GB (21 GiB)" in text
+    assert "16.8 MB" in text and "512 B" in text
+    assert "1.07 GB (1 GiB), 4.29 GB (4 GiB)" in text
+    assert "3513248848" in text and "3,513,248,848" not in text

@@ -277,7 +277,33 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: frozen
 
 
 def kv_table(rows: Sequence[tuple[str, Any]]) -> str:
-    return table(["", ""], [(esc(k), fmt(v)) for k, v in rows])
+    return table(["", ""], [(esc(k), fmt_field(k, v)) for k, v in rows])
+
+
+def fmt_field(key: str, value: Any) -> str:
+    """Like `fmt`, but a byte count (a key naming bytes, or bandwidth's sizes) reads as GB and GiB."""
+    name = key.removeprefix("param ")
+    if name.endswith(("bytes", "bytes_per_token", "bytes_read")) or name == "sizes":
+        values = value if isinstance(value, list) else [value]
+        shown = [_bytes(v) for v in values]
+        if shown and all(shown):
+            return esc(", ".join(s for s in shown if s))
+    if name == "seed":
+        return fmt(value if as_int(value) is None else str(value))  # an identifier, not a quantity
+    return fmt(value)
+
+
+def _bytes(value: Any) -> str | None:
+    """`1.85 GB (1.72 GiB)`, `84.3 MB`: decimal units (GB = 10^9 B), GiB beside gigabytes."""
+    number = as_float(value)
+    if number is None or isinstance(value, bool):
+        return None
+    if abs(number) >= 1e9:
+        return f"{number / 1e9:.3g} GB ({number / 2**30:.3g} GiB)"
+    for unit, size in (("MB", 1e6), ("kB", 1e3)):
+        if abs(number) >= size:
+            return f"{number / size:.3g} {unit}"
+    return f"{number:.0f} B"
 
 
 def verdict_line(label: str, word: Any, extra: str = "") -> str:
@@ -314,7 +340,7 @@ def _generic_section(doc: dict[str, Any]) -> str:
 def _dict_rows_table(rows: list[dict[str, Any]]) -> str:
     """A list of records as a table of their simple fields (audit groups, bandwidth points, ...)."""
     keys = list(dict.fromkeys(k for r in rows for k, v in r.items() if _is_simple(v)))
-    return table(keys, [[fmt(r.get(k)) for k in keys] for r in rows])
+    return table(keys, [[fmt_field(k, r.get(k)) for k in keys] for r in rows])
 
 
 def _is_simple(value: Any) -> bool:
