@@ -117,6 +117,11 @@ class Recorder:
         db_path: str | None,
         no_save: bool,
     ) -> None:
+        from servecheck.report.jsonout import check_writable
+
+        for path in (json_path, html_path):
+            if path and path != "-":
+                check_writable(path)
         self.json_path = json_path
         self.html_path = html_path
         self.db_path = db_path if db_path is not None else os.environ.get("SERVECHECK_DB")

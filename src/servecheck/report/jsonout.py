@@ -82,6 +82,18 @@ def write_json(path: str | Path, doc: dict[str, Any]) -> None:
     write_text_atomic(Path(path), text)
 
 
+def check_writable(path: str | Path) -> None:
+    """Refuse an output path that cannot be written before a run starts, not after it has measured."""
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise UsageError(f"cannot write {path}: it is a folder", "give a file path, e.g. result.json")
+    if not directory.is_dir():
+        raise UsageError(f"cannot write {path}: folder {directory} does not exist", "create it or choose another path")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {path}: folder {directory} is not writable", "choose a writable path")
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     directory = path.parent if str(path.parent) else Path(".")
     if not directory.is_dir():
