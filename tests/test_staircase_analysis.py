@@ -364,3 +364,17 @@ def test_a_batch_is_never_called_anything_but_a_cluster(tokens, slow, noise):
         k += n
     a = sc.analyze_staircase(run, tokens_requested=512)
     assert a.verdict in {"cluster", "inconclusive"}, a.verdict_reason
+
+
+@pytest.mark.parametrize(
+    ("cached", "named"),
+    [(10, False), (26, False), (41, True)],  # the template head, all of the template, the prompt itself
+)
+def test_a_chat_template_head_in_the_cache_is_not_contamination(cached, named):
+    """llama.cpp's chat route: a 16-token prompt is 42 tokens once templated; the shared template
+    head may be cached, the nonce-led prompt text may not."""
+    chat = ServerTimings(prompt_tokens=42, cached_prompt_tokens=cached)
+    run = [_batch(1, [1.0], server=chat, prompt_tokens=16), _batch(2, [1.0, 1.02], server=chat, prompt_tokens=16)]
+    a = sc.analyze_staircase(run, tokens_requested=512)
+    found = [f for f in a.warnings if f.code == "prefix_cache_contamination"]
+    assert bool(found) is named
