@@ -85,3 +85,11 @@ def test_no_color_writes_plain_text_on_a_terminal(monkeypatch: pytest.MonkeyPatc
         console.file = io.StringIO()
         console.print(Text("verdict", style="bold"), Text("rising", style="bold green"))
         assert ("\x1b[" in console.file.getvalue()) is escapes
+
+
+def test_help_names_every_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main_mod.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for code in ("0 success", "1 error", "2 usage", "3 the run completed", "4 --expect", "130 interrupted"):
+        assert code in text
