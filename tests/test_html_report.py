@@ -336,3 +336,13 @@ def test_byte_counts_read_in_gb_and_a_seed_is_not_a_quantity() -> None:
     assert "16.8 MB" in text and "512 B" in text
     assert "1.07 GB (1 GiB), 4.29 GB (4 GiB)" in text
     assert "3513248848" in text and "3,513,248,848" not in text
+
+
+def test_demo_draws_both_configurations_on_one_time_axis() -> None:
+    """The queue's N=4 ends at 4 s, the batch's at 1.3 s: on one axis the difference is seen, not read."""
+    runs = [{"parallel": 1, "expected": "staircase", "verdict": "staircase", "staircase": samples.staircase(serial=True)},
+            {"parallel": 4, "expected": "cluster", "verdict": "cluster", "staircase": samples.staircase(serial=False)}]
+    page, _ = parse([{"command": "demo", "runs": runs, "verdicts": {"parallel_1": "staircase", "parallel_4": "cluster"}}])
+    charts = re.findall(r'<svg class="chart timeline".*?</svg>', page)
+    axis_ends = {max(float(t) for t in re.findall(r'<text class="tick"[^>]*>([0-9.]+)</text>', svg)) for svg in charts}
+    assert len(charts) == 6 and axis_ends == {4.0}

@@ -352,7 +352,7 @@ def _is_simple(value: Any) -> bool:
 # ---------------------------------------------------------------- staircase
 
 
-def _staircase_section(doc: dict[str, Any]) -> str:
+def _staircase_section(doc: dict[str, Any], x_max: float | None = None) -> str:
     points = [p for p in as_list(doc.get("points")) if isinstance(p, dict)]
     trend = as_str(doc.get("trend"))
     parts = [
@@ -366,7 +366,7 @@ def _staircase_section(doc: dict[str, Any]) -> str:
              for p in points],
             numeric=frozenset({0, 2, 4}),
         ),
-        _timeline_charts(points),
+        _timeline_charts(points, x_max),
         _throughput_chart(points),
         _requests_details(points),
     ]
@@ -413,12 +413,12 @@ def _first_batch(point: dict[str, Any]) -> dict[str, Any] | None:
     return batches[0] if batches else None
 
 
-def _timeline_charts(points: list[dict[str, Any]]) -> str:
+def _timeline_charts(points: list[dict[str, Any]], shared_x_max: float | None = None) -> str:
     lanes = [(p, _lanes(p)) for p in points]
     lanes = [(p, rows) for p, rows in lanes if rows]
     if not lanes:
         return ""
-    x_max = max(seg.end for _, rows in lanes for row in rows for seg in row.segments)
+    x_max = shared_x_max or _lanes_end(points)
     charts = []
     for point, rows in lanes:
         reps = len(as_list(point.get("batches")))
@@ -428,6 +428,11 @@ def _timeline_charts(points: list[dict[str, Any]]) -> str:
            '<i class="gen"></i>generating<i class="fail"></i>failed. A staircase means the server queued them; '
            "a cluster means it ran them together.</p>")
     return key + "".join(charts)
+
+
+def _lanes_end(points: list[dict[str, Any]]) -> float:
+    """The last finish over every lane drawn: one time axis for all charts, so steps compare by eye."""
+    return max((seg.end for p in points if isinstance(p, dict) for row in _lanes(p) for seg in row.segments), default=0.0)
 
 
 def _lanes(point: dict[str, Any]) -> list[TimelineRow]:
@@ -753,12 +758,15 @@ def _bandwidth_section(doc: dict[str, Any]) -> str:
 def _demo_section(doc: dict[str, Any]) -> str:
     """The demo's staircase runs (one per server configuration), each drawn like a staircase run."""
     parts = []
-    for run in map(as_dict, as_list(doc.get("runs"))):
+    runs = [as_dict(r) for r in as_list(doc.get("runs"))]
+    # the same time axis for both configurations: the cluster ends visibly before the staircase
+    x_max = max((_lanes_end(as_list(as_dict(r.get("staircase")).get("points"))) for r in runs), default=0.0) or None
+    for run in runs:
         title = f"--parallel {fmt(run.get('parallel'), 0)}: expected {fmt(run.get('expected'))}, got {fmt(run.get('verdict'))}"
         parts.append(f"<h3>{title}</h3>")
         staircase = as_dict(run.get("staircase"))
         if staircase:
-            parts.append(_staircase_section(staircase))
+            parts.append(_staircase_section(staircase, x_max))
         audit = as_dict(run.get("log_audit"))
         if as_list(audit.get("findings")):
             parts.append(_log_section(audit))
