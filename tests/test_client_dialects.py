@@ -204,3 +204,12 @@ def test_count_priority_token_ids_over_events() -> None:
     tally.add(EventReading(text="c", carries_output=True, token_ids=1), 2)
     assert (tally.count().tokens, tally.count().source) == (3, "token_ids")
     assert StreamTally().count().source == "none"
+
+
+def test_ollama_thinking_is_generated_output() -> None:
+    """/api/generate on a thinking model: reasoning arrives in `thinking` beside an empty `response`."""
+    d = get_dialect("ollama")
+    thinking = d.read({"model": "qwen3", "response": "", "thinking": "Let me", "done": False})
+    assert thinking.carries_output and thinking.text == "Let me"
+    assert not d.read({"model": "qwen3", "response": "", "thinking": "", "done": False}).carries_output
+    assert d.read({"message": {"role": "assistant", "content": "Hi"}, "done": False}).text == "Hi"

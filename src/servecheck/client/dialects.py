@@ -251,10 +251,11 @@ class Ollama(Dialect):
         return body
 
     def read(self, event: dict[str, Any]) -> EventReading:
-        text = event.get("response")
-        if not isinstance(text, str):
-            message = event.get("message") if isinstance(event.get("message"), dict) else {}
-            text = "".join(message.get(k) or "" for k in ("thinking", "content"))
+        # A thinking model streams its reasoning in `thinking` beside an empty `response`; those
+        # are generated tokens too (eval_count counts them), so the first of them is the first token.
+        message = event.get("message") if isinstance(event.get("message"), dict) else {}
+        parts = (event.get("thinking"), event.get("response"), message.get("thinking"), message.get("content"))
+        text = "".join(p for p in parts if isinstance(p, str))
         final = event.get("done") is True
         server = ollama_timings(event) if final else None
         count = server.generated_tokens if server else None
