@@ -228,12 +228,39 @@ def test_label_arm(agg: tuple[float, float, float], gen: tuple[float, float, flo
     assert A.label_arm(A.Estimate(*agg, 10), A.Estimate(*gen, 10)) == label
 
 
-def test_median_interval_is_seeded_and_brackets_median() -> None:
+def test_median_interval_brackets_median() -> None:
     values = [1.1, 1.3, 1.2, 1.25, 1.15, 1.4]
-    a, b = A.median_interval(values, seed=3), A.median_interval(values, seed=3)
-    assert a == b
+    a = A.median_interval(values)
+    assert a == A.median_interval(list(reversed(values)))
     assert a.lo <= a.median <= a.hi and a.lo >= min(values) and a.hi <= max(values)
-    assert A.median_interval([2.0]) == A.Estimate(2.0, 2.0, 2.0, 1)
+    assert A.median_interval([2.0]) == A.Estimate(2.0, 2.0, 2.0, 1, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("n", "k", "level"),
+    [
+        (2, 1, 0.5),  # [min, max] of two covers the median half the time
+        (3, 1, 0.75),
+        (5, 1, 0.9375),
+        (6, 1, 0.96875),  # the first n that reaches 95%
+        (9, 2, 0.9609375),
+        (12, 3, 0.96142578125),  # [x(3), x(10)]
+        (20, 6, 0.9586105346679688),
+    ],
+)
+def test_order_statistic_interval_and_its_exact_level(n: int, k: int, level: float) -> None:
+    """Coverage of [x(k), x(n+1-k)] is 1 - 2 P(Binomial(n, 1/2) < k): the textbook table."""
+    est = A.median_interval([float(i) for i in range(1, n + 1)])
+    assert (est.lo, est.hi) == (float(k), float(n + 1 - k))
+    assert est.level == pytest.approx(level)
+    assert est.to_dict()["level"] == pytest.approx(level)
+
+
+def test_interval_level_of_the_arms_estimates() -> None:
+    four = A.analyse(seed_cells(3)).arm(4).aggregate_speedup
+    assert four is not None and four.level == pytest.approx(0.75) == A.interval_level(3)
+    four = A.analyse(seed_cells(12)).arm(4).aggregate_speedup
+    assert four is not None and four.level > 0.95 and A.interval_level(0) == 0.0
 
 
 @pytest.mark.parametrize(

@@ -236,3 +236,10 @@ def test_change_never_reads_minus_zero(x: float | None, text: str) -> None:
 @pytest.mark.parametrize(("loss", "words"), [(0.082, "loss 8.2%"), (-0.0001, "no loss"), (-0.03, "gain 3.0%")])
 def test_drift_words(loss: float, words: str) -> None:
     assert cli_arms._drift_words(loss) == words
+
+
+def test_interval_note_says_how_sure_three_reps_are(scripted, capsys) -> None:
+    assert run_main(["arms", URL, *SMALL]) == exitcodes.OK
+    out = capsys.readouterr().out
+    assert "speedup [interval]" in out and "95%]" not in out
+    assert "covering the median with 75% confidence (fewer reps than the 95% level needs: six or more)" in out

@@ -14,8 +14,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import numpy as np
-
 from servecheck.analysis.cache import contaminated
 from servecheck.analysis.stats import median, mode
 from servecheck.model.records import NS_PER_S, RequestRecord
@@ -44,8 +42,9 @@ UNCHANGED_RATE = 0.02
 # "interval" and two give [min, max], which covers the median only half the time. A rise needs at
 # least this many reps behind it; fewer label every arm `none` and say why.
 MIN_REPS_FOR_RISE = 3
-# Bootstrap of the median of within-rep ratios: seeded, so the same cells give the same interval.
-BOOTSTRAP_RESAMPLES = 2000
+# Intervals for the median of within-rep ratios are distribution-free order statistics: exact
+# coverage from the binomial, no resampling, no seed. 95% is reached from six reps; below that the
+# widest interval there is ([min, max]) is used and its real level reported (three reps: 75%).
 INTERVAL_LEVEL = 0.95
 
 
@@ -232,13 +231,14 @@ class Estimate:
     lo: float
     hi: float
     n: int
+    level: float = INTERVAL_LEVEL  # the chance the interval covers the true median
 
     @property
     def rises(self) -> bool:
         return self.n >= MIN_REPS_FOR_RISE and self.lo > RISE_INTERVAL_FLOOR and self.median >= MIN_RISE
 
     def to_dict(self) -> dict[str, float | int]:
-        return {"median": self.median, "lo": self.lo, "hi": self.hi, "n": self.n}
+        return {"median": self.median, "lo": self.lo, "hi": self.hi, "n": self.n, "level": self.level}
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,20 +413,28 @@ class ArmsAnalysis:
 # --- statistics ----------------------------------------------------------------------------
 
 
-def median_interval(values: Sequence[float], *, seed: int = 0) -> Estimate:
-    """Median with a seeded percentile-bootstrap interval; one value gives a zero-width interval."""
+def median_interval(values: Sequence[float]) -> Estimate:
+    """The median with the order-statistic interval [x(k), x(n+1-k)] for the largest k that keeps
+    its coverage at INTERVAL_LEVEL or more (k = 1, the whole range, when fewer reps cannot reach it).
+    One value gives a zero-width interval of level 0."""
     if not values:
         raise ValueError("median_interval of no values")
-    arr = np.asarray(values, dtype=float)
-    mid = median(list(arr))
-    if len(arr) == 1:
-        return Estimate(mid, mid, mid, 1)
-    rng = np.random.default_rng(seed)
-    samples = rng.choice(arr, size=(BOOTSTRAP_RESAMPLES, len(arr)), replace=True)
-    meds = np.median(samples, axis=1)
-    tail = (1.0 - INTERVAL_LEVEL) / 2.0
-    lo, hi = np.quantile(meds, [tail, 1.0 - tail])
-    return Estimate(mid, float(lo), float(hi), len(arr))
+    xs = sorted(float(v) for v in values)
+    n = len(xs)
+    k = 1
+    while k + 1 <= (n + 1) // 2 and 1.0 - 2.0 * _below(n, k + 1) >= INTERVAL_LEVEL:
+        k += 1
+    return Estimate(median(xs), xs[k - 1], xs[n - k], n, 1.0 - 2.0 * _below(n, k))
+
+
+def interval_level(n: int) -> float:
+    """The coverage `median_interval` reaches with n within-rep ratios."""
+    return median_interval([float(i) for i in range(n)]).level if n > 0 else 0.0
+
+
+def _below(n: int, k: int) -> float:
+    """P(fewer than k of n values fall below the median) = P(Binomial(n, 1/2) < k)."""
+    return sum(math.comb(n, i) for i in range(k)) / 2.0**n
 
 
 def within_rep_ratios(
@@ -444,9 +452,9 @@ def within_rep_ratios(
     return out
 
 
-def _estimate(cells: Sequence[Cell], concurrency: int, metric: str, seed: int) -> Estimate | None:
+def _estimate(cells: Sequence[Cell], concurrency: int, metric: str) -> Estimate | None:
     ratios = within_rep_ratios(cells, concurrency, metric)
-    return median_interval(ratios, seed=seed) if ratios else None
+    return median_interval(ratios) if ratios else None
 
 
 def _median_of(cells: Sequence[Cell], metric: str) -> float | None:
@@ -463,10 +471,10 @@ def label_arm(aggregate: Estimate | None, generation: Estimate | None) -> Label:
     return "pipelining"
 
 
-def arm_result(cells: Sequence[Cell], concurrency: int, *, seed: int = 0) -> ArmResult:
+def arm_result(cells: Sequence[Cell], concurrency: int) -> ArmResult:
     mine = [c for c in cells if c.concurrency == concurrency]
-    agg = _estimate(cells, concurrency, "aggregate_tok_s", seed)
-    gen = _estimate(cells, concurrency, "generation_tok_s", seed + 1)
+    agg = _estimate(cells, concurrency, "aggregate_tok_s")
+    gen = _estimate(cells, concurrency, "generation_tok_s")
     return ArmResult(
         concurrency=concurrency,
         n_cells=len(mine),
@@ -477,8 +485,8 @@ def arm_result(cells: Sequence[Cell], concurrency: int, *, seed: int = 0) -> Arm
         mean_decoding=_median_of(mine, "mean_decoding"),
         aggregate_speedup=agg,
         generation_gain=gen,
-        per_user_rate_ratio=_estimate(cells, concurrency, "per_user_rate_tok_s", seed + 2),
-        ttft_multiple=_estimate(cells, concurrency, "ttft_s", seed + 3),
+        per_user_rate_ratio=_estimate(cells, concurrency, "per_user_rate_tok_s"),
+        ttft_multiple=_estimate(cells, concurrency, "ttft_s"),
         label="none" if concurrency == 1 else label_arm(agg, gen),
     )
 
@@ -684,13 +692,12 @@ def analyse(
     cells: Sequence[Cell],
     *,
     bias_limit: float = DEFAULT_BIAS_LIMIT,
-    seed: int = 0,
     baseline: int = 1,
 ) -> ArmsAnalysis:
     """Everything `servecheck arms` reports, from cells alone."""
     if not any(c.concurrency == baseline for c in cells):
         raise ValueError("the serial arm (concurrency 1) is the baseline and has no cells")
-    results = tuple(arm_result(cells, a, seed=seed) for a in _arms(cells))
+    results = tuple(arm_result(cells, a) for a in _arms(cells))
     bias = position_bias(cells)
     refusal = refusal_text(bias, bias_limit) if bias is not None and bias.spread > bias_limit else None
     top = results[-1]

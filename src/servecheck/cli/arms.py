@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 
 from servecheck import exitcodes
-from servecheck.analysis.arms import DEFAULT_BIAS_LIMIT
+from servecheck.analysis.arms import DEFAULT_BIAS_LIMIT, INTERVAL_LEVEL, interval_level
 from servecheck.cli.common import Recorder, check_url, make_target, output_options, target_options
 from servecheck.cli.context import AppContext
 from servecheck.cli.serve import Served, render_audit, serve_option, served
@@ -27,8 +27,6 @@ from servecheck.report.jsonout import envelope
 from servecheck.report.terminal import ProgressHandle, progress
 
 EXIT_INTERRUPTED = 130
-# The bootstrap is seeded by a constant, so the same cells always give the same intervals.
-BOOTSTRAP_SEED = 0
 SIMULATED_BANNER = "SIMULATED SERVER: these numbers come from servecheck's simulator, not from a real engine"
 
 
@@ -134,7 +132,7 @@ def header_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def arm_table(doc: dict[str, Any]) -> list[str]:
-    lines = [f"{'arm':>4}  {'aggregate':>13}  {'speedup [95%]':>20}  {'effic.':>6}  {'per-user':>13}  {'change':>6}  {'TTFT':>7}  {'TTFT x':>6}"]
+    lines = [f"{'arm':>4}  {'aggregate':>13}  {'speedup [interval]':>20}  {'effic.':>6}  {'per-user':>13}  {'change':>6}  {'TTFT':>7}  {'TTFT x':>6}"]
     for a in doc["arms"]:
         lines.append(
             f"{a['concurrency']:>4}  {_num(a['aggregate_tok_s'], '8.1f') + ' tok/s':>13}  "
@@ -157,7 +155,20 @@ def decomposition_table(doc: dict[str, Any]) -> list[str]:
         "generation stage = tokens after the first / time at least one request was decoding, against serial "
         "(per-user rate x requests decoding at once, not x streams)"
     )
+    lines += interval_note(doc)
     return lines
+
+
+def interval_note(doc: dict[str, Any]) -> list[str]:
+    """What the bracketed intervals are, and how sure they are with this many reps."""
+    reps = [a["cells"] for a in doc["arms"] if a["concurrency"] != 1 and a.get("aggregate_speedup_interval")]
+    if not reps:
+        return []
+    level = interval_level(min(reps))
+    text = f"intervals: order statistics of the within-rep ratios, covering the median with {level:.0%} confidence"
+    if level < INTERVAL_LEVEL:
+        text += f" (fewer reps than the {INTERVAL_LEVEL:.0%} level needs: six or more)"
+    return [text]
 
 
 def check_lines(doc: dict[str, Any]) -> list[str]:
@@ -221,17 +232,16 @@ def exit_code(doc: dict[str, Any]) -> int:
 class _Session:
     """Ties the experiment's callbacks to the recorder and the progress console."""
 
-    def __init__(self, head: dict[str, Any], recorder: Recorder, err: Console, bias_limit: float, seed: int) -> None:
+    def __init__(self, head: dict[str, Any], recorder: Recorder, err: Console, bias_limit: float) -> None:
         self.head = head
         self.recorder = recorder
         self.err = err
         self.bias_limit = bias_limit
-        self.seed = seed
         self.last: ArmsRun | None = None
         self.bar = ProgressHandle(None, None)
 
     def doc(self, run: ArmsRun) -> dict[str, Any]:
-        return {**self.head, **run.to_doc(bias_limit=self.bias_limit, seed=self.seed)}
+        return {**self.head, **run.to_doc(bias_limit=self.bias_limit)}
 
     def on_cell(self, run: ArmsRun) -> None:
         self.last = run
@@ -348,7 +358,7 @@ def cmd(
     if url is None and serve_command is None:
         run = ArmsRun(_pooled_design(docs, design), pooled=tuple(pooled), pooled_from=tuple(names),
                       pooled_simulated=any_simulated(docs), complete=True)
-        doc = {**envelope("arms", params, environment()), **run.to_doc(bias_limit=bias_limit, seed=BOOTSTRAP_SEED)}
+        doc = {**envelope("arms", params, environment()), **run.to_doc(bias_limit=bias_limit)}
         Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=True).finish(doc)
         _render(app, doc, json_path == "-")
         return exit_code(doc)
@@ -360,7 +370,7 @@ def cmd(
             target = make_target(server.url, api=api, model=model, api_key=api_key, headers=headers,
                                  first_token_timeout_s=first_token_timeout_s)
             head = envelope("arms", {**target.public_dict(), **params}, environment())
-            session = _Session(head, recorder, app.err, bias_limit, BOOTSTRAP_SEED)
+            session = _Session(head, recorder, app.err, bias_limit)
             try:
                 with progress(app, "arms: cells", total=design.reps * len(design.arms)) as session.bar:
                     run = _measure_saving_partial(target, session, design, rng=random.Random(prompt_seed),

@@ -114,11 +114,11 @@ class ArmsRun:
     def cells(self) -> list[Cell]:
         return [*self.pooled, *(m.cell for m in self.measured)]
 
-    def analysis(self, *, bias_limit: float = DEFAULT_BIAS_LIMIT, seed: int = 0) -> ArmsAnalysis | None:
+    def analysis(self, *, bias_limit: float = DEFAULT_BIAS_LIMIT) -> ArmsAnalysis | None:
         cells = self.cells()
         if not any(c.concurrency == 1 for c in cells):
             return None
-        return analyse(cells, bias_limit=bias_limit, seed=seed)
+        return analyse(cells, bias_limit=bias_limit)
 
     def cached_suspects(self) -> list[str]:
         return cached_prompt_suspects(
@@ -146,9 +146,9 @@ class ArmsRun:
             )
         return out
 
-    def to_doc(self, *, bias_limit: float = DEFAULT_BIAS_LIMIT, seed: int = 0) -> dict[str, Any]:
+    def to_doc(self, *, bias_limit: float = DEFAULT_BIAS_LIMIT) -> dict[str, Any]:
         """The arms fields of the JSON document (the CLI puts the envelope around them)."""
-        a = self.analysis(bias_limit=bias_limit, seed=seed)
+        a = self.analysis(bias_limit=bias_limit)
         deviant = set() if a is None else {(d.run, d.rep, d.concurrency) for d in a.deviant_cells}
         failed = sum(c.failed for c in self.cells())
         body = a.to_dict() if a is not None else {"headline": None, "headline_refused": False, "refusal": None, "arms": [], "deviant_cells": []}
