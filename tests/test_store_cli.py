@@ -242,3 +242,14 @@ def test_a_sigkilled_staircase_run_stays_in_the_history_marked_incomplete(tmp_pa
     doc = json.loads(capsys.readouterr().out)
     assert doc["complete"] is False
     assert [p["n"] for p in doc["points"]][:2] == [1, 2] and len(doc["points"]) < 4
+
+
+def test_history_marks_an_invalid_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "h.db"
+    doc = {**samples.staircase(serial=False), "valid": False}
+    with open_store(path) as store:
+        store.update_run(store.begin_run(doc), doc, complete=True)
+    assert run_cli(["history", "--db", str(path)]) == 0
+    assert "invalid simulated" in capsys.readouterr().out.splitlines()[1]
+    assert run_cli(["history", "--db", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["valid"] is False

@@ -229,3 +229,20 @@ def test_sigkilled_writer_leaves_a_readable_incomplete_run(tmp_path: Path) -> No
     assert row.complete is False
     assert doc["complete"] is False
     assert [p["n"] for p in doc["points"]] == [1, 2, 4]
+
+
+def test_valid_column_is_filled_from_the_documents_of_an_older_database(tmp_path: Path) -> None:
+    path = tmp_path / "v2.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(store_db.BOOKKEEPING)
+    for migration in MIGRATIONS[:2]:
+        for statement in migration.statements:
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 'then')", (migration.version, migration.name))
+    for doc in ('{"command": "staircase", "valid": false}', '{"command": "arms", "valid": true}', '{"command": "audit"}', "not json"):
+        conn.execute("INSERT INTO runs (created_at, updated_at, command, doc) VALUES ('t', 't', 'x', ?)", (doc,))
+    conn.close()
+    with open_store(path) as store:
+        assert [r.valid for r in sorted(store.list_runs(), key=lambda r: r.id)] == [False, True, None, None]
+        new = store.begin_run({"command": "staircase", "valid": False})
+        assert store.list_runs(limit=1)[0].id == new and store.list_runs(limit=1)[0].valid is False

@@ -47,7 +47,8 @@ def history_table(rows: list[RunSummary]) -> Table:
         shrinks = name in ("server", "model")
         table.add_column(name, no_wrap=not shrinks, overflow="ellipsis", max_width=48 if shrinks else None)
     for r in rows:
-        marks = " ".join(m for m, on in (("incomplete", not r.complete), ("simulated", r.simulated)) if on)
+        flags = (("incomplete", not r.complete), ("invalid", r.valid is False), ("simulated", r.simulated))
+        marks = " ".join(m for m, on in flags if on)
         table.add_row(
             str(r.id), _local_time(r.created_at), Text(r.command), _one_line(r.server_url), _one_line(r.model),
             Text(r.verdict or "—"), Text(marks, style="yellow"),

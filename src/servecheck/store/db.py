@@ -41,6 +41,7 @@ class RunSummary:
     verdict: str | None
     simulated: bool
     complete: bool
+    valid: bool | None = None  # None: the command does not judge validity
 
 
 def default_path() -> Path:
@@ -182,6 +183,7 @@ def _row_values(doc: dict[str, Any], complete: bool) -> dict[str, Any]:
         "verdict": fields.verdict(doc),
         "simulated": int(fields.is_simulated(doc)),
         "complete": int(complete),
+        "valid": None if not isinstance(doc.get("valid"), bool) else int(doc["valid"]),
         "doc": dumps_compact(doc),
         "updated_at": _now(),
     }
@@ -234,7 +236,7 @@ class Store:
 
     def list_runs(self, *, limit: int | None = None, command: str | None = None) -> list[RunSummary]:
         """Newest first."""
-        sql = "SELECT id, created_at, command, server_url, model, verdict, simulated, complete FROM runs"
+        sql = "SELECT id, created_at, command, server_url, model, verdict, simulated, complete, valid FROM runs"
         params: list[Any] = []
         if command:
             sql += " WHERE command = ?"
@@ -264,7 +266,7 @@ class Store:
 
 
 def _summary(row: tuple[Any, ...]) -> RunSummary:
-    run_id, created_at, command, server_url, model, verdict, simulated, complete = row
+    run_id, created_at, command, server_url, model, verdict, simulated, complete, valid = row
     return RunSummary(
         id=int(run_id),
         created_at=str(created_at),
@@ -274,4 +276,5 @@ def _summary(row: tuple[Any, ...]) -> RunSummary:
         verdict=verdict,
         simulated=bool(simulated),
         complete=bool(complete),
+        valid=None if valid is None else bool(valid),
     )

@@ -45,6 +45,15 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX runs_created ON runs (created_at)",
         ),
     ),
+    Migration(
+        3,
+        "add_runs_valid",
+        (
+            # NULL where the command does not judge validity (audit, bandwidth, roofline, ...)
+            "ALTER TABLE runs ADD COLUMN valid INTEGER",
+            "UPDATE runs SET valid = json_extract(doc, '$.valid') WHERE json_valid(doc) AND json_type(doc, '$.valid') IN ('true', 'false')",
+        ),
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
