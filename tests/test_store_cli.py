@@ -253,3 +253,13 @@ def test_history_marks_an_invalid_run(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "invalid simulated" in capsys.readouterr().out.splitlines()[1]
     assert run_cli(["history", "--db", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["runs"][0]["valid"] is False
+
+
+def test_paths_are_printed_literally_not_as_rich_markup(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target = tmp_path / "r[bold]1.html"
+    assert run_cli(["report", "1", "--db", str(db), "--html", str(target)]) == 0
+    assert f"Wrote {target} (1 run)." in capsys.readouterr().err
+    empty = tmp_path / "e[red].db"
+    open_store(empty).close()
+    assert run_cli(["history", "--db", str(empty)]) == 0
+    assert f"in {empty}." in capsys.readouterr().err

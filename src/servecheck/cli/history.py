@@ -28,7 +28,7 @@ def cmd(app: AppContext, limit: int, command_name: str | None, db_path: str | No
         click.echo(dumps({"runs": [_row_dict(r) for r in rows]}), nl=False)
         return 0
     if not rows:
-        app.err.print(f"No saved runs{f' of {command_name}' if command_name else ''} in {location}.")
+        app.err.print(f"No saved runs{f' of {command_name}' if command_name else ''} in {location}.", markup=False, highlight=False)
         return 0
     app.out.print(history_table(rows))
     return 0

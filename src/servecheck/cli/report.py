@@ -18,5 +18,5 @@ def cmd(app: AppContext, runs: tuple[str, ...], html_path: str, db_path: str | N
     """Write an HTML report of RUNS (ids from `servecheck history`, `last`, or JSON result files)."""
     docs = load_runs(runs, db_path)
     write_html(html_path, docs)
-    app.err.print(f"Wrote {html_path} ({len(docs)} run{'s' if len(docs) != 1 else ''}).")
+    app.err.print(f"Wrote {html_path} ({len(docs)} run{'s' if len(docs) != 1 else ''}).", markup=False, highlight=False)
     return 0
