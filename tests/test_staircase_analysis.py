@@ -33,6 +33,9 @@ CASES = [
     pytest.param([3.0, 6.0, 9.0, 12.0], 6.0, 4, "inconclusive", None, id="even-half-steps"),
     # No single gap is large, but the finishes drift a whole single time apart.
     pytest.param([5.5 + 0.6 * i for i in range(8)], 5.5, 8, "inconclusive", None, id="slow-drift"),
+    # A queue (0.5 s per request) measured against a single run that stalled to 3.5 s: the
+    # finishes sit 0.14 single times apart, yet two requests cannot finish in a seventh of one.
+    pytest.param([0.5, 1.0], 3.5, 2, "inconclusive", None, id="single-time-inflated"),
     # Group sizes a fixed slot count cannot make.
     pytest.param([6.0, 12.0, 12.1, 12.2], 5.5, 4, "inconclusive", None, id="groups-1-then-3"),
     pytest.param([6.0, 6.1, 12.0, 18.0], 5.5, 4, "inconclusive", None, id="groups-2-1-1"),

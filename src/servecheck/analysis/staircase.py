@@ -40,6 +40,10 @@ EVEN_STEP_SPREAD = 0.3
 # Partial: a group of K batched requests cannot finish faster than one request alone, so each
 # group's step is at least most of T1; shorter steps mean something we do not understand.
 PARTIAL_MIN_STEP_FRAC = 0.75
+# Cluster: the same bound for one group. N requests done together well before one request alone
+# means the N=1 time is no fair reference (a stall during the single run inflates it, and a
+# queue's finishes then sit closer than any gap threshold), not that batching is faster than alone.
+CLUSTER_MIN_LAST_FRAC = 0.75
 
 # --- validity --------------------------------------------------------------------------------
 # Requests more than 5% away from the run's modal output length smear a staircase into a cluster
@@ -183,7 +187,12 @@ def _decide(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdi
 
 
 def _decide_cluster(v: BatchVerdict) -> tuple[Verdict, str]:
-    assert v.spread_ratio is not None
+    assert v.spread_ratio is not None and v.last_over_single is not None
+    if v.last_over_single < CLUSTER_MIN_LAST_FRAC:
+        return "inconclusive", (
+            f"all {v.n} finished by {v.last_over_single:.2f}x the single time, sooner than one request alone "
+            f"(>= {CLUSTER_MIN_LAST_FRAC}x): the N=1 time is no fair reference"
+        )
     if v.spread_ratio <= CLUSTER_SPREAD_FRAC:
         return "cluster", f"all {v.n} finish together: spread {v.spread_ratio:.2f}x the single time"
     return "inconclusive", (
