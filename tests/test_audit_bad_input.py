@@ -194,3 +194,29 @@ def test_fuzz_safetensors_header(tmp_path_factory: pytest.TempPathFactory, heade
         audit_model(p)
     except AuditError:
         pass
+
+
+_CONFIG_KEYS = [
+    "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "hidden_size", "head_dim", "layer_types",
+    "sliding_window", "sliding_window_pattern", "full_attention_interval", "kv_lora_rank", "qk_rope_head_dim",
+    "num_experts", "num_experts_per_tok", "tie_word_embeddings", "quantization", "text_config", "mamba_expand",
+    "mamba_d_state", "mamba_d_conv", "linear_num_value_heads", "attention_chunk_size",
+]
+
+
+@_FUZZ
+@given(config=st.dictionaries(st.sampled_from(_CONFIG_KEYS), _json_values | st.integers(2**40, 2**64), max_size=8))
+def test_fuzz_config_json(tmp_path_factory: pytest.TempPathFactory, config: dict) -> None:
+    """A hostile config.json beside valid weights: a result or one AuditError, never a huge allocation."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = tmp_path_factory.mktemp("cfg")
+    save_file({"model.embed_tokens.weight": np.ones((8, 4), np.float16),
+               "model.layers.0.self_attn.q_proj.weight": np.ones((4, 4), np.float16),
+               "model.layers.1.mamba.in_proj.weight": np.ones((4, 4), np.float16)}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(config))
+    try:
+        audit_model(folder, AuditOptions(context=64))
+    except AuditError:
+        pass

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from servecheck.audit import classify as C
-from servecheck.audit.gguf_audit import AuditOptions, kv_element_bytes
+from servecheck.audit.gguf_audit import MAX_BLOCKS, AuditOptions, kv_element_bytes
 from servecheck.audit.records import (
     AuditResult,
     Experts,
@@ -234,6 +234,8 @@ def _run_layers(config: dict[str, Any], tensors: list[STensor], notes: list[str]
     n, key = _int(config, ("num_hidden_layers", "n_layer", "num_layers"))
     if n is None:
         return None
+    if n > MAX_BLOCKS:
+        raise AuditError(f"config.json {key} = {n} is not a plausible layer count", "fix config.json beside the weights")
     beyond = sorted({b for t in tensors if C.classify_hf(t.name) != C.EXCLUDED and (b := C.block_index(t.name)) is not None and b >= n})
     if beyond:
         notes.append(f"blocks {beyond[0]}..{beyond[-1]} are past config.json {key} = {n} (MTP/NextN): excluded")
