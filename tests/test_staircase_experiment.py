@@ -127,3 +127,14 @@ def test_plan_rejects_bad_n(ns):
 def test_plan_adds_baseline():
     assert plan_ns([8, 2, 2]) == ((1, 2, 8), ("added N=1: every verdict is judged against the single-request time",))
     assert plan_ns([1, 4]) == ((1, 4), ())
+
+
+@pytest.mark.parametrize(
+    ("status", "http_status", "hint"),
+    [("timeout", None, "took too long"), ("error", 400, "refused the request"), ("error", None, "check the URL")],
+)
+def test_warm_up_failure_hint_fits_the_failure(status, http_status, hint):
+    from servecheck.experiments.staircase import _warm_up_hint
+
+    record = RequestRecord(index=0, nonce="n", status=status, tokens_requested=8, send_ns=0, http_status=http_status)
+    assert hint in _warm_up_hint(record)

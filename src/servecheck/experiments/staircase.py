@@ -140,12 +140,17 @@ async def _warm_up(
     (req,) = await _make(factory, driver, 1, prompt_tokens, tokens, rng)
     record = await driver.generate(req)
     if not record.ok:
-        raise ServerError(
-            f"the warm-up request failed: {record.error or record.status}",
-            "check the URL, --model and --api; the server must answer one request before a batch",
-            status=record.http_status,
-        )
+        raise ServerError(f"the warm-up request failed: {record.error or record.status}", _warm_up_hint(record),
+                          status=record.http_status)
     return record
+
+
+def _warm_up_hint(record: RequestRecord) -> str:
+    if record.status == "timeout":
+        return "the server took too long for a single request: is it busy or stuck? (--timeout sets the wait)"
+    if record.http_status is not None and record.http_status >= 400:
+        return "the server refused the request; its message above says why (check --model and --api)"
+    return "check the URL, --model and --api; the server must answer one request before a batch"
 
 
 async def run_staircase(
