@@ -220,3 +220,10 @@ def test_fuzz_config_json(tmp_path_factory: pytest.TempPathFactory, config: dict
         audit_model(folder, AuditOptions(context=64))
     except AuditError:
         pass
+
+
+def test_projector_only_file_is_refused(tmp_path: Path) -> None:
+    """An mmproj file holds only vision tensors: zero bytes per token would divide by zero downstream."""
+    path = write_gguf(tmp_path / "mmproj.gguf", "clip", {}, [("v.blk.0.attn_q.weight", "F16", (64, 64)), ("mm.0.weight", "F16", (64, 64))])
+    with pytest.raises(AuditError, match="no tensor here runs per decoded token"):
+        audit_model(path)

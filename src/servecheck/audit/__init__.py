@@ -56,5 +56,12 @@ def audit_model(path: Path, options: AuditOptions | None = None) -> AuditResult:
             if not ggufs:
                 raise AuditError(f"{path}: only projector files here", "give the model's .gguf")
             path = ggufs[0]
-        return audit_gguf(path, options)
-    return audit_safetensors(path, options)
+        result = audit_gguf(path, options)
+    else:
+        result = audit_safetensors(path, options)
+    if result.bytes_per_token <= 0:
+        raise AuditError(
+            f"{path.name}: no tensor here runs per decoded token (all {len(result.tensors)} are vision, projector or MTP)",
+            "give the language model's weight file",
+        )
+    return result

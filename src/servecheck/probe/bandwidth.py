@@ -128,10 +128,14 @@ def available_memory_bytes() -> int | None:
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
+    # macOS has neither /proc/meminfo nor SC_AVPHYS_PAGES: physical memory is the fallback, so the
+    # default sizes still stop somewhere rather than probing 16 GiB on a small machine
+    for pages in ("SC_AVPHYS_PAGES", "SC_PHYS_PAGES"):
+        try:
+            return os.sysconf("SC_PAGE_SIZE") * os.sysconf(pages)
+        except (ValueError, OSError, AttributeError):
+            continue
+    return None
 
 
 def plan_sizes(requested: list[int] | None, available: int | None) -> tuple[list[int], list[tuple[int, str]]]:
