@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from typing import TextIO
 
 from rich.console import Console
 
@@ -21,18 +22,18 @@ class AppContext:
         # --no-color promises plain text: rich's no_color drops colours but keeps bold and dim, so
         # switch styling off altogether (color_system=None writes no escape codes at all).
         plain = {"color_system": None} if no_color else {}
-        out = Console(no_color=no_color, highlight=False, soft_wrap=False, width=_pipe_width(), **plain)
-        err = Console(stderr=True, no_color=no_color, highlight=False, quiet=quiet, **plain)
+        out = Console(no_color=no_color, highlight=False, soft_wrap=False, width=_pipe_width(sys.stdout), **plain)
+        err = Console(stderr=True, no_color=no_color, highlight=False, quiet=quiet, width=_pipe_width(sys.stderr), **plain)
         return cls(out=out, err=err, debug=debug, quiet=quiet)
 
 
-# Rich wraps at 80 columns when stdout is a file or a pipe, which folds tables of URLs and model
+# Rich wraps at 80 columns when stdout or stderr is a file or a pipe, which folds tables of URLs and model
 # names into unreadable columns in logs and CI output. Without a terminal there is no width to
 # respect, so give results room (COLUMNS still wins when it is set).
 PIPE_WIDTH = 200
 
 
-def _pipe_width() -> int | None:
-    if os.environ.get("COLUMNS") or sys.stdout.isatty():
+def _pipe_width(stream: TextIO) -> int | None:
+    if os.environ.get("COLUMNS") or stream.isatty():
         return None
     return PIPE_WIDTH
