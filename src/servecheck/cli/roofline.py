@@ -156,6 +156,13 @@ async def measure_tok_s(target: Target, tokens: int, prompt_tokens: int, seed: i
                    "decode_s": decode_s, "ttft_s": (rec.first_token_ns - rec.send_ns) / 1e9, "server_timings": server}
 
 
+def measure_rate(target: Target, tokens: int) -> dict[str, Any]:
+    """The document fields of a --url measurement: tok_s, where it came from, and the request's record."""
+    tok_s, measured = asyncio.run(measure_tok_s(target, tokens, URL_PROMPT_TOKENS, 0))
+    source = f"measured: one {measured['tokens']}-token stream at {target.url}, prefill excluded"
+    return {"tok_s": tok_s, "tok_s_source": source, "measurement": measured}
+
+
 def _short(req: Any) -> Any:
     from dataclasses import replace
 
@@ -378,25 +385,19 @@ def cmd(app: AppContext, model_path: Path | None, bytes_text: str | None, tok_s:
     notes: list[str] = list(run_notes)
     try:
         recorder.start(head)
-        measured: dict[str, Any] | None = None
-        source = "given"
+        rate: dict[str, Any] = {"tok_s": tok_s, "tok_s_source": "given", "measurement": None}
         if url is not None:
             target = make_target(url, api=api, model=model, api_key=api_key, headers=headers,
                                  first_token_timeout_s=first_token_timeout_s)
-            tok_s, measured = asyncio.run(measure_tok_s(target, tokens, URL_PROMPT_TOKENS, 0))
-            source = f"measured: one {measured['tokens']}-token stream at {url}, prefill excluded"
-            head["simulated"] = bool(measured["server"].get("simulated"))
-            recorder.partial({**head, "tok_s": tok_s, "tok_s_source": source, "measurement": measured})
+            rate = measure_rate(target, tokens)
+            head["simulated"] = bool(rate["measurement"]["server"].get("simulated"))
+            recorder.partial({**head, **rate})  # a Ctrl-C during the probe keeps the measured rate
         bw = resolve_bandwidth(bandwidth_raw, weights.resident_bytes, device, threads, app)
-        assert tok_s is not None
-        doc = {**head, **analyse(weights, tok_s, bw, gate_threshold, ceiling, target_tok_s, batches, runs)}
-        doc["tok_s_source"] = source
-        doc["measurement"] = measured
+        doc = {**head, **analyse(weights, rate["tok_s"], bw, gate_threshold, ceiling, target_tok_s, batches, runs), **rate}
         doc["probe"] = None if bw.probe is None else bw.probe.to_dict()
         doc["audit"] = None if weights.audit is None else _audit_summary(weights.audit)
         notes += [f"probe: {n}" for n in (bw.probe.notes if bw.probe else ())]
-        notes += _sanity_notes(doc, weights)
-        doc["notes"] = notes
+        doc["notes"] = notes + _sanity_notes(doc, weights)
         doc = recorder.finish(doc)
     except KeyboardInterrupt:
         recorder.interrupted()
