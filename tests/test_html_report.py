@@ -346,3 +346,16 @@ def test_demo_draws_both_configurations_on_one_time_axis() -> None:
     charts = re.findall(r'<svg class="chart timeline".*?</svg>', page)
     axis_ends = {max(float(t) for t in re.findall(r'<text class="tick"[^>]*>([0-9.]+)</text>', svg)) for svg in charts}
     assert len(charts) == 6 and axis_ends == {4.0}
+
+
+def test_every_chart_of_a_simulated_run_says_so() -> None:
+    """A chart cut out of the page must not pass for a real server's."""
+    sim, real = samples.staircase(serial=True), samples.roofline()
+    real["simulated"] = False
+    real["server"]["simulated"] = False
+    page, c = parse([sim, real])
+    titles = re.findall(r'<text class="chart-title"[^>]*>([^<]*)</text>', page)
+    simulated = [t for t in titles if t.endswith("— SIMULATED server")]
+    assert len(simulated) == 4  # three completion-time charts and the throughput chart; not the roofline's
+    assert len(titles) == 5
+    assert re.search(r"<title>SIMULATED · servecheck report</title>", page)

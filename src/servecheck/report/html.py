@@ -7,6 +7,7 @@ came from.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
@@ -45,6 +46,7 @@ ENVELOPE_KEYS = frozenset(
 )
 
 Renderer = Callable[[dict[str, Any]], str]
+CHART_TITLE = re.compile(r'(<text class="chart-title"[^>]*>)([^<]*)(</text>)')
 
 
 # ---------------------------------------------------------------- entry points
@@ -58,6 +60,8 @@ def write_html(path: str | Path, docs: Sequence[dict[str, Any]]) -> None:
 def render_html(docs: Sequence[dict[str, Any]]) -> str:
     sections = [render_doc(doc, i) for i, doc in enumerate(docs)]
     title = "servecheck report" if len(docs) != 1 else f"servecheck {fields.command(docs[0])} report"
+    if any(fields.is_simulated(d) for d in docs):
+        title = f"SIMULATED · {title}"
     return _template().substitute(
         title=esc(title),
         subtitle=esc(_subtitle(docs)),
@@ -100,6 +104,8 @@ def render_doc(doc: dict[str, Any], index: int = 0) -> str:
     except Exception as exc:  # noqa: BLE001 - a malformed document must still give a report
         body = f'<p class="warn">This section could not be drawn ({esc(type(exc).__name__)}: {esc(exc)}).</p>'
         body += _generic_section(doc)
+    if fields.is_simulated(doc):
+        body = mark_charts_simulated(body)
     parts = [
         f'<section class="run {esc(fields.command(doc))}" id="run-{index}">',
         f"<h2>{esc(_run_title(doc))}</h2>",
@@ -112,6 +118,11 @@ def render_doc(doc: dict[str, Any], index: int = 0) -> str:
         "</section>",
     ]
     return "\n".join(p for p in parts if p)
+
+
+def mark_charts_simulated(body: str) -> str:
+    """A chart is often cut out of a report on its own: its title must say the numbers are simulated."""
+    return CHART_TITLE.sub(lambda m: f"{m.group(1)}{m.group(2)} — SIMULATED server{m.group(3)}", body)
 
 
 def _run_title(doc: dict[str, Any]) -> str:
