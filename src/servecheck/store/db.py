@@ -146,7 +146,7 @@ def _refuse_unknown_schema(applied: dict[int, str], label: str) -> None:
     if newest > LATEST_VERSION:
         raise StoreError(
             f"history database {label} has schema version {newest}, newer than this servecheck knows ({LATEST_VERSION})",
-            "upgrade servecheck, or pass --db PATH to use another database; it was left untouched",
+            "upgrade servecheck, pass --db PATH to use another database, or --no-save to run without one; it was left untouched",
         )
     known = {m.version: m.name for m in MIGRATIONS}
     for version, name in applied.items():
