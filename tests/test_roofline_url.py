@@ -68,3 +68,12 @@ def test_url_with_a_model_counts_the_kv_cache_at_the_streams_mean_context(tmp_pa
     assert doc["audit"]["kv_bytes_per_token"] == kv
     assert doc["bytes_per_token"] == audit_model(model).bytes_per_token + kv
     assert any(f"{context} tokens" in n for n in doc["notes"])
+
+
+def test_a_failed_measuring_request_is_an_error_not_a_usage_mistake(capsys: pytest.CaptureFixture[str]) -> None:
+    with sim_in_thread(SimConfig(mode="serial", token_s=0.001, n_ctx=16, default_max_tokens=8)) as sim:
+        with pytest.raises(SystemExit) as exc:
+            main(["roofline", "--bytes-per-token", "1GB", "--url", sim.url, "--tokens", "20", "--bandwidth", "400", "--no-save"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 1
+    assert err.startswith("Error: the measuring request failed") and "n_ctx" in err and len(err.strip().splitlines()) == 1

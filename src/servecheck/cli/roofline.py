@@ -22,7 +22,7 @@ from servecheck.cli.common import Recorder, make_target, output_options, target_
 from servecheck.cli.context import AppContext
 from servecheck.client.base import Target
 from servecheck.envinfo import environment
-from servecheck.errors import UsageError
+from servecheck.errors import ServerError, UsageError
 from servecheck.probe import GIB, BandwidthResult, measure_bandwidth, plan_sizes
 from servecheck.probe.bandwidth import available_memory_bytes
 from servecheck.report.jsonout import envelope
@@ -148,7 +148,7 @@ async def measure_tok_s(target: Target, tokens: int, prompt_tokens: int, seed: i
         await driver.generate(_short(warm))
         rec = await driver.generate(req)
     if not rec.ok or rec.first_token_ns is None or rec.end_ns is None or rec.tokens < 2:
-        raise UsageError(f"the measuring request failed ({rec.status}: {rec.error or 'no tokens'})", "check the server, or pass --tok-s")
+        raise ServerError(f"the measuring request failed ({rec.status}: {rec.error or 'no tokens'})", "check the server, or pass --tok-s")
     decode_s = (rec.end_ns - rec.first_token_ns) / 1e9
     tok_s = (rec.tokens - 1) / decode_s
     server = rec.server.to_dict() if rec.server else None
