@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -51,3 +52,15 @@ def test_environment_is_json_and_complete() -> None:
     for key in ("servecheck_version", "os", "cpu_model", "cpu_count", "memory_bytes", "python", "gpu"):
         assert key in env
     assert env["cpu_count"] >= 1
+
+
+def test_cpu_model_on_arm_linux_comes_from_lscpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ARM's /proc/cpuinfo names no model; without lscpu the environment said only null."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nBogoMIPS\t: 2000.00\nCPU implementer\t: 0x41\n")
+    monkeypatch.setattr(envinfo.sys, "platform", "linux")
+    lscpu = "Architecture:        aarch64\nVendor ID:           ARM\nModel name:          Neoverse-V2\n"
+    assert envinfo.cpu_model(cpuinfo, run=lambda argv: lscpu if argv == ["lscpu"] else None) == "Neoverse-V2"
+    x86 = tmp_path / "x86"
+    x86.write_text("processor\t: 0\nmodel name\t: AMD EPYC 9654 96-Core Processor\n")
+    assert envinfo.cpu_model(x86, run=lambda argv: None) == "AMD EPYC 9654 96-Core Processor"

@@ -25,17 +25,23 @@ MIB = 1024 * 1024
 Runner = Callable[[list[str]], str | None]
 
 
-def cpu_model() -> str | None:
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo"), run: Runner | None = None) -> str | None:
+    run = run or _run
     try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
             if line.lower().startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
     if sys.platform == "darwin":
-        brand = _run(["sysctl", "-n", "machdep.cpu.brand_string"])
+        brand = run(["sysctl", "-n", "machdep.cpu.brand_string"])
         if brand:
             return brand.strip()
+    # ARM Linux has no "model name" in /proc/cpuinfo; lscpu names the core (Neoverse-V2, Cortex-A76)
+    listing = run(["lscpu"]) if sys.platform.startswith("linux") else None
+    for line in (listing or "").splitlines():
+        if line.lower().startswith("model name:"):
+            return line.split(":", 1)[1].strip() or None
     return platform.processor() or None
 
 
