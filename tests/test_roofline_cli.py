@@ -168,3 +168,20 @@ def test_run_file_leaves_out_deviant_cells_and_names_a_simulated_run(tmp_path: P
     (row,) = doc["batch"]
     assert row["batch"] == 2 and row["measured_tok_s"] == pytest.approx(11.0)
     assert any("SIMULATED" in n for n in doc["notes"])
+
+
+@pytest.mark.parametrize(
+    ("resident", "available", "size", "says"),
+    [
+        (3 << 30, 100 << 30, 3 << 30, "the model's resident size"),
+        (21 << 30, 20 << 30, 8 << 30, "utilization low"),  # 60% of 20 GiB holds 8 GiB, not 21
+        (None, 20 << 30, 8 << 30, "no resident size known"),
+    ],
+)
+def test_probe_size_follows_the_resident_size_when_it_fits(monkeypatch: pytest.MonkeyPatch, resident: int | None,
+                                                           available: int, size: int, says: str) -> None:
+    import servecheck.cli.roofline as roofline_cli
+
+    monkeypatch.setattr(roofline_cli, "available_memory_bytes", lambda: available)
+    got, note = roofline_cli.probe_size(resident)
+    assert got == size and says in note

@@ -131,7 +131,8 @@ def probe_size(resident: int | None) -> tuple[int, str]:
         plan_sizes([resident], available)
         return resident, "the model's resident size"
     except UsageError:
-        return defaults[-1], f"resident {resident / GIB:.1f} GiB does not fit: largest size that does, an overestimate"
+        return defaults[-1], (f"resident {resident / GIB:.1f} GiB does not fit: the largest size that does, "
+                              "so bandwidth reads high and utilization low")
 
 
 # ---------------------------------------------------------------- --url: single-stream decode rate
