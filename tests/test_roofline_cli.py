@@ -101,6 +101,7 @@ def test_batch_ceiling_seed_numbers_without_audit(tmp_path: Path, capsys: pytest
         ["roofline", "--bytes-per-token", "1GB", "--tok-s", "3", "--batch", "0,2"],
         ["roofline", "--bytes-per-token", "1GB", "--tok-s", "-3"],
         ["roofline", "--bytes-per-token", "1GB", "--tok-s", "nan", "--bandwidth", "10"],
+        ["roofline", "--bytes-per-token", "1GB", "--tok-s", "3", "--bandwidth", "10", "--context", "4096"],
         ["roofline", "--bytes-per-token", "1GB", "--tok-s", "3", "--bandwidth", "10", "--target", "inf"],
         ["compare", "a=1GB@3"],
         ["compare", "a=1GB@3", "b=nope"],

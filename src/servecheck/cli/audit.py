@@ -111,7 +111,7 @@ def cmd(
         write_json(json_path, audit_doc(result, params))
     console = app.err if json_path == "-" else app.out
     console.print(f"audit  {model}  format {result.format}  architecture {result.architecture or '?'}  "
-                  f"({result.kind})", markup=False, highlight=False)
+                  f"({result.kind})", markup=False, highlight=False, soft_wrap=True)
     console.print(group_table(result))
     if show_tensors:
         for t in result.tensors:

@@ -88,6 +88,9 @@ def resolve_weights(model: Path | None, bytes_text: str | None, kind: str, resid
     if (model is None) == (bytes_text is None):
         raise UsageError("give a MODEL file or --bytes-per-token, not both or neither", "e.g. roofline model.gguf --tok-s 97.8")
     resident_bytes = _bytes(resident, "--resident") if resident else None
+    if model is None and (context is not None or experts_used is not None):
+        flag = "--context" if context is not None else "--experts-used"
+        raise UsageError(f"{flag} needs a MODEL file to audit", "with --bytes-per-token, count the KV cache in the figure you give")
     if model is not None:
         result = audit_model(model, options_from(context, kv_type, experts_used))
         return Weights(result.total_bytes_per_token, resident_bytes or result.resident_bytes,
