@@ -536,3 +536,17 @@ async def test_simulator_model_name_marks_the_result_simulated_without_the_heade
     from servecheck.sim.config import MODEL_PREFIX
 
     assert SIM_MODEL_PREFIX == MODEL_PREFIX
+
+
+async def test_queue_wait_extends_the_first_token_timeout_of_a_batch(serve: Starter) -> None:
+    """A queued request may wait for the ones ahead of it before its first token: the batch's
+    allowance is added to the wait, and the error says so."""
+    url = await serve(FakeLlamaCpp().app())
+    async with LoadDriver(target(url, api="llamacpp", first_token_timeout_s=0.5)) as driver:
+        await driver.detect()
+        started = driver.clock.now_ns()
+        batch = await driver.run_batch([GenRequest(index=0, prompt="SLOW", nonce="s", max_tokens=3)], queue_wait_s=1.0)
+        waited_s = (driver.clock.now_ns() - started) / 1e9
+    slow = batch.records[0]
+    assert slow.status == "timeout" and waited_s >= 1.4
+    assert "no token within 1.5 s of sending, 1 s of it allowed for the queue ahead" in (slow.error or "")

@@ -31,6 +31,7 @@ class SerialFakeDriver:
         self.nonces: list[str] = []
         self.warmup_ok = warmup_ok
         self.now_ns = 0
+        self.queue_waits: list[float] = []
 
     async def detect(self) -> ServerInfo:
         self.calls.append(("detect", 0))
@@ -55,8 +56,9 @@ class SerialFakeDriver:
             return RequestRecord(index=0, nonce=req.nonce, status="error", tokens_requested=1, send_ns=0, error="HTTP 404")
         return self._record(req, SINGLE_S)
 
-    async def run_batch(self, reqs, in_flight=None) -> BatchResult:
+    async def run_batch(self, reqs, in_flight=None, queue_wait_s=0.0) -> BatchResult:
         self.calls.append(("batch", len(reqs)))
+        self.queue_waits.append(queue_wait_s)
         records = tuple(self._record(r, SINGLE_S * (r.index + 1)) for r in reqs)
         batch = BatchResult(release_ns=self.now_ns, in_flight=len(reqs), records=records, dispatch_skew_ns=1000)
         self.now_ns += int(SINGLE_S * len(reqs) * NS_PER_S)
@@ -138,3 +140,13 @@ def test_warm_up_failure_hint_fits_the_failure(status, http_status, hint):
 
     record = RequestRecord(index=0, nonce="n", status=status, tokens_requested=8, send_ns=0, http_status=http_status)
     assert hint in _warm_up_hint(record)
+
+
+async def test_queued_requests_get_the_queue_ahead_added_to_their_wait():
+    """The last of N requests on a serial server waits N - 1 single times for its first token."""
+    driver = SerialFakeDriver()
+    await run_staircase(
+        driver, ns=[1, 2, 4], tokens=10, prompt_tokens=8, reps=1, rng=random.Random(0), requests_factory=fake_requests,
+    )
+    # The warm-up took SINGLE_S; each request ahead is allowed 1.5 times that.
+    assert driver.queue_waits == pytest.approx([0.0, 1.5 * SINGLE_S, 3 * 1.5 * SINGLE_S])

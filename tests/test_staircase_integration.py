@@ -196,3 +196,17 @@ def test_output_beyond_the_context_is_refused_before_any_request(tmp_path, capsy
     if code == exitcodes.USAGE:
         assert "exceed the server's context of 256 tokens per request" in err and "Traceback" not in err
         assert "detected" not in err  # refused before the warm-up and before any history row
+
+
+def test_a_queue_slower_than_the_first_token_timeout_still_reads_as_a_staircase(tmp_path):
+    """--timeout 1 with requests of ~0.8 s: the fourth request of N=4 waits ~2.4 s in the queue
+    before its first token. That wait is the staircase, not a stuck server."""
+    json_path = tmp_path / "slow-queue.json"
+    with sim_in_thread(SimConfig(mode="serial", **TIMING)) as sim:
+        argv = ["staircase", sim.url, "--n", "1,4", "--tokens", str(TOKENS), "--prompt-tokens", "32", "--timeout", "1",
+                "--no-save", "--json", str(json_path)]
+        with pytest.raises(SystemExit) as info:
+            main_mod.main(argv)
+    doc = json.loads(json_path.read_text())
+    assert not doc["invalid"], doc["invalid"]
+    assert info.value.code == exitcodes.OK and doc["verdict"] == "staircase", doc["verdict_reason"]

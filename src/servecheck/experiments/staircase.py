@@ -26,6 +26,9 @@ OnPoint = Callable[["StaircaseResult"], None]
 OnServer = Callable[[ServerInfo], None]
 # make_requests(driver, n, prompt_tokens, max_tokens, rng) -> requests (or an awaitable of them)
 RequestFactory = Callable[..., Any]
+# Queued requests wait for the ones ahead; each of those may take longer than the warm-up did
+# (a loaded machine, a queue hand-over), so the allowance counts each one and a half times.
+QUEUE_WAIT_MARGIN = 1.5
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,16 @@ def plan_ns(ns: Sequence[int]) -> tuple[tuple[int, ...], tuple[str, ...]]:
     return planned, notes
 
 
+def queue_wait_s(warmup: RequestRecord | None, n: int) -> float:
+    """How long the last of `n` requests may wait in a queue before its first token: the n - 1
+    ahead of it, each about one warm-up request long, with QUEUE_WAIT_MARGIN for a slow step.
+    Without it a serial server slower than --timeout / (n - 1) per request fails the staircase
+    it should have shown."""
+    if warmup is None or warmup.latency_ns is None:
+        return 0.0
+    return (n - 1) * QUEUE_WAIT_MARGIN * warmup.latency_ns / NS_PER_S
+
+
 def check_context(server: ServerInfo, prompt_tokens: int, tokens: int) -> None:
     """Refuse, before any request, a prompt + output that the server's context per request cannot hold.
 
@@ -182,7 +195,7 @@ async def run_staircase(
     for n in planned:
         for rep in range(reps):
             reqs = await _make(requests_factory, driver, n, prompt_tokens, tokens, rng)
-            batch = await driver.run_batch(reqs)
+            batch = await driver.run_batch(reqs, queue_wait_s=queue_wait_s(result.warmup, n))
             result = replace(result, batches=(*result.batches, MeasuredBatch(n=n, rep=rep, batch=batch)))
             if on_point is not None:
                 on_point(result)

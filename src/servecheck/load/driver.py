@@ -79,11 +79,11 @@ class LoadDriver:
             headers["Authorization"] = f"Bearer {self.target.api_key}"
         return headers
 
-    def _new_session(self, limit: int) -> aiohttp.ClientSession:
+    def _new_session(self, limit: int, queue_wait_s: float = 0.0) -> aiohttp.ClientSession:
         # No total timeout on streams (a 5-minute default would kill long runs); the first-token
         # and stall limits are enforced while reading, the request limit here.
         timeout = aiohttp.ClientTimeout(
-            total=self.target.request_timeout_s,
+            total=self.target.request_timeout_s + queue_wait_s,
             connect=self.target.connect_timeout_s,
             sock_connect=self.target.connect_timeout_s,
         )
@@ -229,18 +229,24 @@ class LoadDriver:
         finally:
             await session.close()
 
-    async def run_batch(self, reqs: Sequence[GenRequest], in_flight: int | None = None) -> BatchResult:
-        """Release `reqs` together from a start barrier (at most `in_flight` at once)."""
+    async def run_batch(
+        self, reqs: Sequence[GenRequest], in_flight: int | None = None, queue_wait_s: float = 0.0
+    ) -> BatchResult:
+        """Release `reqs` together from a start barrier (at most `in_flight` at once).
+
+        `queue_wait_s` extends the first-token and request timeouts of this batch: a server that
+        queues requests legitimately holds the last one that long before its first token.
+        """
         if not reqs:
             raise UsageError("a batch needs at least one request")
         if in_flight is not None and in_flight < 1:
             raise UsageError(f"in_flight must be >= 1, got {in_flight}")
         dialect = await self._ready()
         lanes = len(reqs) if in_flight is None else min(in_flight, len(reqs))
-        sessions = [self._new_session(limit=1) for _ in range(lanes)]
+        sessions = [self._new_session(limit=1, queue_wait_s=queue_wait_s) for _ in range(lanes)]
         try:
             await asyncio.gather(*(self._warm(s, dialect) for s in sessions))
-            release_ns, records, first_sends = await self._release(sessions, dialect, reqs)
+            release_ns, records, first_sends = await self._release(sessions, dialect, reqs, queue_wait_s)
         finally:
             await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
         ordered = tuple(sorted(records, key=lambda r: r.index))
@@ -255,7 +261,7 @@ class LoadDriver:
             pass  # the request itself will record the failure
 
     async def _release(
-        self, sessions: list[aiohttp.ClientSession], dialect: Dialect, reqs: Sequence[GenRequest]
+        self, sessions: list[aiohttp.ClientSession], dialect: Dialect, reqs: Sequence[GenRequest], queue_wait_s: float
     ) -> tuple[int, list[RequestRecord], list[int]]:
         gate = asyncio.Event()
         queue = deque(reqs)
@@ -265,9 +271,9 @@ class LoadDriver:
         async def lane(session: aiohttp.ClientSession) -> None:
             await gate.wait()
             if queue:  # only a lane's first request is released together, on its warmed connection
-                records.append(await self._send(session, dialect, queue.popleft(), first_sends))
+                records.append(await self._send(session, dialect, queue.popleft(), first_sends, queue_wait_s))
             while queue:
-                records.append(await self._send_fresh(dialect, queue.popleft()))
+                records.append(await self._send_fresh(dialect, queue.popleft(), queue_wait_s))
 
         tasks = [asyncio.create_task(lane(s)) for s in sessions]
         await asyncio.sleep(0)  # every lane reaches the gate before it opens
@@ -276,13 +282,13 @@ class LoadDriver:
         await asyncio.gather(*tasks)
         return release_ns, records, first_sends
 
-    async def _send_fresh(self, dialect: Dialect, req: GenRequest) -> RequestRecord:
+    async def _send_fresh(self, dialect: Dialect, req: GenRequest, queue_wait_s: float) -> RequestRecord:
         """A lane's later request goes out on a new connection: servers close a connection after
         a streamed reply (llama-server does), and writing into one that is closing fails the
         request. Warming it in advance is no cure either: an idle connection is closed too."""
-        session = self._new_session(limit=1)
+        session = self._new_session(limit=1, queue_wait_s=queue_wait_s)
         try:
-            return await self._send(session, dialect, req)
+            return await self._send(session, dialect, req, queue_wait_s=queue_wait_s)
         finally:
             await session.close()
 
@@ -292,6 +298,7 @@ class LoadDriver:
         dialect: Dialect,
         req: GenRequest,
         first_sends: list[int] | None = None,
+        queue_wait_s: float = 0.0,
     ) -> RequestRecord:
         # Encoded before the send stamp: only the HTTP write itself lies between stamp and wire.
         body = json.dumps(dialect.body(req, self.info.model if self.info else self.target.model)).encode()
@@ -299,7 +306,7 @@ class LoadDriver:
         send_ns = self.clock.now_ns()
         if first_sends is not None:
             first_sends.append(send_ns)
-        outcome = await self._stream(session, dialect, body, tally)
+        outcome = await self._stream(session, dialect, body, tally, queue_wait_s)
         return self._record(req, send_ns, tally, outcome)
 
     async def _stream(
@@ -308,8 +315,9 @@ class LoadDriver:
         dialect: Dialect,
         body: bytes,
         tally: StreamTally,
+        queue_wait_s: float = 0.0,
     ) -> _Outcome:
-        wait_s = self.target.first_token_timeout_s
+        wait_s = self.target.first_token_timeout_s + queue_wait_s
         http_status: int | None = None
         try:
             async with asyncio.timeout(wait_s) as deadline:
@@ -320,7 +328,7 @@ class LoadDriver:
                         return _Outcome("error", http_status, await self._http_error(resp))
                     await self._read(resp, dialect, tally, deadline)
         except TimeoutError:
-            return _Outcome("timeout", http_status, self._timeout_message(tally, deadline.expired()))
+            return _Outcome("timeout", http_status, self._timeout_message(tally, deadline.expired(), queue_wait_s))
         except StreamParseError as exc:
             return _Outcome("error", http_status, self.scrub(exc.message))
         except aiohttp.ClientConnectorError as exc:
@@ -347,11 +355,16 @@ class LoadDriver:
         if tally.final_ns is None:
             _apply(parser.close(), dialect, tally, t_ns)
 
-    def _timeout_message(self, tally: StreamTally, ours: bool) -> str:
+    def _timeout_message(self, tally: StreamTally, ours: bool, queue_wait_s: float = 0.0) -> str:
         if not ours:
-            return f"request did not finish within {self.target.request_timeout_s:g} s (request timeout)"
+            total_s = self.target.request_timeout_s + queue_wait_s
+            return f"request did not finish within {total_s:g} s (request timeout)"
         if tally.first_token_ns is None:
-            return f"no token within {self.target.first_token_timeout_s:g} s of sending (first-token timeout; raise --timeout)"
+            queued = f", {queue_wait_s:.3g} s of it allowed for the queue ahead" if queue_wait_s else ""
+            return (
+                f"no token within {self.target.first_token_timeout_s + queue_wait_s:.3g} s of sending{queued} "
+                "(first-token timeout; raise --timeout)"
+            )
         return f"stream stalled: no data for {self.target.first_token_timeout_s:g} s after {tally.events} token events"
 
     async def _http_error(self, resp: aiohttp.ClientResponse) -> str:
