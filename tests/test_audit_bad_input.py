@@ -227,3 +227,29 @@ def test_projector_only_file_is_refused(tmp_path: Path) -> None:
     path = write_gguf(tmp_path / "mmproj.gguf", "clip", {}, [("v.blk.0.attn_q.weight", "F16", (64, 64)), ("mm.0.weight", "F16", (64, 64))])
     with pytest.raises(AuditError, match="no tensor here runs per decoded token"):
         audit_model(path)
+
+
+def _gguf_with_string_value(path: Path, key: bytes, value_len: int, pad: int) -> Path:
+    """magic, version 3, 0 tensors, 1 metadata entry: KEY = a string claiming value_len bytes, then pad bytes."""
+    body = struct.pack("<IIQQ", 0x46554747, 3, 0, 1) + struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, value_len)
+    path.write_bytes(body + b"a" * pad)
+    return path
+
+
+def test_long_string_value_is_skipped_not_read(tmp_path: Path) -> None:
+    from servecheck.audit.gguf_header import KEEP_STRING_MAX, SkippedArray
+
+    n = KEEP_STRING_MAX + 1
+    header = read_gguf_header(_gguf_with_string_value(tmp_path / "s.gguf", b"tokenizer.chat_template", n, n + 32))
+    assert isinstance(header.metadata["tokenizer.chat_template"], SkippedArray)
+    assert header.header_bytes_read < KEEP_STRING_MAX
+
+
+def test_overlong_key_is_refused(tmp_path: Path) -> None:
+    from servecheck.audit.gguf_header import MAX_NAME_BYTES
+
+    path = tmp_path / "k.gguf"
+    n = MAX_NAME_BYTES + 1
+    path.write_bytes(struct.pack("<IIQQ", 0x46554747, 3, 0, 1) + struct.pack("<Q", n) + b"k" * n + struct.pack("<IB", 0, 1))
+    with pytest.raises(AuditError, match="at most"):
+        read_gguf_header(path)

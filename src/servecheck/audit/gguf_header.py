@@ -34,6 +34,8 @@ MAX_ARRAY_DEPTH = 3
 # Numeric metadata arrays up to this length are kept (per-layer head counts, sliding-window patterns);
 # longer ones (token scores, types) are skipped: the audit needs only their length.
 KEEP_ARRAY_MAX = 4096
+# String values longer than this (no real chat template comes close) are skipped, not read into memory.
+KEEP_STRING_MAX = 1 << 20
 _FIRST_CHUNK = 64 << 10  # most headers fit; a large vocabulary grows the window
 _MAX_CHUNK = 4 << 20
 
@@ -58,7 +60,8 @@ _SCALAR_FMT: dict[int, str] = {
 
 @dataclass(frozen=True, slots=True)
 class SkippedArray:
-    """A metadata array the walker did not materialise; only its length and element type are kept."""
+    """A metadata array (or an over-long string) the walker did not materialise; only its length and
+    element type are kept."""
 
     length: int
     item_type: int
@@ -206,13 +209,30 @@ def _check_count(cur: _Cursor, count: int, min_bytes: int, what: str) -> None:
         )
 
 
-def _read_string(cur: _Cursor, order: str, what: str) -> str:
+def _string_length(cur: _Cursor, order: str, what: str) -> int:
     (n,) = cur.unpack(order + "Q", what)
-    if n > min(cur.remaining(), 1 << 30):
+    if n > cur.remaining():
         raise AuditError(
             f"{cur.path.name}: {what} claims {n} bytes, past the end of the file", "the file is corrupt or truncated"
         )
+    return n
+
+
+def _read_string(cur: _Cursor, order: str, what: str) -> str:
+    """A key or tensor name: refused past MAX_NAME_BYTES rather than read into memory."""
+    n = _string_length(cur, order, what)
+    if n > MAX_NAME_BYTES:
+        raise AuditError(f"{cur.path.name}: {what} is {n} bytes long (at most {MAX_NAME_BYTES})", "the file is corrupt")
     return cur.raw(n, what).decode("utf-8", errors="replace")
+
+
+def _read_string_value(cur: _Cursor, order: str, key: str) -> str | SkippedArray:
+    """A string value: kept up to KEEP_STRING_MAX bytes, skipped past it."""
+    n = _string_length(cur, order, key)
+    if n > KEEP_STRING_MAX:
+        cur.skip(n, key)
+        return SkippedArray(n, GGUFValueType.STRING)
+    return cur.raw(n, key).decode("utf-8", errors="replace")
 
 
 def _read_kvs(cur: _Cursor, order: str, count: int) -> Any:
@@ -226,7 +246,7 @@ def _read_value(cur: _Cursor, order: str, vtype: int, key: str, depth: int) -> A
     if vtype in _SCALAR_FMT:
         return cur.unpack(order + _SCALAR_FMT[vtype], key)[0]
     if vtype == GGUFValueType.STRING:
-        return _read_string(cur, order, key)
+        return _read_string_value(cur, order, key)
     if vtype == GGUFValueType.ARRAY:
         if depth >= MAX_ARRAY_DEPTH:
             raise AuditError(f"{cur.path.name}: metadata {key!r} nests arrays too deeply", "the file is corrupt")
