@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 
@@ -252,4 +253,16 @@ def test_overlong_key_is_refused(tmp_path: Path) -> None:
     n = MAX_NAME_BYTES + 1
     path.write_bytes(struct.pack("<IIQQ", 0x46554747, 3, 0, 1) + struct.pack("<Q", n) + b"k" * n + struct.pack("<IB", 0, 1))
     with pytest.raises(AuditError, match="at most"):
+        read_gguf_header(path)
+
+
+def test_absurd_string_array_refused_before_walking_it(tmp_path: Path) -> None:
+    from servecheck.audit.gguf_header import MAX_STRING_ITEMS
+
+    path = tmp_path / "a.gguf"
+    key = b"tokenizer.ggml.tokens"
+    path.write_bytes(struct.pack("<IIQQ", 0x46554747, 3, 0, 1) + struct.pack("<Q", len(key)) + key
+                     + struct.pack("<IIQ", 9, 8, MAX_STRING_ITEMS + 1))
+    os.truncate(path, 8 * (MAX_STRING_ITEMS + 2) + 200)  # a sparse file with room for every claimed empty string
+    with pytest.raises(AuditError, match="claims 16777217 strings"):
         read_gguf_header(path)

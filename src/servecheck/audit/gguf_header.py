@@ -34,6 +34,9 @@ MAX_ARRAY_DEPTH = 3
 # Numeric metadata arrays up to this length are kept (per-layer head counts, sliding-window patterns);
 # longer ones (token scores, types) are skipped: the audit needs only their length.
 KEEP_ARRAY_MAX = 4096
+# String arrays are walked one entry at a time; the largest real ones (vocabularies, merges) hold a few
+# hundred thousand entries, so a count above this is a corrupt or hostile header, not a model.
+MAX_STRING_ITEMS = 1 << 24
 # String values longer than this (no real chat template comes close) are skipped, not read into memory.
 KEEP_STRING_MAX = 1 << 20
 _FIRST_CHUNK = 64 << 10  # most headers fit; a large vocabulary grows the window
@@ -268,6 +271,8 @@ def _read_array(cur: _Cursor, order: str, item_type: int, n: int, key: str, dept
         cur.skip(n * size, key)
         return SkippedArray(n, item_type)
     if item_type == GGUFValueType.STRING:
+        if n > MAX_STRING_ITEMS:
+            raise AuditError(f"{cur.path.name}: metadata {key!r} claims {n} strings (at most {MAX_STRING_ITEMS})", "the file is corrupt")
         _check_count(cur, n, 8, f"strings in {key!r}")
         _skip_strings(cur, order, n, key)
         return SkippedArray(n, item_type)
