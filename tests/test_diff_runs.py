@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 
 from servecheck.cli import main as main_mod
-from servecheck.cli.diff import per_stream
 from servecheck.errors import UsageError
 from servecheck.report import samples
-from servecheck.report.diff import RISING_RATIO, diff_runs, growth_ratio, trend_of
+from servecheck.report.diff import RISING_RATIO, diff_runs, growth_ratio, per_stream, trend_of
 from servecheck.store.db import open_store
 
 

@@ -131,11 +131,12 @@ def test_report_renders_and_hostile_strings_stay_text(tmp_path: Path) -> None:
     seen = open_report(report, tmp_path)
 
     kinds = [c["kind"] for c in seen["charts"]]
-    assert kinds == ["chart timeline"] * 3 + ["chart lines", "chart bars", "chart bars", "chart ranges"]
+    assert kinds == ["chart lines"] + ["chart timeline"] * 3 + ["chart lines", "chart bars", "chart bars", "chart ranges"]
     assert all(c["width"] > 100 and c["height"] > 50 for c in seen["charts"])
-    # marks per chart: lanes of 1, 2 and 4 requests (two segments each), 2 series x 3 N,
-    # arms decomposition 2 x 3, four TTFT sends, roofline lo + range + achieved
-    assert [c["marks"] for c in seen["charts"]] == [2, 4, 8, 6, 6, 4, 3]
+    # marks per chart: side by side (the staircase and the arms run, 3 levels each), lanes of 1, 2 and
+    # 4 requests (two segments each), 2 series x 3 N, arms decomposition 2 x 3, four TTFT sends,
+    # roofline lo + range + achieved
+    assert [c["marks"] for c in seen["charts"]] == [6, 2, 4, 8, 6, 6, 4, 3]
     assert seen["dialogs"] == []
     assert seen["requests"] == []
     assert seen["img"] == 0 and seen["script"] == 0 and seen["onerror"] == 0

@@ -359,3 +359,18 @@ def test_every_chart_of_a_simulated_run_says_so() -> None:
     assert len(simulated) == 4  # three completion-time charts and the throughput chart; not the roofline's
     assert len(titles) == 5
     assert re.search(r"<title>SIMULATED · servecheck report</title>", page)
+
+
+def test_several_staircase_and_arms_runs_are_laid_side_by_side() -> None:
+    """Seed 000 section 3 in the report: one row and one line per run, and which one rises."""
+    serial, flagged, batched = samples.staircase(serial=True), samples.staircase(serial=True, flag="--cb 8"), samples.staircase(serial=False)
+    for i, doc in enumerate((serial, flagged, batched), start=1):
+        doc["run_id"] = i
+    page, c = parse([serial, flagged, batched, samples.roofline()])
+    text = "".join(c.text)
+    assert "Side by side" in text and "only #3 rises; flat: #1, #2" in text
+    assert "flag=--cb 8" in text
+    (overview, *_) = c.charts("lines")
+    assert overview["circle"] == 9  # three runs x N = 1, 2, 4
+    assert page.index("Side by side") < page.index('id="run-0"')
+    assert "Side by side" not in parse([serial, samples.roofline()])[0]  # one diffable run: nothing to compare

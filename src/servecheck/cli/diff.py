@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import statistics
-
 import click
 from rich.table import Table
 from rich.text import Text
 
 from servecheck.cli.context import AppContext
-from servecheck.report.diff import RISING_RATIO, Diff, Line, diff_runs
+from servecheck.report.diff import RISING_RATIO, Diff, Line, diff_runs, per_stream
 from servecheck.report.jsonout import write_json
 from servecheck.store.refs import load_runs
-
-# Within 10% across levels the per-stream rate is "constant" (seed 000: ~95-98 on every line).
-PER_STREAM_STEADY = 1.10
 
 
 @click.command("diff")
@@ -75,18 +70,6 @@ def _row(line: Line, levels: tuple[int, ...], show_model: bool) -> list[str | Te
     model = Text(line.model or "—", no_wrap=True, overflow="ellipsis")
     head: list[str | Text] = [Text(line.label), *([model] if show_model else []), Text(line.config)]
     return [*head, *cells, per_stream(line), ratio, Text(line.trend, style=style)]
-
-
-def per_stream(line: Line) -> str:
-    """`~98` when the per-stream rate holds across levels (seed 000's "~98 constant"), else `333→167`
-    from the lowest to the highest level, so a falling per-user rate is never averaged away."""
-    rates = line.per_user_by_level
-    if not rates:
-        return "—" if line.per_user_tok_s is None else f"~{line.per_user_tok_s:.0f}"
-    low, high = min(rates.values()), max(rates.values())
-    if high <= low * PER_STREAM_STEADY:
-        return f"~{statistics.median(rates.values()):.0f}"
-    return f"{rates[min(rates)]:.0f}→{rates[max(rates)]:.0f}"
 
 
 def _as_dict(result: Diff) -> dict[str, object]:

@@ -19,6 +19,8 @@ RISING_RATIO = 1.2
 DIFFABLE = ("staircase", "arms")
 # Parameters that change from run to run without changing what is measured: a fresh prompt seed
 # per run would otherwise be the "difference" named for every pair of runs.
+# Within 10% across levels the per-stream rate is "constant" (seed 000: ~95-98 on every line).
+PER_STREAM_STEADY = 1.10
 NOT_CONFIG = frozenset({"url", "model", "seed", "expect"})
 
 
@@ -208,3 +210,15 @@ def verdict_across(lines: Sequence[Line]) -> str:
         return "every configuration batches: all lines rise"
     subject = f"only {rising[0]} rises" if len(rising) == 1 else f"{', '.join(rising)} rise"
     return f"{subject}; flat: {', '.join(flat) or 'none'}" + tail
+
+
+def per_stream(line: Line) -> str:
+    """`~98` when the per-stream rate holds across levels (seed 000's "~98 constant"), else `333→167`
+    from the lowest to the highest level, so a falling per-user rate is never averaged away."""
+    rates = line.per_user_by_level
+    if not rates:
+        return "—" if line.per_user_tok_s is None else f"~{line.per_user_tok_s:.0f}"
+    low, high = min(rates.values()), max(rates.values())
+    if high <= low * PER_STREAM_STEADY:
+        return f"~{statistics.median(rates.values()):.0f}"
+    return f"{rates[min(rates)]:.0f}→{rates[max(rates)]:.0f}"

@@ -18,6 +18,7 @@ from typing import Any
 
 from servecheck import __version__
 from servecheck.report import fields
+from servecheck.report.diff import DIFFABLE, RISING_RATIO, diff_runs, label_for, per_stream
 from servecheck.report.fields import as_dict, as_float, as_int, as_list, as_str
 from servecheck.report.jsonout import write_text_atomic
 from servecheck.report.svg import (
@@ -40,6 +41,9 @@ DASH = "—"
 MAX_TABLE_ROWS = 200
 MAX_TEXT_CHARS = 160
 MAX_NAMED_REQUESTS = 20
+# the side-by-side chart: distinct line styles in report.css, and legends that fit one row
+SERIES_STYLES = 6
+MAX_SERIES = 6
 ENVELOPE_KEYS = frozenset(
     {"schema_version", "command", "servecheck_version", "created_at", "environment", "params", "simulated",
      "complete", "valid", "run_id", "server", "target", "warnings", "invalid"}
@@ -58,7 +62,7 @@ def write_html(path: str | Path, docs: Sequence[dict[str, Any]]) -> None:
 
 
 def render_html(docs: Sequence[dict[str, Any]]) -> str:
-    sections = [render_doc(doc, i) for i, doc in enumerate(docs)]
+    sections = [side_by_side(docs)] + [render_doc(doc, i) for i, doc in enumerate(docs)]
     title = "servecheck report" if len(docs) != 1 else f"servecheck {fields.command(docs[0])} report"
     if any(fields.is_simulated(d) for d in docs):
         title = f"SIMULATED · {title}"
@@ -92,6 +96,38 @@ def _toc(docs: Sequence[dict[str, Any]]) -> str:
         return ""
     links = [f'<a href="#run-{i}">{esc(_run_title(d))}</a>' for i, d in enumerate(docs)]
     return f'<nav class="toc">{"".join(links)}</nav>'
+
+
+# ---------------------------------------------------------------- several runs
+
+
+def side_by_side(docs: Sequence[dict[str, Any]]) -> str:
+    """Seed 000 section 3 as a page: aggregate per concurrency level, one line per staircase or arms run."""
+    picked = [(i, d) for i, d in enumerate(docs) if fields.command(d) in DIFFABLE]
+    if len(picked) < 2:
+        return ""
+    result = diff_runs([d for _, d in picked], labels=[label_for(d, f"run {i + 1}") for i, d in picked])
+    rows = []
+    for line in result.lines:
+        cells = [fmt(line.aggregate_tok_s.get(n), 1) for n in result.levels]
+        rows.append([esc(line.label), esc(line.config), *cells, esc(per_stream(line)), fmt_ratio(line.ratio),
+                     f'<span class="trend-{esc(line.trend)}">{esc(line.trend)}</span>', esc(" ".join(line.marks)) or DASH])
+    headers = ["run", "differs by", *[f"C={n}" for n in result.levels], "per-stream tok/s", "agg ratio", "trend", "marks"]
+    series = [Series(line.label, tuple(sorted((float(n), v) for n, v in line.aggregate_tok_s.items())), f"s{k % SERIES_STYLES}")
+              for k, line in enumerate(result.lines[:MAX_SERIES]) if line.aggregate_tok_s]
+    chart = line_chart(series, title="Aggregate tok/s against concurrency, one line per run", x_label="concurrent requests",
+                       y_label="aggregate tok/s") if series else ""
+    if any("simulated" in line.marks for line in result.lines):
+        chart = mark_charts_simulated(chart)
+    return "\n".join([
+        '<section class="side-by-side" id="side-by-side"><h2>Side by side</h2>',
+        verdict_line("Across runs", result.verdict),
+        table(headers, rows, frozenset(range(2, 2 + len(result.levels) + 2))),
+        chart,
+        f'<p class="key">A line rises when agg(highest C) / agg(C=1) is at least {RISING_RATIO}× (or the run itself said so); '
+        "a flat line is a queue, whatever each request reports about itself.</p>",
+        "</section>",
+    ])
 
 
 # ---------------------------------------------------------------- one document

@@ -17,6 +17,8 @@ RIGHT = 24
 TOP = 28
 BOTTOM = 44  # room for x tick labels and the axis title
 PLOT_W = WIDTH - LEFT - RIGHT
+LEGEND_W = 180
+LEGENDS_PER_ROW = PLOT_W // LEGEND_W
 
 
 def esc(value: object) -> str:
@@ -150,7 +152,8 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
                 f'<circle class="dot {esc(s.css)}" cx="{_n(x)}" cy="{_n(y)}" r="4"><title>{esc(s.name)}: '
                 f"{esc(tick_label(vx))} → {esc(_n(vy))}</title></circle>"
             )
-        parts.append(f'<text class="legend {esc(s.css)}" x="{LEFT + 10 + 180 * k}" y="{TOP + 12}">{esc(s.name)}</text>')
+        legend_x, legend_y = LEFT + 10 + LEGEND_W * (k % LEGENDS_PER_ROW), TOP + 12 + 14 * (k // LEGENDS_PER_ROW)
+        parts.append(f'<text class="legend {esc(s.css)}" x="{legend_x}" y="{legend_y}">{esc(s.name)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
