@@ -190,3 +190,12 @@ def test_hybrid_mamba_state_uses_the_ssm_width_not_the_mlp_width(tmp_path: Path)
     assert result.state is not None and result.state.layers == 1
     assert result.state.state_bytes == d_inner * 16 * 4 + (4 - 1) * d_inner * 4
     assert result.state_bytes_per_token == 2 * result.state.state_bytes
+
+
+def test_awq_checkpoint_is_not_called_mlx(tmp_path: Path) -> None:
+    t = _dense(tied=False)
+    t["model.layers.0.self_attn.q_proj.scales"] = np.ones((1, H), np.float16)
+    config = {**CONFIG, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}
+    result = audit_model(_write(tmp_path / "awq", t, config))
+    assert result.format == "safetensors"
+    assert result.bytes_per_token == sum(a.nbytes for a in t.values()) - t["model.embed_tokens.weight"].nbytes + t["model.embed_tokens.weight"].nbytes // V

@@ -188,8 +188,10 @@ def _arch(config: dict[str, Any]) -> str | None:
 
 
 def _mlx_quant(config: dict[str, Any]) -> dict[str, Any] | None:
+    """MLX's quantization block: bits and group size, and no quant_method (AWQ and GPTQ checkpoints also
+    store `.scales` tensors and a `bits` field, but name their method)."""
     q = config.get("quantization") or config.get("quantization_config")
-    return q if isinstance(q, dict) and "bits" in q else None
+    return q if isinstance(q, dict) and "bits" in q and "quant_method" not in q else None
 
 
 def _mlx_dtype(name: str, quant: dict[str, Any]) -> str:
