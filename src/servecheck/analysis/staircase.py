@@ -420,15 +420,15 @@ def batch_doubt(mb: MeasuredBatch, single_s: float | None, modal: int | None) ->
     and three short ones reads as four finishes together), and requests that did not leave
     together finish apart for the client's reasons, not the server's.
     """
-    short = [r for r in _ok_by_finish(mb.batch) if off_length(r.tokens, modal)]
-    if short:
-        lengths = ", ".join(f"#{r.index} {r.tokens}" for r in short)
+    off = [r for r in _ok_by_finish(mb.batch) if off_length(r.tokens, modal)]
+    if off:
+        lengths = ", ".join(f"#{r.index} {r.tokens}" for r in off)
         return (
             f"output lengths differ (tokens {lengths} vs modal {modal}): unequal requests finish apart "
             "or together whatever the schedule"
         )
     skew_s = mb.batch.dispatch_skew_ns / NS_PER_S
-    if mb.n > 1 and skew_invalid(skew_s, single_s):
+    if skew_invalid(skew_s, single_s):
         return (
             f"the requests did not start together: dispatch skew {skew_s * 1000:.1f} ms "
             f"> {DISPATCH_SKEW_FRAC:.0%} of the single time"
