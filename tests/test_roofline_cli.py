@@ -106,6 +106,7 @@ def test_batch_ceiling_seed_numbers_without_audit(tmp_path: Path, capsys: pytest
         ["compare", "a=1GB@3"],
         ["compare", "a=1GB@3", "b=nope"],
         ["compare", "a=1GB@3", "a=2GB@3"],
+        ["compare", "a=1GB@3", "b=missing.gguf@3"],
     ],
 )
 def test_usage_errors_are_one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:

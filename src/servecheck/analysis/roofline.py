@@ -267,3 +267,10 @@ def format_gb(nbytes: float, digits: int = 3) -> str:
 
 def format_gib(nbytes: float, digits: int = 2) -> str:
     return f"{nbytes / GIB:.{digits}f} GiB"
+
+
+def format_figure(value: float) -> str:
+    """At least three significant figures without exponent: 181, 41.5, 2.53 (a small model's 2.5 GB/s
+    must not print as 3)."""
+    digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+    return f"{value:.{digits}f}"

@@ -43,6 +43,8 @@ def parse_entry(raw: str, options: AuditOptions) -> Entry:
     if not tok_s > 0 or tok_s == float("inf"):
         raise UsageError(f"{raw!r}: tok/s must be positive", f"for example {EXAMPLE}")
     path = Path(weights)
+    if not path.exists() and (path.suffix in (".gguf", ".safetensors", ".json") or "/" in weights):
+        raise UsageError(f"{raw!r}: no such model file {weights!r}", f"give a model file that exists or a byte figure, e.g. {EXAMPLE}")
     if path.exists():
         result = audit_model(path, options)
         return Entry(name.strip(), result.total_bytes_per_token, tok_s, f"audit of {path}")
@@ -65,7 +67,7 @@ def _share(value: float | None) -> str:
 def report_lines(entries: list[Entry], decs: list[rl.Decomposition]) -> list[str]:
     width = max(len(e.name) for e in entries)
     lines = [
-        f"{e.name:<{width}}  {e.bytes_per_token / 1e9:7.3f} GB/token  {e.tok_s:8.2f} tok/s  achieved {e.achieved_gb_s:6.0f} GB/s  ({e.source})"
+        f"{e.name:<{width}}  {e.bytes_per_token / 1e9:7.3f} GB/token  {e.tok_s:8.2f} tok/s  achieved {rl.format_figure(e.achieved_gb_s):>6} GB/s  ({e.source})"
         for e in entries
     ]
     lines.append("")

@@ -267,14 +267,8 @@ def _pct(span: list[float]) -> str:
     return f"{lo:.0%}" if round(lo, 2) == round(hi, 2) else f"{lo:.0%}-{hi:.0%}"
 
 
-def _num(value: float) -> str:
-    """Three significant figures or more: 181, 41.5, 2.53 (a small model's 2.5 GB/s must not print as 3)."""
-    digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
-    return f"{value:.{digits}f}"
-
-
 def _gbs(span: list[float]) -> str:
-    lo, hi = (_num(v) for v in span)
+    lo, hi = (rl.format_figure(v) for v in span)
     return lo if lo == hi else f"{lo}-{hi}"
 
 
@@ -294,7 +288,7 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
     lines = [
         f"bytes per token      {fmt_bytes(doc['bytes_per_token'])} ({doc['kind']})",
         f"decode rate          {doc['tok_s']:.2f} tok/s ({doc.get('tok_s_source', 'given')})",
-        f"achieved bandwidth   {_num(doc['achieved_gb_s'])} GB/s  = {doc['tok_s']:.2f} tok/s x {fmt_bytes(doc['bytes_per_token'])}",
+        f"achieved bandwidth   {rl.format_figure(doc['achieved_gb_s'])} GB/s  = {doc['tok_s']:.2f} tok/s x {fmt_bytes(doc['bytes_per_token'])}",
         f"measured bandwidth   {_gbs(doc['bandwidth_gb_s'])} GB/s ({doc['bandwidth_source']})",
         f"utilization          {_pct(doc['utilization'])} of measured bandwidth",
         f"gate {doc['gate_threshold']:.2f}            {doc['gate'].upper()}: {GATE_MEANING[doc['gate']]}",
@@ -315,7 +309,7 @@ def _target_lines(t: dict[str, Any] | None) -> list[str]:
     if not t:
         return []
     verdict = "within reach" if t["within_reach"] else ("partly within reach" if t["partly_within_reach"] else "out of reach")
-    return [f"target {t['tok_s']:g} tok/s     needs {_num(t['required_gb_s'])} GB/s = {_pct(t['required_utilization'])} utilization: "
+    return [f"target {t['tok_s']:g} tok/s     needs {rl.format_figure(t['required_gb_s'])} GB/s = {_pct(t['required_utilization'])} utilization: "
             f"{verdict} (typical ceiling {_pct(t['ceiling'])})"]
 
 
