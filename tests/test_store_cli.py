@@ -58,7 +58,7 @@ def test_show_renders_a_saved_run(db: Path, capsys: pytest.CaptureFixture[str]) 
     out = capsys.readouterr().out
     assert "run 1 · staircase" in out
     assert "SIMULATED" in out
-    assert "finish at 1.0 / 2.0 / 3.0 / 4.0 s" in out
+    assert "finish at 1.00 / 2.00 / 3.00 / 4.00 s" in out
     assert "aggregate across N: flat" in out
 
 

@@ -137,7 +137,10 @@ def _staircase_body(doc: dict[str, Any]) -> list[RenderableType]:
     rows = []
     for p in as_list(doc.get("points")):
         p = as_dict(p)
-        finishes = " / ".join(num(f) for f in as_list(p.get("finish_s"))) or DASH
+        times = [as_float(f) for f in as_list(p.get("finish_s"))]
+        # as the staircase report prints them: two decimals while everything is under 10 s
+        digits = 2 if max((t for t in times if t is not None), default=0.0) < 10 else 1
+        finishes = " / ".join(num(t, digits) for t in times) or DASH
         rows.append([f"N={num(p.get('n'), 0)}", f"finish at {finishes} s", f"aggregate {num(p.get('aggregate_tok_s'))} tok/s",
                      str(p.get("verdict") or DASH)])
     out: list[RenderableType] = [Text(f"aggregate across N: {doc.get('trend') or DASH}")]
