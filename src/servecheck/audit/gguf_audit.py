@@ -17,6 +17,7 @@ from servecheck.audit.records import (
     KVCache,
     RecurrentState,
     TensorRow,
+    group_notes,
     read_per_token,
     summarize_groups,
 )
@@ -69,7 +70,7 @@ def audit_gguf(path: Path, options: AuditOptions) -> AuditResult:
             f"quantization type id(s) {names} unknown to the installed gguf package: those tensors were sized "
             "from the gap between consecutive data offsets (exact to within alignment padding)"
         )
-    group_notes = _group_notes(tied, experts, rows)
+    by_group = group_notes(tied, experts, rows)
     if tied:
         notes.append("no output.weight: the head is tied to token_embd, so the whole embedding is read every token")
     kv = _kv_cache(m, tensors, run_layers, options, notes) if options.context is not None else None
@@ -79,7 +80,7 @@ def audit_gguf(path: Path, options: AuditOptions) -> AuditResult:
         format="gguf",
         architecture=arch,
         tensors=tuple(rows),
-        groups=summarize_groups(rows, group_notes),
+        groups=summarize_groups(rows, by_group),
         bytes_per_token=sum(r.read_bytes for r in rows),
         resident_bytes=sum(r.stored_bytes for r in rows),
         tied_head=tied,
@@ -169,20 +170,6 @@ def _row(t: GGUFTensorInfo, run_layers: int | None, experts: Experts | None, tie
 def _read_bytes(t: GGUFTensorInfo, group: str, experts: Experts | None, tied: bool) -> int:
     rows = t.shape[-1] if len(t.shape) >= 2 else 1  # ggml order: the row count is the last dimension
     return read_per_token(group, t.n_bytes, rows, experts, tied)
-
-
-def _group_notes(tied: bool, experts: Experts | None, rows: list[TensorRow]) -> dict[str, str]:
-    notes: dict[str, str] = {}
-    if tied:
-        notes[C.EMBEDDING] = "tied head: one row, and the whole table for the logits"
-        notes[C.HEAD] = "tied to the embedding (counted there)"
-    else:
-        notes[C.EMBEDDING] = "one row per token"
-    if experts is not None:
-        notes[C.ROUTED] = f"{experts.used} of {experts.count} per token"
-    if any(r.group == C.EXCLUDED for r in rows):
-        notes[C.EXCLUDED] = "resident but never run (MTP/NextN, vision, per-layer embeddings)"
-    return notes
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -183,6 +183,18 @@ def read_per_token(group: str, stored_bytes: int, rows: int, experts: Experts | 
     return stored_bytes
 
 
+def group_notes(tied: bool, experts: Experts | None, rows: list[TensorRow]) -> dict[str, str]:
+    """The note each group's line carries: how much of it one token reads, and why."""
+    notes = {C.EMBEDDING: "tied head: one row, and the whole table for the logits" if tied else "one row per token"}
+    if tied:
+        notes[C.HEAD] = "tied to the embedding (counted there)"
+    if experts is not None:
+        notes[C.ROUTED] = f"{experts.used} of {experts.count} per token"
+    if any(r.group == C.EXCLUDED for r in rows):
+        notes[C.EXCLUDED] = "resident but never run (MTP/NextN, vision, audio, per-layer embeddings)"
+    return notes
+
+
 def summarize_groups(rows: list[TensorRow], notes: dict[str, str]) -> tuple[GroupRow, ...]:
     """Per-group totals in the fixed display order; groups with no tensors (other than a tied head) are left out."""
     out = []

@@ -21,6 +21,7 @@ from servecheck.audit.records import (
     KVCache,
     RecurrentState,
     TensorRow,
+    group_notes,
     read_per_token,
     summarize_groups,
 )
@@ -159,7 +160,7 @@ def audit_safetensors(path: Path, options: AuditOptions) -> AuditResult:
         notes.append("no lm_head: the head is tied to the embedding, so the whole embedding is read every token")
     run_layers = _run_layers(config, tensors, notes)
     rows = [_row(t, experts, tied, quant if is_mlx else None, run_layers) for t in tensors]
-    group_notes = _group_notes(tied, experts, rows)
+    by_group = group_notes(tied, experts, rows)
     kv = _kv_cache(config, rows, options, notes) if options.context is not None else None
     state = _state(config, rows)
     return AuditResult(
@@ -167,7 +168,7 @@ def audit_safetensors(path: Path, options: AuditOptions) -> AuditResult:
         format="mlx" if is_mlx else "safetensors",
         architecture=_arch(config),
         tensors=tuple(rows),
-        groups=summarize_groups(rows, group_notes),
+        groups=summarize_groups(rows, by_group),
         bytes_per_token=sum(r.read_bytes for r in rows),
         resident_bytes=sum(r.stored_bytes for r in rows),
         tied_head=tied,
@@ -253,18 +254,6 @@ def _row(t: STensor, experts: Experts | None, tied: bool, quant: dict[str, Any] 
     dtype = _mlx_dtype(t.name, quant) if quant is not None and packed else t.dtype
     rows = t.shape[0] if t.shape else 1  # [vocab, hidden]: the row count is the first dimension
     return TensorRow(t.name, group, dtype, t.shape, t.n_bytes, read_per_token(group, t.n_bytes, rows, experts, tied))
-
-
-def _group_notes(tied: bool, experts: Experts | None, rows: list[TensorRow]) -> dict[str, str]:
-    notes: dict[str, str] = {}
-    notes[C.EMBEDDING] = "tied head: one row, and the whole table for the logits" if tied else "one row per token"
-    if tied:
-        notes[C.HEAD] = "tied to the embedding (counted there)"
-    if experts is not None:
-        notes[C.ROUTED] = f"{experts.used} of {experts.count} per token"
-    if any(r.group == C.EXCLUDED for r in rows):
-        notes[C.EXCLUDED] = "resident but never run (MTP, vision, audio, per-layer embeddings)"
-    return notes
 
 
 def _kv_windows(config: dict[str, Any], rows: list[TensorRow]) -> list[int | None]:
