@@ -77,3 +77,17 @@ def test_a_failed_measuring_request_is_an_error_not_a_usage_mistake(capsys: pyte
     err = capsys.readouterr().err
     assert exc.value.code == 1
     assert err.startswith("Error: the measuring request failed") and "n_ctx" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_stream_cut_short_by_eos_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.json"
+    cfg = SimConfig(mode="serial", token_s=0.001, per_seq_s=0.0, prompt_token_s=0.0, eos_ceiling=True,
+                    eos_short_fraction=1.0, eos_short_range=(0.5, 0.5))
+    with sim_in_thread(cfg) as sim:
+        with pytest.raises(SystemExit) as exc:
+            main(["roofline", "--bytes-per-token", "1GB", "--url", sim.url, "--tokens", "40", "--bandwidth", "400",
+                  "--timeout", "30", "--no-save", "--json", str(out)])
+    assert exc.value.code == 0
+    doc = json.loads(out.read_text())
+    assert doc["measurement"]["tokens"] == 20
+    assert any("stopped at 20 of 40 tokens" in n for n in doc["notes"])

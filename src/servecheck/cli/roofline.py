@@ -30,6 +30,8 @@ from servecheck.report.jsonout import envelope
 UNITS_LINE = "GB = 10^9 bytes, GB/s = 10^9 bytes per second, GiB = 2^30 bytes; utilization is a fraction of measured bandwidth"
 URL_DECODE_TOKENS = 256
 URL_PROMPT_TOKENS = 32
+# A stream shorter than this share of the asked length was cut by EOS: its rate is noisier and is said so.
+SHORT_STREAM_FRACTION = 0.95
 
 
 # ---------------------------------------------------------------- parsing
@@ -377,7 +379,7 @@ def cmd(app: AppContext, model_path: Path | None, bytes_text: str | None, tok_s:
     ceiling = parse_fraction(ceiling_raw, "--ceiling") if ceiling_raw else rl.TYPICAL_CEILING[weights.kind]
     params = {"model": None if model_path is None else str(model_path), "bytes_per_token": bytes_text, "tok_s": tok_s, "url": url,
               "bandwidth": bandwidth_raw, "target": target_tok_s, "gate": gate_threshold, "batch": batches, "kind": kind,
-              "context": context, "kv_type": kv_type, "device": device}
+              "context": context, "kv_type": kv_type, "device": device, "tokens": tokens if url else None}
     recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
     head = envelope("roofline", params, environment())
     notes: list[str] = list(run_notes)
@@ -431,4 +433,8 @@ def _sanity_notes(doc: dict[str, Any], weights: Weights) -> list[str]:
                      "give the MODEL file for the split")
     if weights.audit is not None and weights.audit.kv is None:
         notes.append("KV cache not counted: pass --context N for long-context decode")
+    measured, wanted = doc.get("measurement"), doc["params"].get("tokens")
+    if measured and wanted and measured["tokens"] < SHORT_STREAM_FRACTION * wanted:
+        notes.append(f"the measuring stream stopped at {measured['tokens']} of {wanted} tokens (the server did not pin the "
+                     "length): the rate rests on fewer tokens, rerun with a server that honours ignore_eos")
     return notes
