@@ -73,3 +73,13 @@ def test_thread_that_fails_to_start_does_not_hang_the_others(_cache: Path) -> No
                           timeout=30, preexec_fn=stack_8mib)
     assert proc.returncode == 0, proc.stderr
     assert "refused: the read kernel could not start 64 threads" in proc.stdout
+
+
+def test_cached_library_is_keyed_by_the_cpu(monkeypatch: pytest.MonkeyPatch, _cache: Path) -> None:
+    """-march=native code from one CPU must not be loaded on another that shares the cache folder."""
+    import servecheck.probe.kernel as kernel_mod
+
+    here = load_kernel().path
+    monkeypatch.setattr(kernel_mod, "cpu_identity", lambda: "another cpu")
+    there = load_kernel().path
+    assert there != here and there.parent == here.parent

@@ -76,6 +76,20 @@ def _compiler() -> str | None:
     return shutil.which(cc)
 
 
+def cpu_identity() -> str:
+    """What -march=native compiled for: a library cached under one CPU must not be loaded on another
+    (a cache folder on a shared home or a copied image), where its instructions would kill the process."""
+    import platform
+
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    first = text.split("\n\n", 1)[0]
+    keep = [line for line in first.splitlines() if line.split(":", 1)[0].strip() in ("vendor_id", "model name", "flags", "Features")]
+    return "\n".join([platform.machine(), platform.processor(), *keep])
+
+
 def load_kernel(directory: Path | None = None) -> ReadKernel:
     """The cached library, compiled first when missing. ProbeError when no compiler can build it."""
     source = kernel_source()
@@ -84,8 +98,9 @@ def load_kernel(directory: Path | None = None) -> ReadKernel:
         raise ProbeError("no C compiler found (cc)", "install gcc or clang, or set CC; the numpy probe is used meanwhile")
     out_dir = (directory or cache_dir()) / "probe"
     errors = []
+    cpu = cpu_identity()
     for flags in FLAG_SETS:
-        digest = hashlib.sha256((source + cc + " ".join(flags)).encode()).hexdigest()[:16]
+        digest = hashlib.sha256("\0".join([source, cc, " ".join(flags), cpu]).encode()).hexdigest()[:16]
         so = out_dir / f"readkernel-{digest}.so"
         if not so.exists():
             err = _compile(cc, source, flags, so)
