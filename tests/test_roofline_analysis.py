@@ -118,7 +118,7 @@ def test_parse_bytes(text: str, expected: int) -> None:
     assert rl.parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "GB", "1.8XB", "-1GB", "nanGB", "0GB", "abc"])
+@pytest.mark.parametrize("text", ["", "GB", "1.8XB", "-1GB", "nanGB", "0GB", "abc", "0.1B", "infGB"])
 def test_parse_bytes_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         rl.parse_bytes(text)

@@ -256,9 +256,10 @@ def parse_bytes(text: str) -> int:
         value = float(number)
     except ValueError:
         raise ValueError(f"{text!r} is not a byte figure like 1.849GB or 21GiB") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{text!r} must be a positive byte figure")
-    return round(value * _UNITS[unit])
+    nbytes = round(value * _UNITS[unit]) if math.isfinite(value) else 0
+    if nbytes < 1:
+        raise ValueError(f"{text!r} must be a positive byte figure (at least 1 byte)")
+    return nbytes
 
 
 def format_gb(nbytes: float, digits: int = 3) -> str:
