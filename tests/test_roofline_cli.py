@@ -187,3 +187,15 @@ def test_probe_size_follows_the_resident_size_when_it_fits(monkeypatch: pytest.M
     monkeypatch.setattr(roofline_cli, "available_memory_bytes", lambda: available)
     got, note = roofline_cli.probe_size(resident)
     assert got == size and says in note
+
+
+def test_utilization_wholly_above_one_is_invalid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Achieved 400 GB/s against a measured 265-315 GB/s cannot be: exit 3, never a gate to trust."""
+    p = tmp_path / "r.json"
+    code, out, _ = run(["roofline", "--bytes-per-token", "4GB", "--tok-s", "100", "--bandwidth", "265-315",
+                        "--no-save", "--json", str(p)], capsys)
+    doc = json.loads(p.read_text())
+    assert code == 3 and doc["valid"] is False and "INVALID" in out
+    code, _, _ = run(["roofline", "--bytes-per-token", "3GB", "--tok-s", "100", "--bandwidth", "265-315",
+                      "--no-save", "--json", str(p)], capsys)
+    assert code == 0 and json.loads(p.read_text())["valid"] is True  # 95%-113%: straddles 1, a note only

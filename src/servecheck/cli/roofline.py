@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from servecheck import exitcodes
 from servecheck.analysis import roofline as rl
 from servecheck.analysis.roofline import Span
 from servecheck.audit import AuditResult, audit_model
@@ -26,6 +27,9 @@ from servecheck.errors import ServerError, UsageError
 from servecheck.probe import GIB, BandwidthResult, measure_bandwidth, plan_sizes
 from servecheck.probe.bandwidth import available_memory_bytes
 from servecheck.report.jsonout import envelope
+
+# A utilization range wholly above 1 means achieved > measured bandwidth: a wrong input, not a fast engine.
+MAX_PLAUSIBLE_UTILIZATION = 1.0
 
 UNITS_LINE = "GB = 10^9 bytes, GB/s = 10^9 bytes per second, GiB = 2^30 bytes; utilization is a fraction of measured bandwidth"
 URL_DECODE_TOKENS = 256
@@ -398,6 +402,9 @@ def cmd(app: AppContext, model_path: Path | None, bytes_text: str | None, tok_s:
         doc["audit"] = None if weights.audit is None else _audit_summary(weights.audit)
         notes += [f"probe: {n}" for n in (bw.probe.notes if bw.probe else ())]
         doc["notes"] = notes + _sanity_notes(doc, weights)
+        # Achieved above measured bandwidth across the whole range is physically impossible: the
+        # bytes per token, the bandwidth or the rate is wrong, and no gate drawn from it can stand.
+        doc["valid"] = doc["utilization"][0] <= MAX_PLAUSIBLE_UTILIZATION
         doc = recorder.finish(doc)
     except KeyboardInterrupt:
         recorder.interrupted()
@@ -408,7 +415,11 @@ def cmd(app: AppContext, model_path: Path | None, bytes_text: str | None, tok_s:
     console = app.err if json_path == "-" else app.out
     for line in report_lines(doc):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-    return 0
+    if not doc["valid"]:
+        console.print("INVALID: utilization above 100% of the measured bandwidth over the whole range (see the note)",
+                      style="bold yellow", markup=False, highlight=False, soft_wrap=True)
+        return exitcodes.INVALID
+    return exitcodes.OK
 
 
 def _audit_summary(a: AuditResult) -> dict[str, Any]:
