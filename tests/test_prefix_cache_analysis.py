@@ -111,3 +111,17 @@ def test_contamination_allowance(cached: int | None, prompt: int | None, expecte
     from servecheck.analysis.cache import contaminated
 
     assert contaminated(cached, prompt) is expected
+
+
+def test_cached_chat_template_head_is_not_contamination() -> None:
+    """llama.cpp's chat route: 42 templated tokens for a 16-token prompt, 10 of them cached."""
+    from servecheck.analysis.cache import record_contaminated
+    from servecheck.model.records import RequestRecord, ServerTimings
+
+    def rec(cached: int) -> RequestRecord:
+        server = ServerTimings(prompt_tokens=42, cached_prompt_tokens=cached)
+        return RequestRecord(index=0, nonce="n", status="ok", tokens_requested=8, send_ns=0, prompt_tokens=16,
+                             server=server)
+
+    assert record_contaminated(rec(10)) is False  # all inside the 26-token template
+    assert record_contaminated(rec(36)) is True  # 10 of the prompt's own 16 tokens came from the cache

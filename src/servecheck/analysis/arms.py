@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from servecheck.analysis.cache import contaminated
+from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import median, mode
 from servecheck.model.records import NS_PER_S, RequestRecord
 
@@ -618,9 +618,8 @@ def cached_prompt_suspects(
     """Requests (rep, concurrency, record) whose prompt the prefix cache partly served, named."""
     out = []
     for rep, conc, r in records:
-        cached = None if r.server is None else r.server.cached_prompt_tokens
-        prompt = r.prompt_tokens or (r.server.prompt_tokens if r.server else None)
-        if contaminated(cached, prompt):
+        if record_contaminated(r):
+            cached = r.server.cached_prompt_tokens if r.server else None
             out.append(f"rep {rep} {conc}-way request {r.index} ({r.nonce}): {cached} cached prompt tokens")
     return out
 

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from servecheck.model.records import RequestRecord
+
 CacheVerdictName = Literal["working", "inert", "unknown"]
 VERDICTS: tuple[str, ...] = ("working", "inert", "unknown")
 
@@ -213,3 +215,27 @@ def contaminated(cached_tokens: int | None, prompt_tokens: int | None) -> bool:
     if prompt_tokens:
         allowance = max(allowance, CONTAMINATION_ALLOWANCE_FRACTION * prompt_tokens)
     return cached_tokens > allowance
+
+
+def cached_prompt_beyond_template(r: RequestRecord) -> int | None:
+    """Cached prompt tokens that can only have come from the prompt's own text.
+
+    A chat endpoint wraps every prompt in the same template, whose head any two requests share
+    and a prefix cache may serve; the server counts the templated prompt while the prompt was
+    measured bare, so the difference bounds the template and cached tokens within it are no
+    contamination (llama.cpp's chat route: 42 templated tokens for a 16-token prompt, 10 cached).
+    """
+    s = r.server
+    if s is None or s.cached_prompt_tokens is None:
+        return None
+    template = 0
+    if r.prompt_tokens is not None and s.prompt_tokens is not None:
+        template = max(0, s.prompt_tokens - r.prompt_tokens)
+    return s.cached_prompt_tokens - template
+
+
+def record_contaminated(r: RequestRecord) -> bool:
+    """Did the prefix cache serve part of this measured request's own prompt text?"""
+    if r.server is None:
+        return False
+    return contaminated(cached_prompt_beyond_template(r), r.prompt_tokens or r.server.prompt_tokens)

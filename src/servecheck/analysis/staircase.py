@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from servecheck.analysis.cache import contaminated
+from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import Summary, median, mode, ratio
 from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord
 
@@ -528,30 +528,12 @@ def skew_finding(batches: Sequence[MeasuredBatch], single_s: float | None) -> Fi
     )
 
 
-def cached_prompt_beyond_template(r: RequestRecord) -> int | None:
-    """Cached prompt tokens that can only have come from the prompt's own text.
-
-    A chat endpoint wraps every prompt in the same template, whose head any two requests share
-    and a prefix cache may serve; the server counts the templated prompt while the prompt was
-    measured bare, so the difference bounds the template and cached tokens within it are no
-    contamination (llama.cpp's chat route: 42 templated tokens for a 16-token prompt, 10 cached).
-    """
-    s = r.server
-    if s is None or s.cached_prompt_tokens is None:
-        return None
-    template = 0
-    if r.prompt_tokens is not None and s.prompt_tokens is not None:
-        template = max(0, s.prompt_tokens - r.prompt_tokens)
-    return s.cached_prompt_tokens - template
-
-
 def contamination_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
     refs = tuple(
         _ref(mb, r, f"{r.server.cached_prompt_tokens} cached prompt tokens")
         for mb in batches
         for r in mb.batch.records
-        if r.server is not None
-        and contaminated(cached_prompt_beyond_template(r), r.prompt_tokens or r.server.prompt_tokens)
+        if record_contaminated(r)
     )
     if not refs:
         return None
