@@ -246,3 +246,31 @@ def test_valid_column_is_filled_from_the_documents_of_an_older_database(tmp_path
         assert [r.valid for r in sorted(store.list_runs(), key=lambda r: r.id)] == [False, True, None, None]
         new = store.begin_run({"command": "staircase", "valid": False})
         assert store.list_runs(limit=1)[0].id == new and store.list_runs(limit=1)[0].valid is False
+
+
+OPENER = """
+import sys, time
+from servecheck.store.db import open_store
+start = float(sys.argv[2])
+time.sleep(max(0.0, start - time.time()))
+with open_store(sys.argv[1]) as store:
+    store.begin_run({"command": "staircase", "tag": sys.argv[3]})
+"""
+
+
+@pytest.mark.timeout(120)
+def test_many_first_opens_at_once_wait_their_turn(tmp_path: Path) -> None:
+    """Several runs starting together on a new database: SQLite skips its busy handler while one of them
+    switches the file to WAL, so without retries some failed at once with "database is locked"."""
+    import time
+
+    for attempt in range(3):
+        path = tmp_path / f"fresh{attempt}.db"
+        start = time.time() + 1.5
+        procs = [subprocess.Popen([sys.executable, "-c", OPENER, str(path), str(start), str(k)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for k in range(6)]
+        for proc in procs:
+            _, err = proc.communicate(timeout=100)
+            assert proc.returncode == 0, err
+        with open_store(path) as store:
+            assert len(store.list_runs()) == 6

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -26,6 +27,7 @@ MEMORY = ":memory:"
 # Another servecheck process holds the write lock for milliseconds per update; 15 s rides out a
 # heavily loaded machine without hanging forever on a lock that is never released.
 BUSY_TIMEOUT_MS = 15_000
+LOCK_RETRY_S = 0.05
 _HINT_OTHER_DB = "move it aside, or pass --db PATH (or set SERVECHECK_DB) to use another database"
 
 
@@ -84,12 +86,38 @@ def _connect(target: str, label: str) -> sqlite3.Connection:
     with translate_errors(label):
         conn = sqlite3.connect(target, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         try:
-            _configure(conn)
-            migrate(conn, label)
+            def set_up() -> None:
+                _configure(conn)
+                migrate(conn, label)
+
+            _retry_when_locked(set_up)
         except BaseException:
             conn.close()
             raise
     return conn
+
+
+def _retry_when_locked(step: Callable[[], object], wait_s: float = BUSY_TIMEOUT_MS / 1000) -> None:
+    """Run an idempotent set-up step, again while another process holds the lock.
+
+    SQLite skips the busy handler where waiting could deadlock (switching to WAL while another
+    connection reads, or two first opens racing), so two servecheck runs starting together got
+    "database is locked" at once instead of waiting their turn.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            step()
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_lock_error(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(LOCK_RETRY_S)
+
+
+def _is_lock_error(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
 
 
 def _configure(conn: sqlite3.Connection) -> None:
@@ -98,7 +126,8 @@ def _configure(conn: sqlite3.Connection) -> None:
     conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     # WAL lets `history` read while a run writes; NORMAL sync in WAL mode keeps every committed
     # update across a killed process (only an OS crash can lose the last few).
-    conn.execute("PRAGMA journal_mode = WAL")
+    if conn.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+        conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
 
 
@@ -117,7 +146,7 @@ def translate_errors(label: str) -> Iterator[None]:
 
 def _operational(label: str, exc: sqlite3.OperationalError) -> StoreError:
     text = str(exc)
-    if "locked" in text or "busy" in text:
+    if _is_lock_error(exc):
         return StoreError(f"history database {label} is locked by another process", "retry when the other servecheck finishes")
     if "readonly" in text or "read-only" in text:
         return StoreError(f"cannot write history database {label}: it is read-only", "pass --db PATH or use --no-save")
