@@ -292,6 +292,7 @@ def test_staircase_reasons_self_reported_sum_and_named_requests() -> None:
 def test_arms_intervals_and_checks() -> None:
     doc = samples.arms()
     doc["arms"][2]["aggregate_speedup_interval"] = [1.31, 1.47]
+    doc["arms"][2]["cells"] = 3
     doc["position_bias"] = {"spread": 0.031, "concurrency": 4, "method": "positions"}
     doc["bias_limit"] = 0.1
     doc["drift"] = {"first_tok_s": 64.0, "last_tok_s": 60.8, "loss": 0.05, "reps_each": 1}
@@ -299,6 +300,7 @@ def test_arms_intervals_and_checks() -> None:
     _, c = parse([doc])
     text = "".join(c.text)
     assert "1.39× [1.31×, 1.47×]" in text
+    assert "covering the median with 75% confidence (fewer reps than the 95% level needs)" in text  # three reps
     assert "position bias: widest spread 3.1% (4-way, across positions); limit 10%" in text
     assert "drift: serial arm 64.0 → 60.8 tok/s (first vs last reps): loss 5.0%" in text
     assert "thermal: no throttling seen" in text

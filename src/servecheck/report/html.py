@@ -17,6 +17,7 @@ from string import Template
 from typing import Any
 
 from servecheck import __version__
+from servecheck.analysis.arms import INTERVAL_LEVEL, interval_level
 from servecheck.report import fields
 from servecheck.report.diff import DIFFABLE, RISING_RATIO, diff_runs, label_for, per_stream
 from servecheck.report.fields import as_dict, as_float, as_int, as_list, as_str
@@ -601,8 +602,19 @@ def _arms_table(arms: list[dict[str, Any]], doc: dict[str, Any]) -> str:
         ])
     headers = ["in flight", "aggregate tok/s", "per-user tok/s", "aggregate speedup", "generation-stage gain", "per-user rate",
                "TTFT s", "TTFT multiple", "efficiency", "label"]
-    key = '<p class="key">Brackets: the 95% interval over the repetitions.</p>' if any("aggregate_speedup_interval" in a for a in arms) else ""
-    return table(headers, rows, frozenset(range(9))) + key
+    return table(headers, rows, frozenset(range(9))) + _interval_key(arms)
+
+
+def _interval_key(arms: list[dict[str, Any]]) -> str:
+    """What the brackets cover: their confidence depends on the number of reps (three give 75%, not 95%)."""
+    with_interval = [a for a in arms if as_range(a.get("aggregate_speedup_interval"))[0] is not None]
+    counts = [n for n in (as_int(a.get("cells")) for a in with_interval if as_int(a.get("concurrency")) != 1) if n]
+    if not counts:
+        return ""
+    level = interval_level(min(counts))
+    short = f" (fewer reps than the {INTERVAL_LEVEL:.0%} level needs)" if level < INTERVAL_LEVEL else ""
+    return (f'<p class="key">Brackets: order-statistic interval of the within-rep ratios, covering the median with '
+            f"{level:.0%} confidence{short}.</p>")
 
 
 def _with_interval(formatter: Callable[[Any], str], arm: dict[str, Any], key: str) -> str:
