@@ -85,7 +85,7 @@ def test_a_stream_cut_short_by_eos_is_named(tmp_path: Path, capsys: pytest.Captu
                     eos_short_fraction=1.0, eos_short_range=(0.5, 0.5))
     with sim_in_thread(cfg) as sim:
         with pytest.raises(SystemExit) as exc:
-            main(["roofline", "--bytes-per-token", "1GB", "--url", sim.url, "--tokens", "40", "--bandwidth", "400",
+            main(["roofline", "--bytes-per-token", "0.1GB", "--url", sim.url, "--tokens", "40", "--bandwidth", "400",
                   "--timeout", "30", "--no-save", "--json", str(out)])
     assert exc.value.code == 0
     doc = json.loads(out.read_text())
