@@ -25,9 +25,11 @@ def test_roofline_url_on_local_engine(engine: LocalEngine, tmp_path: Path) -> No
     cmd = [str(engine.binary.path), "-m", str(engine.model_path), "--host", LOCALHOST, "--port", str(port),
            "-np", "1", "-c", "1024", "-t", "2"]
     out = tmp_path / "r.json"
+    # A given bandwidth well above this machine's keeps the test about the arithmetic on a real
+    # measured rate (utilization wholly above 100% would be an invalid input and exit 3).
     with ManagedServer(cmd, url=f"http://{LOCALHOST}:{port}", log_path=tmp_path / "server.log") as url:
         with pytest.raises(SystemExit) as info:
-            main_mod.main(["roofline", str(engine.model_path), "--url", url, "--tokens", "64", "--bandwidth", "10-20",
+            main_mod.main(["roofline", str(engine.model_path), "--url", url, "--tokens", "64", "--bandwidth", "200-400",
                            "--no-save", "--json", str(out), "--timeout", "120"])
     assert info.value.code == 0
     doc = json.loads(out.read_text())
@@ -35,7 +37,7 @@ def test_roofline_url_on_local_engine(engine: LocalEngine, tmp_path: Path) -> No
     assert doc["tok_s"] > 0
     assert doc["kind"] == "moe" and doc["audit"]["experts"]["used"] == 2
     lo, hi = doc["utilization"]
-    assert lo == pytest.approx(doc["tok_s"] * doc["bytes_per_token"] / 1e9 / 20)
+    assert lo == pytest.approx(doc["tok_s"] * doc["bytes_per_token"] / 1e9 / 400)
     assert hi == pytest.approx(2 * lo)
     assert doc["gate"] in ("close", "open", "straddle")
     assert live_pids() == []
