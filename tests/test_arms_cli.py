@@ -26,7 +26,7 @@ def run_main(args: list[str]) -> int:
 class HeatingDriver(QueueDriver):
     """A queue that gets 15% slower with every batch: steady drift."""
 
-    async def run_batch(self, reqs: Any, in_flight: int | None = None) -> BatchResult:
+    async def run_batch(self, reqs: Any, in_flight: int | None = None, queue_wait_s: float = 0.0) -> BatchResult:
         self.token_ns = int(self.token_ns * 1.15)
         return await super().run_batch(reqs, in_flight)
 
@@ -34,7 +34,7 @@ class HeatingDriver(QueueDriver):
 class InterruptingDriver(QueueDriver):
     """Ctrl-C arrives during the third cell."""
 
-    async def run_batch(self, reqs: Any, in_flight: int | None = None) -> BatchResult:
+    async def run_batch(self, reqs: Any, in_flight: int | None = None, queue_wait_s: float = 0.0) -> BatchResult:
         if len(self.batches) == 2:
             raise KeyboardInterrupt
         return await super().run_batch(reqs, in_flight)

@@ -29,6 +29,7 @@ class QueueDriver:
         self.batches: list[tuple[list[GenRequest], int | None]] = []
         self.cached = cached
         self.fail_warmup = fail_warmup
+        self.queue_waits: list[float] = []
 
     async def detect(self) -> ServerInfo:
         return ServerInfo(url="http://fake", dialect="llamacpp", model="fake", simulated=True)
@@ -40,7 +41,10 @@ class QueueDriver:
             return RequestRecord(index=req.index, nonce=req.nonce, status="error", tokens_requested=req.max_tokens, send_ns=0, error="boom")
         return rec
 
-    async def run_batch(self, reqs: Sequence[GenRequest], in_flight: int | None = None) -> BatchResult:
+    async def run_batch(
+        self, reqs: Sequence[GenRequest], in_flight: int | None = None, queue_wait_s: float = 0.0
+    ) -> BatchResult:
+        self.queue_waits.append(queue_wait_s)
         self.batches.append((list(reqs), in_flight))
         lanes = len(reqs) if in_flight is None else min(in_flight, len(reqs))
         release = self.now_ns + 10 * MS
@@ -97,6 +101,16 @@ async def test_runs_every_cell_in_rotated_order_with_fresh_nonces() -> None:
     assert len(set(nonces)) == len(nonces) == 36
     assert all(len(reqs) == 4 for reqs, _ in driver.batches)
     assert result.complete and result.warmup is not None
+
+
+async def test_requests_in_flight_may_wait_in_a_server_queue() -> None:
+    """k in flight on a one-slot server: the last waits for k - 1 others, each about one warm-up long."""
+    driver = QueueDriver()
+    result = await run(driver, ArmsDesign(arms=(1, 2, 4), requests=4, reps=3, tokens=8))
+    assert result.warmup is not None and result.warmup.latency_ns is not None
+    warm_s = result.warmup.latency_ns / 1e9
+    expected = [1.5 * (k - 1) * warm_s for _, k in driver.batches]
+    assert driver.queue_waits == pytest.approx(expected)
 
 
 async def test_queue_server_speedups_are_about_one_and_labels_none() -> None:

@@ -25,6 +25,7 @@ from servecheck.analysis.arms import (
     schedule,
 )
 from servecheck.errors import ServerError, UsageError
+from servecheck.experiments.common import queue_wait_s
 from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
 from servecheck.probe.thermal import ThermalSummary
 
@@ -226,7 +227,7 @@ async def run_arms(
     run = replace(run, warmup=await _warm_up(requests_factory, driver, design, rng))
     for rep, position, concurrency in schedule(design.arms, design.reps, fixed=design.fixed_order):
         reqs = await _make(requests_factory, driver, design.requests, design, rng)
-        batch = await driver.run_batch(reqs, in_flight=concurrency)
+        batch = await driver.run_batch(reqs, in_flight=concurrency, queue_wait_s=queue_wait_s(run.warmup, concurrency))
         cell = cell_from_records(
             batch.records, rep=rep, position=position, concurrency=concurrency, release_ns=batch.release_ns, run=run_index
         )

@@ -20,15 +20,13 @@ from servecheck.analysis.staircase import (
     analyze_staircase,
 )
 from servecheck.errors import ServerError, UsageError
+from servecheck.experiments.common import queue_wait_s
 from servecheck.model.records import NS_PER_S, BatchResult, GenRequest, RequestRecord, ServerInfo
 
 OnPoint = Callable[["StaircaseResult"], None]
 OnServer = Callable[[ServerInfo], None]
 # make_requests(driver, n, prompt_tokens, max_tokens, rng) -> requests (or an awaitable of them)
 RequestFactory = Callable[..., Any]
-# Queued requests wait for the ones ahead; each of those may take longer than the warm-up did
-# (a loaded machine, a queue hand-over), so the allowance counts each one and a half times.
-QUEUE_WAIT_MARGIN = 1.5
 
 
 @dataclass(frozen=True)
@@ -110,16 +108,6 @@ def plan_ns(ns: Sequence[int]) -> tuple[tuple[int, ...], tuple[str, ...]]:
     planned = tuple(sorted(set(ns) | {1}))
     notes = () if 1 in ns else ("added N=1: every verdict is judged against the single-request time",)
     return planned, notes
-
-
-def queue_wait_s(warmup: RequestRecord | None, n: int) -> float:
-    """How long the last of `n` requests may wait in a queue before its first token: the n - 1
-    ahead of it, each about one warm-up request long, with QUEUE_WAIT_MARGIN for a slow step.
-    Without it a serial server slower than --timeout / (n - 1) per request fails the staircase
-    it should have shown."""
-    if warmup is None or warmup.latency_ns is None:
-        return 0.0
-    return (n - 1) * QUEUE_WAIT_MARGIN * warmup.latency_ns / NS_PER_S
 
 
 def check_context(server: ServerInfo, prompt_tokens: int, tokens: int) -> None:
