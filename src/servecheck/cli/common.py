@@ -25,8 +25,8 @@ def target_options(f: F) -> F:
         type=click.FloatRange(min=0.1),
         default=300.0,
         show_default=True,
-        help="Seconds to wait for a first token before declaring a request stuck; in a staircase batch a "
-        "request queued behind others gets this wait plus its place in the queue (measured from the warm-up).",
+        help="Seconds to wait for a first token before declaring a request stuck; a request that may be "
+        "queued behind others gets this wait plus its place in the queue (measured from the warm-up).",
     )(f)
     f = click.option(
         "--header",
