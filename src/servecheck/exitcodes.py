@@ -10,6 +10,8 @@ USAGE = 2
 INVALID = 3
 # --expect was given and the run's verdict is a different definite verdict.
 EXPECT_MISMATCH = 4
+# Ctrl-C: what was measured is saved, marked incomplete (128 + SIGINT, the shell's convention).
+INTERRUPTED = 130
 
 DOC = """Exit codes: 0 success; 1 error; 2 usage; 3 the run completed but is invalid or its
 verdict inconclusive (or a refused feature / refused headline); 4 --expect was given and the

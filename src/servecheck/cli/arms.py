@@ -14,7 +14,15 @@ from rich.console import Console
 
 from servecheck import exitcodes
 from servecheck.analysis.arms import DEFAULT_BIAS_LIMIT, INTERVAL_LEVEL, interval_level
-from servecheck.cli.common import Recorder, check_url, make_target, output_options, target_options
+from servecheck.cli.common import (
+    SIMULATED_BANNER,
+    Recorder,
+    check_url,
+    make_target,
+    output_options,
+    say,
+    target_options,
+)
 from servecheck.cli.context import AppContext
 from servecheck.cli.serve import Served, render_audit, serve_option, served
 from servecheck.client.base import Target
@@ -26,8 +34,7 @@ from servecheck.probe.thermal import ThermalSampler
 from servecheck.report.jsonout import envelope
 from servecheck.report.terminal import ProgressHandle, progress
 
-EXIT_INTERRUPTED = 130
-SIMULATED_BANNER = "SIMULATED SERVER: these numbers come from servecheck's simulator, not from a real engine"
+EXIT_INTERRUPTED = exitcodes.INTERRUPTED
 
 
 def fresh_seed() -> int:
@@ -249,7 +256,7 @@ class _Session:
         self.bar.advance()
         cell = run.measured[-1].cell
         agg = cell.aggregate_tok_s
-        _say(
+        say(
             self.err,
             f"rep {cell.rep + 1}/{run.design.reps}  {cell.concurrency}-way  {cell.tokens} tokens in {cell.wall_s:.2f} s"
             f"  aggregate {agg or 0:.1f} tok/s",
@@ -258,9 +265,9 @@ class _Session:
 
     def on_server(self, server: ServerInfo) -> None:
         engine = f", engine {server.engine}" if server.engine else ""
-        _say(self.err, f"detected {server.dialect} API at {server.url}, model {server.model or '?'}{engine}")
+        say(self.err, f"detected {server.dialect} API at {server.url}, model {server.model or '?'}{engine}")
         if server.simulated:
-            _say(self.err, SIMULATED_BANNER, "bold yellow")
+            say(self.err, SIMULATED_BANNER, "bold yellow")
 
 
 async def _measure(target: Target, session: _Session, design: ArmsDesign, sampler: ThermalSampler, **kw: Any) -> ArmsRun:
@@ -272,10 +279,6 @@ async def _measure(target: Target, session: _Session, design: ArmsDesign, sample
         )
 
 
-def _say(console: Console, line: str, style: str | None = None) -> None:
-    """Print server-supplied text literally: no markup, no highlighting, no wrapping."""
-    console.print(line, markup=False, highlight=False, style=style, soft_wrap=True)
-
 
 def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_: Served | None = None) -> None:
     console = app.err if json_to_stdout else app.out
@@ -283,7 +286,7 @@ def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_:
     if doc.get("simulated"):
         lines = [SIMULATED_BANNER, *lines]
     for line in lines:
-        _say(console, line, "bold yellow" if line.startswith(("REFUSED", "INVALID", "INCOMPLETE", "SIMULATED")) else None)
+        say(console, line, "bold yellow" if line.startswith(("REFUSED", "INVALID", "INCOMPLETE", "SIMULATED")) else None)
     if served_ is not None and served_.owned:
         render_audit(console, served_)
 
@@ -364,9 +367,9 @@ def cmd(
         return exit_code(doc)
     recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
     for note in design.notes():
-        _say(app.err, f"note: {note}", "yellow")
+        say(app.err, f"note: {note}", "yellow")
     try:
-        with served(serve_command, url and check_url(url), log_path=serve_log, say=lambda line: _say(app.err, line)) as server:
+        with served(serve_command, url and check_url(url), log_path=serve_log, say=lambda line: say(app.err, line)) as server:
             target = make_target(server.url, api=api, model=model, api_key=api_key, headers=headers,
                                  first_token_timeout_s=first_token_timeout_s)
             head = envelope("arms", {**target.public_dict(), **params}, environment())
@@ -418,7 +421,7 @@ def _pooled_design(docs: list[dict[str, Any]], fallback: ArmsDesign) -> ArmsDesi
 
 
 def _interrupted(app: AppContext, session: _Session, json_to_stdout: bool) -> int:
-    _say(app.err, "Interrupted: saving the partial result (complete: false)", "bold yellow")
+    say(app.err, "Interrupted: saving the partial result (complete: false)", "bold yellow")
     doc = session.recorder.interrupted()
     if session.last is not None and doc is not None:
         _render(app, doc, json_to_stdout)

@@ -124,7 +124,7 @@ def cmd(
         app.err.print(f"Interrupted: {len(measured)} size(s) measured and kept.", markup=False)
         for line in point_lines_of(measured):
             app.err.print(line, markup=False, highlight=False)
-        return 130
+        return exitcodes.INTERRUPTED
     finally:
         recorder.close()
     console = app.err if json_path == "-" else app.out

@@ -9,12 +9,20 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import click
+from rich.console import Console
 
 from servecheck.client.base import Target
 from servecheck.errors import UsageError
 from servecheck.model.records import DIALECTS
 
 F = Callable[..., Any]
+
+SIMULATED_BANNER = "SIMULATED SERVER: these numbers come from servecheck's simulator, not from a real engine"
+
+
+def say(console: Console, line: str, style: str | None = None) -> None:
+    """Print server-supplied text literally: no markup, no highlighting, no wrapping."""
+    console.print(line, markup=False, highlight=False, style=style, soft_wrap=True)
 
 
 def target_options(f: F) -> F:

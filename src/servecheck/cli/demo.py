@@ -45,7 +45,7 @@ DEFAULT_PROMPT_TOKENS = 32
 # until it agrees would prove nothing).
 MAX_ATTEMPTS = 2
 FIRST_TOKEN_TIMEOUT_S = 120.0
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = exitcodes.INTERRUPTED
 
 
 @dataclass(frozen=True)

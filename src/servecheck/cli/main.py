@@ -13,7 +13,6 @@ from servecheck import __version__, exitcodes
 from servecheck.cli.context import AppContext
 from servecheck.errors import ServecheckError, UsageError
 
-INTERRUPTED = 128 + 2  # the shell's code for a process ended by SIGINT
 
 # command name -> module; each module defines `cmd`, a click.Command. Imported lazily so
 # `servecheck --help` stays fast and one command's heavy imports never slow another.
@@ -57,7 +56,7 @@ class LazyGroup(click.Group):
 @click.group(
     cls=LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-    epilog=exitcodes.DOC + " 130 interrupted (Ctrl-C): what was measured is saved, marked incomplete.",
+    epilog=exitcodes.DOC + f" {exitcodes.INTERRUPTED} interrupted (Ctrl-C): what was measured is saved, marked incomplete.",
 )
 @click.version_option(__version__, "--version", prog_name="servecheck")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
@@ -85,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exitcodes.USAGE if isinstance(exc, click.UsageError) else exitcodes.ERROR)
     except (click.exceptions.Abort, KeyboardInterrupt):
         click.echo("Interrupted.", err=True)
-        sys.exit(INTERRUPTED)
+        sys.exit(exitcodes.INTERRUPTED)
     except ServecheckError as exc:
         if debug:
             traceback.print_exc()

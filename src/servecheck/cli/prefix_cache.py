@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from servecheck import exitcodes
-from servecheck.cli.common import Recorder, make_target, output_options, target_options
+from servecheck.cli.common import SIMULATED_BANNER, Recorder, make_target, output_options, say, target_options
 from servecheck.cli.context import AppContext
 from servecheck.cli.serve import Served, render_audit, resolve_url, serve_option, served
 from servecheck.client.base import Target
@@ -23,8 +23,7 @@ from servecheck.model.records import ServerInfo
 from servecheck.report.jsonout import envelope
 from servecheck.report.terminal import ProgressHandle, progress
 
-EXIT_INTERRUPTED = 130
-SIMULATED_BANNER = "SIMULATED SERVER: these numbers come from servecheck's simulator, not from a real engine"
+EXIT_INTERRUPTED = exitcodes.INTERRUPTED
 VERDICT_STYLE = {"working": "green", "inert": "bold red", "unknown": "yellow"}
 
 
@@ -106,7 +105,7 @@ class _Session:
 
     def on_server(self, info: ServerInfo) -> None:
         engine = f", engine {info.engine}" if info.engine else ""
-        _say(self.err, f"detected {info.dialect} API at {info.url}, model {info.model or '?'}{engine}")
+        say(self.err, f"detected {info.dialect} API at {info.url}, model {info.model or '?'}{engine}")
 
     def on_send(self, result: PrefixCacheResult) -> None:
         self.last = result
@@ -114,7 +113,7 @@ class _Session:
         self.bar.advance()
         s = result.sends[-1]
         ttft = _num(s.ttft_s, 3)
-        _say(self.err, f"send {len(result.sends)} ({s.kind}): TTFT {ttft} s, cached tokens {s.cached_tokens}", "dim")
+        say(self.err, f"send {len(result.sends)} ({s.kind}): TTFT {ttft} s, cached tokens {s.cached_tokens}", "dim")
 
 
 async def _measure(target: Target, session: _Session, **kw: Any) -> PrefixCacheResult:
@@ -123,9 +122,6 @@ async def _measure(target: Target, session: _Session, **kw: Any) -> PrefixCacheR
     async with LoadDriver(target) as driver:
         return await run_prefix_cache(driver, on_server=session.on_server, on_send=session.on_send, **kw)
 
-
-def _say(console: Console, line: str, style: str | None = None) -> None:
-    console.print(line, markup=False, highlight=False, style=style, soft_wrap=True)
 
 
 @click.command("prefix-cache")
@@ -170,7 +166,7 @@ def cmd(
     json_to_stdout = json_path == "-"
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
-    with served(serve_command, url, log_path=serve_log, say=lambda line: _say(app.err, line)) as server:
+    with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
         target = make_target(server.url, api=api, model=model, api_key=api_key, headers=headers,
                              first_token_timeout_s=first_token_timeout_s)
         params = {**target.public_dict(), "prompt_tokens": prompt_tokens, "repeats": repeats,
@@ -187,7 +183,7 @@ def cmd(
         except KeyboardInterrupt:
             partial = recorder.interrupted()
             recorder.close()
-            _say(app.err, "Interrupted: saved the partial result (complete: false)", "bold yellow")
+            say(app.err, "Interrupted: saved the partial result (complete: false)", "bold yellow")
             if session.last is not None and partial is not None:
                 render(app.err if json_to_stdout else app.out, partial)  # the sends it did measure
             return EXIT_INTERRUPTED

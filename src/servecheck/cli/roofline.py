@@ -409,7 +409,7 @@ def cmd(app: AppContext, model_path: Path | None, bytes_text: str | None, tok_s:
     except KeyboardInterrupt:
         recorder.interrupted()
         app.err.print("Interrupted.", markup=False)
-        return 130
+        return exitcodes.INTERRUPTED
     finally:
         recorder.close()
     console = app.err if json_path == "-" else app.out

@@ -12,7 +12,7 @@ from rich.console import Console
 from servecheck import exitcodes
 from servecheck.analysis.staircase import DEFINITE_VERDICTS
 from servecheck.analysis.stats import median
-from servecheck.cli.common import Recorder, make_target, output_options, target_options
+from servecheck.cli.common import SIMULATED_BANNER, Recorder, make_target, output_options, say, target_options
 from servecheck.cli.context import AppContext
 from servecheck.cli.serve import Served, render_audit, resolve_url, serve_option, served
 from servecheck.client.base import Target
@@ -23,8 +23,7 @@ from servecheck.model.records import ServerInfo
 from servecheck.report.jsonout import envelope
 from servecheck.report.terminal import ProgressHandle, progress
 
-EXIT_INTERRUPTED = 130
-SIMULATED_BANNER = "SIMULATED SERVER: these numbers come from servecheck's simulator, not from a real engine"
+EXIT_INTERRUPTED = exitcodes.INTERRUPTED
 
 
 def parse_ns(raw: str) -> list[int]:
@@ -206,9 +205,9 @@ class _Session:
         # The history row starts once a server answered, so an unreachable URL leaves no empty run behind.
         self.recorder.start({**self.head, "server": server.to_dict(), "simulated": server.simulated, "points": []})
         engine = f", engine {server.engine}" if server.engine else ""
-        _say(self.err, f"detected {server.dialect} API at {server.url}, model {server.model or '?'}{engine}")
+        say(self.err, f"detected {server.dialect} API at {server.url}, model {server.model or '?'}{engine}")
         if server.simulated:
-            _say(self.err, SIMULATED_BANNER, "bold yellow")
+            say(self.err, SIMULATED_BANNER, "bold yellow")
 
     def on_point(self, result: StaircaseResult) -> None:
         self.last = result
@@ -216,7 +215,7 @@ class _Session:
         self.bar.advance()
         mb = result.batches[-1]
         finish = fmt_finishes(mb.batch.finish_s())
-        _say(self.err, f"N={mb.n} rep {mb.rep + 1}/{result.reps}  finish at {finish}", "dim")
+        say(self.err, f"N={mb.n} rep {mb.rep + 1}/{result.reps}  finish at {finish}", "dim")
 
 
 async def _measure(target: Target, session: _Session, **kw: Any) -> StaircaseResult:
@@ -226,14 +225,10 @@ async def _measure(target: Target, session: _Session, **kw: Any) -> StaircaseRes
         return await run_staircase(driver, on_point=session.on_point, on_server=session.on_server, **kw)
 
 
-def _say(console: Console, line: str, style: str | None = None) -> None:
-    """Print server-supplied text literally: no markup, no highlighting, no wrapping."""
-    console.print(line, markup=False, highlight=False, style=style, soft_wrap=True)
-
 
 def _print(console: Console, lines: list[str]) -> None:
     for line in lines:
-        _say(console, line, "bold yellow" if line.startswith(("INVALID", "INCOMPLETE", "SIMULATED")) else None)
+        say(console, line, "bold yellow" if line.startswith(("INVALID", "INCOMPLETE", "SIMULATED")) else None)
 
 
 def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_: Served | None = None) -> None:
@@ -301,7 +296,7 @@ def cmd(
         seed = random.SystemRandom().randrange(2**32)
     recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
     try:
-        with served(serve_command, url, log_path=serve_log, say=lambda line: _say(app.err, line)) as server:
+        with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
             target = make_target(
                 server.url, api=api, model=model, api_key=api_key, headers=headers,
                 first_token_timeout_s=first_token_timeout_s,
@@ -334,7 +329,7 @@ def cmd(
 
 
 def _interrupted(app: AppContext, session: _Session, json_to_stdout: bool) -> int:
-    _say(app.err, "Interrupted: saving the partial result (complete: false)", "bold yellow")
+    say(app.err, "Interrupted: saving the partial result (complete: false)", "bold yellow")
     doc = session.recorder.interrupted()
     if session.last is not None and doc is not None:
         _render(app, doc, json_to_stdout)
