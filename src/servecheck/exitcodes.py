@@ -12,6 +12,10 @@ INVALID = 3
 EXPECT_MISMATCH = 4
 # Ctrl-C: what was measured is saved, marked incomplete (128 + SIGINT, the shell's convention).
 INTERRUPTED = 130
+# SIGTERM (kill, systemd, CI runners, container stops) and SIGHUP (the terminal went away) are
+# handled like Ctrl-C, the partial saved, with the shell's 128 + signal number.
+TERMINATED = 143
+HANGUP = 129
 
 DOC = """Exit codes: 0 success; 1 error; 2 usage; 3 the run completed but is invalid or its
 verdict inconclusive (or a refused feature / refused headline); 4 --expect was given and the

@@ -8,6 +8,7 @@ Only the header is read: 8 bytes of little-endian length, then that much JSON. S
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,7 +95,23 @@ def _tensor(path: Path, name: str, entry: Any, data_bytes: int) -> STensor:
         raise bad
     if end > data_bytes:
         raise AuditError(f"{path.name}: tensor {name[:80]!r} runs past the end of the file: truncated", "fetch the file again")
+    size = DTYPE_BYTES.get(dtype)
+    if size is not None and math.prod(shape) * size != end - begin:
+        # The official safetensors library refuses such a file; sizing it from either side would be a guess.
+        raise AuditError(
+            f"{path.name}: tensor {name[:80]!r} declares shape {shape} of {dtype} ({math.prod(shape) * size} bytes) "
+            f"but its data_offsets span {end - begin} bytes",
+            "the file is corrupt",
+        )
     return STensor(name, dtype, tuple(shape), end - begin)
+
+
+# Bytes per element of the safetensors dtypes with a fixed size (the format's own table); any
+# other dtype is sized by its byte range alone.
+DTYPE_BYTES = {
+    "F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2, "U16": 2,
+    "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1,
+}
 
 
 def shard_files(path: Path) -> tuple[Path, list[Path]]:

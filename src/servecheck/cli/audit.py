@@ -11,7 +11,8 @@ from rich.table import Table
 from servecheck.audit import AuditOptions, AuditResult, audit_model
 from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
-from servecheck.errors import UsageError
+from servecheck.cli.common import check_input_file
+from servecheck.errors import AuditError, UsageError
 from servecheck.report.jsonout import envelope, write_json
 
 UNITS_LINE = "GB = 10^9 bytes, GiB = 2^30 bytes"
@@ -78,7 +79,19 @@ def audit_doc(result: AuditResult, params: dict[str, Any]) -> dict[str, Any]:
     return {**envelope("audit", params, environment()), **result.to_dict()}
 
 
+def check_kv_type(kv_type: str) -> None:
+    """An unknown --kv-type is a bad flag value (exit 2), refused before any file is read."""
+    from servecheck.audit.gguf_audit import kv_element_bytes
+    from servecheck.errors import AuditError
+
+    try:
+        kv_element_bytes(kv_type)
+    except AuditError as exc:
+        raise UsageError(f"--kv-type: {exc.message}", exc.hint) from None
+
+
 def options_from(context: int | None, kv_type: str, experts_used: int | None) -> AuditOptions:
+    check_kv_type(kv_type)
     if context is not None and context < 0:
         raise UsageError("--context must be zero or more tokens", "e.g. --context 4096")
     if experts_used is not None and experts_used < 1:
@@ -105,7 +118,9 @@ def cmd(
 ) -> int:
     """Bytes read per generated token from a GGUF, safetensors or MLX weight file (headers only):
     the embedding counts one row, the head in full, routed experts k/E, the KV cache its own line."""
-    result = audit_model(model, options_from(context, kv_type, experts_used))
+    options = options_from(context, kv_type, experts_used)
+    check_input_file(model, "model", allow_dir=True, error=AuditError)
+    result = audit_model(model, options)
     params = {"model": str(model), "context": context, "kv_type": kv_type, "experts_used": experts_used}
     if json_path:
         write_json(json_path, audit_doc(result, params))

@@ -3,8 +3,11 @@ that writes JSON, HTML and the history database, including partial results when 
 
 from __future__ import annotations
 
+import math
 import os
+import stat
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -12,7 +15,7 @@ import click
 from rich.console import Console
 
 from servecheck.client.base import Target
-from servecheck.errors import UsageError
+from servecheck.errors import ServecheckError, UsageError
 from servecheck.model.records import DIALECTS
 
 F = Callable[..., Any]
@@ -25,16 +28,31 @@ def say(console: Console, line: str, style: str | None = None) -> None:
     console.print(line, markup=False, highlight=False, style=style, soft_wrap=True)
 
 
+class Seconds(click.FloatRange):
+    """A finite number of seconds: `nan` slips through a plain FloatRange (every comparison is false)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return rv
+
+
 def target_options(f: F) -> F:
     """--api, --model, --api-key, --header, --timeout for commands that talk to a server."""
     f = click.option(
         "--timeout",
         "first_token_timeout_s",
-        type=click.FloatRange(min=0.1),
+        type=Seconds(min=0.1),
         default=300.0,
         show_default=True,
         help="Seconds to wait for a first token before declaring a request stuck; a request that may be "
-        "queued behind others gets this wait plus its place in the queue (measured from the warm-up).",
+        "queued behind others gets this wait plus its place in the queue (measured from the warm-up). "
+        "Also the longest gap allowed between tokens, and the limit for detection calls (at most 30 s). "
+        "However it streams, a request is cut off after this wait plus 2 s per requested token, or once "
+        "it has streamed more than 2x the requested tokens + 16.",
     )(f)
     f = click.option(
         "--header",
@@ -75,21 +93,101 @@ def output_options(f: F) -> F:
     return f
 
 
+# Header names are RFC 9110 tokens; a value may hold any visible character, space or tab, never CR/LF.
+_TOKEN_CHARS = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
 def parse_headers(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     out = []
     for raw in values:
         name, sep, value = raw.partition(":")
-        if not sep or not name.strip():
+        name, value = name.strip(), value.strip()
+        if not sep or not name:
             raise UsageError(f"--header {raw!r} is not NAME:VALUE", "write it like --header 'X-Org:team-a'")
-        out.append((name.strip(), value.strip()))
+        if not set(name) <= _TOKEN_CHARS:
+            raise UsageError(f"--header name {name!r} holds characters a header name cannot", "use letters, digits and -")
+        if any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in value):
+            # Shown by name only: the value may be a secret.
+            raise UsageError(f"--header {name}: the value holds a control character (CR, LF, ...)", "give the value on one line")
+        out.append((name, value))
     return tuple(out)
+
+
+# Paths of the generation endpoints: a URL ending in one is a whole endpoint, not the server's base URL.
+_ENDPOINT_PATHS = ("/v1/chat/completions", "/v1/completions", "/chat/completions", "/completions", "/completion",
+                   "/api/generate", "/api/chat")
 
 
 def check_url(url: str) -> str:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"{url!r} is not an http(s) URL", "give the server's base URL, e.g. http://127.0.0.1:8080")
+    try:
+        parts.port  # noqa: B018 - urlsplit checks the port's range only when asked
+    except ValueError:
+        raise UsageError(f"{url!r}: the port is not a number in 1..65535", "e.g. http://127.0.0.1:8080") from None
+    path = parts.path.rstrip("/")
+    for endpoint in _ENDPOINT_PATHS:
+        if path.endswith(endpoint):
+            base = url[: url.index(parts.path)] + path[: -len(endpoint)]
+            raise UsageError(
+                f"{url!r} names the endpoint {endpoint}, not the server",
+                f"drop the path: give the base URL {base}; servecheck picks the endpoint, --api the dialect",
+            )
     return url.rstrip("/")
+
+
+# The most requests one batch may hold: each is a connection and a prompt, and no server serves more
+# at once; a mistyped --n 100000 would otherwise spend minutes building prompts before failing.
+MAX_CONCURRENCY = 4096
+# Descriptors kept free besides one connection per request: the history database, logs, the event loop.
+RESERVED_FILES = 64
+
+
+def check_concurrency(n: int, flag: str) -> None:
+    """Refuse a concurrency the documented ceiling or this process's open-file limit cannot hold."""
+    if n > MAX_CONCURRENCY:
+        raise UsageError(f"{flag} {n} is above the ceiling of {MAX_CONCURRENCY} concurrent requests", f"for example {flag} 1,2,4,8")
+    limit = open_file_limit()
+    if limit is not None and n + RESERVED_FILES > limit:
+        raise UsageError(
+            f"{flag} {n} needs {n + RESERVED_FILES} open files, but this process may open {limit}",
+            f"raise the limit (ulimit -n {n + RESERVED_FILES}) or lower {flag}",
+        )
+
+
+def open_file_limit() -> int | None:
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def check_input_file(
+    path: str | Path, what: str, *, allow_dir: bool = False, error: type[ServecheckError] = ServecheckError
+) -> None:
+    """Refuse a path that is not a regular file (or `-`) before anything opens it: reading a FIFO
+    blocks until a writer comes, and a device may never end. A missing path is left to the opener."""
+    if str(path) == "-":
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
+    if stat.S_ISREG(mode) or (allow_dir and stat.S_ISDIR(mode)):
+        return
+    expected = "a regular file or a folder" if allow_dir else "a regular file"
+    raise error(f"{what} {path} is {_file_kind(mode)}, not {expected}", f"give {expected}")
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
 
 
 def make_target(

@@ -13,10 +13,16 @@ from servecheck.analysis import roofline as rl
 from servecheck.audit import AuditOptions, audit_model
 from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
-from servecheck.errors import UsageError
+from servecheck.cli.audit import check_kv_type
+from servecheck.cli.common import check_input_file
+from servecheck.errors import AuditError, UsageError
 from servecheck.report.jsonout import envelope, write_json
 
 EXAMPLE = "llama.cpp=2.80GB@41.5 new=1.849GB@97.83"
+# Figures no engine can mean. Inside them every ratio, share and product stays a finite number
+# (outside, 1e300GB overflowed and 1e-300 tok/s printed `infx` and `nan%`).
+MAX_BYTES_PER_TOKEN = 10**15  # a petabyte read per token
+MIN_TOK_S, MAX_TOK_S = 1e-6, 1e9
 
 
 @dataclass(frozen=True)
@@ -42,16 +48,24 @@ def parse_entry(raw: str, options: AuditOptions) -> Entry:
         raise UsageError(f"{raw!r}: {toks!r} is not a tok/s figure", f"for example {EXAMPLE}") from None
     if not tok_s > 0 or tok_s == float("inf"):
         raise UsageError(f"{raw!r}: tok/s must be positive", f"for example {EXAMPLE}")
+    if not MIN_TOK_S <= tok_s <= MAX_TOK_S:
+        raise UsageError(f"{raw!r}: {toks} tok/s is outside {MIN_TOK_S:g}..{MAX_TOK_S:g}", "give the measured rate in tok/s")
     path = Path(weights)
     if not path.exists() and (path.suffix in (".gguf", ".safetensors", ".json") or "/" in weights):
         raise UsageError(f"{raw!r}: no such model file {weights!r}", f"give a model file that exists or a byte figure, e.g. {EXAMPLE}")
     if path.exists():
+        check_input_file(path, "model", allow_dir=True, error=AuditError)
         result = audit_model(path, options)
         return Entry(name.strip(), result.total_bytes_per_token, tok_s, f"audit of {path}")
     try:
-        return Entry(name.strip(), rl.parse_bytes(weights), tok_s, "given")
+        nbytes = rl.parse_bytes(weights)
+    except OverflowError:
+        raise UsageError(f"{raw!r}: {weights} is too large a byte figure", "give bytes read per token, e.g. 2.80GB") from None
     except ValueError as exc:
         raise UsageError(f"{raw!r}: WEIGHTS is neither a file nor a byte figure ({exc})", f"for example {EXAMPLE}") from None
+    if nbytes > MAX_BYTES_PER_TOKEN:
+        raise UsageError(f"{raw!r}: {weights} per token is above {MAX_BYTES_PER_TOKEN / 1e15:g} PB", "give bytes read per token, e.g. 2.80GB")
+    return Entry(name.strip(), nbytes, tok_s, "given")
 
 
 def comparisons(entries: list[Entry]) -> list[rl.Decomposition]:
@@ -107,6 +121,7 @@ def cmd(app: AppContext, entries: tuple[str, ...], context: int | None, kv_type:
     WEIGHTS is a model file or a byte figure, e.g. llama.cpp=2.80GB@41.5 new=1.849GB@97.83."""
     if len(entries) < 2:
         raise UsageError("compare needs at least two NAME=WEIGHTS@TOKS entries", f"for example {EXAMPLE}")
+    check_kv_type(kv_type)
     options = AuditOptions(context=context, kv_type=kv_type)
     parsed = [parse_entry(raw, options) for raw in entries]
     names = [e.name for e in parsed]

@@ -11,9 +11,10 @@ from rich.table import Table
 from rich.text import Text
 
 from servecheck import exitcodes
-from servecheck.cli.common import Recorder, check_url, output_options
+from servecheck.cli.common import Recorder, check_input_file, check_url, output_options
 from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
+from servecheck.errors import LogScanError
 from servecheck.logscan.rules import ENGINE_CHOICES, load_rules
 from servecheck.logscan.scan import LogScanResult, scan_log
 from servecheck.report.jsonout import envelope
@@ -127,8 +128,13 @@ def cmd(
 ) -> int:
     """Audit a server log: report each feature the flags switch on as confirmed, refused (with the
     line) or unconfirmed. Exits 3 when a feature was refused."""
+    if rules_path is not None:
+        check_input_file(rules_path, "--rules", error=LogScanError)
     rules = load_rules(rules_path)
-    result = scan_log(file, engine, flags, rules=rules)
+    try:
+        result = scan_log(file, engine, flags, rules=rules)  # a pipe is fine: `log <(docker logs vllm 2>&1)`
+    except OSError as exc:  # a special file that opens but cannot be read (EIO, ENXIO, ...)
+        raise LogScanError(f"cannot read log file {file}: {exc.strerror or exc}", "give the server's text log") from exc
     if url is not None:
         from servecheck.logscan.live import live_evidence
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import signal
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
 from typing import Any
 
 import click
@@ -56,7 +62,8 @@ class LazyGroup(click.Group):
 @click.group(
     cls=LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-    epilog=exitcodes.DOC + f" {exitcodes.INTERRUPTED} interrupted (Ctrl-C): what was measured is saved, marked incomplete.",
+    epilog=exitcodes.DOC + f" {exitcodes.INTERRUPTED} interrupted (Ctrl-C): what was measured is saved, marked incomplete;"
+    f" {exitcodes.TERMINATED} and {exitcodes.HANGUP} the same for SIGTERM and SIGHUP.",
 )
 @click.version_option(__version__, "--version", prog_name="servecheck")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
@@ -72,26 +79,88 @@ def _debug_requested(argv: list[str]) -> bool:
     return "--debug" in argv
 
 
+# Signals handled like Ctrl-C, and the exit code each ends with.
+SIGNAL_EXITS = {signal.SIGTERM: exitcodes.TERMINATED, signal.SIGHUP: exitcodes.HANGUP}
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where Ctrl-C would be: every command's interrupted path saves its partial."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class SignalTrap:
+    """Turns the first SIGTERM/SIGHUP into `Terminated`; later ones are ignored while the partial is saved."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is not None:
+            return
+        self.signum = signum
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise Terminated(signum) from None
+        # Inside asyncio.run, raise from a loop callback, not from whatever task is running: the loop
+        # stops, asyncio.run cancels every task (closing its connections) and the interrupt reaches
+        # the command, with no "Task exception was never retrieved".
+        loop.call_soon_threadsafe(_raise, Terminated(signum))
+
+    def exit_code(self, rv: int) -> int:
+        """A command's interrupted exit (130) becomes 143 / 129 when a signal, not Ctrl-C, stopped it."""
+        if self.signum is not None and rv == exitcodes.INTERRUPTED:
+            return SIGNAL_EXITS.get(self.signum, rv)  # type: ignore[call-overload]
+        return rv
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
+
+
+@contextmanager
+def trapped_signals() -> Iterator[SignalTrap]:
+    trap = SignalTrap()
+    if threading.current_thread() is not threading.main_thread():
+        yield trap  # only the main thread may set handlers (main() called from a test's thread)
+        return
+    previous = {sig: signal.signal(sig, trap) for sig in SIGNAL_EXITS}
+    try:
+        yield trap
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    with trapped_signals() as trap:
+        code = _run(args, trap)
+    sys.exit(code)
+
+
+def _run(args: list[str], trap: SignalTrap) -> int:
     debug = _debug_requested(args)
     try:
         rv = cli.main(args=args, prog_name="servecheck", standalone_mode=False)
     except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exitcodes.USAGE if isinstance(exc, click.UsageError) else exitcodes.ERROR)
+        return exitcodes.USAGE if isinstance(exc, click.UsageError) else exitcodes.ERROR
     except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("Interrupted.", err=True)
-        sys.exit(exitcodes.INTERRUPTED)
+        click.echo("Interrupted." if trap.signum is None else f"Interrupted ({signal.Signals(trap.signum).name}).", err=True)
+        return trap.exit_code(exitcodes.INTERRUPTED)
     except ServecheckError as exc:
         if debug:
             traceback.print_exc()
         click.echo(f"Error: {exc.one_line()}", err=True)
-        sys.exit(exitcodes.USAGE if isinstance(exc, UsageError) else exitcodes.ERROR)
+        return exitcodes.USAGE if isinstance(exc, UsageError) else exitcodes.ERROR
     except BrokenPipeError:
-        sys.exit(exitcodes.ERROR)
+        return exitcodes.ERROR
     except Exception as exc:  # noqa: BLE001 - the one place an unexpected failure becomes one line
         if debug:
             traceback.print_exc()
@@ -99,8 +168,8 @@ def main(argv: list[str] | None = None) -> None:
             f"Error: unexpected {type(exc).__name__}: {exc} (rerun with --debug for the traceback)",
             err=True,
         )
-        sys.exit(exitcodes.ERROR)
-    sys.exit(_exit_code(rv))
+        return exitcodes.ERROR
+    return trap.exit_code(_exit_code(rv))
 
 
 def _exit_code(rv: Any) -> int:

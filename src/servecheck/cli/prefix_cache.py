@@ -113,7 +113,8 @@ class _Session:
         self.bar.advance()
         s = result.sends[-1]
         ttft = _num(s.ttft_s, 3)
-        say(self.err, f"send {len(result.sends)} ({s.kind}): TTFT {ttft} s, cached tokens {s.cached_tokens}", "dim")
+        cached = "not reported" if s.cached_tokens is None else s.cached_tokens
+        say(self.err, f"send {len(result.sends)} ({s.kind}): TTFT {ttft} s, cached tokens {cached}", "dim")
 
 
 async def _measure(target: Target, session: _Session, **kw: Any) -> PrefixCacheResult:

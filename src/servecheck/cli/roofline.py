@@ -19,11 +19,11 @@ from servecheck.analysis import roofline as rl
 from servecheck.analysis.roofline import Span
 from servecheck.audit import AuditResult, audit_model
 from servecheck.cli.audit import fmt_bytes, options_from
-from servecheck.cli.common import Recorder, make_target, output_options, target_options
+from servecheck.cli.common import Recorder, check_input_file, make_target, output_options, target_options
 from servecheck.cli.context import AppContext
 from servecheck.client.base import Target
 from servecheck.envinfo import environment
-from servecheck.errors import ServerError, UsageError
+from servecheck.errors import AuditError, ServerError, UsageError
 from servecheck.probe import GIB, BandwidthResult, measure_bandwidth, plan_sizes
 from servecheck.probe.bandwidth import available_memory_bytes
 from servecheck.report.jsonout import envelope
@@ -98,18 +98,30 @@ def resolve_weights(model: Path | None, bytes_text: str | None, kind: str, resid
         flag = "--context" if context is not None else "--experts-used"
         raise UsageError(f"{flag} needs a MODEL file to audit", "with --bytes-per-token, count the KV cache in the figure you give")
     if model is not None:
-        result = audit_model(model, options_from(context, kv_type, experts_used))
+        options = options_from(context, kv_type, experts_used)
+        check_input_file(model, "model", allow_dir=True, error=AuditError)
+        result = audit_model(model, options)
         return Weights(result.total_bytes_per_token, resident_bytes or result.resident_bytes,
                        result.kind if kind == "auto" else kind, result)
     assert bytes_text is not None
     return Weights(_bytes(bytes_text, "--bytes-per-token"), resident_bytes, "dense" if kind == "auto" else kind, None)
 
 
+# A petabyte per token: no model reads more, and inside it every rate and ratio stays finite
+# (1e300GB overflowed the arithmetic).
+MAX_BYTES = 10**15
+
+
 def _bytes(text: str, flag: str) -> int:
     try:
-        return rl.parse_bytes(text)
+        nbytes = rl.parse_bytes(text)
+    except OverflowError:
+        raise UsageError(f"{flag} {text!r} is too large a byte figure", f"for example {flag} 1.849GB") from None
     except ValueError as exc:
         raise UsageError(f"{flag}: {exc}", f"for example {flag} 1.849GB") from None
+    if nbytes > MAX_BYTES:
+        raise UsageError(f"{flag} {text!r} is above {MAX_BYTES / 1e15:g} PB", f"for example {flag} 1.849GB")
+    return nbytes
 
 
 @dataclass(frozen=True)
@@ -241,6 +253,7 @@ def _batch_doc(weights: Weights, batches: list[int], achieved_gb_s: float, runs:
 def load_run(path: str) -> tuple[dict[int, float], list[str]]:
     """Median measured aggregate tok/s per concurrency from a saved staircase or arms JSON (deviant arms
     cells left out), and notes on what the run was."""
+    check_input_file(path, "--run")
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

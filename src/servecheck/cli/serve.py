@@ -100,6 +100,7 @@ def served(
         return
     from servecheck.engine.process import ManagedServer
 
+    _check_log_path(log_path)
     server = ManagedServer.from_command_string(serve_command, log_path=None if log_path is None else Path(log_path))
     _say(say, f"starting {server.name} (log: {server.log_path}) and waiting until it is healthy ...")
     result = Served(url=url or server.url, command=serve_command, log_path=server.log_path)
@@ -114,6 +115,19 @@ def served(
     finally:
         server.stop()
         _audit(result, engine)
+
+
+def _check_log_path(log_path: str | Path | None) -> None:
+    """--serve-log must be a file servecheck can create (its folder is made if missing): refused before the server starts."""
+    if log_path is None:
+        return
+    path = Path(log_path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--serve-log {path}: cannot create folder {path.parent} ({exc.strerror})", "give another path") from None
+    if path.exists() and not path.is_file():
+        raise UsageError(f"--serve-log {path} is not a regular file", "give a file path for the server's log")
 
 
 def _audit(result: Served, engine: str) -> None:

@@ -8,6 +8,8 @@ native dialects only, see `_openai_pins`;
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -16,6 +18,9 @@ from servecheck.model.records import GenRequest, ServerTimings, TokenCountSource
 Framing = Literal["sse", "ndjson"]
 NS_PER_S = 1e9
 MS_PER_S = 1e3
+# No model's context holds this many tokens: a count above it is garbage, not a measurement,
+# and letting it through would size lists and rates by it (10^12 tokens gave 2.6e13 tok/s).
+MAX_PLAUSIBLE_TOKENS = 10**8
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +37,8 @@ class EventReading:
     server_tokens_source: TokenCountSource = "none"  # "usage" or "timings"
     timings: ServerTimings | None = None
     error: str | None = None  # an error object sent inside the stream
+    server_tokens_field: str | None = None  # where server_tokens came from, e.g. "usage.completion_tokens"
+    implausible: str | None = None  # a count or duration no server can mean, named with its value
 
 
 class Dialect:
@@ -71,12 +78,69 @@ def _openai_pins(req: GenRequest, model: str | None) -> dict[str, Any]:
     return _with_cache_prompt(body, req)
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A token count, or None: absent, not a number, or not one a server can mean (see `count_problem`)."""
+    if not _is_number(value) or count_problem("", value) is not None:
+        return None
+    return int(value)
 
 
 def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return float(value) if _is_number(value) and math.isfinite(value) else None
+
+
+def show_number(value: float) -> str:
+    """A reported number as a message quotes it: 1e+12, -5, nan."""
+    return str(value) if isinstance(value, int) and abs(value) < 10**6 else f"{value:g}"
+
+
+def count_problem(label: str, value: Any) -> str | None:
+    """Why a reported token count cannot be true (negative, non-finite, fractional, absurd), or None.
+    Values that are not numbers are ignored as before: they never reach a count."""
+    if not _is_number(value):
+        return None
+    if not math.isfinite(value) or value < 0 or value > MAX_PLAUSIBLE_TOKENS or value != int(value):
+        return f"{label} = {show_number(value)} is not a plausible token count"
+    return None
+
+
+def duration_problem(label: str, value: Any) -> str | None:
+    if not _is_number(value):
+        return None
+    if not math.isfinite(value) or value < 0:
+        return f"{label} = {show_number(value)} is not a plausible duration"
+    return None
+
+
+def first_problem(obj: dict[str, Any], prefix: str, counts: Iterable[str], durations: Iterable[str] = ()) -> str | None:
+    """The first implausible count or duration among `obj`'s fields, named `prefix.field`."""
+    for key in counts:
+        if (problem := count_problem(f"{prefix}{key}", obj.get(key))) is not None:
+            return problem
+    for key in durations:
+        if (problem := duration_problem(f"{prefix}{key}", obj.get(key))) is not None:
+            return problem
+    return None
+
+
+_LLAMACPP_COUNTS = ("predicted_n", "prompt_n", "cache_n")
+_LLAMACPP_DURATIONS = ("predicted_ms", "prompt_ms")
+
+
+def _timings_problem(timings: dict[str, Any] | None) -> str | None:
+    return None if timings is None else first_problem(timings, "timings.", _LLAMACPP_COUNTS, _LLAMACPP_DURATIONS)
+
+
+def _usage_problem(usage: dict[str, Any]) -> str | None:
+    details = usage.get("prompt_tokens_details")
+    problem = first_problem(usage, "usage.", ("completion_tokens", "prompt_tokens"))
+    if problem is None and isinstance(details, dict):
+        problem = first_problem(details, "usage.prompt_tokens_details.", ("cached_tokens",))
+    return problem
 
 
 def _scaled(value: Any, divisor: float) -> float | None:
@@ -133,19 +197,20 @@ class _OpenAIBase(Dialect):
 
     def read(self, event: dict[str, Any]) -> EventReading:
         error = _error_text(event)
-        choices = event.get("choices") or []
-        choice = choices[0] if choices and isinstance(choices[0], dict) else {}
+        choices = event.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
         text = self._choice_text(choice)
         logprobs = _logprob_count(choice)
         usage = event.get("usage") if isinstance(event.get("usage"), dict) else None
         timings = event.get("timings") if isinstance(event.get("timings"), dict) else None
-        server_tokens, source, server = None, "none", None
+        server_tokens, source, server, where = None, "none", None, None
         if usage is not None:
             server = _usage_timings(usage, timings)
-            server_tokens, source = server.generated_tokens, "usage"
+            server_tokens, source, where = server.generated_tokens, "usage", "usage.completion_tokens"
         elif timings is not None:
             server = llamacpp_timings(timings)
-            server_tokens, source = server.generated_tokens, "timings"
+            server_tokens, source, where = server.generated_tokens, "timings", "timings.predicted_n"
+        implausible = (_usage_problem(usage) if usage is not None else None) or _timings_problem(timings)
         return EventReading(
             text=text,
             carries_output=bool(text) or logprobs > 0,
@@ -155,6 +220,8 @@ class _OpenAIBase(Dialect):
             server_tokens_source=source if server_tokens is not None else "none",  # type: ignore[arg-type]
             timings=server,
             error=error,
+            server_tokens_field=where,
+            implausible=implausible,
         )
 
 
@@ -213,9 +280,12 @@ class LlamaCpp(Dialect):
         timings = event.get("timings") if final and isinstance(event.get("timings"), dict) else None
         server = llamacpp_timings(timings) if timings else None
         count = server.generated_tokens if server else None
-        source = "timings"
+        source, where = "timings", "timings.predicted_n"
         if count is None and final:
-            count, source = _int(event.get("tokens_predicted")), "usage"
+            count, source, where = _int(event.get("tokens_predicted")), "usage", "tokens_predicted"
+        implausible = _timings_problem(timings) or (
+            first_problem(event, "", ("tokens_predicted", "tokens_evaluated")) if final else None
+        )
         return EventReading(
             text=text,
             carries_output=bool(text) or bool(ids),
@@ -226,6 +296,8 @@ class LlamaCpp(Dialect):
             server_tokens_source=source if count is not None else "none",  # type: ignore[arg-type]
             timings=server,
             error=_error_text(event),
+            server_tokens_field=where,
+            implausible=implausible,
         )
 
 
@@ -268,7 +340,13 @@ class Ollama(Dialect):
             server_tokens_source="timings" if count is not None else "none",
             timings=server,
             error=_error_text(event),
+            server_tokens_field="eval_count",
+            implausible=first_problem(event, "", _OLLAMA_COUNTS, _OLLAMA_DURATIONS) if final else None,
         )
+
+
+_OLLAMA_COUNTS = ("eval_count", "prompt_eval_count")
+_OLLAMA_DURATIONS = ("eval_duration", "prompt_eval_duration")
 
 
 def ollama_timings(event: dict[str, Any]) -> ServerTimings:

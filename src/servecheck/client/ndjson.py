@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servecheck.client.sse import loads_object
+from servecheck.client.sse import check_line_length, loads_object
 
 
 class NdjsonParser:
@@ -16,6 +16,7 @@ class NdjsonParser:
     def feed(self, chunk: bytes) -> list[dict[str, Any]]:
         self._buf += chunk
         *lines, self._buf = self._buf.split(b"\n")
+        check_line_length(self._buf)
         return [obj for obj in map(_decode, lines) if obj is not None]
 
     def close(self) -> list[dict[str, Any]]:

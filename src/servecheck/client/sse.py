@@ -13,6 +13,9 @@ from typing import Any
 from servecheck.client.base import StreamParseError
 
 DONE = "[DONE]"
+# The most one event (or one unfinished line) may hold. Real events are a few kB; a server that never
+# ends a line or an event would otherwise grow the buffer until memory runs out.
+MAX_EVENT_BYTES = 4 << 20
 # Fields a server may send; any other line is not SSE (e.g. plain JSON sent to a stream request).
 _KNOWN_FIELDS = frozenset({"data", "event", "id", "retry", "error"})
 
@@ -47,10 +50,12 @@ class SseParser:
     def __init__(self) -> None:
         self._buf = b""
         self._data: list[str] = []
+        self._data_chars = 0
         self._event: str | None = None
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
         *lines, self._buf = (self._buf + chunk).split(b"\n")  # one pass per read, however many events
+        check_line_length(self._buf)
         events: list[SseEvent] = []
         for raw in lines:
             event = self._line(raw.rstrip(b"\r").decode("utf-8", errors="replace"))
@@ -71,9 +76,14 @@ class SseParser:
             return None
         name, _, value = line.partition(":")
         if name not in _KNOWN_FIELDS:
+            if line.lstrip().startswith(("{", "[")):
+                raise StreamParseError('a JSON document where server-sent events were expected: the server ignores "stream": true', line)
             raise StreamParseError("not a server-sent-events line", line)
         value = value[1:] if value.startswith(" ") else value
         if name in ("data", "error"):
+            self._data_chars += len(value)
+            if self._data_chars > MAX_EVENT_BYTES:
+                raise StreamParseError(f"stream event longer than {MAX_EVENT_BYTES >> 20} MiB without its blank line", value)
             self._data.append(value)
             self._event = "error" if name == "error" else self._event
         elif name == "event":
@@ -82,8 +92,16 @@ class SseParser:
 
     def _dispatch(self) -> SseEvent | None:
         if not self._data:
-            self._event = None
+            self._event, self._data_chars = None, 0
             return None
         event = SseEvent("\n".join(self._data), self._event)
-        self._data, self._event = [], None
+        self._data, self._data_chars, self._event = [], 0, None
         return event
+
+
+def check_line_length(pending: bytes) -> None:
+    """Refuse an unfinished line past MAX_EVENT_BYTES: the buffer holding it must stay bounded."""
+    if len(pending) > MAX_EVENT_BYTES:
+        raise StreamParseError(
+            f"stream line longer than {MAX_EVENT_BYTES >> 20} MiB without a newline", pending[:120].decode("utf-8", "replace")
+        )

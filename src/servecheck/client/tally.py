@@ -6,6 +6,7 @@ can be tested with hand-made events.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from servecheck.client.dialects import EventReading
@@ -13,6 +14,16 @@ from servecheck.model.records import ServerTimings, TokenCountSource
 
 # Generated text kept per request; enough to eyeball, bounded so 256 long streams stay small.
 MAX_TEXT_CHARS = 4000
+# Output may run this far past the request (an engine's off-by-one, a stop token counted) before it
+# is off-length; beyond it a longer output breaks equal lengths like a shorter one does.
+LENGTH_TOLERANCE = 0.05
+LENGTH_SLACK_TOKENS = 2
+# A stream is cut off once it carries this much more than was requested: 2x plus a margin is far
+# past any tolerance, so the reading stops before an endless stream costs memory or time.
+CUTOFF_FACTOR = 2
+CUTOFF_MARGIN_TOKENS = 16
+
+_SOURCE_FIELDS = {"token_ids": "streamed token ids", "logprobs": "streamed logprob entries", "events": "token events"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +44,10 @@ class StreamTally:
     finish_reason: str | None = None
     server_tokens: int | None = None
     server_tokens_source: TokenCountSource = "none"
+    server_tokens_field: str | None = None
     server: ServerTimings | None = None
     error: str | None = None
+    implausible: str | None = None  # the first count or duration no server can mean
     text_parts: list[str] = field(default_factory=list)
     text_chars: int = 0
 
@@ -46,6 +59,9 @@ class StreamTally:
             self.finish_reason = reading.finish_reason
         if reading.server_tokens is not None:
             self.server_tokens, self.server_tokens_source = reading.server_tokens, reading.server_tokens_source
+            self.server_tokens_field = reading.server_tokens_field
+        if reading.implausible is not None and self.implausible is None:
+            self.implausible = reading.implausible
         if reading.timings is not None:
             self.server = _merge(self.server, reading.timings)
         if reading.error is not None and self.error is None:
@@ -72,6 +88,11 @@ class StreamTally:
     def text(self) -> str:
         return "".join(self.text_parts)[:MAX_TEXT_CHARS]
 
+    @property
+    def streamed(self) -> int:
+        """Tokens the stream itself shows (ids, logprob entries or events), whatever the server claims."""
+        return max(self.events, self.token_ids, self.logprob_tokens)
+
     def count(self) -> TokenCount:
         """The strongest generated-token count available: server > token ids > logprobs > events."""
         if self.server_tokens is not None:
@@ -80,6 +101,35 @@ class StreamTally:
             if tokens > 0:
                 return TokenCount(tokens, source)  # type: ignore[arg-type]
         return TokenCount(self.events, "events" if self.events else "none")
+
+
+def allowed_tokens(requested: int) -> int:
+    """The most output tokens a request for `requested` may produce and still be on-length."""
+    return requested + max(LENGTH_SLACK_TOKENS, math.ceil(requested * LENGTH_TOLERANCE))
+
+
+def cutoff_tokens(requested: int) -> int:
+    """Streamed tokens past which the driver stops reading a request."""
+    return CUTOFF_FACTOR * requested + CUTOFF_MARGIN_TOKENS
+
+
+def plausibility_problem(tally: StreamTally, requested: int) -> str | None:
+    """Why a finished stream's counts cannot be trusted, naming the field and its value; None when they can.
+
+    A server count must be a real count, agree with what was streamed (each token event carries at
+    least one token), and not exceed the request: a longer output is off-length like a shorter one.
+    """
+    seen = f"{requested} were requested and {tally.events} events streamed"
+    if tally.implausible is not None:
+        return f"{tally.implausible}: {seen}"
+    count = tally.count()
+    where = tally.server_tokens_field or "the server's token count"
+    if tally.server_tokens is not None and tally.streamed > allowed_tokens(tally.server_tokens):
+        return f"{where} = {tally.server_tokens} disagrees with the stream: {tally.streamed} {_SOURCE_FIELDS['events']} or ids arrived"
+    if count.tokens > allowed_tokens(requested):
+        name = where if count.source in ("usage", "timings") else _SOURCE_FIELDS.get(count.source, count.source)
+        return f"{name} = {count.tokens} is longer than requested: {seen} (off-length, like a short output)"
+    return None
 
 
 def _merge(old: ServerTimings | None, new: ServerTimings) -> ServerTimings:

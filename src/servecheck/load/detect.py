@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from servecheck.client.dialects import MAX_PLAUSIBLE_TOKENS
 from servecheck.errors import ServerError
 from servecheck.model.records import ServerInfo
 
@@ -131,7 +132,7 @@ async def server_info(
     engine = found.engine if found is not None else None
     simulated = saw_simulated or engine == "simulator" or any(m.startswith(SIM_MODEL_PREFIX) for m in (model or "", *models))
     n_ctx = await _n_ctx(driver, found, model)
-    slots = props.get("total_slots") if isinstance(props.get("total_slots"), int) else None
+    slots = _count(props.get("total_slots"))
     return ServerInfo(
         url=driver.url,
         dialect=dialect,
@@ -151,8 +152,8 @@ async def _n_ctx(driver: LoadDriver, found: Identity | None, model: str | None) 
     if found is None:
         return None
     settings = found.props.get("default_generation_settings")
-    if isinstance(settings, dict) and isinstance(settings.get("n_ctx"), int):
-        return int(settings["n_ctx"])  # the per-slot context
+    if isinstance(settings, dict) and _count(settings.get("n_ctx")) is not None:
+        return _count(settings["n_ctx"])  # the per-slot context
     if found.engine == "ollama" and model:
         return await _ollama_n_ctx(driver, model)
     if found.engine == "vllm":
@@ -165,21 +166,22 @@ async def _vllm_n_ctx(driver: LoadDriver, model: str | None) -> int | None:
     status, data = await driver.probe("GET", "/v1/models")
     entries = data.get("data") if status == 200 and isinstance(data, dict) else None
     for entry in entries if isinstance(entries, list) else []:
-        if isinstance(entry, dict) and entry.get("id") == model and isinstance(entry.get("max_model_len"), int):
-            return int(entry["max_model_len"])
+        if isinstance(entry, dict) and entry.get("id") == model and _count(entry.get("max_model_len")) is not None:
+            return _count(entry["max_model_len"])
     return None
 
 
 async def _ollama_n_ctx(driver: LoadDriver, model: str) -> int | None:
     status, data = await driver.probe("GET", "/api/ps")
-    for entry in (data or {}).get("models", []) if status == 200 else []:
+    entries = data.get("models") if status == 200 and isinstance(data, dict) else None
+    for entry in entries if isinstance(entries, list) else []:  # `{"models": null}` is an empty list
         if isinstance(entry, dict) and entry.get("name") in (model, f"{model}:latest"):
-            if isinstance(entry.get("context_length"), int):
-                return int(entry["context_length"])
+            if _count(entry.get("context_length")) is not None:
+                return _count(entry["context_length"])
     status, data = await driver.probe("POST", "/api/show", {"model": model})
     params = data.get("parameters") if status == 200 and isinstance(data, dict) else None
     match = re.search(r"num_ctx\s+(\d+)", params) if isinstance(params, str) else None
-    return int(match.group(1)) if match else None
+    return _count(int(match.group(1)[:12])) if match else None
 
 
 def _note(api: str, found: Identity | None, dialect: str, slots: int | None, n_ctx: int | None, sim: bool) -> str:
@@ -207,6 +209,12 @@ def _names(data: Any, key: str, name_key: str) -> tuple[str, ...]:
     if not isinstance(entries, list):
         return ()
     return tuple(str(e[name_key]) for e in entries if isinstance(e, dict) and e.get(name_key))
+
+
+def _count(value: Any) -> int | None:
+    """A context length or slot count a server can mean (a positive int up to MAX_PLAUSIBLE_TOKENS), else None."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_PLAUSIBLE_TOKENS
+    return int(value) if ok else None
 
 
 def _str(value: Any) -> str | None:

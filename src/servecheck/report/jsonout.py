@@ -47,8 +47,11 @@ def dumps_compact(doc: dict[str, Any]) -> str:
 
 def read_json(path: str | Path) -> dict[str, Any]:
     """Load a result document written by `write_json`, with a one-line error for bad files."""
+    p = Path(path)
+    if p.exists() and not p.is_file():  # a FIFO would block the read until a writer came
+        raise UsageError(f"{path} is not a regular file", "give a saved run id or a JSON file servecheck wrote")
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise UsageError(f"no such file: {path}", "give a saved run id or an existing JSON file") from exc
     except (OSError, UnicodeDecodeError) as exc:

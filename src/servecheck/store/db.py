@@ -70,6 +70,8 @@ def open_store(path: str | Path | None = None, *, create: bool = True) -> Store:
 def _check_location(db_path: Path, *, create: bool, explicit: bool) -> None:
     if db_path.is_dir():
         raise StoreError(f"history database {db_path} is a folder", "pass --db with a file path")
+    if db_path.exists() and not db_path.is_file():  # a FIFO or a device: SQLite would block or fail obscurely
+        raise StoreError(f"history database {db_path} is not a regular file", "pass --db with a file path")
     if not db_path.exists() and not create:
         raise StoreError(f"no history database at {db_path}", "run a measuring command first, or pass --db PATH")
     if db_path.parent.is_dir():
@@ -251,6 +253,8 @@ class Store:
 
     def get_run(self, run_id: int) -> dict[str, Any]:
         """The saved document, with `run_id` and the row's `complete` mark."""
+        if not 0 <= run_id < 2**63:  # beyond SQLite's INTEGER: no such row, and sqlite3 would overflow
+            raise self._unknown(run_id)
         with translate_errors(self.path):
             row = self._conn.execute("SELECT doc, complete FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:

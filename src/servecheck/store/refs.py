@@ -11,10 +11,16 @@ from servecheck.report.jsonout import read_json
 from servecheck.store.db import Store, open_store
 
 LATEST = ("last", "latest")
+# SQLite's largest INTEGER: a run id above it cannot exist (and sqlite3 overflows on it).
+MAX_RUN_ID = 2**63 - 1
+
+
+def _is_id(ref: str) -> bool:
+    return ref.isascii() and ref.isdigit()  # str.isdigit() alone takes '²', which int() refuses
 
 
 def is_file_ref(ref: str) -> bool:
-    return ref.endswith(".json") or (not ref.isdigit() and ref not in LATEST and Path(ref).exists())
+    return ref.endswith(".json") or (not _is_id(ref) and ref not in LATEST and Path(ref).exists())
 
 
 def load_runs(refs: Sequence[str], db_path: str | None) -> list[dict[str, Any]]:
@@ -41,9 +47,11 @@ def run_id(ref: str, store: Store) -> int:
         if latest is None:
             raise UsageError(f"no saved runs in {store.path}", "run a measuring command first")
         return latest
-    if not ref.isdigit():
+    if not _is_id(ref):
         raise UsageError(
             f"{ref!r} is not a run id, 'last', or a JSON result file",
             "list saved runs with `servecheck history`",
         )
+    if int(ref) > MAX_RUN_ID:
+        raise UsageError(f"run id {ref} is out of range (at most {MAX_RUN_ID})", "list saved runs with `servecheck history`")
     return int(ref)
