@@ -196,7 +196,7 @@ def test_arms_serve_owns_the_simulator_and_audits_its_log(tmp_path) -> None:  # 
     out = tmp_path / "arms.json"
     command = f"{sys.executable} -m servecheck simulate --port {port} --mode batched --token-ms 4 --refusal"
     argv = ["arms", "--serve", command, "--serve-log", str(tmp_path / "s.log"), "--arms", "1,2", "--reps", "2",
-            "--requests", "2", "--tokens", "16", "--prompt-tokens", "16", "--json", str(out), "--no-save"]
+            "--max-reps", "2", "--requests", "2", "--tokens", "16", "--prompt-tokens", "16", "--json", str(out), "--no-save"]
     with pytest.raises(SystemExit) as info:
         main_mod.main(argv)
     doc = json.loads(out.read_text())

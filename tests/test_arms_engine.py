@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,9 @@ from servecheck.load.driver import LoadDriver
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
 
-# 6 reps rotate the three arms through every position twice; 128 tokens keep a cell near a second.
-DESIGN = ArmsDesign(arms=(1, 2, 4), requests=4, reps=6, tokens=128, prompt_tokens=32)
+# 6 reps rotate the three arms through every position twice; 64 tokens keep a serial cell near four seconds.
+# Up to 12 reps when the headline is withheld or a label is undecided.
+DESIGN = ArmsDesign(arms=(1, 2, 4), requests=4, reps=6, tokens=64, prompt_tokens=32, max_reps=12)
 
 
 @pytest.fixture(scope="module")
@@ -34,23 +36,32 @@ async def _arms(url: str) -> dict:
     return run.to_doc()
 
 
-def _labels(engine: LocalEngine, parallel: int, tmp_path: Path) -> dict[int, str]:
+def _labels(engine: LocalEngine, parallel: int, tmp_path: Path, decided: Callable[[dict[int, str]], bool]) -> dict[int, str]:
+    """The arm labels on a server with `parallel` slots; a run whose labels are not yet `decided`
+    (an inconclusive label) earns one retry, never more."""
     server = LlamaServer(
         engine.binary, engine.model_path, parallel=parallel,
         ctx_per_slot=ctx_per_slot_for(DESIGN.prompt_tokens, DESIGN.tokens), log_path=tmp_path / f"np{parallel}.log",
     )
     with server as url:
-        doc = asyncio.run(_arms(url))
-    assert doc["valid"], doc.get("warnings")
-    assert doc["simulated"] is False
-    arms = {a["concurrency"]: a for a in doc["arms"]}
-    print({c: (a["label"], a["aggregate_speedup"], a["generation_gain"]) for c, a in arms.items()})
-    return {c: a["label"] for c, a in arms.items()}
+        for attempt in range(2):
+            doc = asyncio.run(_arms(url))
+            assert doc["valid"], doc.get("warnings")
+            assert doc["simulated"] is False
+            arms = {a["concurrency"]: a for a in doc["arms"]}
+            labels = {c: a["label"] for c, a in arms.items()}
+            print(f"attempt {attempt + 1}, {doc['reps_taken']} reps:",
+                  {c: (a["label"], a["aggregate_speedup_interval"], a["generation_gain_interval"]) for c, a in arms.items()})
+            if decided(labels):
+                break
+    return labels
 
 
 def test_four_slots_batch_at_four_way(local_engine: LocalEngine, tmp_path: Path) -> None:
-    assert _labels(local_engine, 4, tmp_path)[4] == "batching"
+    labels = _labels(local_engine, 4, tmp_path, lambda got: got[4] != "inconclusive")
+    assert labels[4] == "batching"
 
 
 def test_one_slot_buys_nothing_at_any_arm(local_engine: LocalEngine, tmp_path: Path) -> None:
-    assert set(_labels(local_engine, 1, tmp_path).values()) == {"none"}
+    labels = _labels(local_engine, 1, tmp_path, lambda got: "inconclusive" not in got.values())
+    assert set(labels.values()) == {"none"}

@@ -47,14 +47,28 @@ def test_one_rising_line_is_named() -> None:
     ("aggregates", "expected"),
     [
         ({1: 100.0, 4: 100.0 * RISING_RATIO}, "rising"),
-        ({1: 100.0, 4: 100.0 * RISING_RATIO - 0.1}, "flat"),
-        ({1: 100.0, 8: 60.0}, "flat"),
+        ({1: 100.0, 4: 100.0 * RISING_RATIO - 0.1}, "inconclusive"),  # between the flat band and the bar
+        ({1: 100.0, 4: 110.0}, "flat"),
+        ({1: 100.0, 8: 60.0}, "inconclusive"),  # a fall: neither flat nor rising
         ({2: 100.0, 4: 300.0}, "inconclusive"),  # no N=1 baseline
         ({1: 100.0}, "inconclusive"),
     ],
 )
 def test_computed_trend(aggregates: dict[int, float], expected: str) -> None:
     assert trend_of(growth_ratio(aggregates)) == expected
+
+
+def test_diff_reports_the_trend_the_run_itself_reported(tmp_path: Path) -> None:
+    """A batching server whose aggregate gains 1.25x by N=4: `staircase` says inconclusive (between
+    the flat band and the rising bar), and so must `diff` of the same run, with or without its trend."""
+    from servecheck.analysis.staircase import classify_trend
+
+    gains = {1: 100.0, 2: 118.0, 4: 125.0}
+    own, _ = classify_trend({n: a / 100.0 for n, a in gains.items() if n > 1})
+    assert own == "inconclusive"
+    result = diff_runs([seed_table_doc(gains, trend=own), seed_table_doc(gains)], labels=["recorded", "old"])
+    assert [line.trend for line in result.lines] == [own, own]
+    assert [line.trend_from for line in result.lines] == ["run", "computed"]
 
 
 def test_runs_own_trend_wins_over_the_computed_one() -> None:

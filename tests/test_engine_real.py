@@ -27,8 +27,8 @@ from servecheck.errors import EngineError
 
 pytestmark = pytest.mark.engine
 
-# 512 output tokens (about 2 s per request here): 256 was too noisy on a loaded 2-core machine.
-TOKENS = 512
+# 256 output tokens (about 4 s per request with one thread here), the demo's length.
+TOKENS = 256
 PROMPT_TOKENS = 32
 NS = (1, 2, 4)
 SERVECHECK = [sys.executable, "-m", "servecheck"]
@@ -76,7 +76,7 @@ async def _staircase(url: str, on_point: Callable[[Any], None] | None = None, se
 
     async with LoadDriver(make_target(url, api="llamacpp", first_token_timeout_s=120)) as driver:
         return await run_staircase(
-            driver, ns=NS, tokens=TOKENS, prompt_tokens=PROMPT_TOKENS, reps=1, rng=random.Random(seed),
+            driver, ns=NS, tokens=TOKENS, prompt_tokens=PROMPT_TOKENS, reps=1, max_reps=3, rng=random.Random(seed),
             on_point=on_point,
         )
 
@@ -88,19 +88,37 @@ def _server(engine: LocalEngine, parallel: int, tmp_path: Path, **kw: Any) -> Ll
     )
 
 
-@pytest.mark.parametrize(("parallel", "expected"), [(1, "staircase"), (4, "cluster")])
-def test_staircase_verdict_on_the_real_engine(local_engine: LocalEngine, tmp_path: Path, parallel: int, expected: str) -> None:
-    """One slot queues (staircase), four slots batch (cluster); `inconclusive` earns one retry, never more."""
+# (slots, the verdict at N=4, the trend that would be wrong): the ground truth is --parallel.
+TRUTH = [(1, "staircase", "rising"), (2, "partial", None), (4, "cluster", "flat")]
+
+
+@pytest.mark.parametrize(("parallel", "expected", "wrong_trend"), TRUTH)
+def test_staircase_verdict_on_the_real_engine(
+    local_engine: LocalEngine, tmp_path: Path, parallel: int, expected: str, wrong_trend: str | None
+) -> None:
+    """One slot queues (staircase), two slots pair up (partial), four slots batch (cluster);
+    `inconclusive` earns one retry, never more, and only the right verdict passes."""
     with _server(local_engine, parallel, tmp_path) as url:
         for attempt in range(2):
-            doc = asyncio.run(_staircase(url, seed=attempt)).to_doc()
-            print(f"attempt {attempt + 1}: {doc['verdict']}", [(p["n"], p["finish_s"]) for p in doc["points"]])
+            doc = asyncio.run(_staircase(url, seed=random.SystemRandom().randrange(2**32))).to_doc()
+            print(f"attempt {attempt + 1}: {doc['verdict']}/{doc['trend']} evidence {doc['evidence']}",
+                  [(p["n"], p["finish_s"], p["reps_taken"]) for p in doc["points"]])
             if doc["verdict"] != "inconclusive":
                 break
     assert doc["verdict"] == expected, doc["verdict_reason"]
+    assert doc["trend"] != wrong_trend, doc["trend_reason"]
     assert [p["n"] for p in doc["points"]] == list(NS)
     assert all(t == TOKENS for p in doc["points"] for t in p["tokens"])
+    assert len(doc["single_times_s"]) >= 2  # the reference is measured before and after the batches
     assert f"n_slots = {parallel}" in (tmp_path / f"np{parallel}.log").read_text()
+    # The server's own witness, checked against what its scheduler was told: at N=4, at most
+    # `parallel` requests ran at once, and the rest waited (llama.cpp's /metrics, --metrics on).
+    top = doc["points"][-1]["batches"][-1]
+    gauges = top["gauges"]
+    assert gauges is not None and gauges["source"] == "llama.cpp /metrics", gauges
+    assert gauges["peak_running"] == min(parallel, 4)
+    assert gauges["peak_waiting"] == 4 - min(parallel, 4)
+    assert top["noise"]["cpus"] >= 1
 
 
 def test_error_in_the_middle_of_a_run_stops_the_server(local_engine: LocalEngine, tmp_path: Path) -> None:

@@ -38,7 +38,8 @@ def test_table_in_the_seed_shape(scripted, capsys):
     captured = capsys.readouterr()
     out = captured.out.splitlines()
     assert "N=4   finish at 2.00 / 4.00 / 6.00 / 8.00 s  aggregate 50.0 tok/s  staircase" in out
-    assert "N=1   finish at 2.00 s                       aggregate 50.0 tok/s  baseline" in out
+    # N=1 is measured before and after the batches: its line shows both, with their range.
+    assert "N=1   finish at 2.00 s                       aggregate 50.0 tok/s (50.0-50.0)  baseline  (2 reps)" in out
     assert any(line.startswith("verdict  staircase") for line in out)
     assert any(line.startswith("trend    flat  agg(N)/agg(1): N=2 1.00x  N=4 1.00x") for line in out)
     assert any("steps 1.00, 1.00, 1.00, 1.00 x single" in line for line in out)

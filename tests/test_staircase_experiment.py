@@ -78,10 +78,11 @@ async def test_sequence_partials_and_document():
         on_point=partials.append,
         requests_factory=fake_requests,
     )
-    # N=1 is added, N sorted, every N repeated, one warm-up first.
-    assert driver.calls == [("detect", 0), ("generate", 1)] + [("batch", n) for n in (1, 1, 2, 2, 4, 4)]
-    assert len(set(driver.nonces)) == len(driver.nonces) == 1 + 2 * (1 + 2 + 4)
-    assert [len(p.batches) for p in partials] == [1, 2, 3, 4, 5, 6]
+    # N=1 is added, N sorted, every N repeated, one warm-up first, and N=1 measured again after the
+    # batches (the single-request reference is never one measurement); nothing undecided, no extra rep.
+    assert driver.calls == [("detect", 0), ("generate", 1)] + [("batch", n) for n in (1, 1, 2, 2, 4, 4, 1)]
+    assert len(set(driver.nonces)) == len(driver.nonces) == 1 + 2 * (1 + 2 + 4) + 1
+    assert [len(p.batches) for p in partials] == [1, 2, 3, 4, 5, 6, 7]
     assert not any(p.complete for p in partials) and result.complete
     assert result.notes  # says N=1 was added
 
@@ -149,4 +150,4 @@ async def test_queued_requests_get_the_queue_ahead_added_to_their_wait():
         driver, ns=[1, 2, 4], tokens=10, prompt_tokens=8, reps=1, rng=random.Random(0), requests_factory=fake_requests,
     )
     # The warm-up took SINGLE_S; each request ahead is allowed 1.5 times that.
-    assert driver.queue_waits == pytest.approx([0.0, 1.5 * SINGLE_S, 3 * 1.5 * SINGLE_S])
+    assert driver.queue_waits == pytest.approx([0.0, 1.5 * SINGLE_S, 3 * 1.5 * SINGLE_S, 0.0])  # N=1 again last

@@ -18,7 +18,8 @@ from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import median, mode
 from servecheck.model.records import NS_PER_S, RequestRecord
 
-Label = Literal["batching", "pipelining", "none"]
+Label = Literal["batching", "pipelining", "none", "inconclusive"]
+LABELS: tuple[str, ...] = ("batching", "pipelining", "none", "inconclusive")
 
 # A rise counts only when the whole interval of the within-rep ratio lies above 1: a median above
 # 1 with an interval reaching below it is a gain the reps cannot tell from noise.
@@ -27,6 +28,11 @@ RISE_INTERVAL_FLOOR = 1.0
 # gains a few percent when requests queue at the server instead of waiting on the client's
 # round trip; the seed's drift between burst and plateau (8.2%) is of the same order.
 MIN_RISE = 1.05
+# `none` is a claim too: the aggregate is shown not to gain materially, its whole interval below
+# this. A strictly serial server's within-rep ratios sit at 0.95-1.06 on a quiet machine; the
+# seed's pipelining gain (+9%) is caught first by the rise rule, so the two words never overlap
+# on one arm: an arm that neither shows a rise nor shows the absence of one is `inconclusive`.
+NO_GAIN_CEILING = 1.10
 # The seed's analyser stops reporting a headline when one arm's median differs by more than 10%
 # between the positions it occupied: a bias that size is as large as the effects being measured.
 DEFAULT_BIAS_LIMIT = 0.10
@@ -35,7 +41,7 @@ DEFAULT_BIAS_LIMIT = 0.10
 OUTPUT_DEVIATION_LIMIT = 0.05
 # Burst-to-plateau loss of the serial arm worth a warning: the seed's 8.2% was the same order as
 # the effect looked for, so anything above 5% deserves the reader's attention.
-DRIFT_WARN_LOSS = 0.05
+DRIFT_WARN_LOSS = 0.05  # either way: a server that speeds up during the run moves ratios too
 # A per-user rate change under 2% rounds to "0%" or "1%" in words; calling that a cost misleads.
 UNCHANGED_RATE = 0.02
 # Below three within-rep ratios there is no interval to speak of: one ratio gives a zero-width
@@ -255,6 +261,7 @@ class ArmResult:
     per_user_rate_ratio: Estimate | None
     ttft_multiple: Estimate | None
     label: Label
+    label_reason: str = ""
 
     @property
     def efficiency(self) -> float | None:
@@ -286,6 +293,7 @@ class ArmResult:
             "ttft_multiple_interval": iv(self.ttft_multiple),
             "efficiency": self.efficiency,
             "label": self.label,
+            "label_reason": self.label_reason,
             "aggregate_tok_s": self.aggregate_tok_s,
             "generation_tok_s": self.generation_tok_s,
             "per_user_rate_tok_s": self.per_user_rate_tok_s,
@@ -463,18 +471,54 @@ def _median_of(cells: Sequence[Cell], metric: str) -> float | None:
 
 
 def label_arm(aggregate: Estimate | None, generation: Estimate | None) -> Label:
-    """batching: the generation stage delivers the gain; pipelining: the aggregate rises without it."""
-    if aggregate is None or not aggregate.rises:
-        return "none"
-    if generation is not None and generation.rises:
-        return "batching"
-    return "pipelining"
+    """The label alone; `label_with_reason` says what decided it."""
+    return label_with_reason(aggregate, generation)[0]
+
+
+def label_with_reason(aggregate: Estimate | None, generation: Estimate | None) -> tuple[Label, str]:
+    """Each label is a claim with its own evidence, never the absence of evidence against it.
+
+    batching: the aggregate rises and the generation stage is shown to gain; pipelining: the
+    aggregate rises and the generation stage is shown not to (its interval wholly below the rise
+    threshold); none: the aggregate is shown not to gain (its interval wholly below
+    NO_GAIN_CEILING). Anything else is inconclusive, with what would decide it.
+    """
+    if aggregate is None:
+        return "inconclusive", "no rep pairs this arm with the serial arm"
+    if aggregate.n < MIN_REPS_FOR_RISE:
+        return "inconclusive", f"only {aggregate.n} paired rep(s): an interval needs {MIN_REPS_FOR_RISE} or more"
+    agg = _iv(aggregate)
+    if not aggregate.rises:
+        if aggregate.hi < NO_GAIN_CEILING:
+            return "none", f"aggregate {agg}: shown below {NO_GAIN_CEILING:.2f}x, no material gain"
+        return "inconclusive", (
+            f"aggregate {agg}: neither wholly above 1 with a median >= {MIN_RISE} (a rise) nor wholly below "
+            f"{NO_GAIN_CEILING:.2f}x (no gain); more reps narrow it"
+        )
+    if generation is None:
+        return "inconclusive", f"aggregate rises {agg}, but the generation stage was not measured"
+    gen = _iv(generation)
+    if generation.rises:
+        return "batching", f"aggregate {agg} and generation stage {gen} both rise: the decode steps are shared"
+    if generation.hi < MIN_RISE:
+        return "pipelining", (
+            f"aggregate rises {agg} while the generation stage is shown not to gain {gen}: overlap, not batching"
+        )
+    return "inconclusive", (
+        f"aggregate rises {agg}, but the generation stage {gen} is neither shown to gain nor shown not to "
+        f"(below {MIN_RISE}); more reps narrow it"
+    )
+
+
+def _iv(e: Estimate) -> str:
+    return f"x{e.median:.2f} [{e.lo:.2f}-{e.hi:.2f}]"
 
 
 def arm_result(cells: Sequence[Cell], concurrency: int) -> ArmResult:
     mine = [c for c in cells if c.concurrency == concurrency]
     agg = _estimate(cells, concurrency, "aggregate_tok_s")
     gen = _estimate(cells, concurrency, "generation_tok_s")
+    label, reason = ("none", "the serial arm is the baseline") if concurrency == 1 else label_with_reason(agg, gen)
     return ArmResult(
         concurrency=concurrency,
         n_cells=len(mine),
@@ -487,7 +531,8 @@ def arm_result(cells: Sequence[Cell], concurrency: int) -> ArmResult:
         generation_gain=gen,
         per_user_rate_ratio=_estimate(cells, concurrency, "per_user_rate_tok_s"),
         ttft_multiple=_estimate(cells, concurrency, "ttft_s"),
-        label="none" if concurrency == 1 else label_arm(agg, gen),
+        label=label,
+        label_reason=reason,
     )
 
 
@@ -725,6 +770,14 @@ def _warnings(
                 "let the machine settle (or cool) before measuring, or add reps so the rotation averages it out",
             )
         )
+    elif drift_ is not None and -drift_.loss > DRIFT_WARN_LOSS:
+        out.append(
+            Warning_(
+                f"the serial arm gained {-drift_.loss:.1%} throughput between the first and last reps: the server or "
+                "the machine got faster during the run",
+                "a load that ended mid-run or a warming cache moves every ratio; rerun on a settled machine, or add reps",
+            )
+        )
     for d in deviants:
         out.append(
             Warning_(
@@ -742,15 +795,8 @@ def _warnings(
             )
         )
     for a in results:
-        if a.label == "pipelining" and a.generation_gain is not None and a.generation_gain.median >= MIN_RISE:
-            g = a.generation_gain
-            out.append(
-                Warning_(
-                    f"{a.concurrency}-way is labelled pipelining, but its generation stage gained {g.median:.2f}x "
-                    f"with an interval [{g.lo:.2f}-{g.hi:.2f}] reaching down to serial: batching cannot be ruled out",
-                    "add reps to narrow the interval",
-                )
-            )
+        if a.label == "inconclusive":
+            out.append(Warning_(f"{a.concurrency}-way is inconclusive: {a.label_reason}", "add reps (--reps, --max-reps)"))
     failed = sum(c.failed for c in cells)
     if failed:
         out.append(Warning_(f"{failed} request(s) failed", "see the cells; a failed request changes the work an arm did"))

@@ -13,6 +13,14 @@ from typing import Any, Literal
 
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import Summary, median, mode, ratio
+from servecheck.analysis.witness import (
+    Reading,
+    busy_words,
+    effective_concurrency,
+    gauge_reading,
+    timing_reading,
+    token_interval_cv,
+)
 from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord
 
 Verdict = Literal["baseline", "cluster", "staircase", "partial", "inconclusive"]
@@ -35,8 +43,18 @@ CLUSTER_SPREAD_FRAC = 0.25
 # so 25% is wide for noise yet far from the 50% steps of a two-way batch.
 STAIRCASE_STEP_TOL = 0.25
 # Evenly spaced: (largest step - smallest step) / mean step at most this. A queue of equal requests
-# is even to a few percent; a schedule that is not even is not one we know how to name.
+# is even to a few percent on a quiet machine; a schedule that is not even is not one we know how
+# to name. A staircase's finishes are already separated by gaps of more than half a single time
+# (no batching shows that), so its evenness test may allow a busy machine's swing of +-20%.
 EVEN_STEP_SPREAD = 0.3
+STAIRCASE_EVEN_SPREAD = 0.4
+# A staircase whose steps are even with each other and with its own first finish (in a queue the
+# first request runs alone: that finish is itself a single-request time) stays a staircase when
+# its mean step lies within this band of the N=1 reference; the disagreement is then named.
+# Measured on a loaded 2-core machine: steps 0.70x a stalled reference and 1.5-1.9x a fast one.
+# Steps at half the reference or less are no queue we can name against it.
+REFERENCE_STEP_LO = 0.6
+REFERENCE_STEP_HI = 2.0
 # Partial: a group of K batched requests cannot finish faster than one request alone, so each
 # group's step is at least most of T1; shorter steps mean something we do not understand.
 PARTIAL_MIN_STEP_FRAC = 0.75
@@ -59,6 +77,11 @@ DISPATCH_SKEW_FRAC = 0.05
 RISING_RATIO = 1.3
 FLAT_LO_RATIO = 0.85
 FLAT_HI_RATIO = 1.15
+# N=1 measurements that spread more than this (slowest / fastest - 1) mean the machine's speed
+# moved during the run, in either direction; it is named, and rising must hold against the fastest.
+REFERENCE_SPREAD_WARN = 0.25
+
+Evidence = str  # "completion_times" | "server_gauges" | "server_timings"
 
 
 # ============================================================================================
@@ -81,11 +104,19 @@ class BatchVerdict:
     spread_ratio: float | None = None  # spread / single time
     last_over_single: float | None = None
     max_gap_ratio: float | None = None  # largest gap between consecutive finishes / single time
+    evidence: tuple[Evidence, ...] = ()  # what decided a definite verdict
+    reference_disagrees: bool = False  # a staircase decided by its own steps against an off N=1 time
+    witnesses: tuple[Reading, ...] = ()  # what the server's witnesses read, agreeing or not
+    times_verdict: Verdict | None = None  # what the completion times alone said, when witnesses changed it
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
             "reason": self.reason,
+            "evidence": list(self.evidence),
+            "times_verdict": self.times_verdict,
+            "reference_disagrees": self.reference_disagrees,
+            "witnesses": [w.to_dict() for w in self.witnesses],
             "single_s": self.single_s,
             "group_sizes": list(self.group_sizes),
             "steps_s": list(self.steps_s),
@@ -124,9 +155,9 @@ def group_steps(groups: Sequence[Sequence[float]]) -> list[float]:
     return [c - prev for prev, c in zip([0.0, *centres], centres)]
 
 
-def _even(steps: Sequence[float]) -> bool:
+def _even(steps: Sequence[float], limit: float = EVEN_STEP_SPREAD) -> bool:
     mean = sum(steps) / len(steps)
-    return mean > 0 and (max(steps) - min(steps)) / mean <= EVEN_STEP_SPREAD
+    return mean > 0 and (max(steps) - min(steps)) / mean <= limit
 
 
 def _consistent_sizes(sizes: Sequence[int]) -> bool:
@@ -168,7 +199,9 @@ def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int) ->
         max_gap_ratio=max(gaps) / single_s,
     )
     verdict, reason = _decide(base, grouping, single_s)
-    return replace(base, verdict=verdict, reason=reason)
+    off_reference = verdict == "staircase" and any(abs(r - 1.0) > STAIRCASE_STEP_TOL for r in base.step_ratios)
+    evidence = ("completion_times",) if verdict in DEFINITE_VERDICTS else ()
+    return replace(base, verdict=verdict, reason=reason, evidence=evidence, reference_disagrees=off_reference)
 
 
 def _decide(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdict, str]:
@@ -202,16 +235,31 @@ def _decide_cluster(v: BatchVerdict) -> tuple[Verdict, str]:
 
 
 def _decide_staircase(v: BatchVerdict) -> tuple[Verdict, str]:
-    off = [r for r in v.step_ratios if abs(r - 1.0) > STAIRCASE_STEP_TOL]
-    if off:
-        return "inconclusive", (
-            f"{v.n} separate finishes, but a step is {off[0]:.2f}x the single time "
-            f"(a queue steps 1 +- {STAIRCASE_STEP_TOL}x)"
-        )
-    if not _even(v.steps_s):
-        return "inconclusive", f"{v.n} separate finishes, unevenly spaced"
     lo, hi = min(v.step_ratios), max(v.step_ratios)
-    return "staircase", f"{v.n} finishes one at a time, steps {lo:.2f}-{hi:.2f}x the single time: a queue"
+    if not _even(v.steps_s, STAIRCASE_EVEN_SPREAD):
+        return "inconclusive", (
+            f"{v.n} separate finishes, unevenly spaced: steps {_ratios(v.step_ratios)}x the single time "
+            f"(a queue's steps are even within {STAIRCASE_EVEN_SPREAD:.0%})"
+        )
+    if all(abs(r - 1.0) <= STAIRCASE_STEP_TOL for r in v.step_ratios):
+        return "staircase", f"{v.n} finishes one at a time, steps {lo:.2f}-{hi:.2f}x the single time: a queue"
+    mean = sum(v.step_ratios) / len(v.step_ratios)
+    if REFERENCE_STEP_LO <= mean <= REFERENCE_STEP_HI:
+        first = v.steps_s[0]
+        return "staircase", (
+            f"{v.n} finishes one at a time, evenly spaced, each step as long as the first finish "
+            f"({first:.2f} s, one request alone in a queue): a queue; the N=1 reference disagrees "
+            f"(steps {lo:.2f}-{hi:.2f}x of it)"
+        )
+    return "inconclusive", (
+        f"{v.n} separate finishes, but the steps are {lo:.2f}-{hi:.2f}x the single time "
+        f"(a queue steps 1 +- {STAIRCASE_STEP_TOL}x, or evenly within {REFERENCE_STEP_LO}-{REFERENCE_STEP_HI}x of an "
+        "off reference)"
+    )
+
+
+def _ratios(values: Sequence[float]) -> str:
+    return ", ".join(f"{r:.2f}" for r in values)
 
 
 def _decide_partial(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdict, str]:
@@ -284,13 +332,51 @@ def self_reported_sum(records: Sequence[RequestRecord]) -> float | None:
     return float(sum(x for x in rates if x is not None))
 
 
-def classify_trend(ratios: dict[int, float]) -> tuple[Trend, str]:
-    """`rising` or `flat` from agg(N)/agg(1) for every N > 1."""
+def classify_trend(
+    ratios: dict[int, float],
+    *,
+    against_fastest: dict[int, float] | None = None,
+    own_bound: dict[int, float] | None = None,
+    verdicts: dict[int, str] | None = None,
+) -> tuple[Trend, str]:
+    """`rising` or `flat` from agg(N)/agg(1) for every N > 1 (agg(1) the median N=1 aggregate).
+
+    Each word is a claim with its own evidence. `rising` must hold against the fastest N=1
+    measurement too (`against_fastest`), so one slow single request cannot make a queue rise,
+    and a point whose finishes are a staircase (a queue) cannot rise: that contradiction is named.
+    `own_bound` is each point's ceiling on its true ratio from its own batch (no request runs
+    faster than alone, so the first finish is at most one single time: agg(N) / (tokens / first
+    finish)); a rise needs room under it, and flat needs it to leave no room for a rise.
+    """
     if not ratios:
         return "inconclusive", "no N > 1 with an aggregate"
     best_n = max(ratios, key=lambda n: ratios[n])
     if ratios[best_n] >= RISING_RATIO:
+        strict = (against_fastest or {}).get(best_n, ratios[best_n])
+        if (verdicts or {}).get(best_n) == "staircase":
+            return "inconclusive", (
+                f"the aggregate reads {ratios[best_n]:.2f}x N=1 at N={best_n}, but its finishes are a staircase "
+                "(a queue cannot raise the aggregate): the N=1 reference is no fair measure"
+            )
+        if strict < RISING_RATIO:
+            return "inconclusive", (
+                f"the aggregate reads {ratios[best_n]:.2f}x the median N=1 at N={best_n}, but only {strict:.2f}x "
+                f"the fastest N=1 measurement (rising needs >= {RISING_RATIO}x against every one)"
+            )
+        ceiling = (own_bound or {}).get(best_n)
+        if ceiling is not None and ceiling < RISING_RATIO:
+            return "inconclusive", (
+                f"the aggregate reads {ratios[best_n]:.2f}x N=1 at N={best_n}, but that batch's own first finish "
+                f"(at most one request alone) caps its gain at {ceiling:.2f}x: the N=1 reference ran slow"
+            )
         return "rising", f"aggregate climbs to {ratios[best_n]:.2f}x N=1 at N={best_n}"
+    roomy = {n: b for n, b in (own_bound or {}).items() if b >= RISING_RATIO}
+    if roomy and all(FLAT_LO_RATIO <= r <= FLAT_HI_RATIO for r in ratios.values()):
+        n, b = next(iter(sorted(roomy.items())))
+        return "inconclusive", (
+            f"the aggregate reads {ratios[n]:.2f}x N=1 at N={n}, but that batch's finishes leave room for a "
+            f"gain up to {b:.2f}x (its first finish is at most one request alone): the N=1 reference may have run fast"
+        )
     if all(FLAT_LO_RATIO <= r <= FLAT_HI_RATIO for r in ratios.values()):
         lo, hi = min(ratios.values()), max(ratios.values())
         return "flat", f"aggregate stays at {lo:.2f}-{hi:.2f}x N=1: concurrency buys nothing"
@@ -358,6 +444,8 @@ class BatchAnalysis:
     verdict: BatchVerdict
     queue_s: tuple[float | None, ...]  # per request, finishing order
     self_reported_sum_tok_s: float | None
+    effective_concurrency: float | None = None  # Little's law: sum of latencies / wall
+    token_interval_cv: float | None = None  # spread of inter-token intervals (median per-request CV)
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,6 +459,11 @@ class PointAnalysis:
     verdict: Verdict
     reason: str
     batches: tuple[BatchAnalysis, ...]
+    evidence: tuple[Evidence, ...] = ()
+
+    @property
+    def reps_taken(self) -> int:
+        return len(self.batches)
 
     @property
     def aggregate_tok_s(self) -> float | None:
@@ -389,6 +482,14 @@ class StaircaseAnalysis:
     modal_tokens: int | None
     invalid: tuple[Finding, ...] = ()
     warnings: tuple[Finding, ...] = ()
+    single_times_s: tuple[float, ...] = ()  # every N=1 measurement behind `single_s`, in run order
+    evidence: tuple[Evidence, ...] = ()  # what decided the run verdict
+
+    @property
+    def single_spread(self) -> float | None:
+        """Slowest / fastest N=1 time - 1: how far the single-request reference moved during the run."""
+        t = self.single_times_s
+        return max(t) / min(t) - 1.0 if len(t) >= 2 and min(t) > 0 else None
 
     @property
     def valid(self) -> bool:
@@ -399,17 +500,22 @@ def _ok_by_finish(batch: BatchResult) -> list[RequestRecord]:
     return [r for r in batch.records_by_finish() if r.ok]
 
 
-def single_time_s(batches: Sequence[MeasuredBatch], modal: int | None = None) -> float | None:
-    """The N=1 reference: median over repetitions of the single request's finish time.
+def single_times_s(batches: Sequence[MeasuredBatch], modal: int | None = None) -> list[float]:
+    """Every usable N=1 measurement, in run order (before and after the batches, and any extras).
 
     A single request whose output length is off the run's modal length times a different amount
     of work, so it is no reference for the others and is left out.
     """
-    times = [
+    return [
         mb.batch.finish_s()[-1]
         for mb in batches
         if mb.n == 1 and mb.batch.finish_s() and not any(off_length(r.tokens, modal) for r in _ok_by_finish(mb.batch))
     ]
+
+
+def single_time_s(batches: Sequence[MeasuredBatch], modal: int | None = None) -> float | None:
+    """The N=1 reference: the median of every N=1 measurement, robust to one slow or fast one."""
+    times = single_times_s(batches, modal)
     return median(times) if times else None
 
 
@@ -436,6 +542,38 @@ def batch_doubt(mb: MeasuredBatch, single_s: float | None, modal: int | None) ->
     return None
 
 
+def weigh_witnesses(verdict: BatchVerdict, readings: Sequence[Reading], *, may_decide: bool) -> BatchVerdict:
+    """The completion times' verdict beside the server's witnesses.
+
+    A witness that contradicts a definite verdict makes it inconclusive, naming both. When the
+    times are ambiguous (and nothing else is wrong with the batch: `may_decide`), witnesses that
+    all read the same schedule decide it, and the evidence says so.
+    """
+    if not readings or verdict.n < 2:
+        return verdict
+    readings = tuple(readings)
+    slots = verdict.group_sizes[0] if verdict.verdict == "partial" and verdict.group_sizes else None
+    if verdict.verdict in DEFINITE_VERDICTS:
+        against = [w for w in readings if not w.agrees(verdict.verdict, slots)]
+        if against:
+            return replace(
+                verdict, verdict="inconclusive", evidence=(), witnesses=readings, times_verdict=verdict.verdict,
+                reason=f"the completion times say {verdict.verdict} ({verdict.reason}), but {against[0].description}",
+            )
+        return replace(verdict, evidence=(*verdict.evidence, *(w.source for w in readings)), witnesses=readings)
+    first = readings[0]
+    if not may_decide or any(not w.agrees(first.schedule, first.slots) for w in readings[1:]):
+        return replace(verdict, witnesses=readings)
+    return replace(
+        verdict,
+        verdict=first.schedule,
+        evidence=tuple(w.source for w in readings),
+        witnesses=readings,
+        times_verdict=verdict.verdict,
+        reason=f"{'; '.join(w.description for w in readings)} (the completion times alone were ambiguous: {verdict.reason})",
+    )
+
+
 def analyze_batch(mb: MeasuredBatch, single_s: float | None, modal: int | None = None) -> BatchAnalysis:
     done = _ok_by_finish(mb.batch)
     finish = tuple(mb.batch.finish_s())
@@ -443,7 +581,10 @@ def analyze_batch(mb: MeasuredBatch, single_s: float | None, modal: int | None =
     verdict = classify_batch(finish, single_s, mb.n)
     doubt = batch_doubt(mb, single_s, modal) if mb.n > 1 else None
     if doubt is not None and verdict.verdict != "inconclusive":
-        verdict = replace(verdict, verdict="inconclusive", reason=f"{doubt} (it looked like {verdict.verdict})")
+        verdict = replace(verdict, verdict="inconclusive", evidence=(), reason=f"{doubt} (it looked like {verdict.verdict})")
+    readings = [r for r in (gauge_reading(mb.batch.gauges, mb.n), timing_reading(mb.batch.records, mb.n)) if r]
+    complete = len(finish) == mb.n and single_s is not None
+    verdict = weigh_witnesses(verdict, readings, may_decide=doubt is None and complete)
     return BatchAnalysis(
         n=mb.n,
         rep=mb.rep,
@@ -454,6 +595,8 @@ def analyze_batch(mb: MeasuredBatch, single_s: float | None, modal: int | None =
         verdict=verdict,
         queue_s=tuple(queue_time_s(r) for r in done),
         self_reported_sum_tok_s=self_reported_sum(done),
+        effective_concurrency=effective_concurrency(mb.batch.records, mb.batch.release_ns),
+        token_interval_cv=token_interval_cv(done),
     )
 
 
@@ -462,12 +605,40 @@ def _per_rank_median(rows: Sequence[Sequence[float]]) -> list[float]:
     return [median([r[i] for r in rows]) for i in range(width)]
 
 
-def analyze_point(n: int, batches: Sequence[BatchAnalysis]) -> PointAnalysis:
-    verdicts = {b.verdict.verdict for b in batches}
-    if len(verdicts) == 1:
-        verdict, reason = batches[0].verdict.verdict, batches[0].verdict.reason
-    else:
-        verdict, reason = "inconclusive", "repetitions disagree: " + ", ".join(b.verdict.verdict for b in batches)
+def point_verdict(n: int, batches: Sequence[BatchAnalysis]) -> tuple[Verdict, str, tuple[Evidence, ...]]:
+    """One N across its reps: the definite verdict its reps give, when they all give the same one
+    and at least half the reps are definite; repetitions that name two schedules are inconclusive."""
+    if n == 1:
+        return batches[0].verdict.verdict, batches[0].verdict.reason, ()
+    definite = [b for b in batches if b.verdict.verdict in DEFINITE_VERDICTS]
+    kinds = {_schedule_key(b.verdict) for b in definite}
+    if len(kinds) > 1:
+        return "inconclusive", "repetitions disagree: " + ", ".join(b.verdict.verdict for b in batches), ()
+    if not definite or 2 * len(definite) < len(batches):
+        last = batches[-1].verdict
+        if len(batches) == 1:
+            return "inconclusive", last.reason, ()
+        return "inconclusive", (
+            f"{len(definite)} of {len(batches)} reps decided, fewer than half (last: {last.reason})"
+        ), ()
+    first = definite[0].verdict
+    reason = first.reason
+    if len(batches) > 1:
+        reason += f" ({len(definite)} of {len(batches)} reps {first.verdict}, the rest inconclusive)" if len(
+            definite
+        ) < len(batches) else f" ({len(batches)} of {len(batches)} reps)"
+    evidence = tuple(dict.fromkeys(e for b in definite for e in b.verdict.evidence))
+    return first.verdict, reason, evidence
+
+
+def _schedule_key(v: BatchVerdict) -> tuple[str, int | None]:
+    return v.verdict, v.group_sizes[0] if v.verdict == "partial" and v.group_sizes else None
+
+
+def analyze_point(n: int, batches: Sequence[BatchAnalysis], noises: Sequence[Any] = ()) -> PointAnalysis:
+    verdict, reason, evidence = point_verdict(n, batches)
+    if verdict == "inconclusive" and (busy := busy_words(noises)) is not None:
+        reason = f"{reason}; {busy}"
     aggs = [b.aggregate_tok_s for b in batches if b.aggregate_tok_s is not None]
     return PointAnalysis(
         n=n,
@@ -477,6 +648,7 @@ def analyze_point(n: int, batches: Sequence[BatchAnalysis]) -> PointAnalysis:
         verdict=verdict,
         reason=reason,
         batches=tuple(batches),
+        evidence=evidence,
     )
 
 
@@ -600,32 +772,91 @@ def contradiction(points: Sequence[PointAnalysis]) -> str | None:
     return None
 
 
-def _run_verdict(points: Sequence[PointAnalysis]) -> tuple[Verdict, str]:
+def _run_verdict(points: Sequence[PointAnalysis]) -> tuple[Verdict, str, tuple[Evidence, ...]]:
     top = max(points, key=lambda p: p.n, default=None)
     if top is None or top.n == 1:
-        return "inconclusive", "no N > 1 was measured"
+        return "inconclusive", "no N > 1 was measured", ()
     if top.verdict in DEFINITE_VERDICTS and (why := contradiction(points)) is not None:
-        return "inconclusive", why
-    return top.verdict, f"N={top.n}: {top.reason}"
+        return "inconclusive", why, ()
+    return top.verdict, f"N={top.n}: {top.reason}", top.evidence
+
+
+def single_aggregates(points: Sequence[PointAnalysis]) -> list[float]:
+    """The aggregate of every N=1 measurement: the trend's references."""
+    return [b.aggregate_tok_s for p in points if p.n == 1 for b in p.batches if b.aggregate_tok_s is not None]
 
 
 def _trend(points: Sequence[PointAnalysis]) -> tuple[Trend, str, dict[int, float]]:
-    base = next((p.aggregate_tok_s for p in points if p.n == 1), None)
-    ratios = {
-        p.n: r for p in points if p.n > 1 and (r := ratio(p.aggregate_tok_s, base)) is not None
-    }
-    trend, reason = classify_trend(ratios)
+    refs = single_aggregates(points)
+    base = median(refs) if refs else None
+    fastest = max(refs) if refs else None
+    ratios = {p.n: r for p in points if p.n > 1 and (r := ratio(p.aggregate_tok_s, base)) is not None}
+    strict = {p.n: r for p in points if p.n > 1 and (r := ratio(p.aggregate_tok_s, fastest)) is not None}
+    own = {p.n: b for p in points if p.n > 1 and (b := own_gain_bound(p)) is not None}
+    trend, reason = classify_trend(
+        ratios, against_fastest=strict, own_bound=own, verdicts={p.n: p.verdict for p in points}
+    )
     return trend, reason, ratios
+
+
+def own_gain_bound(point: PointAnalysis) -> float | None:
+    """The point's ceiling on agg(N)/agg(1) from its own batches (median over reps): its aggregate
+    over the first request's rate, tokens / first finish. No schedule runs a request faster than
+    it runs alone, so the first finish is at most one single time and the true gain is at most this."""
+    bounds = [
+        b.aggregate_tok_s / (b.tokens[0] / b.finish_s[0])
+        for b in point.batches
+        if b.aggregate_tok_s and b.tokens and b.finish_s and b.tokens[0] > 0 and b.finish_s[0] > 0
+    ]
+    return median(bounds) if bounds else None
+
+
+def reference_finding(times: Sequence[float]) -> Finding | None:
+    """The N=1 measurements moved by more than REFERENCE_SPREAD_WARN, faster or slower."""
+    if len(times) < 2 or min(times) <= 0 or max(times) / min(times) - 1.0 <= REFERENCE_SPREAD_WARN:
+        return None
+    shown = ", ".join(f"{t:.2f}" for t in times)
+    way = "slower" if times[-1] > times[0] else "faster"
+    return Finding(
+        code="reference_spread",
+        message=(
+            f"the single-request time moved during the run: N=1 took {shown} s in turn (the last {way} than the "
+            f"first; {max(times) / min(times) - 1.0:.0%} apart); ratios use their median"
+        ),
+        hint="the machine's speed drifted (load, heat, frequency): run on a quieter machine or add --reps",
+    )
+
+
+def reference_disagreement_finding(points: Sequence[PointAnalysis], single_s: float | None) -> Finding | None:
+    """Staircases decided by their own even steps where the N=1 reference was off: named."""
+    where = [
+        f"N={p.n} rep {b.rep + 1} (first finish {b.finish_s[0]:.2f} s)"
+        for p in points
+        for b in p.batches
+        if b.verdict.reference_disagrees and b.finish_s
+    ]
+    if not where or single_s is None:
+        return None
+    return Finding(
+        code="reference_disagrees",
+        message=(
+            f"the N=1 reference ({single_s:.2f} s) disagrees with the run's own evidence: a queue's first finish is "
+            f"one request alone, and in {', '.join(where)} the steps are even with it but not with the reference"
+        ),
+        hint="the single-request time swings on this machine; the staircase rests on the batch's own steps",
+    )
 
 
 def analyze_staircase(batches: Sequence[MeasuredBatch], *, tokens_requested: int) -> StaircaseAnalysis:
     """Judge a staircase run: per-batch verdicts, per-N points, the run verdict, trend and validity."""
     modal, length = length_finding(batches)
-    single = single_time_s(batches, modal)
+    singles = single_times_s(batches, modal)
+    single = median(singles) if singles else None
     analysed = [analyze_batch(mb, single, modal) for mb in batches]
     ns = sorted({b.n for b in analysed})
-    points = tuple(analyze_point(n, [b for b in analysed if b.n == n]) for n in ns)
-    verdict, verdict_reason = _run_verdict(points)
+    noise = {n: [mb.batch.noise for mb in batches if mb.n == n] for n in ns}
+    points = tuple(analyze_point(n, [b for b in analysed if b.n == n], noise[n]) for n in ns)
+    verdict, verdict_reason, evidence = _run_verdict(points)
     trend, trend_reason, ratios = _trend(points)
     invalid = [f for f in (length, failed_finding(batches), skew_finding(batches, single)) if f is not None]
     warnings = [
@@ -634,6 +865,8 @@ def analyze_staircase(batches: Sequence[MeasuredBatch], *, tokens_requested: int
             contamination_finding(batches),
             approximate_finding(batches),
             short_of_request_finding(modal, tokens_requested),
+            reference_finding(singles),
+            reference_disagreement_finding(points, single),
         )
         if f is not None
     ]
@@ -648,4 +881,16 @@ def analyze_staircase(batches: Sequence[MeasuredBatch], *, tokens_requested: int
         modal_tokens=modal,
         invalid=tuple(invalid),
         warnings=tuple(warnings),
+        single_times_s=tuple(singles),
+        evidence=evidence,
     )
+
+
+def needs_more(analysis: StaircaseAnalysis) -> tuple[list[int], bool]:
+    """What another rep could decide: the N > 1 points left inconclusive (by their completion times,
+    not by a failed request or a contradiction between points), and whether the trend waits on a
+    better N=1 reference."""
+    if analysis.invalid:
+        return [], False
+    ns = [p.n for p in analysis.points if p.n > 1 and p.verdict == "inconclusive"]
+    return ns, analysis.trend == "inconclusive"

@@ -131,11 +131,19 @@ def header_lines(doc: dict[str, Any]) -> list[str]:
         lines.append(f"arms  {server.get('url', '?')}  api {server.get('dialect', '?')}  model {server.get('model') or '?'}")
     lines.append(
         f"{d.get('requests')} requests per cell, {d.get('tokens')} tokens each, {d.get('prompt_tokens')}-token prompts; "
-        f"arms {','.join(str(a) for a in d.get('arms', []))}; {d.get('reps')} reps, {order}"
+        f"arms {','.join(str(a) for a in d.get('arms', []))}; {_reps_words(doc)}, {order}"
     )
     if doc.get("pooled_from"):
         lines.append(f"pooled with: {', '.join(doc['pooled_from'])}")
     return lines
+
+
+def _reps_words(doc: dict[str, Any]) -> str:
+    planned = (doc.get("design") or {}).get("reps")
+    taken = doc.get("reps_taken")
+    if isinstance(taken, int) and isinstance(planned, int) and taken > planned:
+        return f"{taken} reps ({planned} planned, more added until decided)"
+    return f"{planned} reps"
 
 
 def arm_table(doc: dict[str, Any]) -> list[str]:
@@ -258,7 +266,7 @@ class _Session:
         agg = cell.aggregate_tok_s
         say(
             self.err,
-            f"rep {cell.rep + 1}/{run.design.reps}  {cell.concurrency}-way  {cell.tokens} tokens in {cell.wall_s:.2f} s"
+            f"rep {cell.rep + 1}/{max(run.design.reps, cell.rep + 1)}  {cell.concurrency}-way  {cell.tokens} tokens in {cell.wall_s:.2f} s"
             f"  aggregate {agg or 0:.1f} tok/s",
             "dim",
         )
@@ -300,6 +308,13 @@ def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_:
 @click.option("--prompt-tokens", type=int, default=64, show_default=True, help="Prompt length in tokens (equal for every request).")
 @click.option("--fixed-order", is_flag=True, help="Run the arms in the same order every rep (the control experiment).")
 @click.option(
+    "--max-reps",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Reps in all while the headline is withheld for position bias or an arm's label is inconclusive; "
+    "reps are added a whole rotation at a time [default: twice --reps].",
+)
+@click.option(
     "--bias-limit",
     type=click.FloatRange(min=0.0, min_open=True),
     default=DEFAULT_BIAS_LIMIT,
@@ -327,6 +342,7 @@ def cmd(
     tokens: int,
     prompt_tokens: int,
     fixed_order: bool,
+    max_reps: int | None,
     bias_limit: float,
     pool: tuple[str, ...],
     seed: int | None,
@@ -346,7 +362,8 @@ def cmd(
     concurrency buys the operator (aggregate throughput) and costs each user (generation rate,
     time to first token), and whether the gain is batching or pipelining. Without URL, analyse
     the --pool runs alone."""
-    design = ArmsDesign(parse_arms(arms_raw), n_requests, reps, tokens, prompt_tokens, fixed_order)
+    design = ArmsDesign(parse_arms(arms_raw), n_requests, reps, tokens, prompt_tokens, fixed_order,
+                        max_reps if max_reps is not None else 2 * reps)
     design.check()
     if url is None and serve_command is None and not pool:
         raise UsageError(
@@ -378,7 +395,7 @@ def cmd(
                 with progress(app, "arms: cells", total=design.reps * len(design.arms)) as session.bar:
                     run = _measure_saving_partial(target, session, design, rng=random.Random(prompt_seed),
                                                   pooled=pooled, pooled_from=names,
-                                                  pooled_simulated=any_simulated(docs))
+                                                  pooled_simulated=any_simulated(docs), bias_limit=bias_limit)
             except KeyboardInterrupt:
                 return _interrupted(app, session, json_path == "-")
         # The log audit exists only once the server has stopped, so the document is finished here.

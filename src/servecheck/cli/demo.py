@@ -36,14 +36,18 @@ Say = Callable[[str], None]
 DEMO_NS = (1, 2, 4)
 # (slots, the verdict llama.cpp must show): one slot queues, four slots batch four requests.
 EXPECTED: tuple[tuple[int, str], ...] = ((1, "staircase"), (4, "cluster"))
-# 512 tokens make one request take about two seconds on a 2-core machine. On a shared, loaded
-# machine 256-token runs came out `inconclusive` about half the time (steps 0.7-1.5x the single
-# time), 512-token runs were clean staircases: longer requests average the neighbours' noise out.
-DEFAULT_TOKENS = 512
+# 256 tokens make one request take about four seconds with one thread on this 2-core machine, so
+# the whole demo (nine requests on --parallel 1, five batches on --parallel 4) stays near a minute
+# and a half on a quiet machine. 256-token runs used to come out `inconclusive` on a loaded machine
+# (steps 0.7-1.5x one stalled N=1 time); the staircase now measures N=1 before and after, judges
+# a queue by its own even steps, weighs llama.cpp's /metrics gauges, and re-measures an undecided point.
+DEFAULT_TOKENS = 256
 DEFAULT_PROMPT_TOKENS = 32
-# A noisy machine may blur one run into `inconclusive`; one retry, never more (a run repeated
-# until it agrees would prove nothing).
-MAX_ATTEMPTS = 2
+# A noisy machine may blur a point into `inconclusive`: the staircase run measures such a point
+# again, up to this many reps (a verdict then needs its reps to agree, at least half of them
+# definite), and names the N=1 reference's spread; the whole run is never simply repeated until
+# it agrees, which would prove nothing.
+MAX_REPS = 3
 FIRST_TOKEN_TIMEOUT_S = 120.0
 EXIT_INTERRUPTED = exitcodes.INTERRUPTED
 
@@ -88,7 +92,7 @@ async def _staircase(url: str, tokens: int, prompt_tokens: int, seed: int, on_po
     target = make_target(url, api="llamacpp", first_token_timeout_s=FIRST_TOKEN_TIMEOUT_S)
     async with LoadDriver(target) as driver:
         return await run_staircase(
-            driver, ns=DEMO_NS, tokens=tokens, prompt_tokens=prompt_tokens, reps=1,
+            driver, ns=DEMO_NS, tokens=tokens, prompt_tokens=prompt_tokens, reps=1, max_reps=MAX_REPS,
             rng=random.Random(seed), on_point=on_point,
         )
 
@@ -106,7 +110,8 @@ def run_one(
     engine: LocalEngine, parallel: int, expected: str, *, tokens: int, prompt_tokens: int, threads: int,
     log_dir: Path, say: Say, on_snapshot: Callable[[DemoRun], None] | None = None,
 ) -> DemoRun:
-    """Start llama-server with `parallel` slots, run the staircase test (retried once if inconclusive), stop it.
+    """Start llama-server with `parallel` slots, run the staircase test (an undecided point measured
+    again, up to MAX_REPS), stop it.
 
     `on_snapshot` gets the run as measured so far after every point, so a Ctrl-C loses nothing.
     """
@@ -126,12 +131,9 @@ def run_one(
             if on_snapshot is not None:
                 on_snapshot(DemoRun(parallel, expected, result.to_doc(), attempt, command, pid, log_path, None))
 
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            result = asyncio.run(_staircase(url, tokens, prompt_tokens, attempt, on_point))
-            doc = result.to_doc()
-            if doc["verdict"] != "inconclusive" or attempt == MAX_ATTEMPTS:
-                break
-            say(f"  inconclusive ({doc['verdict_reason']}); measuring once more")
+        attempt = 1
+        result = asyncio.run(_staircase(url, tokens, prompt_tokens, random.SystemRandom().randrange(2**32), on_point))
+        doc = result.to_doc()
     say(f"llama-server --parallel {parallel} stopped; verdict {doc['verdict']}")
     return DemoRun(parallel, expected, doc, attempt, command, pid, log_path, audit_log(log_path, command))
 

@@ -18,7 +18,7 @@ from servecheck.cli.serve import Served, render_audit, resolve_url, serve_option
 from servecheck.client.base import Target
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
-from servecheck.experiments.staircase import StaircaseResult, run_staircase
+from servecheck.experiments.staircase import StaircaseResult, first_plan, run_staircase
 from servecheck.model.records import ServerInfo
 from servecheck.report.jsonout import envelope
 from servecheck.report.terminal import ProgressHandle, progress
@@ -34,6 +34,9 @@ def parse_ns(raw: str) -> list[int]:
         raise UsageError(f"--n {raw!r} is not a comma-separated list of integers", "for example --n 1,2,4,8") from None
     if not ns or any(n < 1 for n in ns):
         raise UsageError(f"--n {raw!r}: every N must be >= 1", "for example --n 1,2,4,8")
+    from servecheck.cli.common import check_concurrency
+
+    check_concurrency(max(ns), "--n")
     return ns
 
 
@@ -67,7 +70,20 @@ def fmt_aggregate(point: dict[str, Any]) -> str:
 def point_line(point: dict[str, Any], finish_width: int = 0) -> str:
     n = f"N={point['n']}"
     finish = fmt_finishes(point["finish_s"]).ljust(finish_width)
-    return f"{n:<5} finish at {finish}  {fmt_aggregate(point)}  {point['verdict']}"
+    taken = point.get("reps_taken")
+    reps = f"  ({taken} reps)" if isinstance(taken, int) and taken > 1 else ""
+    return f"{n:<5} finish at {finish}  {fmt_aggregate(point)}  {point['verdict']}{reps}"
+
+
+def evidence_words(point: dict[str, Any]) -> str | None:
+    """'decided by finish times + server gauges' for a definite point; None when nothing decided."""
+    evidence = point.get("evidence") or []
+    if not evidence or point["n"] == 1:
+        return None
+    return "decided by " + " + ".join(_EVIDENCE_WORDS.get(e, e) for e in evidence)
+
+
+_EVIDENCE_WORDS = {"completion_times": "finish times", "server_gauges": "server gauges", "server_timings": "server timings"}
 
 
 def deciding_line(point: dict[str, Any]) -> str | None:
@@ -75,7 +91,7 @@ def deciding_line(point: dict[str, Any]) -> str | None:
     batches = point.get("batches") or []
     if point["n"] == 1 or not batches:
         return None
-    v = batches[0]["verdict"]
+    v = batches[-1]["verdict"]
     if not v.get("step_ratios"):
         return f"      {point['reason']}"
     steps = ", ".join(f"{r:.2f}" for r in v["step_ratios"])
@@ -84,7 +100,11 @@ def deciding_line(point: dict[str, Any]) -> str | None:
         f"      steps {steps} x single · spread {v['spread_ratio']:.2f} x single · "
         f"last {v['last_over_single']:.2f} x single · group sizes {groups}"
     )
-    return line + (f" · {point['reason']}" if point["verdict"] == "inconclusive" else "")
+    if (by := evidence_words(point)) is not None:
+        line += f" · {by}"
+    if point["verdict"] == "inconclusive" or "completion_times" not in (point.get("evidence") or ["completion_times"]):
+        line += f" · {point['reason']}"
+    return line
 
 
 def header_lines(doc: dict[str, Any]) -> list[str]:
@@ -97,7 +117,9 @@ def header_lines(doc: dict[str, Any]) -> list[str]:
         f"{params.get('reps')} rep(s) per N",
     ]
     if doc.get("single_s") is not None:
-        lines.append(f"single-request time {doc['single_s']:.2f} s (N=1)")
+        times = doc.get("single_times_s") or []
+        each = f", median of {' / '.join(f'{t:.2f}' for t in times)} s" if len(times) > 1 else ""
+        lines.append(f"single-request time {doc['single_s']:.2f} s (N=1{each})")
     return lines
 
 
@@ -115,6 +137,27 @@ def queue_lines(doc: dict[str, Any]) -> list[str]:
         queue = median_queue_s(point)
         if point["n"] > 1 and queue:
             lines.append(f"N={point['n']:<3} queue time (client latency - server prefill - decode): {fmt_finishes(queue)}")
+    return lines
+
+
+def witness_lines(doc: dict[str, Any]) -> list[str]:
+    """Per N, what the server's gauges showed (peaks, medians over reps) and Little's law."""
+    lines = []
+    for point in doc["points"]:
+        batches = point.get("batches") or []
+        if point["n"] == 1 or not batches:
+            continue
+        gauges = [b["gauges"] for b in batches if b.get("gauges") and b["gauges"].get("peak_running") is not None]
+        little = [b["effective_concurrency"] for b in batches if b.get("effective_concurrency") is not None]
+        parts = []
+        if gauges:
+            g = gauges[-1]
+            waiting = "" if g.get("peak_waiting") is None else f", waiting up to {g['peak_waiting']}"
+            parts.append(f"server gauges ({g['source']}): running up to {g['peak_running']}{waiting}")
+        if little:
+            parts.append(f"effective concurrency {median(little):.2f} (sum of latencies / wall)")
+        if parts:
+            lines.append(f"N={point['n']:<3} " + " · ".join(parts))
     return lines
 
 
@@ -163,6 +206,7 @@ def report_lines(doc: dict[str, Any]) -> list[str]:
         if (extra := deciding_line(point)) is not None:
             lines.append(extra)
     lines += ["", f"verdict  {doc['verdict']}  ({doc['verdict_reason']})", trend_line(doc)]
+    lines += witness_lines(doc)
     lines += queue_lines(doc) + trap_lines(doc)
     lines += finding_lines(doc) + [f"note: {note}" for note in doc.get("notes", [])]
     if not doc.get("complete"):
@@ -215,7 +259,7 @@ class _Session:
         self.bar.advance()
         mb = result.batches[-1]
         finish = fmt_finishes(mb.batch.finish_s())
-        say(self.err, f"N={mb.n} rep {mb.rep + 1}/{result.reps}  finish at {finish}", "dim")
+        say(self.err, f"N={mb.n} rep {mb.rep + 1}  finish at {finish}", "dim")
 
 
 async def _measure(target: Target, session: _Session, **kw: Any) -> StaircaseResult:
@@ -248,6 +292,14 @@ def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_:
 @click.option("--prompt-tokens", type=int, default=64, show_default=True, help="Prompt length in tokens.")
 @click.option("--reps", type=int, default=1, show_default=True, help="Repetitions of every N (median and range).")
 @click.option(
+    "--max-reps",
+    type=int,
+    default=3,
+    show_default=True,
+    help="Reps an N may take in all: a point left inconclusive is measured again, up to this many times "
+    "(the output says how many it took). N=1 is measured before and after the batches, and again with them.",
+)
+@click.option(
     "--expect",
     type=click.Choice(sorted(DEFINITE_VERDICTS)),
     default=None,
@@ -271,6 +323,7 @@ def cmd(
     tokens: int,
     prompt_tokens: int,
     reps: int,
+    max_reps: int,
     expect: str | None,
     seed: int | None,
     serve_command: str | None,
@@ -289,7 +342,8 @@ def cmd(
     cluster (batching) or partial (a few slots). Aggregate = tokens produced / last finish."""
     url = resolve_url(url, serve_command)
     ns = parse_ns(n_values)
-    for name, value in (("--tokens", tokens), ("--prompt-tokens", prompt_tokens), ("--reps", reps)):
+    for name, value in (("--tokens", tokens), ("--prompt-tokens", prompt_tokens), ("--reps", reps),
+                        ("--max-reps", max_reps)):
         _check_positive(name, value)
     if seed is None:
         # Fresh nonces every run: a repeated prompt would be served by the server's prefix cache.
@@ -307,16 +361,17 @@ def cmd(
                 "tokens": tokens,
                 "prompt_tokens": prompt_tokens,
                 "reps": reps,
+                "max_reps": max(reps, max_reps),
                 "expect": expect,
                 "seed": seed,
                 "serve": serve_command,
             }
             session = _Session(envelope("staircase", params, environment()), recorder, app.err)
             try:
-                with progress(app, "staircase: batches", total=len(set(ns) | {1}) * reps) as session.bar:
+                with progress(app, "staircase: batches", total=len(first_plan(sorted(set(ns) | {1}), reps))) as session.bar:
                     result = asyncio.run(
                         _measure(target, session, ns=ns, tokens=tokens, prompt_tokens=prompt_tokens, reps=reps,
-                                 rng=random.Random(seed))
+                                 max_reps=max_reps, rng=random.Random(seed))
                     )
             except KeyboardInterrupt:
                 return _interrupted(app, session, json_path == "-")
@@ -329,6 +384,9 @@ def cmd(
 
 
 def _interrupted(app: AppContext, session: _Session, json_to_stdout: bool) -> int:
+    if session.recorder.doc is None:  # still detecting: nothing was measured, so nothing is saved
+        say(app.err, "Interrupted before the server answered: nothing was measured, nothing saved", "bold yellow")
+        return EXIT_INTERRUPTED
     say(app.err, "Interrupted: saving the partial result (complete: false)", "bold yellow")
     doc = session.recorder.interrupted()
     if session.last is not None and doc is not None:

@@ -399,10 +399,20 @@ def default_threads() -> int:
 def supports_flag(binary: str, flag: str) -> bool:
     """Whether `binary --help` mentions `flag` (older builds lack some flags)."""
     try:
+        mtime_ns = os.stat(binary).st_mtime_ns
+    except OSError:
+        return False
+    return flag in _help_text(binary, mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _help_text(binary: str, mtime_ns: int) -> str:
+    """`binary --help`, once per build of the binary (its mtime is part of the key)."""
+    try:
         proc = subprocess.run([binary, "--help"], capture_output=True, text=True, errors="replace", timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return flag in proc.stdout + proc.stderr
+        return ""
+    return proc.stdout + proc.stderr
 
 
 class LlamaServer:
@@ -445,6 +455,10 @@ class LlamaServer:
         cmd += ["-np", str(self.parallel), "-c", str(self.parallel * self.ctx_per_slot), "-t", str(self.threads)]
         if supports_flag(str(self.binary), "--no-webui"):
             cmd.append("--no-webui")
+        # /metrics carries the requests_processing / requests_deferred gauges servecheck samples
+        # as the server's own witness of how many requests ran at once.
+        if "--metrics" not in self.extra_args and supports_flag(str(self.binary), "--metrics"):
+            cmd.append("--metrics")
         return cmd + list(self.extra_args)
 
     @property

@@ -44,6 +44,11 @@ class ArmsDesign:
     tokens: int = 128
     prompt_tokens: int = 64
     fixed_order: bool = False
+    max_reps: int | None = None  # reps in all while the headline is withheld or a label undecided
+
+    @property
+    def rep_budget(self) -> int:
+        return max(self.reps, self.max_reps or self.reps)
 
     def check(self) -> None:
         """Raise UsageError with a one-line reason for any design that cannot answer the question."""
@@ -79,6 +84,7 @@ class ArmsDesign:
             "tokens": self.tokens,
             "prompt_tokens": self.prompt_tokens,
             "fixed_order": self.fixed_order,
+            "max_reps": self.rep_budget,
         }
 
 
@@ -114,6 +120,10 @@ class ArmsRun:
 
     def cells(self) -> list[Cell]:
         return [*self.pooled, *(m.cell for m in self.measured)]
+
+    @property
+    def reps_taken(self) -> int:
+        return len({m.cell.rep for m in self.measured})
 
     def analysis(self, *, bias_limit: float = DEFAULT_BIAS_LIMIT) -> ArmsAnalysis | None:
         cells = self.cells()
@@ -160,6 +170,7 @@ class ArmsRun:
             "complete": self.complete,
             "simulated": bool(self.server and self.server.simulated) or self.pooled_simulated,
             "design": self.design.to_dict(),
+            "reps_taken": self.reps_taken,
             "server": None if self.server is None else self.server.to_dict(),
             "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
             "cells": [_cell_doc(c, deviant) for c in self.pooled]
@@ -212,8 +223,11 @@ async def run_arms(
     on_server: Callable[[ServerInfo], None] | None = None,
     thermal: ThermalNow | None = None,
     requests_factory: RequestFactory | None = None,
+    bias_limit: float = DEFAULT_BIAS_LIMIT,
 ) -> ArmsRun:
-    """Detect, warm up, then run every (rep, arm) cell with fresh nonces; returns the whole run.
+    """Detect, warm up, then run every (rep, arm) cell with fresh nonces; while the headline is
+    withheld for position bias or an arm's label is undecided, add whole rotations of reps up to
+    the design's budget. Returns the whole run.
 
     `thermal` is called after every cell for the sampler's running summary.
     """
@@ -225,20 +239,49 @@ async def run_arms(
     if on_server is not None and run.server is not None:
         on_server(run.server)
     run = replace(run, warmup=await _warm_up(requests_factory, driver, design, rng))
-    for rep, position, concurrency in schedule(design.arms, design.reps, fixed=design.fixed_order):
-        reqs = await _make(requests_factory, driver, design.requests, design, rng)
-        batch = await driver.run_batch(reqs, in_flight=concurrency, queue_wait_s=queue_wait_s(run.warmup, concurrency))
-        cell = cell_from_records(
-            batch.records, rep=rep, position=position, concurrency=concurrency, release_ns=batch.release_ns, run=run_index
-        )
-        run = replace(
-            run,
-            measured=(*run.measured, MeasuredCell(cell, batch.records, batch.dispatch_skew_ns)),
-            thermal=thermal() if thermal is not None else run.thermal,
-        )
-        if on_cell is not None:
-            on_cell(run)
+    cells = schedule(design.arms, design.reps, fixed=design.fixed_order)
+    while cells:
+        for rep, position, concurrency in cells:
+            run = await _measure_cell(driver, run, rep, position, concurrency, run_index, requests_factory, rng)
+            run = replace(run, thermal=thermal() if thermal is not None else run.thermal)
+            if on_cell is not None:
+                on_cell(run)
+        cells = more_cells(run, bias_limit)
     return replace(run, complete=True)
+
+
+def undecided(run: ArmsRun, bias_limit: float) -> str | None:
+    """Why more reps could still decide this run: a withheld headline or an inconclusive label."""
+    a = run.analysis(bias_limit=bias_limit)
+    if a is None or any(c.failed for c in run.cells()):
+        return None
+    if a.refusal is not None:
+        return a.refusal
+    open_ = [f"{arm.concurrency}-way" for arm in a.arms if arm.label == "inconclusive"]
+    return f"undecided: {', '.join(open_)}" if open_ else None
+
+
+def more_cells(run: ArmsRun, bias_limit: float) -> list[tuple[int, int, int]]:
+    """One more whole rotation (a rep per arm count, so positions stay balanced) within the budget."""
+    design = run.design
+    taken = run.reps_taken
+    if undecided(run, bias_limit) is None or taken >= design.rep_budget:
+        return []
+    extra = min(len(design.arms), design.rep_budget - taken)
+    return [cell for cell in schedule(design.arms, taken + extra, fixed=design.fixed_order) if cell[0] >= taken]
+
+
+async def _measure_cell(
+    driver: Any, run: ArmsRun, rep: int, position: int, concurrency: int, run_index: int,
+    factory: RequestFactory | None, rng: random.Random,
+) -> ArmsRun:
+    design = run.design
+    reqs = await _make(factory, driver, design.requests, design, rng)
+    batch = await driver.run_batch(reqs, in_flight=concurrency, queue_wait_s=queue_wait_s(run.warmup, concurrency))
+    cell = cell_from_records(
+        batch.records, rep=rep, position=position, concurrency=concurrency, release_ns=batch.release_ns, run=run_index
+    )
+    return replace(run, measured=(*run.measured, MeasuredCell(cell, batch.records, batch.dispatch_skew_ns)))
 
 
 def any_simulated(docs: Sequence[dict[str, Any]]) -> bool:

@@ -18,6 +18,7 @@ from servecheck.analysis.staircase import (
     PointAnalysis,
     StaircaseAnalysis,
     analyze_staircase,
+    needs_more,
 )
 from servecheck.errors import ServerError, UsageError
 from servecheck.experiments.common import queue_wait_s
@@ -38,6 +39,7 @@ class StaircaseResult:
     tokens: int
     prompt_tokens: int
     reps: int
+    max_reps: int = 1
     warmup: RequestRecord | None = None
     batches: tuple[MeasuredBatch, ...] = ()
     complete: bool = False
@@ -60,6 +62,10 @@ class StaircaseResult:
             "trend_reason": a.trend_reason,
             "trend_ratios": {str(n): r for n, r in sorted(a.trend_ratios.items())},
             "single_s": a.single_s,
+            "single_times_s": list(a.single_times_s),
+            "single_spread": a.single_spread,
+            "evidence": list(a.evidence),
+            "max_reps": self.max_reps,
             "modal_tokens": a.modal_tokens,
             "server": self.server.to_dict(),
             "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
@@ -81,6 +87,8 @@ def _point_doc(point: PointAnalysis, batches: Sequence[MeasuredBatch]) -> dict[s
         "aggregate_range_tok_s": None if agg is None else [agg.lo, agg.hi],
         "verdict": point.verdict,
         "reason": point.reason,
+        "evidence": list(point.evidence),
+        "reps_taken": point.reps_taken,
         "batches": [_batch_doc(b, raw[(b.n, b.rep)]) for b in point.batches],
     }
 
@@ -96,6 +104,11 @@ def _batch_doc(b: BatchAnalysis, batch: BatchResult) -> dict[str, Any]:
         "verdict": b.verdict.to_dict(),
         "queue_s": list(b.queue_s),
         "self_reported_sum_tok_s": b.self_reported_sum_tok_s,
+        "in_flight": batch.in_flight,
+        "effective_concurrency": b.effective_concurrency,
+        "token_interval_cv": b.token_interval_cv,
+        "gauges": None if batch.gauges is None else batch.gauges.to_dict(),
+        "noise": None if batch.noise is None else batch.noise.to_dict(),
         "requests": [r.to_dict() for r in batch.records],
     }
 
@@ -154,6 +167,23 @@ def _warm_up_hint(record: RequestRecord) -> str:
     return "check the URL, --model and --api; the server must answer one request before a batch"
 
 
+def first_plan(planned: Sequence[int], reps: int) -> list[int]:
+    """The first pass: N=1 `reps` times, every N > 1 `reps` times, then N=1 once more, so the
+    single-request reference is measured before and after the batches, never just once."""
+    return [1] * reps + [n for n in planned if n > 1 for _ in range(reps)] + [1]
+
+
+def next_plan(result: StaircaseResult) -> list[int]:
+    """Another round, while the budget lasts: one more rep of every point left inconclusive, and
+    one more N=1 when the trend waits on the reference; nothing when everything is decided."""
+    ns, reference = needs_more(result.analysis())
+    taken = {n: sum(1 for mb in result.batches if mb.n == n) for n in result.ns}
+    plan = [n for n in ns if taken[n] < result.max_reps]
+    if (plan or reference) and taken[1] < result.max_reps + 1:
+        plan.append(1)
+    return plan if any(n > 1 for n in plan) or reference else []
+
+
 async def run_staircase(
     driver: Any,
     *,
@@ -165,26 +195,38 @@ async def run_staircase(
     on_point: OnPoint | None = None,
     requests_factory: RequestFactory | None = None,
     on_server: OnServer | None = None,
+    max_reps: int | None = None,
 ) -> StaircaseResult:
-    """Detect the server, warm it up, then measure every N `reps` times; returns the full result.
+    """Detect the server, warm it up, measure every N `reps` times with N=1 before and after, then
+    measure again what is still undecided, up to `max_reps` reps per N; returns the full result.
 
     Every request (the warm-up too) gets a fresh nonce from the factory, by default
     `load.prompts.make_requests`, so no prefix is ever shared across the run.
     """
     if tokens < 1 or prompt_tokens < 1 or reps < 1:
         raise UsageError("--tokens, --prompt-tokens and --reps must be >= 1", "for example --tokens 512 --reps 3")
+    budget = max(reps, max_reps if max_reps is not None else reps)
     planned, notes = plan_ns(ns)
     server = await driver.detect()
     check_context(server, prompt_tokens, tokens)
     if on_server is not None:
         on_server(server)
-    result = StaircaseResult(server, planned, tokens, prompt_tokens, reps, notes=notes)
+    result = StaircaseResult(server, planned, tokens, prompt_tokens, reps, max_reps=budget, notes=notes)
     result = replace(result, warmup=await _warm_up(requests_factory, driver, prompt_tokens, tokens, rng))
-    for n in planned:
-        for rep in range(reps):
-            reqs = await _make(requests_factory, driver, n, prompt_tokens, tokens, rng)
-            batch = await driver.run_batch(reqs, queue_wait_s=queue_wait_s(result.warmup, n))
-            result = replace(result, batches=(*result.batches, MeasuredBatch(n=n, rep=rep, batch=batch)))
+    plan = first_plan(planned, reps)
+    while plan:
+        for n in plan:
+            result = await _measure_one(driver, result, n, requests_factory, rng)
             if on_point is not None:
                 on_point(result)
+        plan = next_plan(result)
     return replace(result, complete=True)
+
+
+async def _measure_one(
+    driver: Any, result: StaircaseResult, n: int, factory: RequestFactory | None, rng: random.Random
+) -> StaircaseResult:
+    rep = sum(1 for mb in result.batches if mb.n == n)
+    reqs = await _make(factory, driver, n, result.prompt_tokens, result.tokens, rng)
+    batch = await driver.run_batch(reqs, queue_wait_s=queue_wait_s(result.warmup, n))
+    return replace(result, batches=(*result.batches, MeasuredBatch(n=n, rep=rep, batch=batch)))

@@ -22,17 +22,25 @@ from typing import Any
 import aiohttp
 
 from servecheck.client.base import RunClock, StreamParseError, Target, shorten
-from servecheck.client.dialects import Dialect, EventReading, get_dialect
+from servecheck.client.dialects import MAX_PLAUSIBLE_TOKENS, Dialect, EventReading, count_problem, get_dialect
 from servecheck.client.ndjson import NdjsonParser
 from servecheck.client.sse import SseParser, loads_object
-from servecheck.client.tally import StreamTally
+from servecheck.client.tally import StreamTally, cutoff_tokens, plausibility_problem
 from servecheck.errors import ConnectError, ProtocolError, RequestTimeout, ServerError, UsageError
 from servecheck.load.detect import identify, list_models, pick_model, server_info
+from servecheck.load.witness import GaugeSampler, GaugeSource, NoiseMeter, find_source
 from servecheck.model.records import BatchResult, GenRequest, RequestRecord, RequestStatus, ServerInfo
 
 SIMULATED_HEADER = "X-Servecheck-Simulated"
-# Detection and tokenize calls are cheap; a server that takes longer than this is not answering.
+# Detection and tokenize calls are cheap; a server that takes longer than this (or than --timeout,
+# whichever is shorter) is not answering.
 CONTROL_TIMEOUT_S = 30.0
+# The slowest decoding a request is given time for, on top of the first-token wait: a request is cut
+# off after `first_token_timeout_s + max_tokens * CEILING_S_PER_TOKEN` (plus any queue allowance)
+# however steadily it streams, so a stream that never ends cannot hold a run for the request timeout.
+CEILING_S_PER_TOKEN = 2.0
+# Looking for gauges, and reading them, is best effort: a slow answer means no witness.
+GAUGE_PROBE_TIMEOUT_S = 2.0
 # Bytes of an HTTP error body worth reading for its message.
 ERROR_BODY_BYTES = 4096
 
@@ -55,6 +63,8 @@ class LoadDriver:
         self._session: aiohttp.ClientSession | None = None
         self._saw_simulated = False
         self._can_tokenize: bool | None = None
+        self._gauge_source: GaugeSource | None | bool = False  # False: not looked for yet
+        self.witnesses = True  # sample the server's gauges and the client's noise during batches
         # Built once per driver (not per lane: loading CA certificates costs milliseconds), and at
         # run time so SSL_CERT_FILE / SSL_CERT_DIR name a private CA for https servers.
         self._ssl = ssl.create_default_context() if self.url.startswith("https:") else None
@@ -63,7 +73,10 @@ class LoadDriver:
         return f"LoadDriver(url={self.url!r}, api={self.target.api!r})"
 
     async def __aenter__(self) -> LoadDriver:
-        self._session = self._new_session(limit=0)
+        # Control calls (detection, /tokenize, gauges) each get a fresh connection: a keep-alive
+        # connection left idle between calls may have been closed by the server, and writing a
+        # request into it fails ("Can not write request body") instead of reaching the server.
+        self._session = self._new_session(limit=0, force_close=True)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -79,7 +92,7 @@ class LoadDriver:
             headers["Authorization"] = f"Bearer {self.target.api_key}"
         return headers
 
-    def _new_session(self, limit: int, queue_wait_s: float = 0.0) -> aiohttp.ClientSession:
+    def _new_session(self, limit: int, queue_wait_s: float = 0.0, force_close: bool = False) -> aiohttp.ClientSession:
         # No total timeout on streams (a 5-minute default would kill long runs); the first-token
         # and stall limits are enforced while reading, the request limit here.
         timeout = aiohttp.ClientTimeout(
@@ -87,7 +100,9 @@ class LoadDriver:
             connect=self.target.connect_timeout_s,
             sock_connect=self.target.connect_timeout_s,
         )
-        connector = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ssl=self._ssl if self._ssl else True)
+        connector = aiohttp.TCPConnector(
+            limit=limit, limit_per_host=0, ssl=self._ssl if self._ssl else True, force_close=force_close
+        )
         return aiohttp.ClientSession(connector=connector, headers=self._headers(), timeout=timeout)
 
     @property
@@ -125,17 +140,43 @@ class LoadDriver:
     async def _call(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
         """One short request, with network errors translated into servecheck errors."""
         url = self.url + path
-        timeout = aiohttp.ClientTimeout(total=CONTROL_TIMEOUT_S, sock_connect=self.target.connect_timeout_s)
+        limit_s = self.control_timeout_s
+        connect_s = min(self.target.connect_timeout_s, limit_s)
+        # Connecting (TCP and TLS) and answering are bounded apart, so the error can say which one stalled.
+        timeout = aiohttp.ClientTimeout(total=connect_s + limit_s, connect=connect_s, sock_connect=connect_s, sock_read=limit_s)
         try:
             async with self.session.request(method, url, json=body, timeout=timeout) as resp:
                 self._note_headers(resp)
                 return resp.status, await resp.content.read(1 << 22)
         except aiohttp.ClientConnectorError as exc:
             raise self._connect_error(exc) from exc
+        except aiohttp.ConnectionTimeoutError as exc:
+            raise self._connect_timeout(connect_s) from exc
         except TimeoutError as exc:
-            raise RequestTimeout(f"{url} did not answer within {CONTROL_TIMEOUT_S:g} s", "is the server overloaded?") from exc
+            raise RequestTimeout(
+                f"{url} accepted the connection but sent no answer within {limit_s:g} s",
+                "is the server overloaded or stuck? raise --timeout to wait longer",
+            ) from exc
+        except aiohttp.ServerDisconnectedError as exc:
+            raise ConnectError(f"{url}: the server closed the connection without answering", "is this an HTTP server?") from exc
+        except aiohttp.ClientOSError as exc:
+            raise ConnectError(self.scrub(f"{url}: connection reset ({shorten(str(exc.strerror or exc))})"), None) from exc
         except aiohttp.ClientError as exc:
             raise ConnectError(self.scrub(f"{url}: {shorten(str(exc))}"), "is this an HTTP server?") from exc
+
+    @property
+    def control_timeout_s(self) -> float:
+        """Detection and tokenize calls honour --timeout when it is shorter than the usual limit."""
+        return min(CONTROL_TIMEOUT_S, self.target.first_token_timeout_s)
+
+    def _connect_timeout(self, limit_s: float) -> ConnectError:
+        if self._ssl is not None:
+            return ConnectError(
+                f"TLS handshake with {self.url} did not complete within {limit_s:g} s: the port accepted the "
+                "connection but never answered the handshake",
+                "is this port serving plain http? try an http:// URL",
+            )
+        return ConnectError(f"connecting to {self.url} timed out after {limit_s:g} s", "check the host and port")
 
     async def probe(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """(status, decoded JSON or None). HTTP errors are returned, not raised; 401/403 are raised."""
@@ -161,6 +202,22 @@ class LoadDriver:
             return json.loads(raw)
         except ValueError as exc:
             raise ProtocolError(f"{self.url}{path} did not return JSON: {shorten(raw.decode(errors='replace'))!r}") from exc
+
+    async def fetch_raw(self, path: str, timeout_s: float = CONTROL_TIMEOUT_S) -> tuple[int, bytes] | None:
+        """(status, body) of a GET, or None on any network failure: for best-effort witnesses."""
+        timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=self.target.connect_timeout_s)
+        try:
+            async with self.session.get(self.url + path, timeout=timeout) as resp:
+                return resp.status, await resp.content.read(1 << 20)
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
+            return None
+
+    async def gauge_source(self) -> GaugeSource | None:
+        """The server's running/waiting gauges, looked for once per driver; None when it has none."""
+        if self._gauge_source is False:
+            engine = self.info.engine if self.info else None
+            self._gauge_source = await find_source(engine, lambda path: self.fetch_raw(path, GAUGE_PROBE_TIMEOUT_S))
+        return self._gauge_source if isinstance(self._gauge_source, GaugeSource) else None
 
     async def get_text(self, path: str) -> str | None:
         """GET a text document (e.g. /metrics); None on 404."""
@@ -203,9 +260,17 @@ class LoadDriver:
             return None
         await self._ready()
         status, data = await self.probe("POST", "/tokenize", self._tokenize_body(text))
-        count = _token_count(data) if status == 200 else None
+        count = self._checked_count(_token_count(data)) if status == 200 else None
         self._can_tokenize = count is not None
         return count
+
+    def _checked_count(self, count: int | float | None) -> int | None:
+        # A count sizes the prompt built from it: -10^12 once grew a list until memory ran out.
+        if count is None:
+            return None
+        if (problem := count_problem(f"{self.url}/tokenize count", count)) is not None:
+            raise ProtocolError(problem, f"the server's tokenizer is broken; counts must lie in 0..{MAX_PLAUSIBLE_TOKENS}")
+        return int(count)
 
     def _tokenize_body(self, text: str) -> dict[str, Any]:
         engine = self.info.engine if self.info else None
@@ -243,14 +308,21 @@ class LoadDriver:
             raise UsageError(f"in_flight must be >= 1, got {in_flight}")
         dialect = await self._ready()
         lanes = len(reqs) if in_flight is None else min(in_flight, len(reqs))
+        source = await self.gauge_source() if self.witnesses else None
         sessions = [self._new_session(limit=1, queue_wait_s=queue_wait_s) for _ in range(lanes)]
+        sampler = None if source is None else GaugeSampler(
+            source, lambda path: self.fetch_raw(path, GAUGE_PROBE_TIMEOUT_S), self.clock.now_ns
+        )
+        noise = NoiseMeter() if self.witnesses else None
         try:
             await asyncio.gather(*(self._warm(s, dialect) for s in sessions))
-            release_ns, records, first_sends = await self._release(sessions, dialect, reqs, queue_wait_s)
+            release_ns, records, first_sends = await self._release(sessions, dialect, reqs, queue_wait_s, sampler, noise)
         finally:
+            gauges = None if sampler is None else await sampler.stop()
+            measured_noise = None if noise is None else await noise.stop()
             await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
         ordered = tuple(sorted(records, key=lambda r: r.index))
-        return BatchResult(release_ns, lanes, ordered, max(first_sends) - min(first_sends))
+        return BatchResult(release_ns, lanes, ordered, max(first_sends) - min(first_sends), gauges, measured_noise)
 
     async def _warm(self, session: aiohttp.ClientSession, dialect: Dialect) -> None:
         """Open this lane's connection before the barrier, so TCP/TLS setup is not timed."""
@@ -261,7 +333,13 @@ class LoadDriver:
             pass  # the request itself will record the failure
 
     async def _release(
-        self, sessions: list[aiohttp.ClientSession], dialect: Dialect, reqs: Sequence[GenRequest], queue_wait_s: float
+        self,
+        sessions: list[aiohttp.ClientSession],
+        dialect: Dialect,
+        reqs: Sequence[GenRequest],
+        queue_wait_s: float,
+        sampler: GaugeSampler | None = None,
+        noise: NoiseMeter | None = None,
     ) -> tuple[int, list[RequestRecord], list[int]]:
         gate = asyncio.Event()
         queue = deque(reqs)
@@ -279,6 +357,10 @@ class LoadDriver:
         await asyncio.sleep(0)  # every lane reaches the gate before it opens
         release_ns = self.clock.now_ns()
         gate.set()
+        # The witnesses start after the gate, so they never delay a lane's first send.
+        for witness in (sampler, noise):
+            if witness is not None:
+                witness.start()
         await asyncio.gather(*tasks)
         return release_ns, records, first_sends
 
@@ -306,7 +388,7 @@ class LoadDriver:
         send_ns = self.clock.now_ns()
         if first_sends is not None:
             first_sends.append(send_ns)
-        outcome = await self._stream(session, dialect, body, tally, queue_wait_s)
+        outcome = await self._stream(session, dialect, body, tally, queue_wait_s, req.max_tokens)
         return self._record(req, send_ns, tally, outcome)
 
     async def _stream(
@@ -316,33 +398,56 @@ class LoadDriver:
         body: bytes,
         tally: StreamTally,
         queue_wait_s: float = 0.0,
+        max_tokens: int = 0,
     ) -> _Outcome:
         wait_s = self.target.first_token_timeout_s + queue_wait_s
         http_status: int | None = None
         try:
-            async with asyncio.timeout(wait_s) as deadline:
-                async with session.post(self.url + dialect.path, data=body, headers=_JSON) as resp:
-                    http_status = resp.status
-                    self._note_headers(resp)
-                    if resp.status >= 400:
-                        return _Outcome("error", http_status, await self._http_error(resp))
-                    await self._read(resp, dialect, tally, deadline)
+            async with asyncio.timeout(self.ceiling_s(max_tokens, queue_wait_s)) as ceiling:
+                async with asyncio.timeout(wait_s) as deadline:
+                    async with session.post(self.url + dialect.path, data=body, headers=_JSON) as resp:
+                        http_status = resp.status
+                        self._note_headers(resp)
+                        if resp.status >= 400:
+                            return _Outcome("error", http_status, await self._http_error(resp))
+                        await self._read(resp, dialect, tally, deadline, max_tokens)
         except TimeoutError:
+            if ceiling.expired():
+                return _Outcome("timeout", http_status, self._ceiling_message(tally, max_tokens, queue_wait_s))
             return _Outcome("timeout", http_status, self._timeout_message(tally, deadline.expired(), queue_wait_s))
+        except _CutOff as exc:
+            return _Outcome("error", http_status, str(exc))
         except StreamParseError as exc:
             return _Outcome("error", http_status, self.scrub(exc.message))
         except aiohttp.ClientConnectorError as exc:
             return _Outcome("error", http_status, self._connect_error(exc).message)
         except aiohttp.ClientError as exc:
-            return _Outcome("error", http_status, self.scrub(f"connection lost: {shorten(str(exc) or type(exc).__name__)}"))
+            return _Outcome("error", http_status, self.scrub(_lost_message(exc, tally)))
         return _Outcome("ok", http_status, None)
 
+    def ceiling_s(self, max_tokens: int, queue_wait_s: float = 0.0) -> float:
+        """The hard wall-clock bound of one request, however it streams (see CEILING_S_PER_TOKEN)."""
+        return self.target.first_token_timeout_s + queue_wait_s + max(max_tokens, 1) * CEILING_S_PER_TOKEN
+
+    def _ceiling_message(self, tally: StreamTally, max_tokens: int, queue_wait_s: float) -> str:
+        return (
+            f"request cut off after {self.ceiling_s(max_tokens, queue_wait_s):.3g} s, the most a {max_tokens}-token "
+            f"request is given (--timeout + {CEILING_S_PER_TOKEN:g} s per token), with {tally.events} token events "
+            "and no final event"
+        )
+
     async def _read(
-        self, resp: aiohttp.ClientResponse, dialect: Dialect, tally: StreamTally, deadline: asyncio.Timeout
+        self,
+        resp: aiohttp.ClientResponse,
+        dialect: Dialect,
+        tally: StreamTally,
+        deadline: asyncio.Timeout,
+        max_tokens: int = 0,
     ) -> None:
         parser: SseParser | NdjsonParser = SseParser() if dialect.framing == "sse" else NdjsonParser()
         loop = asyncio.get_running_loop()
         stall_s = self.target.first_token_timeout_s
+        cutoff = cutoff_tokens(max_tokens)
         t_ns = self.clock.now_ns()
         while tally.final_ns is None:
             chunk = await resp.content.readany()
@@ -350,6 +455,11 @@ class LoadDriver:
             if not chunk:
                 break
             _apply(parser.feed(chunk), dialect, tally, t_ns)
+            if tally.streamed > cutoff:
+                raise _CutOff(
+                    f"stream cut off after {tally.streamed} tokens: more than {cutoff} "
+                    f"(2x the {max_tokens} requested + {cutoff - 2 * max_tokens}) and no final event"
+                )
             if tally.first_token_ns is not None:
                 deadline.reschedule(loop.time() + stall_s)
         if tally.final_ns is None:
@@ -380,7 +490,9 @@ class LoadDriver:
         if status == "ok" and tally.error is not None:
             status, error = "error", self.scrub(f"server error in stream: {shorten(tally.error)}")
         if status == "ok" and tally.final_ns is None and tally.finish_reason is None:
-            status, error = "error", "stream ended before the server's final event (disconnected?)"
+            status, error = "error", f"the server closed the stream after {tally.events} token events, before its final event"
+        if status == "ok" and (problem := plausibility_problem(tally, req.max_tokens)) is not None:
+            status, error = "error", problem
         count = tally.count()
         return RequestRecord(
             index=req.index,
@@ -400,6 +512,22 @@ class LoadDriver:
             server=tally.server,
             text=tally.text,
         )
+
+
+class _CutOff(Exception):
+    """A stream that carried far more than requested: reading stops and the request fails."""
+
+
+def _lost_message(exc: aiohttp.ClientError, tally: StreamTally) -> str:
+    """What a dropped connection looked like, without aiohttp's internals."""
+    where = f"after {tally.events} token events" if tally.events else "before any token"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return f"connection closed by the server {where}"
+    if isinstance(exc, aiohttp.ClientPayloadError):
+        return f"connection reset by the server mid-stream {where} (the response was cut short)"
+    if isinstance(exc, aiohttp.ClientOSError):
+        return f"connection reset {where}: {shorten(exc.strerror or type(exc).__name__)}"
+    return f"connection lost {where}: {shorten(str(exc) or type(exc).__name__)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,11 +566,12 @@ def _message(raw: bytes) -> str:
     return shorten(str(data.get("detail", err) if "error" not in data else err), 200)
 
 
-def _token_count(data: Any) -> int | None:
+def _token_count(data: Any) -> int | float | None:
     if not isinstance(data, dict):
         return None
-    if isinstance(data.get("count"), int):
-        return int(data["count"])
+    count = data.get("count")
+    if isinstance(count, (int, float)) and not isinstance(count, bool):
+        return count
     tokens = data.get("tokens")
     return len(tokens) if isinstance(tokens, list) else None
 

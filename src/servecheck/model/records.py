@@ -119,6 +119,63 @@ class RequestRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class GaugeSample:
+    """One reading of the server's own running / waiting request gauges during a batch."""
+
+    t_ns: int  # run clock, when the reading came back
+    running: int | None
+    waiting: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"t_s": self.t_ns / NS_PER_S, "running": self.running, "waiting": self.waiting}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerGauges:
+    """The server's witnesses of one batch: its running and waiting gauges, polled while it ran."""
+
+    source: str  # "llama.cpp /metrics", "llama.cpp /slots", "vllm /metrics", "sglang /metrics", ...
+    interval_s: float
+    samples: tuple[GaugeSample, ...] = ()
+    failed_reads: int = 0
+
+    @property
+    def peak_running(self) -> int | None:
+        vals = [s.running for s in self.samples if s.running is not None]
+        return max(vals) if vals else None
+
+    @property
+    def peak_waiting(self) -> int | None:
+        vals = [s.waiting for s in self.samples if s.waiting is not None]
+        return max(vals) if vals else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "interval_s": self.interval_s,
+            "peak_running": self.peak_running,
+            "peak_waiting": self.peak_waiting,
+            "failed_reads": self.failed_reads,
+            "samples": [s.to_dict() for s in self.samples],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ClientNoise:
+    """How noisy the client machine was while one batch ran: measured, so a verdict can say it."""
+
+    cpus: int
+    load_avg_1m: float | None = None  # os.getloadavg() at the end of the batch
+    busy_frac: float | None = None  # the machine's non-idle CPU time over the batch (/proc/stat), 0..1
+    steal_frac: float | None = None  # CPU time stolen by a hypervisor over the batch, 0..1
+    loop_lag_p99_ms: float | None = None  # how late the client's event loop woke for a 10 ms timer
+    loop_lag_max_ms: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
 class BatchResult:
     """One batch: requests released together from a start barrier (at most `in_flight` at once)."""
 
@@ -126,6 +183,8 @@ class BatchResult:
     in_flight: int
     records: tuple[RequestRecord, ...]  # in request index order
     dispatch_skew_ns: int  # spread of actual send times of the requests released together
+    gauges: ServerGauges | None = None  # the server's own running/waiting gauges, when it has them
+    noise: ClientNoise | None = None
 
     def finish_s(self) -> list[float]:
         """Finish times of successful requests, seconds from release, in finishing order."""

@@ -8,14 +8,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from servecheck.analysis.staircase import RISING_RATIO, classify_trend
 from servecheck.errors import UsageError
 from servecheck.report import fields
 from servecheck.report.fields import as_dict, as_float, as_int, as_list, as_str
 
-# agg(N_max) / agg(1) at or above this is a rising line. A server that batches gains well over
-# 1.3x by N=2-4; a queue's line stays within a few percent of flat (seed 000: 86.3-90.3 tok/s
-# across C=1..8). 1.2 sits clear of both, so noise on a loaded machine cannot flip the verdict.
-RISING_RATIO = 1.2
+# A line's trend is the run's own (staircase records it); for a document that does not (arms, or
+# a hand-made table) it is judged by the one trend rule, `analysis.staircase.classify_trend`,
+# never by a threshold of diff's own: a run must read the same in `staircase` and in `diff`.
+__all__ = ["RISING_RATIO"]
 DIFFABLE = ("staircase", "arms")
 # Parameters that change from run to run without changing what is measured: a fresh prompt seed
 # per run would otherwise be the "difference" named for every pair of runs.
@@ -37,7 +38,7 @@ class Line:
     per_user_tok_s: float | None
     ratio: float | None  # agg(highest N) / agg(1)
     trend: str  # rising | flat | inconclusive
-    trend_from: str  # "run" (the run's own verdict) or "computed"
+    trend_from: str  # "run" (the run's own verdict) or "computed" (the same rule, on its aggregates)
     per_user_by_level: dict[int, float] = field(default_factory=dict)  # median per-stream tok/s at each level
     marks: tuple[str, ...] = ()  # simulated, incomplete, invalid: a line must never pass for a clean real run
 
@@ -104,10 +105,10 @@ def line_of(doc: dict[str, Any], label: str, config: str = "—") -> Line:
     aggregates = _staircase_aggregates(doc) if fields.command(doc) == "staircase" else _arms_aggregates(doc)
     ratio = growth_ratio(aggregates)
     own = as_str(doc.get("trend"))
-    if own in ("rising", "flat"):
+    if own in ("rising", "flat", "inconclusive"):
         trend, source = own, "run"
     else:
-        trend, source = trend_of(ratio), "computed"
+        trend, source = trend_of_levels(aggregates), "computed"
     return Line(
         label=label,
         config=config,
@@ -138,9 +139,18 @@ def growth_ratio(aggregates: dict[int, float]) -> float | None:
 
 
 def trend_of(ratio: float | None) -> str:
+    """The one trend rule on a single agg(N)/agg(1)."""
     if ratio is None:
         return "inconclusive"
-    return "rising" if ratio >= RISING_RATIO else "flat"
+    return classify_trend({2: ratio})[0]
+
+
+def trend_of_levels(aggregates: dict[int, float]) -> str:
+    """The one trend rule on every level's agg(N)/agg(1)."""
+    base = aggregates.get(1)
+    if not base or len(aggregates) < 2:
+        return "inconclusive"
+    return classify_trend({n: a / base for n, a in aggregates.items() if n > 1})[0]
 
 
 def _staircase_aggregates(doc: dict[str, Any]) -> dict[int, float]:

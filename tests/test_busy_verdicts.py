@@ -1,0 +1,262 @@
+"""The failure shapes measured on a busy machine, fed to the classifiers: each verdict must come out
+right or `inconclusive`, never wrong. The ground truth of every case is the schedule the test
+builds (a queue, a batch, K slots), never what the classifier said before.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from servecheck.analysis import arms as A
+from servecheck.analysis import staircase as sc
+from servecheck.analysis import witness as W
+from servecheck.model.records import (
+    NS_PER_S,
+    BatchResult,
+    ClientNoise,
+    GaugeSample,
+    RequestRecord,
+    ServerGauges,
+    ServerTimings,
+)
+
+TOKENS = 256
+
+
+def _record(i: int, end_s: float, *, start_s: float = 0.0, service_s: float | None = None) -> RequestRecord:
+    server = None
+    if service_s is not None:  # the server's own timings: prefill is a tenth of the service time
+        server = ServerTimings(prompt_tokens=32, prompt_s=0.1 * service_s, generated_tokens=TOKENS,
+                               decode_s=0.9 * service_s)
+    return RequestRecord(
+        index=i, nonce=f"n{i}", status="ok", tokens_requested=TOKENS, send_ns=int(start_s * NS_PER_S),
+        first_token_ns=int((start_s + 0.05) * NS_PER_S), end_ns=int(end_s * NS_PER_S), tokens=TOKENS,
+        tokens_source="usage", server=server,
+    )
+
+
+def _gauges(running: list[int], waiting: list[int | None]) -> ServerGauges:
+    samples = tuple(GaugeSample(int(0.2 * k * NS_PER_S), r, w) for k, (r, w) in enumerate(zip(running, waiting)))
+    return ServerGauges("llama.cpp /metrics", 0.2, samples)
+
+
+def _batch(n: int, finishes: list[float], rep: int = 0, *, gauges: ServerGauges | None = None,
+           services: list[float] | None = None, noise: ClientNoise | None = None) -> sc.MeasuredBatch:
+    records = tuple(
+        _record(i, f, service_s=None if services is None else services[i]) for i, f in enumerate(finishes)
+    )
+    return sc.MeasuredBatch(n=n, rep=rep, batch=BatchResult(0, n, records, 1000, gauges, noise))
+
+
+def _queue(n: int, step_s: float) -> list[float]:
+    return [step_s * (k + 1) for k in range(n)]
+
+
+# --- a slow or fast single reference, with even steps ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("single_s", "finishes"),
+    [
+        # measured: N=1 took 7.34 s while the queue's steps were 5.2-7.0 s (0.70x the single time)
+        pytest.param(7.34, [5.2, 11.0, 17.6, 24.6], id="slow-reference-0.70x"),
+        # measured: steps 1.52-1.91x and 1.60-1.75x of a single request that ran fast
+        pytest.param(2.18, [3.6, 7.45, 11.2, 14.7], id="fast-reference-1.5-1.9x"),
+    ],
+)
+def test_even_steps_against_an_off_reference_are_a_staircase_named(single_s: float, finishes: list[float]) -> None:
+    run = [_batch(1, [single_s]), _batch(2, finishes[:1] + [finishes[0] * 2]), _batch(4, finishes)]
+    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    assert a.verdict == "staircase", a.verdict_reason
+    assert any(f.code == "reference_disagrees" for f in a.warnings)
+    assert a.trend != "rising"
+
+
+def test_a_reference_off_by_more_than_the_band_is_inconclusive_not_a_guess() -> None:
+    a = sc.analyze_staircase([_batch(1, [10.0]), _batch(4, _queue(4, 3.0))], tokens_requested=TOKENS)
+    assert a.verdict == "inconclusive"
+
+
+def test_the_reference_is_the_median_of_before_and_after() -> None:
+    run = [_batch(1, [4.17]), _batch(4, _queue(4, 2.2)), _batch(1, [2.18], rep=1), _batch(1, [2.25], rep=2)]
+    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    assert a.single_s == pytest.approx(2.25)
+    assert a.single_times_s == (4.17, 2.18, 2.25)
+    assert a.verdict == "staircase"
+    spread = next(f for f in a.warnings if f.code == "reference_spread")
+    assert "4.17, 2.18, 2.25" in spread.message and "faster" in spread.message
+
+
+# --- a server slowing or speeding during the run (vLLM --max-num-seqs 1, measured) ------------
+
+
+def test_a_slow_single_request_does_not_make_a_queue_rise() -> None:
+    """Measured on vLLM --max-num-seqs 1: the one N=1 request decoded at 12.1 ms a token (3.1 s),
+    the queue's requests faster; agg(N)/agg(1) read 1.39 and 1.29 and the old trend said rising."""
+    run = [_batch(1, [3.1]), _batch(2, [2.2, 4.45]), _batch(4, [2.59, 4.68, 6.74, 9.61])]
+    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    assert a.trend_ratios[2] == pytest.approx(1.39, abs=0.01)
+    assert a.trend != "rising", a.trend_reason
+    assert a.verdict in ("staircase", "inconclusive")
+
+
+def test_rising_must_hold_against_the_fastest_reference() -> None:
+    # a batching server (4 together at 1.3x one request) measured against one slow and one fast N=1
+    run = [_batch(1, [3.0]), _batch(4, [2.7, 2.72, 2.74, 2.75]), _batch(1, [1.6], rep=1)]
+    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    assert a.trend in ("rising", "inconclusive")
+    # against the fastest single (1.6 s) the aggregate gains 4 x 1.6 / 2.75 = 2.3x: a real rise
+    assert a.trend == "rising", a.trend_reason
+    slow_gain = [_batch(1, [3.0]), _batch(4, [8.0, 8.01, 8.02, 8.05]), _batch(1, [1.6], rep=1)]
+    b = sc.analyze_staircase(slow_gain, tokens_requested=TOKENS)
+    # median reference 2.3 s: 4 x 2.3 / 8.05 = 1.14x; against the fastest 0.8x: not a rise
+    assert b.trend != "rising"
+
+
+# --- server witnesses --------------------------------------------------------------------------
+
+
+def test_gauges_one_running_three_waiting_decide_an_ambiguous_queue() -> None:
+    """Finish times with a gap in the dead band, but the server says one ran and three waited."""
+    finishes = [2.0, 3.0, 5.0, 7.0]  # the gap before #2 is 0.5x the single time: ambiguous
+    gauges = _gauges([1] * 30, [3] * 10 + [2] * 10 + [1] * 10)
+    a = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, finishes, gauges=gauges)], tokens_requested=TOKENS)
+    top = a.points[-1]
+    assert top.verdict == "staircase", top.reason
+    assert top.evidence == ("server_gauges",)
+    assert top.batches[0].verdict.times_verdict == "inconclusive"
+    assert a.evidence == ("server_gauges",)
+
+
+def test_gauges_contradicting_the_times_make_the_batch_inconclusive() -> None:
+    # the finish times look like a cluster, but the server says one request ran at a time
+    gauges = _gauges([1] * 10, [3] * 10)
+    a = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, [2.1, 2.12, 2.15, 2.2], gauges=gauges)], tokens_requested=TOKENS)
+    top = a.points[-1]
+    assert top.verdict == "inconclusive"
+    assert "the completion times say cluster" in top.reason and "at most 1 running" in top.reason
+
+
+def test_gauges_that_agree_are_named_as_evidence() -> None:
+    gauges = _gauges([4] * 10, [0] * 10)
+    a = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, [2.5, 2.52, 2.55, 2.6], gauges=gauges)], tokens_requested=TOKENS)
+    assert a.verdict == "cluster"
+    assert a.evidence == ("completion_times", "server_gauges")
+
+
+def test_server_timings_read_a_queue_and_a_cluster() -> None:
+    queue = [_record(i, 2.0 * (i + 1), service_s=2.0) for i in range(4)]
+    reading = W.timing_reading(queue, 4)
+    assert reading is not None and reading.schedule == "staircase"
+    batch = [_record(i, 2.6, service_s=2.55) for i in range(4)]
+    reading = W.timing_reading(batch, 4)
+    assert reading is not None and reading.schedule == "cluster"
+    slots = [_record(i, 2.0 * (i // 2 + 1), service_s=2.0) for i in range(4)]
+    reading = W.timing_reading(slots, 4)
+    assert reading is not None and (reading.schedule, reading.slots) == ("partial", 2)
+
+
+def test_server_timings_decide_when_the_times_are_ambiguous() -> None:
+    finishes = [2.0, 3.0, 5.0, 7.0]
+    services = [2.0, 1.0, 2.0, 2.0]  # unequal services: no timing reading, so nothing decides
+    a = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, finishes, services=services)], tokens_requested=TOKENS)
+    assert a.verdict == "inconclusive"
+
+
+def test_gauges_above_n_are_other_clients_and_no_witness() -> None:
+    assert W.gauge_reading(_gauges([6] * 5, [0] * 5), 4) is None
+    assert W.gauge_reading(_gauges([1, 1], [3, 3]), 4) is None  # too few readings
+
+
+def test_an_inconclusive_point_says_the_machine_was_busy() -> None:
+    noise = ClientNoise(cpus=2, load_avg_1m=1.9, busy_frac=0.97, steal_frac=0.0, loop_lag_p99_ms=1.0)
+    run = [_batch(1, [2.0]), _batch(4, [2.0, 3.0, 5.0, 7.0], noise=noise)]
+    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    assert a.points[-1].verdict == "inconclusive"
+    assert "the machine was busy: load 1.9 on 2 cores" in a.points[-1].reason
+
+
+# --- repetition: the reps must agree, at least half of them definite --------------------------
+
+
+def test_one_inconclusive_rep_and_one_staircase_decide() -> None:
+    run = [_batch(1, [2.0]), _batch(4, [2.0, 3.0, 5.0, 7.0]), _batch(4, _queue(4, 2.0), rep=1)]
+    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    assert a.points[-1].verdict == "staircase" and a.points[-1].reps_taken == 2
+    assert "1 of 2 reps staircase" in a.points[-1].reason
+
+
+def test_one_definite_rep_of_three_is_not_enough() -> None:
+    ambiguous = [2.0, 3.0, 5.0, 7.0]
+    run = [_batch(1, [2.0]), _batch(4, ambiguous), _batch(4, ambiguous, rep=1), _batch(4, _queue(4, 2.0), rep=2)]
+    assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "inconclusive"
+
+
+def test_reps_naming_two_schedules_are_inconclusive() -> None:
+    run = [_batch(1, [2.0]), _batch(4, [2.2, 2.21, 2.22, 2.23]), _batch(4, _queue(4, 2.0), rep=1)]
+    assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "inconclusive"
+
+
+# --- arms labels: a claim needs its own evidence ------------------------------------------------
+
+
+def test_a_generation_interval_straddling_one_with_a_rising_aggregate_is_not_pipelining() -> None:
+    """Measured on --parallel 4 under load: aggregate x2.15 and generation stage x2.15, whose
+    interval reached below 1; the old rule said pipelining."""
+    label = A.label_arm(A.Estimate(2.15, 1.9, 2.4, 6), A.Estimate(2.15, 0.97, 2.6, 6))
+    assert label == "inconclusive"
+
+
+def test_none_needs_the_aggregate_shown_not_to_gain() -> None:
+    assert A.label_arm(A.Estimate(1.01, 0.97, 1.06, 6), A.Estimate(1.0, 0.97, 1.03, 6)) == "none"
+    assert A.label_arm(A.Estimate(1.04, 0.95, 1.25, 6), A.Estimate(1.0, 0.97, 1.03, 6)) == "inconclusive"
+
+
+def test_a_serial_server_that_speeds_up_warns() -> None:
+    cells = [
+        # the same 512 tokens in less time every rep: the serial arm speeds up 4x over the run
+        A.Cell(rep=r, position=0, concurrency=1, wall_s=1.0 / (1 + r), tokens=512, decode_tokens=508,
+               decoding_union_s=0.9 / (1 + r), decoding_sum_s=0.9 / (1 + r), per_user_rate_tok_s=100.0, ttft_s=0.1,
+               start_s=10.0 * r)
+        for r in range(4)
+    ]
+    messages = [w.message for w in A.analyse(cells).warnings]
+    assert any("gained" in m and "faster" in m for m in messages), messages
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    single=st.floats(0.5, 8.0),
+    ref_factor=st.floats(0.3, 3.0),
+    noise=st.lists(st.floats(-0.15, 0.15), min_size=4, max_size=4),
+    running=st.sampled_from([None, 1]),
+)
+def test_a_queue_with_any_reference_and_noise_is_never_a_cluster_or_partial(single, ref_factor, noise, running):
+    """A serial server: N=4 steps of one single time each (+-15%), measured against an N=1 reference
+    that may be off by 0.3x-3x, with or without its gauges. Never anything but staircase or inconclusive."""
+    t, ends = 0.0, []
+    for x in noise:
+        t += single * (1 + x)
+        ends.append(t)
+    gauges = None if running is None else _gauges([1] * 10, [3] * 5 + [1] * 5)
+    run = [_batch(1, [single * ref_factor]), _batch(4, ends, gauges=gauges)]
+    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    assert a.verdict in ("staircase", "inconclusive"), a.verdict_reason
+    assert a.trend != "rising", a.trend_reason
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    single=st.floats(0.5, 8.0),
+    slow=st.floats(1.0, 3.5),
+    ref_factor=st.floats(0.3, 3.0),
+    noise=st.lists(st.floats(-0.05, 0.05), min_size=4, max_size=4),
+)
+def test_a_batch_with_any_reference_is_never_a_staircase_or_partial(single, slow, ref_factor, noise):
+    ends = [single * slow * (1 + x) for x in noise]
+    gauges = _gauges([4] * 10, [0] * 10)
+    run = [_batch(1, [single * ref_factor]), _batch(4, ends, gauges=gauges)]
+    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    assert a.verdict in ("cluster", "inconclusive"), a.verdict_reason

@@ -1,0 +1,183 @@
+"""The witnesses beside the stopwatch: gauge parsing per engine, the sampler against a real socket,
+the noise meter, and control calls that survive a server closing its connections."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiohttp import web
+
+from servecheck.client.base import Target
+from servecheck.load import witness as W
+from servecheck.load.driver import LoadDriver
+from servecheck.model.records import GaugeSample, ServerGauges
+
+VLLM_METRICS = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="tiny"} 1.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 3.0
+"""
+LLAMA_METRICS = """\
+# HELP llamacpp:requests_processing Number of requests processing.
+# TYPE llamacpp:requests_processing gauge
+llamacpp:requests_processing 2
+# HELP llamacpp:requests_deferred Number of requests deferred.
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 2
+"""
+SGLANG_METRICS = """\
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="m"} 4
+# TYPE sglang:num_queue_reqs gauge
+sglang:num_queue_reqs{model_name="m"} 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "engine", "reading"),
+    [(VLLM_METRICS, "vllm", (1, 3)), (LLAMA_METRICS, "llama.cpp", (2, 2)), (SGLANG_METRICS, "sglang", (4, 0))],
+)
+def test_metrics_gauges_per_engine(text: str, engine: str, reading: tuple[int, int]) -> None:
+    source = W.metrics_source(None, text)
+    assert source is not None and source.engine == engine and source.path == "/metrics"
+    assert source.read(text.encode()) == reading
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "not prometheus {{{", "vllm:num_requests_running NaN\n", "vllm:num_requests_running -3\n",
+     "vllm:num_requests_running 1e300\n", "other_metric 1\n"],
+)
+def test_implausible_or_absent_gauges_are_no_reading(text: str) -> None:
+    got = W.read_metrics(text, "vllm:num_requests_running", "vllm:num_requests_waiting")
+    assert got is None or got[0] is None
+
+
+def test_slots_count_the_processing_ones() -> None:
+    slots = [{"id": 0, "is_processing": True}, {"id": 1, "is_processing": False}, {"id": 2, "is_processing": True}]
+    assert W.read_slots(json.dumps(slots)) == (2, None)
+    assert W.read_slots("[]") is None and W.read_slots("{}") is None and W.read_slots("oops") is None
+
+
+def test_peaks_of_the_samples() -> None:
+    g = ServerGauges("x", 0.2, (GaugeSample(1, 1, 3), GaugeSample(2, 2, None), GaugeSample(3, None, 1)))
+    assert (g.peak_running, g.peak_waiting) == (2, 3)
+    assert ServerGauges("x", 0.2).peak_running is None
+
+
+def _gauge_app(state: dict[str, int], *, metrics: bool = True) -> web.Application:
+    async def metrics_route(_: web.Request) -> web.Response:
+        state["reads"] += 1
+        if not metrics:
+            return web.Response(status=501, text="metrics disabled")
+        running = min(state["reads"], 4)
+        return web.Response(text=f"llamacpp:requests_processing {running}\nllamacpp:requests_deferred {4 - running}\n")
+
+    async def slots_route(_: web.Request) -> web.Response:
+        return web.json_response([{"id": 0, "is_processing": True}])
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_route)
+    app.router.add_get("/slots", slots_route)
+    return app
+
+
+async def _serve(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+async def test_the_sampler_reads_a_real_server_until_stopped() -> None:
+    state = {"reads": 0}
+    runner, url = await _serve(_gauge_app(state))
+    try:
+        async with LoadDriver(Target(url=url, api="llamacpp")) as driver:
+            source = await driver.gauge_source()
+            assert source is not None and source.label == "llama.cpp /metrics"
+            sampler = W.GaugeSampler(source, driver.fetch_raw, driver.clock.now_ns, interval_s=0.02)
+            sampler.start()
+            await asyncio.sleep(0.3)
+            gauges = await sampler.stop()
+    finally:
+        await runner.cleanup()
+    assert len(gauges.samples) >= 3
+    # looking for the source read /metrics once (running 1); the sampler's readings start at 2
+    assert gauges.peak_running == 4 and gauges.peak_waiting == 2
+    assert [s.t_ns for s in gauges.samples] == sorted(s.t_ns for s in gauges.samples)
+
+
+async def test_without_metrics_the_slots_are_the_witness() -> None:
+    runner, url = await _serve(_gauge_app({"reads": 0}, metrics=False))
+    try:
+        async with LoadDriver(Target(url=url, api="llamacpp")) as driver:
+            source = await driver.gauge_source()
+    finally:
+        await runner.cleanup()
+    assert source is not None and source.path == "/slots"
+
+
+async def test_a_dead_witness_is_absent_not_an_error() -> None:
+    runner, url = await _serve(web.Application())  # nothing but 404s
+    try:
+        async with LoadDriver(Target(url=url, api="llamacpp")) as driver:
+            assert await driver.gauge_source() is None
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_noise_meter_measures_the_batch() -> None:
+    meter = W.NoiseMeter()
+    meter.start()
+    await asyncio.sleep(0.1)
+    noise = await meter.stop()
+    assert noise.cpus >= 1
+    assert noise.loop_lag_p99_ms is not None and noise.loop_lag_p99_ms >= 0
+    assert noise.busy_frac is None or 0.0 <= noise.busy_frac <= 1.0
+
+
+def test_noise_from_proc_stat_deltas() -> None:
+    noise = W.noise_from((1000, 600, 0), (1100, 610, 5), 1.9, [0.001, 0.002, 0.030])
+    assert noise.busy_frac == pytest.approx(0.9)
+    assert noise.steal_frac == pytest.approx(0.05)
+    assert noise.loop_lag_max_ms == pytest.approx(30.0)
+
+
+async def test_control_calls_survive_a_server_that_closes_idle_connections() -> None:
+    """A server that answers one request per connection and closes it without a word on the next
+    (what llama-server does to a pooled keep-alive connection): every control call still lands."""
+    served = {"requests": 0}
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
+        await reader.readexactly(length)
+        served["requests"] += 1
+        body = json.dumps({"tokens": [1, 2, 3]}).encode()
+        # No "Connection: close": the client may keep the connection, which this server then drops.
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with LoadDriver(Target(url=f"http://127.0.0.1:{port}", api="llamacpp")) as driver:
+            statuses = []
+            for _ in range(5):
+                status, _ = await driver.probe("POST", "/tokenize", {"content": "hello"})
+                statuses.append(status)
+                await asyncio.sleep(0.1)  # the server has closed the last connection by now
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert statuses == [200] * 5 and served["requests"] == 5
