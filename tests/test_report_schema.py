@@ -58,6 +58,8 @@ def test_every_field_of_a_real_run_is_documented(tmp_path: Path) -> None:
         common = ["--tokens", "8", "--prompt-tokens", "8", "--no-save"]
         docs.append(run(["staircase", server.url, "--n", "1,2", *common], tmp_path / "s.json"))
         docs.append(run(["arms", server.url, "--arms", "1,2", "--reps", "2", *common], tmp_path / "a.json"))
+        docs.append(run(["capacity", server.url, "--min-user-rate", "1", "--max-ttft", "5", "--max-n", "2", *common],
+                        tmp_path / "cap.json"))
         docs.append(run(["prefix-cache", server.url, "--prompt-tokens", "200", "--repeats", "2", "--no-save"], tmp_path / "p.json"))
     docs.append(run(["log", str(log), "--flags", "-np 4 --cont-batching", "--no-save"], tmp_path / "l.json"))
     docs.append(run(["roofline", "--bytes-per-token", "1.849GB", "--tok-s", "97.83", "--bandwidth", "265-315",

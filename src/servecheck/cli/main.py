@@ -25,6 +25,7 @@ from servecheck.errors import ServecheckError, UsageError
 COMMANDS: dict[str, str] = {
     "staircase": "servecheck.cli.staircase",
     "arms": "servecheck.cli.arms",
+    "capacity": "servecheck.cli.capacity",
     "prefix-cache": "servecheck.cli.prefix_cache",
     "log": "servecheck.cli.log",
     "audit": "servecheck.cli.audit",

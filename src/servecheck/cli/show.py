@@ -16,7 +16,12 @@ from servecheck.report.terminal import render_doc
 from servecheck.store.refs import load_runs
 
 # Commands whose module renders its whole terminal report from the JSON document alone.
-REPORT_LINES = {"staircase": "servecheck.cli.staircase", "arms": "servecheck.cli.arms", "roofline": "servecheck.cli.roofline"}
+REPORT_LINES = {
+    "staircase": "servecheck.cli.staircase",
+    "arms": "servecheck.cli.arms",
+    "capacity": "servecheck.cli.capacity",
+    "roofline": "servecheck.cli.roofline",
+}
 ALARM = ("INVALID", "INCOMPLETE", "REFUSED")
 
 

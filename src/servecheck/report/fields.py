@@ -55,6 +55,11 @@ def verdict(doc: dict[str, Any]) -> str | None:
         return word
     if doc.get("headline_refused") is True:
         return "refused"
+    if command(doc) == "capacity" and as_str(doc.get("limit")):
+        held = as_int(doc.get("max_concurrency"))
+        if doc.get("limit") == "undetermined":
+            return "undetermined" if held is None else f"holds >= {held} (undetermined)"
+        return f"holds {held} ({doc['limit']})"
     arms = [as_dict(a) for a in as_list(doc.get("arms"))]
     if arms:
         top = max(arms, key=lambda a: as_float(a.get("concurrency")) or 0.0)

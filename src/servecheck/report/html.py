@@ -687,6 +687,58 @@ def _deviant_cells(doc: dict[str, Any]) -> str:
     return f"<h3>Cells whose output length deviates</h3><ul class=\"warnings\">{items}</ul>"
 
 
+# ---------------------------------------------------------------- capacity
+
+
+def _capacity_section(doc: dict[str, Any]) -> str:
+    """The answer, the probe table, and per-user rate and aggregate against N with the floor drawn."""
+    points = [as_dict(p) for p in as_list(doc.get("points"))]
+    design = as_dict(doc.get("design"))
+    answer = as_str(doc.get("answer"))
+    parts = [f'<p class="verdict">{esc(answer)}</p>' if answer else "",
+             reason_line(f"limit: {as_str(doc.get('limit')) or DASH}", as_dict(doc.get("least_marginal")).get("text")),
+             "<h3>Probes</h3>", _capacity_table(points), _capacity_charts(points, as_float(design.get("min_user_rate_tok_s")))]
+    drift = as_dict(doc.get("drift"))
+    start, end, change = (as_float(drift.get(k)) for k in ("start_tok_s", "end_tok_s", "change"))
+    if start is not None and end is not None and change is not None:
+        parts.append(f"<h3>Checks</h3><ul><li>{esc(f'drift: serial baseline {start:.1f} → {end:.1f} tok/s per user (start vs end): {change:+.1%}')}</li></ul>")
+    return "\n".join(p for p in parts if p)
+
+
+def _capacity_table(points: list[dict[str, Any]]) -> str:
+    rows = []
+    for p in points:
+        lo, hi = as_range(p.get("per_user_interval"))
+        t_lo, t_hi = as_range(p.get("ttft_interval"))
+        rows.append([
+            fmt(p.get("n"), 0),
+            fmt(p.get("per_user_tok_s"), 1) + (f' <span class="ci">[{fmt(lo, 1)}, {fmt(hi, 1)}]</span>' if lo is not None else ""),
+            fmt(p.get("ttft_s"), 3) + (f' <span class="ci">[{fmt(t_lo, 3)}, {fmt(t_hi, 3)}]</span>' if t_lo is not None else ""),
+            fmt(p.get("aggregate_tok_s"), 1), fmt(p.get("marginal_gain_tok_s_per_user"), 1),
+            fmt_signed_pct(p.get("marginal_per_user_change")), fmt_pct(p.get("interval_level")),
+            f'<span class="label-{esc(p.get("status", ""))}">{fmt(p.get("status"))}</span>', fmt(p.get("reason")),
+        ])
+    headers = ["N", "per-user tok/s", "TTFT s", "aggregate tok/s", "marginal tok/s per added user", "marginal per-user change",
+               "interval level", "status", "reason"]
+    return table(headers, rows, frozenset(range(7)))
+
+
+def _capacity_charts(points: list[dict[str, Any]], floor: float | None) -> str:
+    per_user = _series_points(points, "per_user_tok_s")
+    aggregate = _series_points(points, "aggregate_tok_s")
+    if not per_user and not aggregate:
+        return ""
+    series = [Series("per-user rate tok/s", per_user, "secondary")] if per_user else []
+    if floor is not None and per_user:
+        xs = [x for x, _ in per_user]
+        series.append(Series(f"floor {floor:g} tok/s", ((min(xs), floor), (max(xs), floor)), "s4"))
+    charts = [line_chart(series, title="Per-user rate against N (floor in red)", x_label="users in flight (N)", y_label="tok/s")] if series else []
+    if aggregate:
+        charts.append(line_chart([Series("aggregate tok/s", aggregate, "primary")], title="Aggregate against N",
+                                 x_label="users in flight (N)", y_label="tok/s"))
+    return "\n".join(charts)
+
+
 # ---------------------------------------------------------------- prefix cache
 
 
@@ -837,6 +889,7 @@ RENDERERS: dict[str, Renderer] = {
     "bandwidth": _bandwidth_section,
     "staircase": _staircase_section,
     "arms": _arms_section,
+    "capacity": _capacity_section,
     "prefix-cache": _prefix_cache_section,
     "roofline": _roofline_section,
     "log": _log_section,

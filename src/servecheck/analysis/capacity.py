@@ -1,0 +1,589 @@
+"""How many users a server holds above a per-user floor: the pure analysis behind `servecheck capacity`.
+
+A probe at N keeps N equal requests in flight (a closed loop) and is reduced here to per-request
+samples from its steady part. A probed N passes only when the order-statistic interval of the
+per-user rate at the asked percentile lies wholly above the floor (and, with a TTFT ceiling, the
+TTFT interval wholly below it); `max_concurrency` is never an N that was not shown to pass.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from servecheck.analysis.arms import DRIFT_WARN_LOSS, OUTPUT_DEVIATION_LIMIT, Warning_, per_user_rate_tok_s
+from servecheck.analysis.cache import record_contaminated
+from servecheck.analysis.stats import median
+from servecheck.model.records import NS_PER_S, RequestRecord
+
+Status = Literal["pass", "fail", "uncertain"]
+Limit = Literal["user_rate", "ttft", "max_n", "undetermined"]
+
+# A verdict needs an interval that covers the true percentile with at least this probability
+# (exact, from the binomial: no resampling, no seed). A probe too small to reach it is `uncertain`.
+DECISION_LEVEL = 0.95
+# Each lane's measured requests after its discarded first one. Two, so that every lane contributes
+# a request that started and ended while all N were in flight, and the aggregate window holds at
+# least one whole round of the loop.
+MIN_MEASURED_PER_LANE = 2
+# The serial baseline is measured again at the end; a change beyond this, either way, means the
+# machine drifted while the search ran (the seed's burst-to-plateau 8.2% is the order of the
+# effects looked for). One rule, shared with `arms`.
+DRIFT_LIMIT = DRIFT_WARN_LOSS
+
+
+# --- order statistics ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A sample percentile with its distribution-free interval [x(lo_rank), x(hi_rank)]."""
+
+    estimate: float
+    lo: float
+    hi: float
+    n: int
+    quantile: float  # 0.5 is the median
+    level: float  # the exact chance the interval covers the true quantile
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"estimate": self.estimate, "lo": self.lo, "hi": self.hi, "n": self.n,
+                "quantile": self.quantile, "level": self.level}
+
+
+def _binomial_cdf(n: int, q: float) -> list[float]:
+    """cdf[k] = P(Binomial(n, q) < k), for k = 0 .. n + 1."""
+    out, total = [0.0], 0.0
+    for i in range(n + 1):
+        total += math.comb(n, i) * q**i * (1.0 - q) ** (n - i)
+        out.append(total)
+    return out
+
+
+def coverage(n: int, q: float, lo_rank: int, hi_rank: int) -> float:
+    """P(x(lo_rank) <= true q-quantile <= x(hi_rank)) = P(lo_rank <= Binomial(n, q) < hi_rank)."""
+    cdf = _binomial_cdf(n, q)
+    return cdf[hi_rank] - cdf[lo_rank]
+
+
+def interval_ranks(n: int, q: float, level: float = DECISION_LEVEL) -> tuple[int, int, float]:
+    """Equal-tailed ranks (1-based): x(lo) lies above the true quantile, and x(hi) below it, each
+    with chance at most (1 - level) / 2, so each one-sided verdict errs that rarely. Where n is too
+    small for a tail, that end is the extreme value and the level falls short (reported as it is)."""
+    cdf = _binomial_cdf(n, q)
+    tail = (1.0 - level) / 2.0
+    lo = max([k for k in range(1, n + 1) if cdf[k] <= tail], default=1)
+    hi = min([k for k in range(lo, n + 1) if 1.0 - cdf[k] <= tail], default=n)
+    return lo, hi, (cdf[hi] - cdf[lo]) if hi > lo else 0.0
+
+
+def sample_quantile(ordered: Sequence[float], q: float) -> float:
+    """Linear interpolation between order statistics (the median for q = 0.5)."""
+    pos = q * (len(ordered) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def quantile_interval(values: Sequence[float], q: float, level: float = DECISION_LEVEL) -> Interval:
+    """The q-quantile of `values` with its order-statistic interval; one value gives level 0."""
+    if not values:
+        raise ValueError("quantile_interval of no values")
+    xs = sorted(float(v) for v in values)
+    lo, hi, reached = interval_ranks(len(xs), q, level)
+    return Interval(sample_quantile(xs, q), xs[lo - 1], xs[hi - 1], len(xs), q, reached)
+
+
+def samples_needed(q: float, level: float = DECISION_LEVEL) -> int:
+    """The fewest samples whose interval covers the q-quantile with `level`."""
+    n = 2
+    while interval_ranks(n, q, level)[2] < level:
+        n += 1
+    return n
+
+
+# --- what is judged --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """The floor and ceiling every probe is judged against.
+
+    `percentile` P reads "P% of users are served at least this well": the per-user rate is judged
+    at its (100 - P)th percentile and the TTFT at its Pth (50: both at the median)."""
+
+    min_user_rate_tok_s: float
+    max_ttft_s: float | None = None
+    percentile: float = 50.0
+    level: float = DECISION_LEVEL
+
+    @property
+    def rate_quantile(self) -> float:
+        return 1.0 - self.percentile / 100.0
+
+    @property
+    def ttft_quantile(self) -> float:
+        return self.percentile / 100.0
+
+    @property
+    def words(self) -> str:
+        """How the percentile reads in a sentence."""
+        return "median" if self.percentile == 50 else f"{self.percentile:g}% of users"
+
+    def samples_needed(self) -> int:
+        return max(samples_needed(self.rate_quantile, self.level), samples_needed(self.ttft_quantile, self.level))
+
+    def measured_per_lane(self, n: int) -> int:
+        """Requests each of n lanes sends after its discarded first one. When the lanes finish in
+        step, the last round loses all but one request to the drain, hence the one extra round."""
+        needed = self.samples_needed()
+        return max(MIN_MEASURED_PER_LANE, 1 + math.ceil((needed - 1) / n))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"min_user_rate_tok_s": self.min_user_rate_tok_s, "max_ttft_s": self.max_ttft_s,
+                "percentile": self.percentile, "rate_quantile": self.rate_quantile,
+                "ttft_quantile": self.ttft_quantile, "level": self.level}
+
+
+# --- one probe, from its request records -----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSample:
+    """One closed-loop probe at N reduced to its steady part."""
+
+    n: int
+    rates_tok_s: tuple[float, ...]  # per measured request: tokens after the first / first->last token
+    ttfts_s: tuple[float, ...]
+    aggregate_tok_s: float | None  # tokens produced inside the steady window / its length
+    window_s: tuple[float, float] | None  # (start, end), seconds from the run start
+    requests: int  # sent in the probe, the discarded ones included
+    discarded: int
+    failed: int
+    failure: str | None  # the first failure's reason, in the server's words
+    length_off: tuple[str, ...] = ()  # measured requests more than 5% off the asked length, named
+    contaminated: tuple[str, ...] = ()  # measured requests the prefix cache partly served, named
+
+    @property
+    def measured(self) -> int:
+        return len(self.rates_tok_s)
+
+
+def steady_records(records: Sequence[RequestRecord], n: int) -> tuple[list[RequestRecord], int, int | None]:
+    """(measured records, window start ns, window end ns). The n first sent are each lane's
+    synchronized first request; the window ends when the first lane runs out of work (the first
+    end after the last send), so every request kept ran with all n lanes busy."""
+    by_send = sorted(records, key=lambda r: r.send_ns)
+    first, rest = by_send[:n], by_send[n:]
+    first_ends = [r.end_ns for r in first if r.end_ns is not None]
+    start = max(first_ends) if first_ends else by_send[0].send_ns
+    last_send = by_send[-1].send_ns
+    later = [r.end_ns for r in records if r.end_ns is not None and r.end_ns > last_send]
+    end = min(later) if later else None
+    kept = [r for r in rest if r.ok and r.end_ns is not None and (end is None or r.end_ns <= end)]
+    return kept, start, end
+
+
+def tokens_in_window(records: Sequence[RequestRecord], start_ns: int, end_ns: int) -> float:
+    """Tokens produced inside [start, end]: each record's tokens shared out over its token events."""
+    total = 0.0
+    for r in records:
+        if r.token_ns and r.tokens > 0:
+            inside = sum(1 for t in r.token_ns if start_ns <= t <= end_ns)
+            total += r.tokens * inside / len(r.token_ns)
+    return total
+
+
+def _failure(records: Sequence[RequestRecord]) -> str | None:
+    bad = [r for r in records if not r.ok]
+    if not bad:
+        return None
+    r = bad[0]
+    what = r.error or (f"HTTP {r.http_status}" if r.http_status else r.status)
+    return f"{len(bad)} of {len(records)} requests failed ({r.status}: {what})"
+
+
+def _length_off(records: Sequence[RequestRecord], asked: int) -> tuple[str, ...]:
+    return tuple(
+        f"request {r.index} ({r.nonce}): {r.tokens} tokens for {asked} asked"
+        for r in records
+        if asked > 0 and abs(r.tokens - asked) / asked > OUTPUT_DEVIATION_LIMIT
+    )
+
+
+def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked: int) -> ProbeSample:
+    """Reduce one probe's request records to the samples the verdict reads."""
+    if len(records) < n or n < 1:
+        raise ValueError(f"a probe at N={n} needs at least {n} requests, got {len(records)}")
+    kept, start, end = steady_records(records, n)
+    rates = [x for x in (per_user_rate_tok_s(r) for r in kept) if x is not None]
+    ttfts = [r.ttft_ns / NS_PER_S for r in kept if r.ttft_ns is not None]
+    window = (start, end) if end is not None and end > start else None
+    aggregate = tokens_in_window(records, *window) * NS_PER_S / (window[1] - window[0]) if window else None
+    return ProbeSample(
+        n=n, rates_tok_s=tuple(rates), ttfts_s=tuple(ttfts), aggregate_tok_s=aggregate,
+        window_s=None if window is None else (window[0] / NS_PER_S, window[1] / NS_PER_S),
+        requests=len(records), discarded=n, failed=sum(1 for r in records if not r.ok), failure=_failure(records),
+        length_off=_length_off(kept, tokens_asked),
+        contaminated=tuple(f"request {r.index} ({r.nonce})" for r in kept if record_contaminated(r)),
+    )
+
+
+# --- one probed N: its verdict ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """Every probe at one N pooled, and what they show."""
+
+    n: int
+    probes: int
+    rate: Interval | None
+    ttft: Interval | None
+    aggregate_tok_s: float | None  # median over the probes
+    status: Status
+    rate_status: Status
+    ttft_status: Status | None  # None without a TTFT ceiling
+    reason: str
+    failed: int = 0
+
+    @property
+    def per_user_tok_s(self) -> float | None:
+        return None if self.rate is None else self.rate.estimate
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.ttft is None else self.ttft.estimate
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n, "per_user_tok_s": self.per_user_tok_s, "ttft_s": self.ttft_s,
+            "aggregate_tok_s": self.aggregate_tok_s, "status": self.status,
+            "per_user_interval": None if self.rate is None else [self.rate.lo, self.rate.hi],
+            "ttft_interval": None if self.ttft is None else [self.ttft.lo, self.ttft.hi],
+            "interval_level": None if self.rate is None else self.rate.level,
+            "samples": 0 if self.rate is None else self.rate.n,
+            "rate_status": self.rate_status, "ttft_status": self.ttft_status,
+            "reason": self.reason, "probes": self.probes, "failed": self.failed,
+        }
+
+
+def side(interval: Interval | None, bound: float, *, above: bool, level: float) -> Status:
+    """pass when the interval lies wholly on the good side of `bound`, fail when wholly on the bad one."""
+    if interval is None or interval.level < level:
+        return "uncertain"
+    good_lo, good_hi = (interval.lo > bound, interval.hi < bound) if above else (interval.hi < bound, interval.lo > bound)
+    return "pass" if good_lo else "fail" if good_hi else "uncertain"
+
+
+def combine(*statuses: Status | None) -> Status:
+    shown = [s for s in statuses if s is not None]
+    if "fail" in shown:
+        return "fail"
+    return "pass" if all(s == "pass" for s in shown) else "uncertain"
+
+
+def assess(n: int, probes: Sequence[ProbeSample], c: Criteria) -> Point:
+    """Pool every probe at n and judge it; a failed request fails the whole N, with its reason."""
+    rates = [x for p in probes for x in p.rates_tok_s]
+    ttfts = [x for p in probes for x in p.ttfts_s]
+    rate = quantile_interval(rates, c.rate_quantile, c.level) if rates else None
+    ttft = quantile_interval(ttfts, c.ttft_quantile, c.level) if ttfts else None
+    aggs = [p.aggregate_tok_s for p in probes if p.aggregate_tok_s is not None]
+    failed = sum(p.failed for p in probes)
+    rate_status = side(rate, c.min_user_rate_tok_s, above=True, level=c.level)
+    ttft_status = None if c.max_ttft_s is None else side(ttft, c.max_ttft_s, above=False, level=c.level)
+    failure = next((p.failure for p in probes if p.failure), None)
+    if failure:
+        rate_status = "fail"
+    status = combine(rate_status, ttft_status)
+    return Point(n, len(probes), rate, ttft, median(aggs) if aggs else None, status, rate_status, ttft_status,
+                 failure or _reason(rate, ttft, rate_status, ttft_status, c), failed)
+
+
+def _reason(rate: Interval | None, ttft: Interval | None, rs: Status, ts: Status | None, c: Criteria) -> str:
+    if rate is None:
+        return "no measured request produced a per-user rate"
+    if rate.level < c.level:
+        return f"{rate.n} samples give a {rate.level:.0%} interval, below the {c.level:.0%} a verdict needs"
+    parts = [f"per-user rate [{rate.lo:.1f}, {rate.hi:.1f}] tok/s {_side_words(rs, 'above', 'below')} the "
+             f"{c.min_user_rate_tok_s:g} tok/s floor"]
+    if ts is not None and ttft is not None and c.max_ttft_s is not None:
+        parts.append(f"TTFT [{ttft.lo:.3f}, {ttft.hi:.3f}] s {_side_words(ts, 'below', 'above')} the {c.max_ttft_s:g} s ceiling")
+    return "; ".join(parts)
+
+
+def _side_words(status: Status, good: str, bad: str) -> str:
+    return {"pass": f"wholly {good}", "fail": f"wholly {bad}", "uncertain": "straddles"}[status]
+
+
+# --- the search ------------------------------------------------------------------------------
+
+
+def next_n(statuses: Mapping[int, Status], max_n: int) -> int | None:
+    """The next N to probe: doubling from 1 while every probe passes (capped at max_n), then
+    bisection between the last pass and the first N that did not pass; None when done."""
+    if 1 not in statuses:
+        return 1
+    blocked = [n for n, s in statuses.items() if s != "pass"]
+    if not blocked:
+        top = max(statuses)
+        return None if top >= max_n else min(2 * top, max_n)
+    hi = min(blocked)
+    lo = max((n for n, s in statuses.items() if s == "pass" and n < hi), default=0)
+    return (lo + hi) // 2 if hi - lo > 1 else None
+
+
+# --- the whole run ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Marginal:
+    """What the users added between two probed N buy the operator and cost each user."""
+
+    n: int
+    prev_n: int
+    gain_tok_s_per_user: float  # (aggregate(n) - aggregate(prev)) / (n - prev)
+    aggregate_gain: float  # aggregate(n) / aggregate(prev) - 1
+    per_user_change: float | None  # per-user rate(n) / rate(prev) - 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n": self.n, "prev_n": self.prev_n, "gain_tok_s_per_user": self.gain_tok_s_per_user,
+                "aggregate_gain": self.aggregate_gain, "per_user_change": self.per_user_change}
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """The serial baseline at the start against the same probe at the end."""
+
+    start_tok_s: float
+    end_tok_s: float
+
+    @property
+    def change(self) -> float:
+        return self.end_tok_s / self.start_tok_s - 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start_tok_s": self.start_tok_s, "end_tok_s": self.end_tok_s, "change": self.change,
+                "limit": DRIFT_LIMIT, "exceeded": abs(self.change) > DRIFT_LIMIT}
+
+
+@dataclass(frozen=True, slots=True)
+class NonMonotone:
+    kind: Literal["status", "per_user_rate"]
+    n_low: int
+    n_high: int
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "n_low": self.n_low, "n_high": self.n_high, "message": self.message}
+
+
+@dataclass(frozen=True)
+class CapacityAnalysis:
+    points: tuple[Point, ...]
+    max_concurrency: int | None
+    limit: Limit
+    answer: str
+    marginals: tuple[Marginal, ...]
+    least: Marginal | None
+    drift: Drift | None
+    non_monotone: tuple[NonMonotone, ...]
+    warnings: tuple[Warning_, ...] = field(default=())
+
+    @property
+    def determined(self) -> bool:
+        return self.limit != "undetermined"
+
+    def to_dict(self) -> dict[str, Any]:
+        by_n = {m.n: m for m in self.marginals}
+        return {
+            "max_concurrency": self.max_concurrency,
+            "limit": self.limit,
+            "determined": self.determined,
+            "answer": self.answer,
+            "points": [{**p.to_dict(), **_marginal_fields(by_n.get(p.n))} for p in self.points],
+            "least_marginal": None if self.least is None else {**self.least.to_dict(), "text": least_words(self.least)},
+            "drift": None if self.drift is None else self.drift.to_dict(),
+            "non_monotone": [x.to_dict() for x in self.non_monotone],
+            "warnings": [w.to_dict() for w in self.warnings],
+        }
+
+
+def _marginal_fields(m: Marginal | None) -> dict[str, Any]:
+    return {"prev_n": None if m is None else m.prev_n,
+            "marginal_gain_tok_s_per_user": None if m is None else m.gain_tok_s_per_user,
+            "marginal_aggregate_gain": None if m is None else m.aggregate_gain,
+            "marginal_per_user_change": None if m is None else m.per_user_change}
+
+
+def held(points: Sequence[Point]) -> int | None:
+    """The largest N that passed with every smaller probed N passing; 0 when one user alone
+    fails; None when not even one user is shown either way."""
+    best = 0
+    for p in sorted(points, key=lambda p: p.n):
+        if p.status != "pass":
+            return None if p.n == 1 and p.status == "uncertain" else best
+        best = p.n
+    return best if points else None
+
+
+def limit_of(points: Sequence[Point], held_n: int | None, max_n: int) -> Limit:
+    """What bound the answer: the criterion the next N failed, max_n, or undetermined."""
+    if held_n is None:
+        return "undetermined"
+    nxt = next((p for p in sorted(points, key=lambda p: p.n) if p.n > held_n), None)
+    if nxt is None:
+        return "max_n" if held_n >= max_n else "undetermined"
+    if nxt.n != held_n + 1 or nxt.status != "fail":
+        return "undetermined"
+    return "user_rate" if nxt.rate_status == "fail" else "ttft"
+
+
+def marginals(points: Sequence[Point]) -> list[Marginal]:
+    ordered = [p for p in sorted(points, key=lambda p: p.n) if p.aggregate_tok_s is not None]
+    out = []
+    for prev, cur in zip(ordered, ordered[1:]):
+        assert prev.aggregate_tok_s is not None and cur.aggregate_tok_s is not None
+        change = None
+        if prev.per_user_tok_s and cur.per_user_tok_s is not None:
+            change = cur.per_user_tok_s / prev.per_user_tok_s - 1.0
+        gain = cur.aggregate_tok_s / prev.aggregate_tok_s - 1.0 if prev.aggregate_tok_s > 0 else 0.0
+        out.append(Marginal(cur.n, prev.n, (cur.aggregate_tok_s - prev.aggregate_tok_s) / (cur.n - prev.n), gain, change))
+    return out
+
+
+def non_monotone(points: Sequence[Point]) -> list[NonMonotone]:
+    """A larger N that passed after a smaller one failed, or a per-user rate that rose with N with
+    the two intervals apart: reported as measured, never smoothed over."""
+    ordered = sorted(points, key=lambda p: p.n)
+    out = []
+    for i, a in enumerate(ordered):
+        for b in ordered[i + 1 :]:
+            if a.status == "fail" and b.status == "pass":
+                out.append(NonMonotone("status", a.n, b.n, f"N={b.n} passed although N={a.n} failed"))
+            if a.rate is not None and b.rate is not None and b.rate.lo > a.rate.hi:
+                out.append(NonMonotone("per_user_rate", a.n, b.n, f"the per-user rate rises from N={a.n} "
+                                       f"[{a.rate.lo:.1f}, {a.rate.hi:.1f}] to N={b.n} [{b.rate.lo:.1f}, {b.rate.hi:.1f}] tok/s"))
+    return out
+
+
+def drift_of(start: Point | None, end: ProbeSample | None, c: Criteria) -> Drift | None:
+    if start is None or start.per_user_tok_s is None or end is None or not end.rates_tok_s:
+        return None
+    end_rate = quantile_interval(end.rates_tok_s, c.rate_quantile, c.level).estimate
+    return Drift(start.per_user_tok_s, end_rate) if start.per_user_tok_s > 0 else None
+
+
+def ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _users(n: int) -> str:
+    return f"{n} user{'' if n == 1 else 's'}"
+
+
+def _promise(c: Criteria) -> str:
+    ttft = f" and a first token within {c.max_ttft_s:g} s" if c.max_ttft_s is not None else ""
+    return f"at >= {c.min_user_rate_tok_s:g} tok/s each{ttft} ({c.words})"
+
+
+def _next_words(p: Point, c: Criteria) -> str:
+    """What the first N that did not pass does to its users."""
+    if p.failed:
+        return f"at {p.n} {p.reason}"
+    if p.rate_status == "fail" or p.ttft_status != "fail":
+        rate = "-" if p.per_user_tok_s is None else f"{p.per_user_tok_s:.1f}"
+        return f"the {ordinal(p.n)} drops each to {rate} tok/s"
+    return f"the {ordinal(p.n)} makes users wait {p.ttft_s or 0:.2f} s for a first token"
+
+
+def answer_text(points: Sequence[Point], held_n: int | None, limit: Limit, c: Criteria, max_n: int) -> str:
+    """The answer in one line."""
+    by_n = {p.n: p for p in points}
+    if held_n is None:
+        return (f"undetermined: one user alone is not shown to be served {_promise(c)} or not "
+                f"({by_n[1].reason if 1 in by_n else 'nothing was measured'})")
+    if held_n == 0 and limit != "undetermined":
+        return f"holds 0 users: {_alone_words(by_n[1], c)}"
+    if limit == "max_n":
+        return f"holds at least {_users(held_n)} {_promise(c)}: every N probed passed, up to --max-n {max_n}"
+    nxt = next((p for p in sorted(points, key=lambda p: p.n) if p.n > held_n), None)
+    if limit == "undetermined":
+        tail = f"; N={nxt.n} is {nxt.status} ({nxt.reason})" if nxt is not None else "; the search did not finish"
+        return f"holds at least {_users(held_n)} {_promise(c)}{tail}"
+    assert nxt is not None
+    return f"holds {_users(held_n)} {_promise(c)}; {_next_words(nxt, c)}"
+
+
+def _alone_words(p: Point, c: Criteria) -> str:
+    if p.failed:
+        return f"requests fail with one user alone: {p.reason}"
+    if p.rate_status == "fail":
+        return (f"one user alone gets {p.per_user_tok_s or 0:.1f} tok/s ({c.words}), below the "
+                f"{c.min_user_rate_tok_s:g} tok/s floor")
+    return f"one user alone waits {p.ttft_s or 0:.2f} s for a first token ({c.words}), above the {c.max_ttft_s:g} s ceiling"
+
+
+def least_words(m: Marginal) -> str:
+    cost = "" if m.per_user_change is None else f" and changes each user's rate by {m.per_user_change:+.0%}"
+    users = f"the {ordinal(m.n)} user" if m.n - m.prev_n == 1 else f"each of users {m.prev_n + 1}-{m.n}"
+    return (f"the marginal user buys least from N={m.prev_n} to N={m.n}: {users} adds "
+            f"{m.gain_tok_s_per_user:+.1f} tok/s ({m.aggregate_gain:+.0%} aggregate){cost}")
+
+
+def analyse(
+    probes: Mapping[int, Sequence[ProbeSample]],
+    c: Criteria,
+    *,
+    max_n: int,
+    baseline_end: ProbeSample | None = None,
+) -> CapacityAnalysis:
+    """Everything `servecheck capacity` reports, from the probe samples alone."""
+    points = tuple(assess(n, probes[n], c) for n in sorted(probes) if probes[n])
+    held_n = held(points)
+    limit = limit_of(points, held_n, max_n)
+    margins = tuple(marginals(points))
+    start = next((p for p in points if p.n == 1), None)
+    drift = drift_of(start, baseline_end, c)
+    odd = tuple(non_monotone(points))
+    all_samples = [s for ps in probes.values() for s in ps] + ([baseline_end] if baseline_end else [])
+    return CapacityAnalysis(
+        points=points, max_concurrency=held_n, limit=limit, answer=answer_text(points, held_n, limit, c, max_n),
+        marginals=margins, least=min(margins, key=lambda m: m.gain_tok_s_per_user, default=None), drift=drift,
+        non_monotone=odd, warnings=tuple(_warnings(all_samples, drift, odd, points, c)),
+    )
+
+
+def _warnings(
+    samples: Sequence[ProbeSample], drift: Drift | None, odd: Sequence[NonMonotone], points: Sequence[Point], c: Criteria
+) -> list[Warning_]:
+    out = []
+    if drift is not None and abs(drift.change) > DRIFT_LIMIT:
+        out.append(Warning_(
+            f"drift: the serial baseline moved {drift.change:+.1%} between the start and the end of the search "
+            f"({drift.start_tok_s:.1f} -> {drift.end_tok_s:.1f} tok/s), beyond the {DRIFT_LIMIT:.0%} limit",
+            "the machine changed while probing (heat, other load): let it settle and rerun",
+        ))
+    out += [Warning_(f"non-monotone: {x.message}", "reported as measured; rerun to see whether it holds") for x in odd]
+    off = [name for s in samples for name in s.length_off]
+    if off:
+        out.append(Warning_(f"output-length trap: {len(off)} measured request(s) off the asked length: {'; '.join(off[:4])}",
+                            "the engine does not pin the output length; rates use the tokens actually produced"))
+    dirty = [name for s in samples for name in s.contaminated]
+    if dirty:
+        out.append(Warning_(f"contaminated by the prefix cache: {len(dirty)} measured request(s) had cached prompt tokens",
+                            "restart the server or disable prompt caching and rerun"))
+    short = [p.n for p in points if p.rate is not None and p.rate.level < c.level]
+    if short:
+        out.append(Warning_(f"too few samples for a {c.level:.0%} interval at N={', '.join(map(str, short))}",
+                            "raise --remeasures, or a lower --percentile needs fewer samples"))
+    return out
+
+
+def length_valid(samples: Sequence[ProbeSample]) -> bool:
+    """A run is invalid when any measured request was off the asked output length."""
+    return not any(s.length_off for s in samples)

@@ -1,0 +1,262 @@
+"""`servecheck capacity URL --min-user-rate TOK_S`: how many users a server holds above a per-user
+floor, and what each added user buys the operator and costs each user."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import click
+from rich.console import Console
+
+from servecheck import exitcodes
+from servecheck.analysis.capacity import Criteria
+from servecheck.cli.common import SIMULATED_BANNER, Recorder, make_target, output_options, say, target_options
+from servecheck.cli.context import AppContext
+from servecheck.cli.serve import Served, render_audit, resolve_url, serve_option, served
+from servecheck.client.base import Target
+from servecheck.envinfo import environment
+from servecheck.errors import ServecheckError, UsageError
+from servecheck.experiments.capacity import DEFAULT_REMEASURES, CapacityDesign, CapacityRun, run_capacity
+from servecheck.model.records import ServerInfo
+from servecheck.report.jsonout import envelope
+from servecheck.report.terminal import ProgressHandle, progress
+
+EXIT_INTERRUPTED = exitcodes.INTERRUPTED
+ALARM = ("INVALID", "INCOMPLETE", "SIMULATED", "UNDETERMINED")
+
+
+# ---------------------------------------------------------------- formatting (pure: doc -> lines)
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _interval(iv: list[float] | None, fmt: str) -> str:
+    return "" if not iv else f" [{format(iv[0], fmt)}-{format(iv[1], fmt)}]"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{0.0 if abs(x) < 0.005 else x:+.0%}"
+
+
+def header_lines(doc: dict[str, Any]) -> list[str]:
+    server = doc.get("server") or {}
+    d = doc.get("design") or {}
+    ttft = f", first token within {d['max_ttft_s']:g} s" if d.get("max_ttft_s") is not None else ""
+    lines = []
+    if server:
+        lines.append(f"capacity  {server.get('url', '?')}  api {server.get('dialect', '?')}  model {server.get('model') or '?'}")
+    lines.append(
+        f"floor {d.get('min_user_rate_tok_s', 0):g} tok/s per user{ttft}, judged at percentile {d.get('percentile', 50):g} "
+        f"(per-user rate at its {100 * d.get('rate_quantile', 0.5):g}th, TTFT at its {100 * d.get('ttft_quantile', 0.5):g}th); "
+        f"{d.get('tokens')} tokens per request, {d.get('prompt_tokens')}-token prompts, N up to {d.get('max_n')}"
+    )
+    return lines
+
+
+def point_table(doc: dict[str, Any]) -> list[str]:
+    lines = [f"{'N':>4}  {'per-user tok/s [interval]':>26}  {'TTFT s [interval]':>24}  {'aggregate':>10}  "
+             f"{'status':>9}  {'marginal gain':>22}  level"]
+    for p in doc["points"]:
+        rate = _num(p["per_user_tok_s"], ".1f") + _interval(p.get("per_user_interval"), ".1f")
+        ttft = _num(p["ttft_s"], ".3f") + _interval(p.get("ttft_interval"), ".3f")
+        gain = "-"
+        if p.get("prev_n") is not None:
+            gain = f"{p['marginal_gain_tok_s_per_user']:+.1f}/user ({_pct(p['marginal_aggregate_gain'])})"
+        level = _num(p.get("interval_level"), ".0%")
+        lines.append(f"{p['n']:>4}  {rate:>26}  {ttft:>24}  {_num(p['aggregate_tok_s'], '.1f'):>10}  "
+                     f"{p['status']:>9}  {gain:>22}  {level}")
+    return lines
+
+
+def check_lines(doc: dict[str, Any]) -> list[str]:
+    lines = []
+    least = doc.get("least_marginal")
+    if least:
+        lines.append(least["text"])
+    drift = doc.get("drift")
+    if drift:
+        lines.append(f"drift: serial baseline {drift['start_tok_s']:.1f} -> {drift['end_tok_s']:.1f} tok/s per user "
+                     f"(start vs end): {drift['change']:+.1%}, limit {drift['limit']:.0%} either way")
+    for p in doc["points"]:
+        if p["status"] != "pass":
+            lines.append(f"N={p['n']} {p['status']}: {p['reason']}")
+    return lines
+
+
+def report_lines(doc: dict[str, Any]) -> list[str]:
+    """The whole terminal report, from the JSON document alone."""
+    lines = header_lines(doc) + [""]
+    if doc["points"]:
+        lines += [*point_table(doc), ""]
+    prefix = "" if doc.get("determined") else "UNDETERMINED: "
+    lines.append(f"{prefix}{doc['answer']}")
+    lines.append(f"limit: {doc['limit']}")
+    lines += check_lines(doc)
+    lines += [f"warning: {w['message']}" + (f" ({w['hint']})" if w.get("hint") else "") for w in doc.get("warnings", [])]
+    lines += [f"note: {n}" for n in doc.get("notes", [])]
+    if not doc.get("complete"):
+        lines.append("INCOMPLETE: interrupted; the probes above are all that was measured")
+    if not doc.get("valid", True):
+        lines.append("INVALID: measured requests were off the asked output length (see the warnings)")
+    return lines
+
+
+def exit_code(doc: dict[str, Any], expect_at_least: int | None) -> int:
+    """3 when undetermined, invalid, or the --serve log audit found a refused feature; 4 when
+    --expect-at-least was given and the server holds fewer users."""
+    refused = bool((doc.get("log_audit") or {}).get("refused"))
+    if doc["limit"] == "undetermined" or not doc.get("valid", True) or refused:
+        return exitcodes.INVALID
+    if expect_at_least is not None and (doc["max_concurrency"] or 0) < expect_at_least:
+        return exitcodes.EXPECT_MISMATCH
+    return exitcodes.OK
+
+
+# ---------------------------------------------------------------- running
+
+
+class _Session:
+    """Ties the experiment's callbacks to the recorder and the progress console."""
+
+    def __init__(self, head: dict[str, Any], design: CapacityDesign, recorder: Recorder, err: Console) -> None:
+        self.head = head
+        self.design = design
+        self.recorder = recorder
+        self.err = err
+        self.last: CapacityRun | None = None
+        self.bar = ProgressHandle(None, None)
+
+    def doc(self, run: CapacityRun) -> dict[str, Any]:
+        return {**self.head, **run.to_doc()}
+
+    def on_server(self, server: ServerInfo) -> None:
+        # The history row starts once a server answered, so an unreachable URL leaves no empty run behind.
+        self.recorder.start(self.doc(CapacityRun(self.design, server=server)))
+        engine = f", engine {server.engine}" if server.engine else ""
+        say(self.err, f"detected {server.dialect} API at {server.url}, model {server.model or '?'}{engine}")
+        if server.simulated:
+            say(self.err, SIMULATED_BANNER, "bold yellow")
+
+    def on_probe(self, run: CapacityRun) -> None:
+        self.last = run
+        self.recorder.partial(self.doc(run))
+        self.bar.advance()
+        probe = run.probes[-1]
+        s = probe.sample
+        status = run.statuses().get(probe.n, "-") if probe.purpose != "baseline_end" else "baseline again"
+        say(self.err, f"N={probe.n} ({probe.purpose}): {s.measured} measured of {s.requests} sent, "
+                      f"aggregate {s.aggregate_tok_s or 0:.1f} tok/s -> {status}", "dim")
+
+
+async def _measure(target: Target, session: _Session, design: CapacityDesign, **kw: Any) -> CapacityRun:
+    from servecheck.load.driver import LoadDriver
+
+    async with LoadDriver(target) as driver:
+        return await run_capacity(driver, design, on_probe=session.on_probe, on_server=session.on_server, **kw)
+
+
+def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_: Served | None = None) -> None:
+    console = app.err if json_to_stdout else app.out
+    lines = report_lines(doc)
+    if doc.get("simulated"):
+        lines = [SIMULATED_BANNER, *lines]
+    for line in lines:
+        say(console, line, "bold yellow" if line.startswith(ALARM) else None)
+    if served_ is not None and served_.owned:
+        render_audit(console, served_)
+
+
+@click.command("capacity")
+@click.argument("url", required=False)
+@click.option("--min-user-rate", "min_user_rate", type=float, required=True, metavar="TOK_S",
+              help="The per-user floor: generation rate (tokens after the first / first to last token) each user must keep.")
+@click.option("--max-ttft", "max_ttft", type=float, default=None, metavar="S",
+              help="Also a ceiling on the time to first token, in seconds.")
+@click.option("--percentile", type=float, default=50.0, show_default=True,
+              help="P% of users must be served at least this well: the rate is judged at its (100-P)th percentile, TTFT at its Pth.")
+@click.option("--max-n", type=int, default=64, show_default=True, help="The most users in flight to probe.")
+@click.option("--tokens", type=int, default=128, show_default=True, help="Output tokens per request (pinned where the engine allows).")
+@click.option("--prompt-tokens", type=int, default=64, show_default=True, help="Prompt length in tokens (equal for every request).")
+@click.option("--remeasures", type=int, default=DEFAULT_REMEASURES, show_default=True,
+              help="Extra probes at an N left uncertain (their samples pooled) before it stays uncertain.")
+@click.option("--expect-at-least", "expect_at_least", type=int, default=None, metavar="N",
+              help="Exit 4 when the server holds fewer than N users (for CI gates).")
+@click.option("--seed", type=int, default=None,
+              help="Seed for the prompts and nonces (default: fresh each run, recorded in the result).")
+@serve_option
+@target_options
+@output_options
+@click.pass_obj
+def cmd(
+    app: AppContext,
+    url: str | None,
+    min_user_rate: float,
+    max_ttft: float | None,
+    percentile: float,
+    max_n: int,
+    tokens: int,
+    prompt_tokens: int,
+    remeasures: int,
+    expect_at_least: int | None,
+    seed: int | None,
+    serve_command: str | None,
+    serve_log: str | None,
+    api: str,
+    model: str | None,
+    api_key: str | None,
+    headers: tuple[str, ...],
+    first_token_timeout_s: float,
+    json_path: str | None,
+    html_path: str | None,
+    db_path: str | None,
+    no_save: bool,
+) -> int:
+    """Probe N = 1, 2, 4, ... users in a closed loop (then bisect) and report the most users the server
+    holds with each above --min-user-rate (and under --max-ttft), with what every added user buys."""
+    design = CapacityDesign(Criteria(min_user_rate, max_ttft, percentile), max_n, tokens, prompt_tokens, remeasures)
+    design.check()
+    if expect_at_least is not None and expect_at_least < 0:
+        raise UsageError(f"--expect-at-least must be >= 0, got {expect_at_least}", "for example --expect-at-least 4")
+    url = resolve_url(url, serve_command)
+    prompt_seed = random.SystemRandom().randrange(2**32) if seed is None else seed
+    recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
+    try:
+        with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
+            target = make_target(server.url, api=api, model=model, api_key=api_key, headers=headers,
+                                 first_token_timeout_s=first_token_timeout_s)
+            params = {**target.public_dict(), "design": design.to_dict(), "expect_at_least": expect_at_least,
+                      "seed": prompt_seed, "serve": serve_command}
+            session = _Session(envelope("capacity", params, environment()), design, recorder, app.err)
+            try:
+                with progress(app, "capacity: probes") as session.bar:
+                    run = _measure_saving_partial(target, session, design, rng=random.Random(prompt_seed))
+            except KeyboardInterrupt:
+                return _interrupted(app, session, json_path == "-")
+        # The log audit exists only once the server has stopped, so the document is finished here.
+        doc = recorder.finish({**session.doc(run), "log_audit": server.audit_doc()})
+    finally:
+        recorder.close()
+    _render(app, doc, json_path == "-", server)
+    return exit_code(doc, expect_at_least)
+
+
+def _measure_saving_partial(target: Target, session: _Session, design: CapacityDesign, **kw: Any) -> CapacityRun:
+    """A failure after some probes still saves them, marked incomplete."""
+    try:
+        return asyncio.run(_measure(target, session, design, **kw))
+    except ServecheckError:
+        if session.last is not None:
+            session.recorder.interrupted()
+        raise
+
+
+def _interrupted(app: AppContext, session: _Session, json_to_stdout: bool) -> int:
+    say(app.err, "Interrupted: saving the partial result (complete: false)", "bold yellow")
+    doc = session.recorder.interrupted()
+    if session.last is not None and doc is not None:
+        _render(app, doc, json_to_stdout)
+    return EXIT_INTERRUPTED

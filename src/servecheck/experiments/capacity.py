@@ -1,0 +1,223 @@
+"""The capacity experiment: closed-loop probes at N = 1, 2, 4, ... then bisection, and the serial
+baseline measured again at the end so drift cannot pose as a capacity effect.
+
+A probe at N keeps exactly N equal requests in flight: the driver's N lanes each send their next
+request the moment the last one ends, every request on a fresh connection with its own nonce.
+Each lane's first request (the synchronized start) is discarded by the analysis. The caller gets
+the run after every probe, so nothing measured is lost to a crash or a Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from servecheck.analysis.capacity import (
+    CapacityAnalysis,
+    Criteria,
+    ProbeSample,
+    Status,
+    analyse,
+    assess,
+    length_valid,
+    next_n,
+    probe_from_records,
+)
+from servecheck.errors import ServerError, UsageError
+from servecheck.experiments.common import queue_wait_s
+from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
+
+OnProbe = Callable[["CapacityRun"], None]
+RequestFactory = Callable[..., Any]
+
+# Re-measures of a probe left `uncertain` before it stays so: each pools its samples with the
+# earlier ones, so the interval narrows; two more probes at most keep a run's length predictable.
+DEFAULT_REMEASURES = 2
+
+
+@dataclass(frozen=True)
+class CapacityDesign:
+    """What every probe sends and what it is judged against."""
+
+    criteria: Criteria
+    max_n: int = 64
+    tokens: int = 128
+    prompt_tokens: int = 64
+    remeasures: int = DEFAULT_REMEASURES
+
+    def check(self) -> None:
+        """Raise UsageError with a one-line reason for any design that cannot answer the question."""
+        c = self.criteria
+        if self.max_n < 1:
+            raise UsageError(f"--max-n must be >= 1, got {self.max_n}", "for example --max-n 64")
+        if not c.min_user_rate_tok_s > 0:
+            raise UsageError(f"--min-user-rate must be > 0 tok/s, got {c.min_user_rate_tok_s:g}", "for example --min-user-rate 20")
+        if c.max_ttft_s is not None and not c.max_ttft_s > 0:
+            raise UsageError(f"--max-ttft must be > 0 s, got {c.max_ttft_s:g}", "for example --max-ttft 0.5")
+        if not 0 < c.percentile < 100:
+            raise UsageError(f"--percentile must lie between 0 and 100, got {c.percentile:g}", "for example --percentile 50")
+        if self.tokens < 2 or self.prompt_tokens < 1 or self.remeasures < 0:
+            raise UsageError("--tokens must be >= 2, --prompt-tokens >= 1 and --remeasures >= 0",
+                             "a per-user rate needs tokens after the first: for example --tokens 128")
+
+    def requests_at(self, n: int) -> int:
+        """Every request a probe at n sends: each lane's discarded first plus its measured ones."""
+        return n * (1 + self.criteria.measured_per_lane(n))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.criteria.to_dict(), "max_n": self.max_n, "tokens": self.tokens,
+                "prompt_tokens": self.prompt_tokens, "remeasures": self.remeasures,
+                "samples_needed": self.criteria.samples_needed()}
+
+
+@dataclass(frozen=True)
+class MeasuredProbe:
+    """One probe as it ran: its samples, its timing and every request record."""
+
+    n: int
+    purpose: str  # "search", "remeasure" or "baseline_end"
+    sample: ProbeSample
+    release_ns: int
+    dispatch_skew_ns: int
+    records: tuple[RequestRecord, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.sample
+        return {
+            "n": self.n, "purpose": self.purpose, "release_s": self.release_ns / NS_PER_S,
+            "dispatch_skew_s": self.dispatch_skew_ns / NS_PER_S, "window_s": None if s.window_s is None else list(s.window_s),
+            "requests_sent": s.requests, "discarded": s.discarded, "measured": s.measured, "failed": s.failed,
+            "failure": s.failure, "aggregate_tok_s": s.aggregate_tok_s, "per_user_rates_tok_s": list(s.rates_tok_s),
+            "ttfts_s": list(s.ttfts_s), "length_off": list(s.length_off),
+            "requests": [r.to_dict(with_token_times=False) for r in self.records],
+        }
+
+
+@dataclass(frozen=True)
+class CapacityRun:
+    """Everything a capacity run measured; the analysis is computed from it."""
+
+    design: CapacityDesign
+    server: ServerInfo | None = None
+    warmup: RequestRecord | None = None
+    probes: tuple[MeasuredProbe, ...] = ()
+    complete: bool = False
+
+    def samples(self) -> dict[int, list[ProbeSample]]:
+        out: dict[int, list[ProbeSample]] = {}
+        for p in self.probes:
+            if p.purpose != "baseline_end":
+                out.setdefault(p.n, []).append(p.sample)
+        return out
+
+    def baseline_end(self) -> ProbeSample | None:
+        return next((p.sample for p in self.probes if p.purpose == "baseline_end"), None)
+
+    def statuses(self) -> dict[int, Status]:
+        c = self.design.criteria
+        return {n: assess(n, s, c).status for n, s in self.samples().items()}
+
+    def analysis(self) -> CapacityAnalysis:
+        return analyse(self.samples(), self.design.criteria, max_n=self.design.max_n, baseline_end=self.baseline_end())
+
+    def to_doc(self) -> dict[str, Any]:
+        """The capacity fields of the JSON document (the CLI puts the envelope around them)."""
+        return {
+            **self.analysis().to_dict(),
+            "command": "capacity",
+            "valid": length_valid([p.sample for p in self.probes]),
+            "complete": self.complete,
+            "simulated": bool(self.server and self.server.simulated),
+            "design": self.design.to_dict(),
+            "server": None if self.server is None else self.server.to_dict(),
+            "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
+            "probes": [p.to_dict() for p in self.probes],
+            "notes": list(notes(self.design)),
+        }
+
+
+def notes(design: CapacityDesign) -> tuple[str, ...]:
+    c = design.criteria
+    return (
+        f"intervals: order statistics of the per-request samples, covering the true percentile with "
+        f"{c.level:.0%} confidence or more (reported per point); {c.samples_needed()} samples are the fewest "
+        "that can reach it",
+        "the samples of one probe share one server state: the interval covers the requests of this run, "
+        "not every future run",
+    )
+
+
+async def _make(factory: RequestFactory | None, driver: Any, n: int, design: CapacityDesign, rng: random.Random,
+                start: int) -> list[GenRequest]:
+    if factory is None:
+        from servecheck.load.prompts import make_requests as factory
+    reqs = factory(driver, n, design.prompt_tokens, design.tokens, rng, start)
+    if inspect.isawaitable(reqs):
+        reqs = await reqs
+    return list(reqs)
+
+
+async def _warm_up(factory: RequestFactory | None, driver: Any, design: CapacityDesign, rng: random.Random) -> RequestRecord:
+    (req,) = await _make(factory, driver, 1, design, rng, 0)
+    record = await driver.generate(req)
+    if not record.ok:
+        raise ServerError(
+            f"the warm-up request failed: {record.error or record.status}",
+            "check the URL, --model and --api; the server must answer one request before the probes run",
+            status=record.http_status,
+        )
+    return record
+
+
+class _Prober:
+    """Sends the probes of one run, numbering requests across the whole run."""
+
+    def __init__(self, driver: Any, design: CapacityDesign, rng: random.Random, factory: RequestFactory | None) -> None:
+        self.driver, self.design, self.rng, self.factory = driver, design, rng, factory
+        self.next_index = 1  # 0 is the warm-up
+
+    async def probe(self, n: int, purpose: str, warmup: RequestRecord | None) -> MeasuredProbe:
+        count = self.design.requests_at(n)
+        reqs = await _make(self.factory, self.driver, count, self.design, self.rng, self.next_index)
+        self.next_index += count
+        batch = await self.driver.run_batch(reqs, in_flight=n, queue_wait_s=queue_wait_s(warmup, n))
+        sample = probe_from_records(batch.records, n=n, tokens_asked=self.design.tokens)
+        return MeasuredProbe(n, purpose, sample, batch.release_ns, batch.dispatch_skew_ns, tuple(batch.records))
+
+
+async def run_capacity(
+    driver: Any,
+    design: CapacityDesign,
+    *,
+    rng: random.Random,
+    on_probe: OnProbe | None = None,
+    on_server: Callable[[ServerInfo], None] | None = None,
+    requests_factory: RequestFactory | None = None,
+) -> CapacityRun:
+    """Detect, warm up, search, then measure the serial baseline again; returns the whole run."""
+    design.check()
+    run = CapacityRun(design, server=await driver.detect())
+    if on_server is not None and run.server is not None:
+        on_server(run.server)
+    run = replace(run, warmup=await _warm_up(requests_factory, driver, design, rng))
+    prober = _Prober(driver, design, rng, requests_factory)
+
+    async def measure(n: int, purpose: str) -> None:
+        nonlocal run
+        probe = await prober.probe(n, purpose, run.warmup)
+        run = replace(run, probes=(*run.probes, probe))
+        if on_probe is not None:
+            on_probe(run)
+
+    while (n := next_n(run.statuses(), design.max_n)) is not None:
+        await measure(n, "search")
+        for _ in range(design.remeasures):
+            if run.statuses()[n] != "uncertain":
+                break
+            await measure(n, "remeasure")
+    if any(n > 1 for n in run.statuses()):
+        await measure(1, "baseline_end")
+    return replace(run, complete=True)
