@@ -28,23 +28,24 @@ def _alive(pid: int) -> bool:
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict]:
     provision_local(None, "tiny")  # build or find the engine first, outside the demo's own timing
     out = tmp_path_factory.mktemp("demo") / "demo.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "servecheck", "demo", "--json", str(out)], capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode in (0, 3), proc.stderr
-    return proc, json.loads(out.read_text())
+    for _attempt in range(2):  # an inconclusive demo (exit 3) earns one retry, never more
+        proc = subprocess.run(
+            [sys.executable, "-m", "servecheck", "demo", "--json", str(out), "--no-save"],
+            capture_output=True, text=True, timeout=600,
+        )
+        assert proc.returncode in (0, 3), proc.stderr
+        doc = json.loads(out.read_text())
+        if "inconclusive" not in doc["verdicts"].values():
+            break
+    return proc, doc
 
 
 def test_demo_shows_staircase_and_cluster(demo_run: tuple[subprocess.CompletedProcess[str], dict]) -> None:
     proc, doc = demo_run
-    # The demo retries an inconclusive run once itself; a wrong definite verdict is never acceptable.
-    for key, expected in EXPECTED.items():
-        assert doc["verdicts"][key] in (expected, "inconclusive"), doc["verdicts"]
-    if proc.returncode == 0:
-        assert doc["verdicts"] == EXPECTED and doc["as_expected"] is True
-        assert "lesson: the same binary and model queue requests" in proc.stdout
-    else:
-        assert doc["as_expected"] is False and "lesson: not shown this time" in proc.stdout
+    # Only the right verdicts pass: a wrong one, or inconclusive twice, fails the test.
+    assert doc["verdicts"] == EXPECTED, doc["verdicts"]
+    assert proc.returncode == 0 and doc["as_expected"] is True, proc.stdout
+    assert "lesson: the same binary and model queue requests" in proc.stdout
 
 
 def test_demo_json_holds_both_runs(demo_run: tuple[subprocess.CompletedProcess[str], dict]) -> None:

@@ -448,6 +448,35 @@ def test_signal_during_staircase_saves_the_partial_and_stops_the_server(sig: int
         assert probe.connect_ex(("127.0.0.1", port)) != 0
 
 
+def test_sigkill_during_staircase_leaves_a_readable_partial_json(tmp_path: Path) -> None:
+    """SIGKILL cannot be caught: the JSON file must already hold every point measured, marked
+    incomplete, because it is rewritten (atomically) after each one, like the history row."""
+    from servecheck.engine.process import free_port
+
+    port = free_port()
+    out, db, html = tmp_path / "run.json", tmp_path / "history.db", tmp_path / "run.html"
+    command = f"{sys.executable} -m servecheck simulate --port {port} --mode serial --token-ms 20"
+    proc = _spawn(["staircase", "--serve", command, "--serve-log", str(tmp_path / "s.log"), "--n", "1,2,4,8",
+                   "--tokens", "32", "--prompt-tokens", "8", "--json", str(out), "--html", str(html), "--db", str(db)])
+    _wait_for_line(proc, "N=2 rep")  # N=1 and N=2 are measured
+    proc.kill()
+    proc.communicate(timeout=60)
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False
+    assert [p["n"] for p in doc["points"]][:2] == [1, 2] and doc["points"][1]["batches"]
+    assert _history_complete(db) == [0]
+    assert "<html" in html.read_text().lower()
+    # The server servecheck started dies with it (parent-death signal): nothing listens soon after.
+    deadline = time.monotonic() + 10
+    while True:
+        with socket.socket() as probe:
+            probe.settimeout(1)
+            if probe.connect_ex(("127.0.0.1", port)) != 0:
+                break
+        assert time.monotonic() < deadline, "the simulator outlived the killed servecheck"
+        time.sleep(0.2)
+
+
 def test_sigint_during_detection_does_not_claim_a_partial(tmp_path: Path) -> None:
     with _silent_listener() as sock:
         proc = _spawn(["staircase", f"http://127.0.0.1:{sock.getsockname()[1]}", "--n", "1", "--timeout", "20",

@@ -15,7 +15,7 @@ import pytest
 from servecheck.errors import UsageError
 from servecheck.report import html as report_html
 from servecheck.report import samples
-from servecheck.report.jsonout import write_json
+from servecheck.results.jsonout import write_json
 
 HOSTILE = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>"]
 

@@ -54,6 +54,7 @@ def test_every_field_of_a_real_run_is_documented(tmp_path: Path) -> None:
     sim = pytest.importorskip("servecheck.sim")
     log = tmp_path / "sim.log"
     docs = []
+    model = write_gguf(tmp_path / "moe.gguf", "qwen2moe", MOE_KV, moe_tensors())
     with sim.sim_in_thread(sim.SimConfig(mode="batched", refusal=True, log_path=str(log))) as server:
         common = ["--tokens", "8", "--prompt-tokens", "8", "--no-save"]
         docs.append(run(["staircase", server.url, "--n", "1,2", *common], tmp_path / "s.json"))
@@ -61,12 +62,13 @@ def test_every_field_of_a_real_run_is_documented(tmp_path: Path) -> None:
         docs.append(run(["capacity", server.url, "--min-user-rate", "1", "--max-ttft", "5", "--max-n", "2", *common],
                         tmp_path / "cap.json"))
         docs.append(run(["prefix-cache", server.url, "--prompt-tokens", "200", "--repeats", "2", "--no-save"], tmp_path / "p.json"))
+        docs.append(run(["context", server.url, "--depths", "0,64", "--tokens", "8", "--model", str(model), "--bandwidth", "10",
+                         "--no-save"], tmp_path / "ctx.json"))
     docs.append(run(["log", str(log), "--flags", "-np 4 --cont-batching", "--no-save"], tmp_path / "l.json"))
     docs.append(run(["roofline", "--bytes-per-token", "1.849GB", "--tok-s", "97.83", "--bandwidth", "265-315",
                      "--target", "125", "--no-save"], tmp_path / "r.json"))
     docs.append(run(["compare", "a=2.80GB@41.5", "b=1.849GB@97.83"], tmp_path / "c.json"))
     docs.append(run(["bandwidth", "--sizes", "16MiB", "--no-save"], tmp_path / "b.json"))
-    model = write_gguf(tmp_path / "moe.gguf", "qwen2moe", MOE_KV, moe_tensors())
     docs.append(run(["audit", str(model), "--context", "512"], tmp_path / "au.json"))
     missing = {doc["command"]: undocumented(doc) for doc in docs}
     assert all(not names for names in missing.values()), json.dumps(missing)

@@ -259,7 +259,8 @@ def _kv_cache(
     positions = [(min(options.context, window) if window and swa and b in swa else options.context) + 1 for b, _ in layers]
     total = round(sum(p * h for p, (_, h) in zip(positions, layers)) * (dk + dv) * element)
     heads = tuple(h for _, h in layers)
-    return KVCache(options.context, len(layers), heads, dk, dv, options.kv_type.lower(), total, "per-head K/V", note)
+    windows = tuple(window if window and swa and b in swa else None for b, _ in layers)
+    return KVCache(options.context, len(layers), heads, dk, dv, options.kv_type.lower(), total, "per-head K/V", note, windows)
 
 
 # ---------------------------------------------------------------------------------------------------

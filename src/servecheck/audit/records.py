@@ -54,6 +54,7 @@ class KVCache:
     bytes_per_token: int
     layout: str  # "per-head K/V", "MLA latent", ...
     note: str | None = None
+    windows: tuple[int | None, ...] = ()  # per KV layer: the positions a sliding window holds, None for all
 
     def to_dict(self) -> dict[str, Any]:
         heads = sorted(set(self.kv_heads))

@@ -331,7 +331,8 @@ def _kv_cache(config: dict[str, Any], rows: list[TensorRow], options: AuditOptio
     window, _ = _int(config, ("sliding_window",))
     if not sliding and window and config.get("use_sliding_window") is not False:
         note = f"sliding window {window} not applied (no layer_types): layers with a window read at most {window} positions"
-    return KVCache(options.context, layers, (kv_heads,) * layers, head_dim, head_dim, options.kv_type.lower(), total, "per-head K/V", note)
+    return KVCache(options.context, layers, (kv_heads,) * layers, head_dim, head_dim, options.kv_type.lower(), total, "per-head K/V", note,
+                   tuple(w or None for w in windows))
 
 
 def _state(config: dict[str, Any], rows: list[TensorRow]) -> RecurrentState | None:

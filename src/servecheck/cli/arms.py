@@ -17,6 +17,7 @@ from servecheck.analysis.arms import DEFAULT_BIAS_LIMIT, INTERVAL_LEVEL, interva
 from servecheck.cli.common import (
     SIMULATED_BANNER,
     Recorder,
+    check_concurrency,
     check_url,
     make_target,
     output_options,
@@ -31,7 +32,7 @@ from servecheck.errors import ServecheckError, UsageError
 from servecheck.experiments.arms import ArmsDesign, ArmsRun, any_simulated, pooled_cells, run_arms
 from servecheck.model.records import ServerInfo
 from servecheck.probe.thermal import ThermalSampler
-from servecheck.report.jsonout import envelope
+from servecheck.results.jsonout import envelope
 from servecheck.report.terminal import ProgressHandle, progress
 
 EXIT_INTERRUPTED = exitcodes.INTERRUPTED
@@ -51,6 +52,8 @@ def parse_arms(raw: str) -> tuple[int, ...]:
         raise UsageError(f"--arms {raw!r} is not a comma-separated list of integers", "for example --arms 1,2,4") from None
     if not arms:
         raise UsageError("--arms is empty", "for example --arms 1,2,4")
+    if max(arms) >= 1:
+        check_concurrency(max(arms), "--arms")
     return tuple(sorted(arms))
 
 
@@ -438,6 +441,11 @@ def _pooled_design(docs: list[dict[str, Any]], fallback: ArmsDesign) -> ArmsDesi
 
 
 def _interrupted(app: AppContext, session: _Session, json_to_stdout: bool) -> int:
+    if session.last is None:  # detecting or warming up: no cell was measured
+        say(app.err, "Interrupted before any cell was measured: nothing to save (the history row is marked incomplete)",
+            "bold yellow")
+        session.recorder.interrupted()
+        return EXIT_INTERRUPTED
     say(app.err, "Interrupted: saving the partial result (complete: false)", "bold yellow")
     doc = session.recorder.interrupted()
     if session.last is not None and doc is not None:

@@ -13,7 +13,7 @@ from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
 from servecheck.cli.common import check_input_file
 from servecheck.errors import AuditError, UsageError
-from servecheck.report.jsonout import envelope, write_json
+from servecheck.results.jsonout import envelope, write_json
 
 UNITS_LINE = "GB = 10^9 bytes, GiB = 2^30 bytes"
 MAX_EXCLUDED_SHOWN = 6

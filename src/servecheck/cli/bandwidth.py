@@ -14,7 +14,7 @@ from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
 from servecheck.probe import GIB, BandwidthResult, ProbePoint, measure_bandwidth
-from servecheck.report.jsonout import envelope
+from servecheck.results.jsonout import envelope
 
 UNITS_LINE = "GB/s = 10^9 bytes per second; sizes in GiB = 2^30 bytes, MiB = 2^20 bytes"
 

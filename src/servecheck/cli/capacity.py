@@ -20,7 +20,7 @@ from servecheck.envinfo import environment
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.experiments.capacity import DEFAULT_REMEASURES, CapacityDesign, CapacityRun, run_capacity
 from servecheck.model.records import ServerInfo
-from servecheck.report.jsonout import envelope
+from servecheck.results.jsonout import envelope
 from servecheck.report.terminal import ProgressHandle, progress
 
 EXIT_INTERRUPTED = exitcodes.INTERRUPTED

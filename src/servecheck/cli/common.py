@@ -42,6 +42,16 @@ class Seconds(click.FloatRange):
 
 def target_options(f: F) -> F:
     """--api, --model, --api-key, --header, --timeout for commands that talk to a server."""
+    return target_options_named("--model")(f)
+
+
+def target_options_named(model_flag: str) -> Callable[[F], F]:
+    """The target options with the server's model name under another flag, for a command whose
+    `--model` names a weight file (`context`); the value still arrives as `model`."""
+    return lambda f: _target_options(f, model_flag)
+
+
+def _target_options(f: F, model_flag: str) -> F:
     f = click.option(
         "--timeout",
         "first_token_timeout_s",
@@ -67,7 +77,7 @@ def target_options(f: F) -> F:
         default=None,
         help="Bearer token (default: $OPENAI_API_KEY). Never written to any output or file.",
     )(f)
-    f = click.option("--model", default=None, help="Model name to request (default: the server's first model).")(f)
+    f = click.option(model_flag, "model", default=None, help="Model name to request (default: the server's first model).")(f)
     f = click.option(
         "--api",
         type=click.Choice(["auto", *DIALECTS]),
@@ -224,7 +234,7 @@ class Recorder:
         db_path: str | None,
         no_save: bool,
     ) -> None:
-        from servecheck.report.jsonout import check_writable
+        from servecheck.results.jsonout import check_writable
 
         for path in (json_path, html_path):
             if path and path != "-":
@@ -247,9 +257,34 @@ class Recorder:
         self.run_id = self._store.begin_run(self.doc)
 
     def partial(self, doc: dict[str, Any]) -> None:
+        """After every measured point: the history row, and the JSON and HTML files too (written
+        atomically, marked incomplete), so a run killed outright (SIGKILL) still leaves every file
+        the user asked for with what was measured. Standard output gets only the final document."""
         self.doc = {**doc, "complete": False}
+        if self.run_id is not None:
+            self.doc["run_id"] = self.run_id
         if self._store is not None and self.run_id is not None:
             self._store.update_run(self.run_id, self.doc, complete=False)
+        self._write_files(to_stdout=False)
+
+    def _write_files(self, *, to_stdout: bool) -> None:
+        assert self.doc is not None
+        if self.json_path and (to_stdout or self.json_path != "-"):
+            from servecheck.results.jsonout import write_json
+
+            write_json(self.json_path, self.doc)
+        if self.html_path and (to_stdout or self.html_path != "-"):
+            from servecheck.report.html import write_html
+
+            if to_stdout:
+                write_html(self.html_path, [self.doc])
+                return
+            try:
+                write_html(self.html_path, [self.doc])
+            except (KeyError, TypeError, ValueError, IndexError):
+                # A partial the report cannot draw yet must never stop the measurement; the JSON
+                # and the history row hold it, and the final write renders (or reports) it.
+                pass
 
     def finish(self, doc: dict[str, Any], *, complete: bool = True) -> dict[str, Any]:
         self.doc = {**doc, "complete": complete}
@@ -257,14 +292,7 @@ class Recorder:
             self.doc["run_id"] = self.run_id
         if self._store is not None and self.run_id is not None:
             self._store.update_run(self.run_id, self.doc, complete=complete)
-        if self.json_path:
-            from servecheck.report.jsonout import write_json
-
-            write_json(self.json_path, self.doc)
-        if self.html_path:
-            from servecheck.report.html import write_html
-
-            write_html(self.html_path, [self.doc])
+        self._write_files(to_stdout=True)
         return self.doc
 
     def interrupted(self) -> dict[str, Any] | None:

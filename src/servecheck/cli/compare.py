@@ -16,7 +16,7 @@ from servecheck.envinfo import environment
 from servecheck.cli.audit import check_kv_type
 from servecheck.cli.common import check_input_file
 from servecheck.errors import AuditError, UsageError
-from servecheck.report.jsonout import envelope, write_json
+from servecheck.results.jsonout import envelope, write_json
 
 EXAMPLE = "llama.cpp=2.80GB@41.5 new=1.849GB@97.83"
 # Figures no engine can mean. Inside them every ratio, share and product stays a finite number

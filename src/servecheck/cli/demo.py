@@ -29,7 +29,7 @@ from servecheck.engine.model import DEFAULT_SIZE
 from servecheck.engine.process import LlamaServer, ctx_per_slot_for, default_threads
 from servecheck.envinfo import environment
 from servecheck.errors import ServecheckError
-from servecheck.report.jsonout import envelope
+from servecheck.results.jsonout import envelope
 
 Say = Callable[[str], None]
 

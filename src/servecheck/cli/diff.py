@@ -1,4 +1,5 @@
-"""`servecheck diff RUN_A RUN_B [RUN_C...]`: staircase or arms runs side by side, and which line rises."""
+"""`servecheck diff RUN_A RUN_B [RUN_C...]`: staircase or arms runs side by side, and which line rises;
+context runs side by side by depth."""
 
 from __future__ import annotations
 
@@ -7,8 +8,17 @@ from rich.table import Table
 from rich.text import Text
 
 from servecheck.cli.context import AppContext
-from servecheck.report.diff import RISING_RATIO, Diff, Line, diff_runs, per_stream
-from servecheck.report.jsonout import write_json
+from servecheck.report.diff import (
+    RISING_RATIO,
+    ContextDiff,
+    Diff,
+    Line,
+    diff_context_runs,
+    diff_runs,
+    is_context_diff,
+    per_stream,
+)
+from servecheck.results.jsonout import write_json
 from servecheck.store.refs import load_runs
 
 
@@ -20,7 +30,10 @@ from servecheck.store.refs import load_runs
 def cmd(app: AppContext, runs: tuple[str, ...], db_path: str | None, json_path: str | None) -> int:
     """Aggregate tok/s per concurrency level, one row per run (ids, `last`, or JSON files)."""
     docs = load_runs(runs, db_path)
-    result = diff_runs(docs, labels=[_label(ref, doc) for ref, doc in zip(runs, docs)])
+    labels = [_label(ref, doc) for ref, doc in zip(runs, docs)]
+    if is_context_diff(docs):
+        return _context(app, diff_context_runs(docs, labels=labels), json_path)
+    result = diff_runs(docs, labels=labels)
     if json_path:
         write_json(json_path, _as_dict(result))
         if json_path == "-":
@@ -83,6 +96,61 @@ def _as_dict(result: Diff) -> dict[str, object]:
              "aggregate_tok_s": {str(n): v for n, v in l.aggregate_tok_s.items()}, "per_user_tok_s": l.per_user_tok_s,
              "per_user_tok_s_by_level": {str(n): v for n, v in l.per_user_by_level.items()},
              "ratio": l.ratio, "trend": l.trend, "trend_from": l.trend_from, "marks": list(l.marks)}
+            for l in result.lines
+        ],
+    }
+
+
+# ---------------------------------------------------------------- context runs
+
+
+def _context(app: AppContext, result: ContextDiff, json_path: str | None) -> int:
+    if json_path:
+        write_json(json_path, context_dict(result))
+        if json_path == "-":
+            return 0
+    app.out.print(context_table(result))
+    for line in result.lines:
+        marks = f"  [{' '.join(line.marks)}]" if line.marks else ""
+        app.out.print(Text(f"{line.label}: decode {line.effect} with depth ({line.config}){marks}"))
+    if any("simulated" in line.marks for line in result.lines):
+        app.out.print(Text("SIMULATED: some runs measured servecheck's simulated server, not a real engine", style="yellow"))
+    app.out.print(Text("decode tok/s per depth (ratio to the run's shallowest depth, corrected for drift)", style="dim"))
+    return 0
+
+
+def context_table(result: ContextDiff) -> Table:
+    """One row per depth, each run's decode rate and ratio side by side (and, for two runs, the change)."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("depth", justify="right", no_wrap=True)
+    for line in result.lines:
+        table.add_column(f"{line.label} tok/s", justify="right", no_wrap=True)
+        table.add_column(f"{line.label} ratio", justify="right", no_wrap=True)
+    two = len(result.lines) == 2
+    if two:
+        table.add_column(f"{result.lines[1].label}/{result.lines[0].label}", justify="right", no_wrap=True)
+    for depth in result.depths:
+        cells = [str(depth)]
+        for line in result.lines:
+            rate, ratio = line.decode_tok_s.get(depth), line.ratio.get(depth)
+            cells += ["—" if rate is None else f"{rate:.1f}", "—" if ratio is None else f"{ratio:.2f}×"]
+        if two:
+            change = result.change(depth)
+            cells.append("—" if change is None else f"{change:.2f}×")
+        table.add_row(*cells)
+    return table
+
+
+def context_dict(result: ContextDiff) -> dict[str, object]:
+    return {
+        "command": "diff",
+        "of": "context",
+        "depths": list(result.depths),
+        "change": {str(d): result.change(d) for d in result.depths} if len(result.lines) == 2 else None,
+        "lines": [
+            {"label": l.label, "config": l.config, "server_url": l.server_url, "model": l.model,
+             "decode_tok_s": {str(d): v for d, v in l.decode_tok_s.items()}, "ratio": {str(d): v for d, v in l.ratio.items()},
+             "predicted_tok_s": {str(d): v for d, v in l.predicted_tok_s.items()}, "effect": l.effect, "marks": list(l.marks)}
             for l in result.lines
         ],
     }

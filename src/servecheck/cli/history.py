@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from servecheck.cli.context import AppContext
-from servecheck.report.jsonout import dumps
+from servecheck.results.jsonout import dumps
 from servecheck.store.db import RunSummary, open_store
 
 

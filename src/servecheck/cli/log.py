@@ -17,7 +17,7 @@ from servecheck.envinfo import environment
 from servecheck.errors import LogScanError
 from servecheck.logscan.rules import ENGINE_CHOICES, load_rules
 from servecheck.logscan.scan import LogScanResult, scan_log
-from servecheck.report.jsonout import envelope
+from servecheck.results.jsonout import envelope
 
 # WARNING/ERROR lines printed in the terminal; the JSON has all of them (up to the scan's cap).
 SHOWN_LINES = 20

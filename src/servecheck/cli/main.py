@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "arms": "servecheck.cli.arms",
     "capacity": "servecheck.cli.capacity",
     "prefix-cache": "servecheck.cli.prefix_cache",
+    "context": "servecheck.cli.context_sweep",
     "log": "servecheck.cli.log",
     "audit": "servecheck.cli.audit",
     "bandwidth": "servecheck.cli.bandwidth",

@@ -20,7 +20,7 @@ from servecheck.client.base import Target
 from servecheck.envinfo import environment
 from servecheck.experiments.prefix_cache import DEFAULT_MAX_TOKENS, PrefixCacheResult, check_params, run_prefix_cache
 from servecheck.model.records import ServerInfo
-from servecheck.report.jsonout import envelope
+from servecheck.results.jsonout import envelope
 from servecheck.report.terminal import ProgressHandle, progress
 
 EXIT_INTERRUPTED = exitcodes.INTERRUPTED

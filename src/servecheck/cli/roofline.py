@@ -26,7 +26,7 @@ from servecheck.envinfo import environment
 from servecheck.errors import AuditError, ServerError, UsageError
 from servecheck.probe import GIB, BandwidthResult, measure_bandwidth, plan_sizes
 from servecheck.probe.bandwidth import available_memory_bytes
-from servecheck.report.jsonout import envelope
+from servecheck.results.jsonout import envelope
 
 # A utilization range wholly above 1 means achieved > measured bandwidth: a wrong input, not a fast engine.
 MAX_PLAUSIBLE_UTILIZATION = 1.0

@@ -10,8 +10,8 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from servecheck.cli.context import AppContext
-from servecheck.report import fields
-from servecheck.report.jsonout import write_json
+from servecheck.results import fields
+from servecheck.results.jsonout import write_json
 from servecheck.report.terminal import render_doc
 from servecheck.store.refs import load_runs
 
@@ -21,6 +21,7 @@ REPORT_LINES = {
     "arms": "servecheck.cli.arms",
     "capacity": "servecheck.cli.capacity",
     "roofline": "servecheck.cli.roofline",
+    "context": "servecheck.cli.context_sweep",
 }
 ALARM = ("INVALID", "INCOMPLETE", "REFUSED")
 

@@ -44,6 +44,21 @@ from servecheck.sim.config import MODES, PREFIX_CACHE_MODES
     show_default=True,
     help="Prefill time per uncached prompt token.",
 )
+@click.option(
+    "--context-token-ms",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Extra decode-step time per token of context (prompt + generated) of each sequence decoding: "
+    "step time = token + per-seq x sequences + this x context tokens.",
+)
+@click.option(
+    "--truncate-prompt",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Keep only a prompt's last N tokens and report that smaller count (0: never), as a truncating server does.",
+)
 @click.option("--eos-ceiling", is_flag=True, help="Ignore ignore_eos: some requests stop early (as Ollama does).")
 @click.option(
     "--eos-short-fraction",
@@ -72,6 +87,8 @@ def cmd(
     token_ms: float,
     per_seq_ms: float,
     prompt_token_ms: float,
+    context_token_ms: float,
+    truncate_prompt: int,
     eos_ceiling: bool,
     eos_short_fraction: float,
     prefix_cache: str,
@@ -98,6 +115,8 @@ def cmd(
         token_s=token_ms / 1e3,
         per_seq_s=per_seq_ms / 1e3,
         prompt_token_s=prompt_token_ms / 1e3,
+        context_token_s=context_token_ms / 1e3,
+        truncate_prompt=truncate_prompt,
         heat_per_s=heat_per_s,
         eos_ceiling=eos_ceiling,
         eos_short_fraction=eos_short_fraction,

@@ -20,7 +20,7 @@ from servecheck.envinfo import environment
 from servecheck.errors import UsageError
 from servecheck.experiments.staircase import StaircaseResult, first_plan, run_staircase
 from servecheck.model.records import ServerInfo
-from servecheck.report.jsonout import envelope
+from servecheck.results.jsonout import envelope
 from servecheck.report.terminal import ProgressHandle, progress
 
 EXIT_INTERRUPTED = exitcodes.INTERRUPTED

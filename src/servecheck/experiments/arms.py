@@ -27,7 +27,7 @@ from servecheck.analysis.arms import (
 from servecheck.errors import ServerError, UsageError
 from servecheck.experiments.common import queue_wait_s
 from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
-from servecheck.probe.thermal import ThermalSummary
+from servecheck.model.thermal import ThermalSummary
 
 OnCell = Callable[["ArmsRun"], None]
 RequestFactory = Callable[..., Any]

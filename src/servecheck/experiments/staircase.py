@@ -164,6 +164,8 @@ def _warm_up_hint(record: RequestRecord) -> str:
         return "the server took too long for a single request: is it busy or stuck? (--timeout sets the wait)"
     if record.http_status is not None and record.http_status >= 400:
         return "the server refused the request; its message above says why (check --model and --api)"
+    if (record.error or "").startswith("connection "):
+        return "the server dropped the connection mid-request: did it crash or restart? (its log says why)"
     return "check the URL, --model and --api; the server must answer one request before a batch"
 
 

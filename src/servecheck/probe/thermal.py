@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from servecheck.model.thermal import ThermalSummary
+
 # Seconds between samples: the seed took 424 over a run of several minutes (about one every 0.5 s),
 # often enough to catch a throttling episode, rare enough to cost nothing.
 DEFAULT_INTERVAL_S = 0.5
@@ -295,30 +297,6 @@ def default_sources() -> list[Source]:
 
 
 # --- sampling ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ThermalSummary:
-    sources: tuple[str, ...]
-    samples: int
-    pressure_samples: int
-    max_temp_c: float | None = None
-    examples: tuple[str, ...] = ()  # details of the first few samples that showed pressure
-
-    def describe(self) -> str:
-        if not self.sources:
-            return "thermal state not exposed on this system (no thermal zones, cpufreq, pmset or NVML)"
-        count = "zero" if self.pressure_samples == 0 else str(self.pressure_samples)
-        return f"thermal pressure in {count} of {self.samples} samples ({', '.join(self.sources)})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sources": list(self.sources),
-            "samples": self.samples,
-            "pressure_samples": self.pressure_samples,
-            "max_temp_c": self.max_temp_c,
-            "examples": list(self.examples),
-        }
 
 
 class ThermalSampler:

@@ -1,5 +1,6 @@
 """Several staircase or arms runs side by side, in the shape of seed 000 section 3: aggregate
-throughput per concurrency level, one row per run, and which configuration's line rises."""
+throughput per concurrency level, one row per run, and which configuration's line rises; and
+context runs side by side by depth: decode rate and ratio to the shallowest depth per run."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from typing import Any
 
 from servecheck.analysis.staircase import RISING_RATIO, classify_trend
 from servecheck.errors import UsageError
-from servecheck.report import fields
-from servecheck.report.fields import as_dict, as_float, as_int, as_list, as_str
+from servecheck.results import fields
+from servecheck.results.fields import as_dict, as_float, as_int, as_list, as_str
 
 # A line's trend is the run's own (staircase records it); for a document that does not (arms, or
 # a hand-made table) it is judged by the one trend rule, `analysis.staircase.classify_trend`,
@@ -66,8 +67,9 @@ def diff_runs(docs: Sequence[dict[str, Any]], labels: Sequence[str] | None = Non
     for doc in docs:
         if fields.command(doc) not in DIFFABLE:
             raise UsageError(
-                f"{label_for(doc, 'a run')} is a {fields.command(doc)} run; diff compares staircase and arms runs",
-                "pick staircase or arms runs from `servecheck history`",
+                f"{label_for(doc, 'a run')} is a {fields.command(doc)} run; diff compares staircase and arms runs "
+                "(or context runs with each other)",
+                "pick staircase or arms runs, or only context runs, from `servecheck history`",
             )
     names = list(labels) if labels is not None else [label_for(d, f"run {i + 1}") for i, d in enumerate(docs)]
     configs = config_notes(docs)
@@ -232,3 +234,69 @@ def per_stream(line: Line) -> str:
     if high <= low * PER_STREAM_STEADY:
         return f"~{statistics.median(rates.values()):.0f}"
     return f"{rates[min(rates)]:.0f}→{rates[max(rates)]:.0f}"
+
+
+# ---------------------------------------------------------------- context runs, by depth
+
+
+@dataclass(frozen=True, slots=True)
+class ContextLine:
+    """One context run: its decode rate and drift-corrected ratio at each depth, as the run recorded them."""
+
+    label: str
+    config: str
+    server_url: str | None
+    model: str | None
+    decode_tok_s: dict[int, float]
+    ratio: dict[int, float]
+    predicted_tok_s: dict[int, float]
+    effect: str  # the run's own verdict: falls | flat | rises | inconclusive
+    marks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ContextDiff:
+    lines: tuple[ContextLine, ...]
+    depths: tuple[int, ...]
+
+    def change(self, depth: int) -> float | None:
+        """With two runs: the second's decode rate over the first's at this depth."""
+        if len(self.lines) != 2:
+            return None
+        a, b = (line.decode_tok_s.get(depth) for line in self.lines)
+        return None if not a or b is None else b / a
+
+
+def is_context_diff(docs: Sequence[dict[str, Any]]) -> bool:
+    return bool(docs) and all(fields.command(doc) == "context" for doc in docs)
+
+
+def diff_context_runs(docs: Sequence[dict[str, Any]], labels: Sequence[str] | None = None) -> ContextDiff:
+    """Context runs side by side by depth. Raises UsageError for fewer than two or a run of another command."""
+    if len(docs) < 2:
+        raise UsageError("diff needs at least two runs", "give two or more run ids, e.g. servecheck diff 3 4")
+    for doc in docs:
+        if fields.command(doc) != "context":
+            raise UsageError(f"{label_for(doc, 'a run')} is a {fields.command(doc)} run; context runs compare only with context runs",
+                             "pick context runs from `servecheck history --command context`")
+    names = list(labels) if labels is not None else [label_for(d, f"run {i + 1}") for i, d in enumerate(docs)]
+    lines = tuple(context_line(doc, name, config) for doc, name, config in zip(docs, names, config_notes(docs)))
+    depths = tuple(sorted({d for line in lines for d in line.decode_tok_s}))
+    return ContextDiff(lines, depths)
+
+
+def context_line(doc: dict[str, Any], label: str, config: str = "—") -> ContextLine:
+    decode: dict[int, float] = {}
+    ratio: dict[int, float] = {}
+    for point in map(as_dict, as_list(doc.get("points"))):
+        depth = as_int(point.get("depth"))
+        if depth is None:
+            continue
+        if (rate := as_float(point.get("decode_tok_s"))) is not None:
+            decode[depth] = rate
+        if (r := as_float(point.get("ratio"))) is not None:
+            ratio[depth] = r
+    predicted = {d: v for row in map(as_dict, as_list(doc.get("roofline")))
+                 if (d := as_int(row.get("depth"))) is not None and (v := as_float(row.get("predicted_tok_s"))) is not None}
+    return ContextLine(label, config, fields.server_url(doc), fields.model_name(doc), decode, ratio, predicted,
+                       as_str(doc.get("effect")) or "inconclusive", marks_of(doc))

@@ -18,10 +18,10 @@ from typing import Any
 
 from servecheck import __version__
 from servecheck.analysis.arms import INTERVAL_LEVEL, interval_level
-from servecheck.report import fields
-from servecheck.report.diff import DIFFABLE, RISING_RATIO, diff_runs, label_for, per_stream
-from servecheck.report.fields import as_dict, as_float, as_int, as_list, as_str
-from servecheck.report.jsonout import write_text_atomic
+from servecheck.results import fields
+from servecheck.report.diff import DIFFABLE, RISING_RATIO, diff_context_runs, diff_runs, label_for, per_stream
+from servecheck.results.fields import as_dict, as_float, as_int, as_list, as_str
+from servecheck.results.jsonout import write_text_atomic
 from servecheck.report.svg import (
     Bar,
     Marker,
@@ -63,7 +63,7 @@ def write_html(path: str | Path, docs: Sequence[dict[str, Any]]) -> None:
 
 
 def render_html(docs: Sequence[dict[str, Any]]) -> str:
-    sections = [side_by_side(docs)] + [render_doc(doc, i) for i, doc in enumerate(docs)]
+    sections = [side_by_side(docs), context_side_by_side(docs)] + [render_doc(doc, i) for i, doc in enumerate(docs)]
     title = "servecheck report" if len(docs) != 1 else f"servecheck {fields.command(docs[0])} report"
     if any(fields.is_simulated(d) for d in docs):
         title = f"SIMULATED · {title}"
@@ -129,6 +129,25 @@ def side_by_side(docs: Sequence[dict[str, Any]]) -> str:
         "a flat line is a queue, whatever each request reports about itself.</p>",
         "</section>",
     ])
+
+
+def context_side_by_side(docs: Sequence[dict[str, Any]]) -> str:
+    """Context runs side by side by depth: each run's decode rate and ratio, one line per run on the chart."""
+    picked = [(i, d) for i, d in enumerate(docs) if fields.command(d) == "context"]
+    if len(picked) < 2:
+        return ""
+    result = diff_context_runs([d for _, d in picked], labels=[label_for(d, f"run {i + 1}") for i, d in picked])
+    rows = [[fmt(depth, 0), *[f"{fmt(line.decode_tok_s.get(depth), 1)} ({fmt_ratio(line.ratio.get(depth))})" for line in result.lines]]
+            for depth in result.depths]
+    headers = ["depth", *[f"{line.label} decode tok/s (ratio)" for line in result.lines]]
+    series = [Series(line.label, tuple(sorted((float(d), v) for d, v in line.decode_tok_s.items())), f"s{k % SERIES_STYLES}")
+              for k, line in enumerate(result.lines[:MAX_SERIES]) if line.decode_tok_s]
+    chart = line_chart(series, title="Decode rate against context depth, one line per run", x_label="context depth (prompt tokens)",
+                       y_label="decode tok/s") if series else ""
+    if any("simulated" in line.marks for line in result.lines):
+        chart = mark_charts_simulated(chart)
+    return "\n".join(['<section class="side-by-side" id="context-side-by-side"><h2>Context runs side by side</h2>',
+                      table(headers, rows, frozenset(range(len(headers)))), chart, "</section>"])
 
 
 # ---------------------------------------------------------------- one document
@@ -409,10 +428,12 @@ def _staircase_section(doc: dict[str, Any], x_max: float | None = None) -> str:
         "<h3>Completion times</h3>",
         _single_note(doc),
         table(
-            ["N", "finish at (s from release)", "aggregate tok/s", "verdict", "sum of self-reported rates (misleading)"],
-            [[fmt(p.get("n"), 0), _finishes(p), fmt(p.get("aggregate_tok_s"), 1), fmt(p.get("verdict")), _self_reported_sum(p)]
+            ["N", "finish at (s from release)", "aggregate tok/s", "verdict", "decided by", "reps",
+             "sum of self-reported rates (misleading)"],
+            [[fmt(p.get("n"), 0), _finishes(p), fmt(p.get("aggregate_tok_s"), 1), fmt(p.get("verdict")),
+              _evidence(p), fmt(p.get("reps_taken"), 0), _self_reported_sum(p)]
              for p in points],
-            numeric=frozenset({0, 2, 4}),
+            numeric=frozenset({0, 2, 5, 6}),
         ),
         _timeline_charts(points, x_max),
         _throughput_chart(points),
@@ -421,11 +442,26 @@ def _staircase_section(doc: dict[str, Any], x_max: float | None = None) -> str:
     return "\n".join(p for p in parts if p)
 
 
+_EVIDENCE_NAMES = {"completion_times": "finish times", "server_gauges": "server gauges", "server_timings": "server timings"}
+
+
+def _evidence(point: dict[str, Any]) -> str:
+    """What decided a point, as the analysis recorded it; an old document says it was not recorded."""
+    if as_int(point.get("n")) == 1:
+        return DASH
+    if "evidence" not in point:
+        return "not recorded"
+    names = [_EVIDENCE_NAMES.get(str(e), str(e)) for e in as_list(point.get("evidence"))]
+    return esc(" + ".join(names)) if names else DASH
+
+
 def _single_note(doc: dict[str, Any]) -> str:
     single = as_float(doc.get("single_s"))
     if single is None:
         return ""
-    return (f'<p class="key">Single-request time {esc(f"{single:.2f}")} s (N=1). A queue finishes one request per '
+    times = [t for t in (as_float(t) for t in as_list(doc.get("single_times_s"))) if t is not None]
+    each = f", the median of {' / '.join(f'{t:.2f}' for t in times)} s measured before and after" if len(times) > 1 else ""
+    return (f'<p class="key">Single-request time {esc(f"{single:.2f}")} s (N=1{esc(each)}). A queue finishes one request per '
             "single-request time; the aggregate is tokens produced / last finish, nothing the server reports.</p>")
 
 
@@ -531,8 +567,8 @@ def _throughput_chart(points: list[dict[str, Any]]) -> str:
     return line_chart(series, title="Throughput against N", x_label="concurrent requests (N)", y_label="tok/s")
 
 
-def _series_points(points: list[dict[str, Any]], key: str) -> tuple[tuple[float, float], ...]:
-    pairs = ((as_float(p.get("n")), as_float(p.get(key))) for p in points)
+def _series_points(points: list[dict[str, Any]], key: str, x: str = "n") -> tuple[tuple[float, float], ...]:
+    pairs = ((as_float(p.get(x)), as_float(p.get(key))) for p in points)
     return tuple((n, v) for n, v in pairs if n is not None and v is not None)
 
 
@@ -780,6 +816,50 @@ def _sends(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+# ---------------------------------------------------------------- context
+
+
+def _context_section(doc: dict[str, Any]) -> str:
+    """Decode rate against depth (measured, and predicted at constant utilization with a model), the table by depth."""
+    points = [as_dict(p) for p in as_list(doc.get("points"))]
+    roof = {as_int(r.get("depth")): r for r in map(as_dict, as_list(doc.get("roofline")))}
+    parts = [verdict_line("Context effect", doc.get("effect")), reason_line(doc.get("effect_reason")),
+             _context_chart(points, list(roof.values())), "<h3>By depth</h3>", _context_table(points, roof)]
+    drift = as_dict(doc.get("drift"))
+    first, last, change = (as_float(drift.get(k)) for k in ("first_tok_s", "last_tok_s", "change"))
+    if first is not None and last is not None and change is not None:
+        parts.append(f"<h3>Checks</h3><ul><li>{esc(f'drift: shallowest depth {first:.1f} → {last:.1f} tok/s (first vs last): {change:+.1%}')}</li></ul>")
+    skipped = [f"depth {fmt(s.get('depth'), 0)} skipped: {esc(s.get('reason'))}" for s in map(as_dict, as_list(doc.get("skipped")))]
+    if skipped:
+        parts.append("<ul>" + "".join(f"<li>{line}</li>" for line in skipped) + "</ul>")
+    return "\n".join(p for p in parts if p)
+
+
+def _context_chart(points: list[dict[str, Any]], roof: list[dict[str, Any]]) -> str:
+    measured = _series_points([p for p in points if as_int(p.get("depth")) is not None], "decode_tok_s", "depth")
+    if not measured:
+        return ""
+    series = [Series("measured decode tok/s", measured, "primary")]
+    predicted = _series_points(roof, "predicted_tok_s", "depth")
+    if predicted:
+        series.append(Series("predicted at constant utilization", predicted, "secondary"))
+    return line_chart(series, title="Decode rate against context depth", x_label="context depth (prompt tokens)", y_label="tok/s")
+
+
+def _context_table(points: list[dict[str, Any]], roof: dict[int | None, dict[str, Any]]) -> str:
+    rows = []
+    for p in points:
+        r = roof.get(as_int(p.get("depth")), {})
+        rows.append([fmt(p.get("depth"), 0), fmt(p.get("context_tokens"), 0), fmt(p.get("ttft_s"), 3), fmt(p.get("prefill_tok_s"), 1),
+                     fmt(p.get("decode_tok_s"), 1), fmt_ratio(p.get("ratio")), fmt(r.get("predicted_tok_s"), 1),
+                     fmt_ratio(r.get("measured_over_predicted")), _gb(r.get("bytes_per_token")) if r else DASH,
+                     fmt(r.get("achieved_gb_s"), 2), fmt_range(r.get("utilization"), 0, 100, "%"),
+                     "valid" if p.get("valid") is not False else "INVALID"])
+    headers = ["depth", "context tokens", "TTFT s", "prefill tok/s", "decode tok/s", "ratio", "predicted tok/s", "measured/predicted",
+               "bytes per token", "achieved GB/s", "utilization", ""]
+    return table(headers, rows, frozenset(range(11)))
+
+
 # ---------------------------------------------------------------- roofline
 
 
@@ -891,6 +971,7 @@ RENDERERS: dict[str, Renderer] = {
     "arms": _arms_section,
     "capacity": _capacity_section,
     "prefix-cache": _prefix_cache_section,
+    "context": _context_section,
     "roofline": _roofline_section,
     "log": _log_section,
 }

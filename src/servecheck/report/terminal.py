@@ -13,8 +13,8 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from servecheck.report import fields
-from servecheck.report.fields import as_dict, as_float, as_list
+from servecheck.results import fields
+from servecheck.results.fields import as_dict, as_float, as_list
 
 # Anything shorter finishes before a user wonders whether it hangs; a progress display that
 # flashes for a fraction of a second is noise.

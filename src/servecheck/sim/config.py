@@ -31,8 +31,9 @@ PIPELINE_DEPTH = 2
 class SimConfig:
     """Behaviour of the simulated server. Times are seconds; see `docs` in `servecheck.sim`.
 
-    Step time of a decode step: (token_s + per_seq_s x sequences decoding) x heat factor, where the
-    heat factor is 1 + heat_per_s x seconds since the server started. Prefill time of a request:
+    Step time of a decode step: (token_s + per_seq_s x sequences decoding + context_token_s x context
+    tokens of the sequences decoding) x heat factor, where a sequence's context is its prompt plus the
+    tokens it has generated and the heat factor is 1 + heat_per_s x seconds since the server started. Prefill time of a request:
     prompt_token_s x prompt tokens not served from the prefix cache, times the same heat factor.
     """
 
@@ -41,7 +42,11 @@ class SimConfig:
     token_s: float = 0.010
     per_seq_s: float = 0.001
     prompt_token_s: float = 0.0001
+    context_token_s: float = 0.0  # decode-step time per token of context (attention reading the KV cache)
     heat_per_s: float = 0.0
+    # A server that cuts long prompts: keep only the last truncate_prompt tokens (0: never), and say
+    # nothing but the smaller prompt count, as engines that shift or truncate the context do.
+    truncate_prompt: int = 0
     # EOS ceiling: the server ignores ignore_eos and some requests stop early, as Ollama does.
     eos_ceiling: bool = False
     eos_short_fraction: float = 0.5  # share of prompts that stop early, drawn per prompt (nonce)
@@ -92,11 +97,14 @@ class SimConfig:
             f"token={self.token_s * 1e3:g}ms",
             f"per_seq={self.per_seq_s * 1e3:g}ms",
             f"prompt_token={self.prompt_token_s * 1e3:g}ms",
+            *([f"context_token={self.context_token_s * 1e3:g}ms"] if self.context_token_s else []),
             f"prefix_cache={self.prefix_cache}",
             f"n_ctx={self.n_ctx}",
         ]
         if self.heat_per_s:
             parts.append(f"heat={self.heat_per_s:g}/s")
+        if self.truncate_prompt:
+            parts.append(f"truncate_prompt={self.truncate_prompt}")
         if self.eos_ceiling:
             lo, hi = self.eos_short_range
             parts.append(f"eos_ceiling={self.eos_short_fraction:g} short at {lo:g}-{hi:g}x")
@@ -115,7 +123,7 @@ def _problems(c: SimConfig) -> list[str]:
         problems.append(f"prefix_cache {c.prefix_cache!r} is not one of {', '.join(PREFIX_CACHE_MODES)}")
     if not isinstance(c.slots, int) or c.slots < 1:
         problems.append(f"slots must be an integer >= 1, got {c.slots!r}")
-    for name in ("token_s", "per_seq_s", "prompt_token_s", "heat_per_s"):
+    for name in ("token_s", "per_seq_s", "prompt_token_s", "context_token_s", "heat_per_s"):
         value = getattr(c, name)
         if not isinstance(value, int | float) or value < 0 or value != value:
             problems.append(f"{name} must be a number >= 0, got {value!r}")
@@ -126,6 +134,8 @@ def _problems(c: SimConfig) -> list[str]:
     lo, hi = c.eos_short_range
     if not 0.0 < lo <= hi < 1.0:
         problems.append(f"eos_short_range must satisfy 0 < lo <= hi < 1, got {c.eos_short_range!r}")
+    if not isinstance(c.truncate_prompt, int) or c.truncate_prompt < 0:
+        problems.append(f"truncate_prompt must be an integer >= 0, got {c.truncate_prompt!r}")
     if c.n_ctx < 2:
         problems.append(f"n_ctx must be >= 2, got {c.n_ctx!r}")
     if not 1 <= c.default_max_tokens < c.n_ctx:

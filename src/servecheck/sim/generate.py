@@ -22,6 +22,7 @@ def generate_route(dialect: str) -> Handler:
             req = wire.parse_request(dialect, await read_json(request), sim.config)
             if not sim.knows(req.model):
                 return model_not_found(dialect, str(req.model), sim)
+            req = wire.truncate(req, sim.config)
             wire.check_context(req, sim.config)
         except wire.HttpProblem as p:
             return error_response(dialect, p.status, p.message, p.kind)

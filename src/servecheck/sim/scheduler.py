@@ -8,7 +8,8 @@ than MAX_CATCHUP_NS is lost time, as it would be on a real machine.
 Modes (see SimConfig):
   serial / slots=K / batched   up to capacity (1, K, unlimited) requests admitted, the rest queue
                                FIFO; admitted requests decode together, one token each per step of
-                               (token_s + per_seq_s x decoding) x heat. New prompts are prefilled in
+                               (token_s + per_seq_s x decoding + context_token_s x their context
+                               tokens) x heat. New prompts are prefilled in
                                a step of their own that stalls decoding (as llama.cpp without
                                chunked prefill).
   pipelined                    two stages that overlap: one request prefills while another
@@ -283,9 +284,10 @@ class Scheduler:
         tokens = sum(j.prompt_n for j in jobs)
         return round(tokens * self.config.prompt_token_s * self._heat(start_ns) * 1e9)
 
-    def _decode_ns(self, n_seqs: int, start_ns: int) -> int:
+    def _decode_ns(self, jobs: list[Job], start_ns: int) -> int:
         c = self.config
-        return round((c.token_s + c.per_seq_s * n_seqs) * self._heat(start_ns) * 1e9)
+        context = sum(len(j.prompt_tokens) + j.produced for j in jobs) if c.context_token_s else 0
+        return round((c.token_s + c.per_seq_s * len(jobs) + c.context_token_s * context) * self._heat(start_ns) * 1e9)
 
     # ---------------------------------------------------- serial/slots/batched
     def _advance_batch(self, now: int) -> int | None:
@@ -387,7 +389,7 @@ class Scheduler:
             if j.decode_start_ns is None:
                 j.decode_start_ns = start
         self.peak_decoding = max(self.peak_decoding, len(jobs))
-        return _Step("decode", start, start + self._decode_ns(len(jobs), start), jobs)
+        return _Step("decode", start, start + self._decode_ns(jobs, start), jobs)
 
     def _complete(self, step: _Step) -> None:
         self._count(step)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -114,6 +114,14 @@ def _max_tokens(dialect: str, body: dict[str, Any], config: SimConfig) -> int:
     if not _is_int(raw) or raw == 0 or raw < -1:
         raise HttpProblem(400, f"'{name}' must be a positive integer (or -1 for the default), got {raw!r}")
     return config.default_max_tokens if raw == -1 else raw
+
+
+def truncate(req: SimRequest, config: SimConfig) -> SimRequest:
+    """A server set to truncate keeps only the prompt's last `truncate_prompt` tokens, and counts only those."""
+    keep = config.truncate_prompt
+    if not keep or len(req.prompt_tokens) <= keep:
+        return req
+    return replace(req, prompt_tokens=req.prompt_tokens[-keep:])
 
 
 def check_context(req: SimRequest, config: SimConfig) -> None:

@@ -17,8 +17,8 @@ from typing import Any
 import platformdirs
 
 from servecheck.errors import StoreError
-from servecheck.report import fields
-from servecheck.report.jsonout import dumps_compact
+from servecheck.results import fields
+from servecheck.results.jsonout import dumps_compact
 from servecheck.store.migrations import BOOKKEEPING, LATEST_VERSION, MIGRATIONS, Migration
 
 ENV_VAR = "SERVECHECK_DB"

@@ -55,6 +55,8 @@ def verdict(doc: dict[str, Any]) -> str | None:
         return word
     if doc.get("headline_refused") is True:
         return "refused"
+    if command(doc) == "context" and as_str(doc.get("effect")):
+        return f"decode {doc['effect']} with depth" if doc["effect"] != "inconclusive" else "inconclusive"
     if command(doc) == "capacity" and as_str(doc.get("limit")):
         held = as_int(doc.get("max_concurrency"))
         if doc.get("limit") == "undetermined":

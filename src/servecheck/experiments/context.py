@@ -1,0 +1,279 @@
+"""The context sweep: one stream at a time, a prompt of each depth in tokens, a fixed output length.
+
+Depths run ascending, then descending on the next rep, and the shallowest again last, so drift is
+measured rather than mistaken for a context effect (`analysis.context.plan_order`). Every prompt opens
+with its own nonce and asks the engine not to reuse its prompt cache where it takes `cache_prompt`.
+After each stream the caller gets the partial result, so nothing measured is lost to a Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from servecheck.analysis import context as ctx
+from servecheck.analysis.roofline import Span
+from servecheck.errors import ServerError, UsageError
+from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
+
+OnPoint = Callable[["ContextResult"], None]
+OnServer = Callable[[ServerInfo], None]
+# The warm-up stream: long enough to load the model and settle the first kernels, short enough not to matter.
+WARMUP_TOKENS = 8
+WARMUP_PROMPT_TOKENS = 16
+# Tokens a server may add around a prompt (BOS, a chat template head): a depth that fills the context to
+# the last token would fail by these.
+CONTEXT_MARGIN_TOKENS = 4
+
+
+@dataclass(frozen=True)
+class ContextResult:
+    """Everything a context sweep measured; the analysis is computed from it, never stored beside it."""
+
+    server: ServerInfo
+    depths: tuple[int, ...]  # as asked
+    measured: tuple[int, ...]  # the depths that fit the server's context
+    tokens: int
+    reps: int
+    plan: tuple[int, ...]
+    cache_prompt: bool | None
+    skipped: tuple[tuple[int, str], ...] = ()
+    warmup: RequestRecord | None = None
+    samples: tuple[ctx.Sample, ...] = ()
+    records: tuple[RequestRecord, ...] = ()  # one per sample, same order
+    complete: bool = False
+    notes: tuple[str, ...] = field(default=())
+    model: ctx.ModelBytes | None = None  # with --model: what each token reads besides the KV cache
+    model_summary: dict[str, Any] | None = None
+    bandwidth_gb_s: Span | None = None
+    bandwidth_source: str | None = None
+
+    def analysis(self) -> ctx.ContextAnalysis:
+        return ctx.analyze_context(self.samples, self.measured)
+
+    def roofline(self, a: ctx.ContextAnalysis) -> tuple[ctx.RooflineRow, ...] | None:
+        if self.model is None:
+            return None
+        return ctx.roofline_at_depth(a.points, self.model, self.tokens, self.bandwidth_gb_s)
+
+    def to_doc(self) -> dict[str, Any]:
+        """The context fields of the JSON document (the CLI puts the envelope around them)."""
+        a = self.analysis()
+        rows = self.roofline(a)
+        notes = list(self.notes) + [f"depth {d} skipped: {why}" for d, why in self.skipped]
+        if rows and (steep := ctx.steeper_note(rows)) is not None:
+            notes.append(steep)
+        return {
+            "command": "context",
+            "valid": a.valid,
+            "simulated": self.server.simulated,
+            "complete": self.complete,
+            "server": self.server.to_dict(),
+            "tokens": self.tokens,
+            "reps": self.reps,
+            "order": list(self.plan),
+            "cache_prompt": self.cache_prompt,
+            "effect": a.effect,
+            "effect_reason": a.effect_reason,
+            "drift": _drift_doc(a.drift),
+            "points": [_point_doc(p, self) for p in a.points],
+            "skipped": [{"depth": d, "reason": why} for d, why in self.skipped],
+            "roofline": None if rows is None else [_row_doc(r) for r in rows],
+            "model_bytes": self.model_summary,
+            "bandwidth_gb_s": None if self.bandwidth_gb_s is None else self.bandwidth_gb_s.as_list(),
+            "bandwidth_source": self.bandwidth_source,
+            "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
+            "invalid": [f.to_dict() for f in a.invalid],
+            "warnings": [f.to_dict() for f in a.warnings],
+            "notes": notes,
+        }
+
+
+def _drift_doc(d: ctx.Drift | None) -> dict[str, Any] | None:
+    if d is None:
+        return None
+    return {"first_tok_s": d.first_tok_s, "last_tok_s": d.last_tok_s, "first_s": d.first_s, "last_s": d.last_s,
+            "change": d.change, "warn_above": ctx.DRIFT_WARN}
+
+
+def _point_doc(p: ctx.PointAnalysis, result: ContextResult) -> dict[str, Any]:
+    by_sample = dict(zip(result.samples, result.records))
+    return {
+        "depth": p.depth,
+        "context_tokens": p.context_tokens,
+        "ttft_s": p.ttft_s,
+        "prefill_tok_s": p.prefill_tok_s,
+        "decode_tok_s": p.decode_tok_s,
+        "decode_range_tok_s": None if p.decode_range_tok_s is None else list(p.decode_range_tok_s),
+        "tokens": p.tokens,
+        "ratio": p.ratio,
+        "ratio_raw": p.ratio_raw,
+        "valid": p.valid,
+        "problems": list(p.problems),
+        "samples": [_sample_doc(s, by_sample.get(s)) for s in p.samples],
+    }
+
+
+def _sample_doc(s: ctx.Sample, record: RequestRecord | None) -> dict[str, Any]:
+    return {
+        "rep": s.rep,
+        "order": s.order,
+        "prompt_tokens": s.prompt_tokens,
+        "reported_prompt_tokens": s.reported_prompt_tokens,
+        "tokens": s.tokens,
+        "ttft_s": s.ttft_s,
+        "decode_s": s.decode_s,
+        "decode_tok_s": s.decode_tok_s,
+        "prefill_tok_s": s.prefill_tok_s,
+        "mid_s": s.mid_s,
+        "problem": ctx.sample_problem(s),
+        "request": None if record is None else record.to_dict(with_token_times=False),
+    }
+
+
+def _row_doc(r: ctx.RooflineRow) -> dict[str, Any]:
+    return {
+        "depth": r.depth,
+        "mean_context_tokens": r.mean_context_tokens,
+        "kv_bytes_per_token": r.kv_bytes_per_token,
+        "bytes_per_token": r.bytes_per_token,
+        "decode_tok_s": r.decode_tok_s,
+        "predicted_tok_s": r.predicted_tok_s,
+        "measured_over_predicted": r.measured_over_predicted,
+        "steeper": r.steeper,
+        "achieved_gb_s": r.achieved_gb_s,
+        "utilization": None if r.utilization is None else r.utilization.as_list(),
+    }
+
+
+# ---------------------------------------------------------------- planning
+
+
+def fit_depths(depths: Sequence[int], tokens: int, server: ServerInfo) -> tuple[list[int], list[tuple[int, str]]]:
+    """The depths whose prompt plus output fit the server's context per request, and why each other is skipped."""
+    n_ctx = server.n_ctx_per_request
+    if n_ctx is None:
+        return list(depths), []
+    fit = [d for d in depths if max(d, 1) + tokens + CONTEXT_MARGIN_TOKENS <= n_ctx]
+    skipped = [(d, f"{d} prompt + {tokens} output tokens exceed the server's context of {n_ctx} tokens per request; "
+                   "not sent") for d in depths if d not in fit]
+    return fit, skipped
+
+
+def takes_cache_prompt(server: ServerInfo) -> bool:
+    """llama.cpp (and the simulator, which speaks its dialect) read `cache_prompt`; others may refuse it."""
+    return server.engine in ("llama.cpp", "simulator") or server.dialect == "llamacpp"
+
+
+def reported_prompt_tokens(record: RequestRecord, dialect: str) -> int | None:
+    """The prompt length the server counted: llama.cpp's native prompt_n leaves out cached tokens."""
+    t = record.server
+    if t is None or t.prompt_tokens is None:
+        return None
+    if dialect == "llamacpp":
+        return t.prompt_tokens + (t.cached_prompt_tokens or 0)
+    return t.prompt_tokens
+
+
+def distinct_nonces(n: int, rng: random.Random) -> list[str]:
+    """Nonces whose first two characters differ across the whole run (while n <= 256), so no prompt
+    shares even a first token with another request's."""
+    from servecheck.load.prompts import new_nonce
+
+    heads: set[str] = set()
+    out: list[str] = []
+    while len(out) < n:
+        nonce = new_nonce(rng)
+        if (nonce[:2] in heads and len(heads) < 256) or nonce in out:
+            continue
+        heads.add(nonce[:2])
+        out.append(nonce)
+    return out
+
+
+# ---------------------------------------------------------------- running
+
+
+async def _request(driver: Any, index: int, depth: int, tokens: int, nonce: str, rng: random.Random,
+                   cache_prompt: bool | None) -> GenRequest:
+    from servecheck.load.prompts import fixed_prompt
+
+    prompt = await fixed_prompt(driver, max(depth, 1), random.Random(rng.getrandbits(32)), nonce)
+    return GenRequest(index=index, prompt=prompt.text, nonce=prompt.nonce, max_tokens=tokens,
+                      prompt_tokens=prompt.prompt_tokens, cache_prompt=cache_prompt)
+
+
+def to_sample(record: RequestRecord, depth: int, rep: int, order: int, dialect: str, sent: int | None) -> ctx.Sample:
+    """One stream as the analysis reads it; `sent` is the prompt's length by the server's tokenizer (None
+    without one: then only the server's own count is known, and truncation cannot be told)."""
+    ttft = record.ttft_ns
+    decode = None
+    mid = None
+    if record.first_token_ns is not None and record.end_ns is not None:
+        decode = (record.end_ns - record.first_token_ns) / NS_PER_S
+        mid = (record.first_token_ns + record.end_ns) / 2 / NS_PER_S
+    return ctx.Sample(
+        depth=depth, rep=rep, order=order,
+        prompt_tokens=sent,
+        reported_prompt_tokens=reported_prompt_tokens(record, dialect),
+        tokens=record.tokens, tokens_requested=record.tokens_requested,
+        ttft_s=None if ttft is None else ttft / NS_PER_S, decode_s=decode, mid_s=mid,
+        error=None if record.ok else (record.error or record.status),
+    )
+
+
+async def run_context(
+    driver: Any,
+    *,
+    depths: Sequence[int],
+    tokens: int,
+    reps: int,
+    rng: random.Random,
+    on_point: OnPoint | None = None,
+    on_server: OnServer | None = None,
+    model: ctx.ModelBytes | None = None,
+    model_summary: dict[str, Any] | None = None,
+) -> ContextResult:
+    """Detect the server, skip the depths it cannot hold, warm up, then one stream per planned depth."""
+    if (problem := ctx.check_depths(depths)) is not None:
+        raise UsageError(f"--depths: {problem}", "for example --depths 0,2048,8192,32768")
+    if tokens < 2 or reps < 1:
+        raise UsageError("--tokens must be >= 2 and --reps >= 1", "for example --tokens 128 --reps 1")
+    server = await driver.detect()
+    fit, skipped = fit_depths(depths, tokens, server)
+    if len(fit) < 2:
+        raise UsageError(
+            f"--depths: only {fit or 'none'} of {list(depths)} fit{'s' if len(fit) == 1 else ''} the server's context of "
+            f"{server.n_ctx_per_request} tokens per request with {tokens} output tokens: nothing to compare",
+            "lower the depths or --tokens, or start the server with more context per slot (llama-server -c)",
+        )
+    if on_server is not None:
+        on_server(server)
+    plan = ctx.plan_order(fit, reps)
+    cache_prompt = False if takes_cache_prompt(server) else None
+    notes = () if server.n_ctx_per_request is not None else ("the server's context per request is unknown: every depth was sent",)
+    result = ContextResult(server, tuple(depths), tuple(fit), tokens, reps, tuple(plan), cache_prompt,
+                           skipped=tuple(skipped), notes=notes, model=model, model_summary=model_summary)
+    nonces = distinct_nonces(len(plan) + 1, rng)
+    result = replace(result, warmup=await _warm_up(driver, nonces[0], rng, cache_prompt))
+    for order, depth in enumerate(plan):
+        rep = sum(1 for s in result.samples if s.depth == depth)
+        req = await _request(driver, order + 1, depth, tokens, nonces[order + 1], rng, cache_prompt)
+        record = await driver.generate(req)
+        sample = to_sample(record, depth, rep, order, server.dialect, req.prompt_tokens)
+        result = replace(result, samples=(*result.samples, sample), records=(*result.records, record))
+        if on_point is not None:
+            on_point(result)
+    return replace(result, complete=True)
+
+
+async def _warm_up(driver: Any, nonce: str, rng: random.Random, cache_prompt: bool | None) -> RequestRecord:
+    req = await _request(driver, 0, WARMUP_PROMPT_TOKENS, WARMUP_TOKENS, nonce, rng, cache_prompt)
+    record = await driver.generate(req)
+    if not record.ok:
+        raise ServerError(f"the warm-up request failed: {record.error or record.status}",
+                          "check the URL, --model and --api; the server must answer one request first",
+                          status=record.http_status)
+    return record

@@ -1,0 +1,31 @@
+"""The thermal summary of a run, as a value: what the probe's sampler saw (probe/thermal.py samples
+it; experiments and reports only read it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class ThermalSummary:
+    sources: tuple[str, ...]
+    samples: int
+    pressure_samples: int
+    max_temp_c: float | None = None
+    examples: tuple[str, ...] = ()  # details of the first few samples that showed pressure
+
+    def describe(self) -> str:
+        if not self.sources:
+            return "thermal state not exposed on this system (no thermal zones, cpufreq, pmset or NVML)"
+        count = "zero" if self.pressure_samples == 0 else str(self.pressure_samples)
+        return f"thermal pressure in {count} of {self.samples} samples ({', '.join(self.sources)})"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sources": list(self.sources),
+            "samples": self.samples,
+            "pressure_samples": self.pressure_samples,
+            "max_temp_c": self.max_temp_c,
+            "examples": list(self.examples),
+        }
