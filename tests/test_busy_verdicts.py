@@ -214,6 +214,20 @@ def test_none_needs_the_aggregate_shown_not_to_gain() -> None:
     assert A.label_arm(A.Estimate(1.04, 0.95, 1.25, 6), A.Estimate(1.0, 0.97, 1.03, 6)) == "inconclusive"
 
 
+def test_the_servers_gauges_showing_one_at_a_time_are_evidence_for_none() -> None:
+    """Measured on --parallel 1 under load: the 2-way aggregate interval reached past 1.10 (handoffs
+    without a client round trip, and noise), so `none` was not shown by the aggregate alone; the
+    server's gauges saw one request running at a time in every cell: nothing batched or overlapped."""
+    noisy = A.Estimate(1.05, 0.97, 1.16, 12)
+    flat_gen = A.Estimate(1.0, 0.96, 1.04, 12)
+    assert A.label_arm(noisy, flat_gen) == "inconclusive"
+    assert A.label_arm(noisy, flat_gen, peak_running=1) == "none"
+    # a generation gain the gauges contradict is no claim either way
+    assert A.label_arm(A.Estimate(1.5, 1.3, 1.7, 12), A.Estimate(1.5, 1.3, 1.7, 12), peak_running=1) == "inconclusive"
+    # two running at once leaves the aggregate and generation rules to decide
+    assert A.label_arm(noisy, flat_gen, peak_running=2) == "inconclusive"
+
+
 def test_a_serial_server_that_speeds_up_warns() -> None:
     cells = [
         # the same 512 tokens in less time every rep: the serial arm speeds up 4x over the run

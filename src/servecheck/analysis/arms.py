@@ -72,6 +72,9 @@ class Cell:
     batch_wall_s: float | None = None  # release to the last response's end; recorded, never compared
     run: int = 0  # which pooled run the cell came from
     failed: int = 0  # requests that did not finish ok
+    # The most requests the server's own gauges showed running at once during the cell (None when
+    # it has no gauges or the cell was too short for enough readings).
+    peak_running: int | None = None
 
     @property
     def aggregate_tok_s(self) -> float | None:
@@ -105,6 +108,7 @@ class Cell:
             "per_user_rate_tok_s": self.per_user_rate_tok_s,
             "ttft_s": self.ttft_s,
             "failed": self.failed,
+            "peak_running": self.peak_running,
             "deviant": deviant,
         }
 
@@ -126,6 +130,7 @@ class Cell:
             batch_wall_s=_opt_float(d.get("batch_wall_s")),
             run=int(d.get("run", 0)) if run is None else run,
             failed=int(d.get("failed", 0)),
+            peak_running=None if d.get("peak_running") is None else int(d["peak_running"]),
         )
 
 
@@ -470,24 +475,39 @@ def _median_of(cells: Sequence[Cell], metric: str) -> float | None:
     return median(vals) if vals else None
 
 
-def label_arm(aggregate: Estimate | None, generation: Estimate | None) -> Label:
+def label_arm(aggregate: Estimate | None, generation: Estimate | None, peak_running: int | None = None) -> Label:
     """The label alone; `label_with_reason` says what decided it."""
-    return label_with_reason(aggregate, generation)[0]
+    return label_with_reason(aggregate, generation, peak_running)[0]
 
 
-def label_with_reason(aggregate: Estimate | None, generation: Estimate | None) -> tuple[Label, str]:
+def label_with_reason(
+    aggregate: Estimate | None, generation: Estimate | None, peak_running: int | None = None
+) -> tuple[Label, str]:
     """Each label is a claim with its own evidence, never the absence of evidence against it.
 
     batching: the aggregate rises and the generation stage is shown to gain; pipelining: the
     aggregate rises and the generation stage is shown not to (its interval wholly below the rise
     threshold); none: the aggregate is shown not to gain (its interval wholly below
-    NO_GAIN_CEILING). Anything else is inconclusive, with what would decide it.
+    NO_GAIN_CEILING), or the server's own gauges showed one request running at a time in every
+    cell of the arm (`peak_running` 1: nothing was batched and nothing overlapped, whatever the
+    aggregate moved by handing requests over without a client round trip). Anything else is
+    inconclusive, with what would decide it.
     """
     if aggregate is None:
         return "inconclusive", "no rep pairs this arm with the serial arm"
     if aggregate.n < MIN_REPS_FOR_RISE:
         return "inconclusive", f"only {aggregate.n} paired rep(s): an interval needs {MIN_REPS_FOR_RISE} or more"
     agg = _iv(aggregate)
+    if peak_running == 1:
+        if generation is not None and generation.rises:
+            return "inconclusive", (
+                f"the generation stage reads a gain {_iv(generation)}, but the server's gauges showed one request "
+                "running at a time in every cell: the two disagree"
+            )
+        return "none", (
+            f"the server's gauges showed one request running at a time in every cell: no batching and no overlap "
+            f"(aggregate {agg})"
+        )
     if not aggregate.rises:
         if aggregate.hi < NO_GAIN_CEILING:
             return "none", f"aggregate {agg}: shown below {NO_GAIN_CEILING:.2f}x, no material gain"
@@ -518,7 +538,9 @@ def arm_result(cells: Sequence[Cell], concurrency: int) -> ArmResult:
     mine = [c for c in cells if c.concurrency == concurrency]
     agg = _estimate(cells, concurrency, "aggregate_tok_s")
     gen = _estimate(cells, concurrency, "generation_tok_s")
-    label, reason = ("none", "the serial arm is the baseline") if concurrency == 1 else label_with_reason(agg, gen)
+    peaks = [c.peak_running for c in mine]
+    peak = max(p for p in peaks if p is not None) if mine and all(p is not None for p in peaks) else None
+    label, reason = ("none", "the serial arm is the baseline") if concurrency == 1 else label_with_reason(agg, gen, peak)
     return ArmResult(
         concurrency=concurrency,
         n_cells=len(mine),

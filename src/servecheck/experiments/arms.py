@@ -24,6 +24,7 @@ from servecheck.analysis.arms import (
     cell_from_records,
     schedule,
 )
+from servecheck.analysis.witness import MIN_GAUGE_SAMPLES
 from servecheck.errors import ServerError, UsageError
 from servecheck.experiments.common import queue_wait_s
 from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
@@ -281,6 +282,9 @@ async def _measure_cell(
     cell = cell_from_records(
         batch.records, rep=rep, position=position, concurrency=concurrency, release_ns=batch.release_ns, run=run_index
     )
+    gauges = batch.gauges
+    if gauges is not None and len(gauges.samples) >= MIN_GAUGE_SAMPLES:
+        cell = replace(cell, peak_running=gauges.peak_running)
     return replace(run, measured=(*run.measured, MeasuredCell(cell, batch.records, batch.dispatch_skew_ns)))
 
 
