@@ -34,12 +34,18 @@ def serve_command(engine: LocalEngine) -> str:
 
 
 def run(engine: LocalEngine, tmp_path, *extra: str) -> tuple[int, dict]:
+    """One prefix-cache run on a fresh server; an `unknown` verdict (timing the noise could not
+    decide, seen under a busy-laptop load) earns one retry, never more: only the right verdict passes."""
     out = tmp_path / "pc.json"
     args = ["prefix-cache", "--serve", serve_command(engine), "--prompt-tokens", str(PROMPT), "--json", str(out),
             "--no-save", "--timeout", "120", *extra]
-    with pytest.raises(SystemExit) as info:
-        main_mod.main(args)
-    return int(info.value.code or 0), json.loads(out.read_text())
+    for _attempt in range(2):
+        with pytest.raises(SystemExit) as info:
+            main_mod.main(args)
+        doc = json.loads(out.read_text())
+        if doc["verdict"] != "unknown":
+            break
+    return int(info.value.code or 0), doc
 
 
 def test_cache_on_is_working(engine, tmp_path):
