@@ -31,7 +31,7 @@ def run_main(args: list[str]) -> int:
 
 @pytest.mark.parametrize("case", REAL_LOGS, ids=[c["file"] for c in REAL_LOGS])
 def test_real_engine_logs(case):
-    result = scan_log(FIXTURES / case["file"], "llamacpp", case["flags"])
+    result = scan_log(FIXTURES / case["file"], case.get("engine", "llamacpp"), case["flags"])
     statuses = {f.feature: f.status for f in result.findings}
     for feature, status in case["expect"].items():
         assert statuses.get(feature) == status, (feature, statuses)
@@ -315,3 +315,39 @@ def test_any_text_log_scans(tmp_path, lines):
     assert result.lines_total == len(lines)
     assert result.warnings + result.errors == len(result.lines)
     assert all(ln.text == lines[ln.line_no - 1].rstrip("\r\n") for ln in result.lines)
+
+
+def test_a_moment_of_queueing_yields_to_a_line_that_shows_batching(tmp_path):
+    """vLLM's periodic line: 'Running: 1 reqs, Waiting: 2 reqs' refuses continuous batching only
+    while no line shows several requests running; a --max-num-seqs 4 server that queued for a
+    moment (its KV cache full, say) and batched at other moments is confirmed."""
+    queued = ("(APIServer pid=1) INFO 12-02 00:33:33 [loggers.py:335] Engine 000: Avg prompt throughput: 19.2 tokens/s, "
+              "Avg generation throughput: 67.3 tokens/s, Running: 1 reqs, Waiting: 2 reqs, CPU KV cache usage: 0.4%")
+    batched = queued.replace("Running: 1 reqs, Waiting: 2 reqs", "Running: 4 reqs, Waiting: 0 reqs")
+    log = tmp_path / "v.log"
+    log.write_text(queued + "\n")
+    [f] = scan_log(log, "vllm", "").findings
+    assert (f.feature, f.status, f.requested) == ("continuous_batching", "refused", False)
+    log.write_text(queued + "\n" + batched + "\n")
+    [f] = scan_log(log, "vllm", "--max-num-seqs 4").findings
+    assert (f.status, f.rule_id) == ("confirmed", "vllm.engine_running")
+
+
+def test_the_kv_cache_capacity_line_alone_confirms_no_batching(tmp_path):
+    """'Maximum concurrency for 4,096 tokens per request: 16.00x' is printed whatever --max-num-seqs
+    says: it once confirmed continuous batching on a server that ran one request at a time."""
+    log = tmp_path / "v.log"
+    log.write_text("(EngineCore pid=1) INFO 12-02 00:32:50 [kv_cache_utils.py:2327] CPU KV cache size: 65,536 tokens, "
+                   "Maximum concurrency for 4,096 tokens per request: 16.00x\n")
+    result = scan_log(log, "vllm", "--max-num-seqs 1")
+    assert result.findings == ()
+    assert [e.feature for e in result.evidence] == ["kv_cache_capacity"]
+
+
+def test_a_very_long_line_is_quoted_around_what_the_rule_read(tmp_path):
+    config = "x=1, " * 800
+    log = tmp_path / "v.log"
+    log.write_text(f"(EngineCore pid=1) INFO [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: {config}"
+                   f"enable_prefix_caching=True, {config}\n")
+    [f] = [f for f in scan_log(log, "vllm", "").findings if f.feature == "prefix_cache"]
+    assert f.line is not None and len(f.line) < 400 and "enable_prefix_caching=True" in f.line

@@ -381,3 +381,16 @@ def test_a_chat_template_head_in_the_cache_is_not_contamination(cached, named):
     a = sc.analyze_staircase(run, tokens_requested=512)
     found = [f for f in a.warnings if f.code == "prefix_cache_contamination"]
     assert bool(found) is named
+
+
+def test_a_first_finish_that_leaves_room_withholds_flat_unless_the_point_is_a_queue():
+    """vLLM --max-num-seqs 1, measured: N=2 finished at 5.33 / 7.39 s against a 3.87 s single, so
+    the batch's own bound allows a 1.44x gain; the point's finishes and gauges are a queue, which
+    cannot gain, so the trend is flat. The same bound on a point that is not a staircase withholds it."""
+    ratios, bound = {2: 1.05, 4: 0.94}, {2: 1.44, 4: 1.0}
+    got, reason = sc.classify_trend(ratios, own_bound=bound, verdicts={2: "staircase", 4: "staircase"})
+    assert got == "flat", reason
+    got, reason = sc.classify_trend(ratios, own_bound=bound, verdicts={2: "inconclusive", 4: "staircase"})
+    assert got == "inconclusive" and "leave room for a gain up to 1.44x" in reason
+    got, _ = sc.classify_trend(ratios, own_bound=bound)
+    assert got == "inconclusive"

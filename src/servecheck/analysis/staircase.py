@@ -346,7 +346,8 @@ def classify_trend(
     and a point whose finishes are a staircase (a queue) cannot rise: that contradiction is named.
     `own_bound` is each point's ceiling on its true ratio from its own batch (no request runs
     faster than alone, so the first finish is at most one single time: agg(N) / (tokens / first
-    finish)); a rise needs room under it, and flat needs it to leave no room for a rise.
+    finish)); a rise needs room under it, and flat needs it to leave no room for a rise, unless
+    the point is a staircase (a queue has no gain to hide).
     """
     if not ratios:
         return "inconclusive", "no N > 1 with an aggregate"
@@ -370,7 +371,11 @@ def classify_trend(
                 f"(at most one request alone) caps its gain at {ceiling:.2f}x: the N=1 reference ran slow"
             )
         return "rising", f"aggregate climbs to {ratios[best_n]:.2f}x N=1 at N={best_n}"
-    roomy = {n: b for n, b in (own_bound or {}).items() if b >= RISING_RATIO}
+    # A staircase point is a queue, which cannot raise the aggregate whatever its first finish
+    # leaves room for: its bound is no reason to withhold `flat` (vLLM --max-num-seqs 1 once ran
+    # the first of two queued requests 1.38x slower than alone, a bound of 1.44x on a queue).
+    roomy = {n: b for n, b in (own_bound or {}).items()
+             if b >= RISING_RATIO and (verdicts or {}).get(n) != "staircase"}
     if roomy and all(FLAT_LO_RATIO <= r <= FLAT_HI_RATIO for r in ratios.values()):
         n, b = next(iter(sorted(roomy.items())))
         return "inconclusive", (

@@ -75,8 +75,12 @@ def verdict_line(result: LogScanResult) -> str:
     refused = result.refused
     if not refused:
         return "no feature refused"
-    names = ", ".join(f.feature for f in refused)
-    return f"REFUSED: {names} (accepted is not enabled: the lines above say so)"
+    asked = ", ".join(f.feature for f in refused if f.requested)
+    unasked = ", ".join(f.feature for f in refused if not f.requested)
+    parts = [f"{asked} (accepted is not enabled: the lines above say so)"] if asked else []
+    if unasked:
+        parts.append(f"{unasked} (not switched on by these flags; the lines above show it off)")
+    return "REFUSED: " + "; ".join(parts)
 
 
 def render(console: Console, result: LogScanResult) -> None:

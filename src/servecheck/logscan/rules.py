@@ -40,6 +40,9 @@ class Rule:
     min_value: float | None = None  # a captured value below this does not confirm the feature
     below_min_status: RuleStatus = "info"
     requires_request: bool = False  # the line is printed in every log unless the feature was asked for
+    # A refusal that any confirming line of the same feature overrides: a moment the line describes
+    # (one request running while others waited) on a server that, at other moments, did the thing.
+    yields_to_confirmed: bool = False
     # Lower-cased text every matching line must contain: a cheap substring test skips the regex
     # on almost every line of a big log. None: no such text (the regex always runs).
     literal: str | None = None
@@ -124,6 +127,7 @@ def _parse_rule(entry: Any, path: Path, index: int) -> Rule:
         min_value=None if entry.get("min_value") is None else float(entry["min_value"]),
         below_min_status=entry.get("below_min_status", "info"),
         requires_request=bool(entry.get("requires_request", False)),
+        yields_to_confirmed=bool(entry.get("yields_to_confirmed", False)),
     )
 
 

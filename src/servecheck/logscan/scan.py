@@ -17,6 +17,10 @@ FindingStatus = Literal["confirmed", "refused", "unconfirmed"]
 
 # WARNING/ERROR lines kept for the report; a log with more is still scanned to the end.
 MAX_KEPT_LINES = 2000
+# A matching line longer than this is kept as an excerpt around the match (vLLM prints its whole
+# engine configuration on one line of several kilobytes).
+MAX_EVIDENCE_CHARS = 300
+EXCERPT_CONTEXT_CHARS = 100
 # Lines read to guess which engine wrote the log when the user said "auto".
 DETECT_LINES = 400
 _ENGINE_MARKERS: tuple[tuple[str, re.Pattern[str]], ...] = (
@@ -42,6 +46,7 @@ class Evidence:
     line_no: int | None = None
     value: float | None = None
     requires_request: bool = False
+    yields_to_confirmed: bool = False  # a refusal any confirmation of the feature overrides
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -226,7 +231,7 @@ def match_line(rules: Iterable[Rule], text: str, line_no: int | None = None) -> 
             Evidence(
                 feature=rule.feature,
                 status=status,
-                line=text.strip(),
+                line=excerpt(text.strip(), m.group(0)),
                 rule_id=rule.id,
                 meaning=rule.meaning,
                 source="log",
@@ -234,14 +239,31 @@ def match_line(rules: Iterable[Rule], text: str, line_no: int | None = None) -> 
                 value=value,
                 # "n_slots = 1" refuses parallel slots only when they were asked for.
                 requires_request=rule.requires_request or below_min,
+                yields_to_confirmed=rule.yields_to_confirmed and status == "refused",
             )
         )
     return out
 
 
+def excerpt(line: str, matched: str) -> str:
+    """The line, or the part of a very long one around what the rule matched, marked with ellipses."""
+    if len(line) <= MAX_EVIDENCE_CHARS:
+        return line
+    at = line.find(matched)
+    if at < 0:
+        return line[:MAX_EVIDENCE_CHARS] + " ..."
+    # a match that runs over most of the line (a pattern with .*) keeps its start and its end
+    if len(matched) > MAX_EVIDENCE_CHARS - 2 * EXCERPT_CONTEXT_CHARS:
+        head, tail = line[: at + EXCERPT_CONTEXT_CHARS], line[at + len(matched) - EXCERPT_CONTEXT_CHARS : at + len(matched)]
+        return f"{head} ... {tail}" + (" ..." if at + len(matched) < len(line) else "")
+    lo, hi = max(0, at - EXCERPT_CONTEXT_CHARS), min(len(line), at + len(matched) + EXCERPT_CONTEXT_CHARS)
+    return ("... " if lo > 0 else "") + line[lo:hi] + (" ..." if hi < len(line) else "")
+
+
 def decide_findings(requests: Sequence[FeatureRequest], evidence: Sequence[Evidence]) -> tuple[Finding, ...]:
     """Per feature: refused if any line refuses it, else confirmed if any line confirms it, else
-    unconfirmed (asked for, nothing either way). Features nobody asked for appear only with evidence."""
+    refused if a line refuses it that only a confirmation overrides, else unconfirmed (asked for,
+    nothing either way). Features nobody asked for appear only with evidence."""
     asked = {r.feature: r for r in requests}
     features = list(asked)
     for ev in evidence:
@@ -253,8 +275,10 @@ def decide_findings(requests: Sequence[FeatureRequest], evidence: Sequence[Evide
 
 def _decide(feature: str, request: FeatureRequest | None, evidence: list[Evidence]) -> Finding | None:
     usable = [_against_request(e, request) for e in evidence if request is not None or not e.requires_request]
-    for status in ("refused", "confirmed"):
-        hit = next((e for e in usable if e.status == status), None)
+    strong = [e for e in usable if not e.yields_to_confirmed]
+    weak = [e for e in usable if e.yields_to_confirmed]
+    for status, pool in (("refused", strong), ("confirmed", strong), ("refused", weak)):
+        hit = next((e for e in pool if e.status == status), None)
         if hit is not None:
             return _finding(feature, status, request, hit)  # type: ignore[arg-type]
     if request is None:
