@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,50 +12,39 @@ import pytest
 from servecheck import exitcodes
 from servecheck.cli import arms as cli_arms
 from servecheck.cli import main as main_mod
-from servecheck.experiments.arms import run_arms
-from servecheck.model.records import BatchResult, GenRequest
+from servecheck.client.base import Target
+from servecheck.load.fake import FakeDriver, FakeServer, flat
+from servecheck.load.protocol import DriverFactory
+from servecheck.model.records import GenRequest
 
-from test_arms_experiment import QueueDriver, factory
+from test_arms_experiment import factory
+
+# A strictly serial server on a virtual clock: prefill 20 ms, then a token every 5 ms; a lane
+# sends its next request 1 ms after its last one ended.
+QUEUE = FakeServer(slots=1, ttft_s=flat(0.02), token_s=flat(0.005), gap_s=0.001)
+HEATING = replace(QUEUE, heat=0.15)  # every batch 15% slower than the one before: steady drift
+INTERRUPTED = replace(QUEUE, ctrl_c_at_call=4)  # the warm-up, two cells, then Ctrl-C during the third
 
 
-def run_main(args: list[str]) -> int:
+def run_main(args: list[str], open_driver: DriverFactory | None = None) -> int:
     with pytest.raises(SystemExit) as info:
-        main_mod.main(args)
+        main_mod.main(args, open_driver=open_driver)
     return int(info.value.code or 0)
 
 
-class HeatingDriver(QueueDriver):
-    """A queue that gets 15% slower with every batch: steady drift."""
+class Script:
+    """Opens a fake driver for each run through the CLI's driver seam; a test may set `server`."""
 
-    async def run_batch(self, reqs: Any, in_flight: int | None = None, queue_wait_s: float = 0.0) -> BatchResult:
-        self.token_ns = int(self.token_ns * 1.15)
-        return await super().run_batch(reqs, in_flight)
+    def __init__(self) -> None:
+        self.server = QUEUE
 
-
-class InterruptingDriver(QueueDriver):
-    """Ctrl-C arrives during the third cell."""
-
-    async def run_batch(self, reqs: Any, in_flight: int | None = None, queue_wait_s: float = 0.0) -> BatchResult:
-        if len(self.batches) == 2:
-            raise KeyboardInterrupt
-        return await super().run_batch(reqs, in_flight)
+    def open(self, target: Target) -> FakeDriver:
+        return FakeDriver(self.server)
 
 
 @pytest.fixture
-def scripted(monkeypatch: pytest.MonkeyPatch):
-    """Replace the network with a fake driver; the test may set `scripted.driver`."""
-
-    class Script:
-        driver: QueueDriver = QueueDriver()
-
-    async def fake_measure(target, session, design, sampler, **kw):
-        return await run_arms(
-            Script.driver, design, on_cell=session.on_cell, on_server=session.on_server,
-            thermal=sampler.summary, requests_factory=factory, **kw,
-        )
-
-    monkeypatch.setattr(cli_arms, "_measure", fake_measure)
-    return Script
+def scripted() -> Script:
+    return Script()
 
 
 URL = "http://127.0.0.1:9"
@@ -62,7 +52,7 @@ SMALL = ["--reps", "3", "--tokens", "16", "--no-save"]
 
 
 def test_report_and_json_to_stdout(scripted, capsys) -> None:
-    assert run_main(["arms", URL, *SMALL, "--json", "-"]) == exitcodes.OK
+    assert run_main(["arms", URL, *SMALL, "--json", "-"], scripted.open) == exitcodes.OK
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
     assert doc["command"] == "arms" and doc["schema_version"] == 1 and doc["simulated"] is True
@@ -74,7 +64,7 @@ def test_report_and_json_to_stdout(scripted, capsys) -> None:
 
 
 def test_terminal_report_has_tables_and_checks(scripted, capsys) -> None:
-    assert run_main(["arms", URL, *SMALL]) == exitcodes.OK
+    assert run_main(["arms", URL, *SMALL], scripted.open) == exitcodes.OK
     out = capsys.readouterr().out.splitlines()
     assert out[0] == cli_arms.SIMULATED_BANNER
     assert any(line.startswith("4-way concurrency buys the operator") for line in out)
@@ -86,25 +76,25 @@ def test_terminal_report_has_tables_and_checks(scripted, capsys) -> None:
 
 
 def test_fixed_order_under_drift_refuses_and_exits_3(scripted, capsys) -> None:
-    scripted.driver = HeatingDriver()
-    assert run_main(["arms", URL, *SMALL, "--fixed-order"]) == exitcodes.INVALID
+    scripted.server = HEATING
+    assert run_main(["arms", URL, *SMALL, "--fixed-order"], scripted.open) == exitcodes.INVALID
     out = capsys.readouterr().out
     assert "REFUSED: headline withheld: the 4-way arm" in out
     assert "4-way concurrency buys" not in out
 
 
 def test_bias_limit_flag_reaches_the_analysis(scripted, tmp_path: Path) -> None:
-    scripted.driver = HeatingDriver()
+    scripted.server = HEATING
     out = tmp_path / "a.json"
-    assert run_main(["arms", URL, *SMALL, "--fixed-order", "--bias-limit", "5", "--json", str(out)]) == exitcodes.OK
+    assert run_main(["arms", URL, *SMALL, "--fixed-order", "--bias-limit", "5", "--json", str(out)], scripted.open) == exitcodes.OK
     doc = json.loads(out.read_text())
     assert doc["bias_limit"] == 5 and doc["headline_refused"] is False and doc["headline"]
 
 
 def test_ctrl_c_saves_partial_result(scripted, tmp_path: Path) -> None:
-    scripted.driver = InterruptingDriver()
+    scripted.server = INTERRUPTED
     out, db = tmp_path / "partial.json", tmp_path / "history.db"
-    assert run_main(["arms", URL, "--reps", "3", "--tokens", "16", "--db", str(db), "--json", str(out)]) == 130
+    assert run_main(["arms", URL, "--reps", "3", "--tokens", "16", "--db", str(db), "--json", str(out)], scripted.open) == 130
     doc = json.loads(out.read_text())
     assert doc["complete"] is False and len(doc["cells"]) == 2
     from servecheck.store.db import open_store
@@ -120,11 +110,11 @@ def test_ctrl_c_saves_partial_result(scripted, tmp_path: Path) -> None:
 def test_pool_files_and_run_ids(scripted, tmp_path: Path, capsys) -> None:
     db = tmp_path / "history.db"
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    assert run_main(["arms", URL, "--reps", "3", "--tokens", "16", "--db", str(db), "--json", str(a)]) == 0
-    assert run_main(["arms", URL, "--reps", "3", "--tokens", "16", "--seed", "1", "--no-save", "--json", str(b)]) == 0
+    assert run_main(["arms", URL, "--reps", "3", "--tokens", "16", "--db", str(db), "--json", str(a)], scripted.open) == 0
+    assert run_main(["arms", URL, "--reps", "3", "--tokens", "16", "--seed", "1", "--no-save", "--json", str(b)], scripted.open) == 0
     run_id = json.loads(a.read_text())["run_id"]
     pooled = tmp_path / "pooled.json"
-    assert run_main(["arms", "--pool", str(run_id), "--pool", str(b), "--db", str(db), "--json", str(pooled)]) == 0
+    assert run_main(["arms", "--pool", str(run_id), "--pool", str(b), "--db", str(db), "--json", str(pooled)], scripted.open) == 0
     doc = json.loads(pooled.read_text())
     assert len(doc["cells"]) == 18 and {c["run"] for c in doc["cells"]} == {1, 2}
     assert doc["pooled_from"] == [str(run_id), str(b)]
@@ -132,7 +122,7 @@ def test_pool_files_and_run_ids(scripted, tmp_path: Path, capsys) -> None:
     assert "pooled with:" in capsys.readouterr().out
     # pooling into a new measured run: its cells join the pooled ones
     both = tmp_path / "both.json"
-    assert run_main(["arms", URL, *SMALL, "--pool", str(b), "--json", str(both)]) == 0
+    assert run_main(["arms", URL, *SMALL, "--pool", str(b), "--json", str(both)], scripted.open) == 0
     assert len(json.loads(both.read_text())["cells"]) == 18
 
 
@@ -179,7 +169,7 @@ def test_runs_never_repeat_prompts_unless_seeded(scripted, tmp_path: Path) -> No
     docs = []
     for name, extra in (("a", []), ("b", []), ("c", ["--seed", "7"]), ("d", ["--seed", "7"])):
         out = tmp_path / f"{name}.json"
-        assert run_main(["arms", URL, *SMALL, "--json", str(out), *extra]) == 0
+        assert run_main(["arms", URL, *SMALL, "--json", str(out), *extra], scripted.open) == 0
         docs.append(json.loads(out.read_text()))
     a, b, c, d = docs
     assert a["params"]["seed"] != b["params"]["seed"] and not (_nonces(a) & _nonces(b))
@@ -210,11 +200,11 @@ def test_arms_serve_owns_the_simulator_and_audits_its_log(tmp_path) -> None:  # 
 def test_pooling_a_simulated_run_marks_the_result_simulated(scripted, tmp_path: Path, capsys) -> None:
     """A simulated run pooled alone or into a measurement must never come back looking real."""
     saved = tmp_path / "sim.json"
-    assert run_main(["arms", URL, *SMALL, "--json", str(saved)]) == exitcodes.OK
+    assert run_main(["arms", URL, *SMALL, "--json", str(saved)], scripted.open) == exitcodes.OK
     assert json.loads(saved.read_text())["simulated"] is True
     capsys.readouterr()
     pooled = tmp_path / "pooled.json"
-    assert run_main(["arms", "--pool", str(saved), "--no-save", "--json", str(pooled)]) == exitcodes.OK
+    assert run_main(["arms", "--pool", str(saved), "--no-save", "--json", str(pooled)], scripted.open) == exitcodes.OK
     assert json.loads(pooled.read_text())["simulated"] is True
     assert capsys.readouterr().out.splitlines()[0] == cli_arms.SIMULATED_BANNER
 
@@ -239,7 +229,7 @@ def test_drift_words(loss: float, words: str) -> None:
 
 
 def test_interval_note_says_how_sure_three_reps_are(scripted, capsys) -> None:
-    assert run_main(["arms", URL, *SMALL]) == exitcodes.OK
+    assert run_main(["arms", URL, *SMALL], scripted.open) == exitcodes.OK
     out = capsys.readouterr().out
     assert "speedup [interval]" in out and "95%]" not in out
     assert "covering the median with 75% confidence (fewer reps than the 95% level needs: six or more)" in out

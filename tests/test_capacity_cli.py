@@ -4,7 +4,6 @@ a fake closed-loop driver whose per-user rate, TTFT and failures at each N the t
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,81 +11,27 @@ from typing import Any
 import pytest
 
 from servecheck import exitcodes
-from servecheck.cli import capacity as cli_cap
 from servecheck.cli import main as main_mod
-from servecheck.experiments.capacity import run_capacity
-from servecheck.model.records import BatchResult, GenRequest, RequestRecord, ServerInfo
-
-MS = 1_000_000
+from servecheck.load.fake import FakeDriver, FakeServer
+from servecheck.load.protocol import DriverFactory
 
 
-class LoopDriver:
+def loop_driver(rate: Callable[[int], float], ttft_s: Callable[[int], float] = lambda n: 0.02,
+                fails: Callable[[int], bool] = lambda n: False, jitter: float = 0.0,
+                ctrl_c_at_call: int | None = None) -> FakeDriver:
     """A closed loop on a timeline: lane after lane takes the next request the moment its last ended.
 
     `rate(n)` is every user's generation rate at n in flight, `ttft_s(n)` its time to first token,
     `fails(n)` whether the server refuses requests at n (HTTP 503)."""
-
-    def __init__(self, rate: Callable[[int], float], ttft_s: Callable[[int], float] = lambda n: 0.02,
-                 fails: Callable[[int], bool] = lambda n: False, jitter: float = 0.0) -> None:
-        self.rate, self.ttft_s, self.fails, self.jitter = rate, ttft_s, fails, jitter
-        self.t_ns = 0
-        self.batches: list[int] = []
-        self.rng = random.Random(1)
-
-    async def detect(self) -> ServerInfo:
-        return ServerInfo(url="http://127.0.0.1:9", dialect="llamacpp", model="fake", engine="llama.cpp")
-
-    async def generate(self, req: GenRequest) -> RequestRecord:
-        return self._request(req, 1, self.t_ns)
-
-    def _request(self, req: GenRequest, n: int, send_ns: int) -> RequestRecord:
-        if self.fails(n):
-            return RequestRecord(index=req.index, nonce=req.nonce, status="error", tokens_requested=req.max_tokens,
-                                 send_ns=send_ns, end_ns=send_ns + MS, http_status=503, error="HTTP 503: server busy")
-        step = 1e9 / (self.rate(n) * (1 + self.rng.uniform(-self.jitter, self.jitter)))
-        first = send_ns + int(self.ttft_s(n) * 1e9)
-        times = tuple(first + int(i * step) for i in range(req.max_tokens))
-        return RequestRecord(index=req.index, nonce=req.nonce, status="ok", tokens_requested=req.max_tokens,
-                             send_ns=send_ns, first_token_ns=first, end_ns=times[-1], token_ns=times,
-                             tokens=req.max_tokens, tokens_source="usage")
-
-    async def run_batch(self, reqs: list[GenRequest], in_flight: int | None = None, queue_wait_s: float = 0.0) -> BatchResult:
-        n = in_flight or len(reqs)
-        self.batches.append(n)
-        release = self.t_ns + MS
-        free = [release + lane * 10_000 for lane in range(n)]
-        records = []
-        for req in reqs:
-            lane = min(range(n), key=lambda i: free[i])
-            r = self._request(req, n, free[lane])
-            records.append(r)
-            free[lane] = (r.end_ns or free[lane]) + MS
-        self.t_ns = max(free)
-        return BatchResult(release, n, tuple(records), (n - 1) * 10_000)
+    server = FakeServer(ttft_s=ttft_s, token_s=lambda n: 1.0 / rate(n), fails=fails, jitter=jitter,
+                        ctrl_c_at_call=ctrl_c_at_call, url="http://127.0.0.1:9", engine="llama.cpp", simulated=False)
+    return FakeDriver(server)
 
 
-async def fake_requests(driver: Any, n: int, prompt_tokens: int, max_tokens: int, rng: random.Random, start: int = 0) -> list[GenRequest]:
-    return [GenRequest(index=start + i, prompt="x" * prompt_tokens, nonce=f"{rng.getrandbits(48):012x}", max_tokens=max_tokens)
-            for i in range(n)]
-
-
-def run_main(args: list[str]) -> int:
+def run_main(args: list[str], open_driver: DriverFactory | None = None) -> int:
     with pytest.raises(SystemExit) as info:
-        main_mod.main(args)
+        main_mod.main(args, open_driver=open_driver)
     return int(info.value.code or 0)
-
-
-def script(monkeypatch: pytest.MonkeyPatch, driver: LoopDriver, interrupt_after: int | None = None) -> None:
-    async def fake_measure(target: Any, session: Any, design: Any, **kw: Any) -> Any:
-        def on_probe(run: Any) -> None:
-            session.on_probe(run)
-            if interrupt_after is not None and len(run.probes) >= interrupt_after:
-                raise KeyboardInterrupt
-
-        return await run_capacity(driver, design, on_probe=on_probe, on_server=session.on_server,
-                                  requests_factory=fake_requests, **kw)
-
-    monkeypatch.setattr(cli_cap, "_measure", fake_measure)
 
 
 def step_law(n: int) -> float:
@@ -94,18 +39,17 @@ def step_law(n: int) -> float:
     return 1.0 / (0.004 + 0.001 * n)
 
 
-def capacity(tmp_path: Path, *args: str) -> tuple[int, dict[str, Any]]:
+def capacity(tmp_path: Path, driver: FakeDriver, *args: str) -> tuple[int, dict[str, Any]]:
     out = tmp_path / "cap.json"
-    rc = run_main(["capacity", "http://127.0.0.1:9", "--tokens", "16", "--no-save", "--json", str(out), *args])
+    rc = run_main(["capacity", "http://127.0.0.1:9", "--tokens", "16", "--no-save", "--json", str(out), *args], driver.open)
     return rc, json.loads(out.read_text())
 
 
-def test_answer_table_json_and_history(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    driver = LoopDriver(step_law)
-    script(monkeypatch, driver)
+def test_answer_table_json_and_history(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    driver = loop_driver(step_law)
     out, db = tmp_path / "cap.json", tmp_path / "h.sqlite3"
     rc = run_main(["capacity", "http://127.0.0.1:9", "--min-user-rate", "105", "--tokens", "16", "--db", str(db),
-                   "--json", str(out), "--html", str(tmp_path / "cap.html")])
+                   "--json", str(out), "--html", str(tmp_path / "cap.html")], driver.open)
     doc = json.loads(out.read_text())
     assert rc == exitcodes.OK
     assert doc["command"] == "capacity" and doc["schema_version"] == 1 and doc["complete"] is True
@@ -126,44 +70,40 @@ def test_answer_table_json_and_history(monkeypatch: pytest.MonkeyPatch, tmp_path
     assert "holds 5 users" in capsys.readouterr().out
 
 
-def test_floor_above_one_user_alone_is_zero_users_exit_0(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+def test_floor_above_one_user_alone_is_zero_users_exit_0(tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
-    driver = LoopDriver(step_law)
-    script(monkeypatch, driver)
-    rc, doc = capacity(tmp_path, "--min-user-rate", "500")
+    driver = loop_driver(step_law)
+    rc, doc = capacity(tmp_path, driver, "--min-user-rate", "500")
     assert rc == exitcodes.OK and (doc["max_concurrency"], doc["limit"]) == (0, "user_rate")
     assert driver.batches == [1]  # nothing else to probe, nothing for drift to pose as
     assert "holds 0 users: one user alone gets 200.0 tok/s (median), below the 500 tok/s floor" in capsys.readouterr().out
 
 
-def test_a_server_failing_requests_fails_that_n_with_the_reason(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    script(monkeypatch, LoopDriver(lambda n: 100.0, fails=lambda n: n >= 3))
-    rc, doc = capacity(tmp_path, "--min-user-rate", "10")
+def test_a_server_failing_requests_fails_that_n_with_the_reason(tmp_path: Path) -> None:
+    rc, doc = capacity(tmp_path, loop_driver(lambda n: 100.0, fails=lambda n: n >= 3), "--min-user-rate", "10")
     assert rc == exitcodes.OK and (doc["max_concurrency"], doc["limit"]) == (2, "user_rate")
     three = next(p for p in doc["points"] if p["n"] == 3)
     assert three["status"] == "fail" and "requests failed" in three["reason"] and "HTTP 503: server busy" in three["reason"]
     assert doc["valid"] is True  # failures are the answer at that N, not an invalid run
 
 
-def test_ttft_ceiling_binds(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_ttft_ceiling_binds(tmp_path: Path) -> None:
     # two slots: a third user waits a whole request (16 tokens at 100 tok/s)
-    script(monkeypatch, LoopDriver(lambda n: 100.0, ttft_s=lambda n: 0.02 if n <= 2 else 0.16))
-    rc, doc = capacity(tmp_path, "--min-user-rate", "10", "--max-ttft", "0.05")
+    driver = loop_driver(lambda n: 100.0, ttft_s=lambda n: 0.02 if n <= 2 else 0.16)
+    rc, doc = capacity(tmp_path, driver, "--min-user-rate", "10", "--max-ttft", "0.05")
     assert rc == exitcodes.OK and (doc["max_concurrency"], doc["limit"]) == (2, "ttft")
 
 
 @pytest.mark.parametrize(("at_least", "code"), [(5, exitcodes.OK), (6, exitcodes.EXPECT_MISMATCH)])
-def test_expect_at_least(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, at_least: int, code: int) -> None:
-    script(monkeypatch, LoopDriver(step_law))
-    rc, _ = capacity(tmp_path, "--min-user-rate", "105", "--expect-at-least", str(at_least))
+def test_expect_at_least(tmp_path: Path, at_least: int, code: int) -> None:
+    rc, _ = capacity(tmp_path, loop_driver(step_law), "--min-user-rate", "105", "--expect-at-least", str(at_least))
     assert rc == code
 
 
-def test_noise_straddling_the_floor_is_undetermined_exit_3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+def test_noise_straddling_the_floor_is_undetermined_exit_3(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    driver = LoopDriver(step_law, jitter=0.3)
-    script(monkeypatch, driver)
-    rc, doc = capacity(tmp_path, "--min-user-rate", "150", "--max-n", "4")
+    driver = loop_driver(step_law, jitter=0.3)
+    rc, doc = capacity(tmp_path, driver, "--min-user-rate", "150", "--max-n", "4")
     assert rc == exitcodes.INVALID and doc["limit"] == "undetermined"
     assert doc["max_concurrency"] in (None, 1)  # never an N not shown to pass
     uncertain = [p for p in doc["points"] if p["status"] == "uncertain"]
@@ -171,18 +111,18 @@ def test_noise_straddling_the_floor_is_undetermined_exit_3(monkeypatch: pytest.M
     assert "UNDETERMINED" in capsys.readouterr().out
 
 
-def test_max_n_bounds_the_search(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    driver = LoopDriver(lambda n: 100.0)
-    script(monkeypatch, driver)
-    rc, doc = capacity(tmp_path, "--min-user-rate", "10", "--max-n", "3")
+def test_max_n_bounds_the_search(tmp_path: Path) -> None:
+    driver = loop_driver(lambda n: 100.0)
+    rc, doc = capacity(tmp_path, driver, "--min-user-rate", "10", "--max-n", "3")
     assert rc == exitcodes.OK and (doc["max_concurrency"], doc["limit"]) == (3, "max_n")
     assert driver.batches == [1, 2, 3, 1]
 
 
-def test_ctrl_c_saves_partial(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    script(monkeypatch, LoopDriver(step_law), interrupt_after=2)
+def test_ctrl_c_saves_partial(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    driver = loop_driver(step_law, ctrl_c_at_call=4)  # the warm-up, two probes, then Ctrl-C during the third
     out = tmp_path / "partial.json"
-    rc = run_main(["capacity", "http://127.0.0.1:9", "--min-user-rate", "105", "--tokens", "16", "--no-save", "--json", str(out)])
+    rc = run_main(["capacity", "http://127.0.0.1:9", "--min-user-rate", "105", "--tokens", "16", "--no-save", "--json", str(out)],
+                  driver.open)
     assert rc == exitcodes.INTERRUPTED
     doc = json.loads(out.read_text())
     assert doc["complete"] is False and [p["n"] for p in doc["points"]] == [1, 2]

@@ -14,6 +14,8 @@ from servecheck.audit import AuditOptions, audit_model
 from servecheck.cli import main as main_mod
 from servecheck.cli import context_sweep as cli_ctx
 from servecheck.cli.context_sweep import depth_label, report_lines
+from servecheck.load.fake import FakeDriver, FakeServer
+from servecheck.load.protocol import DriverFactory
 from servecheck.sim import SimConfig, sim_in_thread
 from test_audit_fixtures import write_gguf
 from test_audit_gguf import DENSE_KV, EMBD, LAYERS, dense_tensors
@@ -24,9 +26,9 @@ FAST = {"token_s": 0.002, "per_seq_s": 0.0, "prompt_token_s": 1e-5, "context_tok
 TOKENS = "16"
 
 
-def run_main(args: list[str]) -> int:
+def run_main(args: list[str], open_driver: DriverFactory | None = None) -> int:
     with pytest.raises(SystemExit) as info:
-        main_mod.main(args)
+        main_mod.main(args, open_driver=open_driver)
     return int(info.value.code or 0)
 
 
@@ -214,22 +216,13 @@ def test_kv_per_context_token_formula_on_the_analysis_directly():
     assert ctx.kv_bytes_per_context_token(model) == 2 * 32 * 8 * 128 * 2
 
 
-def test_ctrl_c_saves_the_depths_measured(tmp_path, monkeypatch, capsys):
-    real = cli_ctx._measure
-
-    async def interrupted(target, session, **kw):
-        record = session.on_point
-
-        def on_point(result):
-            record(result)
-            if len(result.samples) == 2:
-                raise KeyboardInterrupt  # Ctrl-C after the second stream
-
-        session.on_point = on_point
-        return await real(target, session, **kw)
-
-    monkeypatch.setattr(cli_ctx, "_measure", interrupted)
-    code, doc = sweep(tmp_path, "--no-save")
+def test_ctrl_c_saves_the_depths_measured(tmp_path, capsys):
+    # Calls: the warm-up, depth 0, depth 512, then Ctrl-C while the third stream runs.
+    driver = FakeDriver(FakeServer(ctrl_c_at_call=4))
+    out = tmp_path / "context.json"
+    code = run_main(["context", "http://127.0.0.1:9", "--depths", "0,512,2048", "--tokens", TOKENS, "--json", str(out),
+                     "--no-save"], driver.open)
+    doc = json.loads(out.read_text())
     assert code == exitcodes.INTERRUPTED
     assert doc["complete"] is False and [p["depth"] for p in doc["points"]] == [0, 512]
     assert "INCOMPLETE" in capsys.readouterr().out

@@ -377,10 +377,8 @@ def test_prefix_cache_progress_never_prints_none() -> None:
     from rich.console import Console
 
     from servecheck.cli import prefix_cache as pc
-
-    class FakeRecorder:
-        def partial(self, doc: object) -> None:
-            pass
+    from servecheck.cli.context import AppContext
+    from servecheck.cli.measure import Progress
 
     class Send:
         kind, ttft_s, cached_tokens = "repeat", 0.25, None
@@ -389,11 +387,8 @@ def test_prefix_cache_progress_never_prints_none() -> None:
         sends = [Send()]
 
     console = Console(record=True, width=200)
-    session = pc._Session.__new__(pc._Session)
-    session.recorder, session.err, session.head = FakeRecorder(), console, {}
-    session.bar = type("Bar", (), {"advance": lambda self: None})()
-    session.doc = lambda result: {}  # type: ignore[method-assign]
-    session.on_send(Result())  # type: ignore[arg-type]
+    watch = Progress(AppContext(out=console, err=console), "prefix-cache: sends", pc.progress_line)
+    watch.point(Result())  # type: ignore[arg-type]
     text = console.export_text()
     assert "None" not in text and "cached tokens not reported" in text
 

@@ -3,38 +3,35 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from servecheck import exitcodes
 from servecheck.cli import main as main_mod
 from servecheck.cli import staircase as cli_sc
-from servecheck.experiments.staircase import run_staircase
+from servecheck.load.fake import FakeDriver, FakeServer, flat
+from servecheck.load.protocol import DriverFactory
 
-from test_staircase_experiment import SerialFakeDriver, fake_requests
+# A queue on a virtual clock: one request alone takes 20 ms to its first token and 20 ms per token
+# after it, 2 s for 100 tokens; the k-th of a batch ends k single times after the release.
+QUEUE = FakeServer(slots=1, ttft_s=flat(0.02), token_s=flat(0.02))
 
 
-def run_main(args: list[str]) -> int:
+def run_main(args: list[str], open_driver: DriverFactory | None = None) -> int:
     with pytest.raises(SystemExit) as info:
-        main_mod.main(args)
+        main_mod.main(args, open_driver=open_driver)
     return int(info.value.code or 0)
 
 
 @pytest.fixture
-def scripted(monkeypatch: pytest.MonkeyPatch):
-    """Replace the network with a serial fake driver (a queue: single time 2 s)."""
-
-    async def fake_measure(target, session, **kw):
-        return await run_staircase(
-            SerialFakeDriver(), on_point=session.on_point, on_server=session.on_server,
-            requests_factory=fake_requests, **kw,
-        )
-
-    monkeypatch.setattr(cli_sc, "_measure", fake_measure)
+def scripted() -> DriverFactory:
+    """The network replaced by the serial fake, through the CLI's driver seam."""
+    return lambda target: FakeDriver(QUEUE)
 
 
 def test_table_in_the_seed_shape(scripted, capsys):
-    assert run_main(["staircase", "http://127.0.0.1:9", "--n", "1,2,4", "--tokens", "100", "--no-save"]) == 0
+    assert run_main(["staircase", "http://127.0.0.1:9", "--n", "1,2,4", "--tokens", "100", "--no-save"], scripted) == 0
     captured = capsys.readouterr()
     out = captured.out.splitlines()
     assert "N=4   finish at 2.00 / 4.00 / 6.00 / 8.00 s  aggregate 50.0 tok/s  staircase" in out
@@ -49,11 +46,11 @@ def test_table_in_the_seed_shape(scripted, capsys):
 
 @pytest.mark.parametrize(("expect", "code"), [("staircase", exitcodes.OK), ("cluster", exitcodes.EXPECT_MISMATCH)])
 def test_expect(scripted, expect, code):
-    assert run_main(["staircase", "http://127.0.0.1:9", "--n", "2", "--tokens", "10", "--expect", expect, "--no-save"]) == code
+    assert run_main(["staircase", "http://127.0.0.1:9", "--n", "2", "--tokens", "10", "--expect", expect, "--no-save"], scripted) == code
 
 
 def test_json_to_stdout_is_clean(scripted, capsys):
-    assert run_main(["staircase", "http://127.0.0.1:9", "--n", "1,2", "--tokens", "10", "--json", "-", "--no-save"]) == 0
+    assert run_main(["staircase", "http://127.0.0.1:9", "--n", "1,2", "--tokens", "10", "--json", "-", "--no-save"], scripted) == 0
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
     assert doc["command"] == "staircase" and doc["schema_version"] == 1
@@ -67,25 +64,18 @@ def test_json_to_stdout_is_clean(scripted, capsys):
 def test_api_key_never_written(scripted, tmp_path):
     path = tmp_path / "r.json"
     args = ["staircase", "http://127.0.0.1:9", "--n", "2", "--tokens", "10", "--api-key", "sk-SECRET123"]
-    assert run_main([*args, "--header", "X-Org:hidden-value", "--json", str(path), "--no-save"]) == 0
+    assert run_main([*args, "--header", "X-Org:hidden-value", "--json", str(path), "--no-save"], scripted) == 0
     text = path.read_text()
     assert "sk-SECRET123" not in text and "hidden-value" not in text
     assert json.loads(text)["params"]["api_key_given"] is True
 
 
-def test_ctrl_c_saves_partial(monkeypatch, tmp_path, capsys):
-    async def interrupted_measure(target, session, **kw):
-        partials = []
-        await run_staircase(
-            SerialFakeDriver(), on_point=partials.append, on_server=session.on_server,
-            requests_factory=fake_requests, **kw,
-        )
-        session.on_point(partials[1])  # N=1 and N=2 measured, then the user hits Ctrl-C
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(cli_sc, "_measure", interrupted_measure)
+def test_ctrl_c_saves_partial(tmp_path, capsys):
+    # Calls: the warm-up, N=1, N=2, then the user hits Ctrl-C while N=4 runs.
+    interrupted = replace(QUEUE, ctrl_c_at_call=4)
     path = tmp_path / "partial.json"
-    code = run_main(["staircase", "http://127.0.0.1:9", "--n", "1,2,4", "--tokens", "10", "--json", str(path), "--no-save"])
+    code = run_main(["staircase", "http://127.0.0.1:9", "--n", "1,2,4", "--tokens", "10", "--json", str(path), "--no-save"],
+                    lambda target: FakeDriver(interrupted))
     assert code == 130
     doc = json.loads(path.read_text())
     assert doc["complete"] is False

@@ -3,39 +3,36 @@ requests sent 1, 2, 4 at a time in rotated order."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 
 from servecheck import exitcodes
 from servecheck.analysis.arms import DEFAULT_BIAS_LIMIT, INTERVAL_LEVEL, interval_level
 from servecheck.cli.common import (
-    SIMULATED_BANNER,
-    Recorder,
+    SIMULATED_BANNER,  # noqa: F401 - callers read the banner from the command's module
+    ClientOptions,
+    OutputOptions,
     check_concurrency,
     check_url,
-    make_target,
-    output_options,
+    client_record,
+    output_record,
     say,
-    target_options,
 )
 from servecheck.cli.context import AppContext
-from servecheck.cli.serve import Served, render_audit, serve_option, served
-from servecheck.client.base import Target
+from servecheck.cli.measure import Progress, interrupted, measure, show_report
+from servecheck.cli.serve import Served, serve_option, served
 from servecheck.envinfo import environment
-from servecheck.errors import ServecheckError, UsageError
-from servecheck.experiments.arms import ArmsDesign, ArmsRun, any_simulated, pooled_cells, run_arms
-from servecheck.model.records import ServerInfo
+from servecheck.errors import UsageError
+from servecheck.experiments.arms import ArmsDesign, ArmsExperiment, ArmsRun, any_simulated, pooled_cells
 from servecheck.probe.thermal import ThermalSampler
 from servecheck.results.jsonout import envelope
-from servecheck.report.terminal import ProgressHandle, progress
-
-EXIT_INTERRUPTED = exitcodes.INTERRUPTED
+from servecheck.results.runner import Recording
+from servecheck.store.db import open_store
 
 
 def fresh_seed() -> int:
@@ -86,8 +83,6 @@ def _load_json(path: str) -> dict[str, Any]:
 
 
 def _load_run(run_id: int, db_path: str | None) -> dict[str, Any]:
-    from servecheck.store.db import open_store
-
     store = open_store(db_path, create=False)
     try:
         return store.get_run(run_id)
@@ -247,59 +242,14 @@ def exit_code(doc: dict[str, Any]) -> int:
 # ---------------------------------------------------------------- running
 
 
-class _Session:
-    """Ties the experiment's callbacks to the recorder and the progress console."""
-
-    def __init__(self, head: dict[str, Any], recorder: Recorder, err: Console, bias_limit: float) -> None:
-        self.head = head
-        self.recorder = recorder
-        self.err = err
-        self.bias_limit = bias_limit
-        self.last: ArmsRun | None = None
-        self.bar = ProgressHandle(None, None)
-
-    def doc(self, run: ArmsRun) -> dict[str, Any]:
-        return {**self.head, **run.to_doc(bias_limit=self.bias_limit)}
-
-    def on_cell(self, run: ArmsRun) -> None:
-        self.last = run
-        self.recorder.partial(self.doc(run))
-        self.bar.advance()
-        cell = run.measured[-1].cell
-        agg = cell.aggregate_tok_s
-        say(
-            self.err,
-            f"rep {cell.rep + 1}/{max(run.design.reps, cell.rep + 1)}  {cell.concurrency}-way  {cell.tokens} tokens in {cell.wall_s:.2f} s"
-            f"  aggregate {agg or 0:.1f} tok/s",
-            "dim",
-        )
-
-    def on_server(self, server: ServerInfo) -> None:
-        engine = f", engine {server.engine}" if server.engine else ""
-        say(self.err, f"detected {server.dialect} API at {server.url}, model {server.model or '?'}{engine}")
-        if server.simulated:
-            say(self.err, SIMULATED_BANNER, "bold yellow")
-
-
-async def _measure(target: Target, session: _Session, design: ArmsDesign, sampler: ThermalSampler, **kw: Any) -> ArmsRun:
-    from servecheck.load.driver import LoadDriver
-
-    async with LoadDriver(target) as driver:
-        return await run_arms(
-            driver, design, on_cell=session.on_cell, on_server=session.on_server, thermal=sampler.summary, **kw
-        )
-
+def progress_line(run: ArmsRun) -> str:
+    cell = run.measured[-1].cell
+    return (f"rep {cell.rep + 1}/{max(run.design.reps, cell.rep + 1)}  {cell.concurrency}-way  {cell.tokens} tokens in "
+            f"{cell.wall_s:.2f} s  aggregate {cell.aggregate_tok_s or 0:.1f} tok/s")
 
 
 def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_: Served | None = None) -> None:
-    console = app.err if json_to_stdout else app.out
-    lines = report_lines(doc)
-    if doc.get("simulated"):
-        lines = [SIMULATED_BANNER, *lines]
-    for line in lines:
-        say(console, line, "bold yellow" if line.startswith(("REFUSED", "INVALID", "INCOMPLETE", "SIMULATED")) else None)
-    if served_ is not None and served_.owned:
-        render_audit(console, served_)
+    show_report(app, report_lines(doc), simulated=bool(doc.get("simulated")), json_to_stdout=json_to_stdout, served=served_)
 
 
 @click.command("arms")
@@ -333,8 +283,8 @@ def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_:
     "against a long-running server resends the same prompts, which its prefix cache may still hold.",
 )
 @serve_option
-@target_options
-@output_options
+@client_record()
+@output_record
 @click.pass_obj
 def cmd(
     app: AppContext,
@@ -351,15 +301,8 @@ def cmd(
     seed: int | None,
     serve_command: str | None,
     serve_log: str | None,
-    api: str,
-    model: str | None,
-    api_key: str | None,
-    headers: tuple[str, ...],
-    first_token_timeout_s: float,
-    json_path: str | None,
-    html_path: str | None,
-    db_path: str | None,
-    no_save: bool,
+    client: ClientOptions,
+    output: OutputOptions,
 ) -> int:
     """Send the same requests 1, 2, 4 at a time (rotated order, fresh nonces) and report what
     concurrency buys the operator (aggregate throughput) and costs each user (generation rate,
@@ -373,53 +316,35 @@ def cmd(
             "give the server URL, --serve \"COMMAND\", or --pool saved runs to analyse",
             "for example servecheck arms http://127.0.0.1:8080",
         )
-    docs, names = load_pool(pool, db_path)
+    docs, names = load_pool(pool, output.db_path)
     pooled = pooled_cells(docs)
     prompt_seed = fresh_seed() if seed is None else seed
     params = {"design": design.to_dict(), "bias_limit": bias_limit, "seed": prompt_seed, "pool": list(pool),
               "serve": serve_command}
     if url is None and serve_command is None:
-        run = ArmsRun(_pooled_design(docs, design), pooled=tuple(pooled), pooled_from=tuple(names),
-                      pooled_simulated=any_simulated(docs), complete=True)
-        doc = {**envelope("arms", params, environment()), **run.to_doc(bias_limit=bias_limit)}
-        Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=True).finish(doc)
-        _render(app, doc, json_path == "-")
+        pooled_only = ArmsRun(_pooled_design(docs, design), pooled=tuple(pooled), pooled_from=tuple(names),
+                              pooled_simulated=any_simulated(docs), complete=True)
+        doc = {**envelope("arms", params, environment()), **pooled_only.to_doc(bias_limit=bias_limit)}
+        Recording(replace(output, no_save=True).sinks()).finish(doc)
+        _render(app, doc, output.json_to_stdout)
         return exit_code(doc)
-    recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
+    sinks = output.sinks()
     for note in design.notes():
         say(app.err, f"note: {note}", "yellow")
-    try:
-        with served(serve_command, url and check_url(url), log_path=serve_log, say=lambda line: say(app.err, line)) as server:
-            target = make_target(server.url, api=api, model=model, api_key=api_key, headers=headers,
-                                 first_token_timeout_s=first_token_timeout_s)
-            head = envelope("arms", {**target.public_dict(), **params}, environment())
-            session = _Session(head, recorder, app.err, bias_limit)
-            try:
-                with progress(app, "arms: cells", total=design.reps * len(design.arms)) as session.bar:
-                    run = _measure_saving_partial(target, session, design, rng=random.Random(prompt_seed),
-                                                  pooled=pooled, pooled_from=names,
-                                                  pooled_simulated=any_simulated(docs), bias_limit=bias_limit)
-            except KeyboardInterrupt:
-                return _interrupted(app, session, json_path == "-")
-        # The log audit exists only once the server has stopped, so the document is finished here.
-        doc = recorder.finish({**session.doc(run), "log_audit": server.audit_doc()})
-    finally:
-        recorder.close()
-    _render(app, doc, json_path == "-", server)
-    return exit_code(doc)
-
-
-def _measure_saving_partial(target: Target, session: _Session, design: ArmsDesign, **kw: Any) -> ArmsRun:
-    """Measure with the thermal sampler running; a failure after some cells still saves them."""
-    recorder = session.recorder
-    try:
-        recorder.start({**session.head, **ArmsRun(design).to_doc()})
+    with served(serve_command, url and check_url(url), log_path=serve_log, say=lambda line: say(app.err, line)) as server:
+        target = client.target(server.url)
+        head = envelope("arms", {**target.public_dict(), **params}, environment())
+        watch = Progress(app, "arms: cells", progress_line, total=design.reps * len(design.arms))
         with ThermalSampler() as sampler:
-            return asyncio.run(_measure(target, session, design, sampler, **kw))
-    except ServecheckError:
-        if session.last is not None:
-            recorder.interrupted()
-        raise
+            experiment = ArmsExperiment(design, random.Random(prompt_seed), pooled=tuple(pooled), pooled_from=tuple(names),
+                                        pooled_simulated=any_simulated(docs), bias_limit=bias_limit,
+                                        thermal=sampler.summary)
+            run = measure(app, experiment, target, sinks, head=head, watch=watch, served=server)
+        if run.interrupted:
+            return interrupted(app, run, lambda doc: _render(app, doc, output.json_to_stdout))
+    assert run.doc is not None  # a run that was not interrupted has finished its document
+    _render(app, run.doc, output.json_to_stdout, server)
+    return exit_code(run.doc)
 
 
 def _pooled_design(docs: list[dict[str, Any]], fallback: ArmsDesign) -> ArmsDesign:
@@ -438,16 +363,3 @@ def _pooled_design(docs: list[dict[str, Any]], fallback: ArmsDesign) -> ArmsDesi
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         return fallback
-
-
-def _interrupted(app: AppContext, session: _Session, json_to_stdout: bool) -> int:
-    if session.last is None:  # detecting or warming up: no cell was measured
-        say(app.err, "Interrupted before any cell was measured: nothing to save (the history row is marked incomplete)",
-            "bold yellow")
-        session.recorder.interrupted()
-        return EXIT_INTERRUPTED
-    say(app.err, "Interrupted: saving the partial result (complete: false)", "bold yellow")
-    doc = session.recorder.interrupted()
-    if session.last is not None and doc is not None:
-        _render(app, doc, json_to_stdout)
-    return EXIT_INTERRUPTED

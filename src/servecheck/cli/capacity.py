@@ -3,28 +3,21 @@ floor, and what each added user buys the operator and costs each user."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 from typing import Any
 
 import click
-from rich.console import Console
 
 from servecheck import exitcodes
 from servecheck.analysis.capacity import Criteria
-from servecheck.cli.common import SIMULATED_BANNER, Recorder, make_target, output_options, say, target_options
+from servecheck.cli.common import ClientOptions, OutputOptions, client_record, output_record, say
 from servecheck.cli.context import AppContext
-from servecheck.cli.serve import Served, render_audit, resolve_url, serve_option, served
-from servecheck.client.base import Target
+from servecheck.cli.measure import Progress, interrupted, measure, show_report
+from servecheck.cli.serve import Served, resolve_url, serve_option, served
 from servecheck.envinfo import environment
-from servecheck.errors import ServecheckError, UsageError
-from servecheck.experiments.capacity import DEFAULT_REMEASURES, CapacityDesign, CapacityRun, run_capacity
-from servecheck.model.records import ServerInfo
+from servecheck.errors import UsageError
+from servecheck.experiments.capacity import DEFAULT_REMEASURES, CapacityDesign, CapacityExperiment, CapacityRun
 from servecheck.results.jsonout import envelope
-from servecheck.report.terminal import ProgressHandle, progress
-
-EXIT_INTERRUPTED = exitcodes.INTERRUPTED
-ALARM = ("INVALID", "INCOMPLETE", "SIMULATED", "UNDETERMINED")
 
 
 # ---------------------------------------------------------------- formatting (pure: doc -> lines)
@@ -119,55 +112,16 @@ def exit_code(doc: dict[str, Any], expect_at_least: int | None) -> int:
 # ---------------------------------------------------------------- running
 
 
-class _Session:
-    """Ties the experiment's callbacks to the recorder and the progress console."""
-
-    def __init__(self, head: dict[str, Any], design: CapacityDesign, recorder: Recorder, err: Console) -> None:
-        self.head = head
-        self.design = design
-        self.recorder = recorder
-        self.err = err
-        self.last: CapacityRun | None = None
-        self.bar = ProgressHandle(None, None)
-
-    def doc(self, run: CapacityRun) -> dict[str, Any]:
-        return {**self.head, **run.to_doc()}
-
-    def on_server(self, server: ServerInfo) -> None:
-        # The history row starts once a server answered, so an unreachable URL leaves no empty run behind.
-        self.recorder.start(self.doc(CapacityRun(self.design, server=server)))
-        engine = f", engine {server.engine}" if server.engine else ""
-        say(self.err, f"detected {server.dialect} API at {server.url}, model {server.model or '?'}{engine}")
-        if server.simulated:
-            say(self.err, SIMULATED_BANNER, "bold yellow")
-
-    def on_probe(self, run: CapacityRun) -> None:
-        self.last = run
-        self.recorder.partial(self.doc(run))
-        self.bar.advance()
-        probe = run.probes[-1]
-        s = probe.sample
-        status = run.statuses().get(probe.n, "-") if probe.purpose != "baseline_end" else "baseline again"
-        say(self.err, f"N={probe.n} ({probe.purpose}): {s.measured} measured of {s.requests} sent, "
-                      f"aggregate {s.aggregate_tok_s or 0:.1f} tok/s -> {status}", "dim")
-
-
-async def _measure(target: Target, session: _Session, design: CapacityDesign, **kw: Any) -> CapacityRun:
-    from servecheck.load.driver import LoadDriver
-
-    async with LoadDriver(target) as driver:
-        return await run_capacity(driver, design, on_probe=session.on_probe, on_server=session.on_server, **kw)
+def progress_line(run: CapacityRun) -> str:
+    probe = run.probes[-1]
+    s = probe.sample
+    status = run.statuses().get(probe.n, "-") if probe.purpose != "baseline_end" else "baseline again"
+    return (f"N={probe.n} ({probe.purpose}): {s.measured} measured of {s.requests} sent, "
+            f"aggregate {s.aggregate_tok_s or 0:.1f} tok/s -> {status}")
 
 
 def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_: Served | None = None) -> None:
-    console = app.err if json_to_stdout else app.out
-    lines = report_lines(doc)
-    if doc.get("simulated"):
-        lines = [SIMULATED_BANNER, *lines]
-    for line in lines:
-        say(console, line, "bold yellow" if line.startswith(ALARM) else None)
-    if served_ is not None and served_.owned:
-        render_audit(console, served_)
+    show_report(app, report_lines(doc), simulated=bool(doc.get("simulated")), json_to_stdout=json_to_stdout, served=served_)
 
 
 @click.command("capacity")
@@ -188,8 +142,8 @@ def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_:
 @click.option("--seed", type=int, default=None,
               help="Seed for the prompts and nonces (default: fresh each run, recorded in the result).")
 @serve_option
-@target_options
-@output_options
+@client_record()
+@output_record
 @click.pass_obj
 def cmd(
     app: AppContext,
@@ -205,15 +159,8 @@ def cmd(
     seed: int | None,
     serve_command: str | None,
     serve_log: str | None,
-    api: str,
-    model: str | None,
-    api_key: str | None,
-    headers: tuple[str, ...],
-    first_token_timeout_s: float,
-    json_path: str | None,
-    html_path: str | None,
-    db_path: str | None,
-    no_save: bool,
+    client: ClientOptions,
+    output: OutputOptions,
 ) -> int:
     """Probe N = 1, 2, 4, ... users in a closed loop (then bisect) and report the most users the server
     holds with each above --min-user-rate (and under --max-ttft), with what every added user buys."""
@@ -223,40 +170,16 @@ def cmd(
         raise UsageError(f"--expect-at-least must be >= 0, got {expect_at_least}", "for example --expect-at-least 4")
     url = resolve_url(url, serve_command)
     prompt_seed = random.SystemRandom().randrange(2**32) if seed is None else seed
-    recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
-    try:
-        with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
-            target = make_target(server.url, api=api, model=model, api_key=api_key, headers=headers,
-                                 first_token_timeout_s=first_token_timeout_s)
-            params = {**target.public_dict(), "design": design.to_dict(), "expect_at_least": expect_at_least,
-                      "seed": prompt_seed, "serve": serve_command}
-            session = _Session(envelope("capacity", params, environment()), design, recorder, app.err)
-            try:
-                with progress(app, "capacity: probes") as session.bar:
-                    run = _measure_saving_partial(target, session, design, rng=random.Random(prompt_seed))
-            except KeyboardInterrupt:
-                return _interrupted(app, session, json_path == "-")
-        # The log audit exists only once the server has stopped, so the document is finished here.
-        doc = recorder.finish({**session.doc(run), "log_audit": server.audit_doc()})
-    finally:
-        recorder.close()
-    _render(app, doc, json_path == "-", server)
-    return exit_code(doc, expect_at_least)
-
-
-def _measure_saving_partial(target: Target, session: _Session, design: CapacityDesign, **kw: Any) -> CapacityRun:
-    """A failure after some probes still saves them, marked incomplete."""
-    try:
-        return asyncio.run(_measure(target, session, design, **kw))
-    except ServecheckError:
-        if session.last is not None:
-            session.recorder.interrupted()
-        raise
-
-
-def _interrupted(app: AppContext, session: _Session, json_to_stdout: bool) -> int:
-    say(app.err, "Interrupted: saving the partial result (complete: false)", "bold yellow")
-    doc = session.recorder.interrupted()
-    if session.last is not None and doc is not None:
-        _render(app, doc, json_to_stdout)
-    return EXIT_INTERRUPTED
+    sinks = output.sinks()
+    with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
+        target = client.target(server.url)
+        params = {**target.public_dict(), "design": design.to_dict(), "expect_at_least": expect_at_least,
+                  "seed": prompt_seed, "serve": serve_command}
+        experiment = CapacityExperiment(design, random.Random(prompt_seed))
+        run = measure(app, experiment, target, sinks, head=envelope("capacity", params, environment()),
+                      watch=Progress(app, "capacity: probes", progress_line), served=server)
+        if run.interrupted:
+            return interrupted(app, run, lambda doc: _render(app, doc, output.json_to_stdout))
+    assert run.doc is not None  # a run that was not interrupted has finished its document
+    _render(app, run.doc, output.json_to_stdout, server)
+    return exit_code(run.doc, expect_at_least)

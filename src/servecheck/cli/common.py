@@ -1,12 +1,15 @@
-"""Options and plumbing shared by the measuring commands: target flags, output flags, and the Recorder
-that writes JSON, HTML and the history database, including partial results when a run is interrupted."""
+"""Options and plumbing shared by the measuring commands: target flags and output flags (and the
+frozen records they parse into), the sinks (JSON, HTML, the history database) the output flags ask
+for, and the Recorder that writes to them by hand."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -17,6 +20,10 @@ from rich.console import Console
 from servecheck.client.base import Target
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.model.records import DIALECTS
+from servecheck.report.sinks import HtmlFileSink
+from servecheck.results.runner import Recording, Sink
+from servecheck.results.sinks import JsonFileSink
+from servecheck.store.sinks import HistorySink
 
 F = Callable[..., Any]
 
@@ -42,16 +49,12 @@ class Seconds(click.FloatRange):
 
 def target_options(f: F) -> F:
     """--api, --model, --api-key, --header, --timeout for commands that talk to a server."""
-    return target_options_named("--model")(f)
-
-
-def target_options_named(model_flag: str) -> Callable[[F], F]:
-    """The target options with the server's model name under another flag, for a command whose
-    `--model` names a weight file (`context`); the value still arrives as `model`."""
-    return lambda f: _target_options(f, model_flag)
+    return _target_options(f, "--model")
 
 
 def _target_options(f: F, model_flag: str) -> F:
+    """The model name may sit under another flag, for a command whose `--model` names a weight file
+    (`context`); the value still arrives as `model`."""
     f = click.option(
         "--timeout",
         "first_token_timeout_s",
@@ -219,89 +222,73 @@ def make_target(
     )
 
 
-class Recorder:
-    """Keeps the latest snapshot of a run's document and writes it wherever the user asked.
+def output_sinks(*, json_path: str | None, html_path: str | None, db_path: str | None, no_save: bool) -> tuple[Sink, ...]:
+    """The sinks --json, --html, --db and --no-save ask for, history first: its run id goes into the files.
 
-    The history row is created when the run starts and updated after every measured point,
-    so a run that is killed still leaves its partial result, marked incomplete.
-    """
+    The file paths are checked here, before any server is started or request sent."""
+    history: tuple[Sink, ...] = () if no_save else (HistorySink(db_path if db_path is not None else os.environ.get("SERVECHECK_DB")),)
+    files = (JsonFileSink(json_path) if json_path else None, HtmlFileSink(html_path) if html_path else None)
+    return history + tuple(sink for sink in files if sink is not None)
 
-    def __init__(
-        self,
-        *,
-        json_path: str | None,
-        html_path: str | None,
-        db_path: str | None,
-        no_save: bool,
-    ) -> None:
-        from servecheck.results.jsonout import check_writable
 
-        for path in (json_path, html_path):
-            if path and path != "-":
-                check_writable(path)
-        self.json_path = json_path
-        self.html_path = html_path
-        self.db_path = db_path if db_path is not None else os.environ.get("SERVECHECK_DB")
-        self.no_save = no_save
-        self.doc: dict[str, Any] | None = None
-        self.run_id: int | None = None
-        self._store: Any = None
+@dataclass(frozen=True)
+class ClientOptions:
+    """--api, --model (context: --served-model), --api-key, --header and --timeout: how to talk to the server."""
 
-    def start(self, doc: dict[str, Any]) -> None:
-        self.doc = {**doc, "complete": False}
-        if self.no_save:
-            return
-        from servecheck.store.db import open_store
+    api: str = "auto"
+    model: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    headers: tuple[str, ...] = field(default=(), repr=False)  # NAME:VALUE, values may be secrets
+    first_token_timeout_s: float = 300.0
 
-        self._store = open_store(self.db_path)
-        self.run_id = self._store.begin_run(self.doc)
+    def target(self, url: str) -> Target:
+        return make_target(url, api=self.api, model=self.model, api_key=self.api_key, headers=self.headers,
+                           first_token_timeout_s=self.first_token_timeout_s)
 
-    def partial(self, doc: dict[str, Any]) -> None:
-        """After every measured point: the history row, and the JSON and HTML files too (written
-        atomically, marked incomplete), so a run killed outright (SIGKILL) still leaves every file
-        the user asked for with what was measured. Standard output gets only the final document."""
-        self.doc = {**doc, "complete": False}
-        if self.run_id is not None:
-            self.doc["run_id"] = self.run_id
-        if self._store is not None and self.run_id is not None:
-            self._store.update_run(self.run_id, self.doc, complete=False)
-        self._write_files(to_stdout=False)
 
-    def _write_files(self, *, to_stdout: bool) -> None:
-        assert self.doc is not None
-        if self.json_path and (to_stdout or self.json_path != "-"):
-            from servecheck.results.jsonout import write_json
+@dataclass(frozen=True)
+class OutputOptions:
+    """--json, --html, --db and --no-save: where a run's documents go."""
 
-            write_json(self.json_path, self.doc)
-        if self.html_path and (to_stdout or self.html_path != "-"):
-            from servecheck.report.html import write_html
+    json_path: str | None = None
+    html_path: str | None = None
+    db_path: str | None = None
+    no_save: bool = False
 
-            if to_stdout:
-                write_html(self.html_path, [self.doc])
-                return
-            try:
-                write_html(self.html_path, [self.doc])
-            except (KeyError, TypeError, ValueError, IndexError):
-                # A partial the report cannot draw yet must never stop the measurement; the JSON
-                # and the history row hold it, and the final write renders (or reports) it.
-                pass
+    @property
+    def json_to_stdout(self) -> bool:
+        return self.json_path == "-"
 
-    def finish(self, doc: dict[str, Any], *, complete: bool = True) -> dict[str, Any]:
-        self.doc = {**doc, "complete": complete}
-        if self.run_id is not None:
-            self.doc["run_id"] = self.run_id
-        if self._store is not None and self.run_id is not None:
-            self._store.update_run(self.run_id, self.doc, complete=complete)
-        self._write_files(to_stdout=True)
-        return self.doc
+    def sinks(self) -> tuple[Sink, ...]:
+        return output_sinks(json_path=self.json_path, html_path=self.html_path, db_path=self.db_path, no_save=self.no_save)
 
-    def interrupted(self) -> dict[str, Any] | None:
-        """Save whatever was measured before an interrupt, marked incomplete."""
-        if self.doc is None:
-            return None
-        return self.finish(self.doc, complete=False)
 
-    def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+def client_record(model_flag: str = "--model") -> Callable[[F], F]:
+    """The target options, handed to the command as one `client: ClientOptions` (the model name under
+    `model_flag`)."""
+    return lambda f: _target_options(_collected(f, "client", ClientOptions), model_flag)
+
+
+def output_record(f: F) -> F:
+    """The output options, handed to the command as one `output: OutputOptions`."""
+    return output_options(_collected(f, "output", OutputOptions))
+
+
+def _collected(f: F, keyword: str, record: type[Any]) -> F:
+    """`f` taking the record's fields as one `keyword` argument instead of one parameter each."""
+    names = [item.name for item in fields(record)]
+
+    @functools.wraps(f)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        values = {name: kwargs.pop(name) for name in names}
+        return f(*args, **{keyword: record(**values)}, **kwargs)
+
+    return command
+
+
+class Recorder(Recording):
+    """The run's documents to the sinks the output flags ask for, for the commands that write them
+    by hand (log, bandwidth, roofline, demo); the measuring commands go through `run_experiment`."""
+
+    def __init__(self, *, json_path: str | None, html_path: str | None, db_path: str | None, no_save: bool) -> None:
+        super().__init__(output_sinks(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save))

@@ -1,4 +1,4 @@
-"""Per-invocation state passed down to commands: consoles and flags. No globals."""
+"""Per-invocation state passed down to commands: consoles, flags and the driver seam. No globals."""
 
 from __future__ import annotations
 
@@ -9,6 +9,16 @@ from typing import TextIO
 
 from rich.console import Console
 
+from servecheck.load.protocol import DriverFactory
+
+
+@dataclass(frozen=True)
+class Seams:
+    """What a caller of `cli.main.main` may swap in for one invocation, before the group builds
+    its AppContext (click hands it over as the context's initial `obj`)."""
+
+    open_driver: DriverFactory | None = None
+
 
 @dataclass
 class AppContext:
@@ -16,15 +26,20 @@ class AppContext:
     err: Console  # progress, warnings and errors (stderr), so stdout stays clean for `--json -`
     debug: bool = False
     quiet: bool = False
+    # The seam to the server: how the measuring commands open their driver for a run. None is the
+    # real `LoadDriver`; `main(args, open_driver=...)` swaps in another (a test's `FakeDriver`).
+    open_driver: DriverFactory | None = None
 
     @classmethod
-    def create(cls, *, debug: bool = False, quiet: bool = False, no_color: bool = False) -> AppContext:
+    def create(
+        cls, *, debug: bool = False, quiet: bool = False, no_color: bool = False, open_driver: DriverFactory | None = None
+    ) -> AppContext:
         # --no-color promises plain text: rich's no_color drops colours but keeps bold and dim, so
         # switch styling off altogether (color_system=None writes no escape codes at all).
         plain = {"color_system": None} if no_color else {}
         out = Console(no_color=no_color, highlight=False, soft_wrap=False, width=_pipe_width(sys.stdout), **plain)
         err = Console(stderr=True, no_color=no_color, highlight=False, quiet=quiet, width=_pipe_width(sys.stderr), **plain)
-        return cls(out=out, err=err, debug=debug, quiet=quiet)
+        return cls(out=out, err=err, debug=debug, quiet=quiet, open_driver=open_driver)
 
 
 # Rich wraps at 80 columns when stdout or stderr is a file or a pipe, which folds tables of URLs and model

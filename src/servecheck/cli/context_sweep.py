@@ -3,36 +3,27 @@ roofline at each depth (weights + the KV cache of the sequence) beside the rate 
 
 from __future__ import annotations
 
-import asyncio
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 
 from servecheck import exitcodes
 from servecheck.analysis import context as ctx
 from servecheck.analysis.roofline import format_figure
 from servecheck.audit import AuditResult, audit_model
+from servecheck.audit.gguf_audit import kv_element_bytes
+from servecheck.cli import roofline as roofline_cli
 from servecheck.cli.audit import fmt_bytes, options_from
-from servecheck.cli.common import (
-    SIMULATED_BANNER,
-    Recorder,
-    check_input_file,
-    make_target,
-    output_options,
-    say,
-    target_options_named,
-)
+from servecheck.cli.common import ClientOptions, OutputOptions, check_input_file, client_record, output_record, say
 from servecheck.cli.context import AppContext
-from servecheck.cli.serve import Served, render_audit, resolve_url, serve_option, served
-from servecheck.client.base import Target
+from servecheck.cli.measure import Progress, interrupted, measure, show_report
+from servecheck.cli.serve import Served, resolve_url, serve_option, served
 from servecheck.envinfo import environment
 from servecheck.errors import AuditError, UsageError
-from servecheck.experiments.context import ContextResult, run_context
-from servecheck.model.records import ServerInfo
-from servecheck.report.terminal import ProgressHandle, progress
+from servecheck.experiments.context import ContextExperiment, ContextResult
 from servecheck.results.jsonout import envelope
 
 DEFAULT_DEPTHS = "0,2048,8192,32768"
@@ -54,8 +45,6 @@ def parse_depths(raw: str) -> list[int]:
 
 def model_bytes(audit: AuditResult, kv_type: str) -> ctx.ModelBytes:
     """The audit's weights, recurrent state and KV layout (audited at context 0, so the layout is known)."""
-    from servecheck.audit.gguf_audit import kv_element_bytes
-
     layers: tuple[ctx.KVLayer, ...] = ()
     kv = audit.kv
     if kv is not None:
@@ -203,63 +192,20 @@ def exit_code(doc: dict[str, Any]) -> int:
 # ---------------------------------------------------------------- running
 
 
-class _Session:
-    """Ties the experiment's callbacks to the recorder and the progress console."""
-
-    def __init__(self, head: dict[str, Any], recorder: Recorder, err: Console) -> None:
-        self.head = head
-        self.recorder = recorder
-        self.err = err
-        self.last: ContextResult | None = None
-        self.bar = ProgressHandle(None, None)
-
-    def doc(self, result: ContextResult) -> dict[str, Any]:
-        return {**self.head, **result.to_doc()}
-
-    def on_server(self, server: ServerInfo) -> None:
-        self.recorder.start({**self.head, "server": server.to_dict(), "simulated": server.simulated, "points": [],
-                             "roofline": None})
-        engine = f", engine {server.engine}" if server.engine else ""
-        ctx_text = f", {server.n_ctx_per_request} tokens of context per request" if server.n_ctx_per_request else ""
-        say(self.err, f"detected {server.dialect} API at {server.url}, model {server.model or '?'}{engine}{ctx_text}")
-        if server.simulated:
-            say(self.err, SIMULATED_BANNER, "bold yellow")
-
-    def on_point(self, result: ContextResult) -> None:
-        self.last = result
-        self.recorder.partial(self.doc(result))
-        self.bar.advance()
-        s = result.samples[-1]
-        say(self.err, f"depth {s.depth} rep {s.rep + 1}  decode {_f(s.decode_tok_s)} tok/s  TTFT {_f(s.ttft_s, 3)} s", "dim")
-
-
-async def _measure(target: Target, session: _Session, **kw: Any) -> ContextResult:
-    from servecheck.load.driver import LoadDriver
-
-    async with LoadDriver(target) as driver:
-        return await run_context(driver, on_point=session.on_point, on_server=session.on_server, **kw)
+def progress_line(result: ContextResult) -> str:
+    s = result.samples[-1]
+    return f"depth {s.depth} rep {s.rep + 1}  decode {_f(s.decode_tok_s)} tok/s  TTFT {_f(s.ttft_s, 3)} s"
 
 
 def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_: Served | None = None) -> None:
-    console = app.err if json_to_stdout else app.out
-    lines = report_lines(doc)
-    if doc.get("simulated"):
-        lines = [SIMULATED_BANNER, *lines]
-    for line in lines:
-        say(console, line, "bold yellow" if line.startswith(("INVALID", "INCOMPLETE", "SIMULATED")) else None)
-    if served_ is not None and served_.owned:
-        render_audit(console, served_)
+    show_report(app, report_lines(doc), simulated=bool(doc.get("simulated")), json_to_stdout=json_to_stdout, served=served_)
 
 
 def _with_bandwidth(result: ContextResult, raw: str, resident: int | None, device: str, app: AppContext) -> ContextResult:
     """With --model: the measured bandwidth for utilization (a figure given, or the probe, as roofline does)."""
-    from dataclasses import replace
-
-    from servecheck.cli.roofline import resolve_bandwidth
-
     if result.model is None:
         return result
-    bw = resolve_bandwidth(raw, resident, device, None, app)
+    bw = roofline_cli.resolve_bandwidth(raw, resident, device, None, app)
     return replace(result, bandwidth_gb_s=bw.span, bandwidth_source=bw.source)
 
 
@@ -279,13 +225,12 @@ def _with_bandwidth(result: ContextResult, raw: str, resident: int | None, devic
 @click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True, help="Where to probe bandwidth.")
 @click.option("--seed", type=int, default=None, help="Seed for the prompt text and nonces (default: fresh each run, recorded).")
 @serve_option
-@target_options_named("--served-model")
-@output_options
+@client_record("--served-model")
+@output_record
 @click.pass_obj
 def cmd(app: AppContext, url: str | None, depths_raw: str, tokens: int, reps: int, model_path: Path | None, kv_type: str,
-        bandwidth_raw: str, device: str, seed: int | None, serve_command: str | None, serve_log: str | None, api: str,
-        model: str | None, api_key: str | None, headers: tuple[str, ...], first_token_timeout_s: float,
-        json_path: str | None, html_path: str | None, db_path: str | None, no_save: bool) -> int:
+        bandwidth_raw: str, device: str, seed: int | None, serve_command: str | None, serve_log: str | None,
+        client: ClientOptions, output: OutputOptions) -> int:
     """Decode rate against context length: a prompt of each depth, one stream at a time, fixed output
     length; TTFT, prefill rate, decode rate and the ratio to the shallowest depth (corrected for drift)."""
     url = resolve_url(url, serve_command)
@@ -295,41 +240,22 @@ def cmd(app: AppContext, url: str | None, depths_raw: str, tokens: int, reps: in
     if reps < 1:
         raise UsageError(f"--reps must be >= 1, got {reps}", "for example --reps 2")
     if bandwidth_raw != "auto":
-        from servecheck.cli.roofline import parse_span
-
-        parse_span(bandwidth_raw, "--bandwidth", "265-315")
+        roofline_cli.parse_span(bandwidth_raw, "--bandwidth", "265-315")
     model_bytes_, summary, resident = load_model(model_path, kv_type)
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
-    recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
-    try:
-        with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
-            target = make_target(server.url, api=api, model=model, api_key=api_key, headers=headers,
-                                 first_token_timeout_s=first_token_timeout_s)
-            params = {**target.public_dict(), "depths": depths, "tokens": tokens, "reps": reps,
-                      "model_file": None if model_path is None else str(model_path), "kv_type": kv_type,
-                      "bandwidth": bandwidth_raw, "seed": seed, "serve": serve_command}
-            session = _Session(envelope("context", params, environment()), recorder, app.err)
-            try:
-                with progress(app, "context: depths", total=len(ctx.plan_order(depths, reps))) as session.bar:
-                    result = asyncio.run(_measure(target, session, depths=depths, tokens=tokens, reps=reps,
-                                                  rng=random.Random(seed), model=model_bytes_, model_summary=summary))
-                result = _with_bandwidth(result, bandwidth_raw, resident, device, app)
-            except KeyboardInterrupt:
-                return _interrupted(app, session, json_path == "-")
-        doc = recorder.finish({**session.doc(result), "log_audit": server.audit_doc()})
-    finally:
-        recorder.close()
-    _render(app, doc, json_path == "-", server)
-    return exit_code(doc)
-
-
-def _interrupted(app: AppContext, session: _Session, json_to_stdout: bool) -> int:
-    if session.recorder.doc is None:
-        say(app.err, "Interrupted before the server answered: nothing was measured, nothing saved", "bold yellow")
-        return exitcodes.INTERRUPTED
-    say(app.err, "Interrupted: saving the partial result (complete: false)", "bold yellow")
-    doc = session.recorder.interrupted()
-    if session.last is not None and doc is not None:
-        _render(app, doc, json_to_stdout)
-    return exitcodes.INTERRUPTED
+    sinks = output.sinks()
+    with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
+        target = client.target(server.url)
+        params = {**target.public_dict(), "depths": depths, "tokens": tokens, "reps": reps,
+                  "model_file": None if model_path is None else str(model_path), "kv_type": kv_type,
+                  "bandwidth": bandwidth_raw, "seed": seed, "serve": serve_command}
+        experiment = ContextExperiment(tuple(depths), tokens, reps, random.Random(seed), model_bytes_, summary)
+        watch = Progress(app, "context: depths", progress_line, total=len(ctx.plan_order(depths, reps)))
+        run = measure(app, experiment, target, sinks, head=envelope("context", params, environment()), watch=watch,
+                      served=server, settle=lambda result: _with_bandwidth(result, bandwidth_raw, resident, device, app))
+        if run.interrupted:
+            return interrupted(app, run, lambda doc: _render(app, doc, output.json_to_stdout))
+    assert run.doc is not None  # a run that was not interrupted has finished its document
+    _render(app, run.doc, output.json_to_stdout, server)
+    return exit_code(run.doc)

@@ -16,8 +16,9 @@ from typing import Any
 import click
 
 from servecheck import __version__, exitcodes
-from servecheck.cli.context import AppContext
+from servecheck.cli.context import AppContext, Seams
 from servecheck.errors import ServecheckError, UsageError
+from servecheck.load.protocol import DriverFactory
 
 
 # command name -> module; each module defines `cmd`, a click.Command. Imported lazily so
@@ -74,7 +75,8 @@ class LazyGroup(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, quiet: bool, no_color: bool) -> None:
     """Tell the truth about LLM inference servers, from the outside."""
-    ctx.obj = AppContext.create(debug=debug, quiet=quiet, no_color=no_color)
+    seams = ctx.obj if isinstance(ctx.obj, Seams) else Seams()
+    ctx.obj = AppContext.create(debug=debug, quiet=quiet, no_color=no_color, open_driver=seams.open_driver)
 
 
 def _debug_requested(argv: list[str]) -> bool:
@@ -137,17 +139,19 @@ def trapped_signals() -> Iterator[SignalTrap]:
             signal.signal(sig, handler)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, *, open_driver: DriverFactory | None = None) -> None:
+    """Run one command and exit with its code. `open_driver` is the seam to the server: how the
+    measuring commands open their driver (default: the real `LoadDriver`; tests pass a `FakeDriver`)."""
     args = list(sys.argv[1:] if argv is None else argv)
     with trapped_signals() as trap:
-        code = _run(args, trap)
+        code = _run(args, trap, Seams(open_driver=open_driver))
     sys.exit(code)
 
 
-def _run(args: list[str], trap: SignalTrap) -> int:
+def _run(args: list[str], trap: SignalTrap, seams: Seams) -> int:
     debug = _debug_requested(args)
     try:
-        rv = cli.main(args=args, prog_name="servecheck", standalone_mode=False)
+        rv = cli.main(args=args, prog_name="servecheck", standalone_mode=False, obj=seams)
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:

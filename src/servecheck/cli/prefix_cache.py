@@ -3,7 +3,6 @@ does the prefix cache work, or was the flag accepted and inert?"""
 
 from __future__ import annotations
 
-import asyncio
 import random
 from typing import Any
 
@@ -13,17 +12,18 @@ from rich.table import Table
 from rich.text import Text
 
 from servecheck import exitcodes
-from servecheck.cli.common import SIMULATED_BANNER, Recorder, make_target, output_options, say, target_options
+from servecheck.cli.common import SIMULATED_BANNER, ClientOptions, OutputOptions, client_record, output_record, say
 from servecheck.cli.context import AppContext
+from servecheck.cli.measure import Progress, interrupted, measure
 from servecheck.cli.serve import Served, render_audit, resolve_url, serve_option, served
-from servecheck.client.base import Target
 from servecheck.envinfo import environment
-from servecheck.experiments.prefix_cache import DEFAULT_MAX_TOKENS, PrefixCacheResult, check_params, run_prefix_cache
-from servecheck.model.records import ServerInfo
+from servecheck.experiments.prefix_cache import (
+    DEFAULT_MAX_TOKENS,
+    PrefixCacheExperiment,
+    PrefixCacheResult,
+    check_params,
+)
 from servecheck.results.jsonout import envelope
-from servecheck.report.terminal import ProgressHandle, progress
-
-EXIT_INTERRUPTED = exitcodes.INTERRUPTED
 VERDICT_STYLE = {"working": "green", "inert": "bold red", "unknown": "yellow"}
 
 
@@ -92,37 +92,10 @@ def render(console: Console, doc: dict[str, Any], served_: Served | None = None)
 # ---------------------------------------------------------------- running
 
 
-class _Session:
-    def __init__(self, head: dict[str, Any], recorder: Recorder, err: Console) -> None:
-        self.head = head
-        self.recorder = recorder
-        self.err = err
-        self.last: PrefixCacheResult | None = None
-        self.bar = ProgressHandle(None, None)
-
-    def doc(self, result: PrefixCacheResult) -> dict[str, Any]:
-        return {**self.head, **result.to_doc()}
-
-    def on_server(self, info: ServerInfo) -> None:
-        engine = f", engine {info.engine}" if info.engine else ""
-        say(self.err, f"detected {info.dialect} API at {info.url}, model {info.model or '?'}{engine}")
-
-    def on_send(self, result: PrefixCacheResult) -> None:
-        self.last = result
-        self.recorder.partial(self.doc(result))
-        self.bar.advance()
-        s = result.sends[-1]
-        ttft = _num(s.ttft_s, 3)
-        cached = "not reported" if s.cached_tokens is None else s.cached_tokens
-        say(self.err, f"send {len(result.sends)} ({s.kind}): TTFT {ttft} s, cached tokens {cached}", "dim")
-
-
-async def _measure(target: Target, session: _Session, **kw: Any) -> PrefixCacheResult:
-    from servecheck.load.driver import LoadDriver
-
-    async with LoadDriver(target) as driver:
-        return await run_prefix_cache(driver, on_server=session.on_server, on_send=session.on_send, **kw)
-
+def progress_line(result: PrefixCacheResult) -> str:
+    s = result.sends[-1]
+    cached = "not reported" if s.cached_tokens is None else s.cached_tokens
+    return f"send {len(result.sends)} ({s.kind}): TTFT {_num(s.ttft_s, 3)} s, cached tokens {cached}"
 
 
 @click.command("prefix-cache")
@@ -137,8 +110,8 @@ async def _measure(target: Target, session: _Session, **kw: Any) -> PrefixCacheR
               help="Seed for the prompt text and nonces (default: fresh each run, recorded in the JSON). A fixed "
               "seed resends the previous run's prompt, which a long-running server may still hold in its cache.")
 @serve_option
-@target_options
-@output_options
+@client_record()
+@output_record
 @click.pass_obj
 def cmd(
     app: AppContext,
@@ -150,50 +123,28 @@ def cmd(
     seed: int | None,
     serve_command: str | None,
     serve_log: str | None,
-    api: str,
-    model: str | None,
-    api_key: str | None,
-    headers: tuple[str, ...],
-    first_token_timeout_s: float,
-    json_path: str | None,
-    html_path: str | None,
-    db_path: str | None,
-    no_save: bool,
+    client: ClientOptions,
+    output: OutputOptions,
 ) -> int:
     """Send the same long prompt --repeats times, then a control of equal length with different
     bytes; read time to first token and every cache counter: working, inert or unknown."""
     url = resolve_url(url, serve_command)
     check_params(prompt_tokens, repeats, DEFAULT_MAX_TOKENS)
-    json_to_stdout = json_path == "-"
+    json_to_stdout = output.json_to_stdout
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
+    sinks = output.sinks()
     with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
-        target = make_target(server.url, api=api, model=model, api_key=api_key, headers=headers,
-                             first_token_timeout_s=first_token_timeout_s)
+        target = client.target(server.url)
+        cache_prompt = False if no_cache_prompt else None
         params = {**target.public_dict(), "prompt_tokens": prompt_tokens, "repeats": repeats,
-                  "cache_prompt": False if no_cache_prompt else None, "expect": expect, "seed": seed,
-                  "serve": serve_command}
-        recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
-        session = _Session(envelope("prefix-cache", params, environment()), recorder, app.err)
-        try:
-            recorder.start({**session.head, "sends": []})
-            with progress(app, "prefix-cache: sends", total=repeats + 1) as session.bar:
-                result = asyncio.run(_measure(target, session, prompt_tokens=prompt_tokens, repeats=repeats,
-                                              cache_prompt=False if no_cache_prompt else None,
-                                              rng=random.Random(seed)))
-        except KeyboardInterrupt:
-            partial = recorder.interrupted()
-            recorder.close()
-            say(app.err, "Interrupted: saved the partial result (complete: false)", "bold yellow")
-            if session.last is not None and partial is not None:
-                render(app.err if json_to_stdout else app.out, partial)  # the sends it did measure
-            return EXIT_INTERRUPTED
-        except BaseException:
-            recorder.close()
-            raise
-    try:
-        doc = recorder.finish({**session.doc(result), "log_audit": server.audit_doc()})
-    finally:
-        recorder.close()
-    render(app.err if json_to_stdout else app.out, doc, server)
-    return exit_code(doc, expect)
+                  "cache_prompt": cache_prompt, "expect": expect, "seed": seed, "serve": serve_command}
+        experiment = PrefixCacheExperiment(prompt_tokens, repeats, cache_prompt, random.Random(seed))
+        watch = Progress(app, "prefix-cache: sends", progress_line, total=repeats + 1)
+        run = measure(app, experiment, target, sinks, head=envelope("prefix-cache", params, environment()),
+                      watch=watch, served=server)
+        if run.interrupted:  # the table of the sends it did measure
+            return interrupted(app, run, lambda doc: render(app.err if json_to_stdout else app.out, doc))
+    assert run.doc is not None  # a run that was not interrupted has finished its document
+    render(app.err if json_to_stdout else app.out, run.doc, server)
+    return exit_code(run.doc, expect)

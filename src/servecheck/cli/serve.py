@@ -5,14 +5,14 @@ the test against it, stops it on every exit path, and audits the log it wrote.
     def cmd(..., url, serve_command, serve_log, ...):
         with served(serve_command, url, say=...) as server:
             ... measure against server.url ...
-        doc["log_audit"] = server.audit_doc()      # filled in once the server has stopped
+            doc.update(server.finished())          # stops the server and audits its log: {"log_audit": ...}
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from rich.console import Console
 
 from servecheck.cli.common import check_url
 from servecheck.cli.log import findings_table
+from servecheck.engine.process import ManagedServer
 from servecheck.errors import EngineError, ServecheckError, UsageError
 from servecheck.logscan.scan import LogScanResult, scan_log
 
@@ -57,6 +58,20 @@ class Served:
     log_path: Path | None = None
     audit: LogScanResult | None = None
     audit_error: str | None = None
+    _stopper: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+
+    def stop(self) -> None:
+        """Stop the server servecheck started and audit its log, once: by the run that finished, or on
+        the way out of `served`, whichever comes first. Nothing for a server it did not start."""
+        stopper, self._stopper = self._stopper, None
+        if stopper is not None:
+            stopper()
+
+    def finished(self) -> dict[str, Any]:
+        """Stop the server now: the field the finished document gains, `log_audit` (None for a server
+        servecheck did not start), exists only once its log is complete."""
+        self.stop()
+        return {"log_audit": self.audit_doc()}
 
     @property
     def owned(self) -> bool:
@@ -98,8 +113,6 @@ def served(
             raise UsageError("no server URL", "give the server's URL or --serve \"COMMAND\"")
         yield Served(url=url)
         return
-    from servecheck.engine.process import ManagedServer
-
     _check_log_path(log_path)
     server = ManagedServer.from_command_string(serve_command, log_path=None if log_path is None else Path(log_path))
     _say(say, f"starting {server.name} (log: {server.log_path}) and waiting until it is healthy ...")
@@ -110,10 +123,17 @@ def served(
         _audit(result, engine)
         raise EngineError(exc.message + _refusal_text(result), exc.hint) from exc
     _say(say, f"{server.name} is up at {server.url}")
+    result._stopper = lambda: _stop_and_audit(server, result, engine)
     try:
         yield result
     finally:
+        result.stop()
+
+
+def _stop_and_audit(server: ManagedServer, result: Served, engine: str) -> None:
+    try:
         server.stop()
+    finally:
         _audit(result, engine)
 
 

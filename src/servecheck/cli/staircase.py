@@ -2,28 +2,30 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
 from typing import Any
 
 import click
-from rich.console import Console
 
 from servecheck import exitcodes
 from servecheck.analysis.staircase import DEFINITE_VERDICTS
 from servecheck.analysis.stats import median
-from servecheck.cli.common import SIMULATED_BANNER, Recorder, make_target, output_options, say, target_options
+from servecheck.cli.common import (
+    SIMULATED_BANNER,  # noqa: F401 - callers read the banner from the command's module
+    ClientOptions,
+    OutputOptions,
+    check_concurrency,
+    client_record,
+    output_record,
+    say,
+)
 from servecheck.cli.context import AppContext
-from servecheck.cli.serve import Served, render_audit, resolve_url, serve_option, served
-from servecheck.client.base import Target
+from servecheck.cli.measure import Progress, interrupted, measure, show_report
+from servecheck.cli.serve import Served, resolve_url, serve_option, served
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
-from servecheck.experiments.staircase import StaircaseResult, first_plan, run_staircase
-from servecheck.model.records import ServerInfo
+from servecheck.experiments.staircase import StaircaseExperiment, StaircaseResult, first_plan
 from servecheck.results.jsonout import envelope
-from servecheck.report.terminal import ProgressHandle, progress
-
-EXIT_INTERRUPTED = exitcodes.INTERRUPTED
 
 
 def parse_ns(raw: str) -> list[int]:
@@ -34,8 +36,6 @@ def parse_ns(raw: str) -> list[int]:
         raise UsageError(f"--n {raw!r} is not a comma-separated list of integers", "for example --n 1,2,4,8") from None
     if not ns or any(n < 1 for n in ns):
         raise UsageError(f"--n {raw!r}: every N must be >= 1", "for example --n 1,2,4,8")
-    from servecheck.cli.common import check_concurrency
-
     check_concurrency(max(ns), "--n")
     return ns
 
@@ -232,57 +232,13 @@ def exit_code(doc: dict[str, Any], expect: str | None) -> int:
 # ---------------------------------------------------------------- running
 
 
-class _Session:
-    """Ties the experiment's callbacks to the recorder and the progress console."""
-
-    def __init__(self, head: dict[str, Any], recorder: Recorder, err: Console) -> None:
-        self.head = head
-        self.recorder = recorder
-        self.err = err
-        self.last: StaircaseResult | None = None
-        self.bar = ProgressHandle(None, None)
-
-    def doc(self, result: StaircaseResult) -> dict[str, Any]:
-        return {**self.head, **result.to_doc()}
-
-    def on_server(self, server: ServerInfo) -> None:
-        # The history row starts once a server answered, so an unreachable URL leaves no empty run behind.
-        self.recorder.start({**self.head, "server": server.to_dict(), "simulated": server.simulated, "points": []})
-        engine = f", engine {server.engine}" if server.engine else ""
-        say(self.err, f"detected {server.dialect} API at {server.url}, model {server.model or '?'}{engine}")
-        if server.simulated:
-            say(self.err, SIMULATED_BANNER, "bold yellow")
-
-    def on_point(self, result: StaircaseResult) -> None:
-        self.last = result
-        self.recorder.partial(self.doc(result))
-        self.bar.advance()
-        mb = result.batches[-1]
-        finish = fmt_finishes(mb.batch.finish_s())
-        say(self.err, f"N={mb.n} rep {mb.rep + 1}  finish at {finish}", "dim")
-
-
-async def _measure(target: Target, session: _Session, **kw: Any) -> StaircaseResult:
-    from servecheck.load.driver import LoadDriver
-
-    async with LoadDriver(target) as driver:
-        return await run_staircase(driver, on_point=session.on_point, on_server=session.on_server, **kw)
-
-
-
-def _print(console: Console, lines: list[str]) -> None:
-    for line in lines:
-        say(console, line, "bold yellow" if line.startswith(("INVALID", "INCOMPLETE", "SIMULATED")) else None)
+def progress_line(result: StaircaseResult) -> str:
+    mb = result.batches[-1]
+    return f"N={mb.n} rep {mb.rep + 1}  finish at {fmt_finishes(mb.batch.finish_s())}"
 
 
 def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_: Served | None = None) -> None:
-    console = app.err if json_to_stdout else app.out
-    lines = report_lines(doc)
-    if doc.get("simulated"):
-        lines = [SIMULATED_BANNER, *lines]
-    _print(console, lines)
-    if served_ is not None and served_.owned:
-        render_audit(console, served_)
+    show_report(app, report_lines(doc), simulated=bool(doc.get("simulated")), json_to_stdout=json_to_stdout, served=served_)
 
 
 @click.command("staircase")
@@ -313,8 +269,8 @@ def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_:
     "repeats the same prompts, which a prefix cache then serves from memory.",
 )
 @serve_option
-@target_options
-@output_options
+@client_record()
+@output_record
 @click.pass_obj
 def cmd(
     app: AppContext,
@@ -328,15 +284,8 @@ def cmd(
     seed: int | None,
     serve_command: str | None,
     serve_log: str | None,
-    api: str,
-    model: str | None,
-    api_key: str | None,
-    headers: tuple[str, ...],
-    first_token_timeout_s: float,
-    json_path: str | None,
-    html_path: str | None,
-    db_path: str | None,
-    no_save: bool,
+    client: ClientOptions,
+    output: OutputOptions,
 ) -> int:
     """Fire N equal-length requests at once and read their finish times: staircase (a queue),
     cluster (batching) or partial (a few slots). Aggregate = tokens produced / last finish."""
@@ -348,47 +297,26 @@ def cmd(
     if seed is None:
         # Fresh nonces every run: a repeated prompt would be served by the server's prefix cache.
         seed = random.SystemRandom().randrange(2**32)
-    recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
-    try:
-        with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
-            target = make_target(
-                server.url, api=api, model=model, api_key=api_key, headers=headers,
-                first_token_timeout_s=first_token_timeout_s,
-            )
-            params = {
-                **target.public_dict(),
-                "n": ns,
-                "tokens": tokens,
-                "prompt_tokens": prompt_tokens,
-                "reps": reps,
-                "max_reps": max(reps, max_reps),
-                "expect": expect,
-                "seed": seed,
-                "serve": serve_command,
-            }
-            session = _Session(envelope("staircase", params, environment()), recorder, app.err)
-            try:
-                with progress(app, "staircase: batches", total=len(first_plan(sorted(set(ns) | {1}), reps))) as session.bar:
-                    result = asyncio.run(
-                        _measure(target, session, ns=ns, tokens=tokens, prompt_tokens=prompt_tokens, reps=reps,
-                                 max_reps=max_reps, rng=random.Random(seed))
-                    )
-            except KeyboardInterrupt:
-                return _interrupted(app, session, json_path == "-")
-        # The log audit exists only once the server has stopped, so the document is finished here.
-        doc = recorder.finish({**session.doc(result), "log_audit": server.audit_doc()})
-    finally:
-        recorder.close()
-    _render(app, doc, json_path == "-", server)
-    return exit_code(doc, expect)
-
-
-def _interrupted(app: AppContext, session: _Session, json_to_stdout: bool) -> int:
-    if session.recorder.doc is None:  # still detecting: nothing was measured, so nothing is saved
-        say(app.err, "Interrupted before the server answered: nothing was measured, nothing saved", "bold yellow")
-        return EXIT_INTERRUPTED
-    say(app.err, "Interrupted: saving the partial result (complete: false)", "bold yellow")
-    doc = session.recorder.interrupted()
-    if session.last is not None and doc is not None:
-        _render(app, doc, json_to_stdout)
-    return EXIT_INTERRUPTED
+    sinks = output.sinks()
+    with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
+        target = client.target(server.url)
+        params = {
+            **target.public_dict(),
+            "n": ns,
+            "tokens": tokens,
+            "prompt_tokens": prompt_tokens,
+            "reps": reps,
+            "max_reps": max(reps, max_reps),
+            "expect": expect,
+            "seed": seed,
+            "serve": serve_command,
+        }
+        experiment = StaircaseExperiment(tuple(ns), tokens, prompt_tokens, reps, max_reps, random.Random(seed))
+        watch = Progress(app, "staircase: batches", progress_line, total=len(first_plan(sorted(set(ns) | {1}), reps)))
+        run = measure(app, experiment, target, sinks, head=envelope("staircase", params, environment()), watch=watch,
+                      served=server)
+        if run.interrupted:
+            return interrupted(app, run, lambda doc: _render(app, doc, output.json_to_stdout))
+    assert run.doc is not None  # a run that was not interrupted has finished its document
+    _render(app, run.doc, output.json_to_stdout, server)
+    return exit_code(run.doc, expect)

@@ -7,7 +7,6 @@ lost to a crash or a Ctrl-C. Cells of earlier runs can be pooled in before the a
 
 from __future__ import annotations
 
-import inspect
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -26,12 +25,13 @@ from servecheck.analysis.arms import (
 )
 from servecheck.analysis.witness import MIN_GAUGE_SAMPLES
 from servecheck.errors import ServerError, UsageError
-from servecheck.experiments.common import queue_wait_s
-from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
+from servecheck.experiments.common import RequestFactory, make, queue_wait_s
+from servecheck.load.protocol import Driver
+from servecheck.model.records import NS_PER_S, RequestRecord, ServerInfo
 from servecheck.model.thermal import ThermalSummary
 
 OnCell = Callable[["ArmsRun"], None]
-RequestFactory = Callable[..., Any]
+OnServer = Callable[[ServerInfo], None]
 ThermalNow = Callable[[], ThermalSummary]
 
 
@@ -188,19 +188,8 @@ def _cell_doc(c: Cell, deviant: set[tuple[int, int, int]]) -> dict[str, Any]:
     return c.to_dict(deviant=(c.run, c.rep, c.concurrency) in deviant)
 
 
-async def _make(
-    factory: RequestFactory | None, driver: Any, n: int, design: ArmsDesign, rng: random.Random
-) -> list[GenRequest]:
-    if factory is None:
-        from servecheck.load.prompts import make_requests as factory
-    reqs = factory(driver, n, design.prompt_tokens, design.tokens, rng)
-    if inspect.isawaitable(reqs):
-        reqs = await reqs
-    return list(reqs)
-
-
-async def _warm_up(factory: RequestFactory | None, driver: Any, design: ArmsDesign, rng: random.Random) -> RequestRecord:
-    (req,) = await _make(factory, driver, 1, design, rng)
+async def _warm_up(factory: RequestFactory | None, driver: Driver, design: ArmsDesign, rng: random.Random) -> RequestRecord:
+    (req,) = await make(factory, driver, 1, design.prompt_tokens, design.tokens, rng)
     record = await driver.generate(req)
     if not record.ok:
         raise ServerError(
@@ -212,7 +201,7 @@ async def _warm_up(factory: RequestFactory | None, driver: Any, design: ArmsDesi
 
 
 async def run_arms(
-    driver: Any,
+    driver: Driver,
     design: ArmsDesign,
     *,
     rng: random.Random,
@@ -221,7 +210,7 @@ async def run_arms(
     pooled_from: Sequence[str] = (),
     pooled_simulated: bool = False,
     on_cell: OnCell | None = None,
-    on_server: Callable[[ServerInfo], None] | None = None,
+    on_server: OnServer | None = None,
     thermal: ThermalNow | None = None,
     requests_factory: RequestFactory | None = None,
     bias_limit: float = DEFAULT_BIAS_LIMIT,
@@ -273,11 +262,11 @@ def more_cells(run: ArmsRun, bias_limit: float) -> list[tuple[int, int, int]]:
 
 
 async def _measure_cell(
-    driver: Any, run: ArmsRun, rep: int, position: int, concurrency: int, run_index: int,
+    driver: Driver, run: ArmsRun, rep: int, position: int, concurrency: int, run_index: int,
     factory: RequestFactory | None, rng: random.Random,
 ) -> ArmsRun:
     design = run.design
-    reqs = await _make(factory, driver, design.requests, design, rng)
+    reqs = await make(factory, driver, design.requests, design.prompt_tokens, design.tokens, rng)
     batch = await driver.run_batch(reqs, in_flight=concurrency, queue_wait_s=queue_wait_s(run.warmup, concurrency))
     cell = cell_from_records(
         batch.records, rep=rep, position=position, concurrency=concurrency, release_ns=batch.release_ns, run=run_index
@@ -317,3 +306,33 @@ def pooled_cells(docs: Sequence[dict[str, Any]], first_run: int = 1) -> list[Cel
                 next_run += 1
             out.append(replace(cell, run=runs[cell.run]))
     return out
+
+
+@dataclass(frozen=True)
+class ArmsExperiment:
+    """Arms as `results.runner.run_experiment` drives it: the design, the cells pooled in, the prompt
+    seed, and the thermal sampler's running summary (read after every cell)."""
+
+    design: ArmsDesign
+    rng: random.Random
+    pooled: tuple[Cell, ...] = ()
+    pooled_from: tuple[str, ...] = ()
+    pooled_simulated: bool = False
+    bias_limit: float = DEFAULT_BIAS_LIMIT
+    thermal: ThermalNow | None = None
+    requests_factory: RequestFactory | None = None
+
+    async def run(self, driver: Driver, on_server: OnServer, on_point: OnCell) -> ArmsRun:
+        return await run_arms(
+            driver, self.design, rng=self.rng, pooled=self.pooled, pooled_from=self.pooled_from,
+            pooled_simulated=self.pooled_simulated, on_cell=on_point, on_server=on_server, thermal=self.thermal,
+            requests_factory=self.requests_factory, bias_limit=self.bias_limit,
+        )
+
+    def opening(self, server: ServerInfo) -> dict[str, Any]:
+        run = ArmsRun(self.design, server=server, pooled=self.pooled, pooled_from=self.pooled_from,
+                      pooled_simulated=self.pooled_simulated, notes=self.design.notes())
+        return self.document(run)
+
+    def document(self, result: ArmsRun) -> dict[str, Any]:
+        return result.to_doc(bias_limit=self.bias_limit)

@@ -9,7 +9,6 @@ the run after every probe, so nothing measured is lost to a crash or a Ctrl-C.
 
 from __future__ import annotations
 
-import inspect
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -27,11 +26,12 @@ from servecheck.analysis.capacity import (
     probe_from_records,
 )
 from servecheck.errors import ServerError, UsageError
-from servecheck.experiments.common import queue_wait_s
-from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
+from servecheck.experiments.common import RequestFactory, make, queue_wait_s
+from servecheck.load.protocol import Driver
+from servecheck.model.records import NS_PER_S, RequestRecord, ServerInfo
 
 OnProbe = Callable[["CapacityRun"], None]
-RequestFactory = Callable[..., Any]
+OnServer = Callable[[ServerInfo], None]
 
 # Re-measures of a probe left `uncertain` before it stays so: each pools its samples with the
 # earlier ones, so the interval narrows; two more probes at most keep a run's length predictable.
@@ -150,18 +150,8 @@ def notes(design: CapacityDesign) -> tuple[str, ...]:
     )
 
 
-async def _make(factory: RequestFactory | None, driver: Any, n: int, design: CapacityDesign, rng: random.Random,
-                start: int) -> list[GenRequest]:
-    if factory is None:
-        from servecheck.load.prompts import make_requests as factory
-    reqs = factory(driver, n, design.prompt_tokens, design.tokens, rng, start)
-    if inspect.isawaitable(reqs):
-        reqs = await reqs
-    return list(reqs)
-
-
-async def _warm_up(factory: RequestFactory | None, driver: Any, design: CapacityDesign, rng: random.Random) -> RequestRecord:
-    (req,) = await _make(factory, driver, 1, design, rng, 0)
+async def _warm_up(factory: RequestFactory | None, driver: Driver, design: CapacityDesign, rng: random.Random) -> RequestRecord:
+    (req,) = await make(factory, driver, 1, design.prompt_tokens, design.tokens, rng, 0)
     record = await driver.generate(req)
     if not record.ok:
         raise ServerError(
@@ -175,13 +165,14 @@ async def _warm_up(factory: RequestFactory | None, driver: Any, design: Capacity
 class _Prober:
     """Sends the probes of one run, numbering requests across the whole run."""
 
-    def __init__(self, driver: Any, design: CapacityDesign, rng: random.Random, factory: RequestFactory | None) -> None:
+    def __init__(self, driver: Driver, design: CapacityDesign, rng: random.Random, factory: RequestFactory | None) -> None:
         self.driver, self.design, self.rng, self.factory = driver, design, rng, factory
         self.next_index = 1  # 0 is the warm-up
 
     async def probe(self, n: int, purpose: str, warmup: RequestRecord | None) -> MeasuredProbe:
         count = self.design.requests_at(n)
-        reqs = await _make(self.factory, self.driver, count, self.design, self.rng, self.next_index)
+        reqs = await make(self.factory, self.driver, count, self.design.prompt_tokens, self.design.tokens, self.rng,
+                          self.next_index)
         self.next_index += count
         batch = await self.driver.run_batch(reqs, in_flight=n, queue_wait_s=queue_wait_s(warmup, n))
         sample = probe_from_records(batch.records, n=n, tokens_asked=self.design.tokens)
@@ -189,12 +180,12 @@ class _Prober:
 
 
 async def run_capacity(
-    driver: Any,
+    driver: Driver,
     design: CapacityDesign,
     *,
     rng: random.Random,
     on_probe: OnProbe | None = None,
-    on_server: Callable[[ServerInfo], None] | None = None,
+    on_server: OnServer | None = None,
     requests_factory: RequestFactory | None = None,
 ) -> CapacityRun:
     """Detect, warm up, search, then measure the serial baseline again; returns the whole run."""
@@ -221,3 +212,22 @@ async def run_capacity(
     if any(n > 1 for n in run.statuses()):
         await measure(1, "baseline_end")
     return replace(run, complete=True)
+
+
+@dataclass(frozen=True)
+class CapacityExperiment:
+    """Capacity as `results.runner.run_experiment` drives it: the design and its prompt seed."""
+
+    design: CapacityDesign
+    rng: random.Random
+    requests_factory: RequestFactory | None = None
+
+    async def run(self, driver: Driver, on_server: OnServer, on_point: OnProbe) -> CapacityRun:
+        return await run_capacity(driver, self.design, rng=self.rng, on_probe=on_point, on_server=on_server,
+                                  requests_factory=self.requests_factory)
+
+    def opening(self, server: ServerInfo) -> dict[str, Any]:
+        return self.document(CapacityRun(self.design, server=server))
+
+    def document(self, result: CapacityRun) -> dict[str, Any]:
+        return result.to_doc()

@@ -16,6 +16,8 @@ from typing import Any
 from servecheck.analysis import context as ctx
 from servecheck.analysis.roofline import Span
 from servecheck.errors import ServerError, UsageError
+from servecheck.load.prompts import fixed_prompt, new_nonce
+from servecheck.load.protocol import Driver
 from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
 
 OnPoint = Callable[["ContextResult"], None]
@@ -180,8 +182,6 @@ def reported_prompt_tokens(record: RequestRecord, dialect: str) -> int | None:
 def distinct_nonces(n: int, rng: random.Random) -> list[str]:
     """Nonces whose first two characters differ across the whole run (while n <= 256), so no prompt
     shares even a first token with another request's."""
-    from servecheck.load.prompts import new_nonce
-
     heads: set[str] = set()
     out: list[str] = []
     while len(out) < n:
@@ -196,10 +196,8 @@ def distinct_nonces(n: int, rng: random.Random) -> list[str]:
 # ---------------------------------------------------------------- running
 
 
-async def _request(driver: Any, index: int, depth: int, tokens: int, nonce: str, rng: random.Random,
+async def _request(driver: Driver, index: int, depth: int, tokens: int, nonce: str, rng: random.Random,
                    cache_prompt: bool | None) -> GenRequest:
-    from servecheck.load.prompts import fixed_prompt
-
     prompt = await fixed_prompt(driver, max(depth, 1), random.Random(rng.getrandbits(32)), nonce)
     return GenRequest(index=index, prompt=prompt.text, nonce=prompt.nonce, max_tokens=tokens,
                       prompt_tokens=prompt.prompt_tokens, cache_prompt=cache_prompt)
@@ -225,7 +223,7 @@ def to_sample(record: RequestRecord, depth: int, rep: int, order: int, dialect: 
 
 
 async def run_context(
-    driver: Any,
+    driver: Driver,
     *,
     depths: Sequence[int],
     tokens: int,
@@ -269,7 +267,7 @@ async def run_context(
     return replace(result, complete=True)
 
 
-async def _warm_up(driver: Any, nonce: str, rng: random.Random, cache_prompt: bool | None) -> RequestRecord:
+async def _warm_up(driver: Driver, nonce: str, rng: random.Random, cache_prompt: bool | None) -> RequestRecord:
     req = await _request(driver, 0, WARMUP_PROMPT_TOKENS, WARMUP_TOKENS, nonce, rng, cache_prompt)
     record = await driver.generate(req)
     if not record.ok:
@@ -277,3 +275,27 @@ async def _warm_up(driver: Any, nonce: str, rng: random.Random, cache_prompt: bo
                           "check the URL, --model and --api; the server must answer one request first",
                           status=record.http_status)
     return record
+
+
+@dataclass(frozen=True)
+class ContextExperiment:
+    """The context sweep as `results.runner.run_experiment` drives it: the depths, the prompt seed,
+    and with --model what every token reads besides the KV cache."""
+
+    depths: tuple[int, ...]
+    tokens: int
+    reps: int
+    rng: random.Random
+    model: ctx.ModelBytes | None = None
+    model_summary: dict[str, Any] | None = None
+
+    async def run(self, driver: Driver, on_server: OnServer, on_point: OnPoint) -> ContextResult:
+        return await run_context(driver, depths=self.depths, tokens=self.tokens, reps=self.reps, rng=self.rng,
+                                 on_point=on_point, on_server=on_server, model=self.model,
+                                 model_summary=self.model_summary)
+
+    def opening(self, server: ServerInfo) -> dict[str, Any]:
+        return {"server": server.to_dict(), "simulated": server.simulated, "points": [], "roofline": None}
+
+    def document(self, result: ContextResult) -> dict[str, Any]:
+        return result.to_doc()

@@ -8,16 +8,15 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from servecheck.analysis.cache import CacheSend, CacheVerdict, decide_cache
 from servecheck.errors import ServecheckError, UsageError
+from servecheck.load.prompts import Prompt, fixed_prompt, new_nonce
+from servecheck.load.protocol import Driver
 from servecheck.model.records import GenRequest, RequestRecord, ServerInfo, ns_to_s
-
-if TYPE_CHECKING:
-    from servecheck.load.driver import LoadDriver
 
 SendKind = Literal["repeat", "control"]
 OnSend = Callable[["PrefixCacheResult"], None]
@@ -136,7 +135,7 @@ class PrefixCacheResult:
 
 
 async def run_prefix_cache(
-    driver: LoadDriver,
+    driver: Driver,
     *,
     prompt_tokens: int = 6000,
     repeats: int = 3,
@@ -193,7 +192,7 @@ def fit_prompt(asked: int, max_tokens: int, n_ctx: int | None, source: str | Non
     return ContextFit(n_ctx, source, asked, room, note)
 
 
-async def per_request_context(driver: LoadDriver, info: ServerInfo) -> tuple[int | None, str | None]:
+async def per_request_context(driver: Driver, info: ServerInfo) -> tuple[int | None, str | None]:
     """The context one request can use, and where that number came from."""
     if info.n_ctx_per_request is not None:
         where = "/props default_generation_settings.n_ctx" if info.props else "the server's model info"
@@ -208,7 +207,7 @@ async def per_request_context(driver: LoadDriver, info: ServerInfo) -> tuple[int
     return None, None
 
 
-async def _v1_models_ctx(driver: LoadDriver, info: ServerInfo) -> tuple[int, str] | None:
+async def _v1_models_ctx(driver: Driver, info: ServerInfo) -> tuple[int, str] | None:
     data = await driver.get_json("/v1/models")
     entries = data.get("data") if isinstance(data, dict) else None
     for entry in entries if isinstance(entries, list) else []:
@@ -219,7 +218,7 @@ async def _v1_models_ctx(driver: LoadDriver, info: ServerInfo) -> tuple[int, str
     return None
 
 
-async def _ollama_show_ctx(driver: LoadDriver, info: ServerInfo) -> tuple[int, str] | None:
+async def _ollama_show_ctx(driver: Driver, info: ServerInfo) -> tuple[int, str] | None:
     if info.dialect != "ollama" or not info.model:
         return None
     status, data = await driver.probe("POST", "/api/show", {"model": info.model})
@@ -246,10 +245,8 @@ def _ollama_num_ctx(parameters: Any) -> int | None:
     return None
 
 
-async def _prompts(driver: LoadDriver, tokens: int, rng: random.Random) -> tuple[Any, Any]:
+async def _prompts(driver: Driver, tokens: int, rng: random.Random) -> tuple[Prompt, Prompt]:
     """The repeated prompt and the control: equal length, different bytes from the first character."""
-    from servecheck.load.prompts import fixed_prompt, new_nonce
-
     first = new_nonce(rng)
     other = new_nonce(rng)
     while other[:2] == first[:2]:
@@ -259,7 +256,7 @@ async def _prompts(driver: LoadDriver, tokens: int, rng: random.Random) -> tuple
     return prompt, control
 
 
-def _request(index: int, prompt: Any, max_tokens: int, cache_prompt: bool | None) -> GenRequest:
+def _request(index: int, prompt: Prompt, max_tokens: int, cache_prompt: bool | None) -> GenRequest:
     return GenRequest(
         index=index,
         prompt=prompt.text,
@@ -270,7 +267,7 @@ def _request(index: int, prompt: Any, max_tokens: int, cache_prompt: bool | None
     )
 
 
-async def _send(driver: LoadDriver, info: ServerInfo, kind: SendKind, req: GenRequest) -> PrefixSend:
+async def _send(driver: Driver, info: ServerInfo, kind: SendKind, req: GenRequest) -> PrefixSend:
     before = await _counters(driver, info)
     record = await driver.generate(req)
     after = await _counters(driver, info) if before else {}
@@ -289,7 +286,7 @@ def _cached(record: RequestRecord, before: dict[str, float], after: dict[str, fl
     return None, None
 
 
-async def _counters(driver: LoadDriver, info: ServerInfo) -> dict[str, float]:
+async def _counters(driver: Driver, info: ServerInfo) -> dict[str, float]:
     """Cache counters from /metrics (vLLM, SGLang); empty for engines that have none."""
     if info.engine in ("llama.cpp", "ollama", "simulator") or info.dialect in ("llamacpp", "ollama"):
         return {}
@@ -313,7 +310,7 @@ def metric_totals(text: str, names: set[str]) -> dict[str, float]:
     return totals
 
 
-def _notes(fit: ContextFit, info: ServerInfo, prompt: Any) -> tuple[str, ...]:
+def _notes(fit: ContextFit, info: ServerInfo, prompt: Prompt) -> tuple[str, ...]:
     notes = [fit.note] if fit.note else []
     if fit.n_ctx is None:
         notes.append("the server does not say its per-request context; the prompt was not capped")
@@ -324,3 +321,25 @@ def _notes(fit: ContextFit, info: ServerInfo, prompt: Any) -> tuple[str, ...]:
     if info.simulated:
         notes.append("SIMULATED server: the cache behaviour is the simulator's configuration")
     return tuple(notes)
+
+
+@dataclass(frozen=True)
+class PrefixCacheExperiment:
+    """The prefix-cache test as `results.runner.run_experiment` drives it."""
+
+    prompt_tokens: int
+    repeats: int
+    cache_prompt: bool | None
+    rng: random.Random
+    max_tokens: int = DEFAULT_MAX_TOKENS
+
+    async def run(self, driver: Driver, on_server: OnServer, on_point: OnSend) -> PrefixCacheResult:
+        return await run_prefix_cache(driver, prompt_tokens=self.prompt_tokens, repeats=self.repeats,
+                                      max_tokens=self.max_tokens, cache_prompt=self.cache_prompt, rng=self.rng,
+                                      on_server=on_server, on_send=on_point)
+
+    def opening(self, server: ServerInfo) -> dict[str, Any]:
+        return {"server": server.to_dict(), "simulated": server.simulated, "sends": []}
+
+    def document(self, result: PrefixCacheResult) -> dict[str, Any]:
+        return result.to_doc()

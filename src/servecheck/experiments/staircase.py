@@ -6,7 +6,6 @@ caller gets the partial result so nothing measured is lost to a crash or a Ctrl-
 
 from __future__ import annotations
 
-import inspect
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -21,13 +20,12 @@ from servecheck.analysis.staircase import (
     needs_more,
 )
 from servecheck.errors import ServerError, UsageError
-from servecheck.experiments.common import queue_wait_s
+from servecheck.experiments.common import RequestFactory, make, queue_wait_s
+from servecheck.load.protocol import Driver
 from servecheck.model.records import NS_PER_S, BatchResult, GenRequest, RequestRecord, ServerInfo
 
 OnPoint = Callable[["StaircaseResult"], None]
 OnServer = Callable[[ServerInfo], None]
-# make_requests(driver, n, prompt_tokens, max_tokens, rng) -> requests (or an awaitable of them)
-RequestFactory = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -137,21 +135,10 @@ def check_context(server: ServerInfo, prompt_tokens: int, tokens: int) -> None:
         )
 
 
-async def _make(
-    factory: RequestFactory | None, driver: Any, n: int, prompt_tokens: int, tokens: int, rng: random.Random
-) -> list[GenRequest]:
-    if factory is None:
-        from servecheck.load.prompts import make_requests as factory
-    reqs = factory(driver, n, prompt_tokens, tokens, rng)
-    if inspect.isawaitable(reqs):
-        reqs = await reqs
-    return list(reqs)
-
-
 async def _warm_up(
-    factory: RequestFactory | None, driver: Any, prompt_tokens: int, tokens: int, rng: random.Random
+    factory: RequestFactory | None, driver: Driver, prompt_tokens: int, tokens: int, rng: random.Random
 ) -> RequestRecord:
-    (req,) = await _make(factory, driver, 1, prompt_tokens, tokens, rng)
+    (req,) = await make(factory, driver, 1, prompt_tokens, tokens, rng)
     record = await driver.generate(req)
     if not record.ok:
         raise ServerError(f"the warm-up request failed: {record.error or record.status}", _warm_up_hint(record),
@@ -187,7 +174,7 @@ def next_plan(result: StaircaseResult) -> list[int]:
 
 
 async def run_staircase(
-    driver: Any,
+    driver: Driver,
     *,
     ns: Sequence[int],
     tokens: int,
@@ -226,9 +213,34 @@ async def run_staircase(
 
 
 async def _measure_one(
-    driver: Any, result: StaircaseResult, n: int, factory: RequestFactory | None, rng: random.Random
+    driver: Driver, result: StaircaseResult, n: int, factory: RequestFactory | None, rng: random.Random
 ) -> StaircaseResult:
     rep = sum(1 for mb in result.batches if mb.n == n)
-    reqs = await _make(factory, driver, n, result.prompt_tokens, result.tokens, rng)
+    reqs = await make(factory, driver, n, result.prompt_tokens, result.tokens, rng)
     batch = await driver.run_batch(reqs, queue_wait_s=queue_wait_s(result.warmup, n))
     return replace(result, batches=(*result.batches, MeasuredBatch(n=n, rep=rep, batch=batch)))
+
+
+@dataclass(frozen=True)
+class StaircaseExperiment:
+    """The staircase as `results.runner.run_experiment` drives it: the design and its prompt seed."""
+
+    ns: tuple[int, ...]
+    tokens: int
+    prompt_tokens: int
+    reps: int
+    max_reps: int
+    rng: random.Random
+    requests_factory: RequestFactory | None = None
+
+    async def run(self, driver: Driver, on_server: OnServer, on_point: OnPoint) -> StaircaseResult:
+        return await run_staircase(
+            driver, ns=self.ns, tokens=self.tokens, prompt_tokens=self.prompt_tokens, reps=self.reps, rng=self.rng,
+            on_point=on_point, requests_factory=self.requests_factory, on_server=on_server, max_reps=self.max_reps,
+        )
+
+    def opening(self, server: ServerInfo) -> dict[str, Any]:
+        return {"server": server.to_dict(), "simulated": server.simulated, "points": []}
+
+    def document(self, result: StaircaseResult) -> dict[str, Any]:
+        return result.to_doc()

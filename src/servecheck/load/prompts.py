@@ -11,12 +11,9 @@ from __future__ import annotations
 import asyncio
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from servecheck.load.protocol import Tokenizer
 from servecheck.model.records import GenRequest
-
-if TYPE_CHECKING:
-    from servecheck.load.driver import LoadDriver
 
 # Common short words that are a single token (with their leading space) in the usual BPE
 # and SentencePiece vocabularies, so one word added or removed moves the length by one.
@@ -54,7 +51,7 @@ def _text(nonce: str, words: list[str]) -> str:
 
 
 async def fixed_prompt(
-    driver: LoadDriver, prompt_tokens: int, rng: random.Random, nonce: str | None = None
+    driver: Tokenizer, prompt_tokens: int, rng: random.Random, nonce: str | None = None
 ) -> Prompt:
     """One prompt of `prompt_tokens` tokens (where measurable) starting with `nonce` (random if None).
 
@@ -97,7 +94,7 @@ def _word_step(delta_tokens: int, tokens_per_word: float) -> int:
 
 
 async def make_requests(
-    driver: LoadDriver,
+    driver: Tokenizer,
     n: int,
     prompt_tokens: int,
     max_tokens: int,

@@ -1,0 +1,188 @@
+"""The one run loop of the measuring commands: open the driver, run the experiment, and write its
+document to every sink (JSON file, HTML file, history) when the server answers, after every
+measured point, and once at the end, or, on Ctrl-C, SIGTERM or SIGHUP, what was measured, marked
+`"complete": false`. Each command supplies the experiment; none writes its own copy of this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from servecheck.errors import ServecheckError
+from servecheck.load.protocol import Driver
+from servecheck.model.records import ServerInfo
+
+R = TypeVar("R")
+R_contra = TypeVar("R_contra", contravariant=True)
+Doc = dict[str, Any]  # a JSON document as the sinks write it
+OpenDriver = Callable[[], AbstractAsyncContextManager[Driver]]
+
+
+class Sink(Protocol):
+    """Where a run's document goes. Every sink gets every document: the first (`start`), one after
+    every measured point (`partial`), the last (`finish`, which carries its `complete` flag)."""
+
+    def start(self, doc: Doc) -> Mapping[str, Any]:
+        """Take the first document; return fields every later document carries (the history's run id)."""
+        ...
+
+    def partial(self, doc: Doc) -> None: ...
+
+    def finish(self, doc: Doc) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Experiment(Protocol[R]):
+    """One measuring command's design, as the run loop drives it."""
+
+    async def run(self, driver: Driver, on_server: Callable[[ServerInfo], None], on_point: Callable[[R], None]) -> R:
+        """Measure: `on_server` once the server answered, `on_point` with the result so far after every point."""
+        ...
+
+    def opening(self, server: ServerInfo) -> Doc:
+        """The command's fields once the server answered and nothing is measured yet."""
+        ...
+
+    def document(self, result: R) -> Doc:
+        """The command's fields for a result, partial or whole (the envelope goes around them)."""
+        ...
+
+
+class Watch(Protocol[R_contra]):
+    """What the person running it sees meanwhile (progress); the loop tells it what happened."""
+
+    def measuring(self) -> AbstractContextManager[object]: ...
+
+    def server(self, info: ServerInfo) -> None: ...
+
+    def point(self, result: R_contra) -> None: ...
+
+
+class Recording:
+    """One run's documents, fanned out to its sinks; keeps the latest, so an interrupt can save it."""
+
+    def __init__(self, sinks: Sequence[Sink]) -> None:
+        self.sinks = tuple(sinks)
+        self.doc: Doc | None = None
+        self._carried: dict[str, Any] = {}
+
+    def start(self, doc: Doc) -> None:
+        self.doc = {**doc, "complete": False}
+        for sink in self.sinks:
+            self._carried.update(sink.start(self.doc))
+
+    def partial(self, doc: Doc) -> None:
+        self.doc = self._stamped(doc, complete=False)
+        for sink in self.sinks:
+            sink.partial(self.doc)
+
+    def finish(self, doc: Doc, *, complete: bool = True) -> Doc:
+        self.doc = self._stamped(doc, complete=complete)
+        for sink in self.sinks:
+            sink.finish(self.doc)
+        return self.doc
+
+    def interrupted(self) -> Doc | None:
+        """Save whatever was measured before an interrupt, marked incomplete; None when nothing started."""
+        return None if self.doc is None else self.finish(self.doc, complete=False)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+    def _stamped(self, doc: Doc, *, complete: bool) -> Doc:
+        return {**doc, "complete": complete, **self._carried}
+
+
+@dataclass(frozen=True)
+class RunOutcome(Generic[R]):
+    """How a run ended: its last document as written (None when the server never answered) and the
+    experiment's last result (None when no point was measured)."""
+
+    doc: Doc | None
+    result: R | None
+    interrupted: bool
+
+
+class Quiet(Generic[R]):
+    """A watch that shows nothing."""
+
+    @contextmanager
+    def measuring(self) -> Iterator[None]:
+        yield
+
+    def server(self, info: ServerInfo) -> None:
+        pass
+
+    def point(self, result: R) -> None:
+        pass
+
+
+def run_experiment(
+    experiment: Experiment[R],
+    open_driver: OpenDriver,
+    sinks: Sequence[Sink],
+    *,
+    head: Doc,
+    watch: Watch[R] | None = None,
+    settle: Callable[[R], R] | None = None,
+    epilogue: Callable[[], Mapping[str, Any]] | None = None,
+) -> RunOutcome[R]:
+    """Run `experiment` on the driver `open_driver()` opens (an async context manager), writing
+    `head` + its document to every sink. `settle` finishes a measured result without the server
+    (context's bandwidth probe); `epilogue` gives the fields the last document gains once the
+    measurement is over (the --serve log audit). An interrupt returns what was saved; a
+    ServecheckError after a measured point saves it too, then propagates."""
+    loop = _Loop(experiment, Recording(sinks), head, watch if watch is not None else Quiet())
+    try:
+        return loop.run(open_driver, settle, epilogue)
+    finally:
+        loop.recording.close()
+
+
+class _Loop(Generic[R]):
+    def __init__(self, experiment: Experiment[R], recording: Recording, head: Doc, watch: Watch[R]) -> None:
+        self.experiment = experiment
+        self.recording = recording
+        self.head = head
+        self.watch = watch
+        self.last: R | None = None
+
+    def doc(self, result: R) -> Doc:
+        return {**self.head, **self.experiment.document(result)}
+
+    def on_server(self, server: ServerInfo) -> None:
+        # The history row starts once a server answered, so an unreachable URL leaves no empty run behind.
+        self.recording.start({**self.head, **self.experiment.opening(server)})
+        self.watch.server(server)
+
+    def on_point(self, result: R) -> None:
+        self.last = result
+        self.recording.partial(self.doc(result))
+        self.watch.point(result)
+
+    async def measure(self, open_driver: OpenDriver) -> R:
+        async with open_driver() as driver:
+            return await self.experiment.run(driver, self.on_server, self.on_point)
+
+    def run(
+        self, open_driver: OpenDriver, settle: Callable[[R], R] | None,
+        epilogue: Callable[[], Mapping[str, Any]] | None,
+    ) -> RunOutcome[R]:
+        try:
+            with self.watch.measuring():
+                result = asyncio.run(self.measure(open_driver))
+            result = settle(result) if settle is not None else result
+            extra = dict(epilogue()) if epilogue is not None else {}
+        except KeyboardInterrupt:  # Ctrl-C, and SIGTERM / SIGHUP (cli.main raises them as one)
+            return RunOutcome(self.recording.interrupted(), self.last, interrupted=True)
+        except ServecheckError:
+            if self.last is not None:  # a failure after some points still keeps them, marked incomplete
+                self.recording.interrupted()
+            raise
+        return RunOutcome(self.recording.finish({**self.doc(result), **extra}), result, interrupted=False)

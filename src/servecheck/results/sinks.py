@@ -1,0 +1,32 @@
+"""The JSON file a run writes (`--json PATH`, `-` for stdout), as a `results.runner.Sink`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from servecheck.results.jsonout import check_writable, write_json
+from servecheck.results.runner import Doc
+
+
+class JsonFileSink:
+    """Rewritten atomically after every point, so a run killed outright (SIGKILL) still leaves the
+    file with what was measured, marked incomplete. Standard output gets only the last document."""
+
+    def __init__(self, path: str) -> None:
+        if path != "-":
+            check_writable(path)  # refused before anything is measured
+        self.path = path
+
+    def start(self, doc: Doc) -> Mapping[str, Any]:
+        return {}
+
+    def partial(self, doc: Doc) -> None:
+        if self.path != "-":
+            write_json(self.path, doc)
+
+    def finish(self, doc: Doc) -> None:
+        write_json(self.path, doc)
+
+    def close(self) -> None:
+        pass

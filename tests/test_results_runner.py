@@ -1,0 +1,102 @@
+"""The one run loop (`results.runner.run_experiment`): every sink gets the first document once the server
+answered, one after every point, and the last, complete or not; an interrupt or an error after a point
+keeps what was measured, marked `"complete": false`. Driven by the scripted FakeDriver."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from servecheck.errors import ServerError
+from servecheck.experiments.staircase import StaircaseExperiment
+from servecheck.load.fake import FakeDriver, FakeServer, flat
+from servecheck.results.runner import run_experiment
+
+QUEUE = FakeServer(slots=1, ttft_s=flat(0.01), token_s=flat(0.001))
+HEAD = {"schema_version": 1, "command": "staircase", "params": {"n": [1, 2]}}
+
+
+class ListSink:
+    """Keeps every document it is given, by kind."""
+
+    def __init__(self, carries: Mapping[str, Any] | None = None) -> None:
+        self.carries = dict(carries or {})
+        self.seen: list[tuple[str, dict[str, Any]]] = []
+        self.closed = False
+
+    def start(self, doc: dict[str, Any]) -> Mapping[str, Any]:
+        self.seen.append(("start", doc))
+        return self.carries
+
+    def partial(self, doc: dict[str, Any]) -> None:
+        self.seen.append(("partial", doc))
+
+    def finish(self, doc: dict[str, Any]) -> None:
+        self.seen.append(("finish", doc))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def kinds(self) -> list[str]:
+        return [kind for kind, _ in self.seen]
+
+
+def experiment() -> StaircaseExperiment:
+    return StaircaseExperiment(ns=(1, 2), tokens=8, prompt_tokens=16, reps=1, max_reps=1, rng=random.Random(0))
+
+
+def test_every_sink_gets_start_a_partial_per_point_and_the_finish() -> None:
+    history, files = ListSink({"run_id": 7}), ListSink()
+    driver = FakeDriver(QUEUE)
+    run = run_experiment(experiment(), lambda: driver, [history, files], head=HEAD, epilogue=lambda: {"log_audit": None})
+    assert not run.interrupted and run.doc is not None and run.doc["complete"] is True
+    for sink in (history, files):
+        assert sink.kinds() == ["start", "partial", "partial", "partial", "finish"] and sink.closed
+        assert sink.seen[0][1]["points"] == [] and sink.seen[0][1]["complete"] is False
+        assert all(doc["complete"] is False for kind, doc in sink.seen if kind == "partial")
+    # the history's run id reaches every later document of every sink
+    assert all(doc.get("run_id") == 7 for kind, doc in files.seen if kind != "start")
+    assert run.doc["log_audit"] is None and run.doc["params"] == HEAD["params"]
+
+
+def test_an_interrupt_saves_the_points_measured_as_incomplete() -> None:
+    sink = ListSink()
+    driver = FakeDriver(replace(QUEUE, ctrl_c_at_call=3))  # the warm-up, N=1, then Ctrl-C during N=2
+    run = run_experiment(experiment(), lambda: driver, [sink], head=HEAD)
+    assert run.interrupted and run.doc is not None and run.doc["complete"] is False
+    assert [p["n"] for p in run.doc["points"]] == [1] and run.result is not None
+    assert sink.kinds() == ["start", "partial", "finish"] and sink.closed
+
+
+def test_an_interrupt_before_the_server_answered_saves_nothing() -> None:
+    class Silent(FakeDriver):
+        async def detect(self):  # type: ignore[no-untyped-def]
+            raise KeyboardInterrupt
+
+    sink = ListSink()
+    run = run_experiment(experiment(), lambda: Silent(QUEUE), [sink], head=HEAD)
+    assert run.interrupted and run.doc is None and run.result is None and sink.seen == []
+
+
+def test_an_error_after_a_point_keeps_it_then_propagates() -> None:
+    class Breaks(FakeDriver):
+        async def run_batch(self, reqs, in_flight=None, queue_wait_s=0.0):  # type: ignore[no-untyped-def]
+            if self.batches:
+                raise ServerError("the server went away")
+            return await super().run_batch(reqs, in_flight, queue_wait_s)
+
+    sink = ListSink()
+    with pytest.raises(ServerError):
+        run_experiment(experiment(), lambda: Breaks(QUEUE), [sink], head=HEAD)
+    assert sink.kinds() == ["start", "partial", "finish"] and sink.seen[-1][1]["complete"] is False and sink.closed
+
+
+def test_an_error_before_any_point_saves_no_partial() -> None:
+    sink = ListSink()
+    with pytest.raises(ServerError):
+        run_experiment(experiment(), lambda: FakeDriver(replace(QUEUE, fail_warmup=True)), [sink], head=HEAD)
+    assert sink.kinds() == ["start"] and sink.closed
