@@ -476,9 +476,14 @@ def test_sigint_during_detection_does_not_claim_a_partial(tmp_path: Path) -> Non
     with _silent_listener() as sock:
         proc = _spawn(["staircase", f"http://127.0.0.1:{sock.getsockname()[1]}", "--n", "1", "--timeout", "20",
                        "--db", str(tmp_path / "h.db")])
-        time.sleep(2.0)  # servecheck is waiting on /props
+        # Ctrl-C once servecheck is waiting on the server (its first connection arrived), not after a
+        # fixed sleep: on a loaded machine the start-up alone once took longer than 2 s.
+        sock.settimeout(60)
+        conn, _ = sock.accept()
+        time.sleep(0.3)
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=30)
+        conn.close()
     assert proc.returncode == exitcodes.INTERRUPTED, stderr
     assert "nothing was measured, nothing saved" in stderr and "saving the partial" not in stderr
     assert "Traceback" not in stderr
