@@ -289,3 +289,18 @@ def test_gauges_read_in_most_cells_speak_for_the_arm() -> None:
     flat_gen = A.Estimate(1.0, 0.96, 1.04, 12)
     label, reason = A.label_with_reason(noisy, flat_gen, 1, (4, 6))
     assert label == "none" and "4 of 6" in reason
+
+
+def test_two_gauge_reads_that_saw_a_queue_contradict_a_cluster() -> None:
+    """vLLM --max-num-seqs 1 with its API server starved: four finishes together at 6.18 s, a
+    "cluster", while the two /metrics reads that came back showed 1 running and 3 waiting. Too few
+    reads to decide an ambiguous batch, enough to contradict a definite one: inconclusive, not cluster."""
+    gauges = _gauges([1, 1], [3, 3])
+    a = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, [6.18, 6.18, 6.18, 6.18], gauges=gauges)],
+                             tokens_requested=TOKENS)
+    top = a.points[-1]
+    assert top.verdict == "inconclusive", top.reason
+    assert "the completion times say cluster" in top.reason and "1 running" in top.reason
+    # the same two reads do not decide a batch whose times are ambiguous
+    b = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, [2.0, 3.1, 6.5, 6.6], gauges=gauges)], tokens_requested=TOKENS)
+    assert b.points[-1].evidence != ("server_gauges",)

@@ -336,6 +336,10 @@ escaped = subprocess.Popen(["sleep", "301"], start_new_session=True)
 with open(pidfile, "w") as fh:
     fh.write(f"{{os.getpid()}} {{inner.pid}} {{escaped.pid}}\\n")
 print("INFO starting fake vLLM API server", flush=True)
+if os.environ.get("HANG_STARTING"):  # like vLLM's API server waiting for its engine core
+    import signal
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    time.sleep(300)
 if os.environ.get("FAIL_EARLY"):
     time.sleep(1.0)
     print("ValueError: max_model_len is greater than the derived max_model_len", flush=True)
@@ -405,6 +409,21 @@ def test_a_start_failure_leaves_no_process(tmp_path: Path, fake_server: tuple[Pa
         server.start()
     assert "vLLM exited with code 1 before it was ready" in err.value.message
     assert "max_model_len is greater" in err.value.message
+    for pid in _pids(pidfile):
+        assert _gone(pid), f"pid {pid} is still running"
+
+
+def test_a_start_that_hangs_is_killed_within_seconds(tmp_path: Path, fake_server: tuple[Path, Path]) -> None:
+    python, model = fake_server
+    pidfile = tmp_path / "pids"
+    server = VllmServer(python, model, log_path=tmp_path / "server.log", startup_timeout_s=2,
+                        env_overrides={"FAKE_PIDS": str(pidfile), "HANG_STARTING": "1"})
+    started = time.monotonic()
+    with pytest.raises(EngineError) as err:
+        server.start()
+    assert "vLLM was not ready after 2 s" in err.value.message
+    # Not the API server's own grace: a server that never got ready has its group killed soon.
+    assert time.monotonic() - started < 2 + vllm.STARTING_STOP_GRACE_S + vllm.STRAGGLER_GRACE_S + 2
     for pid in _pids(pidfile):
         assert _gone(pid), f"pid {pid} is still running"
 

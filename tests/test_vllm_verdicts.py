@@ -21,6 +21,7 @@ import os
 import random
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -227,3 +228,35 @@ def test_prefix_cache_is_inert_when_switched_off(vllm: OneAtATime, tmp_path: Pat
     code, doc = prefix_cache(vllm, tmp_path, "--no-enable-prefix-caching")
     assert doc["verdict"] == "inert", doc["verdict_reason"]
     assert code == exitcodes.INVALID  # an inert cache is a refused feature
+
+
+# ---------------------------------------------------------------- teardown after an error mid-run
+
+
+def test_an_error_in_the_middle_of_a_run_leaves_no_vllm_process(vllm: OneAtATime, tmp_path: Path) -> None:
+    """A failure raised between two points of a staircase, inside `with VllmServer(...)`: the API
+    server, its engine core and its workers are all gone afterwards."""
+    from servecheck.engine import proctree
+
+    vllm.close()  # one vLLM at a time
+    server = VllmServer(vllm.local.env, vllm.local.model_path, max_num_seqs=2,
+                        served_model_name=vllm.local.model_name, log_path=tmp_path / "mid-run.log")
+
+    def fail_after_first_point(result: Any) -> None:
+        raise RuntimeError("failure in the middle of the run")
+
+    async def staircase(url: str) -> None:
+        async with LoadDriver(_target(url, vllm.local.model_name)) as driver:
+            await run_staircase(driver, ns=(1, 2), tokens=32, prompt_tokens=PROMPT_TOKENS, reps=1, max_reps=1,
+                                rng=random.Random(0), on_point=fail_after_first_point)
+
+    procs: list[proctree.ProcId] = []
+    with pytest.raises(RuntimeError, match="in the middle"):
+        with server as url:
+            procs = server.processes()
+            assert len(procs) >= 2, "the API server and its engine core"
+            asyncio.run(staircase(url))
+    deadline = time.monotonic() + 15
+    while any(proctree.is_alive(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(proctree.is_alive(p) for p in procs), [p for p in procs if proctree.is_alive(p)]

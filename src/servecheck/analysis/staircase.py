@@ -14,6 +14,7 @@ from typing import Any, Literal
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import Summary, median, mode, ratio
 from servecheck.analysis.witness import (
+    MIN_GAUGE_SAMPLES,
     Reading,
     busy_words,
     effective_concurrency,
@@ -587,7 +588,13 @@ def analyze_batch(mb: MeasuredBatch, single_s: float | None, modal: int | None =
     doubt = batch_doubt(mb, single_s, modal) if mb.n > 1 else None
     if doubt is not None and verdict.verdict != "inconclusive":
         verdict = replace(verdict, verdict="inconclusive", evidence=(), reason=f"{doubt} (it looked like {verdict.verdict})")
-    readings = [r for r in (gauge_reading(mb.batch.gauges, mb.n), timing_reading(mb.batch.records, mb.n)) if r]
+    # A definite verdict from the times is checked against every gauge reading there is: vLLM
+    # --max-num-seqs 1, its API server starved by a second engine, once delivered four queued
+    # requests' last tokens together (a "cluster" at 6.18 s) while the two gauge reads that
+    # returned showed 1 running and 3 waiting, too few to count as a witness.
+    definite = verdict.verdict in DEFINITE_VERDICTS
+    gauges = gauge_reading(mb.batch.gauges, mb.n, min_samples=1 if definite else MIN_GAUGE_SAMPLES)
+    readings = [r for r in (gauges, timing_reading(mb.batch.records, mb.n)) if r]
     complete = len(finish) == mb.n and single_s is not None
     verdict = weigh_witnesses(verdict, readings, may_decide=doubt is None and complete)
     return BatchAnalysis(

@@ -48,9 +48,13 @@ class Reading:
         return {"source": self.source, "schedule": self.schedule, "slots": self.slots, "description": self.description}
 
 
-def gauge_reading(gauges: ServerGauges | None, n: int) -> Reading | None:
-    """The schedule the server's running/waiting gauges show, when they show one unambiguously."""
-    if gauges is None or n < 2 or len(gauges.samples) < MIN_GAUGE_SAMPLES:
+def gauge_reading(gauges: ServerGauges | None, n: int, min_samples: int = MIN_GAUGE_SAMPLES) -> Reading | None:
+    """The schedule the server's running/waiting gauges show, when they show one unambiguously.
+
+    `min_samples` readings are needed to decide a batch whose times are ambiguous; one reading is
+    enough to contradict what the times say (a server seen running one request with three waiting
+    did not run four at once, however the four finishes arrived)."""
+    if gauges is None or n < 2 or len(gauges.samples) < max(1, min_samples):
         return None
     running, waiting = gauges.peak_running, gauges.peak_waiting
     if running is None or running < 1 or running > n:

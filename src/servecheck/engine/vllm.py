@@ -410,6 +410,9 @@ DEFAULT_STARTUP_TIMEOUT_S = 600.0
 # the whole group gets SIGTERM and this long before SIGKILL.
 API_SERVER_GRACE_S = 10.0
 STOP_GRACE_S = 10.0
+# A server still starting has nothing to finish, and its API server sat out a SIGTERM for 20 s:
+# its group gets this long before SIGKILL.
+STARTING_STOP_GRACE_S = 3.0
 # Processes left after the API server exited (outside its group, or slow to go) get SIGTERM,
 # then this long, then SIGKILL.
 STRAGGLER_GRACE_S = 5.0
@@ -500,6 +503,7 @@ class _VllmProcess(ManagedServer):
             return None
         self.track()
         pgid = self.proc.pid
+        self.stop_grace_s = STOP_GRACE_S if self.ready else STARTING_STOP_GRACE_S
         self._stop_api_server_first(self.proc)
         rc = super().stop()  # the group: SIGTERM then SIGKILL if still running, SIGKILL for any left
         left = list(self.tracked.values()) + proctree.group_members(pgid)
