@@ -27,6 +27,7 @@ def test_every_rule_has_a_fixture_line_and_no_fixture_is_stale():
 CO_FIRING: dict[str, set[str]] = {
     "vllm.engine_queued": {"vllm.engine_running", "vllm.prefix_cache_hit_rate"},
     "vllm.engine_running": {"vllm.prefix_cache_hit_rate"},
+    "vllm.prefix_cache_hit_rate": {"vllm.engine_running"},
 }
 
 
