@@ -74,6 +74,7 @@ def test_start_waits_for_health_and_stop_kills_the_group(stub: Path, tmp_path: P
         pid = server.pid
         assert pid is not None and _alive(pid)
         assert os.getpgid(pid) == pid  # its own process group
+        assert os.getsid(pid) == os.getsid(0)  # in our session: one autogroup, so it cannot starve us
         assert pid in process.live_pids()
     assert not _alive(pid)
     assert pid not in process.live_pids()

@@ -150,7 +150,11 @@ class ManagedServer:
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
-                    start_new_session=True,  # own process group: we decide when it stops
+                    # Its own process group, so that we decide when it stops, but our session:
+                    # with autogroup scheduling (most Linux desktops, this CI's VMs) a new session
+                    # is a new CPU group, and on a busy machine a server's group starved this
+                    # client for seconds at a time (every completion arrived at once).
+                    process_group=0,
                     preexec_fn=_child_setup(),
                     env=None if self.env is None else {**os.environ, **self.env},
                 )
