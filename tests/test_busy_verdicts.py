@@ -304,3 +304,77 @@ def test_two_gauge_reads_that_saw_a_queue_contradict_a_cluster() -> None:
     # the same two reads do not decide a batch whose times are ambiguous
     b = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, [2.0, 3.1, 6.5, 6.6], gauges=gauges)], tokens_requested=TOKENS)
     assert b.points[-1].evidence != ("server_gauges",)
+
+
+# --- the client's own stalls (vLLM in another autogroup starved the client, measured) ----------
+
+
+def _stalled(*stalls_s: tuple[float, float]) -> ClientNoise:
+    return ClientNoise(cpus=2, load_avg_1m=3.1, loop_lag_p99_ms=12684.0, loop_lag_max_ms=12684.0,
+                       stalls_ns=tuple((int(a * NS_PER_S), int(b * NS_PER_S)) for a, b in stalls_s))
+
+
+def test_a_queue_read_at_the_end_of_a_client_stall_is_never_a_cluster() -> None:
+    """Measured (CI, vLLM --max-num-seqs 1): N=1 2.08 s, N=2 both at 3.95 s, N=4 all four at
+    7.71-7.73 s; the client's loop did not run from just after the release to the last finish."""
+    run = [_batch(1, [2.08]),
+           _batch(2, [3.9457, 3.9505], noise=_stalled((0.05, 3.94))),
+           _batch(4, [7.7108, 7.7163, 7.7209, 7.7256], noise=_stalled((0.06, 7.70)))]
+    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    assert a.verdict == "inconclusive", a.verdict_reason
+    top = a.points[-1].batches[-1].verdict
+    assert top.verdict == "inconclusive" and "stalled" in top.reason and "cluster" in top.reason
+
+
+def test_without_the_stall_record_the_same_times_read_as_a_cluster() -> None:
+    """The control: the stall record, and nothing else, is what withholds the (wrong) cluster."""
+    run = [_batch(1, [2.08]), _batch(2, [3.9457, 3.9505]), _batch(4, [7.7108, 7.7163, 7.7209, 7.7256])]
+    assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "cluster"
+
+
+def test_gauges_still_decide_a_stalled_batch() -> None:
+    """A gauge read is what the server said, however late the client read it: three or more
+    readings of 1 running and 3 waiting name the queue the stalled finish times cannot."""
+    gauges = _gauges([1, 1, 1, 1], [3, 2, 2, 1])
+    run = [_batch(1, [2.08]), _batch(4, [7.7108, 7.7163, 7.7209, 7.7256], gauges=gauges,
+                                     noise=_stalled((0.06, 7.70)))]
+    point = sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1]
+    assert point.verdict == "staircase", point.verdict_reason
+    assert point.batches[-1].verdict.evidence == ("server_gauges",)
+
+
+def test_server_timings_do_not_decide_a_stalled_batch() -> None:
+    """Server queue time is client latency minus the server's own work: a stall inflates it. Four
+    batched requests done at 2.0 s, two read before a 2 s stall and two after, look like two
+    levels of queueing (a 'partial' of 2) to the timings; the stall voids that reading."""
+    run = [_batch(1, [2.0]), _batch(4, [2.0, 2.01, 4.0, 4.01], services=[1.95] * 4, noise=_stalled((2.02, 3.99)))]
+    top = sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1]
+    assert top.verdict == "inconclusive", top.verdict_reason
+    assert not any(w.source == "server_timings" for w in top.batches[-1].verdict.witnesses)
+
+
+def test_a_stall_no_finish_was_read_after_leaves_the_verdict_alone() -> None:
+    """A 1 s stall early in a queue's first request, long before any finish: no finish time moved."""
+    run = [_batch(1, [2.5]), _batch(4, _queue(4, 2.5), noise=_stalled((0.2, 1.2)))]
+    assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "staircase"
+
+
+def test_a_stall_shorter_than_the_join_gap_leaves_the_verdict_alone() -> None:
+    """A 0.2 s stall (8% of a 2.5 s single time) right before a cluster's finishes cannot have
+    merged anything the grouping would have kept apart."""
+    run = [_batch(1, [2.5]), _batch(4, [2.61, 2.62, 2.63, 2.64], noise=_stalled((2.4, 2.6)))]
+    assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "cluster"
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.sampled_from([2, 3, 4]), single=st.floats(0.5, 5.0), start=st.floats(0.0, 1.0),
+       stall=st.floats(0.5, 3.0))
+def test_a_queue_whose_finishes_a_stall_gathers_is_never_called_a_cluster(
+        n: int, single: float, start: float, stall: float) -> None:
+    """A true queue; the client stalls from `start` x T1 for `stall` x (N - 1) x T1 and reads every
+    finish that fell inside at the stall's end. Whatever that does, it is never a cluster."""
+    true = _queue(n, single)
+    a, b = start * single, start * single + stall * (n - 1) * single
+    seen = sorted(b + 0.001 * k if a <= t <= b else t for k, t in enumerate(true))
+    run = [_batch(1, [single]), _batch(n, seen, noise=_stalled((a, b)))]
+    assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict in ("staircase", "inconclusive")

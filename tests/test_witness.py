@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 from aiohttp import web
@@ -142,6 +143,32 @@ async def test_the_noise_meter_measures_the_batch() -> None:
     assert noise.cpus >= 1
     assert noise.loop_lag_p99_ms is not None and noise.loop_lag_p99_ms >= 0
     assert noise.busy_frac is None or 0.0 <= noise.busy_frac <= 1.0
+
+
+async def test_the_noise_meter_places_a_stall_in_time() -> None:
+    """The loop blocked for 0.2 s (a synchronous sleep): the meter records a stall at least that
+    long, in the clock it was given, covering the moment the block began."""
+    clock = time.perf_counter_ns
+    meter = W.NoiseMeter(clock)
+    meter.start()
+    await asyncio.sleep(0.05)
+    blocked_at = clock()
+    time.sleep(0.2)  # noqa: ASYNC251 - the stall under test
+    await asyncio.sleep(0.05)
+    noise = await meter.stop()
+    long = noise.stalls_over(int(0.19 * 1e9))
+    assert long, noise.stalls_ns
+    a, b = long[0]
+    assert a <= blocked_at + int(0.02 * 1e9) and b >= blocked_at + int(0.19 * 1e9)
+    assert noise.loop_lag_max_ms is not None and noise.loop_lag_max_ms >= 190
+
+
+def test_noise_keeps_the_longest_stalls_in_time_order() -> None:
+    stalls = [(k * 1000, k * 1000 + 60_000_000 + k) for k in range(100)]
+    noise = W.noise_from(None, None, None, [0.06] * 100, stalls)
+    assert len(noise.stalls_ns) == W.MAX_STALLS
+    assert list(noise.stalls_ns) == sorted(noise.stalls_ns)
+    assert min(b - a for a, b in noise.stalls_ns) == 60_000_000 + 100 - W.MAX_STALLS
 
 
 def test_noise_from_proc_stat_deltas() -> None:

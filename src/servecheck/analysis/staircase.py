@@ -64,6 +64,16 @@ PARTIAL_MIN_STEP_FRAC = 0.75
 # queue's finishes then sit closer than any gap threshold), not that batching is faster than alone.
 CLUSTER_MIN_LAST_FRAC = 0.75
 
+# A client stall: while the client's event loop was due to run and did not, stream data waited
+# in the socket and was timed when the loop woke. Finishes read at the end of a stall of D may
+# have happened any time in it, so a stall as long as the gap that still joins a group can merge
+# a queue's steps into a "cluster" or split a cluster into "steps". Seen on vLLM here: a server
+# in another autogroup starved the client for 2-8 s and all four queued finishes "arrived" at once.
+# A finish counts as read at a stall's end up to this fraction of T1 after it (reading what piled
+# up takes a starved client a while).
+STALL_DOUBT_FRAC = SMALL_GAP_FRAC
+STALL_READ_FRAC = SMALL_GAP_FRAC
+
 # --- validity --------------------------------------------------------------------------------
 # Requests more than 5% away from the run's modal output length smear a staircase into a cluster
 # (seed 000 section 7: "fast ones finish first"); the issue fixes 5%.
@@ -548,6 +558,28 @@ def batch_doubt(mb: MeasuredBatch, single_s: float | None, modal: int | None) ->
     return None
 
 
+def stall_doubt(batch: BatchResult, single_s: float | None) -> str | None:
+    """Why the client's own stalls leave this batch's finish times unknown, or None.
+
+    A stall matters when it is at least STALL_DOUBT_FRAC of the single time and a finish was
+    read during it or just after it ended: that finish may have happened anywhere inside it."""
+    if batch.noise is None or not single_s or single_s <= 0:
+        return None
+    min_ns = int(STALL_DOUBT_FRAC * single_s * NS_PER_S)
+    slack_ns = int(STALL_READ_FRAC * single_s * NS_PER_S)
+    ends = [r.end_ns for r in batch.records if r.ok and r.end_ns is not None]
+    for a, b in batch.noise.stalls_over(min_ns):
+        read = sum(1 for e in ends if a <= e <= b + slack_ns)
+        if read:
+            return (
+                f"the client itself stalled: its event loop did not run for {(b - a) / NS_PER_S:.2f} s "
+                f"({(a - batch.release_ns) / NS_PER_S:.2f}-{(b - batch.release_ns) / NS_PER_S:.2f} s after the release, "
+                f"{STALL_DOUBT_FRAC:.0%} of the single time or more), and {read} of the finishes were read as it ended: "
+                "they may have happened any time during it"
+            )
+    return None
+
+
 def weigh_witnesses(verdict: BatchVerdict, readings: Sequence[Reading], *, may_decide: bool) -> BatchVerdict:
     """The completion times' verdict beside the server's witnesses.
 
@@ -586,15 +618,23 @@ def analyze_batch(mb: MeasuredBatch, single_s: float | None, modal: int | None =
     tokens = tuple(r.tokens for r in done)
     verdict = classify_batch(finish, single_s, mb.n)
     doubt = batch_doubt(mb, single_s, modal) if mb.n > 1 else None
-    if doubt is not None and verdict.verdict != "inconclusive":
-        verdict = replace(verdict, verdict="inconclusive", evidence=(), reason=f"{doubt} (it looked like {verdict.verdict})")
-    # A definite verdict from the times is checked against every gauge reading there is: vLLM
-    # --max-num-seqs 1, its API server starved by a second engine, once delivered four queued
-    # requests' last tokens together (a "cluster" at 6.18 s) while the two gauge reads that
-    # returned showed 1 running and 3 waiting, too few to count as a witness.
+    # A client stall voids the finish times (and the server timings, whose queue times are client
+    # latency minus the server's own work), not the gauges: what a gauge read said is what the
+    # server reported, however late the client got to it.
+    stalled = stall_doubt(mb.batch, single_s) if mb.n > 1 and doubt is None else None
+    why = doubt or stalled
+    if why is not None and verdict.verdict != "inconclusive":
+        verdict = replace(verdict, verdict="inconclusive", evidence=(), reason=f"{why} (it looked like {verdict.verdict})")
+    elif stalled is not None:
+        verdict = replace(verdict, reason=f"{stalled}; {verdict.reason}")
+    # A definite verdict from the times is checked against every gauge reading there is: on vLLM
+    # --max-num-seqs 1 a starved client once read four queued requests' last tokens together (a
+    # "cluster" at 6.18 s) while the two gauge reads that returned showed 1 running and 3 waiting,
+    # too few to count as a witness. (The stall that caused it is now a doubt of its own.)
     definite = verdict.verdict in DEFINITE_VERDICTS
     gauges = gauge_reading(mb.batch.gauges, mb.n, min_samples=1 if definite else MIN_GAUGE_SAMPLES)
-    readings = [r for r in (gauges, timing_reading(mb.batch.records, mb.n)) if r]
+    timings = None if stalled else timing_reading(mb.batch.records, mb.n)
+    readings = [r for r in (gauges, timings) if r]
     complete = len(finish) == mb.n and single_s is not None
     verdict = weigh_witnesses(verdict, readings, may_decide=doubt is None and complete)
     return BatchAnalysis(

@@ -313,7 +313,7 @@ class LoadDriver:
         sampler = None if source is None else GaugeSampler(
             source, lambda path: self.fetch_raw(path, GAUGE_PROBE_TIMEOUT_S), self.clock.now_ns
         )
-        noise = NoiseMeter() if self.witnesses else None
+        noise = NoiseMeter(self.clock.now_ns) if self.witnesses else None
         try:
             await asyncio.gather(*(self._warm(s, dialect) for s in sessions))
             release_ns, records, first_sends = await self._release(sessions, dialect, reqs, queue_wait_s, sampler, noise)

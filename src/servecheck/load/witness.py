@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -27,6 +28,10 @@ FIRST_READING_DELAY_S = 0.05
 GAUGE_READ_TIMEOUT_S = 1.0
 # The event-loop lag probe: a timer this long, re-armed all batch long.
 LAG_TICK_S = 0.01
+# A tick this late is a stall worth placing in time (the analysis asks whether a finish was read
+# at the end of one); the longest MAX_STALLS of a batch are kept.
+STALL_MIN_MS = 50.0
+MAX_STALLS = 64
 
 # (running gauge, waiting gauge) per engine, as their /metrics name them.
 METRIC_GAUGES: dict[str, tuple[str, str]] = {
@@ -169,8 +174,10 @@ class NoiseMeter:
     """The client machine's load over one batch: CPU busy and steal from /proc/stat, the load
     average, and how late the event loop wakes for a short timer (the client's own lag)."""
 
-    def __init__(self, loop_time: Callable[[], float] | None = None) -> None:
+    def __init__(self, now_ns: Callable[[], int] | None = None) -> None:
+        self.now_ns = now_ns or time.perf_counter_ns
         self._lags: list[float] = []
+        self._stalls: list[tuple[int, int]] = []
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stat0: tuple[int, int, int] | None = None
@@ -183,14 +190,18 @@ class NoiseMeter:
         self._stop.set()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
-        return noise_from(self._stat0, cpu_times(), _loadavg(), self._lags)
+        return noise_from(self._stat0, cpu_times(), _loadavg(), self._lags, self._stalls)
 
     async def _tick(self) -> None:
-        loop = asyncio.get_running_loop()
+        tick_ns = int(LAG_TICK_S * 1e9)
         while not self._stop.is_set():
-            t0 = loop.time()
+            t0 = self.now_ns()
             await asyncio.sleep(LAG_TICK_S)
-            self._lags.append(max(0.0, loop.time() - t0 - LAG_TICK_S))
+            woke = self.now_ns()
+            lag_ns = max(0, woke - t0 - tick_ns)
+            self._lags.append(lag_ns / 1e9)
+            if lag_ns >= STALL_MIN_MS * 1e6:
+                self._stalls.append((t0 + tick_ns, woke))
 
 
 def cpu_times() -> tuple[int, int, int] | None:
@@ -223,6 +234,7 @@ def noise_from(
     after: tuple[int, int, int] | None,
     load_1m: float | None,
     lags_s: list[float],
+    stalls_ns: Sequence[tuple[int, int]] = (),
 ) -> ClientNoise:
     busy = steal = None
     if before is not None and after is not None and after[0] > before[0]:
@@ -238,4 +250,5 @@ def noise_from(
         steal_frac=steal,
         loop_lag_p99_ms=p99,
         loop_lag_max_ms=lags[-1] * 1000 if lags else None,
+        stalls_ns=tuple(sorted(sorted(stalls_ns, key=lambda s: s[0] - s[1])[:MAX_STALLS])),
     )

@@ -170,6 +170,13 @@ class ClientNoise:
     steal_frac: float | None = None  # CPU time stolen by a hypervisor over the batch, 0..1
     loop_lag_p99_ms: float | None = None  # how late the client's event loop woke for a 10 ms timer
     loop_lag_max_ms: float | None = None
+    # Each stretch of at least STALL_MIN_MS in which the event loop was due to run but did not:
+    # [from, to] in run-clock ns. Stream data that arrived inside one was read, and timed, at its
+    # end. The longest MAX_STALLS are kept, in time order.
+    stalls_ns: tuple[tuple[int, int], ...] = ()
+
+    def stalls_over(self, min_ns: int) -> list[tuple[int, int]]:
+        return [(a, b) for a, b in self.stalls_ns if b - a >= min_ns]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
