@@ -13,12 +13,12 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal, TextIO
 
+from servecheck.engine import steps
 from servecheck.engine.cache import EngineCache
 from servecheck.errors import EngineError
 
@@ -258,23 +258,16 @@ def _compile(src: Path, build: Path, log: TextIO, log_path: Path, progress: Prog
 
 def _run_logged(cmd: list[str], log: TextIO, log_path: Path, progress: Progress, step: str) -> None:
     """Run `cmd`, copying every line to the log and progress lines (`[ NN%]`) to `progress`."""
-    log.write(f"$ {' '.join(cmd)}\n")
-    log.flush()
-    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
-    assert proc.stdout is not None
-    last_shown = -1
+    shown = [-1]
+
+    def feed(line: str) -> None:
+        shown[0] = _report_progress(line, shown[0], progress)
+
     try:
-        for line in proc.stdout:
-            log.write(line)
-            tail.append(line.rstrip("\n"))
-            last_shown = _report_progress(line, last_shown, progress)
-        rc = proc.wait()
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    log.flush()
+        rc, tail = steps.run_logged(cmd, log, feed)
+    except OSError as exc:
+        raise EngineError(f"cannot run {cmd[0]} for the llama-server {step}: {exc.strerror}",
+                          f"install {cmd[0]}, or see the full build log: {log_path}") from exc
     if rc != 0:
         raise EngineError(
             f"llama-server {step} failed (exit {rc}); last lines of the log:\n" + "\n".join(tail),

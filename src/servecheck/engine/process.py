@@ -419,7 +419,64 @@ def _help_text(binary: str, mtime_ns: int) -> str:
     return proc.stdout + proc.stderr
 
 
-class LlamaServer:
+class LocalServer:
+    """An engine servecheck starts on 127.0.0.1: on a free port (unless `port` is given, then only
+    that one), retried on a fresh port when another process took ours between the pick and the bind.
+
+    Subclasses say what to check before starting (`check_inputs`) and how to run on a port
+    (`_managed`); `with Server(...) as url:` starts it and stops it on the way out, whatever happens.
+    """
+
+    port: int | None
+    server: ManagedServer | None
+    bind_retries: int = BIND_RETRIES
+
+    def check_inputs(self) -> None:
+        """Raise UsageError when the server cannot start as configured (a missing model file)."""
+
+    def _managed(self, port: int) -> ManagedServer:
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str | None:
+        return None if self.server is None else self.server.url
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.server is None else self.server.pid
+
+    def start(self) -> str:
+        self.check_inputs()
+        attempts = 1 if self.port is not None else self.bind_retries
+        for attempt in range(attempts):
+            port = self.port if self.port is not None else free_port()
+            self.server = self._managed(port)
+            try:
+                return self.server.start()
+            except EngineError:
+                # Another process grabbed the port we picked between our check and its bind: retry.
+                if attempt + 1 < attempts and self.server.log_mentions_bind_failure():
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    def check_alive(self) -> None:
+        if self.server is not None:
+            self.server.check_alive()
+
+    def stop(self) -> int | None:
+        return None if self.server is None else self.server.stop()
+
+    def __enter__(self) -> str:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class LlamaServer(LocalServer):
     """llama-server on 127.0.0.1 with a pinned thread count and `parallel` slots of `ctx_per_slot`.
 
     `with LlamaServer(binary, model) as url:` starts it (on a free port unless `port` is given),
@@ -465,29 +522,9 @@ class LlamaServer:
             cmd.append("--metrics")
         return cmd + list(self.extra_args)
 
-    @property
-    def url(self) -> str | None:
-        return None if self.server is None else self.server.url
-
-    @property
-    def pid(self) -> int | None:
-        return None if self.server is None else self.server.pid
-
-    def start(self) -> str:
+    def check_inputs(self) -> None:
         if not self.model_path.is_file():
             raise UsageError(f"model file {self.model_path} does not exist", "give an existing .gguf file")
-        attempts = 1 if self.port is not None else BIND_RETRIES
-        for attempt in range(attempts):
-            port = self.port if self.port is not None else free_port()
-            self.server = self._managed(port)
-            try:
-                return self.server.start()
-            except EngineError:
-                # Another process grabbed the port we picked between our check and its bind: retry.
-                if attempt + 1 < attempts and self.server.log_mentions_bind_failure():
-                    continue
-                raise
-        raise AssertionError("unreachable")
 
     def _managed(self, port: int) -> ManagedServer:
         return ManagedServer(
@@ -498,14 +535,3 @@ class LlamaServer:
             startup_timeout_s=self.startup_timeout_s,
             check_port=(LOCALHOST, port) if self.port is not None else None,
         )
-
-    def stop(self) -> int | None:
-        return None if self.server is None else self.server.stop()
-
-    def __enter__(self) -> str:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -21,17 +21,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Literal, TextIO
 
-from servecheck.engine import proctree
+from servecheck.engine import proctree, steps
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.hf_model import DEFAULT_HF_SIZE, HF_SIZES, ensure_hf_model, resolve_hf_model, served_model_name
-from servecheck.engine.process import LOCALHOST, ManagedServer, free_port
+from servecheck.engine.process import LOCALHOST, LocalServer, ManagedServer
 from servecheck.errors import EngineError, UsageError
 
 Progress = Callable[[str], None]
@@ -262,27 +260,10 @@ def install_vllm(cache: EngineCache, *, progress: Progress = _noop, base_python:
 
 def run_logged(step: InstallStep, log: TextIO, log_path: Path, progress: Progress) -> None:
     """Run one step, every line to the log, pip's milestones to `progress`; raise with the log tail."""
-    log.write(f"$ {shlex.join(step.cmd)}\n")
-    log.flush()
-    tail: deque[str] = deque(maxlen=LOG_TAIL_LINES)
-    filt = PipProgress(progress)
     try:
-        proc = subprocess.Popen(step.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                text=True, errors="replace", env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        rc, tail = steps.run_logged(step.cmd, log, PipProgress(progress).feed, {**os.environ, "PYTHONUNBUFFERED": "1"})
     except OSError as exc:
         raise EngineError(f"cannot {step.name}: {step.cmd[0]}: {exc.strerror}", f"full log: {log_path}") from exc
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            log.write(line)
-            tail.append(line.rstrip("\n"))
-            filt.feed(line)
-        rc = proc.wait()
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-    log.flush()
     if rc != 0:
         raise EngineError(
             f"the vLLM install failed to {step.name} (exit {rc}); last lines of the log:\n" + "\n".join(tail),
@@ -534,12 +515,14 @@ class _VllmProcess(ManagedServer):
             raise
 
 
-class VllmServer:
+class VllmServer(LocalServer):
     """vLLM's OpenAI server on 127.0.0.1 with `max_num_seqs` requests scheduled at once (None: vLLM's default).
 
     `with VllmServer(env, model_dir) as url:` starts it (on a free port unless `port` is given),
     waits for /health and stops it, and every process it started, on the way out.
     """
+
+    bind_retries = BIND_RETRIES  # each try costs a minute or more of start-up
 
     def __init__(
         self,
@@ -585,14 +568,6 @@ class VllmServer:
     def environment(self) -> dict[str, str]:
         return {**server_env(self.folder, self.kv_cache_gib), **self.env_overrides}
 
-    @property
-    def url(self) -> str | None:
-        return None if self.server is None else self.server.url
-
-    @property
-    def pid(self) -> int | None:
-        return None if self.server is None else self.server.pid
-
     def processes(self) -> list[proctree.ProcId]:
         """The API server and every process below it, now."""
         if self.server is None or not self.server.running or self.pid is None:
@@ -600,21 +575,10 @@ class VllmServer:
         me = proctree.read_proc(self.pid)
         return ([me] if me else []) + proctree.descendants(self.pid)
 
-    def start(self) -> str:
+    def check_inputs(self) -> None:
         if not (self.model / "config.json").is_file():
             raise UsageError(f"model folder {self.model} has no config.json",
                              "give a Hugging Face model folder (config.json, weights, tokenizer)")
-        attempts = 1 if self.port is not None else BIND_RETRIES
-        for attempt in range(attempts):
-            port = self.port if self.port is not None else free_port()
-            self.server = self._managed(port)
-            try:
-                return self.server.start()
-            except EngineError:
-                if attempt + 1 < attempts and self.server.log_mentions_bind_failure():
-                    continue  # another process took the port we picked: try a new one
-                raise
-        raise AssertionError("unreachable")
 
     def _managed(self, port: int) -> _VllmProcess:
         return _VllmProcess(
@@ -622,18 +586,3 @@ class VllmServer:
             startup_timeout_s=self.startup_timeout_s, stop_grace_s=STOP_GRACE_S, env=self.environment(),
             check_port=(LOCALHOST, port) if self.port is not None else None,
         )
-
-    def check_alive(self) -> None:
-        if self.server is not None:
-            self.server.check_alive()
-
-    def stop(self) -> int | None:
-        return None if self.server is None else self.server.stop()
-
-    def __enter__(self) -> str:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
