@@ -351,3 +351,26 @@ def test_a_very_long_line_is_quoted_around_what_the_rule_read(tmp_path):
                    f"enable_prefix_caching=True, {config}\n")
     [f] = [f for f in scan_log(log, "vllm", "").findings if f.feature == "prefix_cache"]
     assert f.line is not None and len(f.line) < 400 and "enable_prefix_caching=True" in f.line
+
+
+def _without_periodic_lines(tmp_path: Path, name: str) -> Path:
+    """The real log with vLLM's 10-second engine lines dropped: what it prints when none of them
+    happens to fall while a request waits."""
+    text = (FIXTURES / name).read_text(encoding="utf-8")
+    out = tmp_path / name
+    out.write_text("".join(line for line in text.splitlines(keepends=True) if "Running:" not in line), encoding="utf-8")
+    return out
+
+
+def test_asking_about_batching_lets_the_configuration_answer(tmp_path):
+    """vLLM --max-num-seqs 1: its non-default-args line says max_num_seqs 1. Asked about batching,
+    the audit refuses it from that line alone; not asked (the flags do not switch it on), it stays
+    silent, as before; with --max-num-seqs 4 the same question is confirmed."""
+    one = _without_periodic_lines(tmp_path, "vllm_seqs1.log")
+    asked = {f.feature: f.status for f in scan_log(one, "vllm", "--max-num-seqs 1", ask=("continuous_batching",)).findings}
+    assert asked["continuous_batching"] == "refused"
+    plain = {f.feature: f.status for f in scan_log(one, "vllm", "--max-num-seqs 1").findings}
+    assert "continuous_batching" not in plain
+    four = _without_periodic_lines(tmp_path, "vllm_seqs4.log")
+    asked4 = {f.feature: f.status for f in scan_log(four, "vllm", "--max-num-seqs 4", ask=("continuous_batching",)).findings}
+    assert asked4["continuous_batching"] == "confirmed"

@@ -71,6 +71,11 @@ class DemoEngine:
         return "--parallel" if self.name == "llamacpp" else "--max-num-seqs"
 
     @property
+    def batching_feature(self) -> str:
+        """What the audit is asked about for both servers: does this one run requests together?"""
+        return "parallel_slots" if self.name == "llamacpp" else "continuous_batching"
+
+    @property
     def api(self) -> str:
         return "llamacpp" if self.name == "llamacpp" else "openai"
 
@@ -195,17 +200,23 @@ def run_one(
         result = asyncio.run(_staircase(url, engine.api, tokens, prompt_tokens, seed, on_point))
         doc = result.to_doc()
     say(f"{label} stopped; verdict {doc['verdict']}")
-    return DemoRun(parallel, expected, doc, attempt, command, pid, log_path, audit_log(log_path, command, engine.name))
+    audit = audit_log(log_path, command, engine.name, ask=(engine.batching_feature,))
+    return DemoRun(parallel, expected, doc, attempt, command, pid, log_path, audit)
 
 
-def audit_log(log_path: Path, command: tuple[str, ...], engine: str = "llamacpp") -> dict[str, Any] | None:
-    """The server log audited by servecheck.logscan (None until that module is installed)."""
+def audit_log(
+    log_path: Path, command: tuple[str, ...], engine: str = "llamacpp", ask: tuple[str, ...] = ()
+) -> dict[str, Any] | None:
+    """The server log audited by servecheck.logscan (None until that module is installed). `ask`:
+    features decided whatever the command line says (the demo asks whether each server batches:
+    a one-at-a-time server's own configuration line then says so, whether or not a periodic line
+    happened to catch a request waiting)."""
     try:
         from servecheck.logscan import scan_log  # type: ignore[attr-defined]
     except ImportError:
         return None
     try:
-        result = scan_log(log_path, engine, shlex.join(command[1:]))
+        result = scan_log(log_path, engine, shlex.join(command[1:]), ask=ask)
     except ServecheckError as exc:  # the audit is a bonus: its failure must not hide the two verdicts
         return {"error": exc.one_line(), "findings": []}
     return result.to_dict() if hasattr(result, "to_dict") else dict(vars(result))

@@ -148,8 +148,13 @@ def scan_log(
     flags: str | None = None,
     *,
     rules: tuple[Rule, ...] | None = None,
+    ask: Sequence[str] = (),
 ) -> LogScanResult:
-    """Scan one log file. `flags` is the server's command line (Ollama: its environment)."""
+    """Scan one log file. `flags` is the server's command line (Ollama: its environment).
+
+    `ask` names features to decide whether or not the flags switched them on: the demo asks
+    whether each of its two servers batches, and a `--max-num-seqs 1` server's own configuration
+    line then answers `refused` even when no periodic line caught a request waiting."""
     check_engine(engine)
     all_rules = load_rules() if rules is None else rules
     scan = _Scan(rules_for(all_rules, engine))
@@ -157,6 +162,8 @@ def scan_log(
         scan.feed(raw)
     flag_engine = _flag_engine(engine, flags, scan.detected)
     requests = parse_flags(flags, flag_engine)
+    switched = {r.feature for r in requests}
+    requests += tuple(FeatureRequest(f, asked="(asked)") for f in dict.fromkeys(ask) if f not in switched)
     notes = _notes(engine, flag_engine, flags)
     return LogScanResult(
         path=str(path),
