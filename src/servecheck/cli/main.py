@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "log": "servecheck.cli.log",
     "audit": "servecheck.cli.audit",
     "bandwidth": "servecheck.cli.bandwidth",
+    "calibrate": "servecheck.cli.calibrate",
     "roofline": "servecheck.cli.roofline",
     "compare": "servecheck.cli.compare",
     "simulate": "servecheck.cli.simulate",
