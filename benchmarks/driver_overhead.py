@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 from servecheck.client.base import RunClock, Target
+from servecheck.load.calibrate import STAMP_SERVER
 from servecheck.load.driver import LoadDriver
 from servecheck.model.records import GenRequest
 
@@ -37,47 +38,8 @@ STAMP_CONCURRENCY = (1, 16)
 STAMP_TOKENS = 100  # events per request; every event's content is its write time
 STAMP_GAP_MS = 2.0  # between events, so that each event is its own read
 
-# A minimal llama.cpp-shaped server: /props, /health, and /completion streaming events whose
-# content is the server's perf_counter_ns at the moment of writing.
-SERVER = r"""
-import asyncio, json, sys, time
-from aiohttp import web
-
-GAP_S = float(sys.argv[1]) / 1e3
-
-async def props(_):
-    return web.json_response({"default_generation_settings": {"n_ctx": 4096}, "total_slots": 256, "build_info": "stamp"})
-
-async def health(_):
-    return web.json_response({"status": "ok"})
-
-async def completion(request):
-    body = await request.json()
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await resp.prepare(request)
-    n = body["n_predict"]
-    for i in range(n):
-        await asyncio.sleep(GAP_S)
-        event = json.dumps({"content": f"{time.perf_counter_ns()} ", "tokens": [i], "stop": False})
-        await resp.write(f"data: {event}\n\n".encode())
-    final = {"content": "", "stop": True, "stop_type": "limit", "tokens_predicted": n}
-    await resp.write(f"data: {json.dumps(final)}\n\n".encode())
-    return resp
-
-async def main():
-    app = web.Application()
-    app.router.add_get("/props", props)
-    app.router.add_get("/health", health)
-    app.router.add_post("/completion", completion)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
-    await site.start()
-    print(f"http://127.0.0.1:{runner.addresses[0][1]}", flush=True)
-    await asyncio.Event().wait()
-
-asyncio.run(main())
-"""
+# The stamp server is servecheck's own (`servecheck calibrate` uses it): llama.cpp-shaped, every
+# event's content the server's perf_counter_ns at the moment of writing.
 
 
 @contextmanager
@@ -136,7 +98,7 @@ async def skews(url: str) -> dict[int, list[float]]:
 def main() -> int:
     started = time.perf_counter()
     stamp: dict[int, dict[str, float]] = {}
-    with server_process([sys.executable, "-c", SERVER, str(STAMP_GAP_MS)]) as url:
+    with server_process([sys.executable, "-c", STAMP_SERVER, str(STAMP_GAP_MS)]) as url:
         for c in STAMP_CONCURRENCY:
             d = asyncio.run(stamp_delays(url, c))
             stamp[c] = {"events": len(d), "p50_us": percentile(d, 50), "p99_us": percentile(d, 99), "max_us": max(d)}
