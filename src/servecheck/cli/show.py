@@ -12,6 +12,8 @@ from rich.text import Text
 from servecheck.cli.context import AppContext
 from servecheck.results import fields
 from servecheck.results.jsonout import write_json
+from servecheck.model.result import from_doc
+from servecheck.report.lines import REPORTS
 from servecheck.report.terminal import render_doc
 from servecheck.store.refs import load_runs
 
@@ -47,6 +49,10 @@ def command_report(doc: dict[str, Any]) -> list[RenderableType] | None:
     version and lacks what that report needs (the short rendering copes with any document)."""
     command = fields.command(doc)
     try:
+        if command in REPORTS:
+            body = REPORTS[command](from_doc(doc))
+            return [Text(b, style="bold yellow" if b.startswith(ALARM) else "") if isinstance(b, str) else b
+                    for b in body if not (isinstance(b, str) and b.startswith("SIMULATED"))]
         if command in REPORT_LINES:
             lines: list[str] = importlib.import_module(REPORT_LINES[command]).report_lines(doc)
         elif command == "prefix-cache":

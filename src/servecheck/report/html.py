@@ -18,6 +18,7 @@ from typing import Any
 
 from servecheck import __version__
 from servecheck.analysis.arms import INTERVAL_LEVEL, interval_level
+from servecheck.model.result import RunResult, from_doc, to_doc
 from servecheck.results import fields
 from servecheck.report.diff import DIFFABLE, RISING_RATIO, diff_context_runs, diff_runs, label_for, per_stream
 from servecheck.results.fields import as_dict, as_float, as_int, as_list, as_str
@@ -50,7 +51,7 @@ ENVELOPE_KEYS = frozenset(
      "complete", "valid", "run_id", "server", "target", "warnings", "invalid"}
 )
 
-Renderer = Callable[[dict[str, Any]], str]
+Renderer = Callable[[RunResult[Any]], str]
 CHART_TITLE = re.compile(r'(<text class="chart-title"[^>]*>)([^<]*)(</text>)')
 
 
@@ -154,9 +155,10 @@ def context_side_by_side(docs: Sequence[dict[str, Any]]) -> str:
 
 
 def render_doc(doc: dict[str, Any], index: int = 0) -> str:
-    renderer = RENDERERS.get(fields.command(doc), _generic_section)
+    run = from_doc(doc)
+    renderer = RENDERERS.get(run.command)
     try:
-        body = renderer(doc)
+        body = renderer(run) if renderer is not None else _generic_section(doc)
     except Exception as exc:  # noqa: BLE001 - a malformed document must still give a report
         body = f'<p class="warn">This section could not be drawn ({esc(type(exc).__name__)}: {esc(exc)}).</p>'
         body += _generic_section(doc)
@@ -964,14 +966,19 @@ def _demo_section(doc: dict[str, Any]) -> str:
     return "\n".join(parts) or _generic_section(doc)
 
 
+def _legacy(section: Callable[[dict[str, Any]], str]) -> Renderer:
+    """A section that still reads the document (until its command's renderer reads the typed body)."""
+    return lambda run: section(to_doc(run))
+
+
 RENDERERS: dict[str, Renderer] = {
-    "demo": _demo_section,
-    "bandwidth": _bandwidth_section,
-    "staircase": _staircase_section,
-    "arms": _arms_section,
-    "capacity": _capacity_section,
-    "prefix-cache": _prefix_cache_section,
-    "context": _context_section,
-    "roofline": _roofline_section,
-    "log": _log_section,
+    "demo": _legacy(_demo_section),
+    "bandwidth": _legacy(_bandwidth_section),
+    "staircase": _legacy(_staircase_section),
+    "arms": _legacy(_arms_section),
+    "capacity": _legacy(_capacity_section),
+    "prefix-cache": _legacy(_prefix_cache_section),
+    "context": _legacy(_context_section),
+    "roofline": _legacy(_roofline_section),
+    "log": _legacy(_log_section),
 }

@@ -4,7 +4,7 @@ result documents as rich renderables. Formatters return renderables; only the CL
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -13,6 +13,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
 from rich.table import Table
 from rich.text import Text
 
+from servecheck.model.result import RunResult, from_doc, to_doc
 from servecheck.results import fields
 from servecheck.results.fields import as_dict, as_float, as_list
 
@@ -104,7 +105,9 @@ def render_doc(doc: dict[str, Any], body: Sequence[RenderableType] | None = None
     word = fields.verdict(doc)
     if word:
         parts.append(Text.assemble("verdict: ", (word, "bold")))
-    parts += _BODIES.get(fields.command(doc), _generic_body)(doc)
+    run = from_doc(doc)
+    short = _BODIES.get(run.command)
+    parts += short(run) if short is not None else _generic_body(doc)
     return Group(*parts)
 
 
@@ -217,10 +220,18 @@ def _scalar(value: Any) -> str:
     return DASH if value is None else f"{number:g}" if number is not None else str(value)
 
 
-_BODIES = {
-    "staircase": _staircase_body,
-    "arms": _arms_body,
-    "prefix-cache": _prefix_body,
-    "roofline": _roofline_body,
-    "log": _log_body,
+Body = Callable[[RunResult[Any]], list[RenderableType]]
+
+
+def _legacy(body: Callable[[dict[str, Any]], list[RenderableType]]) -> Body:
+    """A short rendering that still reads the document (until it reads its command's typed body)."""
+    return lambda run: body(to_doc(run))
+
+
+_BODIES: dict[str, Body] = {
+    "staircase": _legacy(_staircase_body),
+    "arms": _legacy(_arms_body),
+    "prefix-cache": _legacy(_prefix_body),
+    "roofline": _legacy(_roofline_body),
+    "log": _legacy(_log_body),
 }

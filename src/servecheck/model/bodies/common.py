@@ -1,0 +1,145 @@
+"""The parts every result document shares: the machine, the server, request records, findings, and
+the server-log audit a `--serve` run carries. Field names are the JSON keys (docs/schema.md)."""
+
+from __future__ import annotations
+
+from servecheck.model.codec import record
+
+
+@record
+class Gpu:
+    vendor: str | None = None
+    name: str | None = None
+    memory_bytes: int | None = None
+    driver: str | None = None
+
+
+@record
+class Environment:
+    """The machine that measured; every probe is best effort, so every value may be null."""
+
+    servecheck_version: str | None = None
+    os: str | None = None
+    platform: str | None = None
+    machine: str | None = None
+    cpu_model: str | None = None
+    cpu_count: int | None = None
+    memory_bytes: int | None = None
+    python: str | None = None
+    python_implementation: str | None = None
+    gpu: tuple[Gpu, ...] | None = None
+
+
+@record
+class Server:
+    """What detection learned about the server."""
+
+    url: str | None = None
+    dialect: str | None = None
+    model: str | None = None
+    models: tuple[str, ...] = ()
+    engine: str | None = None
+    version: str | None = None
+    simulated: bool | None = None
+    n_ctx_per_request: int | None = None
+    total_slots: int | None = None
+    notes: tuple[str, ...] = ()
+
+
+@record
+class ServerTimings:
+    """The server's own account of one request (seconds)."""
+
+    prompt_tokens: int | None = None
+    prompt_s: float | None = None
+    generated_tokens: int | None = None
+    decode_s: float | None = None
+    cached_prompt_tokens: int | None = None
+    self_reported_tok_s: float | None = None
+
+
+@record
+class Request:
+    """One request as the driver measured it; times are seconds from the run start."""
+
+    index: int | None = None
+    nonce: str | None = None
+    status: str | None = None  # ok | error | timeout | cancelled
+    tokens_requested: int | None = None
+    send_s: float | None = None
+    first_token_s: float | None = None
+    end_s: float | None = None
+    ttft_s: float | None = None
+    latency_s: float | None = None
+    tokens: int | None = None
+    tokens_source: str | None = None
+    tokens_approximate: bool | None = None
+    finish_reason: str | None = None
+    http_status: int | None = None
+    error: str | None = None
+    prompt_tokens: int | None = None
+    server: ServerTimings | None = None
+    text: str | None = None  # untrusted: always escaped on output
+    token_s: tuple[float, ...] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return (self.status or "ok") == "ok"
+
+
+@record
+class RequestRef:
+    """A request a finding names."""
+
+    n: int | None = None
+    rep: int | None = None
+    index: int | None = None
+    nonce: str | None = None
+    detail: str | None = None
+
+
+@record
+class Finding:
+    """A validity finding or a warning: what was wrong, and what to do."""
+
+    code: str | None = None
+    message: str | None = None
+    hint: str | None = None
+    requests: tuple[RequestRef, ...] = ()
+
+
+Warning = Finding | str  # older documents and some commands keep plain strings
+
+
+@record
+class LogFinding:
+    """One feature the log audit decided (the `log` command's finding shape)."""
+
+    feature: str | None = None
+    status: str | None = None  # confirmed | refused | unconfirmed
+    line: str | None = None
+    line_no: int | None = None
+    meaning: str | None = None
+    rule: str | None = None
+    source: str | None = None
+    asked: str | None = None  # the flag that asked for it, e.g. "-np 4"
+    requested: bool | None = None
+
+
+@record
+class LogLine:
+    level: str | None = None
+    text: str | None = None
+    line_no: int | None = None
+
+
+@record
+class LogAudit:
+    """The audit of the server log a `--serve` run started (a refused feature makes the run exit 3)."""
+
+    command: str | None = None
+    log_path: str | None = None
+    error: str | None = None
+    findings: tuple[LogFinding, ...] = ()
+    lines: tuple[LogLine, ...] = ()
+    refused: tuple[str, ...] = ()

@@ -1,0 +1,109 @@
+"""A typed result: the envelope every document has, and one body type per command.
+
+`from_doc` and `to_doc` are the only code that turns a result document into typed values and back
+(through `model.codec`); renderers, the history and diff read the typed values. `from_doc` reads
+every `schema_version` this project has written, upgrading older ones on the way, and refuses a
+newer one with a message that says to upgrade servecheck.
+
+Schema history (docs/schema.md has the fields):
+  1  the first version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from servecheck.errors import UsageError
+from servecheck.model.bodies import BODIES, Body, Other
+from servecheck.model.bodies.common import Environment
+from servecheck.model.codec import JSON, decode, encode, json_keys, record
+
+SCHEMA_VERSION = 1
+
+# version -> the function that turns a document of that version into one of the next
+UPGRADES: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+B = TypeVar("B", bound=Body)
+
+
+@record
+class Envelope:
+    """The head of every result document."""
+
+    schema_version: int = SCHEMA_VERSION
+    command: str = "unknown"
+    servecheck_version: str | None = None
+    created_at: str | None = None  # ISO 8601 UTC, when the run started
+    environment: Environment = field(default_factory=Environment)
+    params: Mapping[str, JSON] = field(default_factory=dict)
+    simulated: bool = False
+    complete: bool = True  # false when the run stopped early; its points so far are kept
+    valid: bool | None = None  # null for commands that do not judge validity
+    run_id: int | None = None  # the history row, when saved
+
+
+ENVELOPE_KEYS = json_keys(Envelope)
+
+
+@dataclass(frozen=True)
+class RunResult(Generic[B]):
+    envelope: Envelope
+    body: B
+
+    @property
+    def command(self) -> str:
+        return self.envelope.command
+
+    @property
+    def simulated(self) -> bool:
+        """Measured on servecheck's simulator, by the envelope's mark or the server detection's."""
+        server = getattr(self.body, "server", None)
+        return self.envelope.simulated or (server is not None and server.simulated is True)
+
+    @property
+    def complete(self) -> bool:
+        return self.envelope.complete
+
+    @property
+    def valid(self) -> bool | None:
+        return self.envelope.valid
+
+
+class SchemaError(UsageError):
+    pass
+
+
+def from_doc(doc: Mapping[str, Any]) -> RunResult[Any]:
+    """The typed result of a document any servecheck release wrote (upgraded to this schema)."""
+    current = _upgraded(dict(doc))
+    envelope = decode(Envelope, current)
+    body_type = BODIES.get(envelope.command)
+    if body_type is None:
+        body: Body = Other(fields={k: v for k, v in current.items() if k not in ENVELOPE_KEYS})
+    else:
+        body = decode(body_type, current)
+    return RunResult(envelope, body)
+
+
+def to_doc(result: RunResult[Any]) -> dict[str, Any]:
+    """The document of a typed result: the envelope's keys and the body's, side by side."""
+    body = result.body
+    fields_ = dict(body.fields) if isinstance(body, Other) else encode(body)
+    return {**encode(result.envelope), **fields_}
+
+
+def _upgraded(doc: dict[str, Any]) -> dict[str, Any]:
+    version = doc.get("schema_version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise SchemaError(f"schema_version {version!r} is not one servecheck writes",
+                          "give a JSON file or a saved run servecheck wrote")
+    if version > SCHEMA_VERSION:
+        raise SchemaError(f"this result was written by a newer servecheck (schema {version}; this one reads up to {SCHEMA_VERSION})",
+                          "upgrade servecheck to read it")
+    while version < SCHEMA_VERSION:
+        doc = UPGRADES[version](doc)
+        version += 1
+        doc["schema_version"] = version
+    return doc

@@ -1,0 +1,17 @@
+"""Each command's terminal report, rendered from its typed result alone: the command prints it when
+its run ends and `servecheck show` prints the same lines for a saved run. One module per command;
+each adds its report to REPORTS."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import RenderableType
+
+from servecheck.model.result import RunResult
+
+Report = Callable[[RunResult[Any]], list[RenderableType]]
+
+# command -> its report; filled by the modules below as they are imported
+REPORTS: dict[str, Report] = {}
