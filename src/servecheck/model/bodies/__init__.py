@@ -20,3 +20,19 @@ class Other:
 
 # command -> body type; each command's module adds itself below
 BODIES: dict[str, type] = {}
+
+# Each module registers its body type in BODIES (imported last: they import Other's neighbours above).
+from servecheck.model.bodies import (  # noqa: E402,F401
+    arms,
+    audit,
+    bandwidth,
+    calibrate,
+    capacity,
+    compare,
+    context,
+    demo,
+    log,
+    prefix_cache,
+    roofline,
+    staircase,
+)

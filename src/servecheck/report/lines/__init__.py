@@ -15,3 +15,19 @@ Report = Callable[[RunResult[Any]], list[RenderableType]]
 
 # command -> its report; filled by the modules below as they are imported
 REPORTS: dict[str, Report] = {}
+
+# Each module registers its report in REPORTS.
+from servecheck.report.lines import (  # noqa: E402,F401
+    arms,
+    audit,
+    bandwidth,
+    calibrate,
+    capacity,
+    compare,
+    context,
+    demo,
+    log,
+    prefix_cache,
+    roofline,
+    staircase,
+)

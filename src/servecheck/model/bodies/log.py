@@ -1,0 +1,3 @@
+"""The `log` document's body (docs/schema.md); registered in BODIES below."""
+
+from __future__ import annotations
