@@ -15,7 +15,7 @@ import asyncio
 import json
 import ssl
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -295,12 +295,19 @@ class LoadDriver:
             await session.close()
 
     async def run_batch(
-        self, reqs: Sequence[GenRequest], in_flight: int | None = None, queue_wait_s: float = 0.0
+        self,
+        reqs: Sequence[GenRequest],
+        in_flight: int | None = None,
+        queue_wait_s: float = 0.0,
+        release_at: ReleaseAt | None = None,
     ) -> BatchResult:
         """Release `reqs` together from a start barrier (at most `in_flight` at once).
 
         `queue_wait_s` extends the first-token and request timeouts of this batch: a server that
         queues requests legitimately holds the last one that long before its first token.
+        `release_at`, when given, is awaited once every lane's connection is warm and returns the
+        run-clock instant at which to open the barrier: how worker processes (`load.lanes`) open
+        theirs together with every other worker's.
         """
         if not reqs:
             raise UsageError("a batch needs at least one request")
@@ -316,7 +323,8 @@ class LoadDriver:
         noise = NoiseMeter(self.clock.now_ns) if self.witnesses else None
         try:
             await asyncio.gather(*(self._warm(s, dialect) for s in sessions))
-            release_ns, records, first_sends = await self._release(sessions, dialect, reqs, queue_wait_s, sampler, noise)
+            release_ns, records, first_sends = await self._release(sessions, dialect, reqs, queue_wait_s, sampler, noise,
+                                                                   release_at)
         finally:
             gauges = None if sampler is None else await sampler.stop()
             measured_noise = None if noise is None else await noise.stop()
@@ -340,6 +348,7 @@ class LoadDriver:
         queue_wait_s: float,
         sampler: GaugeSampler | None = None,
         noise: NoiseMeter | None = None,
+        release_at: ReleaseAt | None = None,
     ) -> tuple[int, list[RequestRecord], list[int]]:
         gate = asyncio.Event()
         queue = deque(reqs)
@@ -355,7 +364,11 @@ class LoadDriver:
 
         tasks = [asyncio.create_task(lane(s)) for s in sessions]
         await asyncio.sleep(0)  # every lane reaches the gate before it opens
-        release_ns = self.clock.now_ns()
+        if release_at is None:
+            release_ns = self.clock.now_ns()
+        else:
+            release_ns = await release_at()
+            await sleep_until(self.clock, release_ns)
         gate.set()
         # The witnesses start after the gate, so they never delay a lane's first send.
         for witness in (sampler, noise):
@@ -512,6 +525,20 @@ class LoadDriver:
             server=tally.server,
             text=tally.text,
         )
+
+
+# Awaited before a batch's barrier opens; returns the run-clock ns at which to open it.
+ReleaseAt = Callable[[], Awaitable[int]]
+SPIN_NS = 2_000_000  # the last stretch before a timed release is spun, not slept: a timer wakes late
+
+
+async def sleep_until(clock: RunClock, at_ns: int) -> None:
+    """Return at run-clock `at_ns` (or at once if it has passed): sleep most of the way, then spin."""
+    ahead_ns = at_ns - clock.now_ns()
+    if ahead_ns > SPIN_NS:
+        await asyncio.sleep((ahead_ns - SPIN_NS) / 1e9)
+    while clock.now_ns() < at_ns:
+        pass
 
 
 class _CutOff(Exception):

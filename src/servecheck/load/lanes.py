@@ -1,0 +1,285 @@
+"""Lanes over processes: a batch's in-flight streams spread over K worker processes, each with its
+own event loop and connections, all released at one instant and all stamping on the run's clock.
+
+One Python event loop reads every stream of a batch; at hundreds of streams it reads them late and
+releases them over milliseconds, and its lag becomes the server's TTFT. `--workers K` gives each
+worker process its share of the lanes. The barrier is a time: once every worker has warmed its
+connections, the driver picks an instant a little ahead on the machine-wide monotonic clock
+(`time.perf_counter_ns` is CLOCK_MONOTONIC on Linux and macOS) and every worker opens its own gate
+then. Every record is stamped on that clock from the run's start, so the merged batch reads as if
+one client had sent it: finish times, TTFTs and the dispatch skew (first send to last first send,
+over all workers) mean what they mean for one process.
+
+The server's gauges are sampled by the driver process (one sampler, whatever K); each worker
+meters its own event loop, and the batch's noise is the worst of them: a stall in any worker
+delays the streams it reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
+from typing import Any
+
+from servecheck.client.base import RunClock, Target
+from servecheck.errors import ServecheckError, UsageError
+from servecheck.load.driver import LoadDriver
+from servecheck.load.witness import GaugeSampler, NoiseMeter
+from servecheck.model.records import BatchResult, ClientNoise, GenRequest, RequestRecord, ServerInfo
+
+# How far ahead of "every worker is ready" the shared release instant lies: enough for the go
+# message to reach every worker and for each to wake from its sleep, on a loaded machine too.
+RELEASE_LEAD_NS = 50_000_000
+START_TIMEOUT_S = 60.0  # a worker process that is not up by then will not come up
+READY_TIMEOUT_S = 60.0  # warming a lane's connection has the connect timeout; this bounds all of them
+GAUGE_PROBE_TIMEOUT_S = 2.0
+
+
+class WorkerError(ServecheckError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Share:
+    """One worker's part of a batch: its lanes' requests and how many of them run at once."""
+
+    reqs: tuple[GenRequest, ...]
+    in_flight: int
+    queue_wait_s: float
+
+
+def split_lanes(reqs: Sequence[GenRequest], lanes: int, workers: int) -> list[tuple[tuple[GenRequest, ...], int]]:
+    """Lane k takes requests k, k + lanes, ... (each lane sends its next when its last ends); worker w
+    takes lanes w, w + workers, ...: (its requests in order, its lane count), for the workers with a lane."""
+    shares = []
+    for w in range(workers):
+        mine = range(w, lanes, workers)
+        if mine:
+            # in batch order, so the worker's own lanes take their first requests first, as one client's would
+            positions = sorted(p for k in mine for p in range(k, len(reqs), lanes))
+            shares.append((tuple(reqs[p] for p in positions), len(mine)))
+    return shares
+
+
+def merge_noise(noises: Sequence[ClientNoise | None]) -> ClientNoise | None:
+    """The batch's client noise over every worker: the worst lag, every stall."""
+    found = [n for n in noises if n is not None]
+    if not found:
+        return None
+
+    def worst(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return max(known) if known else None
+
+    stalls = sorted({s for n in found for s in n.stalls_ns})
+    return replace(
+        found[0],
+        load_avg_1m=worst([n.load_avg_1m for n in found]),
+        busy_frac=worst([n.busy_frac for n in found]),
+        steal_frac=worst([n.steal_frac for n in found]),
+        loop_lag_p99_ms=worst([n.loop_lag_p99_ms for n in found]),
+        loop_lag_max_ms=worst([n.loop_lag_max_ms for n in found]),
+        stalls_ns=tuple(stalls),
+    )
+
+
+class LaneDriver:
+    """A `Driver` whose batches run on K worker processes; everything else (detection, tokenizing,
+    single requests, gauges) goes through one `LoadDriver` in this process. Use as
+    `async with LaneDriver(target, workers=K) as driver:`."""
+
+    def __init__(self, target: Target, workers: int, clock: RunClock | None = None) -> None:
+        if workers < 1:
+            raise UsageError(f"--workers must be >= 1, got {workers}", "give the number of client processes, e.g. --workers 2")
+        self.target = target
+        self.workers = workers
+        self.clock = clock if clock is not None else RunClock.start()
+        self.local = LoadDriver(target, clock=self.clock)
+        self.witnesses = True
+        self._procs: list[Any] = []
+        self._conns: list[Connection] = []
+
+    @property
+    def info(self) -> ServerInfo | None:
+        return self.local.info
+
+    async def __aenter__(self) -> LaneDriver:
+        await self.local.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        try:
+            await self._stop_workers()
+        finally:
+            await self.local.__aexit__(*exc)
+
+    # ---- everything but batches: this process ---------------------------------------------
+
+    async def detect(self) -> ServerInfo:
+        return await self.local.detect()
+
+    async def tokenize(self, text: str) -> int | None:
+        return await self.local.tokenize(text)
+
+    async def generate(self, req: GenRequest) -> RequestRecord:
+        return await self.local.generate(req)
+
+    async def get_json(self, path: str) -> Any | None:
+        return await self.local.get_json(path)
+
+    async def get_text(self, path: str) -> str | None:
+        return await self.local.get_text(path)
+
+    async def probe(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        return await self.local.probe(method, path, body)
+
+    # ---- batches: the workers ---------------------------------------------------------------
+
+    async def run_batch(self, reqs: Sequence[GenRequest], in_flight: int | None = None, queue_wait_s: float = 0.0) -> BatchResult:
+        if not reqs:
+            raise UsageError("a batch needs at least one request")
+        if in_flight is not None and in_flight < 1:
+            raise UsageError(f"in_flight must be >= 1, got {in_flight}")
+        info = self.local.info or await self.local.detect()
+        await self._start_workers(info)
+        lanes = len(reqs) if in_flight is None else min(in_flight, len(reqs))
+        shares = split_lanes(reqs, lanes, self.workers)
+        conns = self._conns[: len(shares)]
+        for conn, (share_reqs, share_lanes) in zip(conns, shares):
+            conn.send(("batch", _Share(share_reqs, share_lanes, queue_wait_s)))
+        await asyncio.gather(*(self._expect(c, "ready", READY_TIMEOUT_S) for c in conns))
+        source = await self.local.gauge_source() if self.witnesses else None
+        sampler = None if source is None else GaugeSampler(
+            source, lambda path: self.local.fetch_raw(path, GAUGE_PROBE_TIMEOUT_S), self.clock.now_ns
+        )
+        release_ns = self.clock.now_ns() + RELEASE_LEAD_NS
+        for conn in conns:
+            conn.send(("go", release_ns))
+        if sampler is not None:
+            sampler.start()
+        limit_s = self.local.ceiling_s(max(r.max_tokens for r in reqs), queue_wait_s) * len(reqs) + READY_TIMEOUT_S
+        try:
+            parts = await asyncio.gather(*(self._expect(c, "done", limit_s) for c in conns))
+        finally:
+            gauges = None if sampler is None else await sampler.stop()
+        results: list[BatchResult] = [p[1] for p in parts]
+        records = tuple(sorted((r for b in results for r in b.records), key=lambda r: r.index))
+        # every lane's first request is released at the barrier: the skew is their send spread, all workers together
+        firsts = {r.index for r in reqs[:lanes]}
+        first_sends = [r.send_ns for r in records if r.index in firsts]
+        skew = max(first_sends) - min(first_sends) if first_sends else 0
+        return BatchResult(release_ns, lanes, records, skew, gauges, merge_noise([b.noise for b in results]))
+
+    async def _start_workers(self, info: ServerInfo) -> None:
+        if self._procs:
+            return
+        context = multiprocessing.get_context("spawn")  # no fork of a process with a running loop
+        worker_target = replace(self.target, api=info.dialect, model=info.model)
+        for _ in range(self.workers):
+            ours, theirs = context.Pipe()
+            proc = context.Process(target=_worker_main, args=(theirs, worker_target, self.clock.start_ns, info), daemon=True)
+            proc.start()
+            theirs.close()
+            self._procs.append(proc)
+            self._conns.append(ours)
+        await asyncio.gather(*(self._expect(c, "up", START_TIMEOUT_S) for c in self._conns))
+
+    async def _stop_workers(self) -> None:
+        for conn in self._conns:
+            try:
+                conn.send(("stop",))
+            except (OSError, ValueError):
+                pass
+        deadline = time.monotonic() + 5.0
+        for proc in self._procs:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5.0)
+        for conn in self._conns:
+            conn.close()
+        self._procs, self._conns = [], []
+
+    async def _expect(self, conn: Connection, word: str, timeout_s: float) -> tuple[Any, ...]:
+        """The worker's next message, which must be `word` (an error message names what went wrong)."""
+        loop = asyncio.get_running_loop()
+        ready = loop.create_future()
+        loop.add_reader(conn.fileno(), lambda: ready.done() or ready.set_result(None))
+        try:
+            async with asyncio.timeout(timeout_s):
+                await ready
+        except TimeoutError:
+            raise WorkerError(f"a client worker sent no '{word}' within {timeout_s:.0f} s",
+                              "run with fewer --workers, or without them") from None
+        finally:
+            loop.remove_reader(conn.fileno())
+        try:
+            message = conn.recv()
+        except EOFError:
+            raise WorkerError("a client worker process exited", "run without --workers to see the error") from None
+        if message[0] == "error":
+            raise WorkerError(f"a client worker failed: {message[1]}", message[2])
+        if message[0] != word:
+            raise WorkerError(f"a client worker sent '{message[0]}' where '{word}' was due", "run without --workers")
+        return tuple(message)
+
+
+# ---------------------------------------------------------------- the worker process
+
+
+def _worker_main(conn: Connection, target: Target, start_ns: int, info: ServerInfo) -> None:
+    try:
+        asyncio.run(_serve(conn, target, start_ns, info))
+    except KeyboardInterrupt:
+        pass  # the driver process owns Ctrl-C; it stops the workers
+    finally:
+        conn.close()
+
+
+async def _serve(conn: Connection, target: Target, start_ns: int, info: ServerInfo) -> None:
+    clock = RunClock(start_ns=start_ns, wall_anchor_s=time.time())
+    async with LoadDriver(target, clock=clock) as driver:
+        driver.info = info
+        driver.witnesses = False  # the driver process samples the server's gauges; the loop is metered here
+        conn.send(("up",))
+        while True:
+            message = await _recv(conn)
+            if message[0] != "batch":
+                return
+            share: _Share = message[1]
+            try:
+                conn.send(("done", await _run_share(driver, conn, share)))
+            except ServecheckError as exc:
+                conn.send(("error", exc.message, exc.hint))
+                return
+
+
+async def _run_share(driver: LoadDriver, conn: Connection, share: _Share) -> BatchResult:
+    noise = NoiseMeter(driver.clock.now_ns)
+
+    async def release_at() -> int:
+        conn.send(("ready",))
+        go = await _recv(conn)
+        noise.start()
+        return int(go[1])
+
+    batch = await driver.run_batch(share.reqs, share.in_flight, share.queue_wait_s, release_at=release_at)
+    return replace(batch, noise=await noise.stop())
+
+
+async def _recv(conn: Connection) -> tuple[Any, ...]:
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    loop.add_reader(conn.fileno(), lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        loop.remove_reader(conn.fileno())
+    try:
+        return tuple(conn.recv())
+    except EOFError:
+        return ("stop",)
