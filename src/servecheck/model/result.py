@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 from typing import Any, Generic, TypeVar
 
 from servecheck.errors import UsageError
 from servecheck.model.bodies import BODIES, Body, Other
-from servecheck.model.bodies.common import Environment
+from servecheck.model.bodies.common import Environment, Finding, Server
 from servecheck.model.codec import JSON, decode, encode, json_keys, record
 
 SCHEMA_VERSION = 1
@@ -47,6 +48,16 @@ class Envelope:
 ENVELOPE_KEYS = json_keys(Envelope)
 
 
+@record
+class _Common:
+    """The fields most bodies share, read from a document of a command without a body type."""
+
+    server: Server | None = None
+    invalid: tuple[Finding | str, ...] = ()
+    warnings: tuple[Finding | str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class RunResult(Generic[B]):
     envelope: Envelope
@@ -67,8 +78,47 @@ class RunResult(Generic[B]):
         return self.envelope.complete
 
     @property
+    def server(self) -> Server | None:
+        """What detection learned about the server, for the commands that talk to one."""
+        body = decode(_Common, self.body.fields) if isinstance(self.body, Other) else self.body
+        server = getattr(body, "server", None)
+        return server if isinstance(server, Server) else None
+
+    @property
+    def url(self) -> str | None:
+        """The server the run measured: as detected, else as given."""
+        return (self.server and self.server.url) or _param_str(self.envelope.params, "url")
+
+    @property
+    def model(self) -> str | None:
+        return (self.server and self.server.model) or _param_str(self.envelope.params, "model")
+
+    @property
     def valid(self) -> bool | None:
         return self.envelope.valid
+
+
+def run_findings(run: RunResult[Any]) -> tuple[tuple[Finding | str, ...], tuple[Finding | str, ...], tuple[str, ...]]:
+    """A run's invalid findings, warnings and notes, for the commands that keep them as lists."""
+
+    body = decode(_Common, run.body.fields) if isinstance(run.body, Other) else run.body
+
+    def listed(name: str) -> tuple[Any, ...]:
+        value = getattr(body, name, ())
+        return value if isinstance(value, tuple) else ()  # log's `warnings` is a count
+
+    notes = tuple(n for n in listed("notes") if isinstance(n, str))
+    return listed("invalid"), listed("warnings"), notes
+
+
+def environment_rows(environment: Environment) -> list[tuple[str, Any]]:
+    """Every field of the machine record, null ones too (a probe that could not read its value)."""
+    return [(f.name, encode(getattr(environment, f.name))) for f in dataclass_fields(environment)]
+
+
+def _param_str(params: Mapping[str, Any], name: str) -> str | None:
+    value = params.get(name)
+    return value if isinstance(value, str) and value else None
 
 
 class SchemaError(UsageError):

@@ -18,7 +18,9 @@ from typing import Any
 
 from servecheck import __version__
 from servecheck.analysis.arms import INTERVAL_LEVEL, interval_level
-from servecheck.model.result import RunResult, from_doc, to_doc
+from servecheck.model.bodies.common import Finding, LogAudit, RequestRef, Server
+from servecheck.model.codec import encode
+from servecheck.model.result import RunResult, environment_rows, from_doc, run_findings, to_doc
 from servecheck.results import fields
 from servecheck.report.diff import DIFFABLE, RISING_RATIO, diff_context_runs, diff_runs, label_for, per_stream
 from servecheck.results.fields import as_dict, as_float, as_int, as_list, as_str
@@ -162,17 +164,17 @@ def render_doc(doc: dict[str, Any], index: int = 0) -> str:
     except Exception as exc:  # noqa: BLE001 - a malformed document must still give a report
         body = f'<p class="warn">This section could not be drawn ({esc(type(exc).__name__)}: {esc(exc)}).</p>'
         body += _generic_section(doc)
-    if fields.is_simulated(doc):
+    if run.simulated:
         body = mark_charts_simulated(body)
     parts = [
-        f'<section class="run {esc(fields.command(doc))}" id="run-{index}">',
-        f"<h2>{esc(_run_title(doc))}</h2>",
-        _meta_line(doc),
-        _banners(doc),
+        f'<section class="run {esc(run.command)}" id="run-{index}">',
+        f"<h2>{esc(_run_title(run))}</h2>",
+        _meta_line(run),
+        _banners(run),
         body,
-        _serve_log_audit(doc),
-        _warnings(doc),
-        _environment(doc),
+        _serve_log_audit(run),
+        _warnings(run),
+        _environment(run),
         "</section>",
     ]
     return "\n".join(p for p in parts if p)
@@ -183,91 +185,87 @@ def mark_charts_simulated(body: str) -> str:
     return CHART_TITLE.sub(lambda m: f"{m.group(1)}{m.group(2)} — SIMULATED server{m.group(3)}", body)
 
 
-def _run_title(doc: dict[str, Any]) -> str:
-    run_id = as_int(doc.get("run_id"))
+def _run_title(run: RunResult[Any]) -> str:
+    run_id = run.envelope.run_id
     prefix = f"Run {run_id}: " if run_id is not None else ""
-    return f"{prefix}{fields.command(doc)}"
+    return f"{prefix}{run.command}"
 
 
-def _meta_line(doc: dict[str, Any]) -> str:
-    server = as_dict(doc.get("server"))
+def _meta_line(run: RunResult[Any]) -> str:
+    server = run.server or Server()
     items = [
-        ("server", fields.server_url(doc)),
-        ("model", fields.model_name(doc)),
-        ("engine", " ".join(x for x in (as_str(server.get("engine")), as_str(server.get("version"))) if x) or None),
-        ("time", as_str(doc.get("created_at"))),
+        ("server", run.url),
+        ("model", run.model),
+        ("engine", " ".join(x for x in (server.engine, server.version) if x) or None),
+        ("time", run.envelope.created_at),
     ]
     text = " · ".join(f"{name} <b>{esc(value)}</b>" for name, value in items if value)
     return f'<p class="meta">{text}</p>' if text else ""
 
 
-def _banners(doc: dict[str, Any]) -> str:
+def _banners(run: RunResult[Any]) -> str:
     out = []
-    if fields.is_simulated(doc):
+    if run.simulated:
         out.append('<div class="banner simulated">SIMULATED: these numbers come from servecheck\'s simulated server, not a real one.</div>')
-    if not fields.is_complete(doc):
+    if not run.complete:
         out.append('<div class="banner incomplete">INCOMPLETE: the run stopped before it finished; only the points measured so far are shown.</div>')
-    if doc.get("valid") is False:
+    if run.valid is False:
         out.append('<div class="banner invalid">INVALID: the run completed but failed a validity check (see the warnings).</div>')
     return "\n".join(out)
 
 
-def _serve_log_audit(doc: dict[str, Any]) -> str:
+def _serve_log_audit(run: RunResult[Any]) -> str:
     """With --serve, servecheck audited the server's log: a refused feature there made the run exit 3."""
-    audit = as_dict(doc.get("log_audit"))
-    if fields.command(doc) == "demo" or not audit:
+    audit = getattr(run.body, "log_audit", None)
+    if run.command == "demo" or not isinstance(audit, LogAudit):
         return ""
-    head = f"<h3>Server log audit</h3><p class=\"key\">{esc(as_str(audit.get('log_path')) or '')}</p>"
-    error = as_str(audit.get("error"))
-    if error:
-        return head + f'<p class="warn">The log could not be audited: {esc(error)}</p>'
-    return head + _log_section(audit) if as_list(audit.get("findings")) else ""
+    head = f"<h3>Server log audit</h3><p class=\"key\">{esc(audit.log_path or '')}</p>"
+    if audit.error:
+        return head + f'<p class="warn">The log could not be audited: {esc(audit.error)}</p>'
+    return head + _log_section(encode(audit)) if audit.findings else ""
 
 
-def _warnings(doc: dict[str, Any]) -> str:
-    items = [f"<b>Invalid:</b> {_finding(f)}" for f in as_list(doc.get("invalid"))]
-    items += [_finding(w) for w in as_list(doc.get("warnings"))]
-    notes = [esc(n) for n in as_list(doc.get("notes")) if isinstance(n, str)]
+def _warnings(run: RunResult[Any]) -> str:
+    invalid, warnings, notes = run_findings(run)
+    items = [f"<b>Invalid:</b> {_finding(f)}" for f in invalid]
+    items += [_finding(w) for w in warnings]
     out = ""
     if items:
         out += "<h3>Warnings</h3><ul class=\"warnings\">" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
     if notes:
-        out += "<h3>Notes</h3><ul class=\"notes\">" + "".join(f"<li>{n}</li>" for n in notes) + "</ul>"
+        out += "<h3>Notes</h3><ul class=\"notes\">" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>"
     return out
 
 
-def _finding(item: Any) -> str:
+def _finding(item: Finding | str) -> str:
     """A warning as text, or as {message, hint, requests}: escaped HTML."""
-    if not isinstance(item, dict):
+    if isinstance(item, str):
         return esc(item)
-    text = as_str(item.get("message")) or as_str(item.get("text")) or str(item)
-    hint = as_str(item.get("hint"))
-    out = esc(text) + (f" <i>({esc(hint)})</i>" if hint else "")
-    requests = [as_dict(r) for r in as_list(item.get("requests"))]
-    if requests:
-        out += f" <span class=\"key\">({len(requests)} request{'s' if len(requests) != 1 else ''})</span>"
-        named = "".join(f"<li>{esc(_request_ref(r))}</li>" for r in requests[:MAX_NAMED_REQUESTS])
-        more = len(requests) - MAX_NAMED_REQUESTS
+    out = esc(item.message or "") + (f" <i>({esc(item.hint)})</i>" if item.hint else "")
+    if item.requests:
+        count = len(item.requests)
+        out += f" <span class=\"key\">({count} request{'s' if count != 1 else ''})</span>"
+        named = "".join(f"<li>{esc(_request_ref(r))}</li>" for r in item.requests[:MAX_NAMED_REQUESTS])
+        more = count - MAX_NAMED_REQUESTS
         named += f"<li>and {more} more (see the JSON result)</li>" if more > 0 else ""
         out += f'<ul class="refs">{named}</ul>'
     return out
 
 
-def _request_ref(ref: dict[str, Any]) -> str:
+def _request_ref(ref: RequestRef) -> str:
     """`N=4 rep 1 request #0 (nonce ...): 29 tokens vs modal 64`, from whatever the finding names."""
-    rep = as_int(ref.get("rep"))
-    parts = [f"N={ref['n']}" if "n" in ref else None, f"rep {rep + 1}" if rep is not None else None,
-             f"request #{ref['index']}" if "index" in ref else None,
-             f"(nonce {ref['nonce']})" if as_str(ref.get("nonce")) else None]
+    parts = [f"N={ref.n}" if ref.n is not None else None, f"rep {ref.rep + 1}" if ref.rep is not None else None,
+             f"request #{ref.index}" if ref.index is not None else None,
+             f"(nonce {ref.nonce})" if ref.nonce else None]
     head = " ".join(p for p in parts if p)
-    detail = as_str(ref.get("detail"))
-    return f"{head}: {detail}" if head and detail else head or detail or str(ref)
+    return f"{head}: {ref.detail}" if head and ref.detail else head or ref.detail or "a request"
 
 
-def _environment(doc: dict[str, Any]) -> str:
-    rows = [("servecheck", doc.get("servecheck_version")), ("schema", doc.get("schema_version"))]
-    rows += list(as_dict(doc.get("environment")).items())
-    rows += [(f"param {k}", v) for k, v in as_dict(doc.get("params")).items()]
+def _environment(run: RunResult[Any]) -> str:
+    envelope = run.envelope
+    rows: list[tuple[str, object]] = [("servecheck", envelope.servecheck_version), ("schema", envelope.schema_version)]
+    rows += sorted(environment_rows(envelope.environment))
+    rows += [(f"param {k}", v) for k, v in sorted(envelope.params.items())]
     return "<details><summary>Environment and parameters</summary>" + kv_table(rows) + "</details>"
 
 

@@ -98,33 +98,32 @@ def num(value: Any, digits: int = 1, suffix: str = "") -> str:
 def render_doc(doc: dict[str, Any], body: Sequence[RenderableType] | None = None) -> RenderableType:
     """Head and marks (SIMULATED, INCOMPLETE, INVALID), then `body` (the command's own report) or a short
     rendering of any result document: verdict, the key numbers, its table."""
-    parts: list[RenderableType] = [_head(doc)]
-    parts += _marks(doc)
+    run = from_doc(doc)
+    parts: list[RenderableType] = [_head(run)]
+    parts += _marks(run)
     if body is not None:
         return Group(*parts, *body)
     word = fields.verdict(doc)
     if word:
         parts.append(Text.assemble("verdict: ", (word, "bold")))
-    run = from_doc(doc)
     short = _BODIES.get(run.command)
     parts += short(run) if short is not None else _generic_body(doc)
     return Group(*parts)
 
 
-def _head(doc: dict[str, Any]) -> Text:
-    run_id = doc.get("run_id")
-    bits = [f"run {run_id}" if run_id is not None else None, fields.command(doc), fields.as_str(doc.get("created_at")),
-            fields.server_url(doc), fields.model_name(doc)]
+def _head(run: RunResult[Any]) -> Text:
+    run_id = run.envelope.run_id
+    bits = [f"run {run_id}" if run_id is not None else None, run.command, run.envelope.created_at, run.url, run.model]
     return Text(" · ".join(b for b in bits if b), style="bold")
 
 
-def _marks(doc: dict[str, Any]) -> list[RenderableType]:
+def _marks(run: RunResult[Any]) -> list[RenderableType]:
     marks = []
-    if fields.is_simulated(doc):
+    if run.simulated:
         marks.append(Text("SIMULATED: measured against servecheck's simulated server", style="yellow"))
-    if not fields.is_complete(doc):
+    if not run.complete:
         marks.append(Text("INCOMPLETE: the run stopped before it finished", style="red"))
-    if doc.get("valid") is False:
+    if run.valid is False:
         marks.append(Text("INVALID: the run failed a validity check", style="red"))
     return marks
 
