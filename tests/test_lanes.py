@@ -81,3 +81,14 @@ def test_a_batching_server_read_through_two_workers_is_a_cluster():
 def test_workers_must_be_at_least_one():
     with pytest.raises(UsageError, match="--workers must be >= 1"):
         LaneDriver(Target(url="http://127.0.0.1:9"), workers=0)
+
+
+def test_calibration_read_through_two_workers_pairs_every_stamp_on_one_clock():
+    """The stamp server writes its clock into every event; read by two processes, every stamp still
+    pairs and no delay is negative: the workers stamp on the run's own clock."""
+    from servecheck.load.calibrate import calibrate  # raises when a stamp does not pair with its event
+
+    result = asyncio.run(calibrate(streams=4, gap_ms=5.0, events=20, workers=2))
+    assert result.workers == 2 and result.events == 4 * 20
+    assert result.stamp_delay_p50_ms >= 0 and result.stamp_delay_max_ms >= result.stamp_delay_p99_ms
+    assert result.to_dict()["workers"] == 2

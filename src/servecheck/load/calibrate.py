@@ -19,11 +19,12 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from servecheck.client.base import RunClock, Target
 from servecheck.errors import EngineError, UsageError
 from servecheck.load.driver import LoadDriver
+from servecheck.load.lanes import LaneDriver
 from servecheck.model.records import BatchResult, GenRequest
 
 # The client is the bottleneck when its p99 stamp delay exceeds this fraction of the gap between
@@ -97,6 +98,7 @@ class Calibration:
     dispatch_skew_ms: float  # spread of the send times of the streams released together
     loop_lag_p99_ms: float | None
     loop_lag_max_ms: float | None
+    workers: int = 1  # client processes that read the streams
 
     @property
     def stamp_delay_frac(self) -> float:
@@ -110,7 +112,8 @@ class Calibration:
         return (
             f"the client is the bottleneck at {self.streams} streams: its p99 stamp delay is "
             f"{self.stamp_delay_p99_ms:.2f} ms, {self.stamp_delay_frac:.0%} of the {self.gap_ms:g} ms between "
-            f"tokens (at most {limit:.0%}); use fewer streams or a quieter machine"
+            f"tokens (at most {limit:.0%}); spread the streams over more client processes (--workers), "
+            "use fewer streams, or a quieter machine"
         )
 
     def to_dict(self) -> dict[str, object]:
@@ -215,8 +218,10 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.stdout.close()
 
 
-async def calibrate(streams: int, gap_ms: float, events: int = DEFAULT_EVENTS) -> Calibration:
-    """Stream `streams` requests of `events` events, `gap_ms` apart, from the stamp server; measure."""
+async def calibrate(streams: int, gap_ms: float, events: int = DEFAULT_EVENTS, workers: int = 1) -> Calibration:
+    """Stream `streams` requests of `events` events, `gap_ms` apart, from the stamp server; measure.
+    With `workers` > 1 the streams are read by that many client processes (`load.lanes`), as a run
+    with `--workers` would read them."""
     check_design(streams, gap_ms, events)
     reqs = [GenRequest(index=i, prompt=f"{i:04d} calibration", nonce=f"{i:04d}", max_tokens=events)
             for i in range(streams)]
@@ -225,7 +230,8 @@ async def calibrate(streams: int, gap_ms: float, events: int = DEFAULT_EVENTS) -
     with stamp_server(gap_ms) as url:
         clock = RunClock.start()
         target = Target(url=url, api="llamacpp", first_token_timeout_s=timeout_s, request_timeout_s=timeout_s)
-        async with LoadDriver(target, clock=clock) as driver:
+        opened = LoadDriver(target, clock=clock) if workers == 1 else LaneDriver(target, workers=workers, clock=clock)
+        async with opened as driver:
             await driver.detect()
             batch = await driver.run_batch(reqs)
-    return calibration_from(batch, clock, streams, gap_ms)
+    return replace(calibration_from(batch, clock, streams, gap_ms), workers=workers)
