@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ("driver_overhead.py", "bandwidth_vs_stream.py")
+BENCHMARKS = ("driver_overhead.py", "client_fidelity.py", "bandwidth_vs_stream.py")
 
 
 def main() -> int:

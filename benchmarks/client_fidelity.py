@@ -1,0 +1,235 @@
+"""How faithful servecheck's client is at 16, 64 and 256 streams, with 1 and 2 client processes,
+against a batching server that records its own truth. Side by side in one run, interleaved.
+
+The server (a child process; llama.cpp-shaped) steps like a batching engine: every step takes
+BASE_MS + PER_SEQ_MS x the sequences decoding, and each step writes one token to every stream.
+It records, per request, when it read the request and when it wrote each token, on
+`time.perf_counter_ns` (CLOCK_MONOTONIC, the clock servecheck stamps with). After each batch the
+benchmark fetches that truth (GET /truth) and sets servecheck's own figures beside it:
+
+- TTFT: servecheck's (first token stamp - send stamp) against the server's (first write - read);
+  the difference is what the client adds: its send path and its stamp delay.
+- ITL: the mean gap between tokens of a stream, servecheck's stamps against the server's writes.
+- throughput: tokens / (last end - release) against tokens / (last write - first read).
+- dispatch skew: the spread of the first sends (servecheck's own figure), and the server's read spread.
+- client CPU seconds per 1,000 tokens (this process and its worker processes).
+
+Run:  .venv/bin/python benchmarks/client_fidelity.py [--streams 16,64,256] [--workers 1,2] [--rounds 2]
+Writes benchmarks/results/client_fidelity.json. Numbers depend on the machine and its load: run it
+on a quiet machine (nothing else compiling or testing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from servecheck.client.base import RunClock, Target
+from servecheck.load.driver import LoadDriver
+from servecheck.load.lanes import LaneDriver
+from servecheck.model.records import BatchResult, GenRequest
+
+RESULTS = Path(__file__).parent / "results" / "client_fidelity.json"
+BASE_MS, PER_SEQ_MS = 20.0, 0.05  # the step law: 20 ms + 0.05 ms per sequence decoding
+TOKENS = 128
+
+LAW_SERVER = r"""
+import asyncio, json, sys, time
+from aiohttp import web
+
+BASE_S, PER_SEQ_S = float(sys.argv[1]) / 1e3, float(sys.argv[2]) / 1e3
+active = {}
+truth = {}
+wake = asyncio.Event()
+
+async def stepper():
+    while True:
+        if not active:
+            wake.clear()
+            await wake.wait()
+        await asyncio.sleep(BASE_S + PER_SEQ_S * len(active))
+        for q in list(active.values()):
+            q.put_nowait(None)
+
+async def props(_):
+    return web.json_response({"default_generation_settings": {"n_ctx": 4096}, "total_slots": 4096,
+                              "build_info": "servecheck fidelity law server"})
+
+async def health(_):
+    return web.json_response({"status": "ok"})
+
+async def get_truth(_):
+    out = dict(truth)
+    truth.clear()
+    return web.json_response(out)
+
+async def completion(request):
+    read_ns = time.perf_counter_ns()
+    body = await request.json()
+    n = int(body["n_predict"])
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    q = asyncio.Queue()
+    key = object()
+    active[key] = q
+    wake.set()
+    writes = []
+    try:
+        for i in range(n):
+            await q.get()
+            writes.append(time.perf_counter_ns())
+            event = json.dumps({"content": " t", "tokens": [i], "stop": False})
+            await resp.write(f"data: {event}\n\n".encode())
+    finally:
+        active.pop(key, None)
+    final = {"content": "", "stop": True, "stop_type": "limit", "tokens_predicted": n}
+    await resp.write(f"data: {json.dumps(final)}\n\n".encode())
+    truth[body["prompt"].split()[0]] = {"read_ns": read_ns, "writes_ns": writes}
+    return resp
+
+async def main():
+    app = web.Application()
+    app.router.add_get("/props", props)
+    app.router.add_get("/health", health)
+    app.router.add_get("/truth", get_truth)
+    app.router.add_post("/completion", completion)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
+    await site.start()
+    asyncio.create_task(stepper())
+    print(f"http://127.0.0.1:{runner.addresses[0][1]}", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+@contextmanager
+def law_server() -> Iterator[str]:
+    proc = subprocess.Popen([sys.executable, "-c", LAW_SERVER, str(BASE_MS), str(PER_SEQ_MS)], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        url = (proc.stdout.readline() if proc.stdout else "").strip()
+        if not url.startswith("http"):
+            raise RuntimeError(f"the law server did not start: {url!r}")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def requests(n: int) -> list[GenRequest]:
+    return [GenRequest(index=i, prompt=f"r{i:04d} fidelity", nonce=f"{i:04d}", max_tokens=TOKENS) for i in range(n)]
+
+
+def cpu_s() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+async def one_batch(url: str, streams: int, workers: int) -> tuple[BatchResult, RunClock, float]:
+    clock = RunClock.start()
+    target = Target(url=url, api="llamacpp", first_token_timeout_s=120, request_timeout_s=600)
+    cpu0 = cpu_s()
+    opened = LoadDriver(target, clock=clock) if workers == 1 else LaneDriver(target, workers=workers, clock=clock)
+    async with opened as driver:
+        driver.witnesses = False  # no gauges to sample; the loop noise would only add work
+        await driver.detect()
+        batch = await driver.run_batch(requests(streams))
+    return batch, clock, cpu_s() - cpu0  # worker processes have exited: their CPU is counted
+
+
+def compare(batch: BatchResult, clock: RunClock, truth: dict[str, Any]) -> dict[str, float]:
+    """servecheck's figures against the server's truth, for one batch."""
+    ttft_err, ttft_true, itl_ours, itl_true = [], [], [], []
+    tokens = 0
+    for rec in batch.records:
+        if not rec.ok or rec.first_token_ns is None or rec.end_ns is None:
+            raise RuntimeError(f"request {rec.index} failed: {rec.error}")
+        t = truth[f"r{rec.index:04d}"]
+        writes = [w - clock.start_ns for w in t["writes_ns"]]
+        true_ttft = writes[0] - (t["read_ns"] - clock.start_ns)
+        ours = rec.first_token_ns - rec.send_ns
+        ttft_true.append(true_ttft / 1e6)
+        ttft_err.append((ours - true_ttft) / 1e6)
+        stamps = rec.token_ns
+        itl_ours.append((stamps[-1] - stamps[0]) / (len(stamps) - 1) / 1e6)
+        itl_true.append((writes[-1] - writes[0]) / (len(writes) - 1) / 1e6)
+        tokens += rec.tokens
+    reads = [t["read_ns"] - clock.start_ns for t in truth.values()]
+    last_write = max(t["writes_ns"][-1] for t in truth.values()) - clock.start_ns
+    ours_tput = tokens / ((max(r.end_ns for r in batch.records) - batch.release_ns) / 1e9)  # type: ignore[type-var]
+    true_tput = tokens / ((last_write - min(reads)) / 1e9)
+    return {
+        "tokens": tokens,
+        "ttft_true_ms": statistics.median(ttft_true),
+        "ttft_error_ms": statistics.median(ttft_err),
+        "ttft_error_p99_ms": sorted(ttft_err)[int(0.99 * (len(ttft_err) - 1))],
+        "ttft_error_frac": statistics.median(ttft_err) / statistics.median(ttft_true),
+        "itl_true_ms": statistics.mean(itl_true),
+        "itl_error_frac": statistics.mean(itl_ours) / statistics.mean(itl_true) - 1,
+        "throughput_true_tok_s": true_tput,
+        "throughput_error_frac": ours_tput / true_tput - 1,
+        "dispatch_skew_ms": batch.dispatch_skew_ns / 1e6,
+        "server_read_spread_ms": (max(reads) - min(reads)) / 1e6,
+    }
+
+
+def fetch_truth(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url + "/truth", timeout=30) as resp:  # 127.0.0.1 only: the server we started
+        return json.loads(resp.read())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", default="16,64,256")
+    parser.add_argument("--workers", default="1,2")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    streams = [int(s) for s in args.streams.split(",")]
+    workers = [int(w) for w in args.workers.split(",")]
+    rows: list[dict[str, Any]] = []
+    print(f"law server: {BASE_MS:g} ms + {PER_SEQ_MS:g} ms per sequence a step, {TOKENS} tokens per request")
+    print(f"{'streams':>7} {'workers':>7} {'round':>5} {'TTFT true':>10} {'TTFT err':>15} {'ITL err':>8} "
+          f"{'tput err':>8} {'skew ms':>8} {'CPU s/1k tok':>12}")
+    for r in range(args.rounds):
+        for n in streams:
+            for w in workers:  # interleaved: each configuration against a fresh server, every round
+                with law_server() as url:
+                    batch, clock, cpu = asyncio.run(one_batch(url, n, w))
+                    row = {"streams": n, "workers": w, "round": r + 1, **compare(batch, clock, fetch_truth(url))}
+                row["client_cpu_s_per_1k_tokens"] = cpu / row["tokens"] * 1000
+                rows.append(row)
+                print(f"{n:>7} {w:>7} {r + 1:>5} {row['ttft_true_ms']:>8.1f}ms {row['ttft_error_ms']:>+7.2f}ms "
+                      f"({row['ttft_error_frac']:>+5.1%}) {row['itl_error_frac']:>+8.2%} {row['throughput_error_frac']:>+8.2%} "
+                      f"{row['dispatch_skew_ms']:>8.2f} {row['client_cpu_s_per_1k_tokens']:>12.3f}", flush=True)
+    doc = {
+        "benchmark": "client_fidelity",
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0]},
+        "server_law": {"base_ms": BASE_MS, "per_seq_ms": PER_SEQ_MS, "tokens": TOKENS},
+        "units": "ms; *_frac are signed fractions (servecheck / truth - 1, or error / true TTFT)",
+        "rows": rows,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
