@@ -10,9 +10,15 @@ import pytest
 
 from servecheck.cli import main as main_mod
 from servecheck.errors import UsageError
+from servecheck.model.result import from_doc
 from servecheck.report import samples
 from servecheck.report.diff import RISING_RATIO, diff_runs, growth_ratio, per_stream, trend_of
 from servecheck.store.db import open_store
+
+
+def runs_of(docs: list[dict[str, Any]]) -> list:
+    """Documents as the diff reads them: typed runs (the CLI decodes them as it loads them)."""
+    return [from_doc(doc) for doc in docs]
 
 
 def seed_table_doc(aggregates: dict[int, float], trend: str | None = None) -> dict[str, Any]:
@@ -30,7 +36,7 @@ BATCHING = {1: 90.0, 2: 160.0, 4: 250.0, 8: 300.0}
 
 
 def test_seed_three_flat_lines() -> None:
-    result = diff_runs([seed_table_doc(a) for a in (SEED_OLD, SEED_NEW, SEED_CB8)], labels=["old", "new", "new CB=8"])
+    result = diff_runs(runs_of([seed_table_doc(a) for a in (SEED_OLD, SEED_NEW, SEED_CB8)]), labels=["old", "new", "new CB=8"])
     assert result.verdict == "no configuration batches: all lines flat"
     assert result.levels == (1, 2, 4, 8)
     assert [line.trend_from for line in result.lines] == ["computed"] * 3
@@ -38,7 +44,7 @@ def test_seed_three_flat_lines() -> None:
 
 
 def test_one_rising_line_is_named() -> None:
-    result = diff_runs([seed_table_doc(a) for a in (SEED_OLD, SEED_NEW, BATCHING)], labels=["old", "new", "fixed"])
+    result = diff_runs(runs_of([seed_table_doc(a) for a in (SEED_OLD, SEED_NEW, BATCHING)]), labels=["old", "new", "fixed"])
     assert result.verdict == "only fixed rises; flat: old, new"
     assert [line.label for line in result.rising] == ["fixed"]
 
@@ -66,18 +72,18 @@ def test_diff_reports_the_trend_the_run_itself_reported(tmp_path: Path) -> None:
     gains = {1: 100.0, 2: 118.0, 4: 125.0}
     own, _ = classify_trend({n: a / 100.0 for n, a in gains.items() if n > 1})
     assert own == "inconclusive"
-    result = diff_runs([seed_table_doc(gains, trend=own), seed_table_doc(gains)], labels=["recorded", "old"])
+    result = diff_runs(runs_of([seed_table_doc(gains, trend=own), seed_table_doc(gains)]), labels=["recorded", "old"])
     assert [line.trend for line in result.lines] == [own, own]
     assert [line.trend_from for line in result.lines] == ["run", "computed"]
 
 
 def test_runs_own_trend_wins_over_the_computed_one() -> None:
-    result = diff_runs([seed_table_doc(SEED_OLD, trend="rising"), seed_table_doc(SEED_NEW)], labels=["a", "b"])
+    result = diff_runs(runs_of([seed_table_doc(SEED_OLD, trend="rising"), seed_table_doc(SEED_NEW)]), labels=["a", "b"])
     assert [(line.trend, line.trend_from) for line in result.lines] == [("rising", "run"), ("flat", "computed")]
 
 
 def test_inconclusive_line_is_reported() -> None:
-    result = diff_runs([seed_table_doc(SEED_OLD), seed_table_doc({2: 90.0, 4: 91.0})], labels=["a", "b"])
+    result = diff_runs(runs_of([seed_table_doc(SEED_OLD), seed_table_doc({2: 90.0, 4: 91.0})]), labels=["a", "b"])
     assert result.verdict.startswith("no configuration batches: every decided line is flat")
     assert "inconclusive" in result.verdict and "b" in result.verdict
 
@@ -86,14 +92,14 @@ def test_arms_runs_use_the_cell_medians() -> None:
     flat, batched = samples.arms(), samples.arms()
     for cell in flat["cells"]:
         cell["aggregate_tok_s"] = 64.0
-    result = diff_runs([flat, batched], labels=["flat", "batched"])
+    result = diff_runs(runs_of([flat, batched]), labels=["flat", "batched"])
     assert result.lines[1].aggregate_tok_s == {1: 64.0, 2: pytest.approx(69.76), 4: pytest.approx(88.96)}
     assert result.verdict == "only batched rises; flat: flat"
 
 
 def test_what_differs_between_runs_is_named() -> None:
     docs = [samples.staircase(serial=True), samples.staircase(serial=True, flag="--cb 8"), samples.staircase(serial=False)]
-    result = diff_runs(docs, labels=["a", "b", "c"])
+    result = diff_runs(runs_of(docs), labels=["a", "b", "c"])
     assert [line.config for line in result.lines] == ["—", "flag=--cb 8", "—"]
     assert result.verdict == "only c rises; flat: a, b"
 
@@ -104,7 +110,7 @@ def test_what_differs_between_runs_is_named() -> None:
 )
 def test_bad_input(docs: list[dict[str, Any]], message: str) -> None:
     with pytest.raises(UsageError, match=message):
-        diff_runs(docs)
+        diff_runs(runs_of(docs))
 
 
 def run_cli(args: list[str]) -> int:
@@ -154,13 +160,13 @@ def test_diff_of_three_simulated_staircase_runs(tmp_path: Path, capsys: pytest.C
 
 def test_a_fresh_seed_is_not_named_as_what_differs() -> None:
     docs = [samples.staircase(serial=True, seed=11), samples.staircase(serial=True, seed=12, flag="--cb 8")]
-    assert [line.config for line in diff_runs(docs, labels=["a", "b"]).lines] == ["—", "flag=--cb 8"]
+    assert [line.config for line in diff_runs(runs_of(docs), labels=["a", "b"]).lines] == ["—", "flag=--cb 8"]
 
 
 def test_per_stream_rate_is_given_per_level_and_shown_as_its_fall() -> None:
     """Serial: each request alone, ~64 tok/s at every N. Batched (samples: 10% slower per extra request): it falls."""
     serial, batched = samples.staircase(serial=True), samples.staircase(serial=False)
-    result = diff_runs([serial, batched], labels=["serial", "batched"])
+    result = diff_runs(runs_of([serial, batched]), labels=["serial", "batched"])
     flat_line, falling = result.lines
     assert set(flat_line.per_user_by_level) == {1, 2, 4}
     assert max(flat_line.per_user_by_level.values()) / min(flat_line.per_user_by_level.values()) < 1.01
@@ -181,7 +187,7 @@ def test_simulated_incomplete_and_invalid_lines_are_marked(tmp_path: Path, capsy
     for name, doc in (("real", real), ("sim", sim)):
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(json.dumps(doc))
-    assert [line.marks for line in diff_runs([real, sim]).lines] == [(), ("simulated", "incomplete", "invalid")]
+    assert [line.marks for line in diff_runs(runs_of([real, sim])).lines] == [(), ("simulated", "incomplete", "invalid")]
     assert run_cli(["diff", *map(str, paths)]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith(str(paths[1])[:3]) and "rising" in line)

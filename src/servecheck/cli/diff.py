@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from servecheck.cli.context import AppContext
+from servecheck.model.result import from_doc
 from servecheck.report.diff import (
     RISING_RATIO,
     ContextDiff,
@@ -16,6 +17,7 @@ from servecheck.report.diff import (
     diff_context_runs,
     diff_runs,
     is_context_diff,
+    label_for,
     per_stream,
 )
 from servecheck.results.jsonout import write_json
@@ -29,11 +31,11 @@ from servecheck.store.refs import load_runs
 @click.pass_obj
 def cmd(app: AppContext, runs: tuple[str, ...], db_path: str | None, json_path: str | None) -> int:
     """Aggregate tok/s per concurrency level, one row per run (ids, `last`, or JSON files)."""
-    docs = load_runs(runs, db_path)
-    labels = [_label(ref, doc) for ref, doc in zip(runs, docs)]
-    if is_context_diff(docs):
-        return _context(app, diff_context_runs(docs, labels=labels), json_path)
-    result = diff_runs(docs, labels=labels)
+    loaded = [from_doc(doc) for doc in load_runs(runs, db_path)]
+    labels = [label_for(run, ref) for ref, run in zip(runs, loaded)]
+    if is_context_diff(loaded):
+        return _context(app, diff_context_runs(loaded, labels=labels), json_path)
+    result = diff_runs(loaded, labels=labels)
     if json_path:
         write_json(json_path, _as_dict(result))
         if json_path == "-":
@@ -50,11 +52,6 @@ def cmd(app: AppContext, runs: tuple[str, ...], db_path: str | None, json_path: 
     app.out.print(Text(f"aggregate tok/s per concurrency level; agg ratio = agg(highest C) / agg(C=1); a line rises at >= {RISING_RATIO}×"
                        " or when the run itself said so", style="dim"))
     return 0
-
-
-def _label(ref: str, doc: dict[str, object]) -> str:
-    run_id = doc.get("run_id")
-    return f"#{run_id}" if isinstance(run_id, int) else ref
 
 
 def diff_table(result: Diff) -> Table:

@@ -9,20 +9,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servecheck.analysis.staircase import RISING_RATIO, classify_trend
+from servecheck.analysis.across import growth_ratio, request_rate, trend_of, trend_of_levels, verdict_across
+from servecheck.analysis.staircase import RISING_RATIO
 from servecheck.errors import UsageError
-from servecheck.results import fields
-from servecheck.results.fields import as_dict, as_float, as_int, as_list, as_str
+from servecheck.model.bodies.arms import ArmsBody
+from servecheck.model.bodies.context import ContextBody
+from servecheck.model.bodies.staircase import StaircaseBody
+from servecheck.model.codec import JSON
+from servecheck.model.result import RunResult
 
-# A line's trend is the run's own (staircase records it); for a document that does not (arms, or
-# a hand-made table) it is judged by the one trend rule, `analysis.staircase.classify_trend`,
-# never by a threshold of diff's own: a run must read the same in `staircase` and in `diff`.
-__all__ = ["RISING_RATIO"]
+__all__ = ["RISING_RATIO", "growth_ratio", "trend_of", "trend_of_levels"]
 DIFFABLE = ("staircase", "arms")
-# Parameters that change from run to run without changing what is measured: a fresh prompt seed
-# per run would otherwise be the "difference" named for every pair of runs.
 # Within 10% across levels the per-stream rate is "constant" (seed 000: ~95-98 on every line).
 PER_STREAM_STEADY = 1.10
+# Parameters that change from run to run without changing what is measured: a fresh prompt seed
+# per run would otherwise be the "difference" named for every pair of runs.
 NOT_CONFIG = frozenset({"url", "model", "seed", "expect"})
 
 
@@ -55,173 +56,121 @@ class Diff:
         return tuple(line for line in self.lines if line.trend == "rising")
 
 
-def label_for(doc: dict[str, Any], fallback: str) -> str:
-    run_id = as_int(doc.get("run_id"))
+def label_for(run: RunResult[Any], fallback: str) -> str:
+    run_id = run.envelope.run_id
     return f"#{run_id}" if run_id is not None else fallback
 
 
-def diff_runs(docs: Sequence[dict[str, Any]], labels: Sequence[str] | None = None) -> Diff:
+def diff_runs(runs: Sequence[RunResult[Any]], labels: Sequence[str] | None = None) -> Diff:
     """Lay out the runs and say which lines rise. Raises UsageError for fewer than two or other commands."""
-    if len(docs) < 2:
+    if len(runs) < 2:
         raise UsageError("diff needs at least two runs", "give two or more run ids, e.g. servecheck diff 3 4 5")
-    for doc in docs:
-        if fields.command(doc) not in DIFFABLE:
+    for run in runs:
+        if run.command not in DIFFABLE:
             raise UsageError(
-                f"{label_for(doc, 'a run')} is a {fields.command(doc)} run; diff compares staircase and arms runs "
+                f"{label_for(run, 'a run')} is a {run.command} run; diff compares staircase and arms runs "
                 "(or context runs with each other)",
                 "pick staircase or arms runs, or only context runs, from `servecheck history`",
             )
-    names = list(labels) if labels is not None else [label_for(d, f"run {i + 1}") for i, d in enumerate(docs)]
-    configs = config_notes(docs)
-    lines = tuple(line_of(doc, name, config) for doc, name, config in zip(docs, names, configs))
+    names = list(labels) if labels is not None else [label_for(r, f"run {i + 1}") for i, r in enumerate(runs)]
+    configs = config_notes(runs)
+    lines = tuple(line_of(run, name, config) for run, name, config in zip(runs, names, configs))
     levels = tuple(sorted({n for line in lines for n in line.aggregate_tok_s}))
-    return Diff(lines=lines, levels=levels, verdict=verdict_across(lines))
+    return Diff(lines=lines, levels=levels, verdict=verdict_across([(line.label, line.trend) for line in lines]))
 
 
-def config_notes(docs: Sequence[dict[str, Any]]) -> list[str]:
+def config_notes(runs: Sequence[RunResult[Any]]) -> list[str]:
     """Per run, the parameters and server facts whose values differ between the runs."""
-    if len({fields.command(doc) for doc in docs}) > 1:
-        return [fields.command(doc) for doc in docs]  # different experiments: their parameters do not compare
-    facts = [_config_facts(doc) for doc in docs]
+    if len({run.command for run in runs}) > 1:
+        return [run.command for run in runs]  # different experiments: their parameters do not compare
+    facts = [_config_facts(run) for run in runs]
     keys = sorted({k for f in facts for k in f})
     varying = [k for k in keys if len({repr(f.get(k)) for f in facts}) > 1]
     return [", ".join(f"{k}={_short(f.get(k))}" for k in varying if k in f) or "—" for f in facts]
 
 
-def _config_facts(doc: dict[str, Any]) -> dict[str, Any]:
-    server = as_dict(doc.get("server"))
-    params = as_dict(doc.get("params")).items()
-    facts: dict[str, Any] = {k: v for k, v in params if k not in NOT_CONFIG and not isinstance(v, dict)}
-    for key in ("engine", "version"):
-        if server.get(key) is not None:
-            facts[f"server {key}"] = server[key]
+def _config_facts(run: RunResult[Any]) -> dict[str, JSON]:
+    facts = {k: v for k, v in run.envelope.params.items() if k not in NOT_CONFIG and not isinstance(v, dict)}
+    server = run.server
+    if server is not None:
+        for key, value in (("engine", server.engine), ("version", server.version)):
+            if value is not None:
+                facts[f"server {key}"] = value
     return facts
 
 
-def _short(value: Any) -> str:
+def _short(value: JSON) -> str:
     text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
     return text if len(text) <= 40 else text[:39] + "…"
 
 
-def line_of(doc: dict[str, Any], label: str, config: str = "—") -> Line:
-    aggregates = _staircase_aggregates(doc) if fields.command(doc) == "staircase" else _arms_aggregates(doc)
-    ratio = growth_ratio(aggregates)
-    own = as_str(doc.get("trend"))
+def line_of(run: RunResult[Any], label: str, config: str = "—") -> Line:
+    body = run.body
+    staircase = isinstance(body, StaircaseBody)
+    aggregates = _staircase_aggregates(body) if staircase else _arms_aggregates(body)
+    own = body.trend if staircase else None
     if own in ("rising", "flat", "inconclusive"):
         trend, source = own, "run"
     else:
         trend, source = trend_of_levels(aggregates), "computed"
+    by_level = _staircase_rates(body) if staircase else _arms_rates(body)
     return Line(
         label=label,
         config=config,
-        command=fields.command(doc),
-        server_url=fields.server_url(doc),
-        model=fields.model_name(doc),
+        command=run.command,
+        server_url=run.url,
+        model=run.model,
         aggregate_tok_s=aggregates,
-        per_user_tok_s=_per_user(doc),
-        ratio=ratio,
+        per_user_tok_s=_median([r for rates in by_level.values() for r in rates]),
+        ratio=growth_ratio(aggregates),
         trend=trend,
         trend_from=source,
-        per_user_by_level=_per_user_by_level(doc),
-        marks=marks_of(doc),
+        per_user_by_level={level: statistics.median(v) for level, v in sorted(by_level.items()) if v},
+        marks=marks_of(run),
     )
 
 
-def marks_of(doc: dict[str, Any]) -> tuple[str, ...]:
-    flags = (("simulated", fields.is_simulated(doc)), ("incomplete", not fields.is_complete(doc)),
-             ("invalid", doc.get("valid") is False))
+def marks_of(run: RunResult[Any]) -> tuple[str, ...]:
+    flags = (("simulated", run.simulated), ("incomplete", not run.complete), ("invalid", run.valid is False))
     return tuple(name for name, on in flags if on)
 
 
-def growth_ratio(aggregates: dict[int, float]) -> float | None:
-    base = aggregates.get(1)
-    if not base or len(aggregates) < 2:
-        return None
-    return aggregates[max(aggregates)] / base
+def _staircase_aggregates(body: StaircaseBody) -> dict[int, float]:
+    return {p.n: p.aggregate_tok_s for p in body.points if p.n is not None and p.aggregate_tok_s is not None}
 
 
-def trend_of(ratio: float | None) -> str:
-    """The one trend rule on a single agg(N)/agg(1)."""
-    if ratio is None:
-        return "inconclusive"
-    return classify_trend({2: ratio})[0]
-
-
-def trend_of_levels(aggregates: dict[int, float]) -> str:
-    """The one trend rule on every level's agg(N)/agg(1)."""
-    base = aggregates.get(1)
-    if not base or len(aggregates) < 2:
-        return "inconclusive"
-    return classify_trend({n: a / base for n, a in aggregates.items() if n > 1})[0]
-
-
-def _staircase_aggregates(doc: dict[str, Any]) -> dict[int, float]:
-    out: dict[int, float] = {}
-    for point in map(as_dict, as_list(doc.get("points"))):
-        n, agg = as_int(point.get("n")), as_float(point.get("aggregate_tok_s"))
-        if n is not None and agg is not None:
-            out[n] = agg
-    return out
-
-
-def _arms_aggregates(doc: dict[str, Any]) -> dict[int, float]:
+def _arms_aggregates(body: ArmsBody) -> dict[int, float]:
     """Each arm's own median aggregate when given, else the median over its cells."""
-    out: dict[int, float] = {}
-    for arm in map(as_dict, as_list(doc.get("arms"))):
-        c, agg = as_int(arm.get("concurrency")), as_float(arm.get("aggregate_tok_s"))
-        if c is not None and agg is not None:
-            out[c] = agg
+    out = {a.concurrency: a.aggregate_tok_s for a in body.arms if a.concurrency is not None and a.aggregate_tok_s is not None}
     cells: dict[int, list[float]] = {}
-    for cell in map(as_dict, as_list(doc.get("cells"))):
-        c, agg = as_int(cell.get("concurrency")), as_float(cell.get("aggregate_tok_s"))
-        if c is not None and agg is not None and c not in out:
-            cells.setdefault(c, []).append(agg)
+    for cell in body.cells:
+        if cell.concurrency is not None and cell.aggregate_tok_s is not None and cell.concurrency not in out:
+            cells.setdefault(cell.concurrency, []).append(cell.aggregate_tok_s)
     out.update({c: statistics.median(v) for c, v in cells.items()})
     return dict(sorted(out.items()))
 
 
-def _per_user(doc: dict[str, Any]) -> float | None:
-    """Median per-stream generation rate: tokens after the first over the decode time, per request."""
-    rates = [as_float(as_dict(c).get("per_user_rate_tok_s")) for c in as_list(doc.get("cells"))]
-    for point in map(as_dict, as_list(doc.get("points"))):
-        rates.append(as_float(point.get("per_user_rate_tok_s")))
-        for batch in map(as_dict, as_list(point.get("batches"))):
-            rates += [fields.request_rate(as_dict(r)) for r in as_list(batch.get("requests"))]
-    found = [r for r in rates if r is not None]
-    return statistics.median(found) if found else None
-
-
-def _per_user_by_level(doc: dict[str, Any]) -> dict[int, float]:
-    """Median per-stream rate at each concurrency level: it falls with N on a batching server, so one
+def _staircase_rates(body: StaircaseBody) -> dict[int, list[float]]:
+    """Per level, every request's per-stream rate: it falls with N on a batching server, so one
     median over all levels would describe none of them."""
     rates: dict[int, list[float]] = {}
-    for cell in map(as_dict, as_list(doc.get("cells"))):
-        c, rate = as_int(cell.get("concurrency")), as_float(cell.get("per_user_rate_tok_s"))
-        if c is not None and rate is not None:
-            rates.setdefault(c, []).append(rate)
-    for point in map(as_dict, as_list(doc.get("points"))):
-        n = as_int(point.get("n"))
-        if n is None:
-            continue
-        for batch in map(as_dict, as_list(point.get("batches"))):
-            found = (fields.request_rate(as_dict(r)) for r in as_list(batch.get("requests")))
-            rates.setdefault(n, []).extend(r for r in found if r is not None)
-    return {level: statistics.median(v) for level, v in sorted(rates.items()) if v}
+    for point in body.points:
+        found = [request_rate(r) for b in point.batches for r in b.requests]
+        if point.n is not None:
+            rates.setdefault(point.n, []).extend(r for r in found if r is not None)
+    return rates
 
 
-def verdict_across(lines: Sequence[Line]) -> str:
-    rising = [line.label for line in lines if line.trend == "rising"]
-    flat = [line.label for line in lines if line.trend == "flat"]
-    unknown = [line.label for line in lines if line.trend not in ("rising", "flat")]
-    tail = f"; inconclusive (no N=1 point or one level only): {', '.join(unknown)}" if unknown else ""
-    if not rising and flat:
-        return "no configuration batches: all lines flat" + tail if not unknown else "no configuration batches: every decided line is flat" + tail
-    if not rising:
-        return "no verdict: no line can be judged" + tail
-    if not flat and not unknown:
-        return "every configuration batches: all lines rise"
-    subject = f"only {rising[0]} rises" if len(rising) == 1 else f"{', '.join(rising)} rise"
-    return f"{subject}; flat: {', '.join(flat) or 'none'}" + tail
+def _arms_rates(body: ArmsBody) -> dict[int, list[float]]:
+    rates: dict[int, list[float]] = {}
+    for cell in body.cells:
+        if cell.concurrency is not None and cell.per_user_rate_tok_s is not None:
+            rates.setdefault(cell.concurrency, []).append(cell.per_user_rate_tok_s)
+    return rates
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def per_stream(line: Line) -> str:
@@ -267,36 +216,27 @@ class ContextDiff:
         return None if not a or b is None else b / a
 
 
-def is_context_diff(docs: Sequence[dict[str, Any]]) -> bool:
-    return bool(docs) and all(fields.command(doc) == "context" for doc in docs)
+def is_context_diff(runs: Sequence[RunResult[Any]]) -> bool:
+    return bool(runs) and all(run.command == "context" for run in runs)
 
 
-def diff_context_runs(docs: Sequence[dict[str, Any]], labels: Sequence[str] | None = None) -> ContextDiff:
+def diff_context_runs(runs: Sequence[RunResult[Any]], labels: Sequence[str] | None = None) -> ContextDiff:
     """Context runs side by side by depth. Raises UsageError for fewer than two or a run of another command."""
-    if len(docs) < 2:
+    if len(runs) < 2:
         raise UsageError("diff needs at least two runs", "give two or more run ids, e.g. servecheck diff 3 4")
-    for doc in docs:
-        if fields.command(doc) != "context":
-            raise UsageError(f"{label_for(doc, 'a run')} is a {fields.command(doc)} run; context runs compare only with context runs",
+    for run in runs:
+        if run.command != "context":
+            raise UsageError(f"{label_for(run, 'a run')} is a {run.command} run; context runs compare only with context runs",
                              "pick context runs from `servecheck history --command context`")
-    names = list(labels) if labels is not None else [label_for(d, f"run {i + 1}") for i, d in enumerate(docs)]
-    lines = tuple(context_line(doc, name, config) for doc, name, config in zip(docs, names, config_notes(docs)))
+    names = list(labels) if labels is not None else [label_for(r, f"run {i + 1}") for i, r in enumerate(runs)]
+    lines = tuple(context_line(run, name, config) for run, name, config in zip(runs, names, config_notes(runs)))
     depths = tuple(sorted({d for line in lines for d in line.decode_tok_s}))
     return ContextDiff(lines, depths)
 
 
-def context_line(doc: dict[str, Any], label: str, config: str = "—") -> ContextLine:
-    decode: dict[int, float] = {}
-    ratio: dict[int, float] = {}
-    for point in map(as_dict, as_list(doc.get("points"))):
-        depth = as_int(point.get("depth"))
-        if depth is None:
-            continue
-        if (rate := as_float(point.get("decode_tok_s"))) is not None:
-            decode[depth] = rate
-        if (r := as_float(point.get("ratio"))) is not None:
-            ratio[depth] = r
-    predicted = {d: v for row in map(as_dict, as_list(doc.get("roofline")))
-                 if (d := as_int(row.get("depth"))) is not None and (v := as_float(row.get("predicted_tok_s"))) is not None}
-    return ContextLine(label, config, fields.server_url(doc), fields.model_name(doc), decode, ratio, predicted,
-                       as_str(doc.get("effect")) or "inconclusive", marks_of(doc))
+def context_line(run: RunResult[Any], label: str, config: str = "—") -> ContextLine:
+    body: ContextBody = run.body
+    decode = {p.depth: p.decode_tok_s for p in body.points if p.depth is not None and p.decode_tok_s is not None}
+    ratio = {p.depth: p.ratio for p in body.points if p.depth is not None and p.ratio is not None}
+    predicted = {r.depth: r.predicted_tok_s for r in body.roofline or () if r.depth is not None and r.predicted_tok_s is not None}
+    return ContextLine(label, config, run.url, run.model, decode, ratio, predicted, body.effect or "inconclusive", marks_of(run))

@@ -17,7 +17,9 @@ from string import Template
 from typing import Any
 
 from servecheck import __version__
-from servecheck.analysis.arms import INTERVAL_LEVEL, interval_level
+from servecheck.analysis.arms import INTERVAL_LEVEL, interval_level, median_by_arm
+from servecheck.model.bodies.arms import Arm, ArmsBody, ArmsCell, DeviantCell
+from servecheck.model.bodies.capacity import CapacityBody, CapacityPoint
 from servecheck.model.bodies.common import Finding, LogAudit, RequestRef, Server
 from servecheck.model.codec import encode
 from servecheck.model.result import RunResult, environment_rows, from_doc, run_findings, to_doc
@@ -66,14 +68,15 @@ def write_html(path: str | Path, docs: Sequence[dict[str, Any]]) -> None:
 
 
 def render_html(docs: Sequence[dict[str, Any]]) -> str:
-    sections = [side_by_side(docs), context_side_by_side(docs)] + [render_doc(doc, i) for i, doc in enumerate(docs)]
-    title = "servecheck report" if len(docs) != 1 else f"servecheck {fields.command(docs[0])} report"
-    if any(fields.is_simulated(d) for d in docs):
+    runs = [from_doc(doc) for doc in docs]
+    sections = [side_by_side(runs), context_side_by_side(runs)] + [render_doc(doc, i) for i, doc in enumerate(docs)]
+    title = "servecheck report" if len(runs) != 1 else f"servecheck {runs[0].command} report"
+    if any(run.simulated for run in runs):
         title = f"SIMULATED · {title}"
     return _template().substitute(
         title=esc(title),
-        subtitle=esc(_subtitle(docs)),
-        toc=_toc(docs),
+        subtitle=esc(_subtitle(runs)),
+        toc=_toc(runs),
         body="\n".join(sections),
         css=_css(),
         version=esc(__version__),
@@ -90,27 +93,27 @@ def _css() -> str:
     return resources.files("servecheck.report").joinpath("templates/report.css").read_text(encoding="utf-8")
 
 
-def _subtitle(docs: Sequence[dict[str, Any]]) -> str:
-    commands = sorted({fields.command(d) for d in docs})
-    return f"{len(docs)} run{'s' if len(docs) != 1 else ''}: {', '.join(commands) or 'none'}"
+def _subtitle(runs: Sequence[RunResult[Any]]) -> str:
+    commands = sorted({run.command for run in runs})
+    return f"{len(runs)} run{'s' if len(runs) != 1 else ''}: {', '.join(commands) or 'none'}"
 
 
-def _toc(docs: Sequence[dict[str, Any]]) -> str:
-    if len(docs) < 2:
+def _toc(runs: Sequence[RunResult[Any]]) -> str:
+    if len(runs) < 2:
         return ""
-    links = [f'<a href="#run-{i}">{esc(_run_title(d))}</a>' for i, d in enumerate(docs)]
+    links = [f'<a href="#run-{i}">{esc(_run_title(r))}</a>' for i, r in enumerate(runs)]
     return f'<nav class="toc">{"".join(links)}</nav>'
 
 
 # ---------------------------------------------------------------- several runs
 
 
-def side_by_side(docs: Sequence[dict[str, Any]]) -> str:
+def side_by_side(runs: Sequence[RunResult[Any]]) -> str:
     """Seed 000 section 3 as a page: aggregate per concurrency level, one line per staircase or arms run."""
-    picked = [(i, d) for i, d in enumerate(docs) if fields.command(d) in DIFFABLE]
+    picked = [(i, r) for i, r in enumerate(runs) if r.command in DIFFABLE]
     if len(picked) < 2:
         return ""
-    result = diff_runs([d for _, d in picked], labels=[label_for(d, f"run {i + 1}") for i, d in picked])
+    result = diff_runs([r for _, r in picked], labels=[label_for(r, f"run {i + 1}") for i, r in picked])
     rows = []
     for line in result.lines:
         cells = [fmt(line.aggregate_tok_s.get(n), 1) for n in result.levels]
@@ -134,12 +137,12 @@ def side_by_side(docs: Sequence[dict[str, Any]]) -> str:
     ])
 
 
-def context_side_by_side(docs: Sequence[dict[str, Any]]) -> str:
+def context_side_by_side(runs: Sequence[RunResult[Any]]) -> str:
     """Context runs side by side by depth: each run's decode rate and ratio, one line per run on the chart."""
-    picked = [(i, d) for i, d in enumerate(docs) if fields.command(d) == "context"]
+    picked = [(i, r) for i, r in enumerate(runs) if r.command == "context"]
     if len(picked) < 2:
         return ""
-    result = diff_context_runs([d for _, d in picked], labels=[label_for(d, f"run {i + 1}") for i, d in picked])
+    result = diff_context_runs([r for _, r in picked], labels=[label_for(r, f"run {i + 1}") for i, r in picked])
     rows = [[fmt(depth, 0), *[f"{fmt(line.decode_tok_s.get(depth), 1)} ({fmt_ratio(line.ratio.get(depth))})" for line in result.lines]]
             for depth in result.depths]
     headers = ["depth", *[f"{line.label} decode tok/s (ratio)" for line in result.lines]]
@@ -607,44 +610,44 @@ def _requests_details(points: list[dict[str, Any]]) -> str:
 # ---------------------------------------------------------------- arms
 
 
-def _arms_section(doc: dict[str, Any]) -> str:
-    arms = [a for a in as_list(doc.get("arms")) if isinstance(a, dict)]
-    parts = [_arms_headline(doc), "<h3>Arms</h3>", _arms_table(arms, doc), _decomposition_chart(arms), _arms_checks(doc),
-             _deviant_cells(doc)]
+def _arms_section(run: RunResult[ArmsBody]) -> str:
+    body = run.body
+    parts = [_arms_headline(body), "<h3>Arms</h3>", _arms_table(body), _decomposition_chart(body.arms), _arms_checks(body),
+             _deviant_cells(body.deviant_cells)]
     return "\n".join(p for p in parts if p)
 
 
-def _arms_headline(doc: dict[str, Any]) -> str:
-    if doc.get("headline_refused") is True:
-        reason = as_str(doc.get("refusal")) or as_str(doc.get("refusal_reason")) or "position bias too large"
-        return f'<p class="verdict">Headline withheld: <b>{esc(reason)}</b></p>'
-    headline = as_str(doc.get("headline"))
-    return f'<p class="verdict">{esc(headline)}</p>' if headline else ""
+def _arms_headline(body: ArmsBody) -> str:
+    if body.headline_refused is True:
+        return f'<p class="verdict">Headline withheld: <b>{esc(body.refusal or "position bias too large")}</b></p>'
+    return f'<p class="verdict">{esc(body.headline)}</p>' if body.headline else ""
 
 
-def _arms_table(arms: list[dict[str, Any]], doc: dict[str, Any]) -> str:
-    medians = _cell_medians(doc)
+def _arms_table(body: ArmsBody) -> str:
+    medians = _cell_medians(body.cells)
     rows = []
-    for a in arms:
-        c = as_int(a.get("concurrency"))
-        m = medians.get(c, {}) if c is not None else {}
+    for a in body.arms:
+        def recorded(metric: str, value: float | None, arm: Arm = a) -> float | None:
+            return _first(value, medians[metric].get(arm.concurrency) if arm.concurrency is not None else None)
+
         rows.append([
-            fmt(c, 0), fmt(_first(a.get("aggregate_tok_s"), m.get("aggregate_tok_s")), 1),
-            fmt(_first(a.get("per_user_rate_tok_s"), m.get("per_user_rate_tok_s")), 1),
-            _with_interval(fmt_ratio, a, "aggregate_speedup"), _with_interval(fmt_ratio, a, "generation_gain"),
-            _with_interval(fmt_signed_pct, a, "per_user_rate_change"), fmt(_first(a.get("ttft_s"), m.get("ttft_s")), 3),
-            _with_interval(fmt_ratio, a, "ttft_multiple"), fmt_pct(a.get("efficiency")),
-            f'<span class="label-{esc(a.get("label", ""))}">{fmt(a.get("label"))}</span>',
+            fmt(a.concurrency, 0), fmt(recorded("aggregate_tok_s", a.aggregate_tok_s), 1),
+            fmt(recorded("per_user_rate_tok_s", a.per_user_rate_tok_s), 1),
+            _with_interval(fmt_ratio, a.aggregate_speedup, a.aggregate_speedup_interval),
+            _with_interval(fmt_ratio, a.generation_gain, a.generation_gain_interval),
+            _with_interval(fmt_signed_pct, a.per_user_rate_change, a.per_user_rate_change_interval),
+            fmt(recorded("ttft_s", a.ttft_s), 3),
+            _with_interval(fmt_ratio, a.ttft_multiple, a.ttft_multiple_interval), fmt_pct(a.efficiency),
+            f'<span class="label-{esc(a.label or "")}">{fmt(a.label)}</span>',
         ])
     headers = ["in flight", "aggregate tok/s", "per-user tok/s", "aggregate speedup", "generation-stage gain", "per-user rate",
                "TTFT s", "TTFT multiple", "efficiency", "label"]
-    return table(headers, rows, frozenset(range(9))) + _interval_key(arms)
+    return table(headers, rows, frozenset(range(9))) + _interval_key(body.arms)
 
 
-def _interval_key(arms: list[dict[str, Any]]) -> str:
+def _interval_key(arms: tuple[Arm, ...]) -> str:
     """What the brackets cover: their confidence depends on the number of reps (three give 75%, not 95%)."""
-    with_interval = [a for a in arms if as_range(a.get("aggregate_speedup_interval"))[0] is not None]
-    counts = [n for n in (as_int(a.get("cells")) for a in with_interval if as_int(a.get("concurrency")) != 1) if n]
+    counts = [a.cells for a in arms if a.aggregate_speedup_interval is not None and a.concurrency != 1 and a.cells]
     if not counts:
         return ""
     level = interval_level(min(counts))
@@ -653,60 +656,51 @@ def _interval_key(arms: list[dict[str, Any]]) -> str:
             f"{level:.0%} confidence{short}.</p>")
 
 
-def _with_interval(formatter: Callable[[Any], str], arm: dict[str, Any], key: str) -> str:
+def _with_interval(formatter: Callable[[Any], str], value: float | None, interval: tuple[float, float] | None) -> str:
     """`1.48× [1.45, 1.51]`: the point estimate and, when the run gives one, its interval."""
-    lo, hi = as_range(arm.get(f"{key}_interval"))
-    point = formatter(arm.get(key))
-    if lo is None or hi is None or point == DASH:
+    point = formatter(value)
+    if interval is None or point == DASH:
         return point
-    return f'{point} <span class="ci">[{formatter(lo)}, {formatter(hi)}]</span>'
+    return f'{point} <span class="ci">[{formatter(interval[0])}, {formatter(interval[1])}]</span>'
 
 
-def _arms_checks(doc: dict[str, Any]) -> str:
+def _arms_checks(body: ArmsBody) -> str:
     """The checks that decide whether the headline may be trusted: position bias, drift, thermal state."""
     items = []
-    bias, limit = as_dict(doc.get("position_bias")), as_float(doc.get("bias_limit"))
-    spread = as_float(bias.get("spread"))
-    if spread is not None:
-        how = "across positions" if bias.get("method") == "positions" else "estimated from drift (fixed order)"
-        items.append(f"position bias: widest spread {spread:.1%} ({fmt(bias.get('concurrency'), 0)}-way, {how})"
+    bias, limit = body.position_bias, body.bias_limit
+    if bias is not None and bias.spread is not None:
+        how = "across positions" if bias.method == "positions" else "estimated from drift (fixed order)"
+        items.append(f"position bias: widest spread {bias.spread:.1%} ({fmt(bias.concurrency, 0)}-way, {how})"
                      + (f"; limit {limit:.0%}" if limit is not None else ""))
-    drift = as_dict(doc.get("drift"))
-    first, last, loss = (as_float(drift.get(k)) for k in ("first_tok_s", "last_tok_s", "loss"))
-    if first is not None and last is not None and loss is not None:
-        items.append(f"drift: serial arm {first:.1f} → {last:.1f} tok/s (first vs last reps): loss {loss:.1%}")
-    thermal = as_str(as_dict(doc.get("thermal")).get("summary"))
-    if thermal:
-        items.append(f"thermal: {thermal}")
+    drift = body.drift
+    if drift is not None and drift.first_tok_s is not None and drift.last_tok_s is not None and drift.loss is not None:
+        items.append(f"drift: serial arm {drift.first_tok_s:.1f} → {drift.last_tok_s:.1f} tok/s (first vs last reps): "
+                     f"loss {drift.loss:.1%}")
+    if body.thermal is not None and body.thermal.summary:
+        items.append(f"thermal: {body.thermal.summary}")
     if not items:
         return ""
     return "<h3>Checks</h3><ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
 
 
-def _first(*values: Any) -> Any:
-    return next((v for v in values if as_float(v) is not None), None)
+def _first(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
 
 
-def _cell_medians(doc: dict[str, Any]) -> dict[int, dict[str, float]]:
-    by_arm: dict[int, dict[str, list[float]]] = {}
-    for cell in as_list(doc.get("cells")):
-        cell = as_dict(cell)
-        c = as_int(cell.get("concurrency"))
-        if c is None:
-            continue
-        for key in ("aggregate_tok_s", "per_user_rate_tok_s", "ttft_s"):
-            value = as_float(cell.get(key))
-            if value is not None:
-                by_arm.setdefault(c, {}).setdefault(key, []).append(value)
-    return {c: {k: statistics.median(v) for k, v in d.items()} for c, d in by_arm.items()}
+def _cell_medians(cells: tuple[ArmsCell, ...]) -> dict[str, dict[int, float]]:
+    """Per metric, each arm's median over its cells: what an older document that kept only its cells shows."""
+    return {
+        "aggregate_tok_s": median_by_arm((c.concurrency, c.aggregate_tok_s) for c in cells),
+        "per_user_rate_tok_s": median_by_arm((c.concurrency, c.per_user_rate_tok_s) for c in cells),
+        "ttft_s": median_by_arm((c.concurrency, c.ttft_s) for c in cells),
+    }
 
 
-def _decomposition_chart(arms: list[dict[str, Any]]) -> str:
+def _decomposition_chart(arms: tuple[Arm, ...]) -> str:
     bars = []
     for a in arms:
-        c = fmt(a.get("concurrency"), 0)
-        for key, css, name in (("aggregate_speedup", "primary", "aggregate"), ("generation_gain", "secondary", "generation")):
-            value = as_float(a.get(key))
+        c = fmt(a.concurrency, 0)
+        for value, css, name in ((a.aggregate_speedup, "primary", "aggregate"), (a.generation_gain, "secondary", "generation")):
             if value is not None:
                 bars.append(Bar(f"{c}-way {name}", value, css, f"{c}-way {name}: {value:.2f}×"))
     if not bars:
@@ -715,53 +709,62 @@ def _decomposition_chart(arms: list[dict[str, Any]]) -> str:
     return key + bar_chart(bars, title="Decomposition: aggregate vs generation-stage gain", y_label="× serial", ref_line=1.0)
 
 
-def _deviant_cells(doc: dict[str, Any]) -> str:
-    cells = as_list(doc.get("deviant_cells"))
+def _deviant_cells(cells: tuple[DeviantCell, ...]) -> str:
     if not cells:
         return ""
-    items = "".join(f"<li>{fmt(c)}</li>" for c in cells[:MAX_TABLE_ROWS])
+    items = "".join(f"<li>{_deviant_cell(c)}</li>" for c in cells[:MAX_TABLE_ROWS])
     return f"<h3>Cells whose output length deviates</h3><ul class=\"warnings\">{items}</ul>"
+
+
+def _deviant_cell(c: DeviantCell) -> str:
+    """`run=1, rep=2, concurrency=4, tokens=230, modal_tokens=256, deviation=-0.1`: the cell's fields as saved."""
+    named = (("run", c.run), ("rep", c.rep), ("concurrency", c.concurrency), ("tokens", c.tokens),
+             ("modal_tokens", c.modal_tokens), ("deviation", c.deviation))
+    return esc(", ".join(f"{k}={_plain(v)}" for k, v in named if v is not None)) or DASH
 
 
 # ---------------------------------------------------------------- capacity
 
 
-def _capacity_section(doc: dict[str, Any]) -> str:
+def _capacity_section(run: RunResult[CapacityBody]) -> str:
     """The answer, the probe table, and per-user rate and aggregate against N with the floor drawn."""
-    points = [as_dict(p) for p in as_list(doc.get("points"))]
-    design = as_dict(doc.get("design"))
-    answer = as_str(doc.get("answer"))
-    parts = [f'<p class="verdict">{esc(answer)}</p>' if answer else "",
-             reason_line(f"limit: {as_str(doc.get('limit')) or DASH}", as_dict(doc.get("least_marginal")).get("text")),
-             "<h3>Probes</h3>", _capacity_table(points), _capacity_charts(points, as_float(design.get("min_user_rate_tok_s")))]
-    drift = as_dict(doc.get("drift"))
-    start, end, change = (as_float(drift.get(k)) for k in ("start_tok_s", "end_tok_s", "change"))
-    if start is not None and end is not None and change is not None:
-        parts.append(f"<h3>Checks</h3><ul><li>{esc(f'drift: serial baseline {start:.1f} → {end:.1f} tok/s per user (start vs end): {change:+.1%}')}</li></ul>")
+    body = run.body
+    floor = body.design.min_user_rate_tok_s if body.design is not None else None
+    least = body.least_marginal.text if body.least_marginal is not None else None
+    parts = [f'<p class="verdict">{esc(body.answer)}</p>' if body.answer else "",
+             reason_line(f"limit: {body.limit or DASH}", least),
+             "<h3>Probes</h3>", _capacity_table(body.points), _capacity_charts(body.points, floor)]
+    drift = body.drift
+    if drift is not None and drift.start_tok_s is not None and drift.end_tok_s is not None and drift.change is not None:
+        text = f"drift: serial baseline {drift.start_tok_s:.1f} → {drift.end_tok_s:.1f} tok/s per user (start vs end): {drift.change:+.1%}"
+        parts.append(f"<h3>Checks</h3><ul><li>{esc(text)}</li></ul>")
     return "\n".join(p for p in parts if p)
 
 
-def _capacity_table(points: list[dict[str, Any]]) -> str:
+def _capacity_table(points: tuple[CapacityPoint, ...]) -> str:
     rows = []
     for p in points:
-        lo, hi = as_range(p.get("per_user_interval"))
-        t_lo, t_hi = as_range(p.get("ttft_interval"))
         rows.append([
-            fmt(p.get("n"), 0),
-            fmt(p.get("per_user_tok_s"), 1) + (f' <span class="ci">[{fmt(lo, 1)}, {fmt(hi, 1)}]</span>' if lo is not None else ""),
-            fmt(p.get("ttft_s"), 3) + (f' <span class="ci">[{fmt(t_lo, 3)}, {fmt(t_hi, 3)}]</span>' if t_lo is not None else ""),
-            fmt(p.get("aggregate_tok_s"), 1), fmt(p.get("marginal_gain_tok_s_per_user"), 1),
-            fmt_signed_pct(p.get("marginal_per_user_change")), fmt_pct(p.get("interval_level")),
-            f'<span class="label-{esc(p.get("status", ""))}">{fmt(p.get("status"))}</span>', fmt(p.get("reason")),
+            fmt(p.n, 0), fmt(p.per_user_tok_s, 1) + _ci(p.per_user_interval, 1), fmt(p.ttft_s, 3) + _ci(p.ttft_interval, 3),
+            fmt(p.aggregate_tok_s, 1), fmt(p.marginal_gain_tok_s_per_user, 1),
+            fmt_signed_pct(p.marginal_per_user_change), fmt_pct(p.interval_level),
+            f'<span class="label-{esc(p.status or "")}">{fmt(p.status)}</span>', fmt(p.reason),
         ])
     headers = ["N", "per-user tok/s", "TTFT s", "aggregate tok/s", "marginal tok/s per added user", "marginal per-user change",
                "interval level", "status", "reason"]
     return table(headers, rows, frozenset(range(7)))
 
 
-def _capacity_charts(points: list[dict[str, Any]], floor: float | None) -> str:
-    per_user = _series_points(points, "per_user_tok_s")
-    aggregate = _series_points(points, "aggregate_tok_s")
+def _ci(interval: tuple[float, float] | None, digits: int) -> str:
+    """` [lo, hi]` after a point estimate, when the point has an interval."""
+    if interval is None:
+        return ""
+    return f' <span class="ci">[{fmt(interval[0], digits)}, {fmt(interval[1], digits)}]</span>'
+
+
+def _capacity_charts(points: tuple[CapacityPoint, ...], floor: float | None) -> str:
+    per_user = tuple((float(p.n), p.per_user_tok_s) for p in points if p.n is not None and p.per_user_tok_s is not None)
+    aggregate = tuple((float(p.n), p.aggregate_tok_s) for p in points if p.n is not None and p.aggregate_tok_s is not None)
     if not per_user and not aggregate:
         return ""
     series = [Series("per-user rate tok/s", per_user, "secondary")] if per_user else []
@@ -973,8 +976,8 @@ RENDERERS: dict[str, Renderer] = {
     "demo": _legacy(_demo_section),
     "bandwidth": _legacy(_bandwidth_section),
     "staircase": _legacy(_staircase_section),
-    "arms": _legacy(_arms_section),
-    "capacity": _legacy(_capacity_section),
+    "arms": _arms_section,
+    "capacity": _capacity_section,
     "prefix-cache": _legacy(_prefix_cache_section),
     "context": _legacy(_context_section),
     "roofline": _legacy(_roofline_section),
