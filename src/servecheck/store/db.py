@@ -17,7 +17,8 @@ from typing import Any
 import platformdirs
 
 from servecheck.errors import StoreError
-from servecheck.results import fields
+from servecheck.analysis.run_verdict import run_verdict
+from servecheck.model.result import from_doc
 from servecheck.results.jsonout import dumps_compact
 from servecheck.store.migrations import BOOKKEEPING, LATEST_VERSION, MIGRATIONS, Migration
 
@@ -207,14 +208,15 @@ def _now() -> str:
 
 
 def _row_values(doc: dict[str, Any], complete: bool) -> dict[str, Any]:
+    run = from_doc(doc)
     return {
-        "command": fields.command(doc),
-        "server_url": fields.server_url(doc),
-        "model": fields.model_name(doc),
-        "verdict": fields.verdict(doc),
-        "simulated": int(fields.is_simulated(doc)),
+        "command": run.command,
+        "server_url": run.url,
+        "model": run.model,
+        "verdict": run_verdict(run),
+        "simulated": int(run.simulated),
         "complete": int(complete),
-        "valid": None if not isinstance(doc.get("valid"), bool) else int(doc["valid"]),
+        "valid": None if run.valid is None else int(run.valid),
         "doc": dumps_compact(doc),
         "updated_at": _now(),
     }
@@ -235,7 +237,7 @@ class Store:
 
     def begin_run(self, doc: dict[str, Any]) -> int:
         values = _row_values(doc, complete=False)
-        values["created_at"] = fields.as_str(doc.get("created_at")) or _now()
+        values["created_at"] = from_doc(doc).envelope.created_at or _now()
         columns = ", ".join(values)
         marks = ", ".join(f":{name}" for name in values)
         with translate_errors(self.path):
