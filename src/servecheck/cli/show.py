@@ -10,7 +10,6 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from servecheck.cli.context import AppContext
-from servecheck.results import fields
 from servecheck.results.jsonout import write_json
 from servecheck.model.result import from_doc
 from servecheck.report.lines import REPORTS
@@ -20,8 +19,6 @@ from servecheck.store.refs import load_runs
 # Commands whose module renders its whole terminal report from the JSON document alone.
 REPORT_LINES = {
     "staircase": "servecheck.cli.staircase",
-    "arms": "servecheck.cli.arms",
-    "capacity": "servecheck.cli.capacity",
     "roofline": "servecheck.cli.roofline",
     "context": "servecheck.cli.context_sweep",
 }
@@ -47,7 +44,7 @@ def cmd(app: AppContext, run: str, json_path: str | None, db_path: str | None) -
 def command_report(doc: dict[str, Any]) -> list[RenderableType] | None:
     """The report the command itself printed, or None where a document is partial or from another
     version and lacks what that report needs (the short rendering copes with any document)."""
-    command = fields.command(doc)
+    command = from_doc(doc).command
     try:
         if command in REPORTS:
             body = REPORTS[command](from_doc(doc))

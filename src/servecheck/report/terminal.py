@@ -13,8 +13,9 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn
 from rich.table import Table
 from rich.text import Text
 
+from servecheck.model.bodies.arms import ArmsBody
+from servecheck.analysis.run_verdict import run_verdict
 from servecheck.model.result import RunResult, from_doc, to_doc
-from servecheck.results import fields
 from servecheck.results.fields import as_dict, as_float, as_list
 
 # Anything shorter finishes before a user wonders whether it hangs; a progress display that
@@ -103,7 +104,7 @@ def render_doc(doc: dict[str, Any], body: Sequence[RenderableType] | None = None
     parts += _marks(run)
     if body is not None:
         return Group(*parts, *body)
-    word = fields.verdict(doc)
+    word = run_verdict(run)
     if word:
         parts.append(Text.assemble("verdict: ", (word, "bold")))
     short = _BODIES.get(run.command)
@@ -149,25 +150,24 @@ def _staircase_body(doc: dict[str, Any]) -> list[RenderableType]:
     return out + [_table(["", "", "", ""], rows)]
 
 
-def _arms_body(doc: dict[str, Any]) -> list[RenderableType]:
+def _arms_body(run: RunResult[ArmsBody]) -> list[RenderableType]:
+    body = run.body
     out: list[RenderableType] = []
-    if doc.get("headline"):
-        out.append(Text(str(doc["headline"])))
+    if body.headline:
+        out.append(Text(body.headline))
     rows = [
-        [num(a.get("concurrency"), 0), num(a.get("aggregate_speedup"), 2, "×"), num(a.get("generation_gain"), 2, "×"),
-         _pct(a.get("per_user_rate_change"), signed=True), num(a.get("ttft_multiple"), 2, "×"), _pct(a.get("efficiency")),
-         str(a.get("label") or DASH)]
-        for a in map(as_dict, as_list(doc.get("arms")))
+        [num(a.concurrency, 0), num(a.aggregate_speedup, 2, "×"), num(a.generation_gain, 2, "×"),
+         _pct(a.per_user_rate_change, signed=True), num(a.ttft_multiple, 2, "×"), _pct(a.efficiency), a.label or DASH]
+        for a in body.arms
     ]
     headers = ["in flight", "aggregate", "generation", "per-user rate", "TTFT", "efficiency", "label"]
     return out + [_table(headers, rows)]
 
 
-def _pct(value: Any, *, signed: bool = False) -> str:
-    number = as_float(value)
-    if number is None:
+def _pct(value: float | None, *, signed: bool = False) -> str:
+    if value is None:
         return DASH
-    return f"{number * 100:+.0f}%" if signed else f"{number * 100:.0f}%"
+    return f"{value * 100:+.0f}%" if signed else f"{value * 100:.0f}%"
 
 
 def _prefix_body(doc: dict[str, Any]) -> list[RenderableType]:
@@ -229,7 +229,7 @@ def _legacy(body: Callable[[dict[str, Any]], list[RenderableType]]) -> Body:
 
 _BODIES: dict[str, Body] = {
     "staircase": _legacy(_staircase_body),
-    "arms": _legacy(_arms_body),
+    "arms": _arms_body,
     "prefix-cache": _legacy(_prefix_body),
     "roofline": _legacy(_roofline_body),
     "log": _legacy(_log_body),
