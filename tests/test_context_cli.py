@@ -13,9 +13,10 @@ from servecheck.analysis import context as ctx
 from servecheck.audit import AuditOptions, audit_model
 from servecheck.cli import main as main_mod
 from servecheck.cli import context_sweep as cli_ctx
-from servecheck.cli.context_sweep import depth_label, report_lines
+from servecheck.cli.context_sweep import report_lines
 from servecheck.load.fake import FakeDriver, FakeServer
 from servecheck.load.protocol import DriverFactory
+from servecheck.report.lines.context import depth_label
 from servecheck.sim import SimConfig, sim_in_thread
 from test_audit_fixtures import write_gguf
 from test_audit_gguf import DENSE_KV, EMBD, LAYERS, dense_tensors

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from servecheck.analysis.logaudit import audit_word
 from servecheck.model.bodies import Other
 from servecheck.model.result import RunResult
 
@@ -64,7 +65,4 @@ def _demo(body: Any) -> str | None:
 
 
 def _log(body: Any) -> str | None:
-    statuses = [f.status for f in getattr(body, "findings", ())]
-    if not statuses:
-        return None
-    return "refused" if "refused" in statuses else "no refusals"
+    return audit_word(getattr(body, "findings", ()))

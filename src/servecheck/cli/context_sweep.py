@@ -4,6 +4,7 @@ roofline at each depth (weights + the KV cache of the sequence) beside the rate 
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -12,11 +13,10 @@ import click
 
 from servecheck import exitcodes
 from servecheck.analysis import context as ctx
-from servecheck.analysis.roofline import format_figure
 from servecheck.audit import AuditResult, audit_model
 from servecheck.audit.gguf_audit import kv_element_bytes
 from servecheck.cli import roofline as roofline_cli
-from servecheck.cli.audit import fmt_bytes, options_from
+from servecheck.cli.audit import options_from
 from servecheck.cli.common import ClientOptions, OutputOptions, check_input_file, client_record, output_record, say
 from servecheck.cli.context import AppContext
 from servecheck.cli.measure import Progress, interrupted, measure, show_report
@@ -24,6 +24,9 @@ from servecheck.cli.serve import Served, resolve_url, serve_option, served
 from servecheck.envinfo import environment
 from servecheck.errors import AuditError, UsageError
 from servecheck.experiments.context import ContextExperiment, ContextResult
+from servecheck.model.bodies.context import ContextBody
+from servecheck.model.result import RunResult, from_doc
+from servecheck.report.lines import context as context_report
 from servecheck.results.jsonout import envelope
 
 DEFAULT_DEPTHS = "0,2048,8192,32768"
@@ -86,105 +89,20 @@ def load_model(path: Path | None, kv_type: str) -> tuple[ctx.ModelBytes | None, 
     return model, model_summary(audit, model), audit.resident_bytes
 
 
-# ---------------------------------------------------------------- formatting (pure: doc -> lines)
+# ---------------------------------------------------------------- reporting
 
 
-def depth_label(depth: int) -> str:
-    """Seed 000 section 6's words: 'short context' for depth 0, '43k tokens' beyond a thousand."""
-    if depth == 0:
-        return "short context"
-    if depth < 1000:
-        return f"{depth} tokens"
-    return f"{depth / 1000:.1f}".rstrip("0").rstrip(".") + "k tokens"
+def report_lines(doc: Mapping[str, Any]) -> list[str]:
+    """The whole terminal report of a context document (what `servecheck show` prints for it)."""
+    return context_report.report_lines(from_doc({"command": "context", **doc}))
 
 
-def _f(value: Any, digits: int = 1, suffix: str = "") -> str:
-    return "-" if value is None else f"{value:.{digits}f}{suffix}"
-
-
-def _pct(span: list[float] | None) -> str:
-    if not span:
-        return "-"
-    lo, hi = span
-    return f"{lo:.0%}" if round(lo, 2) == round(hi, 2) else f"{lo:.0%}-{hi:.0%}"
-
-
-def header_lines(doc: dict[str, Any]) -> list[str]:
-    server = doc.get("server") or {}
-    order = " ".join(str(d) for d in doc.get("order") or [])
-    cache = {False: "cache_prompt false", None: "cache_prompt not sent (the engine does not take it)"}.get(doc.get("cache_prompt"), "")
-    return [
-        f"context  {server.get('url', '?')}  api {server.get('dialect', '?')}  model {server.get('model') or '?'}",
-        f"{doc.get('tokens')} tokens per stream, one stream at a time, {doc.get('reps')} rep(s), {cache}; order {order}",
-    ]
-
-
-def table_lines(doc: dict[str, Any]) -> list[str]:
-    """The seed's shape, one row per depth: 'short context  98.0 tok/s ... 43k tokens  34.0 tok/s'."""
-    rows = {r["depth"]: r for r in doc.get("roofline") or []}
-    with_model = doc.get("roofline") is not None
-    head = f"{'depth':<15} {'context':>8} {'TTFT s':>8} {'prefill tok/s':>14} {'decode tok/s':>13} {'ratio':>6}"
-    if with_model:
-        head += f" {'predicted':>10} {'meas/pred':>9} {'bytes/token':>13} {'GB/s':>7} {'util':>9}"
-    lines = [head]
-    for p in doc.get("points") or []:
-        line = (f"{depth_label(p['depth']):<15} {_f(p.get('context_tokens'), 0):>8} {_f(p.get('ttft_s'), 3):>8} "
-                f"{_f(p.get('prefill_tok_s')):>14} {_f(p.get('decode_tok_s')):>13} {_f(p.get('ratio'), 2):>6}")
-        if with_model:
-            r = rows.get(p["depth"])
-            line += (f" {_f(r and r['predicted_tok_s']):>10} {_f(r and r['measured_over_predicted'], 2):>9} "
-                     f"{fmt_bytes(r['bytes_per_token']) if r else '-':>13} "
-                     f"{format_figure(r['achieved_gb_s']) if r else '-':>7} {_pct(r and r['utilization']):>9}")
-        if not p.get("valid", True):
-            line += "  INVALID"
-        lines.append(line)
-    return lines
-
-
-def model_lines(doc: dict[str, Any]) -> list[str]:
-    m = doc.get("model_bytes")
-    if not m:
-        return []
-    sliding = f", {m['sliding_layers']} sliding" if m.get("sliding_layers") else ""
-    lines = [
-        f"bytes per token = weights {fmt_bytes(m['weights_bytes_per_token'])}"
-        + (f" + recurrent state {fmt_bytes(m['state_bytes_per_token'])}" if m.get("state_bytes_per_token") else "")
-        + f" + KV {fmt_bytes(m['kv_bytes_per_context_token'])} per token of context "
-        f"({m['kv_layers']} layers{sliding} x {m['kv_heads']} KV heads x ({m['key_length']}+{m['value_length']}) x "
-        f"{m['kv_element_bytes']:g} B {m['kv_type']}), at the stream's mean context (depth + tokens/2)",
-    ]
-    bw = doc.get("bandwidth_gb_s")
-    if bw:
-        lines.append(f"measured bandwidth {format_figure(bw[0])}-{format_figure(bw[1])} GB/s ({doc.get('bandwidth_source')})")
-    lines.append("predicted = the shallowest depth's rate x its bytes / these bytes (constant utilization); ratios corrected for drift")
-    return lines
-
-
-def finding_lines(doc: dict[str, Any]) -> list[str]:
-    lines = []
-    for kind, findings in (("INVALID", doc.get("invalid") or []), ("warning", doc.get("warnings") or [])):
-        for f in findings:
-            lines.append(f"{kind}: {f['message']}" + (f" ({f['hint']})" if f.get("hint") else ""))
-    return lines
-
-
-def report_lines(doc: dict[str, Any]) -> list[str]:
-    """The whole terminal report, from the JSON document alone."""
-    lines = header_lines(doc) + [""] + table_lines(doc) + [""]
-    lines += model_lines(doc)
-    lines.append(f"context effect  {doc.get('effect')}  ({doc.get('effect_reason')})")
-    lines += finding_lines(doc) + [f"note: {n}" for n in doc.get("notes", [])]
-    if not doc.get("complete"):
-        lines.append("INCOMPLETE: interrupted; the depths above are all that was measured")
-    lines.append(f"run {'valid' if doc.get('valid') else 'INVALID'}")
-    return lines
-
-
-def exit_code(doc: dict[str, Any]) -> int:
+def exit_code(run: RunResult[ContextBody]) -> int:
     """3 when a point is invalid (truncated prompt, failed request, length off), the context effect is
     inconclusive, or the --serve log audit found a refused feature; 0 otherwise."""
-    refused = bool((doc.get("log_audit") or {}).get("refused"))
-    if not doc["valid"] or doc.get("effect") == "inconclusive" or refused:
+    audit = run.body.log_audit
+    refused = audit is not None and bool(audit.refused)
+    if not run.valid or run.body.effect == "inconclusive" or refused:
         return exitcodes.INVALID
     return exitcodes.OK
 
@@ -194,11 +112,14 @@ def exit_code(doc: dict[str, Any]) -> int:
 
 def progress_line(result: ContextResult) -> str:
     s = result.samples[-1]
-    return f"depth {s.depth} rep {s.rep + 1}  decode {_f(s.decode_tok_s)} tok/s  TTFT {_f(s.ttft_s, 3)} s"
+    decode = "-" if s.decode_tok_s is None else f"{s.decode_tok_s:.1f}"
+    ttft = "-" if s.ttft_s is None else f"{s.ttft_s:.3f}"
+    return f"depth {s.depth} rep {s.rep + 1}  decode {decode} tok/s  TTFT {ttft} s"
 
 
-def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_: Served | None = None) -> None:
-    show_report(app, report_lines(doc), simulated=bool(doc.get("simulated")), json_to_stdout=json_to_stdout, served=served_)
+def _render(app: AppContext, run: RunResult[ContextBody], json_to_stdout: bool, served_: Served | None = None) -> None:
+    show_report(app, context_report.report_lines(run), simulated=run.envelope.simulated, json_to_stdout=json_to_stdout,
+                served=served_)
 
 
 def _with_bandwidth(result: ContextResult, raw: str, resident: int | None, device: str, app: AppContext) -> ContextResult:
@@ -255,7 +176,8 @@ def cmd(app: AppContext, url: str | None, depths_raw: str, tokens: int, reps: in
         run = measure(app, experiment, target, sinks, head=envelope("context", params, environment()), watch=watch,
                       served=server, settle=lambda result: _with_bandwidth(result, bandwidth_raw, resident, device, app))
         if run.interrupted:
-            return interrupted(app, run, lambda doc: _render(app, doc, output.json_to_stdout))
+            return interrupted(app, run, lambda doc: _render(app, from_doc(doc), output.json_to_stdout))
     assert run.doc is not None  # a run that was not interrupted has finished its document
-    _render(app, run.doc, output.json_to_stdout, server)
-    return exit_code(run.doc)
+    result = from_doc(run.doc)
+    _render(app, result, output.json_to_stdout, server)
+    return exit_code(result)

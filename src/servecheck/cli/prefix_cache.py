@@ -4,12 +4,9 @@ does the prefix cache work, or was the flag accepted and inert?"""
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from servecheck import exitcodes
 from servecheck.cli.common import SIMULATED_BANNER, ClientOptions, OutputOptions, client_record, output_record, say
@@ -23,67 +20,37 @@ from servecheck.experiments.prefix_cache import (
     PrefixCacheResult,
     check_params,
 )
+from servecheck.model.bodies.prefix_cache import PrefixCacheBody
+from servecheck.model.result import RunResult, from_doc
+from servecheck.report.lines.prefix_cache import header_line, sends_table, verdict_lines
 from servecheck.results.jsonout import envelope
+
 VERDICT_STYLE = {"working": "green", "inert": "bold red", "unknown": "yellow"}
 
 
-# ---------------------------------------------------------------- formatting (pure: doc -> renderables)
+# ---------------------------------------------------------------- reporting
 
 
-def _num(value: Any, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-def sends_table(doc: dict[str, Any]) -> Table:
-    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for name, justify in (("send", "right"), ("kind", "left"), ("TTFT s", "right"), ("cached tokens", "right"),
-                          ("prompt tokens", "right"), ("server prefill s", "right"), ("status", "left")):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for i, s in enumerate(doc["sends"], start=1):
-        table.add_row(
-            str(i), s["kind"], _num(s["ttft_s"], 3), "-" if s["cached_tokens"] is None else str(s["cached_tokens"]),
-            "-" if s["prompt_tokens"] is None else str(s["prompt_tokens"]), _num(s["server_prompt_s"], 3),
-            Text(s["status"] if s["error"] is None else f"{s['status']}: {s['error']}"),
-        )
-    return table
-
-
-def header_line(doc: dict[str, Any]) -> str:
-    server = doc.get("server") or {}
-    cache = {None: "server default", True: "cache_prompt: true", False: "cache_prompt: false"}[doc["cache_prompt"]]
-    return (
-        f"prefix-cache  {server.get('url', '?')}  api {server.get('dialect', '?')}  model {server.get('model') or '?'}\n"
-        f"{doc['prompt_tokens']}-token prompt x {doc['repeats']}, then a control of equal length ({cache})"
-    )
-
-
-def verdict_lines(doc: dict[str, Any]) -> list[str]:
-    lines = [f"verdict  {doc['verdict']}  ({doc['verdict_reason']})"]
-    lines += [f"note: {n}" for n in doc.get("notes", [])]
-    if not doc.get("complete"):
-        lines.append("INCOMPLETE: interrupted; the sends above are all that was measured")
-    return lines
-
-
-def exit_code(doc: dict[str, Any], expect: str | None) -> int:
+def exit_code(run: RunResult[PrefixCacheBody], expect: str | None) -> int:
     """--expect: 0 on that verdict, 4 on another definite one. Otherwise only `working` is a pass:
     an inert cache is a refused feature, an unknown one is inconclusive (both 3)."""
-    refused = bool((doc.get("log_audit") or {}).get("refused"))
-    verdict = doc["verdict"]
-    if not doc["valid"] or verdict == "unknown" or refused:
+    audit = run.body.log_audit
+    refused = audit is not None and bool(audit.refused)
+    verdict = run.body.verdict
+    if not run.valid or verdict == "unknown" or refused:
         return exitcodes.INVALID
     if expect is not None:
         return exitcodes.OK if verdict == expect else exitcodes.EXPECT_MISMATCH
     return exitcodes.OK if verdict == "working" else exitcodes.INVALID
 
 
-def render(console: Console, doc: dict[str, Any], served_: Served | None = None) -> None:
-    if doc.get("simulated"):
+def render(console: Console, run: RunResult[PrefixCacheBody], served_: Served | None = None) -> None:
+    if run.simulated:
         console.print(SIMULATED_BANNER, style="bold yellow", markup=False, highlight=False)
-    console.print(header_line(doc), markup=False, highlight=False, soft_wrap=True)
-    console.print(sends_table(doc))
-    for line in verdict_lines(doc):
-        style = VERDICT_STYLE.get(doc["verdict"]) if line.startswith("verdict") else None
+    console.print(header_line(run.body), markup=False, highlight=False, soft_wrap=True)
+    console.print(sends_table(run.body))
+    for line in verdict_lines(run):
+        style = VERDICT_STYLE.get(run.body.verdict or "") if line.startswith("verdict") else None
         console.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
     if served_ is not None and served_.owned:
         render_audit(console, served_)
@@ -95,7 +62,8 @@ def render(console: Console, doc: dict[str, Any], served_: Served | None = None)
 def progress_line(result: PrefixCacheResult) -> str:
     s = result.sends[-1]
     cached = "not reported" if s.cached_tokens is None else s.cached_tokens
-    return f"send {len(result.sends)} ({s.kind}): TTFT {_num(s.ttft_s, 3)} s, cached tokens {cached}"
+    ttft = "-" if s.ttft_s is None else f"{s.ttft_s:.3f}"
+    return f"send {len(result.sends)} ({s.kind}): TTFT {ttft} s, cached tokens {cached}"
 
 
 @click.command("prefix-cache")
@@ -144,7 +112,8 @@ def cmd(
         run = measure(app, experiment, target, sinks, head=envelope("prefix-cache", params, environment()),
                       watch=watch, served=server)
         if run.interrupted:  # the table of the sends it did measure
-            return interrupted(app, run, lambda doc: render(app.err if json_to_stdout else app.out, doc))
+            return interrupted(app, run, lambda doc: render(app.err if json_to_stdout else app.out, from_doc(doc)))
     assert run.doc is not None  # a run that was not interrupted has finished its document
-    render(app.err if json_to_stdout else app.out, run.doc, server)
-    return exit_code(run.doc, expect)
+    result = from_doc(run.doc)
+    render(app.err if json_to_stdout else app.out, result, server)
+    return exit_code(result, expect)

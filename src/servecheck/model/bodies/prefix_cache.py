@@ -1,3 +1,79 @@
 """The `prefix-cache` document's body (docs/schema.md); registered in BODIES below."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import field
+from typing import Literal
+
+from servecheck.model.bodies import BODIES
+from servecheck.model.bodies.common import LogAudit, Request, Server
+from servecheck.model.codec import record
+
+CacheVerdict = Literal["working", "inert", "unknown"]
+
+
+@record
+class CacheThresholds:
+    """The constants `analysis.cache` decided with, as the run recorded them."""
+
+    working_ttft_ratio: float | None = None
+    inert_ttft_ratio: float | None = None
+    hit_fraction: float | None = None
+    flat_fraction: float | None = None
+
+
+@record
+class CacheAnalysis:
+    """The verdict with what decided it (counters, timing or nothing) and the ratios it read."""
+
+    verdict: CacheVerdict | None = None
+    reason: str | None = None
+    signal: Literal["counters", "timing", "none"] | None = None
+    warm_ttft_ratio: float | None = None  # median warm repeat TTFT / first send's TTFT
+    control_ttft_ratio: float | None = None  # median warm repeat TTFT / control TTFT
+    warm_cached_fraction: float | None = None  # smallest cached share of the prompt over warm repeats
+    thresholds: CacheThresholds | None = None
+
+
+@record
+class PrefixSend:
+    """One send of the prompt (or of the control) and every cache signal read for it."""
+
+    index: int | None = None
+    kind: Literal["repeat", "control"] | None = None
+    status: str | None = None
+    error: str | None = None
+    ttft_s: float | None = None  # None when the request failed
+    cached_tokens: int | None = None  # None when the server reports no cache counter
+    cached_source: str | None = None  # where cached_tokens came from
+    prompt_tokens: int | None = None
+    server_prompt_tokens: int | None = None
+    server_prompt_s: float | None = None
+    counter_deltas: Mapping[str, float] = field(default_factory=dict)  # /metrics cache counters' change over the send
+    request: Request | None = None
+
+
+@record
+class PrefixCacheBody:
+    verdict: CacheVerdict | None = None
+    verdict_reason: str | None = None
+    analysis: CacheAnalysis | None = None
+    prompt_tokens: int | None = None  # as sent (capped to the per-request context)
+    prompt_tokens_asked: int | None = None
+    capped: bool | None = None
+    repeats: int | None = None
+    cache_prompt: bool | None = None  # None: the server's default
+    n_ctx_per_request: int | None = None
+    n_ctx_source: str | None = None
+    ttft_s: tuple[float | None, ...] = ()  # per repeat, in order
+    cached_tokens: tuple[int | None, ...] = ()  # per repeat; None where the server reports no counter
+    control_ttft_s: float | None = None
+    control_cached_tokens: int | None = None
+    sends: tuple[PrefixSend, ...] = ()
+    server: Server | None = None
+    notes: tuple[str, ...] = ()
+    log_audit: LogAudit | None = None
+
+
+BODIES["prefix-cache"] = PrefixCacheBody
