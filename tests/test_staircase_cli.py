@@ -12,6 +12,8 @@ from servecheck.cli import main as main_mod
 from servecheck.cli import staircase as cli_sc
 from servecheck.load.fake import FakeDriver, FakeServer, flat
 from servecheck.load.protocol import DriverFactory
+from servecheck.model.result import from_doc
+from servecheck.report.lines import staircase as lines_sc
 
 # A queue on a virtual clock: one request alone takes 20 ms to its first token and 20 ms per token
 # after it, 2 s for 100 tokens; the k-th of a batch ends k single times after the release.
@@ -109,8 +111,8 @@ def test_partial_result_exits_3_when_inconclusive():
 
 
 def test_finish_format():
-    assert cli_sc.fmt_finishes([5.5, 11.1, 16.8, 22.5]) == "5.5 / 11.1 / 16.8 / 22.5 s"
-    assert cli_sc.fmt_finishes([0.61, 1.25]) == "0.61 / 1.25 s"
+    assert lines_sc.fmt_finishes([5.5, 11.1, 16.8, 22.5]) == "5.5 / 11.1 / 16.8 / 22.5 s"
+    assert lines_sc.fmt_finishes([0.61, 1.25]) == "0.61 / 1.25 s"
     assert cli_sc.parse_ns("1, 2,4,8") == [1, 2, 4, 8]
 
 
@@ -121,8 +123,9 @@ def test_trap_and_queue_lines_take_the_median_over_reps():
         {"self_reported_sum_tok_s": 420.0, "aggregate_tok_s": 104.0, "queue_s": [0.0, 1.2]},
         {"self_reported_sum_tok_s": 800.0, "aggregate_tok_s": 50.0, "queue_s": [0.0, None]},
     ]
-    doc = {"points": [{"n": 2, "aggregate_tok_s": 999.0, "batches": batches}]}
-    (trap,) = cli_sc.trap_lines(doc)
+    doc = {"command": "staircase", "points": [{"n": 2, "aggregate_tok_s": 999.0, "batches": batches}]}
+    body = from_doc(doc).body
+    (trap,) = lines_sc.trap_lines(body)
     assert "sum of self-reported rates 420.0 tok/s (MISLEADING)  vs true aggregate 100.0 tok/s" in trap
-    (queue,) = cli_sc.queue_lines(doc)
+    (queue,) = lines_sc.queue_lines(body)
     assert queue.endswith("0.00 / 1.10 s")  # the third rep lacks server timings for one request

@@ -11,7 +11,7 @@ import asyncio
 import random
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,13 +30,15 @@ from servecheck.engine.process import LlamaServer, ctx_per_slot_for, default_thr
 from servecheck.engine.vllm import VllmLocal, VllmServer, provision_vllm_local
 from servecheck.envinfo import environment
 from servecheck.errors import ServecheckError, UsageError
+from servecheck.experiments.demo import DEMO_NS, EXPECTED, as_expected, run_demo_staircase
+from servecheck.experiments.staircase import StaircaseResult
+from servecheck.model.bodies import demo as demo_body
+from servecheck.model.result import from_doc
+from servecheck.report.lines import demo as report
 from servecheck.results.jsonout import envelope
 
 Say = Callable[[str], None]
 
-DEMO_NS = (1, 2, 4)
-# (slots, the verdict llama.cpp must show): one slot queues, four slots batch four requests.
-EXPECTED: tuple[tuple[int, str], ...] = ((1, "staircase"), (4, "cluster"))
 # 256 tokens make one request take about four seconds with one thread on this 2-core machine, so
 # the whole demo (nine requests on --parallel 1, five batches on --parallel 4) stays near a minute
 # and a half on a quiet machine. 256-token runs used to come out `inconclusive` on a loaded machine
@@ -44,11 +46,6 @@ EXPECTED: tuple[tuple[int, str], ...] = ((1, "staircase"), (4, "cluster"))
 # a queue by its own even steps, weighs llama.cpp's /metrics gauges, and re-measures an undecided point.
 DEFAULT_TOKENS = 256
 DEFAULT_PROMPT_TOKENS = 32
-# A noisy machine may blur a point into `inconclusive`: the staircase run measures such a point
-# again, up to this many reps (a verdict then needs its reps to agree, at least half of them
-# definite), and names the N=1 reference's spread; the whole run is never simply repeated until
-# it agrees, which would prove nothing.
-MAX_REPS = 3
 FIRST_TOKEN_TIMEOUT_S = 120.0
 EXIT_INTERRUPTED = exitcodes.INTERRUPTED
 
@@ -130,7 +127,8 @@ class DemoRun:
 
     @property
     def as_expected(self) -> bool:
-        return bool(self.doc["verdict"] == self.expected and self.doc["valid"] and self.doc.get("complete", True))
+        return as_expected(self.doc["verdict"], self.expected, valid=self.doc["valid"],
+                           complete=self.doc.get("complete", True))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -151,20 +149,17 @@ class DemoRun:
 
 
 async def _staircase(url: str, api: str, tokens: int, prompt_tokens: int, seed: int,
-                     on_point: Callable[[Any], None]) -> Any:
-    from servecheck.experiments.staircase import run_staircase
+                     on_point: Callable[[StaircaseResult], None]) -> StaircaseResult:
     from servecheck.load.driver import LoadDriver
 
     target = make_target(url, api=api, first_token_timeout_s=FIRST_TOKEN_TIMEOUT_S)
     async with LoadDriver(target) as driver:
-        return await run_staircase(
-            driver, ns=DEMO_NS, tokens=tokens, prompt_tokens=prompt_tokens, reps=1, max_reps=MAX_REPS,
-            rng=random.Random(seed), on_point=on_point,
-        )
+        return await run_demo_staircase(driver, tokens=tokens, prompt_tokens=prompt_tokens, rng=random.Random(seed),
+                                        on_point=on_point)
 
 
-def _point_printer(parallel: int, say: Say) -> Callable[[Any], None]:
-    def on_point(result: Any) -> None:
+def _point_printer(parallel: int, say: Say) -> Callable[[StaircaseResult], None]:
+    def on_point(result: StaircaseResult) -> None:
         mb = result.batches[-1]
         finish = " / ".join(f"{t:.2f}" for t in mb.batch.finish_s())
         say(f"  --parallel {parallel}  N={mb.n}  finish at {finish} s")
@@ -177,7 +172,7 @@ def run_one(
     log_dir: Path, say: Say, on_snapshot: Callable[[DemoRun], None] | None = None,
 ) -> DemoRun:
     """Start the engine with `parallel` requests at once, run the staircase test (an undecided point
-    measured again, up to MAX_REPS), stop it.
+    measured again, up to experiments.demo.MAX_REPS), stop it.
 
     `on_snapshot` gets the run as measured so far after every point, so a Ctrl-C loses nothing.
     """
@@ -190,7 +185,7 @@ def run_one(
         command, pid = tuple(server.server.cmd), server.pid
         printer = _point_printer(parallel, say)
 
-        def on_point(result: Any) -> None:
+        def on_point(result: StaircaseResult) -> None:
             printer(result)
             if on_snapshot is not None:
                 on_snapshot(DemoRun(parallel, expected, result.to_doc(), attempt, command, pid, log_path, None))
@@ -222,77 +217,24 @@ def audit_log(
     return result.to_dict() if hasattr(result, "to_dict") else dict(vars(result))
 
 
-# ---------------------------------------------------------------- rendering (pure: runs -> text)
+# ---------------------------------------------------------------- rendering (report.lines.demo)
 
 
-def cell_for_point(point: dict[str, Any]) -> str:
-    finish = " / ".join(f"{t:.2f}" for t in point["finish_s"]) or "-"
-    agg = point.get("aggregate_tok_s")
-    return f"finish {finish} s · {agg:.0f} tok/s" if agg is not None else f"finish {finish} s"
+def typed_runs(runs: Sequence[DemoRun]) -> tuple[demo_body.DemoRun, ...]:
+    """The runs as the demo document holds them, read back typed: what the report renders."""
+    return from_doc({"command": "demo", "runs": [r.to_dict() for r in runs]}).body.runs
 
 
 def verdict_cell(run: DemoRun) -> str:
-    right = run.doc["verdict"] == run.expected
-    mark = "as expected" if right else f"EXPECTED {run.expected}"
-    if not run.doc["valid"]:
-        mark += ", but the run is invalid" if right else ", run invalid"
-    if not run.doc.get("complete", True):
-        mark += ", interrupted"
-    return f"{run.doc['verdict']} ({mark})"
+    return report.verdict_cell(typed_runs([run])[0])
 
 
-def trend_cell(run: DemoRun) -> str:
-    ratios = run.doc.get("trend_ratios") or {}
-    last = ratios.get(str(max(DEMO_NS)))
-    return f"{run.doc['trend']}" + (f" (agg N={max(DEMO_NS)} / N=1 = {last:.2f}x)" if last is not None else "")
+def comparison_table(runs: Sequence[DemoRun]) -> Table:
+    return report.comparison_table(typed_runs(runs))
 
 
-def audit_cell(run: DemoRun) -> str:
-    if run.log_audit is None:
-        return "log audit not available in this build"
-    if run.log_audit.get("error"):
-        return f"log audit failed: {run.log_audit['error']}"
-    findings = [f"{f.get('feature')}: {f.get('status')}" for f in run.log_audit.get("findings") or []]
-    counts = f"{run.log_audit.get('warnings', 0)} warning(s), {run.log_audit.get('errors', 0)} error(s)"
-    return "\n".join([*findings, counts])
-
-
-def comparison_table(runs: list[DemoRun]) -> Table:
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    table.add_column("")
-    for run in runs:
-        table.add_column(f"--parallel {run.parallel}")
-    table.add_row("verdict", *(verdict_cell(r) for r in runs))
-    by_n = [{p["n"]: p for p in r.doc["points"]} for r in runs]
-    for n in DEMO_NS:
-        table.add_row(f"N={n}", *(cell_for_point(points[n]) if n in points else "-" for points in by_n))
-    table.add_row("trend", *(trend_cell(r) for r in runs))
-    table.add_row("server log", *(audit_cell(r) for r in runs))
-    return table
-
-
-def lesson(runs: list[DemoRun]) -> str:
-    if not all(r.as_expected for r in runs):
-        wrong = ", ".join(f"--parallel {r.parallel} gave {r.doc['verdict']}" for r in runs if not r.as_expected)
-        return (
-            f"lesson: not shown this time ({wrong}); a heavily loaded machine blurs the timing: "
-            "rerun `servecheck demo` when it is quieter"
-        )
-    one, many = runs[0], runs[-1]
-    agg1 = _agg_at(one, max(DEMO_NS))
-    agg4 = _agg_at(many, max(DEMO_NS))
-    return (
-        f"lesson: the same binary and model queue requests allowed one at a time (staircase, {agg1:.0f} tok/s at "
-        f"N={max(DEMO_NS)}) and batch them allowed {many.parallel} (cluster, {agg4:.0f} tok/s): "
-        "\"accepted\" is not \"batched\"; run `servecheck staircase URL` on your own server to see which it does."
-    )
-
-
-def _agg_at(run: DemoRun, n: int) -> float:
-    for point in run.doc["points"]:
-        if point["n"] == n and point.get("aggregate_tok_s") is not None:
-            return float(point["aggregate_tok_s"])
-    return float("nan")
+def lesson(runs: Sequence[DemoRun]) -> str:
+    return report.lesson(typed_runs(runs))
 
 
 def header_line(engine: DemoEngine, tokens: int, prompt_tokens: int) -> str:
@@ -342,18 +284,18 @@ def cmd(
     doc = demo_doc(demo_engine, runs, tokens=tokens, prompt_tokens=prompt_tokens)
     try:
         recorder.start(doc)
-        recorder.finish(doc, complete=complete)
+        result = from_doc(recorder.finish(doc, complete=complete))
     finally:
         recorder.close()
     out = app.err if json_path == "-" else app.out
     out.print(header_line(demo_engine, tokens, prompt_tokens), markup=False, highlight=False, soft_wrap=True)
-    if runs:
-        out.print(comparison_table(runs))
-    if not complete:
+    if result.body.runs:
+        out.print(report.comparison_table(result.body.runs))
+    if not result.complete:
         out.print("INCOMPLETE: interrupted; the table holds what was measured", markup=False, style="bold yellow")
         return EXIT_INTERRUPTED
-    out.print(lesson(runs), markup=False, highlight=False, soft_wrap=True)
-    return exitcodes.OK if all(r.as_expected for r in runs) else exitcodes.INVALID
+    out.print(report.lesson(result.body.runs), markup=False, highlight=False, soft_wrap=True)
+    return exitcodes.OK if result.body.as_expected else exitcodes.INVALID
 
 
 def run_both(engine: DemoEngine, *, log_dir: Path, say: Say, **kw: Any) -> tuple[list[DemoRun], bool]:

@@ -9,7 +9,6 @@ import click
 
 from servecheck import exitcodes
 from servecheck.analysis.staircase import DEFINITE_VERDICTS
-from servecheck.analysis.stats import median
 from servecheck.cli.common import (
     SIMULATED_BANNER,  # noqa: F401 - callers read the banner from the command's module
     ClientOptions,
@@ -25,6 +24,10 @@ from servecheck.cli.serve import Served, resolve_url, serve_option, served
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
 from servecheck.experiments.staircase import StaircaseExperiment, StaircaseResult, first_plan
+from servecheck.model.bodies.staircase import StaircaseBody
+from servecheck.model.codec import decode
+from servecheck.model.result import Envelope, RunResult, from_doc
+from servecheck.report.lines.staircase import fmt_finishes, report_lines
 from servecheck.results.jsonout import envelope
 
 
@@ -45,186 +48,17 @@ def _check_positive(name: str, value: int) -> None:
         raise UsageError(f"{name} must be >= 1, got {value}", f"for example {name} 64")
 
 
-# ---------------------------------------------------------------- formatting (pure: doc -> lines)
-
-
-def fmt_finishes(finish_s: list[float]) -> str:
-    """Seed-000 shape: '5.5 / 11.1 / 16.8 / 22.5 s' (two decimals when everything is under 10 s)."""
-    if not finish_s:
-        return "no request finished"
-    digits = 2 if max(finish_s) < 10 else 1
-    return " / ".join(f"{t:.{digits}f}" for t in finish_s) + " s"
-
-
-def fmt_aggregate(point: dict[str, Any]) -> str:
-    agg = point.get("aggregate_tok_s")
-    if agg is None:
-        return "aggregate -"
-    text = f"aggregate {agg:.1f} tok/s"
-    rng = point.get("aggregate_range_tok_s")
-    if rng and len(point.get("batches", [])) > 1:
-        text += f" ({rng[0]:.1f}-{rng[1]:.1f})"
-    return text
-
-
-def point_line(point: dict[str, Any], finish_width: int = 0) -> str:
-    n = f"N={point['n']}"
-    finish = fmt_finishes(point["finish_s"]).ljust(finish_width)
-    taken = point.get("reps_taken")
-    reps = f"  ({taken} reps)" if isinstance(taken, int) and taken > 1 else ""
-    return f"{n:<5} finish at {finish}  {fmt_aggregate(point)}  {point['verdict']}{reps}"
-
-
-def evidence_words(point: dict[str, Any]) -> str | None:
-    """'decided by finish times + server gauges' for a definite point; None when nothing decided."""
-    evidence = point.get("evidence") or []
-    if not evidence or point["n"] == 1:
-        return None
-    return "decided by " + " + ".join(_EVIDENCE_WORDS.get(e, e) for e in evidence)
-
-
-_EVIDENCE_WORDS = {"completion_times": "finish times", "server_gauges": "server gauges", "server_timings": "server timings"}
-
-
-def deciding_line(point: dict[str, Any]) -> str | None:
-    """The numbers behind a verdict: steps against the single time, spread, last / single, groups."""
-    batches = point.get("batches") or []
-    if point["n"] == 1 or not batches:
-        return None
-    v = batches[-1]["verdict"]
-    if not v.get("step_ratios"):
-        return f"      {point['reason']}"
-    steps = ", ".join(f"{r:.2f}" for r in v["step_ratios"])
-    groups = "+".join(str(s) for s in v["group_sizes"])
-    line = (
-        f"      steps {steps} x single · spread {v['spread_ratio']:.2f} x single · "
-        f"last {v['last_over_single']:.2f} x single · group sizes {groups}"
-    )
-    if (by := evidence_words(point)) is not None:
-        line += f" · {by}"
-    if point["verdict"] == "inconclusive" or "completion_times" not in (point.get("evidence") or ["completion_times"]):
-        line += f" · {point['reason']}"
-    return line
-
-
-def header_lines(doc: dict[str, Any]) -> list[str]:
-    server = doc.get("server") or {}
-    params = doc.get("params") or {}
-    lines = [
-        f"staircase  {server.get('url', params.get('url', '?'))}  api {server.get('dialect', '?')}  "
-        f"model {server.get('model') or '?'}",
-        f"{params.get('tokens')} tokens per request, {params.get('prompt_tokens')}-token prompts, "
-        f"{params.get('reps')} rep(s) per N",
-    ]
-    if doc.get("single_s") is not None:
-        times = doc.get("single_times_s") or []
-        each = f", median of {' / '.join(f'{t:.2f}' for t in times)} s" if len(times) > 1 else ""
-        lines.append(f"single-request time {doc['single_s']:.2f} s (N=1{each})")
-    return lines
-
-
-def median_queue_s(point: dict[str, Any]) -> list[float] | None:
-    """Queue time per finishing rank, the median over the reps that have it for every request."""
-    rows = [b["queue_s"] for b in point["batches"] if b["queue_s"] and all(q is not None for q in b["queue_s"])]
-    if not rows:
-        return None
-    return [median([row[i] for row in rows]) for i in range(min(len(row) for row in rows))]
-
-
-def queue_lines(doc: dict[str, Any]) -> list[str]:
-    lines = []
-    for point in doc["points"]:
-        queue = median_queue_s(point)
-        if point["n"] > 1 and queue:
-            lines.append(f"N={point['n']:<3} queue time (client latency - server prefill - decode): {fmt_finishes(queue)}")
-    return lines
-
-
-def witness_lines(doc: dict[str, Any]) -> list[str]:
-    """Per N, what the server's gauges showed (peaks, medians over reps) and Little's law."""
-    lines = []
-    for point in doc["points"]:
-        batches = point.get("batches") or []
-        if point["n"] == 1 or not batches:
-            continue
-        gauges = [b["gauges"] for b in batches if b.get("gauges") and b["gauges"].get("peak_running") is not None]
-        little = [b["effective_concurrency"] for b in batches if b.get("effective_concurrency") is not None]
-        parts = []
-        if gauges:
-            g = gauges[-1]
-            waiting = "" if g.get("peak_waiting") is None else f", waiting up to {g['peak_waiting']}"
-            parts.append(f"server gauges ({g['source']}): running up to {g['peak_running']}{waiting}")
-        if little:
-            parts.append(f"effective concurrency {median(little):.2f} (sum of latencies / wall)")
-        if parts:
-            lines.append(f"N={point['n']:<3} " + " · ".join(parts))
-    return lines
-
-
-def trap_lines(doc: dict[str, Any]) -> list[str]:
-    """The self-reported sum beside the true aggregate, both medians over the same reps."""
-    lines = []
-    for point in doc["points"]:
-        pairs = [
-            (b["self_reported_sum_tok_s"], b["aggregate_tok_s"])
-            for b in point["batches"]
-            if b["self_reported_sum_tok_s"] is not None and b["aggregate_tok_s"] is not None
-        ]
-        if point["n"] > 1 and pairs:
-            claimed, true = median([c for c, _ in pairs]), median([t for _, t in pairs])
-            lines.append(
-                f"N={point['n']:<3} sum of self-reported rates {claimed:.1f} tok/s (MISLEADING)  "
-                f"vs true aggregate {true:.1f} tok/s"
-            )
-    return lines
-
-
-def trend_line(doc: dict[str, Any]) -> str:
-    ratios = "  ".join(f"N={n} {r:.2f}x" for n, r in doc["trend_ratios"].items())
-    return f"trend    {doc['trend']}  agg(N)/agg(1): {ratios or '-'}  ({doc['trend_reason']})"
-
-
-def finding_lines(doc: dict[str, Any]) -> list[str]:
-    lines = []
-    for kind, findings in (("INVALID", doc["invalid"]), ("warning", doc["warnings"])):
-        for f in findings:
-            lines.append(f"{kind}: {f['message']}" + (f" ({f['hint']})" if f.get("hint") else ""))
-            lines.extend(f"  - {_ref_label(r)}" for r in f["requests"])
-    return lines
-
-
-def _ref_label(r: dict[str, Any]) -> str:
-    return f"N={r['n']} rep {r['rep'] + 1} request #{r['index']} (nonce {r['nonce']}): {r['detail']}"
-
-
-def report_lines(doc: dict[str, Any]) -> list[str]:
-    """The whole terminal report, from the JSON document alone."""
-    lines = header_lines(doc) + [""]
-    width = max((len(fmt_finishes(p["finish_s"])) for p in doc["points"]), default=0)
-    for point in doc["points"]:
-        lines.append(point_line(point, width))
-        if (extra := deciding_line(point)) is not None:
-            lines.append(extra)
-    lines += ["", f"verdict  {doc['verdict']}  ({doc['verdict_reason']})", trend_line(doc)]
-    lines += witness_lines(doc)
-    lines += queue_lines(doc) + trap_lines(doc)
-    lines += finding_lines(doc) + [f"note: {note}" for note in doc.get("notes", [])]
-    if not doc.get("complete"):
-        lines.append("INCOMPLETE: interrupted; the points above are all that was measured")
-    lines.append(f"run {'valid' if doc['valid'] else 'INVALID'}")
-    return lines
-
-
 # ---------------------------------------------------------------- exit code
 
 
 def exit_code(doc: dict[str, Any], expect: str | None) -> int:
     """3 when invalid or inconclusive (its verdict cannot be trusted) or when the --serve log audit found
-    a refused feature; 4 when --expect names another verdict."""
-    refused = bool((doc.get("log_audit") or {}).get("refused"))
-    if not doc["valid"] or doc["verdict"] not in DEFINITE_VERDICTS or refused:
+    a refused feature; 4 when --expect names another verdict. `doc` is the staircase document, read typed."""
+    valid, body = decode(Envelope, doc).valid, decode(StaircaseBody, doc)
+    refused = body.log_audit is not None and bool(body.log_audit.refused)
+    if not valid or body.verdict not in DEFINITE_VERDICTS or refused:
         return exitcodes.INVALID
-    if expect is not None and doc["verdict"] != expect:
+    if expect is not None and body.verdict != expect:
         return exitcodes.EXPECT_MISMATCH
     return exitcodes.OK
 
@@ -237,8 +71,8 @@ def progress_line(result: StaircaseResult) -> str:
     return f"N={mb.n} rep {mb.rep + 1}  finish at {fmt_finishes(mb.batch.finish_s())}"
 
 
-def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_: Served | None = None) -> None:
-    show_report(app, report_lines(doc), simulated=bool(doc.get("simulated")), json_to_stdout=json_to_stdout, served=served_)
+def _render(app: AppContext, run: RunResult[StaircaseBody], json_to_stdout: bool, served_: Served | None = None) -> None:
+    show_report(app, report_lines(run), simulated=run.envelope.simulated, json_to_stdout=json_to_stdout, served=served_)
 
 
 @click.command("staircase")
@@ -316,7 +150,7 @@ def cmd(
         run = measure(app, experiment, target, sinks, head=envelope("staircase", params, environment()), watch=watch,
                       served=server)
         if run.interrupted:
-            return interrupted(app, run, lambda doc: _render(app, doc, output.json_to_stdout))
+            return interrupted(app, run, lambda doc: _render(app, from_doc(doc), output.json_to_stdout))
     assert run.doc is not None  # a run that was not interrupted has finished its document
-    _render(app, run.doc, output.json_to_stdout, server)
+    _render(app, from_doc(run.doc), output.json_to_stdout, server)
     return exit_code(run.doc, expect)

@@ -1,3 +1,142 @@
-"""The `staircase` document's body (docs/schema.md); registered in BODIES below."""
+"""The `staircase` document's body (docs/schema.md); registered in BODIES below.
+
+The verdict words are those `analysis.staircase` writes; they are spelled here as well because the
+model sits below the analysis and imports nothing from it."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal
+
+from servecheck.model.bodies import BODIES
+from servecheck.model.bodies.common import Finding, LogAudit, Request, Server
+from servecheck.model.codec import record
+
+Verdict = Literal["baseline", "cluster", "staircase", "partial", "inconclusive"]
+Schedule = Literal["cluster", "staircase", "partial"]
+Trend = Literal["rising", "flat", "inconclusive"]
+Evidence = Literal["completion_times", "server_gauges", "server_timings"]
+
+
+@record
+class Witness:
+    """One server witness's reading of a batch's schedule."""
+
+    source: Evidence | None = None
+    schedule: Schedule | None = None
+    slots: int | None = None  # requests the reading shows running at once
+    description: str | None = None
+
+
+@record
+class BatchVerdict:
+    """What one batch's finish times (and the server's witnesses) said; times in seconds."""
+
+    verdict: Verdict | None = None
+    reason: str | None = None
+    evidence: tuple[Evidence, ...] = ()
+    times_verdict: Verdict | None = None  # what the finish times alone said, when a witness changed it
+    reference_disagrees: bool | None = None  # a staircase decided by its own even steps against an off N=1 time
+    witnesses: tuple[Witness, ...] = ()
+    single_s: float | None = None
+    group_sizes: tuple[int, ...] = ()
+    steps_s: tuple[float, ...] = ()
+    step_ratios: tuple[float, ...] = ()  # each step over the single-request time
+    spread_s: float | None = None
+    spread_ratio: float | None = None
+    last_over_single: float | None = None
+    max_gap_ratio: float | None = None
+
+
+@record
+class GaugeSample:
+    t_s: float | None = None  # run clock, when the reading came back
+    running: int | None = None
+    waiting: int | None = None
+
+
+@record
+class Gauges:
+    """The server's own running / waiting gauges, polled while the batch ran."""
+
+    source: str | None = None  # "llama.cpp /metrics", "llama.cpp /slots", "vllm /metrics", ...
+    interval_s: float | None = None
+    peak_running: int | None = None
+    peak_waiting: int | None = None
+    failed_reads: int | None = None
+    samples: tuple[GaugeSample, ...] = ()
+
+
+@record
+class ClientNoise:
+    """How noisy the client machine was while the batch ran."""
+
+    cpus: int | None = None
+    load_avg_1m: float | None = None
+    busy_frac: float | None = None  # fractions of CPU time over the batch
+    steal_frac: float | None = None
+    loop_lag_p99_ms: float | None = None  # how late the client's event loop woke
+    loop_lag_max_ms: float | None = None
+    stalls_ns: tuple[tuple[int, int], ...] = ()  # [from_ns, to_ns] stretches the event loop did not run
+
+
+@record
+class Batch:
+    """One rep at one N: the requests released together; finish times are seconds from the release."""
+
+    rep: int | None = None
+    release_s: float | None = None  # seconds from the run start
+    dispatch_skew_s: float | None = None
+    finish_s: tuple[float, ...] = ()  # ok requests, in finishing order
+    tokens: tuple[int, ...] = ()
+    aggregate_tok_s: float | None = None
+    verdict: BatchVerdict | None = None
+    queue_s: tuple[float | None, ...] = ()  # client latency - server prefill - decode, per request
+    self_reported_sum_tok_s: float | None = None  # the server's per-request rates added up: MISLEADING
+    in_flight: int | None = None
+    effective_concurrency: float | None = None  # Little's law: sum of latencies / wall
+    token_interval_cv: float | None = None
+    gauges: Gauges | None = None
+    noise: ClientNoise | None = None
+    requests: tuple[Request, ...] = ()
+
+
+@record
+class Point:
+    """One N over its reps: finish times are the per-rank medians."""
+
+    n: int | None = None
+    finish_s: tuple[float, ...] = ()
+    tokens: tuple[int, ...] = ()
+    aggregate_tok_s: float | None = None
+    aggregate_range_tok_s: tuple[float, float] | None = None  # [lo, hi] over the reps
+    verdict: Verdict | None = None
+    reason: str | None = None
+    evidence: tuple[Evidence, ...] | None = None  # None: an older document that did not record it
+    reps_taken: int | None = None
+    batches: tuple[Batch, ...] = ()
+
+
+@record
+class StaircaseBody:
+    verdict: Verdict | None = None  # the verdict at the largest N
+    verdict_reason: str | None = None
+    trend: Trend | None = None  # aggregate across N
+    trend_reason: str | None = None
+    trend_ratios: Mapping[str, float] | None = None  # "N" -> agg(N) / agg(1)
+    single_s: float | None = None  # the median of every N=1 measurement
+    single_times_s: tuple[float, ...] = ()  # every N=1 measurement in run order
+    single_spread: float | None = None  # slowest / fastest N=1 - 1
+    evidence: tuple[Evidence, ...] = ()  # what decided the run's verdict
+    max_reps: int | None = None
+    modal_tokens: int | None = None
+    server: Server | None = None
+    warmup: Request | None = None
+    points: tuple[Point, ...] = ()
+    invalid: tuple[Finding, ...] = ()
+    warnings: tuple[Finding, ...] = ()
+    notes: tuple[str, ...] = ()
+    log_audit: LogAudit | None = None  # with --serve
+
+
+BODIES["staircase"] = StaircaseBody
