@@ -16,6 +16,7 @@ from servecheck.client.base import Target
 from servecheck.load.fake import FakeDriver, FakeServer, flat
 from servecheck.load.protocol import DriverFactory
 from servecheck.model.records import GenRequest
+from servecheck.report.lines import arms as lines_arms
 
 from test_arms_experiment import factory
 
@@ -220,12 +221,12 @@ def test_pooled_simulated_flag_survives_a_real_measurement() -> None:
 
 @pytest.mark.parametrize(("x", "text"), [(-0.002, "+0%"), (0.004, "+0%"), (-0.65, "-65%"), (0.39, "+39%"), (None, "-")])
 def test_change_never_reads_minus_zero(x: float | None, text: str) -> None:
-    assert cli_arms._pct(x) == text
+    assert lines_arms._pct(x) == text
 
 
 @pytest.mark.parametrize(("loss", "words"), [(0.082, "loss 8.2%"), (-0.0001, "no loss"), (-0.03, "gain 3.0%")])
 def test_drift_words(loss: float, words: str) -> None:
-    assert cli_arms._drift_words(loss) == words
+    assert lines_arms._drift_words(loss) == words
 
 
 def test_interval_note_says_how_sure_three_reps_are(scripted, capsys) -> None:

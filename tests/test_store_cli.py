@@ -10,6 +10,8 @@ import pytest
 
 from servecheck import exitcodes
 from servecheck.cli import main as main_mod
+from servecheck.analysis.run_verdict import run_verdict
+from servecheck.model.result import from_doc
 from servecheck.report import samples
 from servecheck.store.db import open_store
 
@@ -64,8 +66,12 @@ def test_show_renders_a_saved_run(db: Path, capsys: pytest.CaptureFixture[str]) 
 
 @pytest.mark.parametrize("run", ["3", "4", "5", "6", "last"])
 def test_show_every_kind(db: Path, run: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each kind is rendered with the verdict its run recorded (the history row's word: an arms run's
+    top label, prefix-cache's verdict, roofline's gate, the log's refusals)."""
     assert run_cli(["show", run, "--db", str(db)]) == 0
-    assert "verdict:" in capsys.readouterr().out
+    docs = samples.all_kinds()
+    word = run_verdict(from_doc(docs[-1 if run == "last" else int(run) - 1]))
+    assert word is not None and word.split(" at ")[0] in capsys.readouterr().out
 
 
 def test_show_json_to_stdout_is_the_saved_document(db: Path, capsys: pytest.CaptureFixture[str]) -> None:

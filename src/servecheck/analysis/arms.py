@@ -481,6 +481,17 @@ def _median_of(cells: Sequence[Cell], metric: str) -> float | None:
     return median(vals) if vals else None
 
 
+def median_by_arm(values: Iterable[tuple[int | None, float | None]]) -> dict[int, float]:
+    """Per arm, the median of one cell metric over the arm's cells, (concurrency, value) pairs with
+    missing ones left out: the rule `arm_result` takes its medians by, for a document that kept its
+    cells but not the arm's medians."""
+    by_arm: dict[int, list[float]] = defaultdict(list)
+    for arm, value in values:
+        if arm is not None and value is not None:
+            by_arm[arm].append(value)
+    return {arm: median(v) for arm, v in by_arm.items()}
+
+
 def label_arm(aggregate: Estimate | None, generation: Estimate | None, peak_running: int | None = None) -> Label:
     """The label alone; `label_with_reason` says what decided it."""
     return label_with_reason(aggregate, generation, peak_running)[0]

@@ -4,7 +4,6 @@ floor, and what each added user buys the operator and costs each user."""
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import click
 
@@ -17,94 +16,20 @@ from servecheck.cli.serve import Served, resolve_url, serve_option, served
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
 from servecheck.experiments.capacity import DEFAULT_REMEASURES, CapacityDesign, CapacityExperiment, CapacityRun
+from servecheck.model.bodies.capacity import CapacityBody
+from servecheck.model.result import RunResult, from_doc
+from servecheck.report.lines.capacity import report_lines
 from servecheck.results.jsonout import envelope
 
 
-# ---------------------------------------------------------------- formatting (pure: doc -> lines)
-
-
-def _num(x: float | None, fmt: str) -> str:
-    return "-" if x is None else format(x, fmt)
-
-
-def _interval(iv: list[float] | None, fmt: str) -> str:
-    return "" if not iv else f" [{format(iv[0], fmt)}-{format(iv[1], fmt)}]"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{0.0 if abs(x) < 0.005 else x:+.0%}"
-
-
-def header_lines(doc: dict[str, Any]) -> list[str]:
-    server = doc.get("server") or {}
-    d = doc.get("design") or {}
-    ttft = f", first token within {d['max_ttft_s']:g} s" if d.get("max_ttft_s") is not None else ""
-    lines = []
-    if server:
-        lines.append(f"capacity  {server.get('url', '?')}  api {server.get('dialect', '?')}  model {server.get('model') or '?'}")
-    lines.append(
-        f"floor {d.get('min_user_rate_tok_s', 0):g} tok/s per user{ttft}, judged at percentile {d.get('percentile', 50):g} "
-        f"(per-user rate at its {100 * d.get('rate_quantile', 0.5):g}th, TTFT at its {100 * d.get('ttft_quantile', 0.5):g}th); "
-        f"{d.get('tokens')} tokens per request, {d.get('prompt_tokens')}-token prompts, N up to {d.get('max_n')}"
-    )
-    return lines
-
-
-def point_table(doc: dict[str, Any]) -> list[str]:
-    lines = [f"{'N':>4}  {'per-user tok/s [interval]':>26}  {'TTFT s [interval]':>24}  {'aggregate':>10}  "
-             f"{'status':>9}  {'marginal gain':>22}  level"]
-    for p in doc["points"]:
-        rate = _num(p["per_user_tok_s"], ".1f") + _interval(p.get("per_user_interval"), ".1f")
-        ttft = _num(p["ttft_s"], ".3f") + _interval(p.get("ttft_interval"), ".3f")
-        gain = "-"
-        if p.get("prev_n") is not None:
-            gain = f"{p['marginal_gain_tok_s_per_user']:+.1f}/user ({_pct(p['marginal_aggregate_gain'])})"
-        level = _num(p.get("interval_level"), ".0%")
-        lines.append(f"{p['n']:>4}  {rate:>26}  {ttft:>24}  {_num(p['aggregate_tok_s'], '.1f'):>10}  "
-                     f"{p['status']:>9}  {gain:>22}  {level}")
-    return lines
-
-
-def check_lines(doc: dict[str, Any]) -> list[str]:
-    lines = []
-    least = doc.get("least_marginal")
-    if least:
-        lines.append(least["text"])
-    drift = doc.get("drift")
-    if drift:
-        lines.append(f"drift: serial baseline {drift['start_tok_s']:.1f} -> {drift['end_tok_s']:.1f} tok/s per user "
-                     f"(start vs end): {drift['change']:+.1%}, limit {drift['limit']:.0%} either way")
-    for p in doc["points"]:
-        if p["status"] != "pass":
-            lines.append(f"N={p['n']} {p['status']}: {p['reason']}")
-    return lines
-
-
-def report_lines(doc: dict[str, Any]) -> list[str]:
-    """The whole terminal report, from the JSON document alone."""
-    lines = header_lines(doc) + [""]
-    if doc["points"]:
-        lines += [*point_table(doc), ""]
-    prefix = "" if doc.get("determined") else "UNDETERMINED: "
-    lines.append(f"{prefix}{doc['answer']}")
-    lines.append(f"limit: {doc['limit']}")
-    lines += check_lines(doc)
-    lines += [f"warning: {w['message']}" + (f" ({w['hint']})" if w.get("hint") else "") for w in doc.get("warnings", [])]
-    lines += [f"note: {n}" for n in doc.get("notes", [])]
-    if not doc.get("complete"):
-        lines.append("INCOMPLETE: interrupted; the probes above are all that was measured")
-    if not doc.get("valid", True):
-        lines.append("INVALID: measured requests were off the asked output length (see the warnings)")
-    return lines
-
-
-def exit_code(doc: dict[str, Any], expect_at_least: int | None) -> int:
+def exit_code(run: RunResult[CapacityBody], expect_at_least: int | None) -> int:
     """3 when undetermined, invalid, or the --serve log audit found a refused feature; 4 when
     --expect-at-least was given and the server holds fewer users."""
-    refused = bool((doc.get("log_audit") or {}).get("refused"))
-    if doc["limit"] == "undetermined" or not doc.get("valid", True) or refused:
+    body = run.body
+    refused = body.log_audit is not None and bool(body.log_audit.refused)
+    if body.limit == "undetermined" or run.valid is False or refused:
         return exitcodes.INVALID
-    if expect_at_least is not None and (doc["max_concurrency"] or 0) < expect_at_least:
+    if expect_at_least is not None and (body.max_concurrency or 0) < expect_at_least:
         return exitcodes.EXPECT_MISMATCH
     return exitcodes.OK
 
@@ -120,8 +45,8 @@ def progress_line(run: CapacityRun) -> str:
             f"aggregate {s.aggregate_tok_s or 0:.1f} tok/s -> {status}")
 
 
-def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_: Served | None = None) -> None:
-    show_report(app, report_lines(doc), simulated=bool(doc.get("simulated")), json_to_stdout=json_to_stdout, served=served_)
+def _render(app: AppContext, run: RunResult[CapacityBody], json_to_stdout: bool, served_: Served | None = None) -> None:
+    show_report(app, report_lines(run), simulated=run.simulated, json_to_stdout=json_to_stdout, served=served_)
 
 
 @click.command("capacity")
@@ -179,7 +104,8 @@ def cmd(
         run = measure(app, experiment, target, sinks, head=envelope("capacity", params, environment()),
                       watch=Progress(app, "capacity: probes", progress_line), served=server)
         if run.interrupted:
-            return interrupted(app, run, lambda doc: _render(app, doc, output.json_to_stdout))
+            return interrupted(app, run, lambda doc: _render(app, from_doc(doc), output.json_to_stdout))
     assert run.doc is not None  # a run that was not interrupted has finished its document
-    _render(app, run.doc, output.json_to_stdout, server)
-    return exit_code(run.doc, expect_at_least)
+    result = from_doc(run.doc)
+    _render(app, result, output.json_to_stdout, server)
+    return exit_code(result, expect_at_least)

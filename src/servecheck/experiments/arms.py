@@ -8,9 +8,9 @@ lost to a crash or a Ctrl-C. Cells of earlier runs can be pooled in before the a
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from servecheck.analysis.arms import (
     DEFAULT_BIAS_LIMIT,
@@ -27,12 +27,15 @@ from servecheck.analysis.witness import MIN_GAUGE_SAMPLES
 from servecheck.errors import ServerError, UsageError
 from servecheck.experiments.common import RequestFactory, make, queue_wait_s
 from servecheck.load.protocol import Driver
+from servecheck.model.bodies.arms import ArmsBody, ArmsCell
 from servecheck.model.records import NS_PER_S, RequestRecord, ServerInfo
+from servecheck.model.result import RunResult, from_doc
 from servecheck.model.thermal import ThermalSummary
 
 OnCell = Callable[["ArmsRun"], None]
 OnServer = Callable[[ServerInfo], None]
 ThermalNow = Callable[[], ThermalSummary]
+Number = TypeVar("Number", int, float)
 
 
 @dataclass(frozen=True)
@@ -277,35 +280,107 @@ async def _measure_cell(
     return replace(run, measured=(*run.measured, MeasuredCell(cell, batch.records, batch.dispatch_skew_ns)))
 
 
-def any_simulated(docs: Sequence[dict[str, Any]]) -> bool:
+POOL_HINT = "pass JSON files written by `servecheck arms --json`"
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Saved arms runs pooled into this one: their cells (each saved run numbered apart, so reps pair
+    only within their run), their names, and whether any came from the simulator."""
+
+    cells: tuple[Cell, ...] = ()
+    names: tuple[str, ...] = ()
+    simulated: bool = False  # pooling a simulated run in makes the whole result simulated
+    design: ArmsDesign | None = None  # what they were measured with (None: the first did not record it)
+
+
+def pool_runs(docs: Sequence[object], names: Sequence[str]) -> Pool:
+    """The pool of saved arms documents (as read from files or the history), named as the user named them."""
+    runs = _saved_arms(docs)
+    return Pool(tuple(_renumbered(runs, 1)), tuple(names), any(r.simulated for r in runs), _pooled_design(runs))
+
+
+def _saved_arms(docs: Sequence[object]) -> list[RunResult[ArmsBody]]:
+    """Saved arms documents read through the result codec; anything else is a usage error naming it."""
+    out = []
+    for i, doc in enumerate(docs):
+        if not isinstance(doc, Mapping) or not isinstance(doc.get("cells"), list):
+            raise UsageError(f"pooled document {i + 1} is not an arms result", POOL_HINT)
+        run = from_doc(doc)
+        if run.command != "arms":
+            raise UsageError(f"pooled document {i + 1} is not an arms result", POOL_HINT)
+        if len(run.body.cells) != len(doc["cells"]):  # the codec leaves out a cell that is not an object
+            raise UsageError(f"pooled document {i + 1} has a cell this version cannot read (not an object)", POOL_HINT)
+        out.append(run)
+    return out
+
+
+def any_simulated(docs: Sequence[object]) -> bool:
     """Whether any saved run came from the simulator: pooling it in makes the result simulated too."""
-    return any(isinstance(d, dict) and bool(d.get("simulated")) for d in docs)
+    return any(isinstance(d, Mapping) and from_doc(d).simulated for d in docs)
 
 
-def pooled_cells(docs: Sequence[dict[str, Any]], first_run: int = 1) -> list[Cell]:
+def pooled_cells(docs: Sequence[object], first_run: int = 1) -> list[Cell]:
     """Cells of saved arms documents, each saved run numbered apart, so reps pair only within their run.
 
     A document that was itself pooled keeps its runs apart too.
     """
+    return _renumbered(_saved_arms(docs), first_run)
+
+
+def _renumbered(runs: Sequence[RunResult[ArmsBody]], first_run: int) -> list[Cell]:
     out: list[Cell] = []
     next_run = first_run
-    for i, doc in enumerate(docs):
-        if not isinstance(doc, dict) or doc.get("command") != "arms" or not isinstance(doc.get("cells"), list):
-            raise UsageError(f"pooled document {i + 1} is not an arms result", "pass JSON files written by `servecheck arms --json`")
-        runs: dict[int, int] = {}
-        for raw in doc["cells"]:
-            try:
-                cell = Cell.from_dict(raw)
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
-                raise UsageError(
-                    f"pooled document {i + 1} has a cell this version cannot read ({exc!s})",
-                    "pass JSON files written by `servecheck arms --json`",
-                ) from exc
-            if cell.run not in runs:
-                runs[cell.run] = next_run
+    for i, run in enumerate(runs):
+        numbers: dict[int, int] = {}  # the run a cell names in its document -> its number in the pool
+        for saved in run.body.cells:
+            named = saved.run if saved.run is not None else 0
+            if named not in numbers:
+                numbers[named] = next_run
                 next_run += 1
-            out.append(replace(cell, run=runs[cell.run]))
+            try:
+                out.append(_analysed_cell(saved, run=numbers[named]))
+            except ValueError as exc:
+                raise UsageError(f"pooled document {i + 1} has a cell this version cannot read ({exc!s})", POOL_HINT) from exc
     return out
+
+
+def _analysed_cell(saved: ArmsCell, *, run: int) -> Cell:
+    """A saved cell as the analysis reads it; ValueError names a field it needs and the cell lacks."""
+    return Cell(
+        rep=_needed(saved.rep, "rep"),
+        position=_needed(saved.position, "position"),
+        concurrency=_needed(saved.concurrency, "concurrency"),
+        wall_s=_needed(saved.wall_s, "wall_s"),
+        tokens=_needed(saved.tokens, "tokens"),
+        decode_tokens=_needed(saved.decode_tokens, "decode_tokens"),
+        decoding_union_s=_needed(saved.decoding_union_s, "decoding_union_s"),
+        decoding_sum_s=_needed(saved.decoding_sum_s, "decoding_sum_s"),
+        per_user_rate_tok_s=saved.per_user_rate_tok_s,
+        ttft_s=saved.ttft_s,
+        start_s=saved.start_s or 0.0,
+        batch_wall_s=saved.batch_wall_s,
+        run=run,
+        failed=saved.failed or 0,
+        peak_running=saved.peak_running,
+    )
+
+
+def _needed(value: Number | None, name: str) -> Number:
+    if value is None:
+        raise ValueError(f"no {name}")
+    return value
+
+
+def _pooled_design(runs: Sequence[RunResult[ArmsBody]]) -> ArmsDesign | None:
+    """The design the pooled runs were measured with (the first run's, its reps summed over every run),
+    for the report's header; None when the first run did not record it."""
+    first = runs[0].body.design if runs else None
+    if first is None or not first.arms or first.requests is None or first.tokens is None or first.prompt_tokens is None:
+        return None
+    reps = sum(r.body.design.reps or 0 for r in runs if r.body.design is not None)
+    return ArmsDesign(arms=first.arms, requests=first.requests, reps=reps, tokens=first.tokens,
+                      prompt_tokens=first.prompt_tokens, fixed_order=bool(first.fixed_order))
 
 
 @dataclass(frozen=True)

@@ -1,3 +1,156 @@
-"""The `arms` document's body (docs/schema.md); registered in BODIES below."""
+"""The `arms` document's body (docs/schema.md); registered in BODIES below.
+
+`diff` reads `arms[]` (the per-arm aggregates: concurrency, aggregate_tok_s, aggregate_speedup, label,
+...): their names are the document's keys. Ratios are against the serial arm (1.39); changes and
+efficiency are fractions (-0.65, 0.35)."""
 
 from __future__ import annotations
+
+from typing import Literal
+
+from servecheck.model.bodies import BODIES
+from servecheck.model.bodies.common import LogAudit, Request, Server, Warning
+from servecheck.model.codec import record
+
+Label = Literal["batching", "pipelining", "none", "inconclusive"]
+Interval = tuple[float, float]  # [lo, hi]: the order-statistic interval of a median over the reps
+
+
+@record
+class ArmsDesign:
+    """What every arm sent and how the reps were ordered."""
+
+    arms: tuple[int, ...] = ()
+    requests: int | None = None
+    reps: int | None = None
+    tokens: int | None = None
+    prompt_tokens: int | None = None
+    fixed_order: bool | None = None
+    max_reps: int | None = None  # the rep budget while the headline is withheld or a label undecided
+
+
+@record
+class Arm:
+    """One arm's medians across reps and its within-rep ratios against the serial arm."""
+
+    concurrency: int | None = None
+    cells: int | None = None  # how many cells (reps) the arm has
+    aggregate_tok_s: float | None = None
+    generation_tok_s: float | None = None
+    per_user_rate_tok_s: float | None = None
+    ttft_s: float | None = None
+    mean_decoding: float | None = None  # requests decoding at once while any was
+    aggregate_speedup: float | None = None
+    aggregate_speedup_interval: Interval | None = None
+    generation_gain: float | None = None
+    generation_gain_interval: Interval | None = None
+    per_user_rate_change: float | None = None
+    per_user_rate_change_interval: Interval | None = None
+    ttft_multiple: float | None = None
+    ttft_multiple_interval: Interval | None = None
+    efficiency: float | None = None
+    label: Label | None = None
+    label_reason: str | None = None
+
+
+@record
+class ArmsCell:
+    """One rep of one arm. A cell pooled in from a saved run keeps only what the analysis reads (no
+    release_s, dispatch_skew_s or requests)."""
+
+    run: int | None = None  # which pooled run it came from
+    rep: int | None = None
+    position: int | None = None
+    concurrency: int | None = None
+    start_s: float | None = None
+    release_s: float | None = None
+    wall_s: float | None = None
+    batch_wall_s: float | None = None
+    dispatch_skew_s: float | None = None
+    tokens: int | None = None
+    decode_tokens: int | None = None
+    failed: int | None = None
+    aggregate_tok_s: float | None = None
+    per_user_rate_tok_s: float | None = None
+    generation_tok_s: float | None = None
+    ttft_s: float | None = None
+    decoding_sum_s: float | None = None
+    decoding_union_s: float | None = None
+    deviant: bool | None = None
+    peak_running: int | None = None  # the most the server's gauges showed running at once
+    requests: tuple[Request, ...] | None = None
+
+
+@record
+class PositionMedian:
+    position: int | None = None
+    aggregate_tok_s: float | None = None
+
+
+@record
+class PositionBias:
+    """The widest spread of one arm's median throughput across the positions it occupied."""
+
+    concurrency: int | None = None
+    spread: float | None = None  # fraction: (highest - lowest) / lowest
+    method: Literal["positions", "drift"] | None = None
+    by_position: tuple[PositionMedian, ...] = ()
+
+
+@record
+class ArmsDrift:
+    """The serial arm's throughput in the first reps against the last."""
+
+    first_tok_s: float | None = None
+    last_tok_s: float | None = None
+    loss: float | None = None  # fraction lost (negative: gained)
+    reps_each: int | None = None
+    run: int | None = None  # with pooled runs, the one that lost most
+
+
+@record
+class Thermal:
+    summary: str | None = None
+    samples: int | None = None
+    pressure_samples: int | None = None
+    max_temp_c: float | None = None
+    sources: tuple[str, ...] = ()
+    examples: tuple[str, ...] = ()
+
+
+@record
+class DeviantCell:
+    """A cell whose total output is more than 5% away from its run's modal output."""
+
+    run: int | None = None
+    rep: int | None = None
+    concurrency: int | None = None
+    tokens: int | None = None
+    modal_tokens: int | None = None
+    deviation: float | None = None  # fraction: (tokens - modal) / modal
+
+
+@record
+class ArmsBody:
+    headline: str | None = None
+    headline_refused: bool | None = None
+    refusal: str | None = None  # why the headline was withheld
+    design: ArmsDesign | None = None
+    reps_taken: int | None = None
+    arms: tuple[Arm, ...] = ()
+    cells: tuple[ArmsCell, ...] = ()
+    pooled_from: tuple[str, ...] = ()
+    position_bias: PositionBias | None = None
+    bias_limit: float | None = None
+    drift: ArmsDrift | None = None
+    thermal: Thermal | None = None
+    deviant_cells: tuple[DeviantCell, ...] = ()
+    cached_prompt_requests: tuple[str, ...] = ()
+    server: Server | None = None
+    warmup: Request | None = None
+    warnings: tuple[Warning, ...] = ()
+    notes: tuple[str, ...] = ()
+    log_audit: LogAudit | None = None
+
+
+BODIES["arms"] = ArmsBody

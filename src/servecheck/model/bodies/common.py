@@ -105,7 +105,7 @@ class Finding:
     code: str | None = None
     message: str | None = None
     hint: str | None = None
-    requests: tuple[RequestRef, ...] = ()
+    requests: tuple[RequestRef, ...] | None = None  # absent where the finding names no request
 
 
 Warning = Finding | str  # older documents and some commands keep plain strings
