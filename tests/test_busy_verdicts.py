@@ -165,6 +165,17 @@ def test_server_timings_decide_when_the_times_are_ambiguous() -> None:
     assert a.verdict == "inconclusive"
 
 
+def test_all_n_seen_running_is_a_batch_though_some_were_seen_waiting_first() -> None:
+    """Requests released a few ms apart reach a batching scheduler one step apart: one reading shows
+    one running and one waiting, a later one both running. That is a cluster, never a partial of N slots."""
+    reading = W.gauge_reading(_gauges([1, 2, 2], [1, 0, 0]), 2)
+    assert reading is not None and (reading.schedule, reading.slots) == ("cluster", 2)
+    assert "being admitted" in reading.description
+    # a server that never ran more than one at once is still a queue, whatever waited
+    reading = W.gauge_reading(_gauges([1, 1, 1], [1, 1, 0]), 2)
+    assert reading is not None and reading.schedule == "staircase"
+
+
 def test_gauges_above_n_are_other_clients_and_no_witness() -> None:
     assert W.gauge_reading(_gauges([6] * 5, [0] * 5), 4) is None
     assert W.gauge_reading(_gauges([1, 1], [3, 3]), 4) is None  # too few readings

@@ -61,8 +61,12 @@ def gauge_reading(gauges: ServerGauges | None, n: int, min_samples: int = MIN_GA
         return None  # idle all batch (missed it), or other clients' requests in the gauge
     where = f"{gauges.source}: at most {running} running" + ("" if waiting is None else f", up to {waiting} waiting")
     where += f" over {len(gauges.samples)} readings"
-    if running == n and not waiting:
-        return Reading("server_gauges", "cluster", n, f"{where}: all {n} ran at once")
+    if running == n:
+        # Every request of the batch was running at once at some reading: a batch. A request seen
+        # waiting at another reading was being admitted (a scheduler takes new requests at a step
+        # boundary, and requests released a few ms apart reach it one step apart).
+        admitted = "" if not waiting else " (those seen waiting were being admitted)"
+        return Reading("server_gauges", "cluster", n, f"{where}: all {n} ran at once{admitted}")
     if waiting is not None and waiting < n - running:
         return None  # some requests were neither running nor waiting when read: no whole picture
     if running == 1:
