@@ -92,3 +92,19 @@ def test_calibration_read_through_two_workers_pairs_every_stamp_on_one_clock():
     assert result.workers == 2 and result.events == 4 * 20
     assert result.stamp_delay_p50_ms >= 0 and result.stamp_delay_max_ms >= result.stamp_delay_p99_ms
     assert result.to_dict()["workers"] == 2
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("serial", "staircase"), ("batched", "cluster")])
+def test_staircase_with_two_workers_gives_the_verdict_of_one_client(mode, expected, tmp_path):
+    """Ground truth: the simulator's schedule. Two client processes read the batch; the verdict and
+    the recorded worker count are what one process would give."""
+    from servecheck.cli import main as main_mod
+
+    out = tmp_path / "s.json"
+    with sim_in_thread(SimConfig(mode=mode, token_s=0.012, per_seq_s=0.001, prompt_token_s=0.0001)) as sim:
+        with pytest.raises(SystemExit) as info:
+            main_mod.main(["staircase", sim.url, "--n", "1,2,4", "--tokens", "48", "--prompt-tokens", "32",
+                           "--workers", "2", "--no-save", "--timeout", "60", "--json", str(out)])
+    doc = __import__("json").loads(out.read_text())
+    assert info.value.code == 0, doc.get("verdict_reason")
+    assert doc["verdict"] == expected and doc["params"]["workers"] == 2

@@ -91,6 +91,24 @@ def _target_options(f: F, model_flag: str) -> F:
     return f
 
 
+# One client process reads a few hundred streams before its own lag shows in the token times
+# (benchmarks/client_fidelity.py); more processes than cores only compete with each other.
+MAX_WORKERS = max(1, os.cpu_count() or 1)
+
+
+def workers_option(f: F) -> F:
+    """--workers K: the batch's streams read by K client processes (`load.lanes`)."""
+    return click.option(
+        "--workers",
+        type=click.IntRange(min=1, max=MAX_WORKERS),
+        default=1,
+        show_default=True,
+        help="Client processes that send and read a batch's streams, released together and stamped on one "
+        f"clock (at most the {MAX_WORKERS} cores). More than one helps when one process cannot keep up "
+        "with hundreds of streams; `servecheck calibrate --workers K` shows what each adds.",
+    )(f)
+
+
 def output_options(f: F) -> F:
     """--json, --html, --db, --no-save for every measuring command."""
     f = click.option("--no-save", is_flag=True, help="Do not save this run to the history database.")(f)
@@ -240,6 +258,7 @@ class ClientOptions:
     api_key: str | None = field(default=None, repr=False)
     headers: tuple[str, ...] = field(default=(), repr=False)  # NAME:VALUE, values may be secrets
     first_token_timeout_s: float = 300.0
+    workers: int = 1  # --workers: client processes that read a batch (staircase, arms, capacity)
 
     def target(self, url: str) -> Target:
         return make_target(url, api=self.api, model=self.model, api_key=self.api_key, headers=self.headers,
@@ -263,10 +282,15 @@ class OutputOptions:
         return output_sinks(json_path=self.json_path, html_path=self.html_path, db_path=self.db_path, no_save=self.no_save)
 
 
-def client_record(model_flag: str = "--model") -> Callable[[F], F]:
+def client_record(model_flag: str = "--model", *, batches: bool = False) -> Callable[[F], F]:
     """The target options, handed to the command as one `client: ClientOptions` (the model name under
-    `model_flag`)."""
-    return lambda f: _target_options(_collected(f, "client", ClientOptions), model_flag)
+    `model_flag`); a command that releases batches (`batches`) also takes --workers."""
+
+    def wrap(f: F) -> F:
+        f = _target_options(_collected(f, "client", ClientOptions), model_flag)
+        return workers_option(f) if batches else f
+
+    return wrap
 
 
 def output_record(f: F) -> F:
@@ -280,7 +304,7 @@ def _collected(f: F, keyword: str, record: type[Any]) -> F:
 
     @functools.wraps(f)
     def command(*args: Any, **kwargs: Any) -> Any:
-        values = {name: kwargs.pop(name) for name in names}
+        values = {name: kwargs.pop(name) for name in names if name in kwargs}  # a record default where no flag
         return f(*args, **{keyword: record(**values)}, **kwargs)
 
     return command

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 from servecheck import exitcodes
@@ -13,6 +14,7 @@ from servecheck.cli.context import AppContext
 from servecheck.cli.serve import Served, render_audit
 from servecheck.client.base import Target
 from servecheck.load.driver import LoadDriver
+from servecheck.load.lanes import LaneDriver
 from servecheck.model.records import ServerInfo
 from servecheck.report.terminal import ProgressHandle, progress
 from servecheck.results.runner import Doc, Experiment, RunOutcome, Sink, run_experiment
@@ -64,11 +66,13 @@ def measure(
     watch: Progress[R],
     served: Served,
     settle: Callable[[R], R] | None = None,
+    workers: int = 1,
 ) -> RunOutcome[R]:
     """Run `experiment` against `target` through the driver seam (`AppContext.open_driver`, the
-    real `LoadDriver` unless a caller swapped in another); the finished document gains the
-    --serve log audit, taken once the server has stopped."""
-    open_driver = app.open_driver or LoadDriver
+    real `LoadDriver`, or with `workers` > 1 a `LaneDriver` over that many client processes, unless
+    a caller swapped in another); the finished document gains the --serve log audit, taken once the
+    server has stopped."""
+    open_driver = app.open_driver or (LoadDriver if workers == 1 else partial(LaneDriver, workers=workers))
     return run_experiment(experiment, lambda: open_driver(target), sinks, head=head, watch=watch, settle=settle,
                           epilogue=served.finished)
 
