@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -122,3 +123,76 @@ def test_parse_bytes(text: str, expected: int) -> None:
 def test_parse_bytes_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         rl.parse_bytes(text)
+
+
+# ---------------------------------------------------------------- the whole roofline, its validity and its notes
+
+
+def test_analyse_the_seed() -> None:
+    r = rl.analyse(1_849_000_000, "moe", 97.83, SEED_BW, rl.TYPICAL_CEILING["moe"], target_tok_s=125.0)
+    assert r.achieved_gb_s == pytest.approx(181.0, abs=0.5)
+    assert (round(r.utilization.lo, 2), round(r.utilization.hi, 2)) == (0.57, 0.68)
+    assert r.gate == "close" and r.valid and r.batch is None
+    assert r.headroom.ceiling_name == "typical moe ceiling 0.60-0.65"
+    assert r.target is not None and r.target.within_reach is False
+    doc = r.to_dict()
+    assert doc["ceiling"] == {"name": "typical moe ceiling 0.60-0.65", "utilization": [0.60, 0.65]}
+    assert doc["headroom"]["speed_of_light_tok_s"] == pytest.approx([265e9 / 1.849e9, 315e9 / 1.849e9])
+    assert doc["target"]["required_utilization"] == pytest.approx([0.734, 0.872], abs=0.001)
+
+
+def test_analyse_batch_rows_carry_what_a_run_measured() -> None:
+    r = rl.analyse(10**9, "dense", 50.0, Span.point(100.0), rl.TYPICAL_CEILING["dense"], batches=[1, 4], measured={4: 100.0})
+    assert r.batch is not None
+    one, four = r.batch
+    assert one.ceiling.ceiling_tok_s.as_list() == pytest.approx([50.0, 50.0])  # batch 1: the measured rate itself
+    assert one.measured_tok_s is None and one.measured_over_ceiling is None
+    assert four.measured_over_ceiling is not None and four.measured_over_ceiling.lo == pytest.approx(0.5)
+    assert r.to_dict()["batch"][1]["measured_over_ceiling"] == pytest.approx([0.5, 0.5])
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "valid"),
+    [
+        (0.57, 0.68, True),
+        (0.95, 1.13, True),  # straddles 100%: a note, not an invalid run
+        (1.0, 1.2, True),
+        (1.01, 1.2, False),  # achieved above measured over the whole range: physically impossible
+    ],
+)
+def test_plausible_utilization(lo: float, hi: float, valid: bool) -> None:
+    assert rl.plausible(Span(lo, hi)) is valid
+    assert rl.analyse(10**9, "dense", hi * 100, Span(100.0, hi / lo * 100), Span(0.85, 0.95)).valid is valid
+
+
+NO_CAVEAT = {"audited": True, "kv_counted": True, "kind_given": True, "batched": False}
+
+
+@pytest.mark.parametrize(
+    ("util", "flags", "says"),
+    [
+        (Span(0.95, 1.13), {}, "utilization above 100%"),
+        (Span(0.10, 0.12), {}, "utilization below 15%"),
+        (Span(0.5, 0.6), {"audited": False, "kind_given": False}, "model kind assumed dense"),
+        (Span(0.5, 0.6), {"audited": False, "batched": True}, "batching ceiling without an audit"),
+        (Span(0.5, 0.6), {"kv_counted": False}, "KV cache not counted"),
+        (Span(0.5, 0.6), {"stream_tokens": 20, "asked_tokens": 40}, "stopped at 20 of 40 tokens"),
+    ],
+)
+def test_each_sanity_note(util: Span, flags: dict[str, Any], says: str) -> None:
+    (note,) = rl.sanity_notes(util, **{**NO_CAVEAT, **flags})
+    assert says in note
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {},
+        {"audited": False, "kv_counted": False},  # --bytes-per-token with --kind: nothing to say about the KV cache
+        {"batched": True},  # batching with an audit: the split is known
+        {"stream_tokens": 39, "asked_tokens": 40},  # within 95% of the asked length
+        {"stream_tokens": 20, "asked_tokens": None},
+    ],
+)
+def test_no_sanity_note_without_its_cause(flags: dict[str, Any]) -> None:
+    assert rl.sanity_notes(Span(0.5, 0.6), **{**NO_CAVEAT, **flags}) == []

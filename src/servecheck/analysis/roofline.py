@@ -1,5 +1,6 @@
 """Decode roofline arithmetic: achieved bandwidth, utilization, the kill gate, target back-solve,
-the batching ceiling and the two-factor decomposition of a speed ratio. Pure: numbers in, values out.
+the batching ceiling, the two-factor decomposition of a speed ratio, and the whole roofline of one decode
+rate with its validity and its caveats. Pure: numbers in, values out.
 
 Units: bytes are plain integers; bandwidth is GB/s with GB = 10^9 bytes; utilization is a fraction.
 """
@@ -7,8 +8,9 @@ Units: bytes are plain integers; bandwidth is GB/s with GB = 10^9 bytes; utiliza
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 GB = 1_000_000_000
 GIB = 1 << 30
@@ -222,6 +224,138 @@ def decompose(
 def measured_over_ceiling(measured_tok_s: float, ceiling: Span) -> Span:
     """Measured aggregate tok/s as a fraction of the ceiling range (lo uses the high ceiling)."""
     return Span(measured_tok_s / ceiling.hi, measured_tok_s / ceiling.lo)
+
+
+# ---------------------------------------------------------------------------------------------------
+# One decode rate against measured bandwidth: the whole roofline, its validity and its caveats
+
+# Achieved above measured bandwidth across the whole range is physically impossible: the bytes per token,
+# the bandwidth or the rate is wrong, and no gate drawn from it can stand.
+MAX_PLAUSIBLE_UTILIZATION = 1.0
+# Below this share of measured bandwidth the engine usually runs on the wrong device or a fallback path
+# (reference/roofline.md section 6.3 item 7).
+LOW_UTILIZATION = 0.15
+# A stream shorter than this share of the asked length was cut by EOS: its rate rests on fewer tokens.
+SHORT_STREAM_FRACTION = 0.95
+SPEED_OF_LIGHT = "speed of light (every byte at the measured bandwidth)"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRow:
+    """A batch size's aggregate ceiling, and what a saved run measured there (None without one)."""
+
+    ceiling: BatchCeiling
+    measured_tok_s: float | None = None
+
+    @property
+    def measured_over_ceiling(self) -> Span | None:
+        return None if self.measured_tok_s is None else measured_over_ceiling(self.measured_tok_s, self.ceiling.ceiling_tok_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        ratio = self.measured_over_ceiling
+        return {"batch": self.ceiling.batch, "step_bytes": self.ceiling.step_bytes, "distinct_experts": self.ceiling.distinct_experts,
+                "ceiling_tok_s": self.ceiling.ceiling_tok_s.as_list(), "measured_tok_s": self.measured_tok_s,
+                "measured_over_ceiling": None if ratio is None else ratio.as_list()}
+
+
+@dataclass(frozen=True, slots=True)
+class Roofline:
+    """One decode rate against the measured bandwidth: everything `servecheck roofline` reports and judges."""
+
+    bytes_per_token: int
+    kind: str
+    tok_s: float
+    achieved_gb_s: float
+    bandwidth_gb_s: Span
+    utilization: Span
+    gate: Gate
+    gate_threshold: float
+    headroom: Headroom  # to the typical ceiling of the model's kind
+    speed_of_light: Headroom  # to every byte at the measured bandwidth
+    speed_of_light_tok_s: Span
+    target: TargetCheck | None
+    batch: tuple[BatchRow, ...] | None  # None when no batch size was asked for
+
+    @property
+    def valid(self) -> bool:
+        return plausible(self.utilization)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The document fields of docs/schema.md (`roofline`) this analysis decides."""
+        t = self.target
+        return {
+            "bytes_per_token": self.bytes_per_token,
+            "kind": self.kind,
+            "tok_s": self.tok_s,
+            "achieved_gb_s": self.achieved_gb_s,
+            "bandwidth_gb_s": self.bandwidth_gb_s.as_list(),
+            "utilization": self.utilization.as_list(),
+            "gate": self.gate,
+            "gate_threshold": self.gate_threshold,
+            "ceiling": {"name": self.headroom.ceiling_name, "utilization": self.headroom.ceiling.as_list()},
+            "headroom": {"ceiling": self.headroom.ceiling_name, "factor": self.headroom.factor.as_list(),
+                         "speed_of_light_factor": self.speed_of_light.factor.as_list(),
+                         "speed_of_light_tok_s": self.speed_of_light_tok_s.as_list()},
+            "target": None if t is None else {
+                "tok_s": t.tok_s, "required_gb_s": t.required_gb_s, "required_utilization": t.required_utilization.as_list(),
+                "ceiling": t.ceiling.as_list(), "within_reach": t.within_reach, "partly_within_reach": t.partly_within_reach},
+            "batch": None if self.batch is None else [row.to_dict() for row in self.batch],
+        }
+
+
+def analyse(bytes_per_token: int, kind: str, tok_s: float, bandwidth_gb_s: Span, ceiling: Span, *,
+            gate_threshold: float = DEFAULT_GATE, target_tok_s: float | None = None, step: StepBytes | None = None,
+            batches: Sequence[int] = (), measured: Mapping[int, float] | None = None) -> Roofline:
+    """The roofline of `tok_s` decoding `bytes_per_token` on `bandwidth_gb_s`, against the typical `ceiling` of
+    the kind; `step` splits the bytes for the batching ceiling (every byte once per step without it), and
+    `measured` holds a saved run's aggregate tok/s per batch size."""
+    achieved = achieved_gb_s(tok_s, bytes_per_token)
+    util = utilization(achieved, bandwidth_gb_s)
+    name = f"typical {kind} ceiling {ceiling.lo:.2f}-{ceiling.hi:.2f}"
+    return Roofline(
+        bytes_per_token=bytes_per_token, kind=kind, tok_s=tok_s, achieved_gb_s=achieved, bandwidth_gb_s=bandwidth_gb_s,
+        utilization=util, gate=gate_verdict(util, gate_threshold), gate_threshold=gate_threshold,
+        headroom=headroom(util, ceiling, name), speed_of_light=headroom(util, Span.point(1.0), SPEED_OF_LIGHT),
+        speed_of_light_tok_s=speed_of_light_tok_s(bandwidth_gb_s, bytes_per_token),
+        target=None if target_tok_s is None else back_solve(target_tok_s, bytes_per_token, bandwidth_gb_s, ceiling),
+        batch=_batch_rows(step or StepBytes(bytes_per_token, 0, 0, 0, 0), batches, achieved, measured or {}) if batches else None,
+    )
+
+
+def _batch_rows(step: StepBytes, batches: Sequence[int], achieved: float, measured: Mapping[int, float]) -> tuple[BatchRow, ...]:
+    """Ceilings at the measured utilization: measured bandwidth x utilization is the achieved bandwidth."""
+    return tuple(BatchRow(c, measured.get(c.batch)) for c in batch_ceilings(step, list(batches), Span.point(achieved)))
+
+
+def plausible(util: Span) -> bool:
+    """False when achieved bandwidth is above the measured bandwidth across the whole range: the run is invalid."""
+    return util.lo <= MAX_PLAUSIBLE_UTILIZATION
+
+
+def sanity_notes(util: Span, *, audited: bool, kv_counted: bool, kind_given: bool, batched: bool,
+                 stream_tokens: int | None = None, asked_tokens: int | None = None) -> list[str]:
+    """The caveats these numbers need (reference/roofline.md section 6.3 item 7 for the first two): U > 1 means
+    bytes over-counted or a cache-resident model, U < 0.15 usually the wrong device or a fallback path.
+
+    `audited`: the bytes come from an audit of the model file (not --bytes-per-token); `kv_counted`: that audit
+    counted a KV cache (--context); `kind_given`: --kind was given; `batched`: a batching ceiling was asked for;
+    `stream_tokens` of `asked_tokens`: what the --url measuring stream produced."""
+    notes = []
+    if util.hi > MAX_PLAUSIBLE_UTILIZATION:
+        notes.append("utilization above 100%: bytes over-counted, the model fits in a cache, or the bandwidth was probed on the wrong device")
+    if util.lo < LOW_UTILIZATION:
+        notes.append("utilization below 15%: often the wrong device or a fallback path (check where the engine runs)")
+    if not audited and not kind_given:
+        notes.append("model kind assumed dense with --bytes-per-token: pass --kind moe for a mixture of experts")
+    if not audited and batched:
+        notes.append("batching ceiling without an audit: every byte counted once per step (no experts, no KV cache); "
+                     "give the MODEL file for the split")
+    if audited and not kv_counted:
+        notes.append("KV cache not counted: pass --context N for long-context decode")
+    if stream_tokens is not None and asked_tokens and stream_tokens < SHORT_STREAM_FRACTION * asked_tokens:
+        notes.append(f"the measuring stream stopped at {stream_tokens} of {asked_tokens} tokens (the server did not pin the "
+                     "length): the rate rests on fewer tokens, rerun with a server that honours ignore_eos")
+    return notes
 
 
 # ---------------------------------------------------------------------------------------------------

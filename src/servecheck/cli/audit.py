@@ -13,18 +13,11 @@ from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
 from servecheck.cli.common import check_input_file
 from servecheck.errors import AuditError, UsageError
+from servecheck.report.lines.audit import fmt_bytes
 from servecheck.results.jsonout import envelope, write_json
 
 UNITS_LINE = "GB = 10^9 bytes, GiB = 2^30 bytes"
 MAX_EXCLUDED_SHOWN = 6
-
-
-def fmt_bytes(n: float) -> str:
-    """Decimal units, chosen so the figure keeps three or four significant digits."""
-    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3f} {unit}" if unit == "GB" else f"{n / scale:.1f} {unit}"
-    return f"{n:.0f} B"
 
 
 def group_table(result: AuditResult) -> Table:

@@ -18,24 +18,22 @@ from servecheck import exitcodes
 from servecheck.analysis import roofline as rl
 from servecheck.analysis.roofline import Span
 from servecheck.audit import AuditResult, audit_model
-from servecheck.cli.audit import fmt_bytes, options_from
+from servecheck.cli.audit import options_from
 from servecheck.cli.common import Recorder, check_input_file, make_target, output_options, target_options
 from servecheck.cli.context import AppContext
 from servecheck.client.base import Target
 from servecheck.envinfo import environment
 from servecheck.errors import AuditError, ServerError, UsageError
+from servecheck.model.bodies.roofline import RooflineBody
+from servecheck.model.records import RequestRecord, ServerInfo
+from servecheck.model.result import RunResult, from_doc
 from servecheck.probe import GIB, BandwidthResult, measure_bandwidth, plan_sizes
 from servecheck.probe.bandwidth import available_memory_bytes
+from servecheck.report.lines.roofline import report_lines
 from servecheck.results.jsonout import envelope
 
-# A utilization range wholly above 1 means achieved > measured bandwidth: a wrong input, not a fast engine.
-MAX_PLAUSIBLE_UTILIZATION = 1.0
-
-UNITS_LINE = "GB = 10^9 bytes, GB/s = 10^9 bytes per second, GiB = 2^30 bytes; utilization is a fraction of measured bandwidth"
 URL_DECODE_TOKENS = 256
 URL_PROMPT_TOKENS = 32
-# A stream shorter than this share of the asked length was cut by EOS: its rate is noisier and is said so.
-SHORT_STREAM_FRACTION = 0.95
 
 
 # ---------------------------------------------------------------- parsing
@@ -159,7 +157,26 @@ def probe_size(resident: int | None) -> tuple[int, str]:
 # ---------------------------------------------------------------- --url: single-stream decode rate
 
 
-async def measure_tok_s(target: Target, tokens: int, prompt_tokens: int, seed: int) -> tuple[float, dict[str, Any]]:
+@dataclass(frozen=True)
+class Rate:
+    """The decode rate the roofline is drawn for: given, or measured on one stream at --url."""
+
+    tok_s: float
+    source: str = "given"
+    server: ServerInfo | None = None  # --url: what detection learned about the server
+    stream: RequestRecord | None = None  # --url: the measuring request
+
+    def fields(self) -> dict[str, Any]:
+        """The document's `tok_s`, `tok_s_source` and `measurement` (null for a given rate)."""
+        rec, measurement = self.stream, None
+        if self.server is not None and rec is not None and rec.first_token_ns is not None and rec.end_ns is not None:
+            measurement = {"server": self.server.to_dict(), "tokens": rec.tokens, "tokens_source": rec.tokens_source,
+                           "decode_s": (rec.end_ns - rec.first_token_ns) / 1e9, "ttft_s": (rec.first_token_ns - rec.send_ns) / 1e9,
+                           "server_timings": rec.server.to_dict() if rec.server else None}
+        return {"tok_s": self.tok_s, "tok_s_source": self.source, "measurement": measurement}
+
+
+async def measure_tok_s(target: Target, tokens: int, prompt_tokens: int, seed: int) -> tuple[float, ServerInfo, RequestRecord]:
     """Decode tokens/s of one fixed-length stream (after a short warm-up), prefill excluded."""
     from servecheck.load.driver import LoadDriver
     from servecheck.load.prompts import make_requests
@@ -171,18 +188,13 @@ async def measure_tok_s(target: Target, tokens: int, prompt_tokens: int, seed: i
         rec = await driver.generate(req)
     if not rec.ok or rec.first_token_ns is None or rec.end_ns is None or rec.tokens < 2:
         raise ServerError(f"the measuring request failed ({rec.status}: {rec.error or 'no tokens'})", "check the server, or pass --tok-s")
-    decode_s = (rec.end_ns - rec.first_token_ns) / 1e9
-    tok_s = (rec.tokens - 1) / decode_s
-    server = rec.server.to_dict() if rec.server else None
-    return tok_s, {"server": info.to_dict(), "tokens": rec.tokens, "tokens_source": rec.tokens_source,
-                   "decode_s": decode_s, "ttft_s": (rec.first_token_ns - rec.send_ns) / 1e9, "server_timings": server}
+    return (rec.tokens - 1) / ((rec.end_ns - rec.first_token_ns) / 1e9), info, rec
 
 
-def measure_rate(target: Target, tokens: int) -> dict[str, Any]:
-    """The document fields of a --url measurement: tok_s, where it came from, and the request's record."""
-    tok_s, measured = asyncio.run(measure_tok_s(target, tokens, URL_PROMPT_TOKENS, 0))
-    source = f"measured: one {measured['tokens']}-token stream at {target.url}, prefill excluded"
-    return {"tok_s": tok_s, "tok_s_source": source, "measurement": measured}
+def measure_rate(target: Target, tokens: int) -> Rate:
+    """The decode rate of one --url stream, where it came from, and the request's record."""
+    tok_s, info, rec = asyncio.run(measure_tok_s(target, tokens, URL_PROMPT_TOKENS, 0))
+    return Rate(tok_s, f"measured: one {rec.tokens}-token stream at {target.url}, prefill excluded", info, rec)
 
 
 def _short(req: Any) -> Any:
@@ -191,63 +203,39 @@ def _short(req: Any) -> Any:
     return replace(req, max_tokens=8)
 
 
-# ---------------------------------------------------------------- the analysis document
+# ---------------------------------------------------------------- the document
 
 
-def analyse(weights: Weights, tok_s: float, bw: Bandwidth, gate_threshold: float, ceiling: Span,
-            target: float | None, batches: list[int] | None, runs: dict[int, float] | None) -> dict[str, Any]:
-    achieved = rl.achieved_gb_s(tok_s, weights.bytes_per_token)
-    util = rl.utilization(achieved, bw.span)
-    ceiling_name = f"typical {weights.kind} ceiling {ceiling.lo:.2f}-{ceiling.hi:.2f}"
-    head = rl.headroom(util, ceiling, ceiling_name)
-    sol = rl.headroom(util, Span.point(1.0), "speed of light (every byte at the measured bandwidth)")
-    doc: dict[str, Any] = {
-        "bytes_per_token": weights.bytes_per_token,
+def document(weights: Weights, rate: Rate, bw: Bandwidth, ceiling: Span, *, gate_threshold: float, target_tok_s: float | None,
+             batches: list[int] | None, runs: dict[int, float] | None, kind: str, asked_tokens: int | None,
+             notes: list[str]) -> dict[str, Any]:
+    """The command's fields: the analysis of the rate against the bandwidth, what it was drawn from, and its notes."""
+    r = rl.analyse(weights.bytes_per_token, weights.kind, rate.tok_s, bw.span, ceiling, gate_threshold=gate_threshold,
+                   target_tok_s=target_tok_s, step=_step(weights), batches=batches or (), measured=runs)
+    audit = weights.audit
+    sanity = rl.sanity_notes(r.utilization, audited=audit is not None, kv_counted=audit is not None and audit.kv is not None,
+                             kind_given=kind != "auto", batched=bool(r.batch), asked_tokens=asked_tokens,
+                             stream_tokens=None if rate.stream is None else rate.stream.tokens)
+    return {
+        **r.to_dict(),
         "resident_bytes": weights.resident_bytes,
-        "kind": weights.kind,
-        "tok_s": tok_s,
-        "achieved_gb_s": achieved,
-        "bandwidth_gb_s": bw.span.as_list(),
         "bandwidth_source": bw.source,
-        "utilization": util.as_list(),
-        "gate": rl.gate_verdict(util, gate_threshold),
-        "gate_threshold": gate_threshold,
-        "ceiling": {"name": ceiling_name, "utilization": ceiling.as_list()},
-        "headroom": {"ceiling": ceiling_name, "factor": head.factor.as_list(), "speed_of_light_factor": sol.factor.as_list(),
-                     "speed_of_light_tok_s": rl.speed_of_light_tok_s(bw.span, weights.bytes_per_token).as_list()},
-        "target": None if target is None else _target_doc(rl.back_solve(target, weights.bytes_per_token, bw.span, ceiling)),
-        "batch": None,
+        **rate.fields(),
+        "probe": None if bw.probe is None else bw.probe.to_dict(),
+        "audit": None if audit is None else _audit_summary(audit),
+        "notes": [*notes, *(f"probe: {n}" for n in (bw.probe.notes if bw.probe else ())), *sanity],
+        "valid": r.valid,
     }
-    if batches:
-        doc["batch"] = _batch_doc(weights, batches, achieved, runs)
-    return doc
 
 
-def _target_doc(t: rl.TargetCheck) -> dict[str, Any]:
-    return {"tok_s": t.tok_s, "required_gb_s": t.required_gb_s, "required_utilization": t.required_utilization.as_list(),
-            "ceiling": t.ceiling.as_list(), "within_reach": t.within_reach, "partly_within_reach": t.partly_within_reach}
+def _step(weights: Weights) -> rl.StepBytes | None:
+    return None if weights.audit is None else weights.audit.step_bytes()
 
 
-def _step(weights: Weights) -> rl.StepBytes:
-    if weights.audit is not None:
-        return weights.audit.step_bytes()
-    return rl.StepBytes(weights.bytes_per_token, 0, 0, 0, 0)
-
-
-def _batch_doc(weights: Weights, batches: list[int], achieved_gb_s: float, runs: dict[int, float] | None) -> list[dict[str, Any]]:
-    """Ceilings at the measured utilization: measured bandwidth x utilization is the achieved bandwidth."""
-    out = []
-    for row in rl.batch_ceilings(_step(weights), batches, Span.point(achieved_gb_s)):
-        measured = (runs or {}).get(row.batch)
-        out.append({
-            "batch": row.batch,
-            "step_bytes": row.step_bytes,
-            "distinct_experts": row.distinct_experts,
-            "ceiling_tok_s": row.ceiling_tok_s.as_list(),
-            "measured_tok_s": measured,
-            "measured_over_ceiling": None if measured is None else rl.measured_over_ceiling(measured, row.ceiling_tok_s).as_list(),
-        })
-    return out
+def _audit_summary(a: AuditResult) -> dict[str, Any]:
+    d = a.to_dict()
+    return {k: d[k] for k in ("path", "format", "architecture", "bytes_per_token", "kv_bytes_per_token",
+                              "state_bytes_per_token", "resident_bytes", "experts", "tied_head")}
 
 
 def load_run(path: str) -> tuple[dict[int, float], list[str]]:
@@ -276,74 +264,6 @@ def load_run(path: str) -> tuple[dict[int, float], list[str]]:
     if doc.get("complete") is False:
         notes.append(f"--run {path} is incomplete (interrupted): only the points it reached are compared")
     return {n: statistics.median(v) for n, v in samples.items()}, notes
-
-
-# ---------------------------------------------------------------- rendering (doc -> lines)
-
-
-def _pct(span: list[float]) -> str:
-    lo, hi = span
-    return f"{lo:.0%}" if round(lo, 2) == round(hi, 2) else f"{lo:.0%}-{hi:.0%}"
-
-
-def _gbs(span: list[float]) -> str:
-    lo, hi = (rl.format_figure(v) for v in span)
-    return lo if lo == hi else f"{lo}-{hi}"
-
-
-def _x(span: list[float]) -> str:
-    lo, hi = span
-    return f"{lo:.2f}x" if round(lo, 2) == round(hi, 2) else f"{lo:.2f}-{hi:.2f}x"
-
-
-GATE_MEANING = {
-    "close": "the engine already sits near the ceiling: do not write your own",
-    "open": "below the gate: a better engine has real room",
-    "straddle": "the range crosses the gate: measure bandwidth more tightly before deciding",
-}
-
-
-def report_lines(doc: dict[str, Any]) -> list[str]:
-    lines = [
-        f"bytes per token      {fmt_bytes(doc['bytes_per_token'])} ({doc['kind']})",
-        f"decode rate          {doc['tok_s']:.2f} tok/s ({doc.get('tok_s_source', 'given')})",
-        f"achieved bandwidth   {rl.format_figure(doc['achieved_gb_s'])} GB/s  = {doc['tok_s']:.2f} tok/s x {fmt_bytes(doc['bytes_per_token'])}",
-        f"measured bandwidth   {_gbs(doc['bandwidth_gb_s'])} GB/s ({doc['bandwidth_source']})",
-        f"utilization          {_pct(doc['utilization'])} of measured bandwidth",
-        f"gate {doc['gate_threshold']:.2f}            {doc['gate'].upper()}: {GATE_MEANING[doc['gate']]}",
-        f"headroom             {_x(doc['headroom']['factor'])} to the {doc['headroom']['ceiling']}; "
-        f"{_x(doc['headroom']['speed_of_light_factor'])} to the speed of light "
-        f"({_gbs(doc['headroom']['speed_of_light_tok_s'])} tok/s)",
-    ]
-    lines += _target_lines(doc.get("target"))
-    lines += _batch_lines(doc.get("batch"))
-    lines += [f"note: {n}" for n in doc.get("notes", [])]
-    if doc.get("simulated"):
-        lines.insert(0, "SIMULATED SERVER: the decode rate comes from servecheck's simulator, not from a real engine")
-    lines.append(UNITS_LINE)
-    return lines
-
-
-def _target_lines(t: dict[str, Any] | None) -> list[str]:
-    if not t:
-        return []
-    verdict = "within reach" if t["within_reach"] else ("partly within reach" if t["partly_within_reach"] else "out of reach")
-    return [f"target {t['tok_s']:g} tok/s     needs {rl.format_figure(t['required_gb_s'])} GB/s = {_pct(t['required_utilization'])} utilization: "
-            f"{verdict} (typical ceiling {_pct(t['ceiling'])})"]
-
-
-def _batch_lines(rows: list[dict[str, Any]] | None) -> list[str]:
-    if not rows:
-        return []
-    lines = ["", "batch  bytes/step     experts/layer  ceiling tok/s (aggregate)   measured  measured/ceiling"]
-    for r in rows:
-        experts = "-" if r["distinct_experts"] is None else f"{r['distinct_experts']:.1f}"
-        measured = "-" if r["measured_tok_s"] is None else f"{r['measured_tok_s']:.1f}"
-        ratio = "-" if r["measured_over_ceiling"] is None else _pct(r["measured_over_ceiling"])
-        lines.append(f"{r['batch']:>5}  {fmt_bytes(r['step_bytes']):>12}  {experts:>13}  {_gbs(r['ceiling_tok_s']):>25}  "
-                     f"{measured:>8}  {ratio:>16}")
-    lines.append("dense weights read once per step, routed experts E(1-(1-k/E)^b) of E, KV cache and state b times")
-    return lines
 
 
 # ---------------------------------------------------------------- the command
@@ -385,13 +305,13 @@ def cmd(app: AppContext, model_path: Path | None, bytes_text: str | None, tok_s:
     _check_positive(tok_s, "--tok-s", "97.83")
     _check_positive(target_tok_s, "--target", "125")
     batches = parse_batches(batch_raw)
-    runs, run_notes = load_run(run_path) if run_path else (None, [])
+    runs, notes = load_run(run_path) if run_path else (None, [])
     if runs and not batches:
         batches = sorted(runs)
     if url is not None and model_path is not None and context is None:
         # the measuring stream reads its KV cache at every step: count it at the stream's mean depth
         context = URL_PROMPT_TOKENS + tokens // 2
-        run_notes.append(f"KV cache counted at {context} tokens, the measuring stream's mean context (--context to change)")
+        notes.append(f"KV cache counted at {context} tokens, the measuring stream's mean context (--context to change)")
     weights = resolve_weights(model_path, bytes_text, kind, resident, context, kv_type, experts_used)
     ceiling = parse_fraction(ceiling_raw, "--ceiling") if ceiling_raw else rl.TYPICAL_CEILING[weights.kind]
     params = {"model": None if model_path is None else str(model_path), "bytes_per_token": bytes_text, "tok_s": tok_s, "url": url,
@@ -399,66 +319,35 @@ def cmd(app: AppContext, model_path: Path | None, bytes_text: str | None, tok_s:
               "context": context, "kv_type": kv_type, "device": device, "tokens": tokens if url else None}
     recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
     head = envelope("roofline", params, environment())
-    notes: list[str] = list(run_notes)
     try:
         recorder.start(head)
-        rate: dict[str, Any] = {"tok_s": tok_s, "tok_s_source": "given", "measurement": None}
-        if url is not None:
+        if url is None:
+            rate = Rate(tok_s)  # one of --tok-s and --url is given (checked above)
+        else:
             target = make_target(url, api=api, model=model, api_key=api_key, headers=headers,
                                  first_token_timeout_s=first_token_timeout_s)
             rate = measure_rate(target, tokens)
-            head["simulated"] = bool(rate["measurement"]["server"].get("simulated"))
-            recorder.partial({**head, **rate})  # a Ctrl-C during the probe keeps the measured rate
+            head["simulated"] = rate.server is not None and rate.server.simulated
+            recorder.partial({**head, **rate.fields()})  # a Ctrl-C during the probe keeps the measured rate
         bw = resolve_bandwidth(bandwidth_raw, weights.resident_bytes, device, threads, app)
-        doc = {**head, **analyse(weights, rate["tok_s"], bw, gate_threshold, ceiling, target_tok_s, batches, runs), **rate}
-        doc["probe"] = None if bw.probe is None else bw.probe.to_dict()
-        doc["audit"] = None if weights.audit is None else _audit_summary(weights.audit)
-        notes += [f"probe: {n}" for n in (bw.probe.notes if bw.probe else ())]
-        doc["notes"] = notes + _sanity_notes(doc, weights)
-        # Achieved above measured bandwidth across the whole range is physically impossible: the
-        # bytes per token, the bandwidth or the rate is wrong, and no gate drawn from it can stand.
-        doc["valid"] = doc["utilization"][0] <= MAX_PLAUSIBLE_UTILIZATION
-        doc = recorder.finish(doc)
+        doc = recorder.finish({**head, **document(weights, rate, bw, ceiling, gate_threshold=gate_threshold, target_tok_s=target_tok_s,
+                                                  batches=batches, runs=runs, kind=kind, asked_tokens=tokens if url else None, notes=notes)})
     except KeyboardInterrupt:
         recorder.interrupted()
         app.err.print("Interrupted.", markup=False)
         return exitcodes.INTERRUPTED
     finally:
         recorder.close()
-    console = app.err if json_path == "-" else app.out
-    for line in report_lines(doc):
+    return _report(app, from_doc(doc), json_path == "-")
+
+
+def _report(app: AppContext, run: RunResult[RooflineBody], json_to_stdout: bool) -> int:
+    """Print the report; the exit code says whether the run is valid."""
+    console = app.err if json_to_stdout else app.out
+    for line in report_lines(run):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-    if not doc["valid"]:
+    if run.valid is False:
         console.print("INVALID: utilization above 100% of the measured bandwidth over the whole range (see the note)",
                       style="bold yellow", markup=False, highlight=False, soft_wrap=True)
         return exitcodes.INVALID
     return exitcodes.OK
-
-
-def _audit_summary(a: AuditResult) -> dict[str, Any]:
-    d = a.to_dict()
-    return {k: d[k] for k in ("path", "format", "architecture", "bytes_per_token", "kv_bytes_per_token",
-                              "state_bytes_per_token", "resident_bytes", "experts", "tied_head")}
-
-
-def _sanity_notes(doc: dict[str, Any], weights: Weights) -> list[str]:
-    """reference/roofline.md section 6.3 item 7: U > 1 means bytes over-counted or a cache-resident model;
-    U < 0.15 usually means the wrong device or a fallback path."""
-    notes = []
-    lo, hi = doc["utilization"]
-    if hi > 1.0:
-        notes.append("utilization above 100%: bytes over-counted, the model fits in a cache, or the bandwidth was probed on the wrong device")
-    if lo < 0.15:
-        notes.append("utilization below 15%: often the wrong device or a fallback path (check where the engine runs)")
-    if weights.audit is None and doc["params"].get("kind") == "auto":
-        notes.append("model kind assumed dense with --bytes-per-token: pass --kind moe for a mixture of experts")
-    if weights.audit is None and doc.get("batch"):
-        notes.append("batching ceiling without an audit: every byte counted once per step (no experts, no KV cache); "
-                     "give the MODEL file for the split")
-    if weights.audit is not None and weights.audit.kv is None:
-        notes.append("KV cache not counted: pass --context N for long-context decode")
-    measured, wanted = doc.get("measurement"), doc["params"].get("tokens")
-    if measured and wanted and measured["tokens"] < SHORT_STREAM_FRACTION * wanted:
-        notes.append(f"the measuring stream stopped at {measured['tokens']} of {wanted} tokens (the server did not pin the "
-                     "length): the rate rests on fewer tokens, rerun with a server that honours ignore_eos")
-    return notes

@@ -18,9 +18,6 @@ from servecheck.store.refs import load_runs
 
 # Commands whose module renders its whole terminal report from the JSON document alone.
 REPORT_LINES = {
-    "staircase": "servecheck.cli.staircase",
-    "roofline": "servecheck.cli.roofline",
-    "context": "servecheck.cli.context_sweep",
 }
 ALARM = ("INVALID", "INCOMPLETE", "REFUSED")
 
@@ -52,10 +49,6 @@ def command_report(doc: dict[str, Any]) -> list[RenderableType] | None:
                     for b in body if not (isinstance(b, str) and b.startswith("SIMULATED"))]
         if command in REPORT_LINES:
             lines: list[str] = importlib.import_module(REPORT_LINES[command]).report_lines(doc)
-        elif command == "prefix-cache":
-            from servecheck.cli import prefix_cache
-
-            return [Text(prefix_cache.header_line(doc)), prefix_cache.sends_table(doc), *map(Text, prefix_cache.verdict_lines(doc))]
         else:
             return None
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -17,10 +18,23 @@ from string import Template
 from typing import Any
 
 from servecheck import __version__
+from servecheck.analysis.across import request_rate
 from servecheck.analysis.arms import INTERVAL_LEVEL, interval_level, median_by_arm
-from servecheck.model.bodies.arms import Arm, ArmsBody, ArmsCell, DeviantCell
+from servecheck.analysis.logaudit import audit_word
+from servecheck.analysis.run_verdict import run_verdict
+from servecheck.model.bodies.arms import Arm, ArmsBody, DeviantCell
+from servecheck.model.bodies.bandwidth import BandwidthBody
 from servecheck.model.bodies.capacity import CapacityBody, CapacityPoint
-from servecheck.model.bodies.common import Finding, LogAudit, RequestRef, Server
+from servecheck.model.bodies.common import Finding, LogAudit, Request, RequestRef, Server
+from servecheck.model.bodies.common import LogFinding, LogLine
+from servecheck.model.bodies.context import ContextBody, ContextDrift, ContextPoint, ContextRooflineRow
+from servecheck.model.bodies.demo import DemoBody
+from servecheck.model.bodies.log import LogBody
+from servecheck.model.bodies.prefix_cache import CacheAnalysis, PrefixCacheBody, PrefixSend
+from servecheck.model.bodies.roofline import Ceiling, Headroom, RooflineBody, Target
+from servecheck.model.bodies.staircase import Batch as StaircaseBatch
+from servecheck.model.bodies.staircase import Point as StaircasePoint
+from servecheck.model.bodies.staircase import StaircaseBody
 from servecheck.model.codec import encode
 from servecheck.model.result import RunResult, environment_rows, from_doc, run_findings, to_doc
 from servecheck.results import fields
@@ -225,7 +239,7 @@ def _serve_log_audit(run: RunResult[Any]) -> str:
     head = f"<h3>Server log audit</h3><p class=\"key\">{esc(audit.log_path or '')}</p>"
     if audit.error:
         return head + f'<p class="warn">The log could not be audited: {esc(audit.error)}</p>'
-    return head + _log_section(encode(audit)) if audit.findings else ""
+    return head + _log_findings(audit.findings, audit.lines) if audit.findings else ""
 
 
 def _warnings(run: RunResult[Any]) -> str:
@@ -397,7 +411,8 @@ def _excerpt(text: Any) -> str:
 
 def _generic_section(doc: dict[str, Any]) -> str:
     rows = [(k, v) for k, v in doc.items() if k not in ENVELOPE_KEYS and _is_simple(v)]
-    out = [verdict_line("Verdict", fields.verdict(doc))] if fields.verdict(doc) else []
+    word = run_verdict(from_doc(doc))
+    out = [verdict_line("Verdict", word)] if word else []
     if rows:
         out.append("<h3>Results</h3>" + kv_table(rows))
     for key, value in doc.items():
@@ -422,19 +437,22 @@ def _is_simple(value: Any) -> bool:
 # ---------------------------------------------------------------- staircase
 
 
-def _staircase_section(doc: dict[str, Any], x_max: float | None = None) -> str:
-    points = [p for p in as_list(doc.get("points")) if isinstance(p, dict)]
-    trend = as_str(doc.get("trend"))
+def _staircase(run: RunResult[StaircaseBody]) -> str:
+    return _staircase_section(run.body)
+
+
+def _staircase_section(body: StaircaseBody, x_max: float | None = None) -> str:
+    points = body.points
     parts = [
-        verdict_line("Verdict", doc.get("verdict"), f"· aggregate across N: <b>{fmt(trend)}</b>" + _ratio_note(points)),
-        reason_line(doc.get("verdict_reason"), doc.get("trend_reason")),
+        verdict_line("Verdict", body.verdict, f"· aggregate across N: <b>{fmt(body.trend)}</b>" + _ratio_note(points)),
+        reason_line(body.verdict_reason, body.trend_reason),
         "<h3>Completion times</h3>",
-        _single_note(doc),
+        _single_note(body),
         table(
             ["N", "finish at (s from release)", "aggregate tok/s", "verdict", "decided by", "reps",
              "sum of self-reported rates (misleading)"],
-            [[fmt(p.get("n"), 0), _finishes(p), fmt(p.get("aggregate_tok_s"), 1), fmt(p.get("verdict")),
-              _evidence(p), fmt(p.get("reps_taken"), 0), _self_reported_sum(p)]
+            [[fmt(p.n, 0), _finishes(p), fmt(p.aggregate_tok_s, 1), fmt(p.verdict), _evidence(p), fmt(p.reps_taken, 0),
+              _self_reported_sum(p)]
              for p in points],
             numeric=frozenset({0, 2, 5, 6}),
         ),
@@ -448,38 +466,35 @@ def _staircase_section(doc: dict[str, Any], x_max: float | None = None) -> str:
 _EVIDENCE_NAMES = {"completion_times": "finish times", "server_gauges": "server gauges", "server_timings": "server timings"}
 
 
-def _evidence(point: dict[str, Any]) -> str:
+def _evidence(point: StaircasePoint) -> str:
     """What decided a point, as the analysis recorded it; an old document says it was not recorded."""
-    if as_int(point.get("n")) == 1:
+    if point.n == 1:
         return DASH
-    if "evidence" not in point:
+    if point.evidence is None:
         return "not recorded"
-    names = [_EVIDENCE_NAMES.get(str(e), str(e)) for e in as_list(point.get("evidence"))]
+    names = [_EVIDENCE_NAMES.get(e, e) for e in point.evidence]
     return esc(" + ".join(names)) if names else DASH
 
 
-def _single_note(doc: dict[str, Any]) -> str:
-    single = as_float(doc.get("single_s"))
+def _single_note(body: StaircaseBody) -> str:
+    single, times = body.single_s, body.single_times_s
     if single is None:
         return ""
-    times = [t for t in (as_float(t) for t in as_list(doc.get("single_times_s"))) if t is not None]
     each = f", the median of {' / '.join(f'{t:.2f}' for t in times)} s measured before and after" if len(times) > 1 else ""
     return (f'<p class="key">Single-request time {esc(f"{single:.2f}")} s (N=1{esc(each)}). A queue finishes one request per '
             "single-request time; the aggregate is tokens produced / last finish, nothing the server reports.</p>")
 
 
-def _self_reported_sum(point: dict[str, Any]) -> str:
+def _self_reported_sum(point: StaircasePoint) -> str:
     """The sum the seed warns about (each request's own rate, added up), shown only beside the true aggregate."""
-    sums = [as_float(as_dict(b).get("self_reported_sum_tok_s")) for b in as_list(point.get("batches"))]
-    found = [v for v in sums if v is not None]
-    if not found or as_int(point.get("n")) == 1:
+    found = [b.self_reported_sum_tok_s for b in point.batches if b.self_reported_sum_tok_s is not None]
+    if not found or point.n == 1:
         return DASH
     return f'<span class="misleading">{fmt(statistics.median(found), 1)}</span>'
 
 
-def _ratio_note(points: list[dict[str, Any]]) -> str:
-    aggs = [(as_float(p.get("n")), as_float(p.get("aggregate_tok_s"))) for p in points]
-    aggs = [(n, a) for n, a in aggs if n is not None and a is not None]
+def _ratio_note(points: Sequence[StaircasePoint]) -> str:
+    aggs = [(p.n, p.aggregate_tok_s) for p in points if p.n is not None and p.aggregate_tok_s is not None]
     base = next((a for n, a in aggs if n == 1), None)
     if not base or len(aggs) < 2:
         return ""
@@ -487,20 +502,18 @@ def _ratio_note(points: list[dict[str, Any]]) -> str:
     return f" (agg({fmt(n_max, 0)}) / agg(1) = {fmt_ratio(a_max / base)})"
 
 
-def _finishes(point: dict[str, Any]) -> str:
-    values = [as_float(v) for v in as_list(point.get("finish_s"))]
+def _finishes(point: StaircasePoint) -> str:
     # seed-000 shape: one decimal for runs of seconds, two when everything is under 10 s
-    digits = 2 if max((v for v in values if v is not None), default=0.0) < 10 else 1
-    shown = [f"{v:.{digits}f}" if v is not None else DASH for v in values]
+    digits = 2 if max(point.finish_s, default=0.0) < 10 else 1
+    shown = [f"{v:.{digits}f}" for v in point.finish_s]
     return esc(" / ".join(shown)) if shown else DASH
 
 
-def _first_batch(point: dict[str, Any]) -> dict[str, Any] | None:
-    batches = [b for b in as_list(point.get("batches")) if isinstance(b, dict)]
-    return batches[0] if batches else None
+def _first_batch(point: StaircasePoint) -> StaircaseBatch | None:
+    return point.batches[0] if point.batches else None
 
 
-def _timeline_charts(points: list[dict[str, Any]], shared_x_max: float | None = None) -> str:
+def _timeline_charts(points: Sequence[StaircasePoint], shared_x_max: float | None = None) -> str:
     lanes = [(p, _lanes(p)) for p in points]
     lanes = [(p, rows) for p, rows in lanes if rows]
     if not lanes:
@@ -508,62 +521,64 @@ def _timeline_charts(points: list[dict[str, Any]], shared_x_max: float | None = 
     x_max = shared_x_max or _lanes_end(points)
     charts = []
     for point, rows in lanes:
-        reps = len(as_list(point.get("batches")))
+        reps = len(point.batches)
         note = f" (rep 1 of {reps})" if reps > 1 else ""
-        charts.append(timeline_chart(rows, x_max, title=f"N={fmt(point.get('n'), 0)}{note}", x_label="seconds from release"))
+        charts.append(timeline_chart(rows, x_max, title=f"N={fmt(point.n, 0)}{note}", x_label="seconds from release"))
     key = ('<p class="key">Each request is one lane:<i class="wait"></i>sent, waiting for its first token'
            '<i class="gen"></i>generating<i class="fail"></i>failed. A staircase means the server queued them; '
            "a cluster means it ran them together.</p>")
     return key + "".join(charts)
 
 
-def _lanes_end(points: list[dict[str, Any]]) -> float:
+def _lanes_end(points: Sequence[StaircasePoint]) -> float:
     """The last finish over every lane drawn: one time axis for all charts, so steps compare by eye."""
-    return max((seg.end for p in points if isinstance(p, dict) for row in _lanes(p) for seg in row.segments), default=0.0)
+    return max((seg.end for p in points for row in _lanes(p) for seg in row.segments), default=0.0)
 
 
-def _lanes(point: dict[str, Any]) -> list[TimelineRow]:
+def _lanes(point: StaircasePoint) -> list[TimelineRow]:
     batch = _first_batch(point)
     if batch is None:
         return _lanes_from_finishes(point)
-    release = as_float(batch.get("release_s")) or 0.0
-    requests = [r for r in as_list(batch.get("requests")) if isinstance(r, dict)]
-    requests.sort(key=lambda r: as_float(r.get("send_s")) or 0.0)
+    release = batch.release_s or 0.0
+    requests = sorted(batch.requests, key=lambda r: r.send_s or 0.0)
     return [row for row in (_lane(r, release) for r in requests) if row is not None]
 
 
-def _lane(req: dict[str, Any], release: float) -> TimelineRow | None:
-    send, first, end = (as_float(req.get(k)) for k in ("send_s", "first_token_s", "end_s"))
+def _lane(req: Request, release: float) -> TimelineRow | None:
+    send, first, end = req.send_s, req.first_token_s, req.end_s
     if send is None or end is None:
         return None
     send, end = send - release, end - release
-    failed = req.get("status", "ok") != "ok"
+    failed = not req.ok
     if failed or first is None:
         segments = (Segment(send, end, "fail" if failed else "gen"),)
     else:
         segments = (Segment(send, first - release, "wait"), Segment(first - release, end, "gen"))
-    title = (f"request {req.get('index', '?')}: sent {send:.2f} s, first token "
+    index = _or_unknown(req.index)
+    title = (f"request {index}: sent {send:.2f} s, first token "
              f"{'—' if first is None else f'{first - release:.2f} s'}, finished {end:.2f} s, "
-             f"{req.get('tokens', '?')} tokens, {req.get('status', '?')}")
-    return TimelineRow(label=f"#{req.get('index', '?')}", segments=segments, title=title)
+             f"{_or_unknown(req.tokens)} tokens, {_or_unknown(req.status)}")
+    return TimelineRow(label=f"#{index}", segments=segments, title=title)
 
 
-def _lanes_from_finishes(point: dict[str, Any]) -> list[TimelineRow]:
-    finishes = [as_float(v) for v in as_list(point.get("finish_s"))]
+def _or_unknown(value: object) -> str:
+    return "?" if value is None else str(value)
+
+
+def _lanes_from_finishes(point: StaircasePoint) -> list[TimelineRow]:
     return [
         TimelineRow(label=f"{i + 1}", segments=(Segment(0.0, f, "gen"),), title=f"finished {f:.2f} s")
-        for i, f in enumerate(finishes)
-        if f is not None
+        for i, f in enumerate(point.finish_s)
     ]
 
 
-def _throughput_chart(points: list[dict[str, Any]]) -> str:
-    agg = _series_points(points, "aggregate_tok_s")
+def _throughput_chart(points: Sequence[StaircasePoint]) -> str:
+    agg = tuple((float(p.n), p.aggregate_tok_s) for p in points if p.n is not None and p.aggregate_tok_s is not None)
     if not agg:
         return ""
     series = [Series("aggregate tok/s", agg, "primary")]
     per_user = tuple(
-        (n, rate) for n, rate in ((as_float(p.get("n")), _per_user_rate(p)) for p in points) if n is not None and rate is not None
+        (float(p.n), rate) for p, rate in ((p, _per_user_rate(p)) for p in points) if p.n is not None and rate is not None
     )
     if per_user:
         series.append(Series("per-user rate tok/s", per_user, "secondary"))
@@ -575,31 +590,24 @@ def _series_points(points: list[dict[str, Any]], key: str, x: str = "n") -> tupl
     return tuple((n, v) for n, v in pairs if n is not None and v is not None)
 
 
-def _per_user_rate(point: dict[str, Any]) -> float | None:
-    """The point's own figure when present, else median over requests of tokens after the first / decode time."""
-    given = as_float(point.get("per_user_rate_tok_s"))
-    if given is not None:
-        return given
-    rates = []
-    for batch in as_list(point.get("batches")):
-        for req in as_list(as_dict(batch).get("requests")):
-            rate = fields.request_rate(as_dict(req))
-            if rate is not None:
-                rates.append(rate)
+def _per_user_rate(point: StaircasePoint) -> float | None:
+    """The median over the point's requests of each one's stream rate (`analysis.across.request_rate`)."""
+    rates = [rate for batch in point.batches for req in batch.requests if (rate := request_rate(req)) is not None]
     return statistics.median(rates) if rates else None
 
 
-def _requests_details(points: list[dict[str, Any]]) -> str:
+def _requests_details(points: Sequence[StaircasePoint]) -> str:
     rows = []
     for p in points:
         batch = _first_batch(p)
-        release = as_float(as_dict(batch).get("release_s")) or 0.0
-        for req in as_list(as_dict(batch).get("requests")):
-            req = as_dict(req)
-            end = as_float(req.get("end_s"))
+        if batch is None:
+            continue
+        release = batch.release_s or 0.0
+        for req in batch.requests:
+            end = req.end_s
             rows.append([
-                fmt(p.get("n"), 0), fmt(req.get("index"), 0), fmt(req.get("status")), fmt(req.get("tokens"), 0),
-                fmt(req.get("ttft_s"), 3), fmt(None if end is None else end - release, 2), _excerpt(req.get("text")),
+                fmt(p.n, 0), fmt(req.index, 0), fmt(req.status), fmt(req.tokens, 0),
+                fmt(req.ttft_s, 3), fmt(None if end is None else end - release, 2), _excerpt(req.text),
             ])
     if not rows:
         return ""
@@ -624,25 +632,32 @@ def _arms_headline(body: ArmsBody) -> str:
 
 
 def _arms_table(body: ArmsBody) -> str:
-    medians = _cell_medians(body.cells)
+    # an older document may keep only its cells: then each arm shows the median over its cells
+    aggregate = median_by_arm((c.concurrency, c.aggregate_tok_s) for c in body.cells)
+    per_user = median_by_arm((c.concurrency, c.per_user_rate_tok_s) for c in body.cells)
+    ttft = median_by_arm((c.concurrency, c.ttft_s) for c in body.cells)
     rows = []
     for a in body.arms:
-        def recorded(metric: str, value: float | None, arm: Arm = a) -> float | None:
-            return _first(value, medians[metric].get(arm.concurrency) if arm.concurrency is not None else None)
-
         rows.append([
-            fmt(a.concurrency, 0), fmt(recorded("aggregate_tok_s", a.aggregate_tok_s), 1),
-            fmt(recorded("per_user_rate_tok_s", a.per_user_rate_tok_s), 1),
+            fmt(a.concurrency, 0), fmt(_recorded(a.aggregate_tok_s, aggregate, a), 1),
+            fmt(_recorded(a.per_user_rate_tok_s, per_user, a), 1),
             _with_interval(fmt_ratio, a.aggregate_speedup, a.aggregate_speedup_interval),
             _with_interval(fmt_ratio, a.generation_gain, a.generation_gain_interval),
             _with_interval(fmt_signed_pct, a.per_user_rate_change, a.per_user_rate_change_interval),
-            fmt(recorded("ttft_s", a.ttft_s), 3),
+            fmt(_recorded(a.ttft_s, ttft, a), 3),
             _with_interval(fmt_ratio, a.ttft_multiple, a.ttft_multiple_interval), fmt_pct(a.efficiency),
             f'<span class="label-{esc(a.label or "")}">{fmt(a.label)}</span>',
         ])
     headers = ["in flight", "aggregate tok/s", "per-user tok/s", "aggregate speedup", "generation-stage gain", "per-user rate",
                "TTFT s", "TTFT multiple", "efficiency", "label"]
     return table(headers, rows, frozenset(range(9))) + _interval_key(body.arms)
+
+
+def _recorded(value: float | None, cell_medians: dict[int, float], arm: Arm) -> float | None:
+    """The arm's own median, else the median over its cells (`analysis.arms.median_by_arm`)."""
+    if value is not None or arm.concurrency is None:
+        return value
+    return cell_medians.get(arm.concurrency)
 
 
 def _interval_key(arms: tuple[Arm, ...]) -> str:
@@ -681,19 +696,6 @@ def _arms_checks(body: ArmsBody) -> str:
     if not items:
         return ""
     return "<h3>Checks</h3><ul>" + "".join(f"<li>{esc(i)}</li>" for i in items) + "</ul>"
-
-
-def _first(*values: float | None) -> float | None:
-    return next((v for v in values if v is not None), None)
-
-
-def _cell_medians(cells: tuple[ArmsCell, ...]) -> dict[str, dict[int, float]]:
-    """Per metric, each arm's median over its cells: what an older document that kept only its cells shows."""
-    return {
-        "aggregate_tok_s": median_by_arm((c.concurrency, c.aggregate_tok_s) for c in cells),
-        "per_user_rate_tok_s": median_by_arm((c.concurrency, c.per_user_rate_tok_s) for c in cells),
-        "ttft_s": median_by_arm((c.concurrency, c.ttft_s) for c in cells),
-    }
 
 
 def _decomposition_chart(arms: tuple[Arm, ...]) -> str:
@@ -781,18 +783,20 @@ def _capacity_charts(points: tuple[CapacityPoint, ...], floor: float | None) -> 
 # ---------------------------------------------------------------- prefix cache
 
 
-def _prefix_cache_section(doc: dict[str, Any]) -> str:
-    sends = _sends(doc)
+def _prefix_cache_section(run: RunResult[PrefixCacheBody]) -> str:
+    body = run.body
+    sends = _sends(body)
     bars = [
-        Bar(f"{i + 1} {s['kind']}", s["ttft_s"], s["kind"] if s["kind"] in ("repeat", "control") else "primary",
-            f"send {i + 1} ({s['kind']}): TTFT {s['ttft_s']:.3f} s, cached {s['cached']}")
+        Bar(f"{i + 1} {s.kind}", s.ttft_s, s.kind if s.kind in ("repeat", "control") else "primary",
+            f"send {i + 1} ({s.kind}): TTFT {s.ttft_s:.3f} s, cached {s.cached_tokens}")
         for i, s in enumerate(sends)
-        if s["ttft_s"] is not None
+        if s.ttft_s is not None
     ]
-    rows = [[fmt(i + 1, 0), fmt(s["kind"]), fmt(s["ttft_s"], 3), fmt(s["cached"], 0), fmt(s["prompt"], 0)] for i, s in enumerate(sends)]
+    rows = [[fmt(i + 1, 0), fmt(s.kind), fmt(s.ttft_s, 3), fmt(s.cached_tokens, 0), fmt(s.prompt_tokens, 0)]
+            for i, s in enumerate(sends)]
     parts = [
-        verdict_line("Verdict", doc.get("verdict")),
-        reason_line(doc.get("verdict_reason") or as_dict(doc.get("analysis")).get("reason")),
+        verdict_line("Verdict", body.verdict),
+        reason_line(body.verdict_reason or (body.analysis or CacheAnalysis()).reason),
         bar_chart(bars, title="Time to first token per send", y_label="seconds") if bars else "",
         "<h3>Sends</h3>",
         table(["send", "kind", "TTFT s", "cached tokens", "prompt tokens"], rows, frozenset({0, 2, 3, 4})),
@@ -800,64 +804,57 @@ def _prefix_cache_section(doc: dict[str, Any]) -> str:
     return "\n".join(p for p in parts if p)
 
 
-def _sends(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    sends = [as_dict(s) for s in as_list(doc.get("sends")) if isinstance(s, dict)]
-    if sends:
-        return [
-            {"kind": as_str(s.get("kind")) or "send", "ttft_s": as_float(s.get("ttft_s")),
-             "cached": s.get("cached_tokens"), "prompt": s.get("prompt_tokens")}
-            for s in sends
-        ]
-    cached = as_list(doc.get("cached_tokens"))
-    out = [
-        {"kind": "repeat", "ttft_s": as_float(t), "cached": cached[i] if i < len(cached) else None, "prompt": None}
-        for i, t in enumerate(as_list(doc.get("ttft_s")))
-    ]
-    control = as_float(doc.get("control_ttft_s"))
-    if control is not None:
-        out.append({"kind": "control", "ttft_s": control, "cached": None, "prompt": None})
-    return out
+def _sends(body: PrefixCacheBody) -> tuple[PrefixSend, ...]:
+    """The sends as recorded, each with a kind; a document without them lists its repeats' TTFTs and the control's."""
+    if body.sends:
+        return tuple(s if s.kind else replace(s, kind="send") for s in body.sends)
+    cached = body.cached_tokens
+    out = [PrefixSend(kind="repeat", ttft_s=t, cached_tokens=cached[i] if i < len(cached) else None)
+           for i, t in enumerate(body.ttft_s)]
+    if body.control_ttft_s is not None:
+        out.append(PrefixSend(kind="control", ttft_s=body.control_ttft_s))
+    return tuple(out)
 
 
 # ---------------------------------------------------------------- context
 
 
-def _context_section(doc: dict[str, Any]) -> str:
+def _context_section(run: RunResult[ContextBody]) -> str:
     """Decode rate against depth (measured, and predicted at constant utilization with a model), the table by depth."""
-    points = [as_dict(p) for p in as_list(doc.get("points"))]
-    roof = {as_int(r.get("depth")): r for r in map(as_dict, as_list(doc.get("roofline")))}
-    parts = [verdict_line("Context effect", doc.get("effect")), reason_line(doc.get("effect_reason")),
-             _context_chart(points, list(roof.values())), "<h3>By depth</h3>", _context_table(points, roof)]
-    drift = as_dict(doc.get("drift"))
-    first, last, change = (as_float(drift.get(k)) for k in ("first_tok_s", "last_tok_s", "change"))
+    body = run.body
+    roof = {r.depth: r for r in body.roofline or ()}
+    parts = [verdict_line("Context effect", body.effect), reason_line(body.effect_reason),
+             _context_chart(body.points, tuple(roof.values())), "<h3>By depth</h3>", _context_table(body.points, roof)]
+    drift = body.drift or ContextDrift()
+    first, last, change = drift.first_tok_s, drift.last_tok_s, drift.change
     if first is not None and last is not None and change is not None:
         parts.append(f"<h3>Checks</h3><ul><li>{esc(f'drift: shallowest depth {first:.1f} → {last:.1f} tok/s (first vs last): {change:+.1%}')}</li></ul>")
-    skipped = [f"depth {fmt(s.get('depth'), 0)} skipped: {esc(s.get('reason'))}" for s in map(as_dict, as_list(doc.get("skipped")))]
+    skipped = [f"depth {fmt(s.depth, 0)} skipped: {fmt(s.reason)}" for s in body.skipped]
     if skipped:
         parts.append("<ul>" + "".join(f"<li>{line}</li>" for line in skipped) + "</ul>")
     return "\n".join(p for p in parts if p)
 
 
-def _context_chart(points: list[dict[str, Any]], roof: list[dict[str, Any]]) -> str:
-    measured = _series_points([p for p in points if as_int(p.get("depth")) is not None], "decode_tok_s", "depth")
+def _context_chart(points: Sequence[ContextPoint], roof: Sequence[ContextRooflineRow]) -> str:
+    measured = tuple((float(p.depth), p.decode_tok_s) for p in points if p.depth is not None and p.decode_tok_s is not None)
     if not measured:
         return ""
     series = [Series("measured decode tok/s", measured, "primary")]
-    predicted = _series_points(roof, "predicted_tok_s", "depth")
+    predicted = tuple((float(r.depth), r.predicted_tok_s) for r in roof if r.depth is not None and r.predicted_tok_s is not None)
     if predicted:
         series.append(Series("predicted at constant utilization", predicted, "secondary"))
     return line_chart(series, title="Decode rate against context depth", x_label="context depth (prompt tokens)", y_label="tok/s")
 
 
-def _context_table(points: list[dict[str, Any]], roof: dict[int | None, dict[str, Any]]) -> str:
+def _context_table(points: Sequence[ContextPoint], roof: dict[int | None, ContextRooflineRow]) -> str:
     rows = []
     for p in points:
-        r = roof.get(as_int(p.get("depth")), {})
-        rows.append([fmt(p.get("depth"), 0), fmt(p.get("context_tokens"), 0), fmt(p.get("ttft_s"), 3), fmt(p.get("prefill_tok_s"), 1),
-                     fmt(p.get("decode_tok_s"), 1), fmt_ratio(p.get("ratio")), fmt(r.get("predicted_tok_s"), 1),
-                     fmt_ratio(r.get("measured_over_predicted")), _gb(r.get("bytes_per_token")) if r else DASH,
-                     fmt(r.get("achieved_gb_s"), 2), fmt_range(r.get("utilization"), 0, 100, "%"),
-                     "valid" if p.get("valid") is not False else "INVALID"])
+        r = roof.get(p.depth) or ContextRooflineRow()
+        rows.append([fmt(p.depth, 0), fmt(p.context_tokens, 0), fmt(p.ttft_s, 3), fmt(p.prefill_tok_s, 1),
+                     fmt(p.decode_tok_s, 1), fmt_ratio(p.ratio), fmt(r.predicted_tok_s, 1),
+                     fmt_ratio(r.measured_over_predicted), _gb(r.bytes_per_token),
+                     fmt(r.achieved_gb_s, 2), fmt_range(r.utilization, 0, 100, "%"),
+                     "valid" if p.valid is not False else "INVALID"])
     headers = ["depth", "context tokens", "TTFT s", "prefill tok/s", "decode tok/s", "ratio", "predicted tok/s", "measured/predicted",
                "bytes per token", "achieved GB/s", "utilization", ""]
     return table(headers, rows, frozenset(range(11)))
@@ -866,47 +863,46 @@ def _context_table(points: list[dict[str, Any]], roof: dict[int | None, dict[str
 # ---------------------------------------------------------------- roofline
 
 
-def _roofline_section(doc: dict[str, Any]) -> str:
-    target = as_dict(doc.get("target"))
+def _roofline_section(run: RunResult[RooflineBody]) -> str:
+    b = run.body
     rows = [
-        ("bytes per token (GB = 10^9 B)", _gb(doc.get("bytes_per_token"))),
-        ("achieved bandwidth", fmt(doc.get("achieved_gb_s"), 1, " GB/s")),
-        ("measured bandwidth", fmt_range(doc.get("bandwidth_gb_s"), 0, suffix=" GB/s")),
-        ("utilization", fmt_range(doc.get("utilization"), 0, 100, "%")),
-        ("kill gate", f"{fmt(doc.get('gate'))} (threshold {fmt_range(doc.get('gate_threshold'), 0, 100, '%')})"),
+        ("bytes per token (GB = 10^9 B)", _gb(b.bytes_per_token)),
+        ("achieved bandwidth", fmt(b.achieved_gb_s, 1, " GB/s")),
+        ("measured bandwidth", fmt_range(b.bandwidth_gb_s, 0, suffix=" GB/s")),
+        ("utilization", fmt_range(b.utilization, 0, 100, "%")),
+        ("kill gate", f"{fmt(b.gate)} (threshold {fmt_range(b.gate_threshold, 0, 100, '%')})"),
     ]
-    headroom, ceiling = as_dict(doc.get("headroom")), as_dict(doc.get("ceiling"))
-    if ceiling or headroom:
-        rows.append(("ceiling", fmt(as_str(ceiling.get("name")) or headroom.get("ceiling"))))
-        rows.append(("headroom a perfect engine could win", fmt_range(headroom.get("factor"), 2, suffix="×")))
-        rows.append(("speed of light (100% of measured)", fmt_range(headroom.get("speed_of_light_tok_s"), 0, suffix=" tok/s")))
-    if target:
-        rows.append(("target", f"{fmt(target.get('tok_s'), 1)} tok/s needs {fmt(target.get('required_gb_s'), 0)} GB/s = "
-                               f"{fmt_range(target.get('required_utilization'), 0, 100, '%')}; within reach: {fmt_yes_no(target.get('within_reach'))}"))
+    headroom, ceiling, target = b.headroom or Headroom(), b.ceiling or Ceiling(), b.target or Target()
+    if ceiling != Ceiling() or headroom != Headroom():
+        rows.append(("ceiling", fmt(ceiling.name or headroom.ceiling)))
+        rows.append(("headroom a perfect engine could win", fmt_range(headroom.factor, 2, suffix="×")))
+        rows.append(("speed of light (100% of measured)", fmt_range(headroom.speed_of_light_tok_s, 0, suffix=" tok/s")))
+    if target != Target():
+        rows.append(("target", f"{fmt(target.tok_s, 1)} tok/s needs {fmt(target.required_gb_s, 0)} GB/s = "
+                               f"{fmt_range(target.required_utilization, 0, 100, '%')}; within reach: {fmt_yes_no(target.within_reach)}"))
     table_html = table(["", ""], [(esc(k), v) for k, v in rows])
-    return "\n".join([verdict_line("Gate", doc.get("gate")), _roofline_chart(doc), table_html])
+    return "\n".join([verdict_line("Gate", b.gate), _roofline_chart(b), table_html])
 
 
-def _gb(value: Any) -> str:
-    number = as_float(value)
-    return DASH if number is None else esc(f"{number / 1e9:.3f} GB ({number:,.0f} B)")
+def _gb(nbytes: float | None) -> str:
+    return DASH if nbytes is None else esc(f"{nbytes / 1e9:.3f} GB ({nbytes:,.0f} B)")
 
 
-def _roofline_chart(doc: dict[str, Any]) -> str:
-    lo, hi = as_range(doc.get("bandwidth_gb_s"))
-    achieved = as_float(doc.get("achieved_gb_s"))
+def _roofline_chart(b: RooflineBody) -> str:
+    lo, hi = b.bandwidth_gb_s or (None, None)
     bars = []
     if lo is not None and hi is not None:
         bars.append(RangeBar(f"measured bandwidth {lo:.0f}–{hi:.0f} GB/s", lo, hi, "measured", "measured bandwidth at the model's working set"))
-    if achieved is not None:
+    if b.achieved_gb_s is not None:
+        achieved = b.achieved_gb_s
         bars.append(RangeBar(f"achieved {achieved:.0f} GB/s", achieved, achieved, "achieved", "tok/s × bytes per token"))
     if not bars:
         return ""
-    gate = as_float(doc.get("gate_threshold"))
+    gate = b.gate_threshold
     markers = []
     if gate is not None and lo is not None and hi is not None:
         markers.append(Marker(f"gate {gate * 100:.0f}% of measured: {gate * lo:.0f}–{gate * hi:.0f} GB/s", gate * lo, gate * hi))
-    c_lo, c_hi = as_range(as_dict(doc.get("ceiling")).get("utilization"))
+    c_lo, c_hi = (b.ceiling and b.ceiling.utilization) or (None, None)
     if c_lo is not None and c_hi is not None and lo is not None and hi is not None:
         markers.append(Marker(f"typical ceiling {c_lo * 100:.0f}–{c_hi * 100:.0f}% of measured: {c_lo * lo:.0f}–{c_hi * hi:.0f} GB/s",
                               c_lo * lo, c_hi * hi, "ceiling"))
@@ -916,18 +912,20 @@ def _roofline_chart(doc: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- log
 
 
-def _log_section(doc: dict[str, Any]) -> str:
-    findings = [as_dict(f) for f in as_list(doc.get("findings"))]
+def _log_section(run: RunResult[LogBody]) -> str:
+    return _log_findings(run.body.findings, run.body.lines)
+
+
+def _log_findings(findings: Sequence[LogFinding], lines: Sequence[LogLine]) -> str:
+    """A log audit's word, its findings and the WARNING/ERROR lines: the `log` command's, or a --serve run's."""
     rows = [
-        [fmt(f.get("feature")), f'<span class="status-{esc(f.get("status", ""))}">{fmt(f.get("status"))}</span>',
-         _excerpt(f.get("line")), fmt(f.get("meaning"))]
+        [fmt(f.feature), f'<span class="status-{esc(f.status or "")}">{fmt(f.status)}</span>', _excerpt(f.line), fmt(f.meaning)]
         for f in findings
     ]
     headers = ["feature", "status", "evidence", "meaning"]
-    parts = [verdict_line("Verdict", fields.verdict(doc)), "<h3>Findings</h3>", table(headers, rows)]
-    lines = [as_dict(line) for line in as_list(doc.get("lines"))]
+    parts = [verdict_line("Verdict", audit_word(findings)), "<h3>Findings</h3>", table(headers, rows)]
     if lines:
-        line_rows = [[fmt(line.get("level")), _excerpt(line.get("text"))] for line in lines]
+        line_rows = [[fmt(line.level), _excerpt(line.text)] for line in lines]
         parts.append("<details><summary>Warning and error lines</summary>" + table(["level", "line"], line_rows) + "</details>")
     return "\n".join(parts)
 
@@ -935,36 +933,59 @@ def _log_section(doc: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- bandwidth
 
 
-def _bandwidth_section(doc: dict[str, Any]) -> str:
-    points = [as_dict(p) for p in as_list(doc.get("points"))]
+def _bandwidth_section(run: RunResult[BandwidthBody]) -> str:
+    points = run.body.points or ()
     bars = [
-        Bar(f"{b / 2**30:g} GiB", v, "primary", f"{b / 2**30:g} GiB working set: {v:.1f} GB/s")
-        for b, v in ((as_float(p.get("bytes")), as_float(p.get("gb_s"))) for p in points)
-        if b is not None and v is not None
+        Bar(f"{p.bytes / 2**30:g} GiB", p.gb_s, "primary", f"{p.bytes / 2**30:g} GiB working set: {p.gb_s:.1f} GB/s")
+        for p in points
+        if p.bytes is not None and p.gb_s is not None
     ]
     chart = bar_chart(bars, title="Read bandwidth by working-set size", y_label="GB/s") if bars else ""
-    return chart + _generic_section(doc)
+    return chart + _bandwidth_tables(run.body)
+
+
+# A point's columns in the order its JSON object keeps them (sorted keys), as the tables always listed them.
+PROBE_POINT_COLUMNS = ("bytes", "gb_s", "gb_s_4k", "gb_s_huge", "gib", "low_gb_s", "median_gb_s_4k", "median_gb_s_huge", "pages_differ")
+
+
+def _bandwidth_tables(b: BandwidthBody) -> str:
+    """The probe's settings, its points and the sizes it skipped, laid out as the generic section lays out
+    any document: the simple fields in key order, then a table per list of records."""
+    # as there, an empty list is a field that reads "—", and a list longer than 16 is not a simple field
+    settings = [("device", b.device), ("method", b.method), ("notes", b.notes if b.notes is None or len(b.notes) <= 16 else None),
+                ("passes", b.passes), ("points", () if b.points == () else None), ("skipped", () if b.skipped == () else None),
+                ("threads", b.threads)]
+    rows = [(k, v) for k, v in settings if v is not None]
+    out = ["<h3>Results</h3>" + kv_table(rows)] if rows else []
+    if b.points:
+        cells = [[fmt_field(k, getattr(p, k)) for k in PROBE_POINT_COLUMNS] for p in b.points]
+        out.append("<h3>points</h3>" + table(PROBE_POINT_COLUMNS, cells))
+    if b.skipped:
+        out.append("<h3>skipped</h3>" + table(["bytes", "reason"], [[fmt_field("bytes", s.bytes), fmt(s.reason)] for s in b.skipped]))
+    return "\n".join(out)
 
 
 # ---------------------------------------------------------------- demo
 
 
-def _demo_section(doc: dict[str, Any]) -> str:
+def _demo_section(run: RunResult[DemoBody]) -> str:
     """The demo's staircase runs (one per server configuration), each drawn like a staircase run."""
     parts = []
-    runs = [as_dict(r) for r in as_list(doc.get("runs"))]
+    runs = run.body.runs
     # the same time axis for both configurations: the cluster ends visibly before the staircase
-    x_max = max((_lanes_end(as_list(as_dict(r.get("staircase")).get("points"))) for r in runs), default=0.0) or None
-    for run in runs:
-        title = f"--parallel {fmt(run.get('parallel'), 0)}: expected {fmt(run.get('expected'))}, got {fmt(run.get('verdict'))}"
-        parts.append(f"<h3>{title}</h3>")
-        staircase = as_dict(run.get("staircase"))
-        if staircase:
-            parts.append(_staircase_section(staircase, x_max))
-        audit = as_dict(run.get("log_audit"))
-        if as_list(audit.get("findings")):
-            parts.append(_log_section(audit))
-    return "\n".join(parts) or _generic_section(doc)
+    x_max = max((_lanes_end(r.staircase.points) for r in runs if r.staircase is not None), default=0.0) or None
+    for r in runs:
+        parts.append(f"<h3>--parallel {fmt(r.parallel, 0)}: expected {fmt(r.expected)}, got {fmt(r.verdict)}</h3>")
+        if r.staircase is not None:
+            parts.append(_staircase_section(r.staircase, x_max))
+        if r.log_audit is not None and r.log_audit.findings:
+            parts.append(_log_findings(r.log_audit.findings, r.log_audit.lines))
+    return "\n".join(parts) or _demo_nothing_measured(run.body)
+
+
+def _demo_nothing_measured(body: DemoBody) -> str:
+    """A demo stopped before its first point: the simple fields, as the generic section lists them."""
+    return "<h3>Results</h3>" + kv_table([("model_path", body.model_path), ("runs", body.runs), ("as_expected", body.as_expected)])
 
 
 def _legacy(section: Callable[[dict[str, Any]], str]) -> Renderer:
@@ -973,13 +994,13 @@ def _legacy(section: Callable[[dict[str, Any]], str]) -> Renderer:
 
 
 RENDERERS: dict[str, Renderer] = {
-    "demo": _legacy(_demo_section),
-    "bandwidth": _legacy(_bandwidth_section),
-    "staircase": _legacy(_staircase_section),
+    "demo": _demo_section,
+    "bandwidth": _bandwidth_section,
+    "staircase": _staircase,
     "arms": _arms_section,
     "capacity": _capacity_section,
-    "prefix-cache": _legacy(_prefix_cache_section),
-    "context": _legacy(_context_section),
-    "roofline": _legacy(_roofline_section),
-    "log": _legacy(_log_section),
+    "prefix-cache": _prefix_cache_section,
+    "context": _context_section,
+    "roofline": _roofline_section,
+    "log": _log_section,
 }

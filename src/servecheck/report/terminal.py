@@ -14,6 +14,10 @@ from rich.table import Table
 from rich.text import Text
 
 from servecheck.model.bodies.arms import ArmsBody
+from servecheck.model.bodies.log import LogBody
+from servecheck.model.bodies.prefix_cache import PrefixCacheBody
+from servecheck.model.bodies.roofline import RooflineBody
+from servecheck.model.bodies.staircase import StaircaseBody
 from servecheck.analysis.run_verdict import run_verdict
 from servecheck.model.result import RunResult, from_doc, to_doc
 from servecheck.results.fields import as_dict, as_float, as_list
@@ -136,17 +140,15 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
     return table
 
 
-def _staircase_body(doc: dict[str, Any]) -> list[RenderableType]:
+def _staircase_body(run: RunResult[StaircaseBody]) -> list[RenderableType]:
     rows = []
-    for p in as_list(doc.get("points")):
-        p = as_dict(p)
-        times = [as_float(f) for f in as_list(p.get("finish_s"))]
+    for p in run.body.points:
         # as the staircase report prints them: two decimals while everything is under 10 s
-        digits = 2 if max((t for t in times if t is not None), default=0.0) < 10 else 1
-        finishes = " / ".join(num(t, digits) for t in times) or DASH
-        rows.append([f"N={num(p.get('n'), 0)}", f"finish at {finishes} s", f"aggregate {num(p.get('aggregate_tok_s'))} tok/s",
-                     str(p.get("verdict") or DASH)])
-    out: list[RenderableType] = [Text(f"aggregate across N: {doc.get('trend') or DASH}")]
+        digits = 2 if max(p.finish_s, default=0.0) < 10 else 1
+        finishes = " / ".join(num(t, digits) for t in p.finish_s) or DASH
+        rows.append([f"N={num(p.n, 0)}", f"finish at {finishes} s", f"aggregate {num(p.aggregate_tok_s)} tok/s",
+                     p.verdict or DASH])
+    out: list[RenderableType] = [Text(f"aggregate across N: {run.body.trend or DASH}")]
     return out + [_table(["", "", "", ""], rows)]
 
 
@@ -170,36 +172,38 @@ def _pct(value: float | None, *, signed: bool = False) -> str:
     return f"{value * 100:+.0f}%" if signed else f"{value * 100:.0f}%"
 
 
-def _prefix_body(doc: dict[str, Any]) -> list[RenderableType]:
-    sends = [as_dict(s) for s in as_list(doc.get("sends"))]
-    if sends:
-        rows = [[str(i + 1), str(s.get("kind") or DASH), num(s.get("ttft_s"), 3), num(s.get("cached_tokens"), 0)] for i, s in enumerate(sends)]
-    else:
-        cached = as_list(doc.get("cached_tokens"))
-        rows = [[str(i + 1), "repeat", num(t, 3), num(cached[i] if i < len(cached) else None, 0)] for i, t in enumerate(as_list(doc.get("ttft_s")))]
-        rows.append([str(len(rows) + 1), "control", num(doc.get("control_ttft_s"), 3), DASH])
+def _prefix_body(run: RunResult[PrefixCacheBody]) -> list[RenderableType]:
+    body = run.body
+    if body.sends:
+        rows = [[str(i + 1), s.kind or DASH, num(s.ttft_s, 3), num(s.cached_tokens, 0)] for i, s in enumerate(body.sends)]
+    else:  # a document without its sends: the repeats' TTFTs, then the control's
+        cached = body.cached_tokens
+        rows = [[str(i + 1), "repeat", num(t, 3), num(cached[i] if i < len(cached) else None, 0)] for i, t in enumerate(body.ttft_s)]
+        rows.append([str(len(rows) + 1), "control", num(body.control_ttft_s, 3), DASH])
     return [_table(["send", "kind", "TTFT s", "cached tokens"], rows)]
 
 
-def _roofline_body(doc: dict[str, Any]) -> list[RenderableType]:
+def _roofline_body(run: RunResult[RooflineBody]) -> list[RenderableType]:
+    b = run.body
     rows = [
-        ["bytes per token", num(as_float(doc.get("bytes_per_token")) and as_float(doc.get("bytes_per_token")) / 1e9, 3, " GB")],
-        ["achieved", num(doc.get("achieved_gb_s"), 1, " GB/s")],
-        ["measured bandwidth", _range(doc.get("bandwidth_gb_s"), 1.0, " GB/s", 0)],
-        ["utilization", _range(doc.get("utilization"), 100.0, "%", 0)],
-        ["gate", f"{doc.get('gate') or DASH} (threshold {_range(doc.get('gate_threshold'), 100.0, '%', 0)})"],
+        ["bytes per token", num(None if b.bytes_per_token is None else b.bytes_per_token / 1e9, 3, " GB")],
+        ["achieved", num(b.achieved_gb_s, 1, " GB/s")],
+        ["measured bandwidth", _range(b.bandwidth_gb_s, 1.0, " GB/s", 0)],
+        ["utilization", _range(b.utilization, 100.0, "%", 0)],
+        ["gate", f"{b.gate or DASH} (threshold {_range(b.gate_threshold, 100.0, '%', 0)})"],
     ]
     return [_table(["", ""], rows)]
 
 
-def _range(value: Any, scale: float, suffix: str, digits: int) -> str:
-    values = [as_float(v) for v in value] if isinstance(value, list) else [as_float(value)]
-    shown = [f"{v * scale:.{digits}f}" for v in values if v is not None]
+def _range(value: tuple[float, ...] | float | None, scale: float, suffix: str, digits: int) -> str:
+    """`265–315 GB/s`, or one figure where both ends (or the one value) print alike."""
+    values = value if isinstance(value, tuple) else () if value is None else (value,)
+    shown = [f"{v * scale:.{digits}f}" for v in values]
     return "–".join(dict.fromkeys(shown)) + suffix if shown else DASH
 
 
-def _log_body(doc: dict[str, Any]) -> list[RenderableType]:
-    rows = [[str(f.get("feature") or DASH), str(f.get("status") or DASH), str(f.get("line") or DASH)] for f in map(as_dict, as_list(doc.get("findings")))]
+def _log_body(run: RunResult[LogBody]) -> list[RenderableType]:
+    rows = [[f.feature or DASH, f.status or DASH, f.line or DASH] for f in run.body.findings]
     return [_table(["feature", "status", "evidence"], rows)]
 
 
@@ -228,9 +232,9 @@ def _legacy(body: Callable[[dict[str, Any]], list[RenderableType]]) -> Body:
 
 
 _BODIES: dict[str, Body] = {
-    "staircase": _legacy(_staircase_body),
+    "staircase": _staircase_body,
     "arms": _arms_body,
-    "prefix-cache": _legacy(_prefix_body),
-    "roofline": _legacy(_roofline_body),
-    "log": _legacy(_log_body),
+    "prefix-cache": _prefix_body,
+    "roofline": _roofline_body,
+    "log": _log_body,
 }
