@@ -11,7 +11,7 @@ import pytest
 from servecheck.cli import main as main_mod
 from servecheck.errors import UsageError
 from servecheck.model.result import from_doc
-from servecheck.report import samples
+import samples
 from servecheck.report.diff import RISING_RATIO, diff_runs, growth_ratio, per_stream, trend_of
 from servecheck.store.db import open_store
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from servecheck.cli import main as main_mod
-from servecheck.report import samples
+import samples
 from servecheck.report.html import write_html
 
 CHROMIUM = os.environ.get("SERVECHECK_CHROMIUM", "/usr/bin/chromium")

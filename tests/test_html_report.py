@@ -14,7 +14,7 @@ import pytest
 
 from servecheck.errors import UsageError
 from servecheck.report import html as report_html
-from servecheck.report import samples
+import samples
 from servecheck.results.jsonout import write_json
 
 HOSTILE = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>"]

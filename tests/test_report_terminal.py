@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from servecheck.report import samples
+import samples
 from servecheck.report.terminal import progress, render_doc
 
 

@@ -12,7 +12,7 @@ from servecheck import exitcodes
 from servecheck.cli import main as main_mod
 from servecheck.analysis.run_verdict import run_verdict
 from servecheck.model.result import from_doc
-from servecheck.report import samples
+import samples
 from servecheck.store.db import open_store
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from servecheck.audit import classify as C
-from servecheck.audit.gguf_header import GGUFHeader, GGUFTensorInfo, SkippedArray, read_gguf_header
+from servecheck.audit.gguf_header import GGUFTensorInfo, SkippedArray, read_gguf_header
 from servecheck.audit.records import (
     AuditResult,
     Experts,

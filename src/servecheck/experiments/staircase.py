@@ -22,7 +22,7 @@ from servecheck.analysis.staircase import (
 from servecheck.errors import ServerError, UsageError
 from servecheck.experiments.common import RequestFactory, make, queue_wait_s
 from servecheck.load.protocol import Driver
-from servecheck.model.records import NS_PER_S, BatchResult, GenRequest, RequestRecord, ServerInfo
+from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord, ServerInfo
 
 OnPoint = Callable[["StaircaseResult"], None]
 OnServer = Callable[[ServerInfo], None]

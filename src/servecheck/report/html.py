@@ -35,11 +35,9 @@ from servecheck.model.bodies.roofline import Ceiling, Headroom, RooflineBody, Ta
 from servecheck.model.bodies.staircase import Batch as StaircaseBatch
 from servecheck.model.bodies.staircase import Point as StaircasePoint
 from servecheck.model.bodies.staircase import StaircaseBody
-from servecheck.model.codec import encode
-from servecheck.model.result import RunResult, environment_rows, from_doc, run_findings, to_doc
-from servecheck.results import fields
+from servecheck.model.result import RunResult, environment_rows, from_doc, run_findings
 from servecheck.report.diff import DIFFABLE, RISING_RATIO, diff_context_runs, diff_runs, label_for, per_stream
-from servecheck.results.fields import as_dict, as_float, as_int, as_list, as_str
+from servecheck.results.fields import as_float, as_int, as_list, as_str
 from servecheck.results.jsonout import write_text_atomic
 from servecheck.report.svg import (
     Bar,
@@ -585,11 +583,6 @@ def _throughput_chart(points: Sequence[StaircasePoint]) -> str:
     return line_chart(series, title="Throughput against N", x_label="concurrent requests (N)", y_label="tok/s")
 
 
-def _series_points(points: list[dict[str, Any]], key: str, x: str = "n") -> tuple[tuple[float, float], ...]:
-    pairs = ((as_float(p.get(x)), as_float(p.get(key))) for p in points)
-    return tuple((n, v) for n, v in pairs if n is not None and v is not None)
-
-
 def _per_user_rate(point: StaircasePoint) -> float | None:
     """The median over the point's requests of each one's stream rate (`analysis.across.request_rate`)."""
     rates = [rate for batch in point.batches for req in batch.requests if (rate := request_rate(req)) is not None]
@@ -986,11 +979,6 @@ def _demo_section(run: RunResult[DemoBody]) -> str:
 def _demo_nothing_measured(body: DemoBody) -> str:
     """A demo stopped before its first point: the simple fields, as the generic section lists them."""
     return "<h3>Results</h3>" + kv_table([("model_path", body.model_path), ("runs", body.runs), ("as_expected", body.as_expected)])
-
-
-def _legacy(section: Callable[[dict[str, Any]], str]) -> Renderer:
-    """A section that still reads the document (until its command's renderer reads the typed body)."""
-    return lambda run: section(to_doc(run))
 
 
 RENDERERS: dict[str, Renderer] = {

@@ -19,7 +19,7 @@ from servecheck.model.bodies.prefix_cache import PrefixCacheBody
 from servecheck.model.bodies.roofline import RooflineBody
 from servecheck.model.bodies.staircase import StaircaseBody
 from servecheck.analysis.run_verdict import run_verdict
-from servecheck.model.result import RunResult, from_doc, to_doc
+from servecheck.model.result import RunResult, from_doc
 from servecheck.results.fields import as_dict, as_float, as_list
 
 # Anything shorter finishes before a user wonders whether it hangs; a progress display that
@@ -224,11 +224,6 @@ def _scalar(value: Any) -> str:
 
 
 Body = Callable[[RunResult[Any]], list[RenderableType]]
-
-
-def _legacy(body: Callable[[dict[str, Any]], list[RenderableType]]) -> Body:
-    """A short rendering that still reads the document (until it reads its command's typed body)."""
-    return lambda run: body(to_doc(run))
 
 
 _BODIES: dict[str, Body] = {
