@@ -11,6 +11,7 @@ import pytest
 from servecheck.client.base import Target
 from servecheck.experiments.staircase import run_staircase
 from servecheck.load.driver import LoadDriver
+from servecheck.load.lanes import LaneDriver
 from servecheck.load.fake import FakeDriver, FakeServer, flat
 from servecheck.load.prompts import make_requests
 from servecheck.load.protocol import Driver, Tokenizer
@@ -21,19 +22,19 @@ PROTOCOL_METHODS = {"detect", "tokenize", "generate", "run_batch", "get_json", "
 
 
 def _drivers() -> list[object]:
-    return [LoadDriver(Target(url="http://127.0.0.1:9")), FakeDriver()]
+    return [LoadDriver(Target(url="http://127.0.0.1:9")), FakeDriver(), LaneDriver(Target(url="http://127.0.0.1:9"), workers=2)]
 
 
 def test_the_protocol_holds_exactly_the_calls_experiments_make() -> None:
     assert {name for name in dir(Driver) if not name.startswith("_")} == PROTOCOL_METHODS
 
 
-@pytest.mark.parametrize("driver", _drivers(), ids=["LoadDriver", "FakeDriver"])
+@pytest.mark.parametrize("driver", _drivers(), ids=["LoadDriver", "FakeDriver", "LaneDriver"])
 def test_both_drivers_satisfy_the_protocol(driver: object) -> None:
     assert isinstance(driver, Driver) and isinstance(driver, Tokenizer)
 
 
-@pytest.mark.parametrize("cls", [LoadDriver, FakeDriver], ids=["LoadDriver", "FakeDriver"])
+@pytest.mark.parametrize("cls", [LoadDriver, FakeDriver, LaneDriver], ids=["LoadDriver", "FakeDriver", "LaneDriver"])
 @pytest.mark.parametrize("name", sorted(PROTOCOL_METHODS))
 def test_every_method_has_the_protocols_signature(cls: type, name: str) -> None:
     """isinstance only checks that the names exist: the parameters, their kinds and defaults, and

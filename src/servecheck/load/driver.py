@@ -295,20 +295,25 @@ class LoadDriver:
             await session.close()
 
     async def run_batch(
-        self,
-        reqs: Sequence[GenRequest],
-        in_flight: int | None = None,
-        queue_wait_s: float = 0.0,
-        release_at: ReleaseAt | None = None,
+        self, reqs: Sequence[GenRequest], in_flight: int | None = None, queue_wait_s: float = 0.0
     ) -> BatchResult:
         """Release `reqs` together from a start barrier (at most `in_flight` at once).
 
         `queue_wait_s` extends the first-token and request timeouts of this batch: a server that
         queues requests legitimately holds the last one that long before its first token.
-        `release_at`, when given, is awaited once every lane's connection is warm and returns the
-        run-clock instant at which to open the barrier: how worker processes (`load.lanes`) open
-        theirs together with every other worker's.
         """
+        return await self.run_timed_batch(reqs, in_flight, queue_wait_s, None)
+
+    async def run_timed_batch(
+        self,
+        reqs: Sequence[GenRequest],
+        in_flight: int | None,
+        queue_wait_s: float,
+        release_at: ReleaseAt | None,
+    ) -> BatchResult:
+        """`run_batch`, with the barrier opened when `release_at` says: it is awaited once every lane's
+        connection is warm and returns the run-clock instant at which to open. How worker processes
+        (`load.lanes`) open theirs together with every other worker's."""
         if not reqs:
             raise UsageError("a batch needs at least one request")
         if in_flight is not None and in_flight < 1:

@@ -267,7 +267,7 @@ async def _run_share(driver: LoadDriver, conn: Connection, share: _Share) -> Bat
         noise.start()
         return int(go[1])
 
-    batch = await driver.run_batch(share.reqs, share.in_flight, share.queue_wait_s, release_at=release_at)
+    batch = await driver.run_timed_batch(share.reqs, share.in_flight, share.queue_wait_s, release_at)
     return replace(batch, noise=await noise.stop())
 
 
