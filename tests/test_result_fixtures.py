@@ -16,7 +16,7 @@ import generate  # noqa: E402
 
 DOCS = sorted(p.stem for p in FIXTURES.glob("*.json"))
 COMMANDS = {"staircase", "arms", "capacity", "prefix-cache", "context", "roofline", "log", "audit", "bandwidth",
-            "calibrate", "compare"}
+            "calibrate", "compare", "demo"}
 
 
 def test_there_is_a_fixture_for_every_command():

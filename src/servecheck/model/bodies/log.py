@@ -44,7 +44,7 @@ class LogBody:
     evidence: tuple[LogEvidence, ...] = ()
     evidence_repeated: int | None = None  # matching lines that repeated a reading already in evidence
     requests: tuple[FeatureAsk, ...] = ()
-    refused: tuple[str, ...] = ()  # the refused features
+    refused: tuple[str, ...] | None = None  # the refused features (None: a demo run's audit, which does not list them)
     lines: tuple[LogLine, ...] = ()  # WARNING/ERROR lines
     notes: tuple[str, ...] = ()
 
