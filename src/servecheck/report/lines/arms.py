@@ -8,19 +8,11 @@ from rich.console import RenderableType
 
 from servecheck.analysis.arms import INTERVAL_LEVEL, interval_level
 from servecheck.model.bodies.arms import Arm, ArmsBody, ArmsDesign, ArmsDrift, Interval
-from servecheck.model.bodies.common import Warning
 from servecheck.model.result import RunResult
 from servecheck.report.lines import REPORTS
-
-
-def _pct(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{0.0 if abs(x) < 0.005 else x:+.0%}"  # no "-0%" for a change that rounds to nothing
-
-
-def _num(x: float | None, fmt: str) -> str:
-    return "-" if x is None else format(x, fmt)
+from servecheck.report.lines.text import num as _num
+from servecheck.report.lines.text import signed_pct as _pct
+from servecheck.report.lines.text import warning_line
 
 
 def _ratio(x: float | None, interval: Interval | None = None) -> str:
@@ -129,12 +121,6 @@ def check_lines(body: ArmsBody) -> list[str]:
             f"({_num(cell.deviation, '+.0%')})"
         )
     return lines
-
-
-def warning_line(w: Warning) -> str:
-    if isinstance(w, str):
-        return f"warning: {w}"
-    return f"warning: {w.message or '-'}" + (f" ({w.hint})" if w.hint else "")
 
 
 def report_lines(run: RunResult[ArmsBody]) -> list[str]:

@@ -7,21 +7,15 @@ from typing import Any
 from rich.console import RenderableType
 
 from servecheck.model.bodies.capacity import CapacityBody, CapacityDesign, CapacityPoint, Interval
-from servecheck.model.bodies.common import Warning
 from servecheck.model.result import RunResult
 from servecheck.report.lines import REPORTS
-
-
-def _num(x: float | None, fmt: str) -> str:
-    return "-" if x is None else format(x, fmt)
+from servecheck.report.lines.text import num as _num
+from servecheck.report.lines.text import signed_pct as _pct
+from servecheck.report.lines.text import warning_line
 
 
 def _interval(iv: Interval | None, fmt: str) -> str:
     return "" if not iv else f" [{format(iv[0], fmt)}-{format(iv[1], fmt)}]"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{0.0 if abs(x) < 0.005 else x:+.0%}"
 
 
 def _percent_of(q: float | None) -> str:
@@ -74,12 +68,6 @@ def check_lines(body: CapacityBody) -> list[str]:
         if p.status != "pass":
             lines.append(f"N={_num(p.n, 'd')} {p.status or '-'}: {p.reason or '-'}")
     return lines
-
-
-def warning_line(w: Warning) -> str:
-    if isinstance(w, str):
-        return f"warning: {w}"
-    return f"warning: {w.message or '-'}" + (f" ({w.hint})" if w.hint else "")
 
 
 def report_lines(run: RunResult[CapacityBody]) -> list[str]:
