@@ -8,6 +8,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from servecheck.audit.gguf_audit import kv_element_bytes
 from servecheck.audit import AuditOptions, AuditResult, audit_model
 from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
@@ -74,8 +75,6 @@ def audit_doc(result: AuditResult, params: dict[str, Any]) -> dict[str, Any]:
 
 def check_kv_type(kv_type: str) -> None:
     """An unknown --kv-type is a bad flag value (exit 2), refused before any file is read."""
-    from servecheck.audit.gguf_audit import kv_element_bytes
-    from servecheck.errors import AuditError
 
     try:
         kv_element_bytes(kv_type)

@@ -32,6 +32,8 @@ from servecheck.envinfo import environment
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.experiments.demo import DEMO_NS, EXPECTED, as_expected, run_demo_staircase
 from servecheck.experiments.staircase import StaircaseResult
+from servecheck.load.driver import LoadDriver
+from servecheck.logscan.scan import scan_log
 from servecheck.model.bodies import demo as demo_body
 from servecheck.model.result import from_doc
 from servecheck.report.lines import demo as report
@@ -150,8 +152,6 @@ class DemoRun:
 
 async def _staircase(url: str, api: str, tokens: int, prompt_tokens: int, seed: int,
                      on_point: Callable[[StaircaseResult], None]) -> StaircaseResult:
-    from servecheck.load.driver import LoadDriver
-
     target = make_target(url, api=api, first_token_timeout_s=FIRST_TOKEN_TIMEOUT_S)
     async with LoadDriver(target) as driver:
         return await run_demo_staircase(driver, tokens=tokens, prompt_tokens=prompt_tokens, rng=random.Random(seed),
@@ -206,10 +206,6 @@ def audit_log(
     features decided whatever the command line says (the demo asks whether each server batches:
     a one-at-a-time server's own configuration line then says so, whether or not a periodic line
     happened to catch a request waiting)."""
-    try:
-        from servecheck.logscan import scan_log  # type: ignore[attr-defined]
-    except ImportError:
-        return None
     try:
         result = scan_log(log_path, engine, shlex.join(command[1:]), ask=ask)
     except ServecheckError as exc:  # the audit is a bonus: its failure must not hide the two verdicts

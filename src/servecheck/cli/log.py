@@ -15,6 +15,7 @@ from servecheck.cli.common import Recorder, check_input_file, check_url, output_
 from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
 from servecheck.errors import LogScanError
+from servecheck.logscan.live import live_evidence
 from servecheck.logscan.rules import ENGINE_CHOICES, load_rules
 from servecheck.logscan.scan import LogScanResult, scan_log
 from servecheck.results.jsonout import envelope
@@ -140,8 +141,6 @@ def cmd(
     except OSError as exc:  # a special file that opens but cannot be read (EIO, ENXIO, ...)
         raise LogScanError(f"cannot read log file {file}: {exc.strerror or exc}", "give the server's text log") from exc
     if url is not None:
-        from servecheck.logscan.live import live_evidence
-
         result = result.with_live(live_evidence(check_url(url), engine))
     params = {"file": file, "engine": engine, "flags": flags, "url": url, "rules": rules_path}
     doc = log_doc(result, params)

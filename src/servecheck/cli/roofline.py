@@ -24,6 +24,8 @@ from servecheck.cli.context import AppContext
 from servecheck.client.base import Target
 from servecheck.envinfo import environment
 from servecheck.errors import AuditError, ServerError, UsageError
+from servecheck.load.driver import LoadDriver
+from servecheck.load.prompts import make_requests
 from servecheck.model.bodies.roofline import RooflineBody
 from servecheck.model.records import RequestRecord, ServerInfo
 from servecheck.model.result import RunResult, from_doc
@@ -178,8 +180,6 @@ class Rate:
 
 async def measure_tok_s(target: Target, tokens: int, prompt_tokens: int, seed: int) -> tuple[float, ServerInfo, RequestRecord]:
     """Decode tokens/s of one fixed-length stream (after a short warm-up), prefill excluded."""
-    from servecheck.load.driver import LoadDriver
-    from servecheck.load.prompts import make_requests
 
     async with LoadDriver(target) as driver:
         info = await driver.detect()

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import gguf
 import numpy as np
 
 from servecheck.engine.build import Progress, ensure_vocab
@@ -98,8 +99,6 @@ def _noop(_: str) -> None:
 
 def write_model(spec: ModelSpec, vocab_path: Path, out: Path, seed: int | None = None) -> None:
     """Write a llama-architecture GGUF for `spec` with seeded random F16 weights."""
-    import gguf
-
     tokenizer = read_tokenizer(vocab_path)
     n_vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
     rng = np.random.default_rng(zlib.crc32(spec.name.encode()) if seed is None else seed)
@@ -117,8 +116,6 @@ def write_model(spec: ModelSpec, vocab_path: Path, out: Path, seed: int | None =
 
 def read_tokenizer(vocab_path: Path) -> dict[str, tuple[Any, Any, Any]]:
     """Every `tokenizer.*` key of a vocabulary GGUF, as (value, type, array item type)."""
-    import gguf
-
     try:
         reader = gguf.GGUFReader(str(vocab_path))
     except (OSError, ValueError) as exc:

@@ -18,6 +18,7 @@ from servecheck.probe.bandwidth import (
     plan_sizes,
 )
 from servecheck.errors import UsageError
+from servecheck.probe.gpu import measure_gpu
 
 __all__ = ["GIB", "BandwidthResult", "OnPoint", "ProbePoint", "measure_bandwidth", "plan_sizes"]
 
@@ -38,8 +39,6 @@ def measure_bandwidth(
     if device not in DEVICES:
         raise UsageError(f"unknown device {device!r}", "use cpu, cuda or mps")
     if device != "cpu":
-        from servecheck.probe.gpu import measure_gpu
-
         return measure_gpu(device, sizes, passes=passes, progress=progress, on_point=on_point)
     plan, skipped = plan_sizes(sizes, available_memory_bytes())
     result = measure_cpu(plan, threads=threads, passes=passes, method=method, progress=progress, on_point=on_point)

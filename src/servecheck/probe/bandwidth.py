@@ -10,6 +10,7 @@ uses 4 KiB pages, and the gap grows with the working set (TLB reach).
 from __future__ import annotations
 
 import mmap
+import math
 import os
 import statistics
 import threading
@@ -19,7 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from servecheck.errors import ProbeError, UsageError
+from servecheck.probe.kernel import load_kernel
 
 GIB = 1 << 30
 GB = 10**9
@@ -99,8 +103,6 @@ class BandwidthResult:
 
     def closest(self, working_set_bytes: int) -> ProbePoint:
         """The point whose size is closest to the model's working set (in log terms)."""
-        import math
-
         if not self.points:
             raise ProbeError("no bandwidth points were measured", "check --sizes")
         return min(self.points, key=lambda p: abs(math.log(p.bytes / max(working_set_bytes, 1))))
@@ -261,8 +263,6 @@ Reader = Callable[[int, bool, int, int], list[float]]
 
 def _reader(method: str, notes: list[str]) -> tuple[Reader, str]:
     if method in ("auto", "c"):
-        from servecheck.probe.kernel import load_kernel
-
         try:
             kernel = load_kernel()
         except ProbeError as exc:
@@ -290,8 +290,6 @@ def read_numpy(nbytes: int, huge: bool, threads: int, passes: int) -> list[float
     numpy releases the GIL inside add.reduce, so the threads run in parallel as long as no Python
     thread spins meanwhile: the main thread only blocks on barriers (a GIL-holding spinner halves the
     figure through reacquire convoys)."""
-    import numpy as np
-
     try:
         mm = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     except (OSError, ValueError) as exc:
@@ -319,8 +317,6 @@ def read_numpy(nbytes: int, huge: bool, threads: int, passes: int) -> list[float
 def _run_numpy_threads(chunks: list[Any], passes: int) -> list[float]:
     """Seconds per pass, from the first thread that started reading to the last that finished (each
     thread stamps its own, so a timekeeper that wakes late cannot shorten a pass)."""
-    import numpy as np
-
     start = threading.Barrier(len(chunks) + 1)
     end = threading.Barrier(len(chunks) + 1)
     sink = [0.0] * len(chunks)

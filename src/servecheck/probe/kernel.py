@@ -5,12 +5,15 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+import platformdirs
 
 from servecheck.errors import ProbeError
 
@@ -28,8 +31,6 @@ def cache_dir() -> Path:
     env = os.environ.get("SERVECHECK_CACHE_DIR")
     if env:
         return Path(env)
-    import platformdirs
-
     return Path(platformdirs.user_cache_dir("servecheck"))
 
 
@@ -79,8 +80,6 @@ def _compiler() -> str | None:
 def cpu_identity() -> str:
     """What -march=native compiled for: a library cached under one CPU must not be loaded on another
     (a cache folder on a shared home or a copied image), where its instructions would kill the process."""
-    import platform
-
     try:
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
     except OSError:

@@ -8,6 +8,8 @@ libnvidia-ml directly) when present.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import re
 import shutil
 import subprocess
@@ -234,9 +236,6 @@ class _CtypesNvml:
 
     @classmethod
     def load(cls) -> _CtypesNvml | None:
-        import ctypes
-        import ctypes.util
-
         name = ctypes.util.find_library("nvidia-ml") or "libnvidia-ml.so.1"
         try:
             return cls(ctypes.CDLL(name))
@@ -251,29 +250,21 @@ class _CtypesNvml:
         self._check(self._lib.nvmlInit_v2(), "nvmlInit_v2")
 
     def nvmlDeviceGetCount(self) -> int:
-        import ctypes
-
         n = ctypes.c_uint(0)
         self._check(self._lib.nvmlDeviceGetCount_v2(ctypes.byref(n)), "nvmlDeviceGetCount_v2")
         return n.value
 
     def nvmlDeviceGetHandleByIndex(self, i: int) -> Any:
-        import ctypes
-
         handle = ctypes.c_void_p()
         self._check(self._lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(handle)), "nvmlDeviceGetHandleByIndex_v2")
         return handle
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
-        import ctypes
-
         mask = ctypes.c_ulonglong(0)
         self._check(self._lib.nvmlDeviceGetCurrentClocksThrottleReasons(handle, ctypes.byref(mask)), "throttle reasons")
         return mask.value
 
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
-        import ctypes
-
         temp = ctypes.c_uint(0)
         self._check(self._lib.nvmlDeviceGetTemperature(handle, ctypes.c_int(sensor), ctypes.byref(temp)), "temperature")
         return temp.value
