@@ -108,3 +108,18 @@ def test_staircase_with_two_workers_gives_the_verdict_of_one_client(mode, expect
     doc = __import__("json").loads(out.read_text())
     assert info.value.code == 0, doc.get("verdict_reason")
     assert doc["verdict"] == expected and doc["params"]["workers"] == 2
+
+
+def test_arms_with_two_workers_labels_a_batching_server_batching(tmp_path):
+    """Ground truth: the simulator batches. Each cell's in-flight lanes are dealt to two client
+    processes (one arm of one lane runs on one worker): the labels are one client's."""
+    from servecheck.cli import main as main_mod
+
+    out = tmp_path / "a.json"
+    with sim_in_thread(SimConfig(mode="batched", token_s=0.010, per_seq_s=0.0005)) as sim:
+        with pytest.raises(SystemExit):
+            main_mod.main(["arms", sim.url, "--requests", "4", "--arms", "1,2,4", "--reps", "3", "--tokens", "32",
+                           "--prompt-tokens", "32", "--workers", "2", "--no-save", "--json", str(out)])
+    doc = __import__("json").loads(out.read_text())
+    labels = {a["concurrency"]: a["label"] for a in doc["arms"]}
+    assert labels[2] == "batching" and labels[4] == "batching" and doc["params"]["workers"] == 2
