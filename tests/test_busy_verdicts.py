@@ -171,6 +171,8 @@ def test_all_n_seen_running_is_a_batch_though_some_were_seen_waiting_first() -> 
     reading = W.gauge_reading(_gauges([1, 2, 2], [1, 0, 0]), 2)
     assert reading is not None and (reading.schedule, reading.slots) == ("cluster", 2)
     assert "being admitted" in reading.description
+    # n running but always with some waiting: another client's requests fill the gauge, no reading
+    assert W.gauge_reading(_gauges([1, 2, 2], [1, 1, 2]), 2) is None
     # a server that never ran more than one at once is still a queue, whatever waited
     reading = W.gauge_reading(_gauges([1, 1, 1], [1, 1, 0]), 2)
     assert reading is not None and reading.schedule == "staircase"

@@ -62,9 +62,12 @@ def gauge_reading(gauges: ServerGauges | None, n: int, min_samples: int = MIN_GA
     where = f"{gauges.source}: at most {running} running" + ("" if waiting is None else f", up to {waiting} waiting")
     where += f" over {len(gauges.samples)} readings"
     if running == n:
-        # Every request of the batch was running at once at some reading: a batch. A request seen
-        # waiting at another reading was being admitted (a scheduler takes new requests at a step
-        # boundary, and requests released a few ms apart reach it one step apart).
+        # A batch needs one reading with all n running and none waiting. A request seen waiting at
+        # another reading was being admitted (a scheduler takes new requests at a step boundary, and
+        # requests released a few ms apart reach it one step apart). n running with some waiting at
+        # every such reading is another client's requests in the gauge: no whole picture.
+        if not any(s.running == n and not s.waiting for s in gauges.samples):
+            return None
         admitted = "" if not waiting else " (those seen waiting were being admitted)"
         return Reading("server_gauges", "cluster", n, f"{where}: all {n} ran at once{admitted}")
     if waiting is not None and waiting < n - running:
