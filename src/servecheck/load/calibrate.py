@@ -19,18 +19,17 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 
 from servecheck.client.base import RunClock, Target
 from servecheck.errors import EngineError, UsageError
 from servecheck.load.driver import LoadDriver
 from servecheck.load.lanes import LaneDriver
+from servecheck.model.client import STAMP_DELAY_FRAC, Calibration
 from servecheck.model.records import BatchResult, GenRequest
 
-# The client is the bottleneck when its p99 stamp delay exceeds this fraction of the gap between
-# one stream's events: a 32 ms gap tolerates 1.6 ms. Measured here (the load-at-scale issue):
-# p99 0.3-0.5 ms with one stream, 1.1-1.2 ms with 16, 8-39 ms at 64 and 256.
-STAMP_DELAY_FRAC = 0.05
+__all__ = ["STAMP_DELAY_FRAC", "Calibration", "Calibrator", "calibrate", "check_design"]
+
 MAX_STREAMS = 4096
 # Events per stream: enough for a p99 over a few streams; the tally keeps 4000 characters of
 # text and every stamp takes 20, so at most 150 fit.
@@ -40,9 +39,9 @@ MIN_GAP_MS, MAX_GAP_MS = 0.1, 1000.0
 STARTUP_TIMEOUT_S = 30.0
 
 # A minimal llama.cpp-shaped server: /props, /health, and /completion streaming `n_predict` events
-# `gap` ms apart, each one's content the server's perf_counter_ns when it was written.
+# `gap` ms apart (`gap_ms=G` in a request's prompt overrides it), each one's content the server's perf_counter_ns when it was written.
 STAMP_SERVER = r"""
-import asyncio, json, sys, time
+import asyncio, json, re, sys, time
 from aiohttp import web
 
 GAP_S = float(sys.argv[1]) / 1e3
@@ -59,9 +58,11 @@ async def completion(request):
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     n = int(body["n_predict"])
+    asked = re.search(r"gap_ms=([0-9.]+)", str(body.get("prompt", "")))
+    gap_s = float(asked.group(1)) / 1e3 if asked else GAP_S
     next_s = time.perf_counter()
     for i in range(n):
-        next_s += GAP_S
+        next_s += gap_s
         await asyncio.sleep(max(0.0, next_s - time.perf_counter()))
         event = json.dumps({"content": f"{time.perf_counter_ns()} ", "tokens": [i], "stop": False})
         await resp.write(f"data: {event}\n\n".encode())
@@ -83,41 +84,6 @@ async def main():
 
 asyncio.run(main())
 """
-
-
-@dataclass(frozen=True, slots=True)
-class Calibration:
-    """What this client added to token times, with `streams` streams `gap_ms` apart per stream."""
-
-    streams: int
-    gap_ms: float  # the stamp server's gap between one stream's events
-    events: int  # events stamped, all streams
-    stamp_delay_p50_ms: float
-    stamp_delay_p99_ms: float
-    stamp_delay_max_ms: float
-    dispatch_skew_ms: float  # spread of the send times of the streams released together
-    loop_lag_p99_ms: float | None
-    loop_lag_max_ms: float | None
-    workers: int = 1  # client processes that read the streams
-
-    @property
-    def stamp_delay_frac(self) -> float:
-        """p99 stamp delay as a fraction of the gap between events."""
-        return self.stamp_delay_p99_ms / self.gap_ms
-
-    def client_bound(self, limit: float = STAMP_DELAY_FRAC) -> str | None:
-        """Why a run at this concurrency and token rate would measure the client, or None."""
-        if self.stamp_delay_frac <= limit:
-            return None
-        return (
-            f"the client is the bottleneck at {self.streams} streams: its p99 stamp delay is "
-            f"{self.stamp_delay_p99_ms:.2f} ms, {self.stamp_delay_frac:.0%} of the {self.gap_ms:g} ms between "
-            f"tokens (at most {limit:.0%}); spread the streams over more client processes (--workers), "
-            "use fewer streams, or a quieter machine"
-        )
-
-    def to_dict(self) -> dict[str, object]:
-        return {**asdict(self), "stamp_delay_frac": self.stamp_delay_frac, "client_bound": self.client_bound()}
 
 
 def check_design(streams: int, gap_ms: float, events: int) -> None:
@@ -218,20 +184,24 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.stdout.close()
 
 
-async def calibrate(streams: int, gap_ms: float, events: int = DEFAULT_EVENTS, workers: int = 1) -> Calibration:
+async def calibrate(streams: int, gap_ms: float, events: int = DEFAULT_EVENTS, workers: int = 1,
+                    url: str | None = None) -> Calibration:
     """Stream `streams` requests of `events` events, `gap_ms` apart, from the stamp server; measure.
     With `workers` > 1 the streams are read by that many client processes (`load.lanes`), as a run
-    with `--workers` would read them."""
+    with `--workers` would read them. `url` is a stamp server already running (`stamp_server`);
+    without it one is started for this calibration."""
     check_design(streams, gap_ms, events)
-    reqs = [GenRequest(index=i, prompt=f"{i:04d} calibration", nonce=f"{i:04d}", max_tokens=events)
+    if url is None:
+        with stamp_server(gap_ms) as started:
+            return await calibrate(streams, gap_ms, events, workers, started)
+    reqs = [GenRequest(index=i, prompt=f"{i:04d} calibration gap_ms={gap_ms!r}", nonce=f"{i:04d}", max_tokens=events)
             for i in range(streams)]
     # Each stream's events take events x gap; a stalled client gets that much again before a timeout.
     timeout_s = 60.0 + 2 * events * gap_ms / 1e3
-    with stamp_server(gap_ms) as url:
-        clock = RunClock.start()
-        target = Target(url=url, api="llamacpp", first_token_timeout_s=timeout_s, request_timeout_s=timeout_s)
-        opened = LoadDriver(target, clock=clock) if workers == 1 else LaneDriver(target, workers=workers, clock=clock)
-        async with opened as driver:
-            await driver.detect()
-            batch = await driver.run_batch(reqs)
+    clock = RunClock.start()
+    target = Target(url=url, api="llamacpp", first_token_timeout_s=timeout_s, request_timeout_s=timeout_s)
+    opened = LoadDriver(target, clock=clock) if workers == 1 else LaneDriver(target, workers=workers, clock=clock)
+    async with opened as driver:
+        await driver.detect()
+        batch = await driver.run_batch(reqs)
     return replace(calibration_from(batch, clock, streams, gap_ms), workers=workers)

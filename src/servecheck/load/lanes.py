@@ -100,6 +100,9 @@ class LaneDriver:
         self.clock = clock if clock is not None else RunClock.start()
         self.local = LoadDriver(target, clock=self.clock)
         self.witnesses = True
+        # batch size (lanes) -> the client processes that read it; a size not named takes `default_workers`
+        self.plan: dict[int, int] = {}
+        self.default_workers = workers
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
 
@@ -139,15 +142,27 @@ class LaneDriver:
 
     # ---- batches: the workers ---------------------------------------------------------------
 
+    def use(self, lanes: int, workers: int) -> None:
+        """Batches of `lanes` in flight run on `workers` processes (1: this one), at most `self.workers`."""
+        if not 1 <= workers <= self.workers:
+            raise UsageError(f"{workers} client processes asked for, {self.workers} allowed")
+        self.plan[lanes] = workers
+
+    def workers_for(self, lanes: int) -> int:
+        return self.plan.get(lanes, self.default_workers)
+
     async def run_batch(self, reqs: Sequence[GenRequest], in_flight: int | None = None, queue_wait_s: float = 0.0) -> BatchResult:
         if not reqs:
             raise UsageError("a batch needs at least one request")
         if in_flight is not None and in_flight < 1:
             raise UsageError(f"in_flight must be >= 1, got {in_flight}")
-        info = self.local.info or await self.local.detect()
-        await self._start_workers(info)
         lanes = len(reqs) if in_flight is None else min(in_flight, len(reqs))
-        shares = split_lanes(reqs, lanes, self.workers)
+        workers = self.workers_for(lanes)
+        if workers == 1:  # one client: this process, as a run without --workers reads it
+            return await self.local.run_batch(reqs, in_flight, queue_wait_s)
+        info = self.local.info or await self.local.detect()
+        await self._start_workers(info, workers)
+        shares = split_lanes(reqs, lanes, workers)
         conns = self._conns[: len(shares)]
         for conn, (share_reqs, share_lanes) in zip(conns, shares):
             conn.send(("batch", _Share(share_reqs, share_lanes, queue_wait_s)))
@@ -174,19 +189,22 @@ class LaneDriver:
         skew = max(first_sends) - min(first_sends) if first_sends else 0
         return BatchResult(release_ns, lanes, records, skew, gauges, merge_noise([b.noise for b in results]))
 
-    async def _start_workers(self, info: ServerInfo) -> None:
-        if self._procs:
+    async def _start_workers(self, info: ServerInfo, workers: int) -> None:
+        """At least `workers` worker processes up: the ones already running and as many new ones as lack."""
+        if len(self._procs) >= workers:
             return
         context = multiprocessing.get_context("spawn")  # no fork of a process with a running loop
         worker_target = replace(self.target, api=info.dialect, model=info.model)
-        for _ in range(self.workers):
+        started = []
+        for _ in range(workers - len(self._procs)):
             ours, theirs = context.Pipe()
             proc = context.Process(target=_worker_main, args=(theirs, worker_target, self.clock.start_ns, info), daemon=True)
             proc.start()
             theirs.close()
             self._procs.append(proc)
             self._conns.append(ours)
-        await asyncio.gather(*(self._expect(c, "up", START_TIMEOUT_S) for c in self._conns))
+            started.append(ours)
+        await asyncio.gather(*(self._expect(c, "up", START_TIMEOUT_S) for c in started))
 
     async def _stop_workers(self) -> None:
         for conn in self._conns:

@@ -12,6 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, runtime_checkable
 
 from servecheck.client.base import Target
+from servecheck.model.client import ClientCheck
 from servecheck.model.records import BatchResult, GenRequest, RequestRecord, ServerInfo
 
 
@@ -50,6 +51,18 @@ class Driver(Tokenizer, Protocol):
 
     async def probe(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """(HTTP status, decoded JSON or None): an endpoint that may not exist."""
+        ...
+
+
+@runtime_checkable
+class SelfChecking(Protocol):
+    """A driver with a client of its own to calibrate (`load.preflight.CheckedDriver`); a scripted
+    fake has none, and its runs record that they were not calibrated."""
+
+    calibrate: bool  # False with --no-calibrate
+
+    async def preflight(self, streams: int, gap_ms: float, tolerance_ms: float, basis: str) -> ClientCheck | None:
+        """Calibrate the client for `streams` streams `gap_ms` apart against `tolerance_ms` of timing error."""
         ...
 
 

@@ -3,7 +3,13 @@ the server-log audit a `--serve` run carries. Field names are the JSON keys (doc
 
 from __future__ import annotations
 
+from typing import Literal
+
 from servecheck.model.codec import record
+
+# The pre-flight of a run: "on" (checked before each concurrency), "off" (--no-calibrate), "none"
+# (a driver without a client of its own: a scripted test fake).
+Calibrated = Literal["on", "off", "none"]
 
 
 @record
@@ -143,3 +149,39 @@ class LogAudit:
     findings: tuple[LogFinding, ...] = ()
     lines: tuple[LogLine, ...] = ()
     refused: tuple[str, ...] = ()
+
+
+@record
+class Calibration:
+    """What this client added to token times at `streams` streams, against its own loopback stamp server."""
+
+    streams: int | None = None
+    gap_ms: float | None = None  # the stamp server's gap between one stream's events
+    events: int | None = None  # events stamped, all streams
+    workers: int | None = None  # client processes that read the streams (None: one, before --workers)
+    stamp_delay_p50_ms: float | None = None  # client stamp - server write, one clock
+    stamp_delay_p99_ms: float | None = None
+    stamp_delay_max_ms: float | None = None
+    stamp_delay_frac: float | None = None  # p99 / gap
+    dispatch_skew_ms: float | None = None
+    error_ms: float | None = None  # p99 stamp delay + dispatch skew
+    loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
+    client_bound: str | None = None  # why a run at this concurrency and rate would measure the client
+
+
+@record
+class ClientCheck:
+    """The pre-flight before one concurrency of a run (`load.preflight`): the calibrations tried, one
+    per client-process count, against the command's bound on the client's timing error."""
+
+    streams: int | None = None
+    tolerance_ms: float | None = None  # the most timing error the command allows at this N
+    basis: str | None = None  # what the bound is a fraction of, in words
+    workers: int | None = None  # client processes the batches at this N ran on
+    error_ms: float | None = None  # the chosen calibration's p99 stamp delay + dispatch skew
+    stamp_delay_p99_ms: float | None = None
+    dispatch_skew_ms: float | None = None
+    client_bound: bool | None = None
+    reason: str | None = None  # why every figure at this N would measure the client
+    tried: tuple[Calibration, ...] = ()

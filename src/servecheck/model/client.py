@@ -1,0 +1,119 @@
+"""What the client itself adds to the times it measures: a calibration (one stamp-server batch read
+by this client on this machine) and a pre-flight check (the calibrations tried before one
+concurrency of a run, against the bound the command sets for that concurrency).
+
+A calibration's timing error is its p99 stamp delay (how late an event is stamped after the server
+wrote it) plus its dispatch skew (how far apart the streams released together were sent): the
+most the client moves a first-token or a finish time. A command sets its own bound, as a fraction
+of what it measures (the staircase: of the single-request time its verdicts are judged against);
+a check whose best calibration exceeds it is client-bound, and so is every figure measured at
+that concurrency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# The ITL rule of `servecheck calibrate`: the client is the bottleneck for token gaps when its p99
+# stamp delay exceeds this fraction of the gap between one stream's events (a 32 ms gap tolerates
+# 1.6 ms). Measured here (the load-at-scale issue): p99 0.3-0.5 ms with one stream, 1.1-1.2 ms with
+# 16, 8-39 ms at 64 and 256.
+STAMP_DELAY_FRAC = 0.05
+# The pre-flight rule of the measuring commands: the client's timing error at N streams may be at
+# most this fraction of the time the command measures (the dispatch-skew rule's 5%).
+CLIENT_ERROR_FRAC = 0.05
+
+FIX = "spread the streams over more client processes (--workers), use fewer streams, or a quieter machine"
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """What this client added to token times, with `streams` streams `gap_ms` apart per stream."""
+
+    streams: int
+    gap_ms: float  # the stamp server's gap between one stream's events
+    events: int  # events stamped, all streams
+    stamp_delay_p50_ms: float
+    stamp_delay_p99_ms: float
+    stamp_delay_max_ms: float
+    dispatch_skew_ms: float  # spread of the send times of the streams released together
+    loop_lag_p99_ms: float | None
+    loop_lag_max_ms: float | None
+    workers: int = 1  # client processes that read the streams
+
+    @property
+    def stamp_delay_frac(self) -> float:
+        """p99 stamp delay as a fraction of the gap between events."""
+        return self.stamp_delay_p99_ms / self.gap_ms
+
+    @property
+    def error_ms(self) -> float:
+        """The most this client moves a first-token or finish time: p99 stamp delay + dispatch skew."""
+        return self.stamp_delay_p99_ms + self.dispatch_skew_ms
+
+    def client_bound(self, limit: float = STAMP_DELAY_FRAC) -> str | None:
+        """Why a run at this concurrency and token rate would measure the client's token gaps, or None."""
+        if self.stamp_delay_frac <= limit:
+            return None
+        return (
+            f"the client is the bottleneck at {self.streams} streams: its p99 stamp delay is "
+            f"{self.stamp_delay_p99_ms:.2f} ms, {self.stamp_delay_frac:.0%} of the {self.gap_ms:g} ms between "
+            f"tokens (at most {limit:.0%}); {FIX}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "stamp_delay_frac": self.stamp_delay_frac, "error_ms": self.error_ms,
+                "client_bound": self.client_bound()}
+
+
+@dataclass(frozen=True, slots=True)
+class ClientCheck:
+    """The pre-flight before `streams` streams of a run: the calibrations tried (one per worker
+    count, fewest first) against `tolerance_ms`, the command's bound on the client's timing error."""
+
+    streams: int
+    tolerance_ms: float
+    basis: str  # what the bound is a fraction of, in words: "5% of the 212 ms single request"
+    tried: tuple[Calibration, ...]
+
+    @property
+    def chosen(self) -> Calibration:
+        """The first calibration within the bound (the fewest workers that pass), else the least error."""
+        passing = [c for c in self.tried if c.error_ms <= self.tolerance_ms]
+        return passing[0] if passing else min(self.tried, key=lambda c: c.error_ms)
+
+    @property
+    def workers(self) -> int:
+        return self.chosen.workers
+
+    @property
+    def client_bound(self) -> bool:
+        return self.chosen.error_ms > self.tolerance_ms
+
+    def reason(self) -> str | None:
+        """Why every figure at this concurrency would measure the client, or None."""
+        if not self.client_bound:
+            return None
+        c = self.chosen
+        processes = "process" if c.workers == 1 else "processes"
+        return (
+            f"the client is the bottleneck at N={self.streams}: with {c.workers} client {processes} its timing error "
+            f"is {c.error_ms:.1f} ms (p99 stamp delay {c.stamp_delay_p99_ms:.1f} ms + dispatch skew "
+            f"{c.dispatch_skew_ms:.1f} ms), above the {self.tolerance_ms:.1f} ms allowed ({self.basis})"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        c = self.chosen
+        return {
+            "streams": self.streams,
+            "tolerance_ms": self.tolerance_ms,
+            "basis": self.basis,
+            "workers": c.workers,
+            "error_ms": c.error_ms,
+            "stamp_delay_p99_ms": c.stamp_delay_p99_ms,
+            "dispatch_skew_ms": c.dispatch_skew_ms,
+            "client_bound": self.client_bound,
+            "reason": self.reason(),
+            "tried": [t.to_dict() for t in self.tried],
+        }
