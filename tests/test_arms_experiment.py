@@ -202,3 +202,33 @@ async def test_pooling_two_saved_runs(tmp_path: Path) -> None:
 def test_pooling_rejects_other_documents(doc: object) -> None:
     with pytest.raises(UsageError, match="pooled document 1"):
         pooled_cells([doc])  # type: ignore[list-item]
+
+
+def _calibration(streams: int, error_ms: float):
+    from servecheck.model.client import Calibration
+
+    return Calibration(streams=streams, gap_ms=5.0, events=100, stamp_delay_p50_ms=error_ms / 2,
+                       stamp_delay_p99_ms=error_ms, stamp_delay_max_ms=error_ms, dispatch_skew_ms=0.0,
+                       loop_lag_p99_ms=None, loop_lag_max_ms=None)
+
+
+async def test_a_ttft_the_client_cannot_resolve_leaves_the_headline_and_a_client_bound_arm_invalidates() -> None:
+    """Ground truth: the checks the test hands the run. The queue's 4-way TTFT is several times the
+    serial one; with a client error of 5 ms against a 20 ms warm-up TTFT (25%) the headline says
+    nothing of TTFT and a warning says why. The rates stay valid: 5 ms is within 5% of a request."""
+    from dataclasses import replace
+
+    from servecheck.model.client import ClientCheck
+
+    result = await run(QueueDriver(), ArmsDesign(arms=(1, 4), requests=4, reps=3, tokens=32))
+    assert "time to first token" in result.to_doc()["headline"]
+    ok = tuple(ClientCheck(streams=n, tolerance_ms=8.0, basis="5% of the test's request", tried=(_calibration(n, 5.0),))
+               for n in (1, 4))
+    doc = replace(result, client_checks=ok).to_doc()
+    assert doc["valid"] is True and "time to first token" not in doc["headline"], doc["headline"]
+    assert any(w["message"].startswith("TTFT unresolved at 1-way, 4-way") for w in doc["warnings"])
+    # a client error beyond the request bound at 4-way: the run is invalid and says where
+    bound = (ok[0], ClientCheck(streams=4, tolerance_ms=8.0, basis="5% of the test's request", tried=(_calibration(4, 30.0),)))
+    doc = replace(result, client_checks=bound).to_doc()
+    assert doc["valid"] is False
+    assert any(w["message"].startswith("client-bound: the client is the bottleneck at N=4") for w in doc["warnings"])

@@ -749,8 +749,9 @@ def ttft_words(multiple: float) -> str:
     return f"multiplies the time to first token by {multiple:.1f}"
 
 
-def headline(arm: ArmResult) -> str | None:
-    """The two-sided sentence: what the operator gains and what each user pays."""
+def headline(arm: ArmResult, *, with_ttft: bool = True) -> str | None:
+    """The two-sided sentence: what the operator gains and what each user pays (without the TTFT
+    words when the client cannot resolve the TTFT: `with_ttft` False)."""
     if arm.aggregate_speedup is None:
         return None
     gain = arm.aggregate_speedup.median - 1.0
@@ -760,7 +761,7 @@ def headline(arm: ArmResult) -> str | None:
     user = []
     if change is not None:
         user.append(_user_rate_words(change))
-    if arm.ttft_multiple is not None:
+    if arm.ttft_multiple is not None and with_ttft:
         user.append(ttft_words(arm.ttft_multiple.median))
     if user:
         parts.append("it " + " and ".join(user))
@@ -795,8 +796,10 @@ def analyse(
     *,
     bias_limit: float = DEFAULT_BIAS_LIMIT,
     baseline: int = 1,
+    ttft_unresolved: frozenset[int] = frozenset(),
 ) -> ArmsAnalysis:
-    """Everything `servecheck arms` reports, from cells alone."""
+    """Everything `servecheck arms` reports, from cells alone; `ttft_unresolved` are the concurrencies
+    whose TTFT the client's own timing error swamps (the headline then says nothing of TTFT there)."""
     if not any(c.concurrency == baseline for c in cells):
         raise ValueError("the serial arm (concurrency 1) is the baseline and has no cells")
     results = tuple(arm_result(cells, a) for a in _arms(cells))
@@ -811,7 +814,7 @@ def analyse(
         bias_limit=bias_limit,
         drift=drift_,
         deviant_cells=deviants,
-        headline=None if refusal else headline(top),
+        headline=None if refusal else headline(top, with_ttft=not ({top.concurrency, baseline} & ttft_unresolved)),
         refusal=refusal,
         warnings=tuple(_warnings(cells, results, drift_, deviants)),
     )

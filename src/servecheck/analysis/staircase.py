@@ -22,6 +22,8 @@ from servecheck.analysis.witness import (
     timing_reading,
     token_interval_cv,
 )
+from servecheck.model.client import FIX as CLIENT_FIX
+from servecheck.model.client import ClientCheck
 from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord
 
 Verdict = Literal["baseline", "cluster", "staircase", "partial", "inconclusive"]
@@ -899,8 +901,25 @@ def reference_disagreement_finding(points: Sequence[PointAnalysis], single_s: fl
     )
 
 
-def analyze_staircase(batches: Sequence[MeasuredBatch], *, tokens_requested: int) -> StaircaseAnalysis:
-    """Judge a staircase run: per-batch verdicts, per-N points, the run verdict, trend and validity."""
+def client_finding(checks: Sequence[ClientCheck]) -> Finding | None:
+    """The run is invalid when the pre-flight found the client itself the bottleneck at some N: its
+    finish times there would be the client's as much as the server's."""
+    bound = [c for c in checks if c.client_bound]
+    if not bound:
+        return None
+    where = ", ".join(f"N={c.streams}" for c in bound)
+    return Finding(
+        code="client_bound",
+        message=f"{bound[0].reason()}" + (f"; client-bound at {where}" if len(bound) > 1 else ""),
+        hint=CLIENT_FIX,
+    )
+
+
+def analyze_staircase(
+    batches: Sequence[MeasuredBatch], *, tokens_requested: int, client_checks: Sequence[ClientCheck] = ()
+) -> StaircaseAnalysis:
+    """Judge a staircase run: per-batch verdicts, per-N points, the run verdict, trend and validity;
+    `client_checks` are the pre-flight's (a client-bound N makes the run invalid)."""
     modal, length = length_finding(batches)
     singles = single_times_s(batches, modal)
     single = median(singles) if singles else None
@@ -910,7 +929,8 @@ def analyze_staircase(batches: Sequence[MeasuredBatch], *, tokens_requested: int
     points = tuple(analyze_point(n, [b for b in analysed if b.n == n], noise[n]) for n in ns)
     verdict, verdict_reason, evidence = _run_verdict(points)
     trend, trend_reason, ratios = _trend(points)
-    invalid = [f for f in (length, failed_finding(batches), skew_finding(batches, single)) if f is not None]
+    invalid = [f for f in (length, failed_finding(batches), skew_finding(batches, single), client_finding(client_checks))
+               if f is not None]
     warnings = [
         f
         for f in (

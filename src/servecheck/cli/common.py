@@ -96,8 +96,19 @@ def _target_options(f: F, model_flag: str) -> F:
 MAX_WORKERS = max(1, os.cpu_count() or 1)
 
 
-def workers_option(f: F) -> F:
-    """--workers K: the batch's streams read by K client processes (`load.lanes`)."""
+def workers_option(f: F, *, auto: bool = False) -> F:
+    """--workers K: the batch's streams read by K client processes (`load.lanes`); with `auto` (the
+    measuring commands) the default is the fewest that pass the pre-flight check."""
+    if auto:
+        return click.option(
+            "--workers",
+            type=click.IntRange(min=1, max=MAX_WORKERS),
+            default=None,
+            help="Client processes that send and read a batch's streams, released together and stamped on one "
+            f"clock (at most the {MAX_WORKERS} cores). Default: before each concurrency the client checks "
+            "itself (see --no-calibrate) and uses the fewest processes whose timing error is within the "
+            "command's bound; give a number to use exactly that many.",
+        )(f)
     return click.option(
         "--workers",
         type=click.IntRange(min=1, max=MAX_WORKERS),
@@ -106,6 +117,18 @@ def workers_option(f: F) -> F:
         help="Client processes that send and read a batch's streams, released together and stamped on one "
         f"clock (at most the {MAX_WORKERS} cores). More than one helps when one process cannot keep up "
         "with hundreds of streams; `servecheck calibrate --workers K` shows what each adds.",
+    )(f)
+
+
+def calibrate_option(f: F) -> F:
+    """--no-calibrate: skip the pre-flight check of the client before each concurrency."""
+    return click.option(
+        "--calibrate/--no-calibrate",
+        default=True,
+        help="Before each concurrency, stream that many requests from a loopback stamp server of servecheck's "
+        "own at the warm-up's token rate and measure what this client adds (p99 stamp delay + dispatch "
+        "skew); a concurrency where that exceeds 5% of what the command judges is client-bound and the "
+        "run invalid. --no-calibrate skips it (about 0.5 s per concurrency) and the result says so.",
     )(f)
 
 
@@ -258,7 +281,13 @@ class ClientOptions:
     api_key: str | None = field(default=None, repr=False)
     headers: tuple[str, ...] = field(default=(), repr=False)  # NAME:VALUE, values may be secrets
     first_token_timeout_s: float = 300.0
-    workers: int = 1  # --workers: client processes that read a batch (staircase, arms, capacity)
+    workers: int | None = None  # --workers: client processes that read a batch; None: as the pre-flight chooses
+    calibrate: bool = True  # --no-calibrate: False
+
+    @property
+    def workers_param(self) -> int | str:
+        """--workers as the run's params record it: the number given, or "auto"."""
+        return "auto" if self.workers is None else self.workers
 
     def target(self, url: str) -> Target:
         return make_target(url, api=self.api, model=self.model, api_key=self.api_key, headers=self.headers,
@@ -284,11 +313,11 @@ class OutputOptions:
 
 def client_record(model_flag: str = "--model", *, batches: bool = False) -> Callable[[F], F]:
     """The target options, handed to the command as one `client: ClientOptions` (the model name under
-    `model_flag`); a command that releases batches (`batches`) also takes --workers."""
+    `model_flag`); a command that releases batches (`batches`) also takes --workers and --no-calibrate."""
 
     def wrap(f: F) -> F:
         f = _target_options(_collected(f, "client", ClientOptions), model_flag)
-        return workers_option(f) if batches else f
+        return calibrate_option(workers_option(f, auto=True)) if batches else f
 
     return wrap
 

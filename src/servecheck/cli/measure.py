@@ -9,12 +9,11 @@ from functools import partial
 from typing import Any, Generic, TypeVar
 
 from servecheck import exitcodes
-from servecheck.cli.common import SIMULATED_BANNER, say
+from servecheck.cli.common import MAX_WORKERS, SIMULATED_BANNER, say
 from servecheck.cli.context import AppContext
 from servecheck.cli.serve import Served, render_audit
 from servecheck.client.base import Target
-from servecheck.load.driver import LoadDriver
-from servecheck.load.lanes import LaneDriver
+from servecheck.load.preflight import CheckedDriver
 from servecheck.model.records import ServerInfo
 from servecheck.report.terminal import ProgressHandle, progress
 from servecheck.results.runner import Doc, Experiment, RunOutcome, Sink, run_experiment
@@ -66,13 +65,15 @@ def measure(
     watch: Progress[R],
     served: Served,
     settle: Callable[[R], R] | None = None,
-    workers: int = 1,
+    workers: int | None = None,
+    calibrate: bool = True,
 ) -> RunOutcome[R]:
-    """Run `experiment` against `target` through the driver seam (`AppContext.open_driver`, the
-    real `LoadDriver`, or with `workers` > 1 a `LaneDriver` over that many client processes, unless
-    a caller swapped in another); the finished document gains the --serve log audit, taken once the
-    server has stopped."""
-    open_driver = app.open_driver or (LoadDriver if workers == 1 else partial(LaneDriver, workers=workers))
+    """Run `experiment` against `target` through the driver seam (`AppContext.open_driver`, or the
+    real `CheckedDriver`: `workers` client processes, or with None as many as its pre-flight finds
+    needed, up to the cores; `calibrate` False skips the pre-flight); the finished document gains the
+    --serve log audit, taken once the server has stopped."""
+    ceiling = MAX_WORKERS if workers is None else workers
+    open_driver = app.open_driver or partial(CheckedDriver, workers=ceiling, auto=workers is None, calibrate=calibrate)
     return run_experiment(experiment, lambda: open_driver(target), sinks, head=head, watch=watch, settle=settle,
                           epilogue=served.finished)
 

@@ -135,7 +135,7 @@ def cmd(
     with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
         target = client.target(server.url)
         params = {
-            **target.public_dict(), "workers": client.workers,
+            **target.public_dict(), "workers": client.workers_param, "calibrate": client.calibrate,
             "n": ns,
             "tokens": tokens,
             "prompt_tokens": prompt_tokens,
@@ -148,7 +148,7 @@ def cmd(
         experiment = StaircaseExperiment(tuple(ns), tokens, prompt_tokens, reps, max_reps, random.Random(seed))
         watch = Progress(app, "staircase: batches", progress_line, total=len(first_plan(sorted(set(ns) | {1}), reps)))
         run = measure(app, experiment, target, sinks, head=envelope("staircase", params, environment()), watch=watch,
-                      served=server, workers=client.workers)
+                      served=server, workers=client.workers, calibrate=client.calibrate)
         if run.interrupted:
             return interrupted(app, run, lambda doc: _render(app, from_doc(doc), output.json_to_stdout))
     assert run.doc is not None  # a run that was not interrupted has finished its document

@@ -25,8 +25,21 @@ from servecheck.analysis.arms import (
 )
 from servecheck.analysis.witness import MIN_GAUGE_SAMPLES
 from servecheck.errors import ServerError, UsageError
-from servecheck.experiments.common import RequestFactory, make, queue_wait_s
+from servecheck.experiments.common import (
+    CALIBRATION_NONE,
+    CALIBRATION_OFF,
+    NOT_CALIBRATED,
+    RequestFactory,
+    calibration_mode,
+    check_once,
+    client_bound_messages,
+    latency_s,
+    make,
+    queue_wait_s,
+)
 from servecheck.load.protocol import Driver
+from servecheck.model.client import FIX as CLIENT_FIX
+from servecheck.model.client import CLIENT_ERROR_FRAC, ClientCheck
 from servecheck.model.bodies.arms import ArmsBody, ArmsCell
 from servecheck.model.records import NS_PER_S, RequestRecord, ServerInfo
 from servecheck.model.result import RunResult, from_doc
@@ -121,6 +134,8 @@ class ArmsRun:
     thermal: ThermalSummary | None = None
     complete: bool = False
     notes: tuple[str, ...] = field(default=())
+    calibration: str = CALIBRATION_NONE  # the pre-flight: "on" before each arm, "off" (--no-calibrate), "none"
+    client_checks: tuple[ClientCheck, ...] = ()  # the pre-flight before each arm's first cell
 
     def cells(self) -> list[Cell]:
         return [*self.pooled, *(m.cell for m in self.measured)]
@@ -133,7 +148,15 @@ class ArmsRun:
         cells = self.cells()
         if not any(c.concurrency == 1 for c in cells):
             return None
-        return analyse(cells, bias_limit=bias_limit)
+        return analyse(cells, bias_limit=bias_limit, ttft_unresolved=self.ttft_unresolved())
+
+    def ttft_unresolved(self) -> frozenset[int]:
+        """The arms whose TTFT this client cannot resolve: its timing error there is above
+        CLIENT_ERROR_FRAC of the warm-up's TTFT."""
+        ttft = None if self.warmup is None or self.warmup.ttft_ns is None else self.warmup.ttft_ns / 1e6
+        if ttft is None:
+            return frozenset()
+        return frozenset(c.streams for c in self.client_checks if c.chosen.error_ms > CLIENT_ERROR_FRAC * ttft)
 
     def cached_suspects(self) -> list[str]:
         return cached_prompt_suspects(
@@ -152,6 +175,16 @@ class ArmsRun:
                     "restart it or disable prompt caching and rerun",
                 )
             )
+        out += [Warning_(f"client-bound: {message}", CLIENT_FIX) for message in client_bound_messages(self.client_checks)]
+        unresolved = sorted(self.ttft_unresolved())
+        if unresolved and self.warmup is not None and self.warmup.ttft_ns is not None:
+            worst = max(c.chosen.error_ms for c in self.client_checks if c.streams in unresolved)
+            out.append(Warning_(
+                f"TTFT unresolved at {', '.join(f'{n}-way' for n in unresolved)}: the client's timing error (up to "
+                f"{worst:.1f} ms) is above {CLIENT_ERROR_FRAC:.0%} of the {self.warmup.ttft_ns / 1e6:.1f} ms warm-up TTFT; "
+                "the TTFT figures there are this client's as much as the server's, and the headline leaves them out",
+                CLIENT_FIX,
+            ))
         if self.thermal is not None and self.thermal.pressure_samples:
             out.append(
                 Warning_(
@@ -170,7 +203,7 @@ class ArmsRun:
         return {
             **body,
             "command": "arms",
-            "valid": failed == 0,
+            "valid": failed == 0 and not any(c.client_bound for c in self.client_checks),
             "complete": self.complete,
             "simulated": bool(self.server and self.server.simulated) or self.pooled_simulated,
             "design": self.design.to_dict(),
@@ -184,6 +217,8 @@ class ArmsRun:
             "warnings": [w.to_dict() for w in self.warnings(a)],
             "cached_prompt_requests": self.cached_suspects(),
             "notes": list(self.notes),
+            "calibration": self.calibration,
+            "client_checks": [c.to_dict() for c in self.client_checks],
         }
 
 
@@ -225,8 +260,11 @@ async def run_arms(
     `thermal` is called after every cell for the sampler's running summary.
     """
     design.check()
+    calibration = calibration_mode(driver)
+    notes = design.notes() + ((NOT_CALIBRATED,) if calibration == CALIBRATION_OFF else ())
     run = ArmsRun(
-        design, pooled=tuple(pooled), pooled_from=tuple(pooled_from), pooled_simulated=pooled_simulated, notes=design.notes()
+        design, pooled=tuple(pooled), pooled_from=tuple(pooled_from), pooled_simulated=pooled_simulated, notes=notes,
+        calibration=calibration,
     )
     run = replace(run, server=await driver.detect())
     if on_server is not None and run.server is not None:
@@ -269,6 +307,9 @@ async def _measure_cell(
     factory: RequestFactory | None, rng: random.Random,
 ) -> ArmsRun:
     design = run.design
+    # an arm's per-user rate is over each request's whole time: the client's error is judged against one request
+    checks = await check_once(driver, run.client_checks, concurrency, run.warmup, latency_s(run.warmup), "warm-up request")
+    run = replace(run, client_checks=checks)
     reqs = await make(factory, driver, design.requests, design.prompt_tokens, design.tokens, rng)
     batch = await driver.run_batch(reqs, in_flight=concurrency, queue_wait_s=queue_wait_s(run.warmup, concurrency))
     cell = cell_from_records(

@@ -26,8 +26,21 @@ from servecheck.analysis.capacity import (
     probe_from_records,
 )
 from servecheck.errors import ServerError, UsageError
-from servecheck.experiments.common import RequestFactory, make, queue_wait_s
+from servecheck.experiments.common import (
+    CALIBRATION_NONE,
+    CALIBRATION_OFF,
+    NOT_CALIBRATED,
+    RequestFactory,
+    calibration_mode,
+    check_once,
+    client_bound_messages,
+    latency_s,
+    make,
+    queue_wait_s,
+)
 from servecheck.load.protocol import Driver
+from servecheck.model.client import FIX as CLIENT_FIX
+from servecheck.model.client import CLIENT_ERROR_FRAC, ClientCheck
 from servecheck.model.records import NS_PER_S, RequestRecord, ServerInfo
 
 OnProbe = Callable[["CapacityRun"], None]
@@ -105,6 +118,8 @@ class CapacityRun:
     warmup: RequestRecord | None = None
     probes: tuple[MeasuredProbe, ...] = ()
     complete: bool = False
+    calibration: str = CALIBRATION_NONE  # the pre-flight: "on" before each N, "off" (--no-calibrate), "none"
+    client_checks: tuple[ClientCheck, ...] = ()  # the pre-flight before each N's first probe
 
     def samples(self) -> dict[int, list[ProbeSample]]:
         out: dict[int, list[ProbeSample]] = {}
@@ -125,18 +140,41 @@ class CapacityRun:
 
     def to_doc(self) -> dict[str, Any]:
         """The capacity fields of the JSON document (the CLI puts the envelope around them)."""
+        analysed = self.analysis().to_dict()
+        bound = [{"message": f"client-bound: {m}", "hint": CLIENT_FIX} for m in client_bound_messages(self.client_checks)]
+        unresolved = ttft_unresolved_warning(self.client_checks, self.warmup)
         return {
-            **self.analysis().to_dict(),
+            **analysed,
+            "warnings": [*analysed.get("warnings", []), *bound, *([] if unresolved is None else [unresolved])],
             "command": "capacity",
-            "valid": length_valid([p.sample for p in self.probes]),
+            "valid": length_valid([p.sample for p in self.probes]) and not bound,
             "complete": self.complete,
             "simulated": bool(self.server and self.server.simulated),
             "design": self.design.to_dict(),
             "server": None if self.server is None else self.server.to_dict(),
             "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
             "probes": [p.to_dict() for p in self.probes],
-            "notes": list(notes(self.design)),
+            "notes": list(notes(self.design)) + ([NOT_CALIBRATED] if self.calibration == CALIBRATION_OFF else []),
+            "calibration": self.calibration,
+            "client_checks": [c.to_dict() for c in self.client_checks],
         }
+
+
+def ttft_unresolved_warning(checks: tuple[ClientCheck, ...], warmup: RequestRecord | None) -> dict[str, str] | None:
+    """A warning for the TTFT figures at the N where the client's timing error is above
+    CLIENT_ERROR_FRAC of the warm-up's TTFT: there they are this client's as much as the server's."""
+    if warmup is None or warmup.ttft_ns is None:
+        return None
+    ttft_ms = warmup.ttft_ns / 1e6
+    over = [c for c in checks if c.chosen.error_ms > CLIENT_ERROR_FRAC * ttft_ms]
+    if not over:
+        return None
+    return {
+        "message": f"TTFT unresolved at {', '.join(f'N={c.streams}' for c in over)}: the client's timing error (up to "
+                   f"{max(c.chosen.error_ms for c in over):.1f} ms) is above {CLIENT_ERROR_FRAC:.0%} of the "
+                   f"{ttft_ms:.1f} ms warm-up TTFT; the TTFT figures there are this client's as much as the server's",
+        "hint": CLIENT_FIX,
+    }
 
 
 def notes(design: CapacityDesign) -> tuple[str, ...]:
@@ -190,7 +228,7 @@ async def run_capacity(
 ) -> CapacityRun:
     """Detect, warm up, search, then measure the serial baseline again; returns the whole run."""
     design.check()
-    run = CapacityRun(design, server=await driver.detect())
+    run = CapacityRun(design, server=await driver.detect(), calibration=calibration_mode(driver))
     if on_server is not None and run.server is not None:
         on_server(run.server)
     run = replace(run, warmup=await _warm_up(requests_factory, driver, design, rng))
@@ -198,6 +236,12 @@ async def run_capacity(
 
     async def measure(n: int, purpose: str) -> None:
         nonlocal run
+        # the client's error is judged against one request, or the TTFT ceiling when that is tighter
+        ceiling = design.criteria.max_ttft_s
+        latency = latency_s(run.warmup)
+        tighter = ceiling is not None and (latency is None or ceiling < latency)
+        reference, what = (ceiling, "TTFT ceiling") if tighter else (latency, "warm-up request")
+        run = replace(run, client_checks=await check_once(driver, run.client_checks, n, run.warmup, reference, what))
         probe = await prober.probe(n, purpose, run.warmup)
         run = replace(run, probes=(*run.probes, probe))
         if on_probe is not None:

@@ -8,7 +8,8 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 
 from servecheck.load.prompts import make_requests
-from servecheck.load.protocol import Driver
+from servecheck.load.protocol import Driver, SelfChecking
+from servecheck.model.client import CLIENT_ERROR_FRAC, ClientCheck
 from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord
 
 # How an experiment gets its requests: `load.prompts.make_requests` (driver, n, prompt_tokens,
@@ -41,3 +42,57 @@ def queue_wait_s(warmup: RequestRecord | None, n: int) -> float:
     if warmup is None or warmup.latency_ns is None:
         return 0.0
     return (n - 1) * QUEUE_WAIT_MARGIN * warmup.latency_ns / NS_PER_S
+
+
+# What a run records of its client's pre-flight: checked before each concurrency, skipped by
+# --no-calibrate, or not possible (a scripted driver has no client of its own).
+CALIBRATION_ON, CALIBRATION_OFF, CALIBRATION_NONE = "on", "off", "none"
+
+
+def calibration_mode(driver: Driver) -> str:
+    if not isinstance(driver, SelfChecking):
+        return CALIBRATION_NONE
+    return CALIBRATION_ON if driver.calibrate else CALIBRATION_OFF
+
+
+def token_gap_ms(record: RequestRecord | None) -> float | None:
+    """One stream's mean gap between tokens, in ms, from a request's token times (the warm-up's)."""
+    if record is None or len(record.token_ns) < 2:
+        return None
+    return (record.token_ns[-1] - record.token_ns[0]) / (len(record.token_ns) - 1) / 1e6
+
+
+async def check_client(driver: Driver, streams: int, warmup: RequestRecord | None, reference_s: float | None,
+                       what: str) -> ClientCheck | None:
+    """The pre-flight before `streams` streams: the client's timing error may be CLIENT_ERROR_FRAC of
+    `reference_s`, the time the command judges (`what` names it); at the warm-up's token rate. None
+    when the driver cannot check itself, calibration is off, or there is nothing to scale from."""
+    gap_ms = token_gap_ms(warmup)
+    if not isinstance(driver, SelfChecking) or gap_ms is None or not reference_s or reference_s <= 0:
+        return None
+    tolerance_ms = CLIENT_ERROR_FRAC * reference_s * 1e3
+    basis = f"{CLIENT_ERROR_FRAC:.0%} of the {reference_s * 1e3:.0f} ms {what}"
+    return await driver.preflight(streams, max(gap_ms, 1e-3), tolerance_ms, basis)
+
+
+
+async def check_once(driver: Driver, checks: tuple[ClientCheck, ...], streams: int, warmup: RequestRecord | None,
+                     reference_s: float | None, what: str) -> tuple[ClientCheck, ...]:
+    """`checks` with the pre-flight before `streams` streams added, unless it was taken already."""
+    if any(c.streams == streams for c in checks) or calibration_mode(driver) != CALIBRATION_ON:
+        return checks
+    check = await check_client(driver, streams, warmup, reference_s, what)
+    return checks if check is None else (*checks, check)
+
+
+def latency_s(record: RequestRecord | None) -> float | None:
+    return None if record is None or record.latency_ns is None else record.latency_ns / NS_PER_S
+
+
+def client_bound_messages(checks: tuple[ClientCheck, ...]) -> list[str]:
+    """One message per client-bound concurrency: why its figures would be the client's."""
+    return [reason for c in checks if (reason := c.reason()) is not None]
+
+
+NOT_CALIBRATED = ("not calibrated (--no-calibrate): the client's own timing error at each concurrency was not "
+                  "measured, so nothing here shows the times are the server's rather than this client's")

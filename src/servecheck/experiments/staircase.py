@@ -20,8 +20,19 @@ from servecheck.analysis.staircase import (
     needs_more,
 )
 from servecheck.errors import ServerError, UsageError
-from servecheck.experiments.common import RequestFactory, make, queue_wait_s
+from servecheck.experiments.common import (
+    CALIBRATION_NONE,
+    CALIBRATION_OFF,
+    NOT_CALIBRATED,
+    RequestFactory,
+    calibration_mode,
+    check_once,
+    latency_s,
+    make,
+    queue_wait_s,
+)
 from servecheck.load.protocol import Driver
+from servecheck.model.client import ClientCheck
 from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord, ServerInfo
 
 OnPoint = Callable[["StaircaseResult"], None]
@@ -42,9 +53,11 @@ class StaircaseResult:
     batches: tuple[MeasuredBatch, ...] = ()
     complete: bool = False
     notes: tuple[str, ...] = field(default=())
+    calibration: str = CALIBRATION_NONE  # the pre-flight: "on" before each N, "off" (--no-calibrate), "none"
+    client_checks: tuple[ClientCheck, ...] = ()  # the pre-flight before each N's first batch
 
     def analysis(self) -> StaircaseAnalysis:
-        return analyze_staircase(self.batches, tokens_requested=self.tokens)
+        return analyze_staircase(self.batches, tokens_requested=self.tokens, client_checks=self.client_checks)
 
     def to_doc(self) -> dict[str, Any]:
         """The staircase fields of the JSON document (the CLI puts the envelope around them)."""
@@ -71,6 +84,8 @@ class StaircaseResult:
             "invalid": [f.to_dict() for f in a.invalid],
             "warnings": [f.to_dict() for f in a.warnings],
             "notes": list(self.notes),
+            "calibration": self.calibration,
+            "client_checks": [c.to_dict() for c in self.client_checks],
         }
 
 
@@ -200,7 +215,11 @@ async def run_staircase(
     check_context(server, prompt_tokens, tokens)
     if on_server is not None:
         on_server(server)
-    result = StaircaseResult(server, planned, tokens, prompt_tokens, reps, max_reps=budget, notes=notes)
+    calibration = calibration_mode(driver)
+    if calibration == CALIBRATION_OFF:
+        notes = (*notes, NOT_CALIBRATED)
+    result = StaircaseResult(server, planned, tokens, prompt_tokens, reps, max_reps=budget, notes=notes,
+                             calibration=calibration)
     result = replace(result, warmup=await _warm_up(requests_factory, driver, prompt_tokens, tokens, rng))
     plan = first_plan(planned, reps)
     while plan:
@@ -216,6 +235,8 @@ async def _measure_one(
     driver: Driver, result: StaircaseResult, n: int, factory: RequestFactory | None, rng: random.Random
 ) -> StaircaseResult:
     rep = sum(1 for mb in result.batches if mb.n == n)
+    checks = await check_once(driver, result.client_checks, n, result.warmup, latency_s(result.warmup), "warm-up request")
+    result = replace(result, client_checks=checks)
     reqs = await make(factory, driver, n, result.prompt_tokens, result.tokens, rng)
     batch = await driver.run_batch(reqs, queue_wait_s=queue_wait_s(result.warmup, n))
     return replace(result, batches=(*result.batches, MeasuredBatch(n=n, rep=rep, batch=batch)))

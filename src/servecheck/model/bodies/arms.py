@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import LogAudit, Request, Server, Warning
+from servecheck.model.bodies.common import Calibrated, ClientCheck, LogAudit, Request, Server, Warning
 from servecheck.model.codec import record
 
 Label = Literal["batching", "pipelining", "none", "inconclusive"]
@@ -151,6 +151,8 @@ class ArmsBody:
     warnings: tuple[Warning, ...] = ()
     notes: tuple[str, ...] = ()
     log_audit: LogAudit | None = None
+    calibration: Calibrated | None = None  # the client's pre-flight; None: a document from before it
+    client_checks: tuple[ClientCheck, ...] | None = None  # one per concurrency, before its first batch; None: from before it
 
 
 BODIES["arms"] = ArmsBody

@@ -9,13 +9,14 @@ from collections.abc import Mapping
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import Finding, LogAudit, Request, Server
+from servecheck.model.bodies.common import Calibrated, ClientCheck, Finding, LogAudit, Request, Server
 from servecheck.model.codec import record
 
 Verdict = Literal["baseline", "cluster", "staircase", "partial", "inconclusive"]
 Schedule = Literal["cluster", "staircase", "partial"]
 Trend = Literal["rising", "flat", "inconclusive"]
 Evidence = Literal["completion_times", "server_gauges", "server_timings"]
+
 
 
 @record
@@ -137,6 +138,8 @@ class StaircaseBody:
     warnings: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
     log_audit: LogAudit | None = None  # with --serve
+    calibration: Calibrated | None = None  # the client's pre-flight; None: a document from before it
+    client_checks: tuple[ClientCheck, ...] | None = None  # one per N, before its first batch; None: from before it
 
 
 BODIES["staircase"] = StaircaseBody

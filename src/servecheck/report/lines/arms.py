@@ -12,7 +12,7 @@ from servecheck.model.result import RunResult
 from servecheck.report.lines import REPORTS
 from servecheck.report.lines.text import num as _num
 from servecheck.report.lines.text import signed_pct as _pct
-from servecheck.report.lines.text import warning_line
+from servecheck.report.lines.text import client_lines, warning_line
 
 
 def _ratio(x: float | None, interval: Interval | None = None) -> str:
@@ -136,11 +136,15 @@ def report_lines(run: RunResult[ArmsBody]) -> list[str]:
     else:
         lines.append("no serial cell was measured: nothing to compare against")
     lines += check_lines(body)
+    lines += client_lines(body.client_checks)
     lines += [warning_line(w) for w in body.warnings]
     lines += [f"note: {n}" for n in body.notes]
     if not run.complete:
         lines.append("INCOMPLETE: interrupted; the cells above are all that was measured")
-    if run.valid is False:
+    bound = [c.streams for c in body.client_checks or () if c.client_bound]
+    if run.valid is False and bound:
+        lines.append("INVALID: the client is the bottleneck at " + ", ".join(f"N={n}" for n in bound) + " (see the warnings)")
+    elif run.valid is False:
         lines.append("INVALID: some requests failed (see the cells)")
     return lines
 

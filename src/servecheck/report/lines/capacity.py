@@ -11,7 +11,7 @@ from servecheck.model.result import RunResult
 from servecheck.report.lines import REPORTS
 from servecheck.report.lines.text import num as _num
 from servecheck.report.lines.text import signed_pct as _pct
-from servecheck.report.lines.text import warning_line
+from servecheck.report.lines.text import client_lines, warning_line
 
 
 def _interval(iv: Interval | None, fmt: str) -> str:
@@ -80,11 +80,15 @@ def report_lines(run: RunResult[CapacityBody]) -> list[str]:
     lines.append(f"{prefix}{body.answer or '-'}")
     lines.append(f"limit: {body.limit or '-'}")
     lines += check_lines(body)
+    lines += client_lines(body.client_checks)
     lines += [warning_line(w) for w in body.warnings]
     lines += [f"note: {n}" for n in body.notes]
     if not run.complete:
         lines.append("INCOMPLETE: interrupted; the probes above are all that was measured")
-    if run.valid is False:
+    bound = [c.streams for c in body.client_checks or () if c.client_bound]
+    if run.valid is False and bound:
+        lines.append("INVALID: the client is the bottleneck at " + ", ".join(f"N={n}" for n in bound) + " (see the warnings)")
+    elif run.valid is False:
         lines.append("INVALID: measured requests were off the asked output length (see the warnings)")
     return lines
 

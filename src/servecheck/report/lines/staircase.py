@@ -16,6 +16,7 @@ from servecheck.model.bodies.common import Finding, RequestRef
 from servecheck.model.bodies.staircase import Point, StaircaseBody
 from servecheck.model.result import RunResult
 from servecheck.report.lines import REPORTS
+from servecheck.report.lines.text import client_lines
 
 T = TypeVar("T")
 
@@ -192,7 +193,7 @@ def report_lines(run: RunResult[StaircaseBody]) -> list[str]:
     lines += ["", f"verdict  {_need(body.verdict, 'verdict')}  ({_need(body.verdict_reason, 'verdict_reason')})",
               trend_line(body)]
     lines += witness_lines(body)
-    lines += queue_lines(body) + trap_lines(body)
+    lines += queue_lines(body) + trap_lines(body) + client_lines(body.client_checks)
     lines += finding_lines(body) + [f"note: {note}" for note in body.notes]
     if not run.complete:
         lines.append("INCOMPLETE: interrupted; the points above are all that was measured")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from servecheck.model.bodies.common import Warning
+from collections.abc import Sequence
+
+from servecheck.model.bodies.common import ClientCheck, Warning
 
 
 def num(x: float | None, fmt: str) -> str:
@@ -18,3 +20,23 @@ def warning_line(w: Warning) -> str:
     if isinstance(w, str):
         return f"warning: {w}"
     return f"warning: {w.message or '-'}" + (f" ({w.hint})" if w.hint else "")
+
+
+def client_lines(checks: Sequence[ClientCheck] | None) -> list[str]:
+    """The pre-flight in one line: each N's client timing error against the command's bound, and the
+    client processes it ran on; nothing for a run that recorded no checks."""
+    if not checks:
+        return []
+    first = checks[0]
+    bound = f", at most {num(first.tolerance_ms, '.1f')} ms = {first.basis}" if first.basis else ""
+    one_count = len({c.workers for c in checks}) == 1
+
+    def part(c: ClientCheck) -> str:
+        text = f"N={num(c.streams, 'd')} {num(c.error_ms, '.1f')} ms"
+        if not one_count:
+            text += f" on {num(c.workers, 'd')}"
+        return text + (" CLIENT-BOUND" if c.client_bound else "")
+
+    processes = f" · {num(first.workers, 'd')} client process{'' if first.workers == 1 else 'es'}" if one_count else " client processes"
+    return [f"client   timing error before each N (p99 stamp delay + dispatch skew{bound}): "
+            + ", ".join(part(c) for c in checks) + processes]
