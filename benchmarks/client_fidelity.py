@@ -14,6 +14,17 @@ benchmark fetches that truth (GET /truth) and sets servecheck's own figures besi
 - dispatch skew: the spread of the first sends (servecheck's own figure), and the server's read spread.
 - client CPU seconds per 1,000 tokens (this process and its worker processes).
 
+Beside the fixed worker counts, an `auto` configuration runs as a measuring command does: a warm-up
+request, then the pre-flight (`load.preflight.CheckedDriver`: one client process, then two, up to
+the cores, stopping at the first within the bound), then the batch on the processes it chose. Each
+figure is then judged against the 2% target before the truth is seen: TTFT when the chosen
+calibration's timing error (p99 stamp delay + dispatch skew) is within 2% of the warm-up's TTFT,
+throughput when it is within 2% of the warm-up request, ITL when the p99 stamp delay is within 2% of
+the gap between tokens; otherwise that figure is refused as client-bound. A figure judged within
+2% whose true error is larger is WRONG; the benchmark counts them (there must be none). The p99
+stamp delay and the dispatch skew of the pre-flight with one process ("before") and with the
+processes chosen ("after") are in the output.
+
 Run:  .venv/bin/python benchmarks/client_fidelity.py [--streams 16,64,256] [--workers 1,2] [--rounds 2]
 Writes benchmarks/results/client_fidelity.json. Numbers depend on the machine and its load: run it
 on a quiet machine (nothing else compiling or testing).
@@ -30,7 +41,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
 import urllib.request
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -40,6 +50,7 @@ from typing import Any, Iterator
 from servecheck.client.base import RunClock, Target
 from servecheck.load.driver import LoadDriver
 from servecheck.load.lanes import LaneDriver
+from servecheck.load.preflight import CheckedDriver
 from servecheck.model.records import BatchResult, GenRequest
 
 RESULTS = Path(__file__).parent / "results" / "client_fidelity.json"
@@ -153,8 +164,57 @@ async def one_batch(url: str, streams: int, workers: int) -> tuple[BatchResult, 
     return batch, clock, cpu_s() - cpu0  # worker processes have exited: their CPU is counted
 
 
+TARGET = 0.02  # the load-at-scale issue's bound on every figure's error
+
+
+async def auto_batch(url: str, streams: int) -> tuple[BatchResult, RunClock, float, dict[str, Any]]:
+    """As a measuring command runs N streams: warm-up, pre-flight (it picks the workers), batch."""
+    clock = RunClock.start()
+    target = Target(url=url, api="llamacpp", first_token_timeout_s=120, request_timeout_s=600)
+    cpu0 = cpu_s()
+    async with CheckedDriver(target, workers=os.cpu_count() or 1, auto=True, clock=clock) as driver:
+        driver.witnesses = False
+        await driver.detect()
+        warm = await driver.generate(GenRequest(index=0, prompt="w0000 warm-up", nonce="w", max_tokens=TOKENS))
+        if warm.latency_ns is None or warm.ttft_ns is None or len(warm.token_ns) < 2:
+            raise RuntimeError(f"the warm-up failed: {warm.error}")
+        gap_ms = (warm.token_ns[-1] - warm.token_ns[0]) / (len(warm.token_ns) - 1) / 1e6
+        latency_ms, ttft_ms = warm.latency_ns / 1e6, warm.ttft_ns / 1e6
+        check = await driver.preflight(streams, gap_ms, TARGET * latency_ms, f"{TARGET:.0%} of the warm-up request")
+        assert check is not None
+        batch = await driver.run_batch(requests(streams))
+    chosen, first = check.chosen, check.tried[0]
+    judged = {
+        "ttft": chosen.error_ms <= TARGET * ttft_ms,
+        "throughput": chosen.error_ms <= TARGET * latency_ms,
+        "itl": chosen.stamp_delay_p99_ms <= TARGET * gap_ms,
+    }
+    pre = {
+        "workers_chosen": chosen.workers,
+        "warmup_ttft_ms": ttft_ms, "warmup_latency_ms": latency_ms, "warmup_gap_ms": gap_ms,
+        "stamp_delay_p99_ms_before": first.stamp_delay_p99_ms, "dispatch_skew_ms_before": first.dispatch_skew_ms,
+        "stamp_delay_p99_ms_after": chosen.stamp_delay_p99_ms, "dispatch_skew_ms_after": chosen.dispatch_skew_ms,
+        "reported": judged,  # figure -> reported as within the target (True) or refused as client-bound
+        "tried": [c.to_dict() for c in check.tried],
+    }
+    return batch, clock, cpu_s() - cpu0, pre
+
+
+def verdicts(row: dict[str, Any]) -> dict[str, str]:
+    """Each figure of an auto row: "within 2%", "refused" (client-bound), or "WRONG" (reported, and off)."""
+    errors = {"ttft": row["ttft_error_frac"], "throughput": row["throughput_error_frac"], "itl": row["itl_error_frac"]}
+    out = {}
+    for figure, reported in row["reported"].items():
+        if not reported:
+            out[figure] = "refused"
+        else:
+            out[figure] = "within 2%" if abs(errors[figure]) <= TARGET else "WRONG"
+    return out
+
+
 def compare(batch: BatchResult, clock: RunClock, truth: dict[str, Any]) -> dict[str, float]:
-    """servecheck's figures against the server's truth, for one batch."""
+    """servecheck's figures against the server's truth, for one batch (the warm-up's truth set aside)."""
+    truth = {k: v for k, v in truth.items() if k.startswith("r")}
     ttft_err, ttft_true, itl_ours, itl_true = [], [], [], []
     tokens = 0
     for rec in batch.records:
@@ -197,11 +257,11 @@ def fetch_truth(url: str) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", default="16,64,256")
-    parser.add_argument("--workers", default="1,2")
+    parser.add_argument("--workers", default="1,2,auto", help="client process counts, and `auto`: as the pre-flight chooses")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
-    workers = [int(w) for w in args.workers.split(",")]
+    workers = [w if w == "auto" else int(w) for w in args.workers.split(",")]
     rows: list[dict[str, Any]] = []
     print(f"law server: {BASE_MS:g} ms + {PER_SEQ_MS:g} ms per sequence a step, {TOKENS} tokens per request")
     print(f"{'streams':>7} {'workers':>7} {'round':>5} {'TTFT true':>10} {'TTFT err':>15} {'ITL err':>8} "
@@ -210,15 +270,30 @@ def main() -> int:
         for n in streams:
             for w in workers:  # interleaved: each configuration against a fresh server, every round
                 with law_server() as url:
-                    batch, clock, cpu = asyncio.run(one_batch(url, n, w))
-                    row = {"streams": n, "workers": w, "round": r + 1, **compare(batch, clock, fetch_truth(url))}
+                    pre: dict[str, Any] = {}
+                    if w == "auto":
+                        batch, clock, cpu, pre = asyncio.run(auto_batch(url, n))
+                    else:
+                        batch, clock, cpu = asyncio.run(one_batch(url, n, w))
+                    row = {"streams": n, "workers": w, "round": r + 1, **compare(batch, clock, fetch_truth(url)), **pre}
                 row["client_cpu_s_per_1k_tokens"] = cpu / row["tokens"] * 1000
+                if pre:
+                    row["verdicts"] = verdicts(row)
                 rows.append(row)
                 print(f"{n:>7} {w:>7} {r + 1:>5} {row['ttft_true_ms']:>8.1f}ms {row['ttft_error_ms']:>+7.2f}ms "
                       f"({row['ttft_error_frac']:>+5.1%}) {row['itl_error_frac']:>+8.2%} {row['throughput_error_frac']:>+8.2%} "
                       f"{row['dispatch_skew_ms']:>8.2f} {row['client_cpu_s_per_1k_tokens']:>12.3f}", flush=True)
+                if pre:
+                    print(f"{'':>21} pre-flight: {pre['workers_chosen']} worker(s); p99 stamp delay "
+                          f"{pre['stamp_delay_p99_ms_before']:.2f} -> {pre['stamp_delay_p99_ms_after']:.2f} ms, skew "
+                          f"{pre['dispatch_skew_ms_before']:.2f} -> {pre['dispatch_skew_ms_after']:.2f} ms; "
+                          + ", ".join(f"{k} {v}" for k, v in row["verdicts"].items()), flush=True)
+    wrong = [(row["streams"], row["round"], k) for row in rows for k, v in row.get("verdicts", {}).items() if v == "WRONG"]
+    print(f"auto: {len(wrong)} figure(s) reported within 2% that were not" + (f": {wrong}" if wrong else ""))
     doc = {
         "benchmark": "client_fidelity",
+        "target_frac": TARGET,
+        "auto_wrong": len(wrong),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0]},
         "server_law": {"base_ms": BASE_MS, "per_seq_ms": PER_SEQ_MS, "tokens": TOKENS},
@@ -228,7 +303,7 @@ def main() -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {RESULTS}")
-    return 0
+    return 1 if wrong else 0
 
 
 if __name__ == "__main__":
