@@ -211,3 +211,31 @@ def test_capacity_names_the_n_whose_ttft_the_client_cannot_resolve():
     warning = ttft_unresolved_warning(checks, warmup)
     assert warning is not None and warning["message"].startswith("TTFT unresolved at N=8:")
     assert ttft_unresolved_warning(checks[:1], warmup) is None
+
+
+def test_the_stamp_server_exits_when_its_client_is_killed():
+    """SIGKILL leaves nobody to stop the stamp server (it runs in its own process group): it notices
+    its parent is gone and exits, so a killed run leaves no server behind."""
+    import signal
+    import time
+
+    script = ("import os, sys\nfrom servecheck.load.calibrate import stamp_server\n"
+              "with stamp_server(5.0) as url:\n"
+              "    print(url, flush=True)\n    import time; time.sleep(60)\n")
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    url = parent.stdout.readline().strip()
+    assert url.startswith("http://127.0.0.1:"), url
+    port = url.rsplit(":", 1)[1]
+    server_pids = subprocess.run(["pgrep", "-P", str(parent.pid)], capture_output=True, text=True).stdout.split()
+    assert server_pids, "the stamp server is the client's child"
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(Path(f"/proc/{pid}").exists() and
+                                              "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+                                              for pid in server_pids):
+        time.sleep(0.2)
+    alive = [pid for pid in server_pids if Path(f"/proc/{pid}").exists()
+             and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()]
+    assert not alive, f"the stamp server on port {port} outlived its client"

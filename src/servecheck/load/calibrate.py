@@ -41,7 +41,7 @@ STARTUP_TIMEOUT_S = 30.0
 # A minimal llama.cpp-shaped server: /props, /health, and /completion streaming `n_predict` events
 # `gap` ms apart (`gap_ms=G` in a request's prompt overrides it), each one's content the server's perf_counter_ns when it was written.
 STAMP_SERVER = r"""
-import asyncio, json, re, sys, time
+import asyncio, json, os, re, sys, time
 from aiohttp import web
 
 GAP_S = float(sys.argv[1]) / 1e3
@@ -70,11 +70,19 @@ async def completion(request):
     await resp.write(f"data: {json.dumps(final)}\n\n".encode())
     return resp
 
+async def orphaned():
+    # the client that started this server was killed (SIGKILL leaves no one to stop it): exit too
+    parent = os.getppid()
+    while os.getppid() == parent:
+        await asyncio.sleep(1.0)
+    os._exit(0)
+
 async def main():
     app = web.Application()
     app.router.add_get("/props", props)
     app.router.add_get("/health", health)
     app.router.add_post("/completion", completion)
+    watch = asyncio.create_task(orphaned())
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
