@@ -61,7 +61,10 @@ def test_events_per_calibration_scale_with_the_gap_and_stay_bounded():
 def test_the_token_gap_comes_from_the_warm_up_token_times():
     record = RequestRecord(index=0, nonce="n", send_ns=0, status="ok", tokens_requested=3, token_ns=(10_000_000, 20_000_000, 40_000_000))
     assert token_gap_ms(record) == 15.0
-    assert token_gap_ms(RequestRecord(index=0, nonce="n", send_ns=0, status="ok", tokens_requested=3, token_ns=(1,))) is None
+    one_event = RequestRecord(index=0, nonce="n", send_ns=0, status="ok", tokens_requested=3, token_ns=(1,),
+                              end_ns=30_000_000, tokens=3)
+    assert token_gap_ms(one_event) == 10.0  # no faster than its whole time over its tokens
+    assert token_gap_ms(None) is None
 
 
 def test_a_scripted_driver_has_no_client_to_calibrate():

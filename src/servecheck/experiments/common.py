@@ -56,10 +56,16 @@ def calibration_mode(driver: Driver) -> str:
 
 
 def token_gap_ms(record: RequestRecord | None) -> float | None:
-    """One stream's mean gap between tokens, in ms, from a request's token times (the warm-up's)."""
-    if record is None or len(record.token_ns) < 2:
+    """One stream's mean gap between events, in ms, from a request's token times (the warm-up's); a
+    request that streamed fewer than two events: its whole time over its tokens (events come no
+    faster than that)."""
+    if record is None:
         return None
-    return (record.token_ns[-1] - record.token_ns[0]) / (len(record.token_ns) - 1) / 1e6
+    if len(record.token_ns) >= 2:
+        return (record.token_ns[-1] - record.token_ns[0]) / (len(record.token_ns) - 1) / 1e6
+    if record.latency_ns is None or not record.tokens:
+        return None
+    return record.latency_ns / record.tokens / 1e6
 
 
 async def check_client(driver: Driver, streams: int, warmup: RequestRecord | None, reference_s: float | None,
