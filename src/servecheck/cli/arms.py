@@ -197,13 +197,14 @@ def cmd(
         say(app.err, f"note: {note}", "yellow")
     with served(serve_command, url and check_url(url), log_path=serve_log, say=lambda line: say(app.err, line)) as server:
         target = client.target(server.url)
-        head = envelope("arms", {**target.public_dict(), "workers": client.workers_param, "calibrate": client.calibrate, **params}, environment())
+        head = envelope("arms", {**target.public_dict(), **client.client_params(), **params}, environment())
         watch = Progress(app, "arms: cells", progress_line, total=design.reps * len(design.arms))
         with ThermalSampler() as sampler:
             experiment = ArmsExperiment(design, random.Random(prompt_seed), pooled=pooled.cells, pooled_from=pooled.names,
                                         pooled_simulated=pooled.simulated, bias_limit=bias_limit,
                                         thermal=sampler.summary)
-            run = measure(app, experiment, target, sinks, head=head, watch=watch, served=server, workers=client.workers, calibrate=client.calibrate)
+            run = measure(app, experiment, target, sinks, head=head, watch=watch, served=server,
+                          workers=client.workers, calibrate=client.calibrate)
         if run.interrupted:
             return interrupted(app, run, lambda doc: _render(app, from_doc(doc), output.json_to_stdout))
     assert run.doc is not None  # a run that was not interrupted has finished its document

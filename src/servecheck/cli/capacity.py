@@ -98,11 +98,12 @@ def cmd(
     sinks = output.sinks()
     with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
         target = client.target(server.url)
-        params = {**target.public_dict(), "workers": client.workers_param, "calibrate": client.calibrate, "design": design.to_dict(), "expect_at_least": expect_at_least,
+        params = {**target.public_dict(), **client.client_params(), "design": design.to_dict(), "expect_at_least": expect_at_least,
                   "seed": prompt_seed, "serve": serve_command}
         experiment = CapacityExperiment(design, random.Random(prompt_seed))
         run = measure(app, experiment, target, sinks, head=envelope("capacity", params, environment()),
-                      watch=Progress(app, "capacity: probes", progress_line), served=server, workers=client.workers, calibrate=client.calibrate)
+                      watch=Progress(app, "capacity: probes", progress_line), served=server,
+                      workers=client.workers, calibrate=client.calibrate)
         if run.interrupted:
             return interrupted(app, run, lambda doc: _render(app, from_doc(doc), output.json_to_stdout))
     assert run.doc is not None  # a run that was not interrupted has finished its document

@@ -289,6 +289,10 @@ class ClientOptions:
         """--workers as the run's params record it: the number given, or "auto"."""
         return "auto" if self.workers is None else self.workers
 
+    def client_params(self) -> dict[str, int | str | bool]:
+        """What the run's params record of the client: --workers and the pre-flight."""
+        return {"workers": self.workers_param, "calibrate": self.calibrate}
+
     def target(self, url: str) -> Target:
         return make_target(url, api=self.api, model=self.model, api_key=self.api_key, headers=self.headers,
                            first_token_timeout_s=self.first_token_timeout_s)

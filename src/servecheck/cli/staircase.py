@@ -135,7 +135,7 @@ def cmd(
     with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
         target = client.target(server.url)
         params = {
-            **target.public_dict(), "workers": client.workers_param, "calibrate": client.calibrate,
+            **target.public_dict(), **client.client_params(),
             "n": ns,
             "tokens": tokens,
             "prompt_tokens": prompt_tokens,

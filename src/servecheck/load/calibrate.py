@@ -39,7 +39,8 @@ MIN_GAP_MS, MAX_GAP_MS = 0.1, 1000.0
 STARTUP_TIMEOUT_S = 30.0
 
 # A minimal llama.cpp-shaped server: /props, /health, and /completion streaming `n_predict` events
-# `gap` ms apart (`gap_ms=G` in a request's prompt overrides it), each one's content the server's perf_counter_ns when it was written.
+# `gap` ms apart (`gap_ms=G` in a request's prompt overrides it), each one's content the server's
+# perf_counter_ns when it was written.
 STAMP_SERVER = r"""
 import asyncio, json, os, re, sys, time
 from aiohttp import web
