@@ -20,7 +20,7 @@ import click
 from rich.table import Table
 
 from servecheck import exitcodes
-from servecheck.cli.common import Recorder, make_target, output_options
+from servecheck.cli.common import MAX_WORKERS, Recorder, make_target, output_options
 from servecheck.cli.context import AppContext
 from servecheck.cli.serve_local import enable_ctrl_c, engine_option, llama_server_option, progress_printer
 from servecheck.engine.cache import EngineCache
@@ -32,7 +32,7 @@ from servecheck.envinfo import environment
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.experiments.demo import DEMO_NS, EXPECTED, as_expected, run_demo_staircase
 from servecheck.experiments.staircase import StaircaseResult
-from servecheck.load.driver import LoadDriver
+from servecheck.load.preflight import CheckedDriver
 from servecheck.logscan.scan import scan_log
 from servecheck.model.bodies import demo as demo_body
 from servecheck.model.result import from_doc
@@ -153,7 +153,8 @@ class DemoRun:
 async def _staircase(url: str, api: str, tokens: int, prompt_tokens: int, seed: int,
                      on_point: Callable[[StaircaseResult], None]) -> StaircaseResult:
     target = make_target(url, api=api, first_token_timeout_s=FIRST_TOKEN_TIMEOUT_S)
-    async with LoadDriver(target) as driver:
+    # the client checks itself before each N, as `servecheck staircase` does
+    async with CheckedDriver(target, workers=MAX_WORKERS, auto=True) as driver:
         return await run_demo_staircase(driver, tokens=tokens, prompt_tokens=prompt_tokens, rng=random.Random(seed),
                                         on_point=on_point)
 
