@@ -188,6 +188,7 @@ def render_doc(doc: dict[str, Any], index: int = 0) -> str:
         _banners(run),
         body,
         _serve_log_audit(run),
+        _client_checks(run),
         _warnings(run),
         _environment(run),
         "</section>",
@@ -238,6 +239,22 @@ def _serve_log_audit(run: RunResult[Any]) -> str:
     if audit.error:
         return head + f'<p class="warn">The log could not be audited: {esc(audit.error)}</p>'
     return head + _log_findings(audit.findings, audit.lines) if audit.findings else ""
+
+
+def _client_checks(run: RunResult[Any]) -> str:
+    """The pre-flight of a measuring run: per N, the client's timing error against the command's bound."""
+    checks = getattr(run.body, "client_checks", None)
+    if not checks:
+        return ""
+    def ms(x: float | None) -> str:
+        return "—" if x is None else f"{x:.1f}"
+
+    rows = [[fmt(c.streams), fmt(c.workers), ms(c.stamp_delay_p99_ms), ms(c.dispatch_skew_ms), ms(c.error_ms),
+             ms(c.tolerance_ms), "CLIENT-BOUND" if c.client_bound else "within"] for c in checks]
+    basis = esc(checks[0].basis) if checks[0].basis else "the command's bound"
+    caption = f"<p>The client checked itself before each N: its timing error (p99 stamp delay + dispatch skew) against {basis}.</p>"
+    headers = ["N", "client processes", "p99 stamp delay ms", "dispatch skew ms", "error ms", "bound ms", "client"]
+    return "<h3>Client pre-flight</h3>" + caption + table(headers, rows, numeric=frozenset({0, 1, 2, 3, 4, 5}))
 
 
 def _warnings(run: RunResult[Any]) -> str:
