@@ -99,7 +99,6 @@ class LaneDriver:
         self.workers = workers
         self.clock = clock if clock is not None else RunClock.start()
         self.local = LoadDriver(target, clock=self.clock)
-        self.witnesses = True
         # batch size (lanes) -> the client processes that read it; a size not named takes `default_workers`
         self.plan: dict[int, int] = {}
         self.default_workers = workers
@@ -109,6 +108,16 @@ class LaneDriver:
     @property
     def info(self) -> ServerInfo | None:
         return self.local.info
+
+    @property
+    def witnesses(self) -> bool:
+        """Whether batches sample the server's gauges and meter the client's loop (one setting for the
+        batches this process runs and the ones its workers run)."""
+        return self.local.witnesses
+
+    @witnesses.setter
+    def witnesses(self, on: bool) -> None:
+        self.local.witnesses = on
 
     async def __aenter__(self) -> LaneDriver:
         await self.local.__aenter__()
