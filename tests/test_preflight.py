@@ -92,7 +92,8 @@ def test_auto_stops_at_one_process_when_one_is_enough():
 def test_auto_tries_every_count_when_none_is_enough_and_says_client_bound():
     driver = CheckedDriver(UNUSED, workers=2, auto=True)
     result = check(driver, 4, tolerance_ms=0.0)  # no client stamps with no delay at all
-    assert result is not None and [c.workers for c in result.tried] == [1, 2] and result.client_bound
+    # each count measured twice before it is judged too few
+    assert result is not None and [c.workers for c in result.tried] == [1, 1, 2, 2] and result.client_bound
     assert all(c.events == 4 * preflight_events(5.0) for c in result.tried)
 
 
@@ -195,9 +196,9 @@ def test_auto_workers_move_a_starved_client_to_a_worker_process(tmp_path):
     with simulator("--mode", "batched", "--token-ms", "10", "--per-seq-ms", "1") as url, starved_client():
         _, doc = staircase(url, tmp_path / "s.json")
     c4 = {c["streams"]: c for c in doc["client_checks"]}[4]
-    first = c4["tried"][0]
-    assert first["workers"] == 1 and first["error_ms"] > c4["tolerance_ms"]  # the starvation, seen
-    assert [t["workers"] for t in c4["tried"]] == [1, 2]
+    one = [t for t in c4["tried"] if t["workers"] == 1]
+    assert len(one) == 2 and all(t["error_ms"] > c4["tolerance_ms"] for t in one)  # the starvation, seen twice
+    assert {t["workers"] for t in c4["tried"]} == {1, 2}
     if c4["client_bound"]:  # two processes on two busy cores may not pass either: then the run says so
         assert not doc["valid"]
     else:

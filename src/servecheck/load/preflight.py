@@ -24,6 +24,9 @@ from servecheck.model.client import Calibration, ClientCheck
 # beside the run (a staircase over 1, 2, 4, 8 spends about 2 s on its four checks).
 PREFLIGHT_S = 0.5
 MIN_EVENTS, MAX_EVENTS = 20, 100
+# Calibrations at one worker count before it is judged too few: a client is client-bound only when
+# every attempt at every count was over the bound.
+ATTEMPTS = 2
 
 
 def preflight_events(gap_ms: float) -> int:
@@ -68,9 +71,16 @@ class CheckedDriver(LaneDriver):
         gap = calibration_gap_ms(gap_ms)
         counts = range(1, self.workers + 1) if self.auto else (self.workers,)
         tried: list[Calibration] = []
+        passed = False
         for workers in counts:
-            tried.append(await calibrate(streams, gap, preflight_events(gap), workers, url=self._stamp_url(gap)))
-            if tried[-1].error_ms <= tolerance_ms:
+            # a failed calibration is measured once more before it counts: one burst of other work
+            # on the machine is not evidence that the client cannot keep up
+            for _ in range(ATTEMPTS):
+                tried.append(await calibrate(streams, gap, preflight_events(gap), workers, url=self._stamp_url(gap)))
+                passed = tried[-1].error_ms <= tolerance_ms
+                if passed:
+                    break
+            if passed:
                 break
         check = ClientCheck(streams=streams, tolerance_ms=tolerance_ms, basis=basis, tried=tuple(tried))
         self.use(streams, check.workers)

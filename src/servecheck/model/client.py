@@ -69,8 +69,9 @@ class Calibration:
 
 @dataclass(frozen=True, slots=True)
 class ClientCheck:
-    """The pre-flight before `streams` streams of a run: the calibrations tried (one per worker
-    count, fewest first) against `tolerance_ms`, the command's bound on the client's timing error."""
+    """The pre-flight before `streams` streams of a run: the calibrations tried (fewest workers first;
+    a count whose first attempt failed is tried twice) against `tolerance_ms`, the command's bound
+    on the client's timing error."""
 
     streams: int
     tolerance_ms: float
