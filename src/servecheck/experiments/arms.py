@@ -36,6 +36,7 @@ from servecheck.experiments.common import (
     latency_s,
     make,
     queue_wait_s,
+    ttft_unresolved,
 )
 from servecheck.load.protocol import Driver
 from servecheck.model.client import FIX as CLIENT_FIX
@@ -153,10 +154,7 @@ class ArmsRun:
     def ttft_unresolved(self) -> frozenset[int]:
         """The arms whose TTFT this client cannot resolve: its timing error there is above
         CLIENT_ERROR_FRAC of the warm-up's TTFT."""
-        ttft = None if self.warmup is None or self.warmup.ttft_ns is None else self.warmup.ttft_ns / 1e6
-        if ttft is None:
-            return frozenset()
-        return frozenset(c.streams for c in self.client_checks if c.chosen.error_ms > CLIENT_ERROR_FRAC * ttft)
+        return frozenset(c.streams for c in ttft_unresolved(self.client_checks, self.warmup))
 
     def cached_suspects(self) -> list[str]:
         return cached_prompt_suspects(

@@ -37,6 +37,7 @@ from servecheck.experiments.common import (
     latency_s,
     make,
     queue_wait_s,
+    ttft_unresolved,
 )
 from servecheck.load.protocol import Driver
 from servecheck.model.client import FIX as CLIENT_FIX
@@ -187,12 +188,10 @@ def ttft_fails_within_error(points: list[dict[str, Any]], checks: tuple[ClientCh
 def ttft_unresolved_warning(checks: tuple[ClientCheck, ...], warmup: RequestRecord | None) -> dict[str, str] | None:
     """A warning for the TTFT figures at the N where the client's timing error is above
     CLIENT_ERROR_FRAC of the warm-up's TTFT: there they are this client's as much as the server's."""
-    if warmup is None or warmup.ttft_ns is None:
+    over = ttft_unresolved(checks, warmup)
+    if not over or warmup is None or warmup.ttft_ns is None:
         return None
     ttft_ms = warmup.ttft_ns / 1e6
-    over = [c for c in checks if c.chosen.error_ms > CLIENT_ERROR_FRAC * ttft_ms]
-    if not over:
-        return None
     return {
         "message": f"TTFT unresolved at {', '.join(f'N={c.streams}' for c in over)}: the client's timing error (up to "
                    f"{max(c.chosen.error_ms for c in over):.1f} ms) is above {CLIENT_ERROR_FRAC:.0%} of the "

@@ -95,6 +95,14 @@ def latency_s(record: RequestRecord | None) -> float | None:
     return None if record is None or record.latency_ns is None else record.latency_ns / NS_PER_S
 
 
+def ttft_unresolved(checks: tuple[ClientCheck, ...], warmup: RequestRecord | None) -> tuple[ClientCheck, ...]:
+    """The checks whose timing error is above CLIENT_ERROR_FRAC of the warm-up's TTFT: at those
+    concurrencies a TTFT is this client's as much as the server's."""
+    if warmup is None or warmup.ttft_ns is None:
+        return ()
+    return tuple(c for c in checks if c.chosen.error_ms > CLIENT_ERROR_FRAC * warmup.ttft_ns / 1e6)
+
+
 def client_bound_messages(checks: tuple[ClientCheck, ...]) -> list[str]:
     """One message per client-bound concurrency: why its figures would be the client's."""
     return [reason for c in checks if (reason := c.reason()) is not None]
