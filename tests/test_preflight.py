@@ -201,8 +201,15 @@ def test_auto_workers_move_a_starved_client_to_a_worker_process(tmp_path):
     assert {t["workers"] for t in c4["tried"]} == {1, 2}
     if c4["client_bound"]:  # two processes on two busy cores may not pass either: then the run says so
         assert not doc["valid"]
+        return
+    assert c4["workers"] == 2
+    if doc["valid"]:
+        assert doc["verdict"] == "cluster"
     else:
-        assert c4["workers"] == 2 and doc["valid"] and doc["verdict"] == "cluster"
+        # the pre-flight passed, but the batch itself is still checked: on a busy machine (the hog holds
+        # one of two cores) its own release can spread past 5% of the single time, and the run says that
+        codes = {f["code"] for f in doc["invalid"]}
+        assert codes and codes <= {"dispatch_skew", "client_bound"}, codes
 
 
 def test_capacity_names_the_n_whose_ttft_the_client_cannot_resolve():
