@@ -13,6 +13,11 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# The optional Ray extra (--ray), which the tests exercise on a local cluster; `make demo` does without it.
+$(VENV)/.ray-installed: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[ray]'
+	touch $@
+
 demo: setup
 	$(SC) demo
 
@@ -20,7 +25,7 @@ demo: setup
 test-deps:
 	bash scripts/install-test-deps.sh
 
-test: setup test-deps
+test: setup $(VENV)/.ray-installed test-deps
 	$(SC) cache build --vllm
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q -ra

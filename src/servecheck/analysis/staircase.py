@@ -145,21 +145,28 @@ class BatchVerdict:
 class Grouping:
     groups: tuple[tuple[float, ...], ...]
     ambiguous: tuple[tuple[int, float], ...]  # (index of the later finish, gap ratio) in the dead band
+    uncertainty_ratio: float = 0.0  # how far a gap may be off (clocks of several machines), / single time
 
 
-def group_finishes(finish_s: Sequence[float], single_s: float) -> Grouping:
-    """Split sorted finish times into groups at gaps larger than LARGE_GAP_FRAC x single time."""
+def group_finishes(finish_s: Sequence[float], single_s: float, uncertainty_s: float = 0.0) -> Grouping:
+    """Split sorted finish times into groups at gaps larger than LARGE_GAP_FRAC x single time.
+
+    `uncertainty_s` is how far any gap may be off (finishes read on several machines' clocks,
+    `BatchResult.clock_uncertainty_ns`): a gap splits groups only if it is beyond the threshold
+    by more than that, and one that might lie on either side of a threshold is ambiguous, so a gap
+    the clocks cannot resolve is never a group boundary."""
+    u = uncertainty_s / single_s
     groups: list[list[float]] = []
     ambiguous: list[tuple[int, float]] = []
     for i, t in enumerate(finish_s):
         gap_ratio = (t - finish_s[i - 1]) / single_s if i else float("inf")
-        if gap_ratio > LARGE_GAP_FRAC:
+        if gap_ratio - u > LARGE_GAP_FRAC:
             groups.append([t])
             continue
-        if gap_ratio >= SMALL_GAP_FRAC:
+        if gap_ratio + u >= SMALL_GAP_FRAC:
             ambiguous.append((i, gap_ratio))
         groups[-1].append(t)
-    return Grouping(groups=tuple(tuple(g) for g in groups), ambiguous=tuple(ambiguous))
+    return Grouping(groups=tuple(tuple(g) for g in groups), ambiguous=tuple(ambiguous), uncertainty_ratio=u)
 
 
 def group_steps(groups: Sequence[Sequence[float]]) -> list[float]:
@@ -179,8 +186,9 @@ def _consistent_sizes(sizes: Sequence[int]) -> bool:
     return all(s == head[0] for s in head) and sizes[-1] <= head[0]
 
 
-def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int) -> BatchVerdict:
-    """Classify one batch of `n` requests from its finish times (seconds from release)."""
+def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int, uncertainty_s: float = 0.0) -> BatchVerdict:
+    """Classify one batch of `n` requests from its finish times (seconds from release), each gap
+    known to +-`uncertainty_s` (0: one machine's clock)."""
     if n == 1:
         return BatchVerdict(n=1, verdict="baseline", reason="N=1 is the single-request baseline", single_s=single_s)
     if single_s is None or single_s <= 0:
@@ -194,7 +202,7 @@ def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int) ->
             n=n, verdict="inconclusive", reason=f"only {len(finish_s)} of {n} requests finished", single_s=single_s
         )
     ordered = sorted(finish_s)
-    grouping = group_finishes(ordered, single_s)
+    grouping = group_finishes(ordered, single_s, uncertainty_s)
     gaps = [b - a for a, b in zip(ordered, ordered[1:])]
     steps = group_steps(grouping.groups)
     spread = ordered[-1] - ordered[0]
@@ -220,8 +228,12 @@ def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int) ->
 def _decide(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdict, str]:
     if grouping.ambiguous:
         i, gap_ratio = grouping.ambiguous[0]
+        clocks = (
+            f", to within +-{grouping.uncertainty_ratio:.2f}x (the clocks of the client actors that read the finishes)"
+            if grouping.uncertainty_ratio else ""
+        )
         return "inconclusive", (
-            f"the gap before finish #{i + 1} is {gap_ratio:.2f}x the single time: neither inside a group "
+            f"the gap before finish #{i + 1} is {gap_ratio:.2f}x the single time{clocks}: neither inside a group "
             f"(< {SMALL_GAP_FRAC}x) nor between groups (> {LARGE_GAP_FRAC}x)"
         )
     k = len(grouping.groups)
@@ -618,7 +630,7 @@ def analyze_batch(mb: MeasuredBatch, single_s: float | None, modal: int | None =
     done = _ok_by_finish(mb.batch)
     finish = tuple(mb.batch.finish_s())
     tokens = tuple(r.tokens for r in done)
-    verdict = classify_batch(finish, single_s, mb.n)
+    verdict = classify_batch(finish, single_s, mb.n, mb.batch.clock_uncertainty_ns / NS_PER_S)
     doubt = batch_doubt(mb, single_s, modal) if mb.n > 1 else None
     # A client stall voids the finish times (and the server timings, whose queue times are client
     # latency minus the server's own work), not the gauges: what a gauge read said is what the

@@ -204,7 +204,7 @@ def cmd(
                                         pooled_simulated=pooled.simulated, bias_limit=bias_limit,
                                         thermal=sampler.summary)
             run = measure(app, experiment, target, sinks, head=head, watch=watch, served=server,
-                          workers=client.workers, calibrate=client.calibrate)
+                          workers=client.workers, calibrate=client.calibrate, ray=client.ray)
         if run.interrupted:
             return interrupted(app, run, lambda doc: _render(app, from_doc(doc), output.json_to_stdout))
     assert run.doc is not None  # a run that was not interrupted has finished its document

@@ -103,7 +103,7 @@ def cmd(
         experiment = CapacityExperiment(design, random.Random(prompt_seed))
         run = measure(app, experiment, target, sinks, head=envelope("capacity", params, environment()),
                       watch=Progress(app, "capacity: probes", progress_line), served=server,
-                      workers=client.workers, calibrate=client.calibrate)
+                      workers=client.workers, calibrate=client.calibrate, ray=client.ray)
         if run.interrupted:
             return interrupted(app, run, lambda doc: _render(app, from_doc(doc), output.json_to_stdout))
     assert run.doc is not None  # a run that was not interrupted has finished its document

@@ -102,12 +102,12 @@ def workers_option(f: F, *, auto: bool = False) -> F:
     if auto:
         return click.option(
             "--workers",
-            type=click.IntRange(min=1, max=MAX_WORKERS),
+            type=click.IntRange(min=1),
             default=None,
             help="Client processes that send and read a batch's streams, released together and stamped on one "
-            f"clock (at most the {MAX_WORKERS} cores). Default: before each concurrency the client checks "
-            "itself (see --no-calibrate) and uses the fewest processes whose timing error is within the "
-            "command's bound; give a number to use exactly that many.",
+            f"clock (at most the {MAX_WORKERS} cores; with --ray, Ray actors, at most the cluster's CPUs). Default: "
+            "before each concurrency the client checks itself (see --no-calibrate) and uses the fewest processes "
+            "whose timing error is within the command's bound; give a number to use exactly that many.",
         )(f)
     return click.option(
         "--workers",
@@ -117,6 +117,19 @@ def workers_option(f: F, *, auto: bool = False) -> F:
         help="Client processes that send and read a batch's streams, released together and stamped on one "
         f"clock (at most the {MAX_WORKERS} cores). More than one helps when one process cannot keep up "
         "with hundreds of streams; `servecheck calibrate --workers K` shows what each adds.",
+    )(f)
+
+
+def ray_option(f: F) -> F:
+    """--ray ADDRESS: the batches' lanes on Ray actors across a cluster (`load.ray_lanes`)."""
+    return click.option(
+        "--ray",
+        default=None,
+        metavar="auto|local|ADDRESS",
+        help="Place the client's lanes on Ray actors spread over a cluster's nodes (needs the extra: pip install "
+        "'servecheck[ray]'): auto joins the cluster this machine is in, local starts a private one here, "
+        "HOST:PORT names a head. Each actor's clock is bounded against this one's by round trips before every "
+        "batch; --workers then counts actors.",
     )(f)
 
 
@@ -283,6 +296,7 @@ class ClientOptions:
     first_token_timeout_s: float = 300.0
     workers: int | None = None  # --workers: client processes that read a batch; None: as the pre-flight chooses
     calibrate: bool = True  # --no-calibrate: False
+    ray: str | None = None  # --ray: the Ray cluster whose actors read the batches; None: this machine
 
     @property
     def workers_param(self) -> int | str:
@@ -291,7 +305,10 @@ class ClientOptions:
 
     def client_params(self) -> dict[str, int | str | bool]:
         """What the run's params record of the client: --workers and the pre-flight."""
-        return {"workers": self.workers_param, "calibrate": self.calibrate}
+        params: dict[str, int | str | bool] = {"workers": self.workers_param, "calibrate": self.calibrate}
+        if self.ray is not None:
+            params["ray"] = self.ray
+        return params
 
     def target(self, url: str) -> Target:
         return make_target(url, api=self.api, model=self.model, api_key=self.api_key, headers=self.headers,
@@ -321,7 +338,7 @@ def client_record(model_flag: str = "--model", *, batches: bool = False) -> Call
 
     def wrap(f: F) -> F:
         f = _target_options(_collected(f, "client", ClientOptions), model_flag)
-        return calibrate_option(workers_option(f, auto=True)) if batches else f
+        return ray_option(calibrate_option(workers_option(f, auto=True))) if batches else f
 
     return wrap
 

@@ -13,7 +13,9 @@ from servecheck.cli.common import MAX_WORKERS, SIMULATED_BANNER, say
 from servecheck.cli.context import AppContext
 from servecheck.cli.serve import Served, render_audit
 from servecheck.client.base import Target
+from servecheck.errors import UsageError
 from servecheck.load.preflight import CheckedDriver
+from servecheck.load.ray_lanes import RAY_MAX_WORKERS, RayPool, require_ray
 from servecheck.model.records import ServerInfo
 from servecheck.report.terminal import ProgressHandle, progress
 from servecheck.results.runner import Doc, Experiment, RunOutcome, Sink, run_experiment
@@ -67,13 +69,22 @@ def measure(
     settle: Callable[[R], R] | None = None,
     workers: int | None = None,
     calibrate: bool = True,
+    ray: str | None = None,
 ) -> RunOutcome[R]:
     """Run `experiment` against `target` through the driver seam (`AppContext.open_driver`, or the
     real `CheckedDriver`: `workers` client processes, or with None as many as its pre-flight finds
     needed, up to the cores; `calibrate` False skips the pre-flight); the finished document gains the
     --serve log audit, taken once the server has stopped."""
-    ceiling = MAX_WORKERS if workers is None else workers
-    open_driver = app.open_driver or partial(CheckedDriver, workers=ceiling, auto=workers is None, calibrate=calibrate)
+    pool = None
+    if ray is not None:
+        pool = RayPool(ray)
+        require_ray()  # before the server is asked anything: exit 2 with the install hint
+    elif workers is not None and workers > MAX_WORKERS:
+        raise UsageError(f"--workers {workers} is more than this machine's {MAX_WORKERS} cores",
+                         f"use at most {MAX_WORKERS}, or place the lanes on a Ray cluster with --ray")
+    ceiling = (RAY_MAX_WORKERS if pool is not None else MAX_WORKERS) if workers is None else workers
+    open_driver = app.open_driver or partial(CheckedDriver, workers=ceiling, auto=workers is None, calibrate=calibrate,
+                                             pool=pool)
     return run_experiment(experiment, lambda: open_driver(target), sinks, head=head, watch=watch, settle=settle,
                           epilogue=served.finished)
 

@@ -148,7 +148,7 @@ def cmd(
         experiment = StaircaseExperiment(tuple(ns), tokens, prompt_tokens, reps, max_reps, random.Random(seed))
         watch = Progress(app, "staircase: batches", progress_line, total=len(first_plan(sorted(set(ns) | {1}), reps)))
         run = measure(app, experiment, target, sinks, head=envelope("staircase", params, environment()), watch=watch,
-                      served=server, workers=client.workers, calibrate=client.calibrate)
+                      served=server, workers=client.workers, calibrate=client.calibrate, ray=client.ray)
         if run.interrupted:
             return interrupted(app, run, lambda doc: _render(app, from_doc(doc), output.json_to_stdout))
     assert run.doc is not None  # a run that was not interrupted has finished its document

@@ -107,7 +107,9 @@ def _point_doc(point: PointAnalysis, batches: Sequence[MeasuredBatch]) -> dict[s
 
 
 def _batch_doc(b: BatchAnalysis, batch: BatchResult) -> dict[str, Any]:
+    clocks = {"clock_uncertainty_s": batch.clock_uncertainty_ns / NS_PER_S} if batch.clock_uncertainty_ns else {}
     return {
+        **clocks,
         "rep": b.rep,
         "release_s": batch.release_ns / NS_PER_S,
         "dispatch_skew_s": b.dispatch_skew_s,

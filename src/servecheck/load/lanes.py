@@ -13,6 +13,9 @@ over all workers) mean what they mean for one process.
 The server's gauges are sampled by the driver process (one sampler, whatever K); each worker
 meters its own event loop, and the batch's noise is the worst of them: a stall in any worker
 delays the streams it reads.
+
+Where the shares run is a `WorkerPool`: `ProcessPool` here, or `load.ray_lanes.RayPool`, whose
+actors on other machines stamp on their own clocks mapped onto the run's.
 """
 
 from __future__ import annotations
@@ -23,13 +26,13 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 from servecheck.client.base import RunClock, Target
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.load.driver import LoadDriver
 from servecheck.load.witness import GaugeSampler, NoiseMeter
-from servecheck.model.records import BatchResult, ClientNoise, GenRequest, RequestRecord, ServerInfo
+from servecheck.model.records import BatchResult, ClientNoise, GenRequest, RequestRecord, ServerGauges, ServerInfo
 
 # How far ahead of "every worker is ready" the shared release instant lies: enough for the go
 # message to reach every worker and for each to wake from its sleep, on a loaded machine too.
@@ -87,23 +90,43 @@ def merge_noise(noises: Sequence[ClientNoise | None]) -> ClientNoise | None:
     )
 
 
-class LaneDriver:
-    """A `Driver` whose batches run on K worker processes; everything else (detection, tokenizing,
-    single requests, gauges) goes through one `LoadDriver` in this process. Use as
-    `async with LaneDriver(target, workers=K) as driver:`."""
+class WorkerPool(Protocol):
+    """Where a batch's shares run: worker processes on this machine (`ProcessPool`), or Ray actors
+    across a cluster (`load.ray_lanes.RayPool`). A batch goes `prepare` (each share's connections
+    warm, its gate shut), `release` (every gate opens at one run-clock instant), `collect`."""
 
-    def __init__(self, target: Target, workers: int, clock: RunClock | None = None) -> None:
+    local: bool  # a batch one client reads runs in the driver's own process
+
+    async def start(self, target: Target, info: ServerInfo, workers: int, clock: RunClock) -> None: ...
+
+    async def prepare(self, shares: Sequence[_Share]) -> int:
+        """Hand each share to a worker; return once all are ready, with the clock uncertainty (ns) the
+        batch's finish times carry against each other (0: one machine's clock)."""
+        ...
+
+    def release(self, release_ns: int) -> None: ...
+
+    async def collect(self, limit_s: float) -> list[BatchResult]: ...
+
+    async def stop(self) -> None: ...
+
+
+class LaneDriver:
+    """A `Driver` whose batches run on K workers (`WorkerPool`: processes here, or Ray actors);
+    everything else (detection, tokenizing, single requests, gauges) goes through one `LoadDriver`
+    in this process. Use as `async with LaneDriver(target, workers=K) as driver:`."""
+
+    def __init__(self, target: Target, workers: int, clock: RunClock | None = None, pool: WorkerPool | None = None) -> None:
         if workers < 1:
             raise UsageError(f"--workers must be >= 1, got {workers}", "give the number of client processes, e.g. --workers 2")
         self.target = target
         self.workers = workers
         self.clock = clock if clock is not None else RunClock.start()
         self.local = LoadDriver(target, clock=self.clock)
+        self.pool: WorkerPool = pool if pool is not None else ProcessPool()
         # batch size (lanes) -> the client processes that read it; a size not named takes `default_workers`
         self.plan: dict[int, int] = {}
         self.default_workers = workers
-        self._procs: list[Any] = []
-        self._conns: list[Connection] = []
 
     @property
     def info(self) -> ServerInfo | None:
@@ -125,7 +148,7 @@ class LaneDriver:
 
     async def __aexit__(self, *exc: object) -> None:
         try:
-            await self._stop_workers()
+            await self.pool.stop()
         finally:
             await self.local.__aexit__(*exc)
 
@@ -167,55 +190,83 @@ class LaneDriver:
             raise UsageError(f"in_flight must be >= 1, got {in_flight}")
         lanes = len(reqs) if in_flight is None else min(in_flight, len(reqs))
         workers = self.workers_for(lanes)
-        if workers == 1:  # one client: this process, as a run without --workers reads it
+        if workers == 1 and self.pool.local:  # one client: this process, as a run without --workers reads it
             return await self.local.run_batch(reqs, in_flight, queue_wait_s)
         info = self.local.info or await self.local.detect()
-        await self._start_workers(info, workers)
-        shares = split_lanes(reqs, lanes, workers)
-        conns = self._conns[: len(shares)]
-        for conn, (share_reqs, share_lanes) in zip(conns, shares):
-            conn.send(("batch", _Share(share_reqs, share_lanes, queue_wait_s)))
-        await asyncio.gather(*(self._expect(c, "ready", READY_TIMEOUT_S) for c in conns))
+        await self.pool.start(self.target, info, workers, self.clock)
+        shares = [_Share(share_reqs, share_lanes, queue_wait_s) for share_reqs, share_lanes in split_lanes(reqs, lanes, workers)]
+        uncertainty_ns = await self.pool.prepare(shares)
         source = await self.local.gauge_source() if self.witnesses else None
         sampler = None if source is None else GaugeSampler(
             source, lambda path: self.local.fetch_raw(path, GAUGE_PROBE_TIMEOUT_S), self.clock.now_ns
         )
         release_ns = self.clock.now_ns() + RELEASE_LEAD_NS
-        for conn in conns:
-            conn.send(("go", release_ns))
+        self.pool.release(release_ns)
         if sampler is not None:
             sampler.start()
         limit_s = self.local.ceiling_s(max(r.max_tokens for r in reqs), queue_wait_s) * len(reqs) + READY_TIMEOUT_S
         try:
-            parts = await asyncio.gather(*(self._expect(c, "done", limit_s) for c in conns))
+            results = await self.pool.collect(limit_s)
         finally:
             gauges = None if sampler is None else await sampler.stop()
-        results: list[BatchResult] = [p[1] for p in parts]
-        records = tuple(sorted((r for b in results for r in b.records), key=lambda r: r.index))
-        # every lane's first request is released at the barrier: the skew is their send spread, all workers together
-        firsts = {r.index for r in reqs[:lanes]}
-        first_sends = [r.send_ns for r in records if r.index in firsts]
-        skew = max(first_sends) - min(first_sends) if first_sends else 0
-        return BatchResult(release_ns, lanes, records, skew, gauges, merge_noise([b.noise for b in results]))
+        return merge_batch(reqs, lanes, release_ns, results, gauges, uncertainty_ns)
 
-    async def _start_workers(self, info: ServerInfo, workers: int) -> None:
+
+def merge_batch(reqs: Sequence[GenRequest], lanes: int, release_ns: int, results: Sequence[BatchResult],
+                gauges: ServerGauges | None, uncertainty_ns: int = 0) -> BatchResult:
+    """The workers' parts of one batch as one client's batch."""
+    records = tuple(sorted((r for b in results for r in b.records), key=lambda r: r.index))
+    # every lane's first request is released at the barrier: the skew is their send spread, all workers together
+    firsts = {r.index for r in reqs[:lanes]}
+    first_sends = [r.send_ns for r in records if r.index in firsts]
+    skew = max(first_sends) - min(first_sends) if first_sends else 0
+    return BatchResult(release_ns, lanes, records, skew, gauges, merge_noise([b.noise for b in results]), uncertainty_ns)
+
+
+class ProcessPool:
+    """Worker processes on this machine, spawned as a batch first needs them and kept for the run;
+    every one stamps with the machine-wide monotonic clock, so their times need no mapping."""
+
+    local = True
+
+    def __init__(self) -> None:
+        self._procs: list[Any] = []
+        self._conns: list[Connection] = []
+        self._active: list[Connection] = []
+
+    async def start(self, target: Target, info: ServerInfo, workers: int, clock: RunClock) -> None:
         """At least `workers` worker processes up: the ones already running and as many new ones as lack."""
         if len(self._procs) >= workers:
             return
         context = multiprocessing.get_context("spawn")  # no fork of a process with a running loop
-        worker_target = replace(self.target, api=info.dialect, model=info.model)
+        worker_target = replace(target, api=info.dialect, model=info.model)
         started = []
         for _ in range(workers - len(self._procs)):
             ours, theirs = context.Pipe()
-            proc = context.Process(target=_worker_main, args=(theirs, worker_target, self.clock.start_ns, info), daemon=True)
+            proc = context.Process(target=_worker_main, args=(theirs, worker_target, clock.start_ns, info), daemon=True)
             proc.start()
             theirs.close()
             self._procs.append(proc)
             self._conns.append(ours)
             started.append(ours)
-        await asyncio.gather(*(self._expect(c, "up", START_TIMEOUT_S) for c in started))
+        await asyncio.gather(*(_expect(c, "up", START_TIMEOUT_S) for c in started))
 
-    async def _stop_workers(self) -> None:
+    async def prepare(self, shares: Sequence[_Share]) -> int:
+        self._active = self._conns[: len(shares)]
+        for conn, share in zip(self._active, shares):
+            conn.send(("batch", share))
+        await asyncio.gather(*(_expect(c, "ready", READY_TIMEOUT_S) for c in self._active))
+        return 0
+
+    def release(self, release_ns: int) -> None:
+        for conn in self._active:
+            conn.send(("go", release_ns))
+
+    async def collect(self, limit_s: float) -> list[BatchResult]:
+        parts = await asyncio.gather(*(_expect(c, "done", limit_s) for c in self._active))
+        return [p[1] for p in parts]
+
+    async def stop(self) -> None:
         for conn in self._conns:
             try:
                 conn.send(("stop",))
@@ -229,30 +280,31 @@ class LaneDriver:
                 proc.join(timeout=5.0)
         for conn in self._conns:
             conn.close()
-        self._procs, self._conns = [], []
+        self._procs, self._conns, self._active = [], [], []
 
-    async def _expect(self, conn: Connection, word: str, timeout_s: float) -> tuple[Any, ...]:
-        """The worker's next message, which must be `word` (an error message names what went wrong)."""
-        loop = asyncio.get_running_loop()
-        ready = loop.create_future()
-        loop.add_reader(conn.fileno(), lambda: ready.done() or ready.set_result(None))
-        try:
-            async with asyncio.timeout(timeout_s):
-                await ready
-        except TimeoutError:
-            raise WorkerError(f"a client worker sent no '{word}' within {timeout_s:.0f} s",
-                              "run with fewer --workers, or without them") from None
-        finally:
-            loop.remove_reader(conn.fileno())
-        try:
-            message = conn.recv()
-        except EOFError:
-            raise WorkerError("a client worker process exited", "run without --workers to see the error") from None
-        if message[0] == "error":
-            raise WorkerError(f"a client worker failed: {message[1]}", message[2])
-        if message[0] != word:
-            raise WorkerError(f"a client worker sent '{message[0]}' where '{word}' was due", "run without --workers")
-        return tuple(message)
+
+async def _expect(conn: Connection, word: str, timeout_s: float) -> tuple[Any, ...]:
+    """The worker's next message, which must be `word` (an error message names what went wrong)."""
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    loop.add_reader(conn.fileno(), lambda: ready.done() or ready.set_result(None))
+    try:
+        async with asyncio.timeout(timeout_s):
+            await ready
+    except TimeoutError:
+        raise WorkerError(f"a client worker sent no '{word}' within {timeout_s:.0f} s",
+                          "run with fewer --workers, or without them") from None
+    finally:
+        loop.remove_reader(conn.fileno())
+    try:
+        message = conn.recv()
+    except EOFError:
+        raise WorkerError("a client worker process exited", "run without --workers to see the error") from None
+    if message[0] == "error":
+        raise WorkerError(f"a client worker failed: {message[1]}", message[2])
+    if message[0] != word:
+        raise WorkerError(f"a client worker sent '{message[0]}' where '{word}' was due", "run without --workers")
+    return tuple(message)
 
 
 # ---------------------------------------------------------------- the worker process

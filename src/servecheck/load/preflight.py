@@ -17,7 +17,8 @@ from contextlib import ExitStack
 
 from servecheck.client.base import RunClock, Target
 from servecheck.load.calibrate import MAX_GAP_MS, MAX_STREAMS, MIN_GAP_MS, calibrate, stamp_server
-from servecheck.load.lanes import LaneDriver
+from servecheck.load.lanes import LaneDriver, WorkerPool
+from servecheck.load.ray_lanes import RayPool
 from servecheck.model.client import Calibration, ClientCheck
 
 # How long one calibration streams: long enough for a p99 over a few dozen events per stream, short
@@ -48,8 +49,8 @@ class CheckedDriver(LaneDriver):
     `--no-calibrate` flag) checks nothing."""
 
     def __init__(self, target: Target, workers: int, *, auto: bool, calibrate: bool = True,
-                 clock: RunClock | None = None) -> None:
-        super().__init__(target, workers, clock)
+                 clock: RunClock | None = None, pool: WorkerPool | None = None) -> None:
+        super().__init__(target, workers, clock, pool)
         self.auto = auto
         self.calibrate = calibrate
         if auto:
@@ -69,14 +70,15 @@ class CheckedDriver(LaneDriver):
         if not self.calibrate or not 1 <= streams <= MAX_STREAMS:
             return None
         gap = calibration_gap_ms(gap_ms)
-        counts = range(1, self.workers + 1) if self.auto else (self.workers,)
+        ceiling = min(self.workers, self.pool.capacity()) if isinstance(self.pool, RayPool) else self.workers
+        counts = range(1, ceiling + 1) if self.auto else (self.workers,)
         tried: list[Calibration] = []
         passed = False
         for workers in counts:
             # a failed calibration is measured once more before it counts: one burst of other work
             # on the machine is not evidence that the client cannot keep up
             for _ in range(ATTEMPTS):
-                tried.append(await calibrate(streams, gap, preflight_events(gap), workers, url=self._stamp_url(gap)))
+                tried.append(await self._calibrate(streams, gap, preflight_events(gap), workers))
                 passed = tried[-1].error_ms <= tolerance_ms
                 if passed:
                     break
@@ -85,6 +87,12 @@ class CheckedDriver(LaneDriver):
         check = ClientCheck(streams=streams, tolerance_ms=tolerance_ms, basis=basis, tried=tuple(tried))
         self.use(streams, check.workers)
         return check
+
+    async def _calibrate(self, streams: int, gap_ms: float, events: int, workers: int) -> Calibration:
+        if isinstance(self.pool, RayPool):  # each actor against a stamp server on its own node
+            info = self.local.info or await self.local.detect()
+            return await self.pool.calibrate(streams, gap_ms, events, workers, self.target, info, self.clock)
+        return await calibrate(streams, gap_ms, events, workers, url=self._stamp_url(gap_ms))
 
     def _stamp_url(self, gap_ms: float) -> str:
         """One stamp server for the run, started at the first check (each request names its gap)."""

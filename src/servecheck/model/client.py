@@ -12,8 +12,11 @@ that concurrency.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+
+NS_PER_MS = 1_000_000
 
 # The ITL rule of `servecheck calibrate`: the client is the bottleneck for token gaps when its p99
 # stamp delay exceeds this fraction of the gap between one stream's events (a 32 ms gap tolerates
@@ -25,6 +28,32 @@ STAMP_DELAY_FRAC = 0.05
 CLIENT_ERROR_FRAC = 0.05
 
 FIX = "spread the streams over more client processes (--workers), use fewer streams, or a quieter machine"
+
+
+@dataclass(frozen=True, slots=True)
+class ClockOffset:
+    """One remote client's monotonic clock against this process's (a Ray actor on another node):
+    its clock reads `offset_ns` ahead of ours, to within +-`uncertainty_ns`. The bounds come from
+    `samples` round trips; the fastest (`rtt_min_ns`) bound it tightest."""
+
+    worker: int
+    node: str  # the node's address, as Ray names it
+    offset_ns: int
+    uncertainty_ns: int
+    rtt_min_ns: int
+    samples: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def gap_uncertainty_ns(offsets: Sequence[ClockOffset]) -> int:
+    """The most two finish times of one batch, mapped from two clients' clocks onto ours, can be
+    off against each other: the two largest uncertainties added (0 with one clock)."""
+    if len(offsets) < 2:
+        return 0
+    largest = sorted((o.uncertainty_ns for o in offsets), reverse=True)
+    return largest[0] + largest[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +70,11 @@ class Calibration:
     loop_lag_p99_ms: float | None
     loop_lag_max_ms: float | None
     workers: int = 1  # client processes that read the streams
+    # Lanes on Ray actors (`--ray`): how far apart two actors' clocks may be mapped onto ours
+    # (`gap_uncertainty_ns`), which moves a release or a finish time as much as skew does; None on
+    # one machine, where every process reads the same monotonic clock.
+    clock_uncertainty_ms: float | None = None
+    clock_offsets: tuple[ClockOffset, ...] = ()
 
     @property
     def stamp_delay_frac(self) -> float:
@@ -49,8 +83,9 @@ class Calibration:
 
     @property
     def error_ms(self) -> float:
-        """The most this client moves a first-token or finish time: p99 stamp delay + dispatch skew."""
-        return self.stamp_delay_p99_ms + self.dispatch_skew_ms
+        """The most this client moves a first-token or finish time: p99 stamp delay + dispatch skew
+        (+ the clock uncertainty between Ray actors)."""
+        return self.stamp_delay_p99_ms + self.dispatch_skew_ms + (self.clock_uncertainty_ms or 0.0)
 
     def client_bound(self, limit: float = STAMP_DELAY_FRAC) -> str | None:
         """Why a run at this concurrency and token rate would measure the client's token gaps, or None."""
@@ -63,8 +98,11 @@ class Calibration:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "stamp_delay_frac": self.stamp_delay_frac, "error_ms": self.error_ms,
-                "client_bound": self.client_bound()}
+        doc = {**asdict(self), "stamp_delay_frac": self.stamp_delay_frac, "error_ms": self.error_ms,
+               "client_bound": self.client_bound()}
+        if self.clock_uncertainty_ms is None:  # one machine: nothing to say of clocks
+            del doc["clock_uncertainty_ms"], doc["clock_offsets"]
+        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +135,16 @@ class ClientCheck:
         if not self.client_bound:
             return None
         c = self.chosen
-        processes = "process" if c.workers == 1 else "processes"
+        if c.clock_uncertainty_ms is None:
+            who = f"client {'process' if c.workers == 1 else 'processes'}"
+            clocks = ""
+        else:
+            who = f"Ray {'actor' if c.workers == 1 else 'actors'}"
+            clocks = f" + clock uncertainty {c.clock_uncertainty_ms:.1f} ms"
         return (
-            f"the client is the bottleneck at N={self.streams}: with {c.workers} client {processes} its timing error "
+            f"the client is the bottleneck at N={self.streams}: with {c.workers} {who} its timing error "
             f"is {c.error_ms:.1f} ms (p99 stamp delay {c.stamp_delay_p99_ms:.1f} ms + dispatch skew "
-            f"{c.dispatch_skew_ms:.1f} ms), above the {self.tolerance_ms:.1f} ms allowed ({self.basis})"
+            f"{c.dispatch_skew_ms:.1f} ms{clocks}), above the {self.tolerance_ms:.1f} ms allowed ({self.basis})"
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -192,6 +192,9 @@ class BatchResult:
     dispatch_skew_ns: int  # spread of actual send times of the requests released together
     gauges: ServerGauges | None = None  # the server's own running/waiting gauges, when it has them
     noise: ClientNoise | None = None
+    # Lanes on Ray actors: the most two of these finish times can be off against each other, each
+    # mapped from its actor's clock onto the run's (`model.client.gap_uncertainty_ns`); 0 on one machine.
+    clock_uncertainty_ns: int = 0
 
     def finish_s(self) -> list[float]:
         """Finish times of successful requests, seconds from release, in finishing order."""

@@ -249,12 +249,21 @@ def _client_checks(run: RunResult[Any]) -> str:
     def ms(x: float | None) -> str:
         return "—" if x is None else f"{x:.1f}"
 
-    rows = [[fmt(c.streams), fmt(c.workers), ms(c.stamp_delay_p99_ms), ms(c.dispatch_skew_ms), ms(c.error_ms),
+    def chosen_clock(c: Any) -> float | None:
+        mine = [t for t in c.tried if t.workers == c.workers and t.clock_uncertainty_ms is not None]
+        return mine[-1].clock_uncertainty_ms if mine else None
+
+    on_ray = any(t.clock_uncertainty_ms is not None for c in checks for t in c.tried)
+    rows = [[fmt(c.streams), fmt(c.workers), ms(c.stamp_delay_p99_ms), ms(c.dispatch_skew_ms),
+             *([ms(chosen_clock(c))] if on_ray else []), ms(c.error_ms),
              ms(c.tolerance_ms), "CLIENT-BOUND" if c.client_bound else "within"] for c in checks]
     basis = esc(checks[0].basis) if checks[0].basis else "the command's bound"
-    caption = f"<p>The client checked itself before each N: its timing error (p99 stamp delay + dispatch skew) against {basis}.</p>"
-    headers = ["N", "client processes", "p99 stamp delay ms", "dispatch skew ms", "error ms", "bound ms", "client"]
-    return "<h3>Client pre-flight</h3>" + caption + table(headers, rows, numeric=frozenset({0, 1, 2, 3, 4, 5}))
+    terms = "p99 stamp delay + dispatch skew" + (" + clock uncertainty between Ray actors" if on_ray else "")
+    caption = f"<p>The client checked itself before each N: its timing error ({terms}) against {basis}.</p>"
+    headers = ["N", "Ray actors" if on_ray else "client processes", "p99 stamp delay ms", "dispatch skew ms",
+               *(["clock uncertainty ms"] if on_ray else []), "error ms", "bound ms", "client"]
+    numeric = frozenset(range(len(headers) - 1))
+    return "<h3>Client pre-flight</h3>" + caption + table(headers, rows, numeric=numeric)
 
 
 def _warnings(run: RunResult[Any]) -> str:

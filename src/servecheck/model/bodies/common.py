@@ -152,6 +152,18 @@ class LogAudit:
 
 
 @record
+class ClockOffset:
+    """A Ray actor's monotonic clock against the driver's: it reads `offset_ns` ahead, +-`uncertainty_ns`."""
+
+    worker: int | None = None
+    node: str | None = None
+    offset_ns: int | None = None
+    uncertainty_ns: int | None = None
+    rtt_min_ns: int | None = None  # the fastest of the round trips that bound the offset
+    samples: int | None = None
+
+
+@record
 class Calibration:
     """What this client added to token times at `streams` streams, against its own loopback stamp server."""
 
@@ -168,6 +180,8 @@ class Calibration:
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
     client_bound: str | None = None  # why a run at this concurrency and rate would measure the client
+    clock_uncertainty_ms: float | None = None  # lanes on Ray actors: how far two actors' mapped clocks may differ
+    clock_offsets: tuple[ClockOffset, ...] | None = None  # absent on one machine
 
 
 @record

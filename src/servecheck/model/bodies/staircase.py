@@ -88,6 +88,9 @@ class Batch:
     rep: int | None = None
     release_s: float | None = None  # seconds from the run start
     dispatch_skew_s: float | None = None
+    # lanes on Ray actors (--ray): how far two finish times may be off against each other, read on
+    # two machines' clocks; absent on one machine
+    clock_uncertainty_s: float | None = None
     finish_s: tuple[float, ...] = ()  # ok requests, in finishing order
     tokens: tuple[int, ...] = ()
     aggregate_tok_s: float | None = None

@@ -37,6 +37,15 @@ def client_lines(checks: Sequence[ClientCheck] | None) -> list[str]:
             text += f" on {num(c.workers, 'd')}"
         return text + (" CLIENT-BOUND" if c.client_bound else "")
 
-    processes = f" · {num(first.workers, 'd')} client process{'' if first.workers == 1 else 'es'}" if one_count else " client processes"
-    return [f"client   timing error before each N (p99 stamp delay + dispatch skew{bound}): "
-            + ", ".join(part(c) for c in checks) + processes]
+    on_ray = [t for c in checks for t in c.tried if t.clock_uncertainty_ms is not None]
+    unit = ("Ray actor", "Ray actors") if on_ray else ("client process", "client processes")
+    processes = f" · {num(first.workers, 'd')} {unit[0] if first.workers == 1 else unit[1]}" if one_count else f" {unit[1]}"
+    terms = "p99 stamp delay + dispatch skew + clock uncertainty" if on_ray else "p99 stamp delay + dispatch skew"
+    lines = [f"client   timing error before each N ({terms}{bound}): " + ", ".join(part(c) for c in checks) + processes]
+    offsets = [o for t in on_ray for o in (t.clock_offsets or ())]
+    if offsets:
+        nodes = sorted({o.node for o in offsets if o.node})
+        worst = max((o.uncertainty_ns or 0) for o in offsets) / 1e6
+        lines.append(f"clocks   each actor's clock bounded against this one's by round trips: to +-{worst:.2f} ms at worst, "
+                     f"before every batch · nodes {', '.join(nodes) or '?'}")
+    return lines
