@@ -43,6 +43,17 @@ def test_a_check_takes_the_fewest_processes_within_the_bound():
     assert check.chosen.error_ms == 4.5  # p99 stamp delay + dispatch skew
 
 
+def test_a_check_with_an_aim_takes_the_fewest_within_it_else_the_fewest_within_the_bound():
+    """Bound 5 ms (the verdicts), aim 2 ms (the figures): 1 process at 4 ms passes the bound only, 2 at
+    1.5 ms reach the aim and are chosen; were no count within the aim, the fewest within the bound."""
+    tried = (cal(1, 4.0), cal(1, 4.0), cal(2, 1.5))
+    aimed = ClientCheck(streams=8, tolerance_ms=5.0, basis="b", tried=tried, aim_ms=2.0)
+    assert aimed.workers == 2 and not aimed.client_bound and aimed.to_dict()["aim_ms"] == 2.0
+    short = ClientCheck(streams=8, tolerance_ms=5.0, basis="b", tried=(cal(1, 4.0), cal(1, 4.0), cal(2, 3.0)), aim_ms=2.0)
+    assert short.workers == 1 and not short.client_bound
+    assert "aim_ms" not in ClientCheck(streams=8, tolerance_ms=5.0, basis="b", tried=tried).to_dict()
+
+
 def test_a_check_no_count_passes_is_client_bound_on_its_least_error_and_names_the_fix():
     check = ClientCheck(streams=256, tolerance_ms=5.0, basis="5% of the 100 ms warm-up request",
                         tried=(cal(1, 40.0, 30.0), cal(2, 20.0, 12.0)))
@@ -95,6 +106,18 @@ def test_auto_tries_every_count_when_none_is_enough_and_says_client_bound():
     # each count measured twice before it is judged too few
     assert result is not None and [c.workers for c in result.tried] == [1, 1, 2, 2] and result.client_bound
     assert all(c.events == 4 * preflight_events(5.0) for c in result.tried)
+
+
+def test_auto_searches_past_the_bound_for_the_aim():
+    """A bound no client misses and an aim none can reach: every count is tried (twice each), and the
+    run stays within its bound on the fewest processes."""
+    async def go() -> ClientCheck | None:
+        async with CheckedDriver(UNUSED, workers=2, auto=True) as driver:
+            return await driver.preflight(4, 5.0, 10_000.0, "a bound the test sets", aim_ms=0.0)
+
+    result = asyncio.run(go())
+    assert result is not None and [c.workers for c in result.tried] == [1, 1, 2, 2]
+    assert result.workers == 1 and not result.client_bound and result.aim_ms == 0.0
 
 
 def test_a_given_worker_count_is_checked_as_given():
@@ -213,12 +236,12 @@ def test_auto_workers_move_a_starved_client_to_a_worker_process(tmp_path):
 
 
 def test_capacity_names_the_n_whose_ttft_the_client_cannot_resolve():
-    """Ground truth: a 20 ms warm-up TTFT; 5% of it is 1 ms. A 0.5 ms client error resolves it, 4 ms does not."""
+    """Ground truth: a 20 ms warm-up TTFT; 2% of it is 0.4 ms. A 0.3 ms client error resolves it, 4 ms does not."""
     from servecheck.experiments.capacity import ttft_unresolved_warning
 
     warmup = RequestRecord(index=0, nonce="n", send_ns=0, status="ok", tokens_requested=3, first_token_ns=20_000_000,
                            token_ns=(20_000_000, 30_000_000))
-    checks = tuple(ClientCheck(streams=n, tolerance_ms=50.0, basis="b", tried=(cal(1, e),)) for n, e in ((1, 0.5), (8, 4.0)))
+    checks = tuple(ClientCheck(streams=n, tolerance_ms=50.0, basis="b", tried=(cal(1, e),)) for n, e in ((1, 0.3), (8, 4.0)))
     warning = ttft_unresolved_warning(checks, warmup)
     assert warning is not None and warning["message"].startswith("TTFT unresolved at N=8:")
     assert ttft_unresolved_warning(checks[:1], warmup) is None
@@ -263,3 +286,17 @@ def test_the_html_report_shows_each_n_of_the_pre_flight(tmp_path):
     html = render_doc(doc)
     assert "Client pre-flight" in html and "5% of the 100 ms warm-up request" in html
     assert html.count("CLIENT-BOUND") == 1 and "10.0" in html
+
+
+def test_rates_the_client_cannot_resolve_to_two_percent_are_named():
+    """Ground truth: a 200 ms warm-up request; 2% of it is 4 ms. A 3 ms client error resolves a rate,
+    6 ms moves it by up to 3%; a client-bound N (over its own bound) has its finding already."""
+    from servecheck.experiments.common import rate_unresolved_message
+
+    warmup = RequestRecord(index=0, nonce="n", send_ns=0, status="ok", tokens_requested=3, first_token_ns=20_000_000,
+                           token_ns=(20_000_000, 200_000_000), end_ns=200_000_000)
+    checks = tuple(ClientCheck(streams=n, tolerance_ms=t, basis="b", tried=(cal(1, e),))
+                   for n, e, t in ((1, 3.0, 10.0), (8, 6.0, 10.0), (16, 12.0, 10.0)))
+    message = rate_unresolved_message(checks, warmup, lambda n: f"N={n}")
+    assert message is not None and message.startswith("rates known only to +-3.0% at N=8:"), message
+    assert rate_unresolved_message(checks[:1], warmup, lambda n: f"N={n}") is None

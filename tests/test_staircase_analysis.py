@@ -394,3 +394,34 @@ def test_a_first_finish_that_leaves_room_withholds_flat_unless_the_point_is_a_qu
     assert got == "inconclusive" and "leave room for a gain up to 1.44x" in reason
     got, _ = sc.classify_trend(ratios, own_bound=bound)
     assert got == "inconclusive"
+
+
+def test_an_aggregate_the_client_cannot_resolve_to_two_percent_says_so():
+    """Ground truth: a cluster at N=4 finishing at 0.20 s. A client timing error of 5 ms (2.5% of
+    0.20 s) can move its aggregate by 2.5%: the figure is client-bound, the verdict (5 ms is within
+    5% of a 0.2 s single request) stands. 2 ms (1%) resolves it."""
+    from servecheck.model.client import Calibration, ClientCheck
+
+    def check(n: int, error_ms: float) -> ClientCheck:
+        c = Calibration(streams=n, gap_ms=10.0, events=40, stamp_delay_p50_ms=error_ms / 2, stamp_delay_p99_ms=error_ms,
+                        stamp_delay_max_ms=error_ms, dispatch_skew_ms=0.0, loop_lag_p99_ms=None, loop_lag_max_ms=None)
+        return ClientCheck(streams=n, tolerance_ms=10.0, basis="5% of the 200 ms warm-up request", tried=(c,))
+
+    run = [_batch(1, [0.20]), _batch(4, [0.197, 0.198, 0.199, 0.200])]
+    loose = sc.analyze_staircase(run, tokens_requested=512, client_checks=[check(1, 2.0), check(4, 5.0)])
+    assert loose.points[-1].verdict == "cluster" and loose.valid
+    assert abs(loose.aggregate_error_frac[4] - 0.025) < 1e-9 and abs(loose.aggregate_error_frac[1] - 0.01) < 1e-9
+    finding = next(f for f in loose.warnings if f.code == "aggregate_client_bound")
+    assert "N=4 to +-2.5%" in finding.message and "N=1" not in finding.message and "--workers" in finding.hint
+    tight = sc.analyze_staircase(run, tokens_requested=512, client_checks=[check(1, 2.0), check(4, 2.0)])
+    assert not any(f.code == "aggregate_client_bound" for f in tight.warnings)
+
+
+def test_a_client_bound_aggregate_is_marked_where_it_is_printed():
+    from servecheck.model.bodies.staircase import Point
+    from servecheck.report.lines.staircase import fmt_aggregate
+
+    marked = Point(n=4, aggregate_tok_s=512.0, aggregate_client_error_frac=0.025, aggregate_client_bound=True)
+    assert fmt_aggregate(marked) == "aggregate 512.0 tok/s CLIENT-BOUND +-2.5%"
+    plain = Point(n=4, aggregate_tok_s=512.0, aggregate_client_error_frac=0.01, aggregate_client_bound=False)
+    assert fmt_aggregate(plain) == "aggregate 512.0 tok/s"

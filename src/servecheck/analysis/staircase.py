@@ -8,7 +8,7 @@ judged from how the finish times group, never from how long the batch took.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from servecheck.analysis.cache import record_contaminated
@@ -22,6 +22,7 @@ from servecheck.analysis.witness import (
     timing_reading,
     token_interval_cv,
 )
+from servecheck.model.client import CLIENT_ERROR_FRAC, FIGURE_FRAC
 from servecheck.model.client import FIX as CLIENT_FIX
 from servecheck.model.client import ClientCheck
 from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord
@@ -514,6 +515,9 @@ class StaircaseAnalysis:
     warnings: tuple[Finding, ...] = ()
     single_times_s: tuple[float, ...] = ()  # every N=1 measurement behind `single_s`, in run order
     evidence: tuple[Evidence, ...] = ()  # what decided the run verdict
+    # per checked N: the client's timing error as a fraction of that point's last finish, the most
+    # it moves the aggregate (tokens / last finish); above FIGURE_FRAC the aggregate is client-bound
+    aggregate_error_frac: dict[int, float] = field(default_factory=dict)
 
     @property
     def single_spread(self) -> float | None:
@@ -927,6 +931,35 @@ def client_finding(checks: Sequence[ClientCheck]) -> Finding | None:
     )
 
 
+def aggregate_error_fracs(points: Sequence[PointAnalysis], checks: Sequence[ClientCheck]) -> dict[int, float]:
+    """Per N with a pre-flight: how far the client's timing error (p99 stamp delay + skew) can move
+    the aggregate, as a fraction of it: the error over the point's last finish."""
+    by_n = {c.streams: c for c in checks}
+    out = {}
+    for p in points:
+        check = by_n.get(p.n)
+        if check is not None and p.finish_s and p.finish_s[-1] > 0:
+            out[p.n] = check.chosen.error_ms / 1e3 / p.finish_s[-1]
+    return out
+
+
+def aggregate_finding(fracs: dict[int, float]) -> Finding | None:
+    """A warning naming each N whose aggregate the client cannot resolve to FIGURE_FRAC."""
+    loose = {n: f for n, f in sorted(fracs.items()) if f > FIGURE_FRAC}
+    if not loose:
+        return None
+    where = ", ".join(f"N={n} to +-{f:.1%}" for n, f in loose.items())
+    return Finding(
+        code="aggregate_client_bound",
+        message=(
+            f"the aggregate is known only {where}: the client's timing error is more than {FIGURE_FRAC:.0%} of "
+            f"the last finish there, so those throughput figures are the client's as much as the server's (the "
+            f"verdicts, which allow {CLIENT_ERROR_FRAC:.0%} of the warm-up request, stand)"
+        ),
+        hint=CLIENT_FIX,
+    )
+
+
 def analyze_staircase(
     batches: Sequence[MeasuredBatch], *, tokens_requested: int, client_checks: Sequence[ClientCheck] = ()
 ) -> StaircaseAnalysis:
@@ -941,6 +974,7 @@ def analyze_staircase(
     points = tuple(analyze_point(n, [b for b in analysed if b.n == n], noise[n]) for n in ns)
     verdict, verdict_reason, evidence = _run_verdict(points)
     trend, trend_reason, ratios = _trend(points)
+    fracs = aggregate_error_fracs(points, client_checks)
     invalid = [f for f in (length, failed_finding(batches), skew_finding(batches, single), client_finding(client_checks))
                if f is not None]
     warnings = [
@@ -951,6 +985,7 @@ def analyze_staircase(
             short_of_request_finding(modal, tokens_requested),
             reference_finding(singles),
             reference_disagreement_finding(points, single),
+            aggregate_finding(fracs),
         )
         if f is not None
     ]
@@ -967,6 +1002,7 @@ def analyze_staircase(
         warnings=tuple(warnings),
         single_times_s=tuple(singles),
         evidence=evidence,
+        aggregate_error_frac=fracs,
     )
 
 

@@ -36,11 +36,12 @@ from servecheck.experiments.common import (
     latency_s,
     make,
     queue_wait_s,
+    rate_unresolved_message,
     ttft_unresolved,
 )
 from servecheck.load.protocol import Driver
 from servecheck.model.client import FIX as CLIENT_FIX
-from servecheck.model.client import CLIENT_ERROR_FRAC, ClientCheck
+from servecheck.model.client import FIGURE_FRAC, ClientCheck
 from servecheck.model.bodies.arms import ArmsBody, ArmsCell
 from servecheck.model.records import NS_PER_S, RequestRecord, ServerInfo
 from servecheck.model.result import RunResult, from_doc
@@ -153,7 +154,7 @@ class ArmsRun:
 
     def ttft_unresolved(self) -> frozenset[int]:
         """The arms whose TTFT this client cannot resolve: its timing error there is above
-        CLIENT_ERROR_FRAC of the warm-up's TTFT."""
+        FIGURE_FRAC of the warm-up's TTFT."""
         return frozenset(c.streams for c in ttft_unresolved(self.client_checks, self.warmup))
 
     def cached_suspects(self) -> list[str]:
@@ -179,10 +180,13 @@ class ArmsRun:
             worst = max(c.chosen.error_ms for c in self.client_checks if c.streams in unresolved)
             out.append(Warning_(
                 f"TTFT unresolved at {', '.join(f'{n}-way' for n in unresolved)}: the client's timing error (up to "
-                f"{worst:.1f} ms) is above {CLIENT_ERROR_FRAC:.0%} of the {self.warmup.ttft_ns / 1e6:.1f} ms warm-up TTFT; "
+                f"{worst:.1f} ms) is above {FIGURE_FRAC:.0%} of the {self.warmup.ttft_ns / 1e6:.1f} ms warm-up TTFT; "
                 "the TTFT figures there are this client's as much as the server's, and the headline leaves them out",
                 CLIENT_FIX,
             ))
+        loose = rate_unresolved_message(self.client_checks, self.warmup, lambda n: f"{n}-way")
+        if loose is not None:
+            out.append(Warning_(loose, CLIENT_FIX))
         if self.thermal is not None and self.thermal.pressure_samples:
             out.append(
                 Warning_(

@@ -37,11 +37,12 @@ from servecheck.experiments.common import (
     latency_s,
     make,
     queue_wait_s,
+    rate_unresolved_message,
     ttft_unresolved,
 )
 from servecheck.load.protocol import Driver
 from servecheck.model.client import FIX as CLIENT_FIX
-from servecheck.model.client import CLIENT_ERROR_FRAC, ClientCheck
+from servecheck.model.client import FIGURE_FRAC, ClientCheck
 from servecheck.model.records import NS_PER_S, RequestRecord, ServerInfo
 
 OnProbe = Callable[["CapacityRun"], None]
@@ -145,9 +146,11 @@ class CapacityRun:
         bound = [{"message": f"client-bound: {m}", "hint": CLIENT_FIX} for m in client_bound_messages(self.client_checks)]
         bound += ttft_fails_within_error(analysed.get("points", []), self.client_checks, self.design.criteria.max_ttft_s)
         unresolved = ttft_unresolved_warning(self.client_checks, self.warmup)
+        loose = rate_unresolved_message(self.client_checks, self.warmup, lambda n: f"N={n}")
+        figures = [*([] if unresolved is None else [unresolved]), *([] if loose is None else [{"message": loose, "hint": CLIENT_FIX}])]
         return {
             **analysed,
-            "warnings": [*analysed.get("warnings", []), *bound, *([] if unresolved is None else [unresolved])],
+            "warnings": [*analysed.get("warnings", []), *bound, *figures],
             "command": "capacity",
             "valid": length_valid([p.sample for p in self.probes]) and not bound,
             "complete": self.complete,
@@ -187,14 +190,14 @@ def ttft_fails_within_error(points: list[dict[str, Any]], checks: tuple[ClientCh
 
 def ttft_unresolved_warning(checks: tuple[ClientCheck, ...], warmup: RequestRecord | None) -> dict[str, str] | None:
     """A warning for the TTFT figures at the N where the client's timing error is above
-    CLIENT_ERROR_FRAC of the warm-up's TTFT: there they are this client's as much as the server's."""
+    FIGURE_FRAC of the warm-up's TTFT: there they are this client's as much as the server's."""
     over = ttft_unresolved(checks, warmup)
     if not over or warmup is None or warmup.ttft_ns is None:
         return None
     ttft_ms = warmup.ttft_ns / 1e6
     return {
         "message": f"TTFT unresolved at {', '.join(f'N={c.streams}' for c in over)}: the client's timing error (up to "
-                   f"{max(c.chosen.error_ms for c in over):.1f} ms) is above {CLIENT_ERROR_FRAC:.0%} of the "
+                   f"{max(c.chosen.error_ms for c in over):.1f} ms) is above {FIGURE_FRAC:.0%} of the "
                    f"{ttft_ms:.1f} ms warm-up TTFT; the TTFT figures there are this client's as much as the server's",
         "hint": CLIENT_FIX,
     }

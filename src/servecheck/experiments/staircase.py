@@ -32,7 +32,7 @@ from servecheck.experiments.common import (
     queue_wait_s,
 )
 from servecheck.load.protocol import Driver
-from servecheck.model.client import ClientCheck
+from servecheck.model.client import FIGURE_FRAC, ClientCheck
 from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord, ServerInfo
 
 OnPoint = Callable[["StaircaseResult"], None]
@@ -80,7 +80,7 @@ class StaircaseResult:
             "modal_tokens": a.modal_tokens,
             "server": self.server.to_dict(),
             "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
-            "points": [_point_doc(p, self.batches) for p in a.points],
+            "points": [_point_doc(p, self.batches, a.aggregate_error_frac.get(p.n)) for p in a.points],
             "invalid": [f.to_dict() for f in a.invalid],
             "warnings": [f.to_dict() for f in a.warnings],
             "notes": list(self.notes),
@@ -89,10 +89,14 @@ class StaircaseResult:
         }
 
 
-def _point_doc(point: PointAnalysis, batches: Sequence[MeasuredBatch]) -> dict[str, Any]:
+def _point_doc(point: PointAnalysis, batches: Sequence[MeasuredBatch], error_frac: float | None = None) -> dict[str, Any]:
     raw = {(mb.n, mb.rep): mb.batch for mb in batches}
     agg = point.aggregate
+    # with a pre-flight at this N: how far the client's timing error can move the aggregate
+    client = {} if error_frac is None else {"aggregate_client_error_frac": error_frac,
+                                            "aggregate_client_bound": error_frac > FIGURE_FRAC}
     return {
+        **client,
         "n": point.n,
         "finish_s": list(point.finish_s),
         "tokens": list(point.tokens),

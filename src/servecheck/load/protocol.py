@@ -61,8 +61,10 @@ class SelfChecking(Protocol):
 
     calibrate: bool  # False with --no-calibrate
 
-    async def preflight(self, streams: int, gap_ms: float, tolerance_ms: float, basis: str) -> ClientCheck | None:
-        """Calibrate the client for `streams` streams `gap_ms` apart against `tolerance_ms` of timing error."""
+    async def preflight(self, streams: int, gap_ms: float, tolerance_ms: float, basis: str,
+                        aim_ms: float | None = None) -> ClientCheck | None:
+        """Calibrate the client for `streams` streams `gap_ms` apart against `tolerance_ms` of timing error
+        (choosing, where it can, a client whose error is within `aim_ms`)."""
         ...
 
 

@@ -191,6 +191,7 @@ class ClientCheck:
 
     streams: int | None = None
     tolerance_ms: float | None = None  # the most timing error the command allows at this N
+    aim_ms: float | None = None  # the tighter error an automatic worker count searched for (2% of the reference)
     basis: str | None = None  # what the bound is a fraction of, in words
     workers: int | None = None  # client processes the batches at this N ran on
     error_ms: float | None = None  # the chosen calibration's p99 stamp delay + dispatch skew

@@ -114,6 +114,10 @@ class Point:
     tokens: tuple[int, ...] = ()
     aggregate_tok_s: float | None = None
     aggregate_range_tok_s: tuple[float, float] | None = None  # [lo, hi] over the reps
+    # with a pre-flight at this N: the client's timing error / the last finish, the most it moves the
+    # aggregate; client-bound above 2% (model.client.FIGURE_FRAC)
+    aggregate_client_error_frac: float | None = None
+    aggregate_client_bound: bool | None = None
     verdict: Verdict | None = None
     reason: str | None = None
     evidence: tuple[Evidence, ...] | None = None  # None: an older document that did not record it

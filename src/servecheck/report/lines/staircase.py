@@ -49,6 +49,8 @@ def fmt_aggregate(point: Point) -> str:
     rng = point.aggregate_range_tok_s
     if rng and len(point.batches) > 1:
         text += f" ({rng[0]:.1f}-{rng[1]:.1f})"
+    if point.aggregate_client_bound and point.aggregate_client_error_frac is not None:
+        text += f" CLIENT-BOUND +-{point.aggregate_client_error_frac:.1%}"
     return text
 
 
