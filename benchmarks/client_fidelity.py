@@ -25,7 +25,13 @@ the gap between tokens; otherwise that figure is refused as client-bound. A figu
 stamp delay and the dispatch skew of the pre-flight with one process ("before") and with the
 processes chosen ("after") are in the output.
 
-Run:  .venv/bin/python benchmarks/client_fidelity.py [--streams 16,64,256] [--workers 1,2] [--rounds 2]
+Beside servecheck, `vllm bench serve` (from the vLLM environment `servecheck cache build --vllm`
+makes; the generated checkpoint's tokenizer) runs against the same law server's OpenAI side: all N
+requests at once (request rate inf, max concurrency N), its own TTFT, ITL and output throughput set
+against the same truth, its process's CPU time counted the same way. GuideLLM is optional and not
+wired in; the output says what was left out.
+
+Run:  .venv/bin/python benchmarks/client_fidelity.py [--streams 16,64,256] [--workers 1,2,auto] [--rounds 2] [--tools vllm|none]
 Writes benchmarks/results/client_fidelity.json. Numbers depend on the machine and its load: run it
 on a quiet machine (nothing else compiling or testing).
 """
@@ -111,12 +117,49 @@ async def completion(request):
     truth[body["prompt"].split()[0]] = {"read_ns": read_ns, "writes_ns": writes}
     return resp
 
+seen = [0]
+
+async def models(_):
+    return web.json_response({"object": "list", "data": [{"id": "law", "object": "model", "owned_by": "servecheck"}]})
+
+async def openai_completion(request):
+    # the OpenAI-shaped side, for other tools (vllm bench serve): the same step law, one text
+    # chunk per token, usage at the end; truth keyed by arrival ("o" + sequence)
+    read_ns = time.perf_counter_ns()
+    body = await request.json()
+    seen[0] += 1
+    name = f"o{seen[0]:05d}"
+    n = int(body.get("max_tokens") or 16)
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    q = asyncio.Queue()
+    key = object()
+    active[key] = q
+    wake.set()
+    writes = []
+    try:
+        for i in range(n):
+            await q.get()
+            writes.append(time.perf_counter_ns())
+            chunk = {"id": name, "object": "text_completion", "model": "law",
+                     "choices": [{"index": 0, "text": " t", "finish_reason": None if i < n - 1 else "length"}]}
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+    finally:
+        active.pop(key, None)
+    usage = {"id": name, "object": "text_completion", "model": "law", "choices": [],
+             "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n}}
+    await resp.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
+    truth[name] = {"read_ns": read_ns, "writes_ns": writes}
+    return resp
+
 async def main():
     app = web.Application()
     app.router.add_get("/props", props)
     app.router.add_get("/health", health)
     app.router.add_get("/truth", get_truth)
     app.router.add_post("/completion", completion)
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/completions", openai_completion)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
@@ -200,6 +243,76 @@ async def auto_batch(url: str, streams: int) -> tuple[BatchResult, RunClock, flo
     return batch, clock, cpu_s() - cpu0, pre
 
 
+VLLM_BENCH_TIMEOUT_S = 600.0
+
+
+def vllm_bench_tool() -> tuple[Path, Path] | None:
+    """(the vLLM environment's python, a generated checkpoint with a tokenizer), when `servecheck
+    cache build --vllm` has made both; None otherwise (the vllm rows are then left out, and said so)."""
+    from servecheck.engine.cache import EngineCache
+    from servecheck.engine.hf_model import DEFAULT_HF_SIZE, hf_model_dir
+    from servecheck.engine.vllm import cached_vllm
+
+    cache = EngineCache.default()
+    env = cached_vllm(cache)
+    model = hf_model_dir(cache, DEFAULT_HF_SIZE)
+    if env is None or not (model / "tokenizer.json").exists():
+        return None
+    return env.python, model
+
+
+def vllm_batch(url: str, streams: int, tool: tuple[Path, Path], out_dir: Path) -> tuple[dict[str, Any], float]:
+    """`vllm bench serve` against the law server's OpenAI side: `streams` requests, all at once
+    (request rate inf, max concurrency = streams), TOKENS output tokens each, as servecheck sends
+    them. Returns its result document (with per-request TTFTs and ITLs) and its CPU seconds."""
+    python, model = tool
+    name = f"vllm-{streams}.json"
+    args = [str(python), "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai",
+            "--base-url", url, "--endpoint", "/v1/completions", "--model", "law", "--tokenizer", str(model),
+            "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", str(TOKENS),
+            "--num-prompts", str(streams), "--max-concurrency", str(streams), "--request-rate", "inf",
+            "--ignore-eos", "--save-result", "--save-detailed", "--result-dir", str(out_dir),
+            "--result-filename", name, "--disable-tqdm", "--seed", "1"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    done = subprocess.run(args, capture_output=True, text=True, timeout=VLLM_BENCH_TIMEOUT_S,
+                          env={**os.environ, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise RuntimeError(f"vllm bench serve failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return json.loads((out_dir / name).read_text()), cpu
+
+
+def compare_vllm(result: dict[str, Any], truth: dict[str, Any], streams: int) -> dict[str, float]:
+    """vllm bench serve's own figures against the server's truth: medians of TTFT, the mean ITL, and
+    its output throughput (tokens over its benchmark duration). Its requests are not named, so the
+    truth is the last `streams` OpenAI requests the server read (an initial test request it may
+    send first is left out)."""
+    ours = sorted((t for k, t in truth.items() if k.startswith("o")), key=lambda t: t["read_ns"])[-streams:]
+    if len(ours) < streams:
+        raise RuntimeError(f"the server saw {len(ours)} of {streams} vllm requests")
+    true_ttfts = [(t["writes_ns"][0] - t["read_ns"]) / 1e6 for t in ours]
+    true_itl = statistics.mean((t["writes_ns"][-1] - t["writes_ns"][0]) / (len(t["writes_ns"]) - 1) / 1e6 for t in ours)
+    tokens = sum(len(t["writes_ns"]) for t in ours)
+    first_read = min(t["read_ns"] for t in ours)
+    last_write = max(t["writes_ns"][-1] for t in ours)
+    true_tput = tokens / ((last_write - first_read) / 1e9)
+    ttft_ms = [x * 1e3 for x in result.get("ttfts", [])] or [result["median_ttft_ms"]]
+    ttft_err = statistics.median(ttft_ms) - statistics.median(true_ttfts)
+    return {
+        "tokens": tokens,
+        "ttft_true_ms": statistics.median(true_ttfts),
+        "ttft_error_ms": ttft_err,
+        "ttft_error_frac": ttft_err / statistics.median(true_ttfts),
+        "itl_true_ms": true_itl,
+        "itl_error_frac": float(result["mean_itl_ms"]) / true_itl - 1,
+        "throughput_true_tok_s": true_tput,
+        "throughput_error_frac": float(result["output_throughput"]) / true_tput - 1,
+        "dispatch_skew_ms": None,  # not a figure vllm bench reports
+        "server_read_spread_ms": (max(t["read_ns"] for t in ours) - first_read) / 1e6,
+    }
+
+
 def verdicts(row: dict[str, Any]) -> dict[str, str]:
     """Each figure of an auto row: "within 2%", "refused" (client-bound), or "WRONG" (reported, and off)."""
     errors = {"ttft": row["ttft_error_frac"], "throughput": row["throughput_error_frac"], "itl": row["itl_error_frac"]}
@@ -259,9 +372,29 @@ def main() -> int:
     parser.add_argument("--streams", default="16,64,256")
     parser.add_argument("--workers", default="1,2,auto", help="client process counts, and `auto`: as the pre-flight chooses")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--tools", default="vllm", help="other clients beside servecheck: vllm (vllm bench serve, "
+                        "from the environment `servecheck cache build --vllm` makes), or none")
     args = parser.parse_args()
     streams = [int(s) for s in args.streams.split(",")]
-    workers = [w if w == "auto" else int(w) for w in args.workers.split(",")]
+    workers: list[int | str] = [w if w == "auto" else int(w) for w in args.workers.split(",")]
+    skipped: list[str] = []
+    tool = vllm_bench_tool() if "vllm" in args.tools.split(",") else None
+    if "vllm" in args.tools.split(","):
+        if tool is None:
+            skipped.append("vllm bench serve: no vLLM environment or generated checkpoint in the cache "
+                           "(run `servecheck cache build --vllm`)")
+        else:
+            workers.append("vllm")
+    try:
+        import guidellm  # noqa: F401
+    except ImportError:
+        skipped.append("GuideLLM: not installed (optional)")
+    else:
+        skipped.append("GuideLLM: installed, but not wired into this benchmark yet")
+    for line in skipped:
+        print(f"left out: {line}")
+    scratch = RESULTS.parent / "client_fidelity_tools"
+    scratch.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     print(f"law server: {BASE_MS:g} ms + {PER_SEQ_MS:g} ms per sequence a step, {TOKENS} tokens per request")
     print(f"{'streams':>7} {'workers':>7} {'round':>5} {'TTFT true':>10} {'TTFT err':>15} {'ITL err':>8} "
@@ -271,18 +404,24 @@ def main() -> int:
             for w in workers:  # interleaved: each configuration against a fresh server, every round
                 with law_server() as url:
                     pre: dict[str, Any] = {}
-                    if w == "auto":
-                        batch, clock, cpu, pre = asyncio.run(auto_batch(url, n))
+                    if w == "vllm":
+                        assert tool is not None
+                        result, cpu = vllm_batch(url, n, tool, scratch)
+                        row = {"streams": n, "workers": w, "round": r + 1, **compare_vllm(result, fetch_truth(url), n)}
                     else:
-                        batch, clock, cpu = asyncio.run(one_batch(url, n, w))
-                    row = {"streams": n, "workers": w, "round": r + 1, **compare(batch, clock, fetch_truth(url)), **pre}
+                        if w == "auto":
+                            batch, clock, cpu, pre = asyncio.run(auto_batch(url, n))
+                        else:
+                            batch, clock, cpu = asyncio.run(one_batch(url, n, int(w)))
+                        row = {"streams": n, "workers": w, "round": r + 1, **compare(batch, clock, fetch_truth(url)), **pre}
                 row["client_cpu_s_per_1k_tokens"] = cpu / row["tokens"] * 1000
                 if pre:
                     row["verdicts"] = verdicts(row)
                 rows.append(row)
                 print(f"{n:>7} {w:>7} {r + 1:>5} {row['ttft_true_ms']:>8.1f}ms {row['ttft_error_ms']:>+7.2f}ms "
                       f"({row['ttft_error_frac']:>+5.1%}) {row['itl_error_frac']:>+8.2%} {row['throughput_error_frac']:>+8.2%} "
-                      f"{row['dispatch_skew_ms']:>8.2f} {row['client_cpu_s_per_1k_tokens']:>12.3f}", flush=True)
+                      f"{'-' if row['dispatch_skew_ms'] is None else format(row['dispatch_skew_ms'], '.2f'):>8} "
+                      f"{row['client_cpu_s_per_1k_tokens']:>12.3f}", flush=True)
                 if pre:
                     print(f"{'':>21} pre-flight: {pre['workers_chosen']} worker(s); p99 stamp delay "
                           f"{pre['stamp_delay_p99_ms_before']:.2f} -> {pre['stamp_delay_p99_ms_after']:.2f} ms, skew "
@@ -293,6 +432,7 @@ def main() -> int:
     doc = {
         "benchmark": "client_fidelity",
         "target_frac": TARGET,
+        "left_out": skipped,
         "auto_wrong": len(wrong),
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0]},
