@@ -93,12 +93,8 @@ async def get_truth(_):
     truth.clear()
     return web.json_response(out)
 
-async def completion(request):
-    read_ns = time.perf_counter_ns()
-    body = await request.json()
-    n = int(body["n_predict"])
-    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await resp.prepare(request)
+async def stepped(n, event, resp):
+    # write event(i) for i < n, one per step of the law; return the write times
     q = asyncio.Queue()
     key = object()
     active[key] = q
@@ -108,10 +104,18 @@ async def completion(request):
         for i in range(n):
             await q.get()
             writes.append(time.perf_counter_ns())
-            event = json.dumps({"content": " t", "tokens": [i], "stop": False})
-            await resp.write(f"data: {event}\n\n".encode())
+            await resp.write(f"data: {event(i)}\n\n".encode())
     finally:
         active.pop(key, None)
+    return writes
+
+async def completion(request):
+    read_ns = time.perf_counter_ns()
+    body = await request.json()
+    n = int(body["n_predict"])
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    writes = await stepped(n, lambda i: json.dumps({"content": " t", "tokens": [i], "stop": False}), resp)
     final = {"content": "", "stop": True, "stop_type": "limit", "tokens_predicted": n}
     await resp.write(f"data: {json.dumps(final)}\n\n".encode())
     truth[body["prompt"].split()[0]] = {"read_ns": read_ns, "writes_ns": writes}
@@ -132,20 +136,8 @@ async def openai_completion(request):
     n = int(body.get("max_tokens") or 16)
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
-    q = asyncio.Queue()
-    key = object()
-    active[key] = q
-    wake.set()
-    writes = []
-    try:
-        for i in range(n):
-            await q.get()
-            writes.append(time.perf_counter_ns())
-            chunk = {"id": name, "object": "text_completion", "model": "law",
-                     "choices": [{"index": 0, "text": " t", "finish_reason": None if i < n - 1 else "length"}]}
-            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
-    finally:
-        active.pop(key, None)
+    writes = await stepped(n, lambda i: json.dumps({"id": name, "object": "text_completion", "model": "law", "choices": [
+        {"index": 0, "text": " t", "finish_reason": None if i < n - 1 else "length"}]}), resp)
     usage = {"id": name, "object": "text_completion", "model": "law", "choices": [],
              "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n}}
     await resp.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
