@@ -208,3 +208,43 @@ async def test_control_calls_survive_a_server_that_closes_idle_connections() -> 
         server.close()
         await server.wait_closed()
     assert statuses == [200] * 5 and served["requests"] == 5
+
+
+def test_a_gauge_probe_that_got_no_answer_is_asked_again_at_the_next_batch():
+    """Ground truth: a /metrics that times out once (a busy vLLM), then answers with gauges. The
+    first batch has none, the second finds them; a server that answers "no gauges" is asked once."""
+    import asyncio
+
+    from servecheck.client.base import Target
+    from servecheck.load.driver import GAUGE_PROBE_TRIES, LoadDriver
+    from servecheck.model.records import ServerInfo
+
+    metrics = ("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name=\"m\"} 1.0\n"
+               "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting{model_name=\"m\"} 0.0\n").encode()
+
+    def driver(answers: list) -> tuple[LoadDriver, list[str]]:
+        d = LoadDriver(Target(url="http://127.0.0.1:9"))
+        d.info = ServerInfo(url="http://127.0.0.1:9", dialect="openai", model="m", engine="vllm")
+        asked: list[str] = []
+
+        async def fetch_raw(path: str, timeout_s: float = 0.0):
+            asked.append(path)
+            return answers.pop(0) if answers else None
+
+        d.fetch_raw = fetch_raw  # type: ignore[method-assign]
+        return d, asked
+
+    late, asked = driver([None, (200, metrics)])
+    assert asyncio.run(late.gauge_source()) is None
+    found = asyncio.run(late.gauge_source())
+    assert found is not None and found.path == "/metrics" and asked == ["/metrics", "/metrics"]
+    assert asyncio.run(late.gauge_source()) is found and len(asked) == 2  # found once, kept
+
+    none, asked = driver([(404, b"")])
+    assert asyncio.run(none.gauge_source()) is None and asyncio.run(none.gauge_source()) is None
+    assert asked == ["/metrics"]  # an answer, even "no", is final
+
+    mute, asked = driver([])
+    for _ in range(GAUGE_PROBE_TRIES + 2):
+        assert asyncio.run(mute.gauge_source()) is None
+    assert len(asked) == GAUGE_PROBE_TRIES  # bounded: a server that never answers is not asked forever

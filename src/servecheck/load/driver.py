@@ -28,7 +28,7 @@ from servecheck.client.sse import SseParser, loads_object
 from servecheck.client.tally import StreamTally, cutoff_tokens, plausibility_problem
 from servecheck.errors import ConnectError, ProtocolError, RequestTimeout, ServerError, UsageError
 from servecheck.load.detect import identify, list_models, pick_model, server_info
-from servecheck.load.witness import GaugeSampler, GaugeSource, NoiseMeter, find_source
+from servecheck.load.witness import GaugeSampler, GaugeSource, NoiseMeter, probe_source
 from servecheck.model.records import BatchResult, GenRequest, RequestRecord, RequestStatus, ServerInfo
 
 SIMULATED_HEADER = "X-Servecheck-Simulated"
@@ -41,6 +41,7 @@ CONTROL_TIMEOUT_S = 30.0
 CEILING_S_PER_TOKEN = 2.0
 # Looking for gauges, and reading them, is best effort: a slow answer means no witness.
 GAUGE_PROBE_TIMEOUT_S = 2.0
+GAUGE_PROBE_TRIES = 3  # looks for a gauge source that got no answer, before the run does without
 # Bytes of an HTTP error body worth reading for its message.
 ERROR_BODY_BYTES = 4096
 
@@ -63,7 +64,8 @@ class LoadDriver:
         self._session: aiohttp.ClientSession | None = None
         self._saw_simulated = False
         self._can_tokenize: bool | None = None
-        self._gauge_source: GaugeSource | None | bool = False  # False: not looked for yet
+        self._gauge_source: GaugeSource | None | bool = False  # False: not looked for yet (or not answered)
+        self._gauge_probes = 0
         self.witnesses = True  # sample the server's gauges and the client's noise during batches
         # Built once per driver (not per lane: loading CA certificates costs milliseconds), and at
         # run time so SSL_CERT_FILE / SSL_CERT_DIR name a private CA for https servers.
@@ -213,10 +215,17 @@ class LoadDriver:
             return None
 
     async def gauge_source(self) -> GaugeSource | None:
-        """The server's running/waiting gauges, looked for once per driver; None when it has none."""
+        """The server's running/waiting gauges, looked for once per driver; None when it has none.
+        A look that got no answer (vLLM on two busy cores once took over the probe's 2 s to serve
+        /metrics, and the whole run lost its gauges) is repeated before later batches, at most
+        GAUGE_PROBE_TRIES times in all."""
         if self._gauge_source is False:
             engine = self.info.engine if self.info else None
-            self._gauge_source = await find_source(engine, lambda path: self.fetch_raw(path, GAUGE_PROBE_TIMEOUT_S))
+            found, final = await probe_source(engine, lambda path: self.fetch_raw(path, GAUGE_PROBE_TIMEOUT_S))
+            self._gauge_probes += 1
+            if found is not None or final or self._gauge_probes >= GAUGE_PROBE_TRIES:
+                self._gauge_source = found
+            return found
         return self._gauge_source if isinstance(self._gauge_source, GaugeSource) else None
 
     async def get_text(self, path: str) -> str | None:

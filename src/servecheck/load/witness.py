@@ -105,18 +105,23 @@ def metrics_source(engine: str | None, text: str) -> GaugeSource | None:
     return None
 
 
-async def find_source(engine: str | None, fetch: Fetch) -> GaugeSource | None:
-    """Which witness this server offers: gauges in /metrics first, then llama.cpp's /slots."""
+async def probe_source(engine: str | None, fetch: Fetch) -> tuple[GaugeSource | None, bool]:
+    """Which witness this server offers (gauges in /metrics first, then llama.cpp's /slots), and
+    whether the answer is final: False when a probe got no HTTP answer at all (a timeout on a server
+    busy decoding), so that "no gauges" is only a guess worth asking again."""
+    answered = True
     got = await fetch("/metrics")
+    answered &= got is not None
     if got is not None and got[0] == 200:
         source = metrics_source(engine, got[1].decode("utf-8", errors="replace"))
         if source is not None:
-            return source
+            return source, True
     if engine in ("llama.cpp", "simulator", None):
         got = await fetch("/slots")
+        answered &= got is not None
         if got is not None and got[0] == 200 and read_slots(got[1].decode("utf-8", errors="replace")) is not None:
-            return GaugeSource(engine or "llama.cpp", "/slots")
-    return None
+            return GaugeSource(engine or "llama.cpp", "/slots"), True
+    return None, answered
 
 
 class GaugeSampler:
