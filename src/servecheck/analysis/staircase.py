@@ -84,6 +84,12 @@ LENGTH_TOL = 0.05
 # Requests released more than 5% of T1 apart no longer start together; the issue fixes 5%.
 DISPATCH_SKEW_FRAC = 0.05
 
+# The sum of the server's self-reported per-request rates is seed 000's trap: a queue's sum is N
+# times the true aggregate (350 vs 91 tok/s). On a batching server the two agree to a few percent
+# (each self-reported rate leaves out the request's prefill: 166.7 vs 164.2 tok/s, 1.5%, on real
+# llama.cpp --parallel 4), so the sum is called misleading only when it is more than this off.
+MISLEADING_SUM_FRAC = 0.10
+
 # --- trend across N --------------------------------------------------------------------------
 # Real batching climbs well above N=1 by N=4 (seed 000: "it is not flat"); a queue stays within a
 # few percent (91.2 vs 93.0 tok/s). Rising needs +30%; flat means within -15%..+15%; between the
@@ -95,7 +101,22 @@ FLAT_HI_RATIO = 1.15
 # moved during the run, in either direction; it is named, and rising must hold against the fastest.
 REFERENCE_SPREAD_WARN = 0.25
 
-Evidence = str  # "completion_times" | "server_gauges" | "server_timings"
+# --- generation windows ------------------------------------------------------------------
+# A streamed request's first token and its completion bound the window in which the server
+# generated it. A queue's windows do not overlap (the next request's first token comes after a
+# prefill that starts when the one before it finished); a batch's all overlap, whatever the
+# machine's speed did in between. The client can only delay a stamp, never advance one: a stall
+# piles tokens up and stamps them at its end, which shortens windows and can make two touch, but
+# never makes a queue's windows overlap or a batch's come apart. Two windows overlap when they
+# share more than WINDOW_OVERLAP_TOL x T1 (two sockets read in one wake-up are stamped in either
+# order, microseconds apart); a window shorter than WINDOW_MIN_FRAC of the batch's median window
+# had its tokens read in one burst and shows nothing.
+WINDOW_OVERLAP_TOL = 0.05
+WINDOW_MIN_FRAC = 0.5
+WINDOW_MIN_EVENTS = 3
+
+Evidence = str  # "completion_times" | "generation_windows" | "server_gauges" | "server_timings"
+STOPWATCH: frozenset[str] = frozenset({"completion_times", "generation_windows"})
 
 
 # ============================================================================================
@@ -121,7 +142,22 @@ class BatchVerdict:
     evidence: tuple[Evidence, ...] = ()  # what decided a definite verdict
     reference_disagrees: bool = False  # a staircase decided by its own steps against an off N=1 time
     witnesses: tuple[Reading, ...] = ()  # what the server's witnesses read, agreeing or not
-    times_verdict: Verdict | None = None  # what the completion times alone said, when witnesses changed it
+    times_verdict: Verdict | None = None  # what the finish times alone said, when windows or witnesses changed it
+    slots: int | None = None  # a partial's requests at once (the finish groups', or the windows')
+    windows: WindowReading | None = None  # what the generation windows showed, when they showed anything
+    # witnesses that read another schedule than a clean stopwatch verdict, which stood: a finding
+    contradicted_by: tuple[Reading, ...] = ()
+    decided_by_witness: bool = False  # the times could not decide and the server's word did
+
+    @property
+    def stopwatch_clean(self) -> bool:
+        """A definite verdict that no witness may withhold: a staircase (nothing on the client fakes
+        evenly spaced finishes one request-time apart; a stall bunches finishes, it never spaces
+        them), or any schedule the generation windows confirm. A cluster from the finishes alone is
+        not: a client that read four queued finishes at the end of one stall sees four together."""
+        if self.verdict not in DEFINITE_VERDICTS or self.decided_by_witness:
+            return False
+        return self.verdict == "staircase" or "generation_windows" in self.evidence
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -131,6 +167,12 @@ class BatchVerdict:
             "times_verdict": self.times_verdict,
             "reference_disagrees": self.reference_disagrees,
             "witnesses": [w.to_dict() for w in self.witnesses],
+            "slots": self.slots,
+            "windows": None if self.windows is None else {
+                "schedule": self.windows.schedule, "open_max": self.windows.open_max,
+                "description": self.windows.description},
+            "contradicted_by": [w.to_dict() for w in self.contradicted_by],
+            "decided_by_witness": self.decided_by_witness,
             "single_s": self.single_s,
             "group_sizes": list(self.group_sizes),
             "steps_s": list(self.steps_s),
@@ -223,7 +265,9 @@ def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int, un
     verdict, reason = _decide(base, grouping, single_s)
     off_reference = verdict == "staircase" and any(abs(r - 1.0) > STAIRCASE_STEP_TOL for r in base.step_ratios)
     evidence = ("completion_times",) if verdict in DEFINITE_VERDICTS else ()
-    return replace(base, verdict=verdict, reason=reason, evidence=evidence, reference_disagrees=off_reference)
+    slots = base.group_sizes[0] if verdict == "partial" else None
+    return replace(base, verdict=verdict, reason=reason, evidence=evidence, reference_disagrees=off_reference,
+                   slots=slots)
 
 
 def _decide(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdict, str]:
@@ -308,6 +352,98 @@ def _decide_partial(v: BatchVerdict, grouping: Grouping, single_s: float) -> tup
 
 def _sizes(sizes: Sequence[int]) -> str:
     return "+".join(str(s) for s in sizes)
+
+
+# ============================================================================================
+# Generation windows: the second stopwatch reading
+# ============================================================================================
+
+
+@dataclass(frozen=True, slots=True)
+class WindowReading:
+    """What the requests' generation windows (first token -> completion, the client's own stamps)
+    show: the most windows that were open at one instant, and the schedule that implies."""
+
+    schedule: Verdict  # cluster, staircase, partial, or inconclusive when the windows fit none
+    open_max: int  # the most windows that shared one instant (beyond the overlap tolerance)
+    description: str
+
+
+def generation_windows(records: Sequence[RequestRecord]) -> list[tuple[int, int]] | None:
+    """Each finished request's (first token, completion) on the run clock, in start order; None when
+    any request streamed too few events to have a window (a non-streaming dialect, one burst)."""
+    out = []
+    for r in records:
+        if not r.ok:
+            continue
+        if r.first_token_ns is None or r.end_ns is None or len(r.token_ns) < WINDOW_MIN_EVENTS:
+            return None
+        out.append((r.first_token_ns, r.end_ns))
+    return sorted(out)
+
+
+def _open_max(windows: Sequence[tuple[int, int]], tol_ns: int) -> int:
+    """The most windows sharing one instant, each trimmed by half the tolerance at both ends."""
+    half = tol_ns // 2
+    trimmed = [(a + half, b - half) for a, b in windows if b - a > tol_ns]
+    return max((sum(1 for a2, b2 in trimmed if a2 <= a < b2) for a, _ in trimmed), default=0)
+
+
+def _fifo_slots(windows: Sequence[tuple[int, int]], k: int, tol_ns: int) -> bool:
+    """K slots taken in turn: window i (in start order) opens after window i - k has closed."""
+    return all(windows[i][0] >= windows[i - k][1] - tol_ns for i in range(k, len(windows)))
+
+
+def read_windows(records: Sequence[RequestRecord], n: int, single_s: float | None) -> WindowReading | None:
+    """The schedule the generation windows show, or None when they cannot show one (too few
+    windows, degenerate ones, no single-request time to size the tolerance)."""
+    windows = generation_windows(records)
+    if windows is None or len(windows) != n or n < 2 or not single_s or single_s <= 0:
+        return None
+    lengths = sorted(b - a for a, b in windows)
+    typical = lengths[len(lengths) // 2]
+    if typical <= 0 or lengths[0] < WINDOW_MIN_FRAC * typical:
+        return None
+    tol_ns = int(WINDOW_OVERLAP_TOL * single_s * NS_PER_S)
+    k = _open_max(windows, tol_ns)
+    if k == 1:
+        return WindowReading("staircase", 1, f"the {n} generating windows never overlap: each request's first token "
+                             "came after the one before it had finished")
+    if k == n:
+        return WindowReading("cluster", n, f"all {n} requests were generating at one instant")
+    if 1 < k < n and _fifo_slots(windows, k, tol_ns):
+        return WindowReading("partial", k, f"at most {k} requests were generating at once, each next one starting "
+                             f"as one of the {k} before it finished")
+    return WindowReading("inconclusive", k, f"up to {k} of {n} requests generated at once, in no fixed number of slots")
+
+
+def _window_agrees(verdict: BatchVerdict, w: WindowReading) -> bool:
+    if verdict.verdict != w.schedule:
+        return False
+    return verdict.verdict != "partial" or verdict.slots == w.open_max
+
+
+def weigh_windows(verdict: BatchVerdict, w: WindowReading | None, *, may_decide: bool) -> BatchVerdict:
+    """The finish grouping beside the generation windows, both the client's own stopwatch.
+
+    They agree: both are evidence. They name two schedules: inconclusive, naming both. The finishes
+    are ambiguous (and the batch is otherwise sound: `may_decide`): a definite window reading decides."""
+    if w is None or verdict.n < 2:
+        return verdict
+    if verdict.verdict in DEFINITE_VERDICTS:
+        if _window_agrees(verdict, w):
+            return replace(verdict, evidence=(*verdict.evidence, "generation_windows"), windows=w)
+        return replace(
+            verdict, verdict="inconclusive", evidence=(), windows=w, times_verdict=verdict.verdict,
+            reason=f"the finishes say {verdict.verdict} ({verdict.reason}), but {w.description}",
+        )
+    if not may_decide or w.schedule not in DEFINITE_VERDICTS:
+        return replace(verdict, windows=w)
+    return replace(
+        verdict, verdict=w.schedule, evidence=("completion_times", "generation_windows"), windows=w,
+        times_verdict=verdict.verdict, slots=w.open_max if w.schedule == "partial" else None,
+        reason=f"{w.description} (the finish times alone were ambiguous: {verdict.reason})",
+    )
 
 
 # ============================================================================================
@@ -478,19 +614,28 @@ class BatchAnalysis:
     effective_concurrency: float | None = None  # Little's law: sum of latencies / wall
     token_interval_cv: float | None = None  # spread of inter-token intervals (median per-request CV)
 
+    @property
+    def self_reported_misleading(self) -> bool | None:
+        """True when the self-reported sum is more than MISLEADING_SUM_FRAC off the true aggregate."""
+        if self.self_reported_sum_tok_s is None or not self.aggregate_tok_s:
+            return None
+        return abs(self.self_reported_sum_tok_s / self.aggregate_tok_s - 1.0) > MISLEADING_SUM_FRAC
+
 
 @dataclass(frozen=True, slots=True)
 class PointAnalysis:
     """One N across its repetitions."""
 
     n: int
-    finish_s: tuple[float, ...]  # per-rank median across reps (the batch's own times when reps=1)
-    tokens: tuple[int, ...]  # per-rank median across reps
+    finish_s: tuple[float, ...]  # those of one measured batch: the rep `shown_rep` (never a composite)
+    tokens: tuple[int, ...]  # what that batch's requests produced, in finishing order
     aggregate: Summary | None
     verdict: Verdict
     reason: str
     batches: tuple[BatchAnalysis, ...]
     evidence: tuple[Evidence, ...] = ()
+    shown_rep: int | None = None  # the rep whose aggregate is the median over the reps
+    decided_by_witness: bool = False  # the definite verdict rests on the server's word alone
 
     @property
     def reps_taken(self) -> int:
@@ -518,6 +663,14 @@ class StaircaseAnalysis:
     # per checked N: the client's timing error as a fraction of that point's last finish, the most
     # it moves the aggregate (tokens / last finish); above FIGURE_FRAC the aggregate is client-bound
     aggregate_error_frac: dict[int, float] = field(default_factory=dict)
+    # per staircase N: agg(N) over the rate of its own first finish (one request alone in a queue,
+    # measured in the same batch): the trend's reference there, immune to drift between batches
+    trend_own_ratios: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def decided_by_witness(self) -> bool:
+        """The run's definite verdict rests on the server's word alone (the stopwatch was ambiguous)."""
+        return self.verdict in DEFINITE_VERDICTS and not STOPWATCH.intersection(self.evidence)
 
     @property
     def single_spread(self) -> float | None:
@@ -598,39 +751,53 @@ def stall_doubt(batch: BatchResult, single_s: float | None) -> str | None:
     return None
 
 
-def weigh_witnesses(verdict: BatchVerdict, readings: Sequence[Reading], *, may_decide: bool) -> BatchVerdict:
-    """The completion times' verdict beside the server's witnesses.
+WITNESS_WORDS = {"server_gauges": "gauges", "server_timings": "per-request timings"}
 
-    A witness that contradicts a definite verdict makes it inconclusive, naming both. When the
-    times are ambiguous (and nothing else is wrong with the batch: `may_decide`), witnesses that
-    all read the same schedule decide it, and the evidence says so.
+
+def weigh_witnesses(verdict: BatchVerdict, readings: Sequence[Reading], *, may_decide: bool) -> BatchVerdict:
+    """The stopwatch's verdict beside the server's witnesses: the stopwatch judges, witnesses corroborate.
+
+    A witness that contradicts a clean stopwatch verdict (`BatchVerdict.stopwatch_clean`) never
+    withholds it: the contradiction is kept as a finding of its own (`contradicted_by`). One that
+    contradicts a verdict the client could have faked (a cluster from the finishes alone, a
+    partial) makes it inconclusive, naming both. When the stopwatch is ambiguous and nothing else
+    is wrong with the batch (`may_decide`: off with --evidence stopwatch), witnesses that all read
+    the same schedule decide it, and the reason says in words that the server's word decided.
     """
     if not readings or verdict.n < 2:
         return verdict
     readings = tuple(readings)
-    slots = verdict.group_sizes[0] if verdict.verdict == "partial" and verdict.group_sizes else None
     if verdict.verdict in DEFINITE_VERDICTS:
-        against = [w for w in readings if not w.agrees(verdict.verdict, slots)]
+        against = tuple(w for w in readings if not w.agrees(verdict.verdict, verdict.slots))
+        agreeing = tuple(w.source for w in readings if w not in against)
+        if against and verdict.stopwatch_clean:
+            return replace(verdict, evidence=(*verdict.evidence, *agreeing), witnesses=readings, contradicted_by=against)
         if against:
             return replace(
                 verdict, verdict="inconclusive", evidence=(), witnesses=readings, times_verdict=verdict.verdict,
                 reason=f"the completion times say {verdict.verdict} ({verdict.reason}), but {against[0].description}",
             )
-        return replace(verdict, evidence=(*verdict.evidence, *(w.source for w in readings)), witnesses=readings)
+        return replace(verdict, evidence=(*verdict.evidence, *agreeing), witnesses=readings)
     first = readings[0]
     if not may_decide or any(not w.agrees(first.schedule, first.slots) for w in readings[1:]):
         return replace(verdict, witnesses=readings)
+    words = " and ".join(dict.fromkeys(WITNESS_WORDS.get(w.source, w.source) for w in readings))
     return replace(
         verdict,
         verdict=first.schedule,
         evidence=tuple(w.source for w in readings),
         witnesses=readings,
         times_verdict=verdict.verdict,
-        reason=f"{'; '.join(w.description for w in readings)} (the completion times alone were ambiguous: {verdict.reason})",
+        slots=first.slots if first.schedule == "partial" else None,
+        decided_by_witness=True,
+        reason=(f"decided by the server's own {words}; the completion times alone were ambiguous "
+                f"({verdict.reason}): {'; '.join(w.description for w in readings)}"),
     )
 
 
-def analyze_batch(mb: MeasuredBatch, single_s: float | None, modal: int | None = None) -> BatchAnalysis:
+def analyze_batch(
+    mb: MeasuredBatch, single_s: float | None, modal: int | None = None, *, witnesses_decide: bool = True
+) -> BatchAnalysis:
     done = _ok_by_finish(mb.batch)
     finish = tuple(mb.batch.finish_s())
     tokens = tuple(r.tokens for r in done)
@@ -638,23 +805,25 @@ def analyze_batch(mb: MeasuredBatch, single_s: float | None, modal: int | None =
     doubt = batch_doubt(mb, single_s, modal) if mb.n > 1 else None
     # A client stall voids the finish times (and the server timings, whose queue times are client
     # latency minus the server's own work), not the gauges: what a gauge read said is what the
-    # server reported, however late the client got to it.
+    # server reported, however late the client got to it. Nor the generation windows: a stall only
+    # delays stamps, which never makes a queue's windows overlap or a batch's come apart.
     stalled = stall_doubt(mb.batch, single_s) if mb.n > 1 and doubt is None else None
     why = doubt or stalled
     if why is not None and verdict.verdict != "inconclusive":
-        verdict = replace(verdict, verdict="inconclusive", evidence=(), reason=f"{why} (it looked like {verdict.verdict})")
+        verdict = replace(verdict, verdict="inconclusive", evidence=(), slots=None,
+                          reason=f"{why} (it looked like {verdict.verdict})")
     elif stalled is not None:
         verdict = replace(verdict, reason=f"{stalled}; {verdict.reason}")
-    # A definite verdict from the times is checked against every gauge reading there is: on vLLM
-    # --max-num-seqs 1 a starved client once read four queued requests' last tokens together (a
-    # "cluster" at 6.18 s) while the two gauge reads that returned showed 1 running and 3 waiting,
-    # too few to count as a witness. (The stall that caused it is now a doubt of its own.)
+    complete = len(finish) == mb.n and single_s is not None
+    windows = read_windows(mb.batch.records, mb.n, single_s) if doubt is None and complete else None
+    verdict = weigh_windows(verdict, windows, may_decide=doubt is None and complete)
+    # A definite verdict is checked against every gauge reading there is (one reading is enough to
+    # contradict); an ambiguous one needs MIN_GAUGE_SAMPLES readings before the gauges may decide.
     definite = verdict.verdict in DEFINITE_VERDICTS
     gauges = gauge_reading(mb.batch.gauges, mb.n, min_samples=1 if definite else MIN_GAUGE_SAMPLES)
     timings = None if stalled else timing_reading(mb.batch.records, mb.n)
     readings = [r for r in (gauges, timings) if r]
-    complete = len(finish) == mb.n and single_s is not None
-    verdict = weigh_witnesses(verdict, readings, may_decide=doubt is None and complete)
+    verdict = weigh_witnesses(verdict, readings, may_decide=witnesses_decide and doubt is None and complete)
     return BatchAnalysis(
         n=mb.n,
         rep=mb.rep,
@@ -668,11 +837,6 @@ def analyze_batch(mb: MeasuredBatch, single_s: float | None, modal: int | None =
         effective_concurrency=effective_concurrency(mb.batch.records, mb.batch.release_ns),
         token_interval_cv=token_interval_cv(done),
     )
-
-
-def _per_rank_median(rows: Sequence[Sequence[float]]) -> list[float]:
-    width = min((len(r) for r in rows), default=0)
-    return [median([r[i] for r in rows]) for i in range(width)]
 
 
 def point_verdict(n: int, batches: Sequence[BatchAnalysis]) -> tuple[Verdict, str, tuple[Evidence, ...]]:
@@ -702,7 +866,16 @@ def point_verdict(n: int, batches: Sequence[BatchAnalysis]) -> tuple[Verdict, st
 
 
 def _schedule_key(v: BatchVerdict) -> tuple[str, int | None]:
-    return v.verdict, v.group_sizes[0] if v.verdict == "partial" and v.group_sizes else None
+    return v.verdict, v.slots if v.verdict == "partial" else None
+
+
+def median_batch(batches: Sequence[BatchAnalysis]) -> BatchAnalysis | None:
+    """The rep whose aggregate is the median over the reps (the lower middle of an even count; the
+    first rep when none has an aggregate): the one batch a point's finish times and tokens show."""
+    if not batches:
+        return None
+    with_agg = sorted((b for b in batches if b.aggregate_tok_s is not None), key=lambda b: (b.aggregate_tok_s, b.rep))
+    return with_agg[(len(with_agg) - 1) // 2] if with_agg else batches[0]
 
 
 def analyze_point(n: int, batches: Sequence[BatchAnalysis], noises: Sequence[Any] = ()) -> PointAnalysis:
@@ -710,15 +883,19 @@ def analyze_point(n: int, batches: Sequence[BatchAnalysis], noises: Sequence[Any
     if verdict == "inconclusive" and (busy := busy_words(noises)) is not None:
         reason = f"{reason}; {busy}"
     aggs = [b.aggregate_tok_s for b in batches if b.aggregate_tok_s is not None]
+    shown = median_batch(batches)
+    by_witness = verdict in DEFINITE_VERDICTS and not STOPWATCH.intersection(evidence)
     return PointAnalysis(
         n=n,
-        finish_s=tuple(_per_rank_median([b.finish_s for b in batches])),
-        tokens=tuple(round(t) for t in _per_rank_median([b.tokens for b in batches])),
+        finish_s=() if shown is None else shown.finish_s,
+        tokens=() if shown is None else shown.tokens,
         aggregate=Summary.of(aggs) if aggs else None,
         verdict=verdict,
         reason=reason,
         batches=tuple(batches),
         evidence=evidence,
+        shown_rep=None if shown is None else shown.rep,
+        decided_by_witness=by_witness,
     )
 
 
@@ -821,8 +998,8 @@ def slots_implied(n: int, verdict: BatchVerdict) -> tuple[int, float] | None:
         return n, float("inf")
     if verdict.verdict == "staircase":
         return 1, 1
-    if verdict.verdict == "partial" and verdict.group_sizes:
-        return verdict.group_sizes[0], verdict.group_sizes[0]
+    if verdict.verdict == "partial" and verdict.slots:
+        return verdict.slots, verdict.slots
     return None
 
 
@@ -856,17 +1033,26 @@ def single_aggregates(points: Sequence[PointAnalysis]) -> list[float]:
     return [b.aggregate_tok_s for p in points if p.n == 1 for b in p.batches if b.aggregate_tok_s is not None]
 
 
-def _trend(points: Sequence[PointAnalysis]) -> tuple[Trend, str, dict[int, float]]:
+def _trend(points: Sequence[PointAnalysis]) -> tuple[Trend, str, dict[int, float], dict[int, float]]:
+    """The trend, its reason, agg(N)/agg(1) per N, and the within-batch ratio of each staircase N.
+
+    A staircase point is judged against its own first finish, which in a queue is one request
+    alone measured in the same minute as the last finish: the N=1 batches ran minutes earlier and
+    later, and on a busy machine the single-request time wandered 3.45-4.80 s inside one run."""
     refs = single_aggregates(points)
     base = median(refs) if refs else None
     fastest = max(refs) if refs else None
     ratios = {p.n: r for p in points if p.n > 1 and (r := ratio(p.aggregate_tok_s, base)) is not None}
     strict = {p.n: r for p in points if p.n > 1 and (r := ratio(p.aggregate_tok_s, fastest)) is not None}
     own = {p.n: b for p in points if p.n > 1 and (b := own_gain_bound(p)) is not None}
-    trend, reason = classify_trend(
-        ratios, against_fastest=strict, own_bound=own, verdicts={p.n: p.verdict for p in points}
-    )
-    return trend, reason, ratios
+    verdicts = {p.n: p.verdict for p in points}
+    own_ratios = {n: own[n] for n in ratios if verdicts.get(n) == "staircase" and n in own}
+    used = {n: own_ratios.get(n, r) for n, r in ratios.items()}
+    trend, reason = classify_trend(used, against_fastest=strict, own_bound=own, verdicts=verdicts)
+    if own_ratios and trend != "rising":
+        where = ", ".join(f"N={n} {own_ratios[n]:.2f}x (against N=1: {ratios[n]:.2f}x)" for n in sorted(own_ratios))
+        reason += f"; each queue measured against its own first finish, one request alone in the same batch: {where}"
+    return trend, reason, ratios, own_ratios
 
 
 def own_gain_bound(point: PointAnalysis) -> float | None:
@@ -917,6 +1103,26 @@ def reference_disagreement_finding(points: Sequence[PointAnalysis], single_s: fl
     )
 
 
+def witness_finding(points: Sequence[PointAnalysis]) -> Finding | None:
+    """Witnesses that contradicted a clean stopwatch verdict, which stood: the server's self-report
+    does not describe its schedule, and that is a finding of its own."""
+    seen = [(p, b) for p in points for b in p.batches if b.verdict.contradicted_by]
+    if not seen:
+        return None
+    p, b = seen[0]
+    said = "; ".join(w.description for w in b.verdict.contradicted_by)
+    words = " and ".join(dict.fromkeys(WITNESS_WORDS.get(w.source, w.source) for w in b.verdict.contradicted_by))
+    where = ", ".join(f"N={q.n} rep {c.rep + 1}" for q, c in seen)
+    return Finding(
+        code="witness_contradicts",
+        message=(
+            f"the server's own {words} contradict the stopwatch ({where}): at N={p.n} they said {said}, while "
+            f"{b.verdict.reason}: its {words} do not describe its schedule"
+        ),
+        hint="the verdict rests on the completion times; do not read this server's self-report as its schedule",
+    )
+
+
 def client_finding(checks: Sequence[ClientCheck]) -> Finding | None:
     """The run is invalid when the pre-flight found the client itself the bottleneck at some N: its
     finish times there would be the client's as much as the server's."""
@@ -961,19 +1167,24 @@ def aggregate_finding(fracs: dict[int, float]) -> Finding | None:
 
 
 def analyze_staircase(
-    batches: Sequence[MeasuredBatch], *, tokens_requested: int, client_checks: Sequence[ClientCheck] = ()
+    batches: Sequence[MeasuredBatch],
+    *,
+    tokens_requested: int,
+    client_checks: Sequence[ClientCheck] = (),
+    witnesses_decide: bool = True,
 ) -> StaircaseAnalysis:
     """Judge a staircase run: per-batch verdicts, per-N points, the run verdict, trend and validity;
-    `client_checks` are the pre-flight's (a client-bound N makes the run invalid)."""
+    `client_checks` are the pre-flight's (a client-bound N makes the run invalid); with
+    `witnesses_decide` off (--evidence stopwatch) the server's witnesses never decide a batch."""
     modal, length = length_finding(batches)
     singles = single_times_s(batches, modal)
     single = median(singles) if singles else None
-    analysed = [analyze_batch(mb, single, modal) for mb in batches]
+    analysed = [analyze_batch(mb, single, modal, witnesses_decide=witnesses_decide) for mb in batches]
     ns = sorted({b.n for b in analysed})
     noise = {n: [mb.batch.noise for mb in batches if mb.n == n] for n in ns}
     points = tuple(analyze_point(n, [b for b in analysed if b.n == n], noise[n]) for n in ns)
     verdict, verdict_reason, evidence = _run_verdict(points)
-    trend, trend_reason, ratios = _trend(points)
+    trend, trend_reason, ratios, own_ratios = _trend(points)
     fracs = aggregate_error_fracs(points, client_checks)
     invalid = [f for f in (length, failed_finding(batches), skew_finding(batches, single), client_finding(client_checks))
                if f is not None]
@@ -986,6 +1197,7 @@ def analyze_staircase(
             reference_finding(singles),
             reference_disagreement_finding(points, single),
             aggregate_finding(fracs),
+            witness_finding(points),
         )
         if f is not None
     ]
@@ -1003,6 +1215,7 @@ def analyze_staircase(
         single_times_s=tuple(singles),
         evidence=evidence,
         aggregate_error_frac=fracs,
+        trend_own_ratios=own_ratios,
     )
 
 

@@ -77,6 +77,8 @@ from servecheck.sim.config import MODES, PREFIX_CACHE_MODES
 @click.option("--heat-per-s", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Slow-down per second of uptime (0.01 = +1%/s).")
 @click.option("--n-ctx", type=click.IntRange(min=2), default=8192, show_default=True, help="Context per request (per slot).")
 @click.option("--refusal", is_flag=True, help="Log llama.cpp-like 'feature refused' lines at start-up.")
+@click.option("--lying-gauges", is_flag=True,
+              help="/metrics counts every admitted request as processing and none as deferred (gauges that lie).")
 @click.option("--hostile", is_flag=True, help="Put <script> and <img onerror> markup into the model name, text and log.")
 @click.option("--log", "log_path", default=None, metavar="PATH", help="Also write the server log to PATH.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -95,6 +97,7 @@ def cmd(
     heat_per_s: float,
     n_ctx: int,
     refusal: bool,
+    lying_gauges: bool,
     hostile: bool,
     log_path: str | None,
     host: str,
@@ -125,6 +128,7 @@ def cmd(
         default_max_tokens=min(128, n_ctx - 1),
         refusal=refusal,
         hostile=hostile,
+        lying_gauges=lying_gauges,
         log_path=log_path,
     )
     asyncio.run(_serve(config, host, port, quiet=quiet))

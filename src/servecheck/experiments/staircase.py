@@ -55,9 +55,11 @@ class StaircaseResult:
     notes: tuple[str, ...] = field(default=())
     calibration: str = CALIBRATION_NONE  # the pre-flight: "on" before each N, "off" (--no-calibrate), "none"
     client_checks: tuple[ClientCheck, ...] = ()  # the pre-flight before each N's first batch
+    evidence_mode: str = "all"  # "stopwatch": the server's witnesses never decide (--evidence stopwatch)
 
     def analysis(self) -> StaircaseAnalysis:
-        return analyze_staircase(self.batches, tokens_requested=self.tokens, client_checks=self.client_checks)
+        return analyze_staircase(self.batches, tokens_requested=self.tokens, client_checks=self.client_checks,
+                                 witnesses_decide=self.evidence_mode != "stopwatch")
 
     def to_doc(self) -> dict[str, Any]:
         """The staircase fields of the JSON document (the CLI puts the envelope around them)."""
@@ -76,6 +78,9 @@ class StaircaseResult:
             "single_times_s": list(a.single_times_s),
             "single_spread": a.single_spread,
             "evidence": list(a.evidence),
+            "evidence_mode": self.evidence_mode,
+            "decided_by_witness": a.decided_by_witness,
+            "trend_own_ratios": {str(n): r for n, r in sorted(a.trend_own_ratios.items())},
             "max_reps": self.max_reps,
             "modal_tokens": a.modal_tokens,
             "server": self.server.to_dict(),
@@ -105,6 +110,8 @@ def _point_doc(point: PointAnalysis, batches: Sequence[MeasuredBatch], error_fra
         "verdict": point.verdict,
         "reason": point.reason,
         "evidence": list(point.evidence),
+        "decided_by_witness": point.decided_by_witness,
+        "shown_rep": point.shown_rep,
         "reps_taken": point.reps_taken,
         "batches": [_batch_doc(b, raw[(b.n, b.rep)]) for b in point.batches],
     }
@@ -123,6 +130,7 @@ def _batch_doc(b: BatchAnalysis, batch: BatchResult) -> dict[str, Any]:
         "verdict": b.verdict.to_dict(),
         "queue_s": list(b.queue_s),
         "self_reported_sum_tok_s": b.self_reported_sum_tok_s,
+        "self_reported_misleading": b.self_reported_misleading,
         "in_flight": batch.in_flight,
         "effective_concurrency": b.effective_concurrency,
         "token_interval_cv": b.token_interval_cv,
@@ -206,6 +214,7 @@ async def run_staircase(
     requests_factory: RequestFactory | None = None,
     on_server: OnServer | None = None,
     max_reps: int | None = None,
+    evidence_mode: str = "all",
 ) -> StaircaseResult:
     """Detect the server, warm it up, measure every N `reps` times with N=1 before and after, then
     measure again what is still undecided, up to `max_reps` reps per N; returns the full result.
@@ -225,7 +234,7 @@ async def run_staircase(
     if calibration == CALIBRATION_OFF:
         notes = (*notes, NOT_CALIBRATED)
     result = StaircaseResult(server, planned, tokens, prompt_tokens, reps, max_reps=budget, notes=notes,
-                             calibration=calibration)
+                             calibration=calibration, evidence_mode=evidence_mode)
     result = replace(result, warmup=await _warm_up(requests_factory, driver, prompt_tokens, tokens, rng))
     plan = first_plan(planned, reps)
     while plan:
@@ -259,11 +268,13 @@ class StaircaseExperiment:
     max_reps: int
     rng: random.Random
     requests_factory: RequestFactory | None = None
+    evidence_mode: str = "all"
 
     async def run(self, driver: Driver, on_server: OnServer, on_point: OnPoint) -> StaircaseResult:
         return await run_staircase(
             driver, ns=self.ns, tokens=self.tokens, prompt_tokens=self.prompt_tokens, reps=self.reps, rng=self.rng,
             on_point=on_point, requests_factory=self.requests_factory, on_server=on_server, max_reps=self.max_reps,
+            evidence_mode=self.evidence_mode,
         )
 
     def opening(self, server: ServerInfo) -> dict[str, Any]:

@@ -56,6 +56,9 @@ class SimConfig:
     default_max_tokens: int = 128  # when a request names no length (or n_predict = -1)
     refusal: bool = False  # write llama.cpp-like "feature refused" lines to the log
     hostile: bool = False  # put script/img markup into the model name, generated text and a log line
+    # Gauges that lie: /metrics counts every admitted request as processing and none as deferred, so
+    # a queue reads as a batch to anyone who trusts the server's self-report.
+    lying_gauges: bool = False
     log_path: str | None = None
     model: str = MODEL_PREFIX
 
@@ -112,6 +115,8 @@ class SimConfig:
             parts.append("refusal")
         if self.hostile:
             parts.append("hostile")
+        if self.lying_gauges:
+            parts.append("lying_gauges")
         return " ".join(parts)
 
 

@@ -72,8 +72,12 @@ def _metric_lines(name: str, kind: str, help_text: str, value: float) -> list[st
 
 async def metrics(request: web.Request) -> web.StreamResponse:
     """llama.cpp's Prometheus names (engine_apis.md 1.1), from the scheduler's own counters."""
-    sched = state(request).scheduler
+    sim = state(request)
+    sched = sim.scheduler
     st = sched.stats
+    processing, deferred = sched.processing, sched.deferred
+    if sim.config.lying_gauges:
+        processing, deferred = processing + deferred, 0
     rows = [
         ("prompt_tokens_total", "counter", "Number of prompt tokens processed.", st.prompt_tokens),
         ("prompt_seconds_total", "counter", "Prompt process time", st.prompt_s),
@@ -81,8 +85,8 @@ async def metrics(request: web.Request) -> web.StreamResponse:
         ("tokens_predicted_seconds_total", "counter", "Predict process time", st.predicted_s),
         ("n_decode_total", "counter", "Total number of decode steps.", st.n_decode),
         ("n_busy_slots_per_decode", "counter", "Average number of busy slots per decode.", st.busy_slots_per_decode),
-        ("requests_processing", "gauge", "Number of requests processing.", sched.processing),
-        ("requests_deferred", "gauge", "Number of requests deferred.", sched.deferred),
+        ("requests_processing", "gauge", "Number of requests processing.", processing),
+        ("requests_deferred", "gauge", "Number of requests deferred.", deferred),
     ]
     lines = [ln for row in rows for ln in _metric_lines(*row)]
     return web.Response(text="\n".join(lines) + "\n", content_type="text/plain", charset="utf-8")

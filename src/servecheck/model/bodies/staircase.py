@@ -15,7 +15,7 @@ from servecheck.model.codec import record
 Verdict = Literal["baseline", "cluster", "staircase", "partial", "inconclusive"]
 Schedule = Literal["cluster", "staircase", "partial"]
 Trend = Literal["rising", "flat", "inconclusive"]
-Evidence = Literal["completion_times", "server_gauges", "server_timings"]
+Evidence = Literal["completion_times", "generation_windows", "server_gauges", "server_timings"]
 
 
 
@@ -26,6 +26,15 @@ class Witness:
     source: Evidence | None = None
     schedule: Schedule | None = None
     slots: int | None = None  # requests the reading shows running at once
+    description: str | None = None
+
+
+@record
+class Windows:
+    """What the requests' generation windows (first token -> completion, client stamps) showed."""
+
+    schedule: Verdict | None = None
+    open_max: int | None = None  # the most windows open at one instant
     description: str | None = None
 
 
@@ -47,6 +56,10 @@ class BatchVerdict:
     spread_ratio: float | None = None
     last_over_single: float | None = None
     max_gap_ratio: float | None = None
+    slots: int | None = None  # a partial's requests at once
+    windows: Windows | None = None  # what the generation windows showed
+    contradicted_by: tuple[Witness, ...] | None = None  # witnesses against a clean stopwatch verdict, which stood
+    decided_by_witness: bool | None = None  # the stopwatch was ambiguous and the server's word decided
 
 
 @record
@@ -96,7 +109,9 @@ class Batch:
     aggregate_tok_s: float | None = None
     verdict: BatchVerdict | None = None
     queue_s: tuple[float | None, ...] = ()  # client latency - server prefill - decode, per request
-    self_reported_sum_tok_s: float | None = None  # the server's per-request rates added up: MISLEADING
+    self_reported_sum_tok_s: float | None = None  # the server's per-request rates added up
+    # more than 10% off the true aggregate (analysis.staircase.MISLEADING_SUM_FRAC); None: not recorded
+    self_reported_misleading: bool | None = None
     in_flight: int | None = None
     effective_concurrency: float | None = None  # Little's law: sum of latencies / wall
     token_interval_cv: float | None = None
@@ -107,7 +122,8 @@ class Batch:
 
 @record
 class Point:
-    """One N over its reps: finish times are the per-rank medians."""
+    """One N over its reps: finish times and tokens are those of one measured batch, rep `shown_rep`
+    (the median aggregate); documents from before it recorded per-rank medians and no `shown_rep`."""
 
     n: int | None = None
     finish_s: tuple[float, ...] = ()
@@ -122,6 +138,8 @@ class Point:
     reason: str | None = None
     evidence: tuple[Evidence, ...] | None = None  # None: an older document that did not record it
     reps_taken: int | None = None
+    decided_by_witness: bool | None = None  # the definite verdict rests on the server's word alone
+    shown_rep: int | None = None
     batches: tuple[Batch, ...] = ()
 
 
@@ -136,6 +154,9 @@ class StaircaseBody:
     single_times_s: tuple[float, ...] = ()  # every N=1 measurement in run order
     single_spread: float | None = None  # slowest / fastest N=1 - 1
     evidence: tuple[Evidence, ...] = ()  # what decided the run's verdict
+    evidence_mode: Literal["all", "stopwatch"] | None = None  # stopwatch: witnesses never decide
+    decided_by_witness: bool | None = None  # the run's verdict rests on the server's word alone
+    trend_own_ratios: Mapping[str, float] | None = None  # staircase N -> agg(N) over its own first finish's rate
     max_reps: int | None = None
     modal_tokens: int | None = None
     server: Server | None = None

@@ -20,7 +20,8 @@ from servecheck.report.lines.text import client_lines
 
 T = TypeVar("T")
 
-_EVIDENCE_WORDS = {"completion_times": "finish times", "server_gauges": "server gauges", "server_timings": "server timings"}
+_EVIDENCE_WORDS = {"completion_times": "finish times", "generation_windows": "generation windows",
+                   "server_gauges": "server gauges", "server_timings": "server timings"}
 
 
 class NotRecorded(KeyError):
@@ -154,8 +155,11 @@ def trap_lines(body: StaircaseBody) -> list[str]:
         ]
         if _need(point.n, "n") > 1 and pairs:
             claimed, true = median([c for c, _ in pairs]), median([t for _, t in pairs])
+            flags = [b.self_reported_misleading for b in point.batches if b.self_reported_misleading is not None]
+            # a document from before the flag was recorded keeps the word it was shown with
+            word = "MISLEADING" if not flags or any(flags) else "agrees with the aggregate"
             lines.append(
-                f"N={point.n:<3} sum of self-reported rates {claimed:.1f} tok/s (MISLEADING)  "
+                f"N={point.n:<3} sum of self-reported rates {claimed:.1f} tok/s ({word})  "
                 f"vs true aggregate {true:.1f} tok/s"
             )
     return lines
