@@ -1109,7 +1109,7 @@ def witness_finding(points: Sequence[PointAnalysis]) -> Finding | None:
     seen = [(p, b) for p in points for b in p.batches if b.verdict.contradicted_by]
     if not seen:
         return None
-    p, b = seen[0]
+    p, b = seen[-1]  # the largest N shows the contradiction most plainly
     said = "; ".join(w.description for w in b.verdict.contradicted_by)
     words = " and ".join(dict.fromkeys(WITNESS_WORDS.get(w.source, w.source) for w in b.verdict.contradicted_by))
     where = ", ".join(f"N={q.n} rep {c.rep + 1}" for q, c in seen)

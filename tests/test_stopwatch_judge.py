@@ -1,0 +1,223 @@
+"""The stopwatch judges; the server's witnesses corroborate (issue: verdicts that need nothing from
+the engine). Every batch here is built from a schedule the test controls: each request's stream of
+token arrivals, its first token and its completion, and what the server's gauges claimed."""
+
+from __future__ import annotations
+
+import pytest
+
+from servecheck.analysis import staircase as sc
+from servecheck.model.records import NS_PER_S, BatchResult, GaugeSample, RequestRecord, ServerGauges
+
+TOKENS = 64
+PREFILL_S = 0.05
+
+
+def _stream(i: int, first_s: float, end_s: float, *, send_s: float = 0.0, events: int = 16) -> RequestRecord:
+    """A request that streamed `events` evenly spaced token events from first_s to end_s."""
+    step = (end_s - first_s) / (events - 1)
+    token_ns = tuple(int((first_s + k * step) * NS_PER_S) for k in range(events))
+    return RequestRecord(
+        index=i, nonce=f"n{i}", status="ok", tokens_requested=TOKENS, send_ns=int(send_s * NS_PER_S),
+        first_token_ns=token_ns[0], end_ns=int(end_s * NS_PER_S), token_ns=token_ns, tokens=TOKENS,
+        tokens_source="usage",
+    )
+
+
+def _queue(durations: list[float]) -> list[RequestRecord]:
+    """A queue: each request is prefilled when the one before it finished, then generates alone."""
+    out, t = [], 0.0
+    for i, d in enumerate(durations):
+        out.append(_stream(i, t + PREFILL_S, t + d))
+        t += d
+    return out
+
+
+def _batch_of(n: int, duration: float, stagger: float = 0.02) -> list[RequestRecord]:
+    return [_stream(i, PREFILL_S + i * stagger, duration + i * stagger) for i in range(n)]
+
+
+def _lying(n: int, readings: int = 20) -> ServerGauges:
+    """Gauges that count every admitted request as processing: all n running, none waiting."""
+    return ServerGauges("llama.cpp /metrics", 0.2, tuple(GaugeSample(int(0.2 * k * NS_PER_S), n, 0)
+                                                         for k in range(readings)))
+
+
+def _honest_queue(n: int, readings: int = 20) -> ServerGauges:
+    return ServerGauges("llama.cpp /metrics", 0.2, tuple(GaugeSample(int(0.2 * k * NS_PER_S), 1, n - 1)
+                                                         for k in range(readings)))
+
+
+def _mb(n: int, records: list[RequestRecord], rep: int = 0, gauges: ServerGauges | None = None) -> sc.MeasuredBatch:
+    return sc.MeasuredBatch(n=n, rep=rep, batch=BatchResult(0, n, tuple(records), 1000, gauges))
+
+
+def _run(batches: list[sc.MeasuredBatch], **kw) -> sc.StaircaseAnalysis:
+    return sc.analyze_staircase(batches, tokens_requested=TOKENS, **kw)
+
+
+def _singles(*durations: float) -> list[sc.MeasuredBatch]:
+    return [_mb(1, [_stream(0, PREFILL_S, d)], rep=i) for i, d in enumerate(durations)]
+
+
+# --- lying gauges never withhold a clean queue ---------------------------------------------
+
+
+def test_gauges_that_claim_all_at_once_do_not_hide_a_clean_queue() -> None:
+    """The seed's serial server whose /metrics counts every admitted request as processing."""
+    run = _run([*_singles(2.0), _mb(2, _queue([2.0, 2.0]), gauges=_lying(2)),
+                _mb(4, _queue([2.0] * 4), gauges=_lying(4)), *_singles(2.0)])
+    assert run.verdict == "staircase", run.verdict_reason
+    assert run.trend == "flat", run.trend_reason
+    top = run.points[-1].batches[0].verdict
+    assert top.stopwatch_clean
+    assert set(top.evidence) == {"completion_times", "generation_windows"}
+    assert [w.schedule for w in top.contradicted_by] == ["cluster"]
+    found = {f.code: f for f in run.warnings}
+    assert "witness_contradicts" in found
+    message = found["witness_contradicts"].message
+    assert "all 4 ran at once" in message and "one at a time" in message and "do not describe its schedule" in message
+
+
+def test_honest_gauges_corroborate_the_same_queue_and_raise_no_finding() -> None:
+    run = _run([*_singles(2.0), _mb(4, _queue([2.0] * 4), gauges=_honest_queue(4)), *_singles(2.0)])
+    assert run.verdict == "staircase"
+    assert run.evidence == ("completion_times", "generation_windows", "server_gauges")
+    assert "witness_contradicts" not in {f.code for f in run.warnings}
+    assert not run.points[-1].batches[0].verdict.contradicted_by
+
+
+def test_a_cluster_from_the_finishes_alone_is_withheld_by_a_contradicting_witness() -> None:
+    """Finishes together but no stream to read windows from (a client stall can fake that shape)."""
+    records = [RequestRecord(index=i, nonce=f"n{i}", status="ok", tokens_requested=TOKENS, send_ns=0,
+                             first_token_ns=int(0.05 * NS_PER_S), end_ns=int((2.1 + 0.01 * i) * NS_PER_S),
+                             tokens=TOKENS, tokens_source="usage") for i in range(4)]
+    run = _run([*_singles(2.0), _mb(4, records, gauges=_honest_queue(4))])
+    assert run.points[-1].verdict == "inconclusive"
+    assert "the completion times say cluster" in run.points[-1].reason
+
+
+def test_windows_that_overlap_confirm_a_cluster_against_a_lying_witness() -> None:
+    """All four were seen generating at one instant: nothing on the client makes windows overlap."""
+    run = _run([*_singles(2.0), _mb(4, _batch_of(4, 2.4), gauges=_honest_queue(4))])
+    v = run.points[-1].batches[0].verdict
+    assert v.verdict == "cluster" and "generation_windows" in v.evidence
+    assert [w.schedule for w in v.contradicted_by] == ["staircase"]
+
+
+# --- the windows decide what the finish steps leave open ----------------------------------
+
+
+def test_uneven_queue_steps_are_decided_by_windows_that_never_overlap() -> None:
+    """Seen in the demo's report on a busy machine: steps 1.15, 0.91, 1.46, 0.95x the single time."""
+    single = 2.0
+    run = _run([*_singles(single), _mb(4, _queue([1.15 * single, 0.91 * single, 1.46 * single, 0.95 * single]))])
+    point = run.points[-1]
+    v = point.batches[0].verdict
+    assert v.times_verdict == "inconclusive"  # the steps alone are uneven
+    assert point.verdict == "staircase", point.reason
+    assert point.evidence == ("completion_times", "generation_windows")
+    assert v.windows is not None and v.windows.open_max == 1
+    assert not run.decided_by_witness
+
+
+def test_a_dead_band_gap_in_a_two_slot_server_is_decided_by_windows() -> None:
+    """Two slots: the second pair starts only as the first pair finishes, with a gap the finishes
+    alone cannot place (0.3x the single time between the pair's two finishes)."""
+    single = 2.0
+    first = [_stream(0, PREFILL_S, 2.0), _stream(1, PREFILL_S, 2.6)]
+    second = [_stream(2, 2.05, 4.2), _stream(3, 2.65, 4.7)]
+    run = _run([*_singles(single), _mb(4, first + second)])
+    v = run.points[-1].batches[0].verdict
+    assert v.times_verdict == "inconclusive"
+    assert v.verdict == "partial" and v.slots == 2, v.reason
+    assert "generation_windows" in v.evidence
+
+
+def test_windows_that_contradict_the_finishes_make_the_batch_inconclusive() -> None:
+    """Finishes a queue's step apart, yet requests 1 and 2 were generating together."""
+    single = 2.0
+    records = [_stream(0, PREFILL_S, 2.0), _stream(1, 0.1, 4.0), _stream(2, 4.05, 6.0), _stream(3, 6.05, 8.0)]
+    v = _run([*_singles(single), _mb(4, records)]).points[-1].batches[0].verdict
+    assert v.verdict == "inconclusive"
+    assert v.times_verdict == "staircase" and "generating" in v.reason
+
+
+def test_degenerate_windows_read_in_one_burst_show_nothing() -> None:
+    records = _queue([2.0, 2.0, 2.0])
+    burst = _stream(3, 7.99, 8.0)  # a window a fraction of the others: its tokens arrived together
+    assert sc.read_windows([*records, burst], 4, 2.0) is None
+
+
+# --- the server's word alone is labelled, and can be forbidden ------------------------------
+
+
+def _ambiguous_queue_with_gauges() -> list[sc.MeasuredBatch]:
+    # the gap before #2 is 0.5x the single time (the dead band); no stream to read windows from
+    records = [RequestRecord(index=i, nonce=f"n{i}", status="ok", tokens_requested=TOKENS, send_ns=0,
+                             first_token_ns=int(0.05 * NS_PER_S), end_ns=int(f * NS_PER_S), tokens=TOKENS,
+                             tokens_source="usage") for i, f in enumerate([2.0, 3.0, 5.0, 7.0])]
+    return [*_singles(2.0), _mb(4, records, gauges=_honest_queue(4, readings=30))]
+
+
+def test_a_verdict_the_server_decided_says_so_in_words() -> None:
+    run = _run(_ambiguous_queue_with_gauges())
+    assert run.verdict == "staircase"
+    assert run.decided_by_witness and run.points[-1].decided_by_witness
+    assert "decided by the server's own gauges; the completion times alone were ambiguous" in run.verdict_reason
+
+
+def test_evidence_stopwatch_forbids_the_witness_from_deciding() -> None:
+    run = _run(_ambiguous_queue_with_gauges(), witnesses_decide=False)
+    assert run.verdict == "inconclusive"
+    assert not run.decided_by_witness
+    assert run.points[-1].batches[0].verdict.witnesses  # still read and shown, only not deciding
+
+
+# --- the trend of a queue is measured inside its own batch ----------------------------------
+
+
+def test_a_queue_is_flat_against_its_own_first_finish_when_the_reference_wandered() -> None:
+    """Measured on real llama.cpp --parallel 1, busy: the single time wandered 3.45-4.80 s and the
+    aggregate read 1.24x (N=2) / 1.19x (N=4) of the N=1 median, though both points were queues."""
+    run = _run([*_singles(4.80, 4.60), _mb(2, _queue([3.6, 3.7])), _mb(4, _queue([3.7, 3.8, 3.9, 3.8])),
+                *_singles(4.7)])
+    assert run.points[1].verdict == run.points[2].verdict == "staircase"
+    assert run.trend_ratios[2] > sc.FLAT_HI_RATIO  # against the N=1 reference it would not be flat
+    assert run.trend == "flat", run.trend_reason
+    assert run.trend_own_ratios[4] == pytest.approx(4 * 3.7 / 15.2, rel=1e-3)
+    assert "its own first finish" in run.trend_reason
+
+
+def test_a_batch_still_rises_against_the_single_reference() -> None:
+    run = _run([*_singles(2.0), _mb(2, _batch_of(2, 2.1)), _mb(4, _batch_of(4, 2.3)), *_singles(2.0)])
+    assert run.verdict == "cluster" and run.trend == "rising"
+    assert run.trend_own_ratios == {}
+
+
+# --- a point's fields are one measured batch ----------------------------------------------
+
+
+def test_a_points_finishes_and_tokens_are_one_measured_batch() -> None:
+    """An EOS-stopping server: two reps whose requests produced different lengths; the point shows
+    the median-aggregate rep's own requests, never a per-rank composite."""
+    def rec(i: int, end: float, tokens: int) -> RequestRecord:
+        r = _stream(i, PREFILL_S, end)
+        return RequestRecord(**{**{f: getattr(r, f) for f in r.__dataclass_fields__}, "tokens": tokens})
+    reps = [_mb(1, [rec(0, 1.0, 34)], rep=0), _mb(1, [rec(0, 1.4, 49)], rep=1), _mb(1, [rec(0, 1.2, 42)], rep=2)]
+    point = _run(reps).points[0]
+    produced = {(b.finish_s, b.tokens) for b in point.batches}
+    assert (point.finish_s, point.tokens) in produced
+    shown = next(b for b in point.batches if b.rep == point.shown_rep)
+    aggs = sorted(b.aggregate_tok_s for b in point.batches)
+    assert shown.aggregate_tok_s == aggs[1]
+
+
+# --- the self-reported sum is misleading only when it is off ---------------------------------
+
+
+@pytest.mark.parametrize(("claimed", "true", "misleading"), [(166.7, 164.2, False), (350.0, 91.2, True)])
+def test_the_self_reported_sum_is_called_misleading_only_beyond_the_noise(claimed, true, misleading) -> None:
+    b = sc.BatchAnalysis(n=4, rep=0, finish_s=(1.0,), tokens=(1,), aggregate_tok_s=true, dispatch_skew_s=0.0,
+                         verdict=sc.classify_batch([1.0], 1.0, 1), queue_s=(), self_reported_sum_tok_s=claimed)
+    assert b.self_reported_misleading is misleading
