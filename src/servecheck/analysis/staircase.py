@@ -1033,6 +1033,10 @@ def single_aggregates(points: Sequence[PointAnalysis]) -> list[float]:
     return [b.aggregate_tok_s for p in points if p.n == 1 for b in p.batches if b.aggregate_tok_s is not None]
 
 
+# The reason names the within-batch references when they differ from the N=1 ones by more than this.
+TREND_NOTE_DIFF = 0.05
+
+
 def _trend(points: Sequence[PointAnalysis]) -> tuple[Trend, str, dict[int, float], dict[int, float]]:
     """The trend, its reason, agg(N)/agg(1) per N, and the within-batch ratio of each staircase N.
 
@@ -1049,7 +1053,7 @@ def _trend(points: Sequence[PointAnalysis]) -> tuple[Trend, str, dict[int, float
     own_ratios = {n: own[n] for n in ratios if verdicts.get(n) == "staircase" and n in own}
     used = {n: own_ratios.get(n, r) for n, r in ratios.items()}
     trend, reason = classify_trend(used, against_fastest=strict, own_bound=own, verdicts=verdicts)
-    if own_ratios and trend != "rising":
+    if trend != "rising" and any(abs(own_ratios[n] - ratios[n]) > TREND_NOTE_DIFF for n in own_ratios):
         where = ", ".join(f"N={n} {own_ratios[n]:.2f}x (against N=1: {ratios[n]:.2f}x)" for n in sorted(own_ratios))
         reason += f"; each queue measured against its own first finish, one request alone in the same batch: {where}"
     return trend, reason, ratios, own_ratios

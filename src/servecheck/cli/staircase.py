@@ -102,6 +102,16 @@ def _render(app: AppContext, run: RunResult[StaircaseBody], json_to_stdout: bool
     help="Seed for the prompt text and nonces (default: fresh each run, recorded in the JSON). A fixed seed "
     "repeats the same prompts, which a prefix cache then serves from memory.",
 )
+@click.option(
+    "--evidence",
+    "evidence_mode",
+    type=click.Choice(["all", "stopwatch"]),
+    default="all",
+    show_default=True,
+    help="stopwatch: the server's own witnesses (gauges, per-request timings) never decide a verdict; they are "
+    "still read and any contradiction is shown. all: they may decide a batch the times leave ambiguous, "
+    "and the verdict then says so.",
+)
 @serve_option
 @client_record(batches=True)
 @output_record
@@ -116,6 +126,7 @@ def cmd(
     max_reps: int,
     expect: str | None,
     seed: int | None,
+    evidence_mode: str,
     serve_command: str | None,
     serve_log: str | None,
     client: ClientOptions,
@@ -144,8 +155,10 @@ def cmd(
             "expect": expect,
             "seed": seed,
             "serve": serve_command,
+            "evidence": evidence_mode,
         }
-        experiment = StaircaseExperiment(tuple(ns), tokens, prompt_tokens, reps, max_reps, random.Random(seed))
+        experiment = StaircaseExperiment(tuple(ns), tokens, prompt_tokens, reps, max_reps, random.Random(seed),
+                                         evidence_mode=evidence_mode)
         watch = Progress(app, "staircase: batches", progress_line, total=len(first_plan(sorted(set(ns) | {1}), reps)))
         run = measure(app, experiment, target, sinks, head=envelope("staircase", params, environment()), watch=watch,
                       served=server, workers=client.workers, calibrate=client.calibrate, ray=client.ray)

@@ -1,0 +1,106 @@
+"""The stopwatch judges, end to end against the simulator on 127.0.0.1 (its schedule is the ground
+truth): gauges that lie do not hide a queue, honest ones change nothing, the stripping proxy leaves
+the stopwatch alone to decide, and a point shows what one measured batch produced."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from servecheck import exitcodes
+from servecheck.cli import main as main_mod
+from servecheck.sim import SimConfig, sim_in_thread
+
+pytestmark = pytest.mark.timeout(180)
+
+TOKENS = 64
+TIMING = {"token_s": 0.012, "per_seq_s": 0.001, "prompt_token_s": 0.0001}
+
+
+def staircase(url: str, tmp_path: Path, *args: str) -> tuple[int, dict]:
+    out = tmp_path / "staircase.json"
+    argv = ["staircase", url, "--tokens", str(TOKENS), "--prompt-tokens", "32", "--n", "1,2,4", "--no-save",
+            "--timeout", "60", "--json", str(out), *args]
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(argv)
+    return int(info.value.code or 0), json.loads(out.read_text())
+
+
+@contextmanager
+def proxy(upstream: str, *flags: str) -> Iterator[str]:
+    """The stripping proxy in front of `upstream`, as a child process; yields its URL."""
+    proc = subprocess.Popen([sys.executable, "-m", "servecheck.sim.proxy", upstream, *flags],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:"), url
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def codes(doc: dict) -> set[str]:
+    return {f["code"] for f in doc["warnings"]}
+
+
+def test_a_queue_behind_lying_gauges_is_a_staircase_and_the_lie_is_named(tmp_path) -> None:
+    with sim_in_thread(SimConfig(mode="serial", lying_gauges=True, **TIMING)) as sim:
+        code, doc = staircase(sim.url, tmp_path, "--expect", "staircase")
+    assert code == exitcodes.OK, doc["verdict_reason"]
+    assert (doc["verdict"], doc["trend"]) == ("staircase", "flat")
+    assert "witness_contradicts" in codes(doc)
+    top = doc["points"][-1]
+    assert "completion_times" in top["evidence"] and "server_gauges" not in top["evidence"]
+    said = [w["schedule"] for b in top["batches"] for w in b["verdict"]["contradicted_by"]]
+    assert said and set(said) == {"cluster"}
+
+
+def test_honest_gauges_leave_the_verdicts_as_they_were(tmp_path) -> None:
+    with sim_in_thread(SimConfig(mode="serial", **TIMING)) as sim:
+        code, doc = staircase(sim.url, tmp_path)
+    assert code == exitcodes.OK
+    assert (doc["verdict"], doc["trend"]) == ("staircase", "flat")
+    assert "witness_contradicts" not in codes(doc)
+    assert "server_gauges" in doc["points"][-1]["evidence"]
+
+
+@pytest.mark.parametrize(("mode", "verdict", "trend"), [("serial", "staircase", "flat"), ("batched", "cluster", "rising")])
+def test_behind_the_stripping_proxy_the_stopwatch_decides_alone(tmp_path, mode, verdict, trend) -> None:
+    with sim_in_thread(SimConfig(mode=mode, **TIMING)) as sim, proxy(sim.url) as url:
+        code, doc = staircase(url, tmp_path, "--api", "openai-chat", "--evidence", "stopwatch")
+    assert code == exitcodes.OK, doc["verdict_reason"]
+    assert (doc["verdict"], doc["trend"]) == (verdict, trend)
+    assert doc["evidence_mode"] == "stopwatch" and doc["decided_by_witness"] is False
+    for point in doc["points"][1:]:
+        assert "completion_times" in point["evidence"]
+        for b in point["batches"]:
+            assert b["gauges"] is None  # /metrics and /slots answered 404
+            assert all(r["server"] is None or r["server"].get("prompt_s") is None for r in b["requests"])
+
+
+def test_gauges_the_proxy_injects_are_named_as_lies(tmp_path) -> None:
+    with sim_in_thread(SimConfig(mode="serial", **TIMING)) as sim, proxy(sim.url, "--lie-gauges") as url:
+        code, doc = staircase(url, tmp_path, "--api", "openai-chat")
+    assert code == exitcodes.OK, doc["verdict_reason"]
+    assert (doc["verdict"], doc["trend"]) == ("staircase", "flat")
+    assert "witness_contradicts" in codes(doc)
+
+
+def test_an_eos_stopping_servers_points_show_one_measured_batch(tmp_path) -> None:
+    config = SimConfig(mode="batched", eos_ceiling=True, eos_short_fraction=0.5, **TIMING)
+    with sim_in_thread(config) as sim:
+        _, doc = staircase(sim.url, tmp_path, "--reps", "3", "--max-reps", "3")
+    for point in doc["points"]:
+        measured = [(b["finish_s"], b["tokens"]) for b in point["batches"]]
+        assert (point["finish_s"], point["tokens"]) in measured
+        shown = next(b for b in point["batches"] if b["rep"] == point["shown_rep"])
+        assert point["tokens"] == shown["tokens"] == [r["tokens"] for r in sorted(
+            (r for r in shown["requests"] if r["status"] == "ok"), key=lambda r: r["end_s"])]
