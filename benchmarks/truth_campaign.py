@@ -1,199 +1,257 @@
-"""The truth campaign: servecheck's verdicts against real llama.cpp servers whose truth the script sets.
+"""The truth campaign: servecheck's verdicts against real servers whose truth the script sets, on the
+user's path (the `servecheck` command itself, with its pre-flight), counted on the FIRST try.
 
-For every cell (a server configuration, quiet or busy) it runs K measurements and counts them
-right / inconclusive / wrong. The ground truth is the server's own `--parallel`:
+A cell is an engine configuration x quiet/busy x witnesses. "stopwatch" cells put the stripping
+proxy (`servecheck.sim.proxy`) between servecheck and the engine: only the OpenAI routes pass,
+every `timings` and cache count is taken off the wire, and servecheck runs `--api openai-chat
+--evidence stopwatch`; "witnesses" cells talk to the engine directly, gauges and all. The truth:
 
-* staircase `--n 1,2,4`: `--parallel 1` is a `staircase` (trend `flat`; `rising` is wrong),
-  `--parallel 2` at N=4 is `partial`, `--parallel 4` is a `cluster` (trend `rising`; `flat` is wrong);
-* arms `1,2,4`: `--parallel 4` labels 4-way `batching` (`pipelining` or `none` is wrong),
-  `--parallel 1` labels every arm `none` (`batching` or `pipelining` is wrong).
+* staircase `--n 1,2,4`: llama.cpp `--parallel 1` / vLLM `--max-num-seqs 1` is `staircase` + `flat`,
+  `--parallel 2` at N=4 is `partial`, `--parallel 4` / `--max-num-seqs 4` is `cluster` + `rising`;
+  any other definite verdict, or the other trend word, is wrong;
+* prefix-cache (llama.cpp, behind the proxy): `working` with the cache on, `inert` when the proxy
+  forces `cache_prompt: false`.
 
-"busy" starts a load the way a developer's laptop is busy (bursts of short processes and bursty
-memory copying): the project's shared `tools/busy.py` when it is beside the checkout, else the
-`hog.py` here, and stops it after the cell. Run:
+Each run is one invocation of the command. Its outcome is counted twice: on the first pass (a
+point or trend servecheck had to measure again was undecided on the first pass: counted
+`inconclusive` there) and after servecheck's own repetition (`--max-reps 3`). A run that errors
+or crashes is counted under `crash`, never as inconclusive. "busy" runs the shared
+`tools/busy.py` beside the checkout during the cell. Run:
 
-    .venv/bin/python benchmarks/truth_campaign.py [--runs 10] [--arms-runs 5] [--conditions quiet,busy]
+    .venv/bin/python benchmarks/truth_campaign.py --cells llama:1,llama:2,llama:4 --modes stopwatch --conditions busy --runs 10
 
-It prints a table and writes benchmarks/results/truth_campaign.json. Nothing here is timed
-against a threshold: it counts verdicts whose truth is known.
+It appends every cell to the --out file (with the commit, the load and the environment) as it goes,
+and prints a table. Nothing is timed against a threshold: it counts verdicts whose truth is known.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+import os
 import random
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servecheck.client.base import Target
 from servecheck.engine.local import provision_local
 from servecheck.engine.process import LlamaServer, ctx_per_slot_for
+from servecheck.engine.vllm import VllmServer, provision_vllm_local
 from servecheck.envinfo import environment
-from servecheck.experiments.arms import ArmsDesign, run_arms
-from servecheck.experiments.staircase import run_staircase
-from servecheck.load.driver import LoadDriver
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results" / "truth_campaign.json"
 SHARED_BUSY = HERE.parent.parent / "shared" / "tools" / "busy.py"
-STAIRCASE_NS = (1, 2, 4)
-TOKENS = 256
+TOKENS = {"llama": 256, "vllm": 128}
 PROMPT_TOKENS = 32
-ARMS = ArmsDesign(arms=(1, 2, 4), requests=4, reps=6, tokens=64, prompt_tokens=32, max_reps=12)
+CACHE_PROMPT_TOKENS = 2000
+TRUTH = {1: ("staircase", "flat"), 2: ("partial", None), 4: ("cluster", "rising")}
+WRONG_TREND = {1: "rising", 4: "flat"}
 
 
 @dataclass(frozen=True)
 class Cell:
-    kind: str  # "staircase" | "arms"
+    engine: str  # "llama" | "vllm"
+    kind: str  # "staircase" | "cache-on" | "cache-off"
     parallel: int
     condition: str  # "quiet" | "busy"
+    mode: str  # "stopwatch" (behind the stripping proxy) | "witnesses" (direct)
 
     @property
     def name(self) -> str:
-        return f"{self.kind} --parallel {self.parallel} ({self.condition})"
+        return f"{self.engine} {self.kind} parallel={self.parallel} {self.condition} {self.mode}"
+
+
+def first_pass_repeated(doc: dict[str, Any]) -> bool:
+    """servecheck measured something again: the first pass had left a point or the trend undecided."""
+    for p in doc.get("points", []):
+        if p["n"] > 1 and (p.get("reps_taken") or 1) > 1:
+            return True
+        if p["n"] == 1 and (p.get("reps_taken") or 2) > 2:
+            return True
+    return False
 
 
 def judge_staircase(parallel: int, doc: dict[str, Any]) -> tuple[str, str]:
-    """(right|inconclusive|wrong, detail) for one staircase run against the server's truth."""
-    truth = {1: "staircase", 2: "partial", 4: "cluster"}[parallel]
-    wrong_trend = {1: "rising", 4: "flat"}.get(parallel)
     verdict, trend = doc["verdict"], doc["trend"]
-    detail = f"{verdict}/{trend} reps {[p.get('reps_taken') for p in doc['points']]} evidence {doc.get('evidence')}"
+    truth, truth_trend = TRUTH[parallel]
+    evidence = [p.get("evidence") for p in doc["points"] if p["n"] > 1]
+    detail = f"{verdict}/{trend} reps {[p.get('reps_taken') for p in doc['points']]} evidence {evidence}"
+    if (verdict != "inconclusive" and verdict != truth) or trend == WRONG_TREND.get(parallel):
+        return "wrong", detail
     if not doc["valid"]:
         return "inconclusive", detail + " INVALID " + "; ".join(f["message"] for f in doc["invalid"])
-    if (verdict != "inconclusive" and verdict != truth) or trend == wrong_trend:
-        return "wrong", detail
-    if verdict == "inconclusive":
-        return "inconclusive", detail + f" ({doc['verdict_reason']})"
+    if verdict == "inconclusive" or (truth_trend is not None and trend != truth_trend):
+        return "inconclusive", detail + f" ({doc['verdict_reason']} / {doc['trend_reason']})"
+    if any("completion_times" not in (e or []) for p, e in zip(doc["points"][1:], evidence) if p["verdict"] != "inconclusive"):
+        return "inconclusive", detail + " (a definite point without the stopwatch's evidence)"
     return "right", detail
 
 
-def judge_arms(parallel: int, doc: dict[str, Any]) -> tuple[str, str]:
-    labels = {a["concurrency"]: a["label"] for a in doc["arms"]}
-    detail = f"labels {labels} reps {doc.get('reps_taken')} refused {doc.get('headline_refused')}"
-    if not doc["valid"]:
-        return "inconclusive", detail + " INVALID"
-    if parallel == 1:
-        if any(label in ("batching", "pipelining") for label in labels.values()):
-            return "wrong", detail
-        return ("right" if set(labels.values()) == {"none"} else "inconclusive"), detail
-    four = labels.get(4)
-    if four in ("pipelining", "none"):
+def judge_cache(kind: str, doc: dict[str, Any]) -> tuple[str, str]:
+    verdict = doc.get("verdict")
+    truth = "working" if kind == "cache-on" else "inert"
+    detail = f"{verdict} ({doc.get('verdict_reason') or doc.get('reason')})"
+    if verdict == truth:
+        return "right", detail
+    if verdict in ("working", "inert"):
         return "wrong", detail
-    return ("right" if four == "batching" else "inconclusive"), detail
+    return "inconclusive", detail
 
 
-async def _staircase(url: str, seed: int) -> dict[str, Any]:
-    target = Target(url=url, api="llamacpp", first_token_timeout_s=120.0)
-    async with LoadDriver(target) as driver:
-        result = await run_staircase(
-            driver, ns=STAIRCASE_NS, tokens=TOKENS, prompt_tokens=PROMPT_TOKENS, reps=1, max_reps=3,
-            rng=random.Random(seed),
-        )
-    return result.to_doc()
+def command(cell: Cell, url: str, model: str | None, seed: int) -> list[str]:
+    base = [sys.executable, "-m", "servecheck", "--quiet"]
+    client = ["--api", "openai-chat", "--evidence", "stopwatch"] if cell.mode == "stopwatch" else []
+    if cell.kind.startswith("cache"):
+        client = ["--api", "openai-chat"] if cell.mode == "stopwatch" else []
+        return [*base, "prefix-cache", url, *client, "--prompt-tokens", str(CACHE_PROMPT_TOKENS),
+                "--json", "-", "--no-save", "--timeout", "30", *(["--model", model] if model else [])]
+    return [*base, "staircase", url, *client, "--n", "1,2,4", "--tokens", str(TOKENS[cell.engine]),
+            "--prompt-tokens", str(PROMPT_TOKENS), "--max-reps", "3", "--seed", str(seed), "--json", "-",
+            "--no-save", "--timeout", "30", *(["--model", model] if model else [])]
 
 
-async def _arms(url: str, seed: int) -> dict[str, Any]:
-    target = Target(url=url, api="llamacpp", first_token_timeout_s=120.0)
-    async with LoadDriver(target) as driver:
-        run = await run_arms(driver, ARMS, rng=random.Random(seed))
-    return run.to_doc()
+def one_run(cell: Cell, url: str, model: str | None, seed: int) -> dict[str, Any]:
+    t0 = time.monotonic()
+    proc = subprocess.run(command(cell, url, model, seed), capture_output=True, text=True, timeout=1800)
+    took = round(time.monotonic() - t0, 1)
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"first": "crash", "final": "crash", "detail": f"exit {proc.returncode}: {tail}", "seconds": took,
+                "seed": seed}
+    if cell.kind == "staircase":
+        final, detail = judge_staircase(cell.parallel, doc)
+        first = "inconclusive" if final == "right" and first_pass_repeated(doc) else final
+    else:
+        final, detail = judge_cache(cell.kind, doc)
+        first = final
+    return {"first": first, "final": final, "detail": detail, "seconds": took, "seed": seed, "exit": proc.returncode}
 
 
-def start_load() -> subprocess.Popen[bytes]:
-    script = SHARED_BUSY if SHARED_BUSY.exists() else HERE / "hog.py"
-    return subprocess.Popen([sys.executable, str(script), "--seconds", "3600"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-
-
-def stop_load(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is None:
+@contextmanager
+def proxied(url: str, cell: Cell) -> Iterator[str]:
+    if cell.mode != "stopwatch":
+        yield url
         return
-    proc.terminate()
+    flags = ["--no-cache-prompt"] if cell.kind == "cache-off" else []
+    proc = subprocess.Popen([sys.executable, "-m", "servecheck.sim.proxy", url, *flags], stdout=subprocess.PIPE,
+                            text=True)
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def run_cell(cell: Cell, runs: int, engine: Any, log_dir: Path) -> dict[str, Any]:
-    tokens = TOKENS if cell.kind == "staircase" else ARMS.tokens
-    server = LlamaServer(
-        engine.binary, engine.model_path, parallel=cell.parallel, ctx_per_slot=ctx_per_slot_for(PROMPT_TOKENS, tokens),
-        log_path=log_dir / f"{cell.kind}-np{cell.parallel}-{cell.condition}.log",
-    )
-    load = start_load() if cell.condition == "busy" else None
-    outcomes: list[dict[str, Any]] = []
-    try:
-        with server as url:
-            if load is not None:
-                time.sleep(3)  # let the load reach its stride before the first measurement
-            for i in range(runs):
-                t0 = time.monotonic()
-                seed = random.SystemRandom().randrange(2**32)
-                try:
-                    doc = asyncio.run(_staircase(url, seed) if cell.kind == "staircase" else _arms(url, seed))
-                    judge = judge_staircase if cell.kind == "staircase" else judge_arms
-                    outcome, detail = judge(cell.parallel, doc)
-                except Exception as exc:  # a run that errors counts as inconclusive, with its reason
-                    outcome, detail = "inconclusive", f"error: {type(exc).__name__}: {exc}"
-                took = time.monotonic() - t0
-                outcomes.append({"outcome": outcome, "detail": detail, "seconds": round(took, 1)})
-                print(f"  {cell.name} run {i + 1}/{runs}: {outcome:<12} {took:5.1f} s  {detail}", flush=True)
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
     finally:
-        stop_load(load)
-    counts = Counter(o["outcome"] for o in outcomes)
-    return {
-        "kind": cell.kind, "parallel": cell.parallel, "condition": cell.condition, "runs": runs,
-        "right": counts["right"], "inconclusive": counts["inconclusive"], "wrong": counts["wrong"],
-        "outcomes": outcomes,
-    }
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| test | server | machine | right | inconclusive | wrong |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(
-            f"| {r['kind']} | --parallel {r['parallel']} | {r['condition']} | {r['right']}/{r['runs']} | "
-            f"{r['inconclusive']} | {r['wrong']} |"
-        )
-    return "\n".join(lines)
+@contextmanager
+def busy(condition: str) -> Iterator[str | None]:
+    if condition != "busy":
+        yield None
+        return
+    proc = subprocess.Popen([sys.executable, str(SHARED_BUSY), "--seconds", "3600"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(3)  # let the load reach its stride before the first measurement
+        yield f"{SHARED_BUSY.name} --seconds 3600 (pid {proc.pid})"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def engine_server(engine: str, parallel: int, log: Path) -> tuple[Any, str | None]:
+    if engine == "llama":
+        local = provision_local(None, "tiny", progress=lambda m: print(m, file=sys.stderr))
+        server = LlamaServer(local.binary, local.model_path, parallel=parallel,
+                             ctx_per_slot=ctx_per_slot_for(CACHE_PROMPT_TOKENS, TOKENS["llama"]), log_path=log)
+        return server, None
+    vl = provision_vllm_local("tiny", progress=lambda m: print(m, file=sys.stderr))
+    return VllmServer(vl.env, vl.model_path, max_num_seqs=parallel, served_model_name=vl.model_name, log_path=log), \
+        vl.model_name
+
+
+def commit() -> str:
+    out = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(HERE.parent), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return out.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def run_group(cells: list[Cell], runs: int, rng: random.Random, log_dir: Path, save: Any) -> None:
+    """Cells of one engine configuration share one server start."""
+    first = cells[0]
+    server, model = engine_server(first.engine, first.parallel, log_dir / f"{first.engine}-p{first.parallel}.log")
+    with server as url:
+        for cell in cells:
+            with busy(cell.condition) as load, proxied(url, cell) as target:
+                outcomes = []
+                for i in range(runs):
+                    out = one_run(cell, target, model, rng.randrange(2**32))
+                    outcomes.append(out)
+                    print(f"  {cell.name} run {i + 1}/{runs}: first {out['first']:<12} final {out['final']:<12} "
+                          f"{out['seconds']:6.1f} s  {out['detail']}", flush=True)
+            save(cell, outcomes, load)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=10, help="staircase runs per cell")
-    ap.add_argument("--arms-runs", type=int, default=5, help="arms runs per cell")
+    ap.add_argument("--cells", default="llama:1,llama:2,llama:4",
+                    help="engine:parallel (staircase) or llama:cache (prefix cache), comma-separated")
+    ap.add_argument("--modes", default="stopwatch,witnesses")
     ap.add_argument("--conditions", default="quiet,busy")
-    ap.add_argument("--cells", default="staircase:1,staircase:2,staircase:4,arms:4,arms:1",
-                    help="kind:parallel, comma-separated")
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=None, help="seed of the runs' seeds (printed, replayable)")
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "truth_campaign.json")
     args = ap.parse_args()
-    engine = provision_local(None, "tiny", progress=lambda m: print(m, file=sys.stderr))
-    log_dir = HERE / "results" / "campaign-logs"
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    print(f"campaign seed {seed}", flush=True)
+    rng = random.Random(seed)
+    log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "servecheck-campaign-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    cells = [
-        Cell(kind, int(par), cond)
-        for cond in args.conditions.split(",")
-        for kind, par in (c.split(":") for c in args.cells.split(","))
-    ]
-    rows = []
-    for cell in cells:
-        print(f"== {cell.name}", flush=True)
-        rows.append(run_cell(cell, args.runs if cell.kind == "staircase" else args.arms_runs, engine, log_dir))
+    doc = json.loads(args.out.read_text()) if args.out.exists() else {"cells": []}
+    doc.update({"commit": commit(), "environment": environment(), "seed": seed})
+
+    def save(cell: Cell, outcomes: list[dict[str, Any]], load: str | None) -> None:
+        first, final = Counter(o["first"] for o in outcomes), Counter(o["final"] for o in outcomes)
+        doc["cells"].append({
+            "engine": cell.engine, "kind": cell.kind, "parallel": cell.parallel, "condition": cell.condition,
+            "mode": cell.mode, "runs": len(outcomes), "commit": doc["commit"], "load": load,
+            "first_try": {k: first[k] for k in ("right", "inconclusive", "wrong", "crash")},
+            "after_repetition": {k: final[k] for k in ("right", "inconclusive", "wrong", "crash")},
+            "outcomes": outcomes,
+        })
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"environment": environment(), "cells": rows}, indent=2))
-    print(table(rows))
-    return 1 if any(r["wrong"] for r in rows) else 0
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")
+
+    for spec in args.cells.split(","):
+        engine, par = spec.split(":")
+        kinds = ["cache-on", "cache-off"] if par == "cache" else ["staircase"]
+        parallel = 1 if par == "cache" else int(par)
+        cells = [Cell(engine, k, parallel, cond, mode) for cond in args.conditions.split(",")
+                 for mode in args.modes.split(",") for k in kinds]
+        print(f"== {engine} parallel={parallel}: {len(cells)} cells x {args.runs} runs", flush=True)
+        run_group(cells, args.runs, rng, log_dir, save)
+    print(table(doc["cells"]))
+    return 1 if any(c["first_try"]["wrong"] or c["after_repetition"]["wrong"] for c in doc["cells"]) else 0
+
+
+def table(cells: list[dict[str, Any]]) -> str:
+    lines = ["| engine | test | parallel | machine | witnesses | first try right/inc/wrong/crash | after repetition |",
+             "|---|---|---|---|---|---|---|"]
+    for c in cells:
+        f, a = c["first_try"], c["after_repetition"]
+        lines.append(f"| {c['engine']} | {c['kind']} | {c['parallel']} | {c['condition']} | {c['mode']} | "
+                     f"{f['right']}/{f['inconclusive']}/{f['wrong']}/{f['crash']} of {c['runs']} | "
+                     f"{a['right']}/{a['inconclusive']}/{a['wrong']}/{a['crash']} |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

@@ -53,7 +53,7 @@ async def test_simulated_cache_modes(cache, verdict):
     result = await measure(SimConfig(prefix_cache=cache, **TIMING))
     doc = result.to_doc()
     assert doc["verdict"] == verdict, doc["verdict_reason"]
-    assert [s["kind"] for s in doc["sends"]] == ["repeat", "repeat", "repeat", "control"]
+    assert [s["kind"] for s in doc["sends"]] == ["repeat", "repeat", "repeat", "control", "floor"]
     assert doc["sends"][0]["cached_tokens"] == 0 and doc["control_cached_tokens"] == 0
     cached = doc["cached_tokens"][1:]
     if cache == "on":
@@ -125,7 +125,7 @@ def test_cli_json_contract_and_table(tmp_path, capsys):
     assert doc["command"] == "prefix-cache" and doc["verdict"] == "working"
     assert len(doc["ttft_s"]) == 3 and all(isinstance(t, float) for t in doc["ttft_s"])
     assert len(doc["cached_tokens"]) == 3 and isinstance(doc["control_ttft_s"], float)
-    assert [s["kind"] for s in doc["sends"]] == ["repeat", "repeat", "repeat", "control"]
+    assert [s["kind"] for s in doc["sends"]] == ["repeat", "repeat", "repeat", "control", "floor"]
     printed = capsys.readouterr().out
     assert "verdict  working" in printed and "control" in printed and "cached tokens" in printed
 

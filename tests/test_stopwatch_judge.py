@@ -221,3 +221,27 @@ def test_the_self_reported_sum_is_called_misleading_only_beyond_the_noise(claime
     b = sc.BatchAnalysis(n=4, rep=0, finish_s=(1.0,), tokens=(1,), aggregate_tok_s=true, dispatch_skew_s=0.0,
                          verdict=sc.classify_batch([1.0], 1.0, 1), queue_s=(), self_reported_sum_tok_s=claimed)
     assert b.self_reported_misleading is misleading
+
+
+# --- the prefix cache by timing alone (no counters: the seed's engines, or the stripping proxy) ----
+
+from servecheck.analysis.cache import CacheSend, decide_cache  # noqa: E402
+
+
+def _sends(first: float, warm: float, control: float, floor: float | None) -> list[CacheSend]:
+    out = [CacheSend("repeat", first, None, 2000), CacheSend("repeat", warm, None, 2000),
+           CacheSend("repeat", warm, None, 2000), CacheSend("control", control, None, 2000)]
+    return out + ([] if floor is None else [CacheSend("floor", floor, None, 32)])
+
+
+@pytest.mark.parametrize(("first", "warm", "control", "floor", "verdict"), [
+    pytest.param(0.40, 0.004, 0.40, 0.004, "working", id="hits-take-the-floor"),
+    pytest.param(0.40, 0.41, 0.40, 0.02, "inert", id="as-slow-as-the-control-with-a-low-floor"),
+    # a prompt whose prefill is lost in the request's fixed cost: a hit would not show
+    pytest.param(0.05, 0.05, 0.05, 0.04, "unknown", id="floor-too-close-to-tell"),
+    pytest.param(0.40, 0.41, 0.40, None, "unknown", id="no-floor-recorded"),
+])
+def test_the_prefix_cache_by_timing_alone(first, warm, control, floor, verdict) -> None:
+    got = decide_cache(_sends(first, warm, control, floor))
+    assert got.verdict == verdict, got.reason
+    assert got.signal == ("none" if verdict == "unknown" else "timing")

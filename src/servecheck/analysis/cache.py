@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from servecheck.model.records import RequestRecord
@@ -33,13 +33,19 @@ HIT_FRACTION = 0.5
 # Counters are flat when no warm repeat had more than 5% cached: a BOS token and a chat
 # template's fixed head are shared by any two prompts and may be "cached" without a working cache.
 FLAT_FRACTION = 0.05
+# Without counters, `inert` needs the timing to show that a hit would have been visible: a short
+# prompt sent warm (the floor: a request with almost no prefill, which is what a hit costs) must
+# take at most this share of the control's time to first token. Then repeats as slow as the
+# control (INERT_TTFT_RATIO) were served without the cache. A prompt whose prefill is lost in the
+# request's fixed cost cannot tell a hit from a miss, and stays `unknown`.
+FLOOR_MAX_RATIO = 0.25
 
 
 @dataclass(frozen=True)
 class CacheSend:
     """One send as the verdict sees it."""
 
-    kind: Literal["repeat", "control"]
+    kind: Literal["repeat", "control", "floor"]
     ttft_s: float | None  # None when the request failed
     cached_tokens: int | None  # None when the server reports no cache counter
     prompt_tokens: int | None  # the prompt's full length in tokens, when known
@@ -53,6 +59,7 @@ class CacheVerdict:
     warm_ttft_ratio: float | None = None  # median warm repeat TTFT / first send's TTFT
     control_ttft_ratio: float | None = None  # median warm repeat TTFT / control TTFT
     warm_cached_fraction: float | None = None  # smallest cached share of the prompt over warm repeats
+    floor_ttft_ratio: float | None = None  # the short floor prompt's TTFT / the control's TTFT
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -62,6 +69,7 @@ class CacheVerdict:
             "warm_ttft_ratio": self.warm_ttft_ratio,
             "control_ttft_ratio": self.control_ttft_ratio,
             "warm_cached_fraction": self.warm_cached_fraction,
+            "floor_ttft_ratio": self.floor_ttft_ratio,
             "thresholds": thresholds(),
         }
 
@@ -72,6 +80,7 @@ def thresholds() -> dict[str, float]:
         "inert_ttft_ratio": INERT_TTFT_RATIO,
         "hit_fraction": HIT_FRACTION,
         "flat_fraction": FLAT_FRACTION,
+        "floor_max_ratio": FLOOR_MAX_RATIO,
     }
 
 
@@ -79,6 +88,7 @@ def decide_cache(sends: Sequence[CacheSend]) -> CacheVerdict:
     """The verdict for one run: `sends` in the order sent, repeats first, then the control."""
     repeats = [s for s in sends if s.kind == "repeat"]
     control = next((s for s in sends if s.kind == "control"), None)
+    floor = next((s for s in sends if s.kind == "floor" and s.ttft_s is not None), None)
     if len(repeats) < 2:
         return CacheVerdict("unknown", "need at least two sends of the same prompt", "none")
     if any(s.ttft_s is None for s in (*repeats, *([control] if control else []))):
@@ -97,7 +107,8 @@ def decide_cache(sends: Sequence[CacheSend]) -> CacheVerdict:
         )
     if fractions is not None:
         return _by_counters(min(fractions), max(fractions), timing)
-    return _by_timing(timing)
+    floor_ratio = floor.ttft_s / control.ttft_s if floor is not None and control is not None and control.ttft_s else None
+    return replace(_by_timing(timing, floor_ratio=floor_ratio), floor_ttft_ratio=floor_ratio)
 
 
 def _by_counters(lowest: float, highest: float, timing: tuple[float | None, float | None]) -> CacheVerdict:
@@ -136,7 +147,9 @@ def _by_counters(lowest: float, highest: float, timing: tuple[float | None, floa
     return CacheVerdict(decided.verdict, decided.reason, decided.signal, *timing, lowest)
 
 
-def _by_timing(timing: tuple[float | None, float | None], what: str = "no cache counters") -> CacheVerdict:
+def _by_timing(
+    timing: tuple[float | None, float | None], what: str = "no cache counters", *, floor_ratio: float | None = None
+) -> CacheVerdict:
     warm, control = timing
     if _faster(timing):
         return CacheVerdict(
@@ -146,8 +159,20 @@ def _by_timing(timing: tuple[float | None, float | None], what: str = "no cache 
             "timing",
             *timing,
         )
+    if _as_slow(timing) and control is not None and floor_ratio is not None and floor_ratio <= FLOOR_MAX_RATIO:
+        return CacheVerdict(
+            "inert",
+            f"{what}, but warm repeats took {control:.2f}x the time to first token of a fresh prompt of equal "
+            f"length, while a short prompt (what a hit costs) took {floor_ratio:.2f}x it: nothing was served "
+            "from the cache",
+            "timing",
+            *timing,
+        )
     if warm is not None and warm >= INERT_TTFT_RATIO:
         reason = f"{what}, and the repeats were {_ratio_text(warm)} the first send"
+        if floor_ratio is not None:
+            reason += (f", but a short prompt took {floor_ratio:.2f}x the control's time too (a hit would need "
+                       f"<= {FLOOR_MAX_RATIO}x to show)")
     else:
         reason = f"{what}, and a time difference ({_ratio_text(warm)} the first) that noise could explain"
     return CacheVerdict("unknown", reason, "none", *timing)

@@ -18,7 +18,10 @@ from servecheck.load.prompts import Prompt, fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
 from servecheck.model.records import GenRequest, RequestRecord, ServerInfo, ns_to_s
 
-SendKind = Literal["repeat", "control"]
+SendKind = Literal["repeat", "control", "floor"]
+# The floor: a short prompt sent warm last, what a request with almost no prefill costs (what a
+# cache hit costs), so that repeats as slow as the control can be read as misses by timing alone.
+FLOOR_PROMPT_TOKENS = 32
 OnSend = Callable[["PrefixCacheResult"], None]
 OnServer = Callable[[ServerInfo], None]
 
@@ -152,10 +155,11 @@ async def run_prefix_cache(
     if on_server is not None:
         on_server(info)
     fit = fit_prompt(prompt_tokens, max_tokens, *await per_request_context(driver, info))
-    prompt, control = await _prompts(driver, fit.prompt_tokens, rng)
+    prompt, control, floor = await _prompts(driver, fit.prompt_tokens, rng)
     result = PrefixCacheResult(info, fit, repeats, max_tokens, cache_prompt, notes=_notes(fit, info, prompt))
     plan: list[tuple[SendKind, GenRequest]] = [("repeat", _request(i, prompt, max_tokens, cache_prompt)) for i in range(repeats)]
     plan.append(("control", _request(repeats, control, max_tokens, cache_prompt)))
+    plan.append(("floor", _request(repeats + 1, floor, max_tokens, cache_prompt)))
     for kind, req in plan:
         result = replace(result, sends=(*result.sends, await _send(driver, info, kind, req)))
         if on_send is not None:
@@ -245,15 +249,20 @@ def _ollama_num_ctx(parameters: Any) -> int | None:
     return None
 
 
-async def _prompts(driver: Driver, tokens: int, rng: random.Random) -> tuple[Prompt, Prompt]:
-    """The repeated prompt and the control: equal length, different bytes from the first character."""
+async def _prompts(driver: Driver, tokens: int, rng: random.Random) -> tuple[Prompt, Prompt, Prompt]:
+    """The repeated prompt and the control (equal length, different bytes from the first character),
+    and the short floor prompt (its own nonce too)."""
     first = new_nonce(rng)
     other = new_nonce(rng)
     while other[:2] == first[:2]:
         other = new_nonce(rng)
+    third = new_nonce(rng)
+    while third[:2] in (first[:2], other[:2]):
+        third = new_nonce(rng)
     prompt = await fixed_prompt(driver, tokens, random.Random(rng.getrandbits(32)), first)
     control = await fixed_prompt(driver, tokens, random.Random(rng.getrandbits(32)), other)
-    return prompt, control
+    floor = await fixed_prompt(driver, FLOOR_PROMPT_TOKENS, random.Random(rng.getrandbits(32)), third)
+    return prompt, control, floor
 
 
 def _request(index: int, prompt: Prompt, max_tokens: int, cache_prompt: bool | None) -> GenRequest:

@@ -21,6 +21,7 @@ class CacheThresholds:
     inert_ttft_ratio: float | None = None
     hit_fraction: float | None = None
     flat_fraction: float | None = None
+    floor_max_ratio: float | None = None
 
 
 @record
@@ -33,6 +34,7 @@ class CacheAnalysis:
     warm_ttft_ratio: float | None = None  # median warm repeat TTFT / first send's TTFT
     control_ttft_ratio: float | None = None  # median warm repeat TTFT / control TTFT
     warm_cached_fraction: float | None = None  # smallest cached share of the prompt over warm repeats
+    floor_ttft_ratio: float | None = None  # the short floor prompt's TTFT / the control's TTFT
     thresholds: CacheThresholds | None = None
 
 
@@ -41,7 +43,7 @@ class PrefixSend:
     """One send of the prompt (or of the control) and every cache signal read for it."""
 
     index: int | None = None
-    kind: Literal["repeat", "control"] | None = None
+    kind: Literal["repeat", "control", "floor"] | None = None
     status: str | None = None
     error: str | None = None
     ttft_s: float | None = None  # None when the request failed
