@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SC := $(VENV)/bin/servecheck
 
-.PHONY: setup demo test test-deps bench
+.PHONY: setup demo test test-deps lint bench
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,9 +25,14 @@ demo: setup
 test-deps:
 	bash scripts/install-test-deps.sh
 
-test: setup $(VENV)/.ray-installed test-deps
-	$(SC) cache build --vllm
+# The habits: the import layers, ruff over src and tests, mypy over the pure layers (pyproject.toml).
+lint: setup
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/ruff check src tests
+	$(VENV)/bin/mypy
+
+test: setup $(VENV)/.ray-installed test-deps lint
+	$(SC) cache build --vllm
 	$(PY) -m pytest -q -ra
 
 bench: setup

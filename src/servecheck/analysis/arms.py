@@ -575,8 +575,8 @@ def arm_result(cells: Sequence[Cell], concurrency: int) -> ArmResult:
     peaks = [c.peak_running for c in mine]
     peak = observed_peak(peaks)
     read = (sum(p is not None for p in peaks), len(peaks))
-    label, reason = (("none", "the serial arm is the baseline") if concurrency == 1
-                     else label_with_reason(agg, gen, peak, read))
+    serial: tuple[Label, str] = ("none", "the serial arm is the baseline")
+    label, reason = serial if concurrency == 1 else label_with_reason(agg, gen, peak, read)
     return ArmResult(
         concurrency=concurrency,
         n_cells=len(mine),

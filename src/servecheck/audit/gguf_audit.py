@@ -242,9 +242,9 @@ def _kv_cache(
     if lora:
         rope = m.int("rope.dimension_count") or 0
         total = round((options.context + 1) * len(layers) * (lora + rope) * element)
-        note = "engines that expand MLA into per-head K/V read far more; check the engine's cache layout"
+        mla_note = "engines that expand MLA into per-head K/V read far more; check the engine's cache layout"
         return KVCache(options.context, len(layers), (1,) * len(layers), lora, rope, options.kv_type.lower(), total,
-                       f"MLA latent ({lora} + {rope} rope per layer)", note)
+                       f"MLA latent ({lora} + {rope} rope per layer)", mla_note)
     if not dk or not dv:
         notes.append("KV head size unknown (no attention.key_length/value_length or embedding_length/head_count)")
         return None

@@ -287,7 +287,7 @@ def _read_array(cur: _Cursor, order: str, item_type: int, n: int, key: str, dept
 
 def _skip_strings(cur: _Cursor, order: str, n: int, key: str) -> None:
     """Skip n length-prefixed strings; the hot loop of a 150k-token vocabulary."""
-    unpack_len: Callable[[bytes, int], tuple[int]] = struct.Struct(order + "Q").unpack_from  # type: ignore[assignment]
+    unpack_len: Callable[[bytes, int], tuple[int]] = struct.Struct(order + "Q").unpack_from
     left = n
     while left:
         i = cur._ensure(8, key)
@@ -361,7 +361,7 @@ def _size_tensors(
             n_elements *= d
         tname = type_name(type_id)
         known = tname is not None and GGMLQuantizationType(type_id) in GGML_QUANT_SIZES
-        if known:
+        if known and tname is not None:  # known implies a name; the second test says so to mypy
             n_bytes = _known_size(name, shape, type_id, path)
         else:
             unknown.add(type_id)

@@ -89,11 +89,11 @@ def _as_dict(result: Diff) -> dict[str, object]:
         "verdict": result.verdict,
         "rising_ratio": RISING_RATIO,
         "lines": [
-            {"label": l.label, "config": l.config, "command": l.command, "server_url": l.server_url, "model": l.model,
-             "aggregate_tok_s": {str(n): v for n, v in l.aggregate_tok_s.items()}, "per_user_tok_s": l.per_user_tok_s,
-             "per_user_tok_s_by_level": {str(n): v for n, v in l.per_user_by_level.items()},
-             "ratio": l.ratio, "trend": l.trend, "trend_from": l.trend_from, "marks": list(l.marks)}
-            for l in result.lines
+            {"label": ln.label, "config": ln.config, "command": ln.command, "server_url": ln.server_url, "model": ln.model,
+             "aggregate_tok_s": {str(n): v for n, v in ln.aggregate_tok_s.items()}, "per_user_tok_s": ln.per_user_tok_s,
+             "per_user_tok_s_by_level": {str(n): v for n, v in ln.per_user_by_level.items()},
+             "ratio": ln.ratio, "trend": ln.trend, "trend_from": ln.trend_from, "marks": list(ln.marks)}
+            for ln in result.lines
         ],
     }
 
@@ -145,9 +145,9 @@ def context_dict(result: ContextDiff) -> dict[str, object]:
         "depths": list(result.depths),
         "change": {str(d): result.change(d) for d in result.depths} if len(result.lines) == 2 else None,
         "lines": [
-            {"label": l.label, "config": l.config, "server_url": l.server_url, "model": l.model,
-             "decode_tok_s": {str(d): v for d, v in l.decode_tok_s.items()}, "ratio": {str(d): v for d, v in l.ratio.items()},
-             "predicted_tok_s": {str(d): v for d, v in l.predicted_tok_s.items()}, "effect": l.effect, "marks": list(l.marks)}
-            for l in result.lines
+            {"label": ln.label, "config": ln.config, "server_url": ln.server_url, "model": ln.model,
+             "decode_tok_s": {str(d): v for d, v in ln.decode_tok_s.items()}, "ratio": {str(d): v for d, v in ln.ratio.items()},
+             "predicted_tok_s": {str(d): v for d, v in ln.predicted_tok_s.items()}, "effect": ln.effect, "marks": list(ln.marks)}
+            for ln in result.lines
         ],
     }

@@ -246,9 +246,14 @@ class OpenAIChat(_OpenAIBase):
 
     def _choice_text(self, choice: dict[str, Any]) -> str:
         # Reasoning text is generated output too; the role-only first delta carries none.
-        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        delta = _obj(choice.get("delta"))
         parts = (delta.get(k) for k in ("reasoning_content", "reasoning", "content"))
         return "".join(p for p in parts if isinstance(p, str))
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    """A JSON object field, or an empty one when the server sent something else (or nothing)."""
+    return value if isinstance(value, dict) else {}
 
 
 _LLAMACPP_FINISH = {"limit": "length", "eos": "stop", "word": "stop"}
@@ -274,8 +279,9 @@ class LlamaCpp(Dialect):
         return _with_cache_prompt(body, req)
 
     def read(self, event: dict[str, Any]) -> EventReading:
-        text = event.get("content") if isinstance(event.get("content"), str) else ""
-        ids = event.get("tokens") if isinstance(event.get("tokens"), list) else []
+        content, tokens = event.get("content"), event.get("tokens")
+        text = content if isinstance(content, str) else ""
+        ids = tokens if isinstance(tokens, list) else []
         final = event.get("stop") is True
         timings = event.get("timings") if final and isinstance(event.get("timings"), dict) else None
         server = llamacpp_timings(timings) if timings else None
@@ -325,7 +331,7 @@ class Ollama(Dialect):
     def read(self, event: dict[str, Any]) -> EventReading:
         # A thinking model streams its reasoning in `thinking` beside an empty `response`; those
         # are generated tokens too (eval_count counts them), so the first of them is the first token.
-        message = event.get("message") if isinstance(event.get("message"), dict) else {}
+        message = _obj(event.get("message"))
         parts = (event.get("thinking"), event.get("response"), message.get("thinking"), message.get("content"))
         text = "".join(p for p in parts if isinstance(p, str))
         final = event.get("done") is True

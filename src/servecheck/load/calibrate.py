@@ -28,7 +28,7 @@ from servecheck.load.lanes import LaneDriver
 from servecheck.model.client import STAMP_DELAY_FRAC, Calibration
 from servecheck.model.records import BatchResult, GenRequest
 
-__all__ = ["STAMP_DELAY_FRAC", "Calibration", "Calibrator", "calibrate", "check_design"]
+__all__ = ["STAMP_DELAY_FRAC", "Calibration", "calibrate", "check_design"]
 
 MAX_STREAMS = 4096
 # Events per stream: enough for a p99 over a few streams; the tally keeps 4000 characters of

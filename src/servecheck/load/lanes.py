@@ -283,11 +283,17 @@ class ProcessPool:
         self._procs, self._conns, self._active = [], [], []
 
 
+def _wake(ready: asyncio.Future[None]) -> None:
+    """The reader callback: the connection has data (called again until the reader is removed)."""
+    if not ready.done():
+        ready.set_result(None)
+
+
 async def _expect(conn: Connection, word: str, timeout_s: float) -> tuple[Any, ...]:
     """The worker's next message, which must be `word` (an error message names what went wrong)."""
     loop = asyncio.get_running_loop()
     ready = loop.create_future()
-    loop.add_reader(conn.fileno(), lambda: ready.done() or ready.set_result(None))
+    loop.add_reader(conn.fileno(), _wake, ready)
     try:
         async with asyncio.timeout(timeout_s):
             await ready
@@ -353,7 +359,7 @@ async def _run_share(driver: LoadDriver, conn: Connection, share: _Share) -> Bat
 async def _recv(conn: Connection) -> tuple[Any, ...]:
     loop = asyncio.get_running_loop()
     ready = loop.create_future()
-    loop.add_reader(conn.fileno(), lambda: ready.done() or ready.set_result(None))
+    loop.add_reader(conn.fileno(), _wake, ready)
     try:
         await ready
     finally:

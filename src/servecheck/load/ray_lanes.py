@@ -30,6 +30,7 @@ import os
 import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from servecheck.client.base import RunClock, Target
@@ -222,7 +223,7 @@ class RayPool:
         must not wait behind another actor's)."""
         found = []
         for k, actor in enumerate(self._actors[:count]):
-            found.append(await estimate_offset(lambda a=actor: a.clock_ns.remote(), worker=k, node=self._nodes[k]))
+            found.append(await estimate_offset(partial(_clock_of, actor), worker=k, node=self._nodes[k]))
         self.offsets = tuple(found)
         return self.offsets
 
@@ -287,3 +288,8 @@ class RayPool:
             ray.shutdown()
             self._owned = False
         self._ray = None
+
+
+def _clock_of(actor: Any) -> Awaitable[int]:
+    """One read of an actor's monotonic clock (a Ray object ref, awaited)."""
+    return actor.clock_ns.remote()

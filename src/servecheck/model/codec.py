@@ -20,7 +20,7 @@ import types
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cache
-from typing import Any, Literal, TypeVar, Union, dataclass_transform, get_args, get_origin, get_type_hints
+from typing import Any, Literal, TypeVar, Union, cast, dataclass_transform, get_args, get_origin, get_type_hints
 
 T = TypeVar("T")
 
@@ -39,7 +39,7 @@ def key(name: str, default: Any = MISSING, default_factory: Any = MISSING) -> An
 @dataclass_transform(frozen_default=True, kw_only_default=True)
 def record(cls: type[T]) -> type[T]:
     """A frozen, keyword-only dataclass whose every field has a default (so any document decodes)."""
-    made = dataclass(frozen=True, kw_only=True)(cls)
+    made: Any = dataclass(frozen=True, kw_only=True)(cls)  # Any: fields() wants a dataclass type, T is any class
     missing = [f.name for f in fields(made) if f.default is MISSING and f.default_factory is MISSING]
     if missing:
         raise TypeError(f"{cls.__name__}: every field of a record needs a default: {', '.join(missing)}")
@@ -93,9 +93,10 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _record(cls: type[T], doc: Mapping[str, Any]) -> T:
-    hints = _hints(cls)
+    made: Any = cls  # a @record class: a dataclass, which type[T] cannot say
+    hints = _hints(made)
     values: dict[str, Any] = {}
-    for f in fields(cls):  # type: ignore[arg-type]
+    for f in fields(made):
         k = _key(f)
         if k in doc:
             value = _value(hints[f.name], doc[k])
@@ -119,7 +120,7 @@ def _value(tp: Any, value: Any) -> Any:
     if origin is Mapping or origin is dict:
         return _mapping(get_args(tp)[1], value)
     if is_dataclass(tp):
-        return _record(tp, value) if isinstance(value, Mapping) else _BAD
+        return _record(cast(type[Any], tp), value) if isinstance(value, Mapping) else _BAD
     if tp is bool:
         return value if isinstance(value, bool) else _BAD
     if tp is int:
@@ -150,8 +151,8 @@ def _tuple(args: tuple[Any, ...], value: Any) -> Any:
         return tuple(item for item in items if item is not _BAD)
     if len(value) != len(args):  # a fixed shape, e.g. a range [lo, hi]
         return _BAD
-    items = tuple(_value(a, v) for a, v in zip(args, value))
-    return _BAD if any(item is _BAD for item in items) else items
+    fixed = tuple(_value(a, v) for a, v in zip(args, value))
+    return _BAD if any(item is _BAD for item in fixed) else fixed
 
 
 def _mapping(item: Any, value: Any) -> Any:

@@ -11,7 +11,7 @@ import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from string import Template
@@ -92,7 +92,7 @@ def render_html(docs: Sequence[dict[str, Any]]) -> str:
         body="\n".join(sections),
         css=_css(),
         version=esc(__version__),
-        generated=esc(datetime.now(timezone.utc).isoformat(timespec="seconds")),
+        generated=esc(datetime.now(UTC).isoformat(timespec="seconds")),
     )
 
 

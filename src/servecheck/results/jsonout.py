@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ def envelope(command: str, params: dict[str, Any], environment: dict[str, Any]) 
         "schema_version": SCHEMA_VERSION,
         "command": command,
         "servecheck_version": __version__,
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "environment": environment,
         "params": params,
         "simulated": False,
