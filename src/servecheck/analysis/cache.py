@@ -107,7 +107,9 @@ def decide_cache(sends: Sequence[CacheSend]) -> CacheVerdict:
         )
     if fractions is not None:
         return _by_counters(min(fractions), max(fractions), timing)
-    floor_ratio = floor.ttft_s / control.ttft_s if floor is not None and control is not None and control.ttft_s else None
+    floor_ratio = None
+    if floor is not None and floor.ttft_s is not None and control is not None and control.ttft_s:
+        floor_ratio = floor.ttft_s / control.ttft_s
     return replace(_by_timing(timing, floor_ratio=floor_ratio), floor_ttft_ratio=floor_ratio)
 
 

@@ -7,7 +7,7 @@ judged from how the finish times group, never from how long the batch took.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -499,7 +499,7 @@ def classify_trend(
     *,
     against_fastest: dict[int, float] | None = None,
     own_bound: dict[int, float] | None = None,
-    verdicts: dict[int, str] | None = None,
+    verdicts: Mapping[int, str] | None = None,
 ) -> tuple[Trend, str]:
     """`rising` or `flat` from agg(N)/agg(1) for every N > 1 (agg(1) the median N=1 aggregate).
 
@@ -949,7 +949,7 @@ def skew_finding(batches: Sequence[MeasuredBatch], single_s: float | None) -> Fi
 
 def contamination_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
     refs = tuple(
-        _ref(mb, r, f"{r.server.cached_prompt_tokens} cached prompt tokens")
+        _ref(mb, r, f"{r.server.cached_prompt_tokens if r.server else '?'} cached prompt tokens")
         for mb in batches
         for r in mb.batch.records
         if record_contaminated(r)
