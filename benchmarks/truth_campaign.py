@@ -67,12 +67,13 @@ class Cell:
         return f"{self.engine} {self.kind} parallel={self.parallel} {self.condition} {self.mode}"
 
 
-def first_pass_repeated(doc: dict[str, Any]) -> bool:
-    """servecheck measured something again: the first pass had left a point or the trend undecided."""
+def first_pass_repeated(doc: dict[str, Any], trend_matters: bool) -> bool:
+    """servecheck measured something again: the first pass had left a point (or, where the truth
+    names a trend, the trend) undecided. N=1 is measured before and after the batches: 2 reps."""
     for p in doc.get("points", []):
         if p["n"] > 1 and (p.get("reps_taken") or 1) > 1:
             return True
-        if p["n"] == 1 and (p.get("reps_taken") or 2) > 2:
+        if trend_matters and p["n"] == 1 and (p.get("reps_taken") or 2) > 2:
             return True
     return False
 
@@ -128,7 +129,7 @@ def one_run(cell: Cell, url: str, model: str | None, seed: int) -> dict[str, Any
                 "seed": seed}
     if cell.kind == "staircase":
         final, detail = judge_staircase(cell.parallel, doc)
-        first = "inconclusive" if final == "right" and first_pass_repeated(doc) else final
+        first = "inconclusive" if final == "right" and first_pass_repeated(doc, TRUTH[cell.parallel][1] is not None) else final
     else:
         final, detail = judge_cache(cell.kind, doc)
         first = final

@@ -185,14 +185,15 @@ def test_a_queue_is_flat_against_its_own_first_finish_when_the_reference_wandere
     assert run.points[1].verdict == run.points[2].verdict == "staircase"
     assert run.trend_ratios[2] > sc.FLAT_HI_RATIO  # against the N=1 reference it would not be flat
     assert run.trend == "flat", run.trend_reason
-    assert run.trend_own_ratios[4] == pytest.approx(4 * 3.7 / 15.2, rel=1e-3)
-    assert "its own first finish" in run.trend_reason
+    assert run.trend_by_schedule == (2, 4)
+    assert run.prefill_gain_bound == pytest.approx(4.7 / (4.7 - PREFILL_S), rel=1e-3)
+    assert "generated alone" in run.trend_reason
 
 
 def test_a_batch_still_rises_against_the_single_reference() -> None:
     run = _run([*_singles(2.0), _mb(2, _batch_of(2, 2.1)), _mb(4, _batch_of(4, 2.3)), *_singles(2.0)])
     assert run.verdict == "cluster" and run.trend == "rising"
-    assert run.trend_own_ratios == {}
+    assert run.trend_by_schedule == ()
 
 
 # --- a point's fields are one measured batch ----------------------------------------------
@@ -245,3 +246,12 @@ def test_the_prefix_cache_by_timing_alone(first, warm, control, floor, verdict) 
     got = decide_cache(_sends(first, warm, control, floor))
     assert got.verdict == verdict, got.reason
     assert got.signal == ("none" if verdict == "unknown" else "timing")
+
+
+def test_a_queue_with_a_long_prefill_is_not_read_as_flat_from_its_schedule() -> None:
+    """Half of each request is prefill: a server that hides it behind the previous request's
+    generation (seed 003's pipelining) could gain up to 2x with windows that never overlap."""
+    singles = [_mb(1, [_stream(0, 1.0, 2.0)], rep=i) for i in range(2)]
+    run = _run([*singles, _mb(2, _queue([2.0, 1.6])), _mb(4, _queue([2.0, 1.0, 1.0, 1.0]))])
+    assert run.prefill_gain_bound == pytest.approx(2.0, rel=1e-3)
+    assert run.trend_by_schedule == ()

@@ -104,3 +104,25 @@ def test_an_eos_stopping_servers_points_show_one_measured_batch(tmp_path) -> Non
         shown = next(b for b in point["batches"] if b["rep"] == point["shown_rep"])
         assert point["tokens"] == shown["tokens"] == [r["tokens"] for r in sorted(
             (r for r in shown["requests"] if r["status"] == "ok"), key=lambda r: r["end_s"])]
+
+
+def test_a_witness_with_an_impossible_duration_is_discarded_not_the_measurement(tmp_path) -> None:
+    """llama.cpp timings with predicted_ms Infinity and prompt_ms -5: every token arrived, so the
+    requests stand and only the server's timings are read as not reported."""
+    import math
+    import sys as _sys
+    _sys.path.insert(0, str(Path(__file__).parent))
+    from hostile import hostile
+    from test_fault_matrix import TOKENS as N_TOKENS
+    from test_fault_matrix import _final, _once_good, send
+
+    timings = {"predicted_n": N_TOKENS, "predicted_ms": math.inf, "prompt_n": 8, "prompt_ms": -5.0}
+    out = tmp_path / "run.json"
+    with hostile(_once_good(send(_final(timings=timings)))) as server, pytest.raises(SystemExit):
+        main_mod.main(["staircase", server.url, "--n", "1", "--tokens", str(N_TOKENS), "--prompt-tokens", "8",
+                       "--no-save", "--no-calibrate", "--json", str(out)])
+    doc = json.loads(out.read_text())
+    requests = [r for p in doc["points"] for b in p["batches"] for r in b["requests"]]
+    assert requests and all(r["status"] == "ok" for r in requests)
+    assert all(r["server"]["decode_s"] is None and r["server"]["prompt_s"] is None for r in requests)
+    assert not any(f["code"] == "failed_requests" for f in doc["invalid"])

@@ -108,31 +108,22 @@ def count_problem(label: str, value: Any) -> str | None:
     return None
 
 
-def duration_problem(label: str, value: Any) -> str | None:
-    if not _is_number(value):
-        return None
-    if not math.isfinite(value) or value < 0:
-        return f"{label} = {show_number(value)} is not a plausible duration"
-    return None
-
-
-def first_problem(obj: dict[str, Any], prefix: str, counts: Iterable[str], durations: Iterable[str] = ()) -> str | None:
-    """The first implausible count or duration among `obj`'s fields, named `prefix.field`."""
+def first_problem(obj: dict[str, Any], prefix: str, counts: Iterable[str]) -> str | None:
+    """The first implausible count among `obj`'s fields, named `prefix.field`."""
     for key in counts:
         if (problem := count_problem(f"{prefix}{key}", obj.get(key))) is not None:
-            return problem
-    for key in durations:
-        if (problem := duration_problem(f"{prefix}{key}", obj.get(key))) is not None:
             return problem
     return None
 
 
 _LLAMACPP_COUNTS = ("predicted_n", "prompt_n", "cache_n")
-_LLAMACPP_DURATIONS = ("predicted_ms", "prompt_ms")
 
 
 def _timings_problem(timings: dict[str, Any] | None) -> str | None:
-    return None if timings is None else first_problem(timings, "timings.", _LLAMACPP_COUNTS, _LLAMACPP_DURATIONS)
+    """An implausible count fails the request (counts are what the aggregate divides). A duration is
+    only the server's witness: an implausible one (Infinity, NaN, negative) reads as not reported
+    (`_num`), and the tokens that arrived are still measured."""
+    return None if timings is None else first_problem(timings, "timings.", _LLAMACPP_COUNTS)
 
 
 def _usage_problem(usage: dict[str, Any]) -> str | None:
@@ -144,8 +135,9 @@ def _usage_problem(usage: dict[str, Any]) -> str | None:
 
 
 def _scaled(value: Any, divisor: float) -> float | None:
+    """A reported duration in seconds; None when absent or implausible (non-finite, negative)."""
     num = _num(value)
-    return None if num is None else num / divisor
+    return None if num is None or num < 0 else num / divisor
 
 
 def _error_text(event: dict[str, Any]) -> str | None:
@@ -347,12 +339,11 @@ class Ollama(Dialect):
             timings=server,
             error=_error_text(event),
             server_tokens_field="eval_count",
-            implausible=first_problem(event, "", _OLLAMA_COUNTS, _OLLAMA_DURATIONS) if final else None,
+            implausible=first_problem(event, "", _OLLAMA_COUNTS) if final else None,
         )
 
 
 _OLLAMA_COUNTS = ("eval_count", "prompt_eval_count")
-_OLLAMA_DURATIONS = ("eval_duration", "prompt_eval_duration")
 
 
 def ollama_timings(event: dict[str, Any]) -> ServerTimings:

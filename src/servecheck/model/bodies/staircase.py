@@ -156,7 +156,8 @@ class StaircaseBody:
     evidence: tuple[Evidence, ...] = ()  # what decided the run's verdict
     evidence_mode: Literal["all", "stopwatch"] | None = None  # stopwatch: witnesses never decide
     decided_by_witness: bool | None = None  # the run's verdict rests on the server's word alone
-    trend_own_ratios: Mapping[str, float] | None = None  # staircase N -> agg(N) over its own first finish's rate
+    trend_by_schedule: tuple[int, ...] | None = None  # N read as flat from their queue's windows
+    prefill_gain_bound: float | None = None  # the most hiding prefill could gain a queue (N=1 latency / decode)
     max_reps: int | None = None
     modal_tokens: int | None = None
     server: Server | None = None
