@@ -320,9 +320,8 @@ def test_a_redirect_to_another_port_never_carries_the_key_or_headers(capsys: pyt
     """The first server sends everything to a second one (another port): servecheck stops and says
     so, and the second one never sees the API key or the --header value."""
     seen: list[Request] = []
-    with hostile(None, routes=_recording(seen)) as second:
-        with hostile(None, routes=_redirect(307, second.url)) as first:
-            result = run_cli(["staircase", first.url, "--n", "1", "--no-save", *SECRET_ARGS], capsys)
+    with hostile(None, routes=_recording(seen)) as second, hostile(None, routes=_redirect(307, second.url)) as first:
+        result = run_cli(["staircase", first.url, "--n", "1", "--no-save", *SECRET_ARGS], capsys)
     assert result.code == exitcodes.ERROR, result.err
     assert_clean(result)
     assert f"to {second.url}/" in result.err and "redirected" in result.err, result.err
@@ -334,10 +333,9 @@ def test_a_measured_request_redirected_elsewhere_fails_without_the_key(capsys: p
     """Detection is answered; the completion is redirected to another port: the request fails,
     naming the redirect, and the other server sees no key and no header."""
     seen: list[Request] = []
-    with hostile(None, routes=_recording(seen)) as second:
-        with hostile(_redirect(308, second.url)) as first:
-            result = run_cli(["staircase", first.url, "--n", "1", "--tokens", str(TOKENS), "--no-save", *SECRET_ARGS],
-                             capsys)
+    with hostile(None, routes=_recording(seen)) as second, hostile(_redirect(308, second.url)) as first:
+        result = run_cli(["staircase", first.url, "--n", "1", "--tokens", str(TOKENS), "--no-save", *SECRET_ARGS],
+                         capsys)
     assert result.code == exitcodes.ERROR, result.err
     assert_clean(result)
     assert f"redirected /completion to {second.url}/completion" in result.err, result.err

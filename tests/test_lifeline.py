@@ -139,7 +139,7 @@ def test_sigkill_of_staircase_serve_ends_the_whole_tree(tmp_path: Path, cache_en
             if str(wrapper) in cmdline(p.pid):
                 kill_group(p.pgid)
     # The record of the killed run is stale now (nothing it named is alive): dropped without a word.
-    shown = subprocess.run([*SERVECHECK, "cache", "show"], capture_output=True, text=True, env=cache_env, timeout=60)
+    shown = subprocess.run([*SERVECHECK, "cache", "show"], capture_output=True, text=True, env=cache_env, timeout=60, check=False)
     assert shown.returncode == 0 and "running pid" not in shown.stdout, shown.stdout
     assert list((tmp_path / "cache" / "running").glob("*.json")) == []
 
@@ -231,7 +231,7 @@ def test_a_leftover_of_a_killed_servecheck_is_named_with_its_stop_command(tmp_pa
         assert proctree.read_proc(leftover) is not None, "the server should outlive its parent here"
         # serve-local names it before anything else (and then fails on the missing binary)
         again = subprocess.run([*SERVECHECK, "serve-local", "--llama-server", str(tmp_path / "no-such-llama-server")],
-                               capture_output=True, text=True, env=cache_env, timeout=60)
+                               capture_output=True, text=True, env=cache_env, timeout=60, check=False)
         assert again.returncode != 0
         warnings = [line for line in again.stderr.splitlines() if line.startswith("warning:")]
         assert len(warnings) == 1, again.stderr
@@ -239,7 +239,7 @@ def test_a_leftover_of_a_killed_servecheck_is_named_with_its_stop_command(tmp_pa
         assert f"stop it with: kill -TERM -{leftover}" in warnings[0] and STUB.strip()[:20] in warnings[0]
         assert proctree.read_proc(leftover) is not None, "never stopped silently"
         shown = subprocess.run([*SERVECHECK, "cache", "show"], capture_output=True, text=True, env=cache_env,
-                               timeout=60)
+                               timeout=60, check=False)
         assert f"running pid {leftover:>7}" in shown.stdout and f"LEFTOVER: servecheck pid {parent.pid} is gone" in shown.stdout
         assert f"kill -TERM -{leftover}" in shown.stdout
     finally:
@@ -253,7 +253,7 @@ def test_a_leftover_of_a_killed_servecheck_is_named_with_its_stop_command(tmp_pa
     while proctree.read_proc(leftover) is not None and time.monotonic() < deadline:
         time.sleep(0.05)
     after = subprocess.run([*SERVECHECK, "serve-local", "--llama-server", str(tmp_path / "no-such-llama-server")],
-                           capture_output=True, text=True, env=cache_env, timeout=60)
+                           capture_output=True, text=True, env=cache_env, timeout=60, check=False)
     assert "warning:" not in after.stderr, after.stderr
     assert list(running.glob("*.json")) == []
 

@@ -18,7 +18,6 @@ import shlex
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -165,7 +164,7 @@ class ManagedServer:
                     # is a new CPU group, and on a busy machine a server's group starved this
                     # client for seconds at a time (every completion arrived at once).
                     process_group=0,
-                    preexec_fn=pdeathsig_setup() if self.die_with_servecheck else None,
+                    preexec_fn=pdeathsig_setup() if self.die_with_servecheck else None,  # noqa: PLW1509 - main thread only
                     env=None if self.env is None else {**os.environ, **self.env},
                 )
             except FileNotFoundError as exc:

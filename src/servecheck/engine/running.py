@@ -122,7 +122,7 @@ class RunningRecords:
 
     def sweep(self) -> list[tuple[RunningRecord, State]]:
         """Each record with its state now; stale ones are removed and not returned."""
-        kept = []
+        kept: list[tuple[RunningRecord, State]] = []
         for path, record in self.read():
             state = record.state()
             if state == "stale":

@@ -153,7 +153,7 @@ def stamp_server(gap_ms: float, startup_timeout_s: float = STARTUP_TIMEOUT_S) ->
     # It polls its parent pid as well (macOS); on Linux the kernel ends it at once.
     proc = subprocess.Popen([sys.executable, "-c", STAMP_SERVER, repr(gap_ms)], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, process_group=0,
-                            preexec_fn=pdeathsig_setup(signal.SIGKILL))
+                            preexec_fn=pdeathsig_setup(signal.SIGKILL))  # noqa: PLW1509 - main thread only
     try:
         yield _read_url(proc, startup_timeout_s)
     finally:

@@ -327,7 +327,7 @@ def _die_with_parent() -> None:
     """A worker in the middle of a batch reads nothing from the driver for minutes: it watches its
     parent instead, and exits the moment the driver process is gone (even by SIGKILL)."""
     parent = multiprocessing.parent_process()
-    if parent is None:
+    if parent is None or parent.pid is None:
         return
     die_with_parent(parent.pid)
     sentinel = parent.sentinel  # readable once the parent has exited (every platform)
