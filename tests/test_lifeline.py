@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from servecheck import lifeline
 from servecheck.engine import proctree
 from servecheck.engine.process import ManagedServer, free_port
 from servecheck.engine.running import RunningRecords
@@ -116,6 +117,7 @@ def test_sigkill_of_staircase_serve_ends_the_whole_tree(tmp_path: Path, cache_en
         [*SERVECHECK, "staircase", "--serve", command, "--serve-log", str(tmp_path / "s.log"), "--n", "1,2,4,8,16",
          "--tokens", "64", "--prompt-tokens", "8", "--workers", "2", "--no-save"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=cache_env)
+    procs: list[proctree.ProcId] = []
     try:
         wait_for_line(proc, "N=1 rep")
         procs = [p for p in tree(proc.pid) if p.pid != proc.pid]
@@ -135,8 +137,8 @@ def test_sigkill_of_staircase_serve_ends_the_whole_tree(tmp_path: Path, cache_en
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        for p in proctree.all_procs():
-            if str(wrapper) in cmdline(p.pid):
+        for p in procs:
+            if proctree.is_alive(p):
                 kill_group(p.pgid)
     # The record of the killed run is stale now (nothing it named is alive): dropped without a word.
     shown = subprocess.run([*SERVECHECK, "cache", "show"], capture_output=True, text=True, env=cache_env, timeout=60, check=False)
@@ -164,6 +166,24 @@ def test_a_clean_stop_dismisses_the_watchdog_and_drops_the_record(tmp_path: Path
     server.stop()
     assert watchdog.proc.returncode == 0  # it stood down: not killed with the group, nothing ended by it
     assert server.watchdog is None and not path.exists()
+
+
+def test_a_watchdog_whose_parent_changed_ends_its_group_though_the_pipe_is_open(tmp_path: Path) -> None:
+    """The second route: a process forked from servecheck may hold the pipe open after servecheck
+    died; the watchdog then notices that its parent pid is no longer servecheck's."""
+    group = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], process_group=0)
+    read_fd, write_fd = os.pipe()
+    try:
+        # told that its parent is a pid it does not have: as if servecheck died and it was reparented
+        watchdog = subprocess.Popen([sys.executable, "-I", lifeline.__file__, str(group.pid), str(group.pid), "0.5"],
+                                    stdin=read_fd, process_group=group.pid)
+        assert group.wait(timeout=lifeline.WATCH_POLL_S + GONE_WITHIN_S) == -signal.SIGTERM
+        assert watchdog.wait(timeout=GONE_WITHIN_S) == -signal.SIGKILL  # itself last, with its group
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+        kill_group(group.pid)
+        group.wait()
 
 
 def test_a_dismissed_watchdog_leaves_its_group_alone(tmp_path: Path) -> None:
