@@ -342,6 +342,17 @@ def test_a_measured_request_redirected_elsewhere_fails_without_the_key(capsys: p
     assert _carried_secrets(seen) == [] and seen == []
 
 
+def test_log_live_names_a_redirect_loop() -> None:
+    """`log --url`'s live evidence (no key, no headers sent) names a loop too."""
+    from servecheck.errors import ConnectError
+    from servecheck.logscan.live import live_evidence
+
+    loop = lambda conn, req: http(conn, b"", status=302, extra=f"Location: {req.path}\r\n")  # noqa: E731
+    with hostile(None, routes=loop) as server, pytest.raises(ConnectError) as info:
+        live_evidence(server.url, "llamacpp", timeout_s=20)
+    assert f"the server redirected /props 10 times; last URL {server.url}/props" in info.value.message
+
+
 def test_a_redirect_on_the_same_server_is_followed_with_the_key() -> None:
     """A redirect that stays on the server the user named is followed, and the key goes along."""
     import asyncio
