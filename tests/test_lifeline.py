@@ -258,6 +258,13 @@ def test_a_leftover_of_a_killed_servecheck_is_named_with_its_stop_command(tmp_pa
         assert f"pid {leftover}," in warnings[0] and f"servecheck pid {parent.pid}" in warnings[0]
         assert f"stop it with: kill -TERM -{leftover}" in warnings[0] and STUB.strip()[:20] in warnings[0]
         assert proctree.read_proc(leftover) is not None, "never stopped silently"
+        # the demo and --serve name it too, before they start anything
+        for argv in (["demo", "--llama-server", str(tmp_path / "no-such-llama-server"), "--no-save"],
+                     ["staircase", "--serve", f"{tmp_path / 'no-such-server'} --port 9", "--no-save"]):
+            other = subprocess.run([*SERVECHECK, *argv], capture_output=True, text=True, env=cache_env, timeout=60,
+                                   check=False)
+            assert other.returncode != 0
+            assert f"pid {leftover}," in other.stderr and f"kill -TERM -{leftover}" in other.stderr, other.stderr
         shown = subprocess.run([*SERVECHECK, "cache", "show"], capture_output=True, text=True, env=cache_env,
                                timeout=60, check=False)
         assert f"running pid {leftover:>7}" in shown.stdout and f"LEFTOVER: servecheck pid {parent.pid} is gone" in shown.stdout
