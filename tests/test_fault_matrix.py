@@ -501,9 +501,9 @@ def test_prefix_cache_progress_never_prints_none() -> None:
 # ---------------------------------------------------------------- signals
 
 
-def _spawn(args: list[str]) -> subprocess.Popen[str]:
+def _spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "servecheck", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "COLUMNS": "200"})
+                            text=True, env={**os.environ, "COLUMNS": "200", **(env or {})})
 
 
 def _wait_for_line(proc: subprocess.Popen[str], prefix: str, timeout_s: float = 60) -> list[str]:
@@ -556,8 +556,10 @@ def test_sigkill_during_staircase_leaves_a_readable_partial_json(tmp_path: Path)
     port = free_port()
     out, db, html = tmp_path / "run.json", tmp_path / "history.db", tmp_path / "run.html"
     command = f"{sys.executable} -m servecheck simulate --port {port} --mode serial --token-ms 20"
+    # its record of the server it started stays behind (stale): in a cache of the test's own
     proc = _spawn(["staircase", "--serve", command, "--serve-log", str(tmp_path / "s.log"), "--n", "1,2,4,8",
-                   "--tokens", "32", "--prompt-tokens", "8", "--json", str(out), "--html", str(html), "--db", str(db)])
+                   "--tokens", "32", "--prompt-tokens", "8", "--json", str(out), "--html", str(html), "--db", str(db)],
+                  env={"SERVECHECK_CACHE_DIR": str(tmp_path / "cache")})
     _wait_for_line(proc, "N=2 rep")  # N=1 and N=2 are measured
     proc.kill()
     proc.communicate(timeout=60)
