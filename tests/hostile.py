@@ -25,6 +25,10 @@ class Request:
     method: str
     path: str
     body: bytes
+    headers: tuple[tuple[str, str], ...] = ()  # as sent, names lower-cased
+
+    def header(self, name: str) -> str | None:
+        return next((v for k, v in self.headers if k == name.lower()), None)
 
     def json(self) -> dict:
         return json.loads(self.body or b"{}")
@@ -75,13 +79,14 @@ def _read_request(conn: socket.socket) -> Request | None:
     head, _, body = data.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     method, path, _ = lines[0].split(" ", 2)
-    length = next((int(v) for k, _, v in (ln.partition(":") for ln in lines[1:]) if k.lower() == "content-length"), 0)
+    headers = tuple((k.strip().lower(), v.strip()) for k, _, v in (ln.partition(":") for ln in lines[1:]))
+    length = next((int(v) for k, v in headers if k == "content-length"), 0)
     while len(body) < length:
         chunk = conn.recv(65536)
         if not chunk:
             break
         body += chunk
-    return Request(method, path, body)
+    return Request(method, path, body, headers)
 
 
 class HostileServer:

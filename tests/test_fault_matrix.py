@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from hostile import Request, event, hostile, http, stream_head, tokens_stream
+from hostile import Request, default_route, event, hostile, http, stream_head, tokens_stream
 from servecheck import exitcodes
 from servecheck.cli import main as main_mod
 
@@ -276,6 +276,111 @@ def test_ollama_ps_with_null_models_is_an_empty_list() -> None:
     assert info.engine == "ollama" and info.n_ctx_per_request is None  # type: ignore[attr-defined]
 
 
+# ---------------------------------------------------------------- redirects
+
+KEY, HEADER_VALUE = "sk-redirect-secret-4711", "team-secret-0815"
+SECRET_ARGS = ("--api-key", KEY, "--header", f"X-Team: {HEADER_VALUE}")
+
+
+def _redirect(status: int, location: str) -> Callable[[socket.socket, Request], None]:
+    def writer(conn: socket.socket, req: Request) -> None:
+        http(conn, b"", status=status, extra=f"Location: {location}{req.path}\r\n")
+
+    return writer
+
+
+def _recording(seen: list[Request]) -> Callable[[socket.socket, Request], None]:
+    """A well-behaved llama.cpp that keeps every request it got, headers and all."""
+
+    def routes(conn: socket.socket, req: Request) -> None:
+        seen.append(req)
+        if not default_route(conn, req):
+            http(conn, tokens_stream(TOKENS))
+
+    return routes
+
+
+def _carried_secrets(seen: list[Request]) -> list[str]:
+    return [f"{r.method} {r.path}: {k}" for r in seen for k, v in r.headers if KEY in v or HEADER_VALUE in v]
+
+
+def test_a_redirect_loop_is_named_with_the_url_it_ended_on(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every path redirects to itself: aiohttp said `0, message='', url=...`; now one line says redirect."""
+    with hostile(None, routes=lambda conn, req: http(conn, b"", status=302, extra=f"Location: {req.path}\r\n")) as server:
+        result = run_cli(["staircase", server.url, "--n", "1", "--no-save"], capsys)
+    assert result.code == exitcodes.ERROR, result.err
+    assert_clean(result)
+    error = next(line for line in result.err.splitlines() if line.startswith("Error:"))
+    assert "redirected /" in error and "10 times" in error and f"last URL {server.url}/" in error, error
+    assert "message=''" not in result.err
+    assert result.elapsed_s < 30
+
+
+def test_a_redirect_to_another_port_never_carries_the_key_or_headers(capsys: pytest.CaptureFixture[str]) -> None:
+    """The first server sends everything to a second one (another port): servecheck stops and says
+    so, and the second one never sees the API key or the --header value."""
+    seen: list[Request] = []
+    with hostile(None, routes=_recording(seen)) as second, hostile(None, routes=_redirect(307, second.url)) as first:
+        result = run_cli(["staircase", first.url, "--n", "1", "--no-save", *SECRET_ARGS], capsys)
+    assert result.code == exitcodes.ERROR, result.err
+    assert_clean(result)
+    assert f"to {second.url}/" in result.err and "redirected" in result.err, result.err
+    assert _carried_secrets(seen) == []
+    assert KEY not in result.err + result.out and HEADER_VALUE not in result.err + result.out
+
+
+def test_a_measured_request_redirected_elsewhere_fails_without_the_key(capsys: pytest.CaptureFixture[str]) -> None:
+    """Detection is answered; the completion is redirected to another port: the request fails,
+    naming the redirect, and the other server sees no key and no header."""
+    seen: list[Request] = []
+    with hostile(None, routes=_recording(seen)) as second, hostile(_redirect(308, second.url)) as first:
+        result = run_cli(["staircase", first.url, "--n", "1", "--tokens", str(TOKENS), "--no-save", *SECRET_ARGS],
+                         capsys)
+    assert result.code == exitcodes.ERROR, result.err
+    assert_clean(result)
+    assert f"redirected /completion to {second.url}/completion" in result.err, result.err
+    assert _carried_secrets(seen) == [] and seen == []
+
+
+def test_log_live_names_a_redirect_loop() -> None:
+    """`log --url`'s live evidence (no key, no headers sent) names a loop too."""
+    from servecheck.errors import ConnectError
+    from servecheck.logscan.live import live_evidence
+
+    loop = lambda conn, req: http(conn, b"", status=302, extra=f"Location: {req.path}\r\n")
+    with hostile(None, routes=loop) as server, pytest.raises(ConnectError) as info:
+        live_evidence(server.url, "llamacpp", timeout_s=20)
+    assert f"the server redirected /props 10 times; last URL {server.url}/props" in info.value.message
+
+
+def test_a_redirect_on_the_same_server_is_followed_with_the_key() -> None:
+    """A redirect that stays on the server the user named is followed, and the key goes along."""
+    import asyncio
+
+    from servecheck.client.base import Target
+    from servecheck.load.driver import LoadDriver
+
+    seen: list[Request] = []
+
+    def routes(conn: socket.socket, req: Request) -> None:
+        seen.append(req)
+        if req.path == "/props":
+            http(conn, b"", status=301, extra="Location: /moved/props\r\n")
+        elif req.path == "/moved/props":
+            http(conn, json.dumps({"total_slots": 3}))
+        else:
+            http(conn, b"{}", status=404)
+
+    async def props(url: str) -> object:
+        async with LoadDriver(Target(url, api_key=KEY, first_token_timeout_s=5)) as driver:
+            return await driver.get_json("/props")
+
+    with hostile(None, routes=routes) as server:
+        assert asyncio.run(asyncio.wait_for(props(server.url), 30)) == {"total_slots": 3}
+    assert [r.path for r in seen] == ["/props", "/moved/props"]
+    assert seen[1].header("Authorization") == f"Bearer {KEY}"
+
+
 # ---------------------------------------------------------------- bad flags, bad URLs, bad files
 
 
@@ -396,9 +501,9 @@ def test_prefix_cache_progress_never_prints_none() -> None:
 # ---------------------------------------------------------------- signals
 
 
-def _spawn(args: list[str]) -> subprocess.Popen[str]:
+def _spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "servecheck", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "COLUMNS": "200"})
+                            text=True, env={**os.environ, "COLUMNS": "200", **(env or {})})
 
 
 def _wait_for_line(proc: subprocess.Popen[str], prefix: str, timeout_s: float = 60) -> list[str]:
@@ -451,8 +556,10 @@ def test_sigkill_during_staircase_leaves_a_readable_partial_json(tmp_path: Path)
     port = free_port()
     out, db, html = tmp_path / "run.json", tmp_path / "history.db", tmp_path / "run.html"
     command = f"{sys.executable} -m servecheck simulate --port {port} --mode serial --token-ms 20"
+    # its record of the server it started stays behind (stale): in a cache of the test's own
     proc = _spawn(["staircase", "--serve", command, "--serve-log", str(tmp_path / "s.log"), "--n", "1,2,4,8",
-                   "--tokens", "32", "--prompt-tokens", "8", "--json", str(out), "--html", str(html), "--db", str(db)])
+                   "--tokens", "32", "--prompt-tokens", "8", "--json", str(out), "--html", str(html), "--db", str(db)],
+                  env={"SERVECHECK_CACHE_DIR": str(tmp_path / "cache")})
     _wait_for_line(proc, "N=2 rep")  # N=1 and N=2 are measured
     proc.kill()
     proc.communicate(timeout=60)

@@ -15,6 +15,7 @@ from servecheck.cli.serve_local import ENGINES, llama_server_option, progress_pr
 from servecheck.engine.build import Progress, provision_engine
 from servecheck.engine.cache import CACHE_ENV, CacheEntry, EngineCache, clear, list_entries
 from servecheck.engine.hf_model import DEFAULT_HF_SIZE
+from servecheck.engine.running import RunningRecords
 from servecheck.engine.model import SIZES, ensure_model
 from servecheck.engine.vllm import VLLM_DIST, VLLM_VERSION, provision_vllm_local
 from servecheck.errors import UsageError
@@ -76,7 +77,23 @@ def show(app: AppContext) -> int:
         app.out.print(entry_line(entry), markup=False, highlight=False, soft_wrap=True)
     total = sum(e.size_bytes for e in entries)
     app.out.print(f"total {fmt_size(total)}" if entries else "empty", markup=False, highlight=False, soft_wrap=True)
+    for line in running_lines(RunningRecords.in_cache(cache)):
+        app.out.print(line, markup=False, highlight=False, soft_wrap=True)
     return exitcodes.OK
+
+
+def running_lines(records: RunningRecords) -> list[str]:
+    """The servers servecheck started that still run: by a live servecheck, or left over by a dead one."""
+    try:
+        found = records.sweep()
+    except OSError:
+        return []
+    lines = []
+    for record, state in found:
+        whose = (f"servecheck pid {record.owner_pid} is running it" if state == "running" else
+                 f"LEFTOVER: servecheck pid {record.owner_pid} is gone; stop it with: {record.stop_command}")
+        lines.append(f"running pid {record.pid:>7}  {record.shown_command()}  ({whose})")
+    return lines
 
 
 @cmd.command("clear")

@@ -12,7 +12,7 @@ import random
 import shlex
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +22,12 @@ from rich.table import Table
 from servecheck import exitcodes
 from servecheck.cli.common import MAX_WORKERS, Recorder, make_target, output_options
 from servecheck.cli.context import AppContext
-from servecheck.cli.serve_local import enable_ctrl_c, engine_option, llama_server_option, progress_printer
+from servecheck.cli.serve_local import enable_ctrl_c, engine_option, llama_server_option, progress_printer, running_records
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.model import DEFAULT_SIZE
 from servecheck.engine.process import LlamaServer, ctx_per_slot_for, default_threads
+from servecheck.engine.running import RunningRecords
 from servecheck.engine.vllm import VllmLocal, VllmServer, provision_vllm_local
 from servecheck.envinfo import environment
 from servecheck.errors import ServecheckError, UsageError
@@ -60,6 +61,7 @@ class DemoEngine:
     name: str  # "llamacpp" or "vllm"
     local: LocalEngine | VllmLocal
     threads: int | None  # llama.cpp's -t; vLLM picks its own
+    records: RunningRecords | None = None  # where each server is recorded while it runs
 
     @property
     def server_name(self) -> str:
@@ -99,10 +101,10 @@ class DemoEngine:
         if isinstance(self.local, LocalEngine):
             return LlamaServer(
                 self.local.binary, self.local.model_path, parallel=parallel, threads=self.threads,
-                ctx_per_slot=ctx_per_slot_for(prompt_tokens, tokens), log_path=log_path,
+                ctx_per_slot=ctx_per_slot_for(prompt_tokens, tokens), log_path=log_path, records=self.records,
             )
         return VllmServer(self.local.env, self.local.model_path, max_num_seqs=parallel,
-                          served_model_name=self.local.model_name, log_path=log_path)
+                          served_model_name=self.local.model_name, log_path=log_path, records=self.records)
 
 
 def provision_demo_engine(engine: str, model: str | None, llama_server: str | None, threads: int | None,
@@ -274,7 +276,8 @@ def cmd(
     enable_ctrl_c()
     say = progress_printer(app)
     cache = EngineCache.default()
-    demo_engine = provision_demo_engine(engine, model, llama_server, threads, cache, say)
+    records = running_records(app, cache)
+    demo_engine = replace(provision_demo_engine(engine, model, llama_server, threads, cache, say), records=records)
     prompt_tokens = DEFAULT_PROMPT_TOKENS
     runs, complete = run_both(demo_engine, tokens=tokens, prompt_tokens=prompt_tokens, log_dir=cache.dir("logs"), say=say)
     recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)

@@ -21,7 +21,9 @@ from rich.console import Console
 
 from servecheck.cli.common import check_url
 from servecheck.cli.log import findings_table
+from servecheck.engine.cache import EngineCache
 from servecheck.engine.process import ManagedServer
+from servecheck.engine.running import RunningRecords
 from servecheck.errors import EngineError, ServecheckError, UsageError
 from servecheck.logscan.scan import LogScanResult, scan_log
 
@@ -114,7 +116,11 @@ def served(
         yield Served(url=url)
         return
     _check_log_path(log_path)
-    server = ManagedServer.from_command_string(serve_command, log_path=None if log_path is None else Path(log_path))
+    records = RunningRecords.in_cache(EngineCache.default())
+    for line in records.warnings():
+        _say(say, line)
+    server = ManagedServer.from_command_string(serve_command, log_path=None if log_path is None else Path(log_path),
+                                               records=records)
     _say(say, f"starting {server.name} (log: {server.log_path}) and waiting until it is healthy ...")
     result = Served(url=url or server.url, command=serve_command, log_path=server.log_path)
     try:

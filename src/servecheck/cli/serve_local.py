@@ -20,6 +20,7 @@ from servecheck.engine.hf_model import HF_SIZES
 from servecheck.engine.local import provision_local
 from servecheck.engine.model import DEFAULT_SIZE, SIZES
 from servecheck.engine.process import DEFAULT_CTX_PER_SLOT, LlamaServer, default_threads
+from servecheck.engine.running import RunningRecords
 from servecheck.engine.vllm import DEFAULT_MAX_MODEL_LEN, VllmServer, provision_vllm_local
 from servecheck.errors import UsageError
 
@@ -35,6 +36,15 @@ def progress_printer(app: AppContext) -> Callable[[str], None]:
         app.err.print(message, markup=False, highlight=False, style="dim", soft_wrap=True)
 
     return say
+
+
+def running_records(app: AppContext, cache: EngineCache) -> RunningRecords:
+    """The cache's records of running servers, after a warning line for each leftover of a
+    servecheck that died without stopping its server (stale records go without a word)."""
+    records = RunningRecords.in_cache(cache)
+    for line in records.warnings():
+        app.err.print(line, markup=False, highlight=False, style="bold yellow", soft_wrap=True)
+    return records
 
 
 def llama_server_option(f: Callable[..., object]) -> Callable[..., object]:
@@ -141,6 +151,7 @@ def _serve_llamacpp(
     say = progress_printer(app)
     enable_ctrl_c()
     cache = EngineCache.default()
+    records = running_records(app, cache)
     engine = provision_local(llama_server, model, cache=cache, progress=say)
     log = serve_log_path(cache, "llamacpp", log_path)
     server = LlamaServer(
@@ -152,6 +163,7 @@ def _serve_llamacpp(
         extra_args=extra,
         port=port,
         log_path=log,
+        records=records,
     )
     return _foreground(
         server, say, "llama-server",
@@ -167,6 +179,7 @@ def _serve_vllm(
     say = progress_printer(app)
     enable_ctrl_c()
     cache = EngineCache.default()
+    records = running_records(app, cache)
     local = provision_vllm_local(model, cache=cache, progress=say)
     log = serve_log_path(cache, "vllm", log_path)
     server = VllmServer(
@@ -178,6 +191,7 @@ def _serve_vllm(
         extra_args=extra,
         port=port,
         log_path=log,
+        records=records,
     )
     say(f"starting vLLM (about 2 minutes on 2 cores before it is ready, 3 the first time); log {log}")
     return _foreground(

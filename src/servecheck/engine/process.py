@@ -2,14 +2,15 @@
 
 The child runs in its own process group (so a terminal's Ctrl-C reaches servecheck, which then
 stops the whole group in order) with its output captured to a log file. A registry of live
-servers, stopped from `atexit` and from a SIGTERM/SIGHUP handler, is the safety net; on Linux
-the child also gets SIGTERM from the kernel if servecheck itself is killed outright.
+servers, stopped from `atexit` and from a SIGTERM/SIGHUP handler, is the safety net for the exits
+servecheck can catch; for the ones it cannot (SIGKILL, the OOM killer) the child gets SIGTERM from
+the kernel (Linux) and a watchdog in its group ends the whole group (`servecheck.lifeline`). With
+`records`, a record of the running server is kept in the cache until it stops (`engine.running`).
 """
 
 from __future__ import annotations
 
 import atexit
-import ctypes
 import errno
 import functools
 import os
@@ -17,7 +18,6 @@ import shlex
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,7 +29,9 @@ from pathlib import Path
 from types import FrameType, TracebackType
 
 from servecheck.engine.build import EngineBinary
+from servecheck.engine.running import RunningRecords
 from servecheck.errors import EngineError, UsageError
+from servecheck.lifeline import Watchdog, pdeathsig_setup
 
 LOCALHOST = "127.0.0.1"
 # Loading a small model takes about a second; a big one on a slow disk can take minutes.
@@ -76,7 +78,8 @@ class ManagedServer:
     """A server process owned by servecheck: started, health-checked, always stopped.
 
     Use as a context manager (`with ManagedServer(cmd, url=...) as url:`), or call `start()` and
-    `stop()` yourself; `stop()` is idempotent.
+    `stop()` yourself; `stop()` is idempotent. `die_with_servecheck=False` leaves out the kernel's
+    signal and the watchdog (a server meant to outlive this process, and the tests of leftovers).
     """
 
     def __init__(
@@ -90,6 +93,8 @@ class ManagedServer:
         stop_grace_s: float = STOP_GRACE_S,
         check_port: tuple[str, int] | None = None,
         env: dict[str, str] | None = None,
+        records: RunningRecords | None = None,
+        die_with_servecheck: bool = True,
     ) -> None:
         if not cmd:
             raise UsageError("the server command is empty", "give the command that starts the server")
@@ -101,7 +106,11 @@ class ManagedServer:
         self.stop_grace_s = stop_grace_s
         self.check_port = check_port
         self.env = env
+        self.records = records
+        self.die_with_servecheck = die_with_servecheck
         self.proc: subprocess.Popen[bytes] | None = None
+        self.watchdog: Watchdog | None = None
+        self.record_path: Path | None = None
         self.name = Path(self.cmd[0]).name
 
     @classmethod
@@ -155,7 +164,7 @@ class ManagedServer:
                     # is a new CPU group, and on a busy machine a server's group starved this
                     # client for seconds at a time (every completion arrived at once).
                     process_group=0,
-                    preexec_fn=_child_setup(),
+                    preexec_fn=pdeathsig_setup() if self.die_with_servecheck else None,  # noqa: PLW1509 - main thread only
                     env=None if self.env is None else {**os.environ, **self.env},
                 )
             except FileNotFoundError as exc:
@@ -166,6 +175,10 @@ class ManagedServer:
                 raise EngineError(f"cannot start {self.cmd[0]}: {exc.strerror}", "check the command") from exc
         with _LIVE_LOCK:
             _LIVE.add(self)
+        if self.die_with_servecheck:
+            self.watchdog = Watchdog.start(self.proc.pid)
+        if self.records is not None:
+            self.record_path = self.records.add(self.proc.pid, self.cmd, self.url, self.log_path)
 
     def wait_healthy(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
@@ -210,10 +223,26 @@ class ManagedServer:
             )
 
     def stop(self) -> int | None:
-        """SIGTERM to the process group, SIGKILL after the grace period; returns the exit code."""
-        proc = self.proc
-        if proc is None:
+        """Stop the process and its group, then dismiss the watchdog and drop the record; returns
+        the exit code. The watchdog stays on duty until the group is stopped: a servecheck killed
+        while stopping still leaves nothing behind."""
+        if self.proc is None:
             return None
+        try:
+            return self._stop_group(self.proc)
+        finally:
+            self._released()
+
+    def _released(self) -> None:
+        watchdog, self.watchdog = self.watchdog, None
+        if watchdog is not None:
+            watchdog.dismiss()
+        if self.records is not None:
+            self.records.remove(self.record_path)
+            self.record_path = None
+
+    def _stop_group(self, proc: subprocess.Popen[bytes]) -> int | None:
+        """SIGTERM to the process group, SIGKILL after the grace period; returns the exit code."""
         if proc.poll() is None:
             _signal_group(proc.pid, signal.SIGTERM)
             try:
@@ -312,35 +341,6 @@ def _temp_log_path() -> Path:
 
 # -- the safety net ---------------------------------------------------------------------------
 
-PR_SET_PDEATHSIG = 1
-
-
-def _child_setup() -> object:
-    """On Linux, ask the kernel to SIGTERM the child if the thread that started it dies.
-
-    Only done from the main thread: the signal fires when the *thread* exits, so a server
-    started from a worker thread would die with that thread.
-    """
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
-        return None
-    libc = _libc()
-    if libc is None:
-        return None
-
-    def setup() -> None:
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-    return setup
-
-
-@functools.lru_cache(maxsize=1)
-def _libc() -> ctypes.CDLL | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-
-
 def stop_all() -> None:
     """Stop every server this process started and has not stopped yet."""
     with _LIVE_LOCK:
@@ -430,6 +430,7 @@ class LocalServer:
     port: int | None
     server: ManagedServer | None
     bind_retries: int = BIND_RETRIES
+    records: RunningRecords | None = None  # where the running server is recorded (serve-local, the demo)
 
     def check_inputs(self) -> None:
         """Raise UsageError when the server cannot start as configured (a missing model file)."""
@@ -495,6 +496,7 @@ class LlamaServer(LocalServer):
         log_path: Path | None = None,
         port: int | None = None,
         startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+        records: RunningRecords | None = None,
     ) -> None:
         if parallel < 1:
             raise UsageError(f"--parallel {parallel} must be at least 1", "use 1 for one slot")
@@ -509,6 +511,7 @@ class LlamaServer(LocalServer):
         self.log_path = log_path
         self.port = port
         self.startup_timeout_s = startup_timeout_s
+        self.records = records
         self.server: ManagedServer | None = None
 
     def command(self, port: int) -> list[str]:
@@ -534,4 +537,5 @@ class LlamaServer(LocalServer):
             health_paths=("/health",),
             startup_timeout_s=self.startup_timeout_s,
             check_port=(LOCALHOST, port) if self.port is not None else None,
+            records=self.records,
         )

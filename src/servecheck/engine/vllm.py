@@ -30,6 +30,7 @@ from servecheck.engine import proctree, steps
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.hf_model import DEFAULT_HF_SIZE, HF_SIZES, ensure_hf_model, resolve_hf_model, served_model_name
 from servecheck.engine.process import LOCALHOST, LocalServer, ManagedServer
+from servecheck.engine.running import RunningRecords
 from servecheck.errors import EngineError, UsageError
 
 Progress = Callable[[str], None]
@@ -479,15 +480,15 @@ class _VllmProcess(ManagedServer):
         self.track()
         super().check_alive()
 
-    def stop(self) -> int | None:
-        if self.proc is None:
-            return None
+    def _stop_group(self, proc: subprocess.Popen[bytes]) -> int | None:
         self.track()
-        pgid = self.proc.pid
+        pgid = proc.pid
         self.stop_grace_s = STOP_GRACE_S if self.ready else STARTING_STOP_GRACE_S
-        self._stop_api_server_first(self.proc)
-        rc = super().stop()  # the group: SIGTERM then SIGKILL if still running, SIGKILL for any left
-        left = list(self.tracked.values()) + proctree.group_members(pgid)
+        self._stop_api_server_first(proc)
+        rc = super()._stop_group(proc)  # the group: SIGTERM then SIGKILL if still running, SIGKILL for any left
+        # The watchdog is a member of the group too; ManagedServer.stop dismisses it after this.
+        keep = None if self.watchdog is None else self.watchdog.pid
+        left = [p for p in [*self.tracked.values(), *proctree.group_members(pgid)] if p.pid != keep]
         try:
             proctree.kill_survivors(left, STRAGGLER_GRACE_S)
         except BaseException:
@@ -538,6 +539,7 @@ class VllmServer(LocalServer):
         port: int | None = None,
         startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
         env_overrides: dict[str, str] | None = None,
+        records: RunningRecords | None = None,
     ) -> None:
         if max_num_seqs is not None and max_num_seqs < 1:
             raise UsageError(f"--parallel {max_num_seqs} must be at least 1", "use 1 for one request at a time")
@@ -555,6 +557,7 @@ class VllmServer(LocalServer):
         self.port = port
         self.startup_timeout_s = startup_timeout_s
         self.env_overrides = dict(env_overrides or {})
+        self.records = records
         self.server: _VllmProcess | None = None
 
     def command(self, port: int) -> list[str]:
@@ -584,5 +587,5 @@ class VllmServer(LocalServer):
         return _VllmProcess(
             self.command(port), url=f"http://{LOCALHOST}:{port}", log_path=self.log_path, health_paths=("/health",),
             startup_timeout_s=self.startup_timeout_s, stop_grace_s=STOP_GRACE_S, env=self.environment(),
-            check_port=(LOCALHOST, port) if self.port is not None else None,
+            check_port=(LOCALHOST, port) if self.port is not None else None, records=self.records,
         )

@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from servecheck.client.base import RunClock, Target
 from servecheck.errors import EngineError, UsageError
+from servecheck.lifeline import pdeathsig_setup
 from servecheck.load.driver import LoadDriver
 from servecheck.load.lanes import LaneDriver
 from servecheck.model.client import STAMP_DELAY_FRAC, Calibration
@@ -149,8 +150,10 @@ def calibration_from(batch: BatchResult, clock: RunClock, streams: int, gap_ms: 
 @contextmanager
 def stamp_server(gap_ms: float, startup_timeout_s: float = STARTUP_TIMEOUT_S) -> Iterator[str]:
     """Start the stamp server on 127.0.0.1 (a port the OS picks); yield its URL; stop it."""
+    # It polls its parent pid as well (macOS); on Linux the kernel ends it at once.
     proc = subprocess.Popen([sys.executable, "-c", STAMP_SERVER, repr(gap_ms)], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, process_group=0)
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, process_group=0,
+                            preexec_fn=pdeathsig_setup(signal.SIGKILL))  # noqa: PLW1509 - main thread only
     try:
         yield _read_url(proc, startup_timeout_s)
     finally:

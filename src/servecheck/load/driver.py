@@ -4,6 +4,10 @@ aiohttp, not httpx: `content.readany()` hands us each raw chunk as it arrives, s
 is stamped on arrival, and the simulated server is built on aiohttp too: one HTTP library
 shared by both sides of every test.
 
+Redirects are never followed by aiohttp (it would carry the API key and --header values to
+wherever a server points): control requests follow them by hand, on the same origin only and at
+most MAX_REDIRECTS times; a measured request that is redirected fails, naming where to.
+
 Honest concurrency: each batch opens fresh connections (one per lane, warmed with a cheap
 GET) before the barrier, releases them together, never retries, and measures dispatch skew.
 A request that fails is a `RequestRecord` with a status, never an exception through a batch.
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from yarl import URL
 
 from servecheck.client.base import RunClock, StreamParseError, Target, shorten
 from servecheck.client.dialects import MAX_PLAUSIBLE_TOKENS, Dialect, EventReading, count_problem, get_dialect
@@ -44,6 +49,10 @@ GAUGE_PROBE_TIMEOUT_S = 2.0
 GAUGE_PROBE_TRIES = 3  # looks for a gauge source that got no answer, before the run does without
 # Bytes of an HTTP error body worth reading for its message.
 ERROR_BODY_BYTES = 4096
+# Redirects a control request follows (on the server's own origin) before it is called a loop:
+# aiohttp's and browsers' own limit.
+MAX_REDIRECTS = 10
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 
 
 def base_url(url: str) -> str:
@@ -140,16 +149,51 @@ class LoadDriver:
     # ---- control requests ----------------------------------------------------------------
 
     async def _call(self, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
-        """One short request, with network errors translated into servecheck errors."""
+        """One short request, redirects followed by hand (same origin only, MAX_REDIRECTS at most)."""
         url = self.url + path
+        for _ in range(MAX_REDIRECTS):
+            status, raw, location = await self._call_once(method, url, body)
+            if location is None:
+                return status, raw
+            url = self._redirect_target(path, url, location)
+            if status == 303 or (status in (301, 302) and method == "POST"):
+                method, body = "GET", None  # what every HTTP client does with these
+        status, raw, location = await self._call_once(method, url, body)
+        if location is None:
+            return status, raw
+        raise ProtocolError(
+            self.scrub(f"the server redirected {path} {MAX_REDIRECTS} times and asked for more; last URL {url}, "
+                       f"which redirects to {location}"),
+            "a redirect loop: check the server's URL, or its proxy's redirect rules",
+        )
+
+    def _redirect_target(self, path: str, url: str, location: str) -> str:
+        """Where a redirect points, when that is the server's own origin; otherwise an error: the
+        API key and the headers go to the host and port the user named, nowhere else."""
+        try:
+            target = URL(url).join(URL(location))
+        except ValueError:
+            raise ProtocolError(self.scrub(f"the server redirected {path} to an unreadable URL {location!r}")) from None
+        if target.origin() != URL(self.url).origin():
+            raise ProtocolError(
+                self.scrub(f"the server redirected {path} to {target}, away from {URL(self.url).origin()}: "
+                           "servecheck sends the API key and headers only to the server it was given, and stopped"),
+                f"if {target.origin()} is the server to test, give servecheck that URL",
+            )
+        return str(target)
+
+    async def _call_once(self, method: str, url: str, body: Any) -> tuple[int, bytes, str | None]:
+        """One short request, with network errors translated into servecheck errors; the Location
+        of a redirect (None for any other answer)."""
         limit_s = self.control_timeout_s
         connect_s = min(self.target.connect_timeout_s, limit_s)
         # Connecting (TCP and TLS) and answering are bounded apart, so the error can say which one stalled.
         timeout = aiohttp.ClientTimeout(total=connect_s + limit_s, connect=connect_s, sock_connect=connect_s, sock_read=limit_s)
         try:
-            async with self.session.request(method, url, json=body, timeout=timeout) as resp:
+            async with self.session.request(method, url, json=body, timeout=timeout, allow_redirects=False) as resp:
                 self._note_headers(resp)
-                return resp.status, await resp.content.read(1 << 22)
+                location = resp.headers.get("Location") if resp.status in REDIRECT_STATUSES else None
+                return resp.status, await resp.content.read(1 << 22), location
         except aiohttp.ClientConnectorError as exc:
             raise self._connect_error(exc) from exc
         except aiohttp.ConnectionTimeoutError as exc:
@@ -209,7 +253,7 @@ class LoadDriver:
         """(status, body) of a GET, or None on any network failure: for best-effort witnesses."""
         timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=self.target.connect_timeout_s)
         try:
-            async with self.session.get(self.url + path, timeout=timeout) as resp:
+            async with self.session.get(self.url + path, timeout=timeout, allow_redirects=False) as resp:
                 return resp.status, await resp.content.read(1 << 20)
         except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
             return None
@@ -349,7 +393,7 @@ class LoadDriver:
     async def _warm(self, session: aiohttp.ClientSession, dialect: Dialect) -> None:
         """Open this lane's connection before the barrier, so TCP/TLS setup is not timed."""
         try:
-            async with session.get(self.url + dialect.warm_path) as resp:
+            async with session.get(self.url + dialect.warm_path, allow_redirects=False) as resp:
                 await resp.read()
         except (aiohttp.ClientError, TimeoutError):
             pass  # the request itself will record the failure
@@ -432,9 +476,12 @@ class LoadDriver:
         try:
             async with asyncio.timeout(self.ceiling_s(max_tokens, queue_wait_s)) as ceiling:
                 async with asyncio.timeout(wait_s) as deadline:
-                    async with session.post(self.url + dialect.path, data=body, headers=_JSON) as resp:
+                    async with session.post(self.url + dialect.path, data=body, headers=_JSON,
+                                            allow_redirects=False) as resp:
                         http_status = resp.status
                         self._note_headers(resp)
+                        if resp.status in REDIRECT_STATUSES:
+                            return _Outcome("error", http_status, self._redirected(dialect.path, resp))
                         if resp.status >= 400:
                             return _Outcome("error", http_status, await self._http_error(resp))
                         await self._read(resp, dialect, tally, deadline, max_tokens)
@@ -503,6 +550,11 @@ class LoadDriver:
                 "(first-token timeout; raise --timeout)"
             )
         return f"stream stalled: no data for {self.target.first_token_timeout_s:g} s after {tally.events} token events"
+
+    def _redirected(self, path: str, resp: aiohttp.ClientResponse) -> str:
+        location = resp.headers.get("Location", "nowhere (no Location header)")
+        return self.scrub(f"HTTP {resp.status}: the server redirected {path} to {location}; a measured request is "
+                          "not redirected (the time would include the detour): give servecheck the URL it points to")
 
     async def _http_error(self, resp: aiohttp.ClientResponse) -> str:
         raw = await resp.content.read(ERROR_BODY_BYTES)

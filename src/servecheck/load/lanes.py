@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
 from servecheck.client.base import RunClock, Target
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.load.driver import LoadDriver
+from servecheck.lifeline import die_with_parent
 from servecheck.load.witness import GaugeSampler, NoiseMeter
 from servecheck.model.records import BatchResult, ClientNoise, GenRequest, RequestRecord, ServerGauges, ServerInfo
 
@@ -317,12 +320,29 @@ async def _expect(conn: Connection, word: str, timeout_s: float) -> tuple[Any, .
 
 
 def _worker_main(conn: Connection, target: Target, start_ns: int, info: ServerInfo) -> None:
+    _die_with_parent()
     try:
         asyncio.run(_serve(conn, target, start_ns, info))
     except KeyboardInterrupt:
         pass  # the driver process owns Ctrl-C; it stops the workers
     finally:
         conn.close()
+
+
+def _die_with_parent() -> None:
+    """A worker in the middle of a batch reads nothing from the driver for minutes: it watches its
+    parent instead, and exits the moment the driver process is gone (even by SIGKILL)."""
+    parent = multiprocessing.parent_process()
+    if parent is None or parent.pid is None:
+        return
+    die_with_parent(parent.pid)
+    sentinel = parent.sentinel  # readable once the parent has exited (every platform)
+
+    def watch() -> None:
+        wait([sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="parent-watch").start()
 
 
 async def _serve(conn: Connection, target: Target, start_ns: int, info: ServerInfo) -> None:

@@ -108,6 +108,12 @@ async def collect_live(url: str, engine: str, timeout_s: float = LIVE_TIMEOUT_S)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session:
             return await _collect(session, base, engine)
+    except aiohttp.TooManyRedirects as exc:
+        raise ConnectError(
+            f"cannot read live evidence from {base}: the server redirected {exc.request_info.url.path} "
+            f"{len(exc.history)} times; last URL {exc.history[-1].url if exc.history else exc.request_info.real_url}",
+            "a redirect loop: check the --url",
+        ) from exc
     except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
         raise ConnectError(
             f"cannot read live evidence from {base}: {type(exc).__name__} {exc}".strip(),
