@@ -347,7 +347,9 @@ def test_log_live_names_a_redirect_loop() -> None:
     from servecheck.errors import ConnectError
     from servecheck.logscan.live import live_evidence
 
-    loop = lambda conn, req: http(conn, b"", status=302, extra=f"Location: {req.path}\r\n")
+    def loop(conn, req):
+        return http(conn, b"", status=302, extra=f"Location: {req.path}\r\n")
+
     with hostile(None, routes=loop) as server, pytest.raises(ConnectError) as info:
         live_evidence(server.url, "llamacpp", timeout_s=20)
     assert f"the server redirected /props 10 times; last URL {server.url}/props" in info.value.message
