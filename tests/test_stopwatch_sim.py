@@ -126,3 +126,14 @@ def test_a_witness_with_an_impossible_duration_is_discarded_not_the_measurement(
     assert requests and all(r["status"] == "ok" for r in requests)
     assert all(r["server"]["decode_s"] is None and r["server"]["prompt_s"] is None for r in requests)
     assert not any(f["code"] == "failed_requests" for f in doc["invalid"])
+
+
+def test_the_proxy_takes_the_servers_self_report_off_each_event() -> None:
+    from servecheck.sim.proxy import strip_event_line
+
+    line = json.dumps({"choices": [{"delta": {"content": "x"}}], "timings": {"predicted_ms": 12.0},
+                       "usage": {"completion_tokens": 8, "prompt_tokens_details": {"cached_tokens": 1999}}})
+    got = json.loads(strip_event_line(b"data: " + line.encode())[6:])
+    assert got == {"choices": [{"delta": {"content": "x"}}], "usage": {"completion_tokens": 8}}
+    assert strip_event_line(b"data: [DONE]") == b"data: [DONE]"
+    assert strip_event_line(b": ping") == b": ping"

@@ -122,16 +122,24 @@ class Proxy:
                 return web.Response(body=raw, status=up.status, headers=out_headers)
             response = web.StreamResponse(status=up.status, headers=out_headers)
             await response.prepare(request)
-            pending = b""
-            async for chunk in up.content.iter_any():
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                if lines:
-                    await response.write(b"".join(strip_event_line(line) + b"\n" for line in lines))
-            if pending:
-                await response.write(strip_event_line(pending))
-            await response.write_eof()
+            try:
+                await _relay(up, response)
+            except ConnectionResetError:
+                pass  # the client closed its stream (it had read what it needed): nothing to relay to
             return response
+
+
+async def _relay(up: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
+    """The upstream's event stream, line by line as it arrives, each data line stripped."""
+    pending = b""
+    async for chunk in up.content.iter_any():
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        if lines:
+            await response.write(b"".join(strip_event_line(line) + b"\n" for line in lines))
+    if pending:
+        await response.write(strip_event_line(pending))
+    await response.write_eof()
 
 
 def build_app(proxy: Proxy) -> web.Application:

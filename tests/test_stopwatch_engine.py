@@ -1,0 +1,89 @@
+"""The stopwatch alone, on the real llama.cpp engine: behind the stripping proxy (only the OpenAI
+routes, no timings, no cache counts), servecheck's command decides from the client's own times.
+
+One `--parallel 1` server serves every test here (module scope): a queue whose gauges the proxy
+makes lie, and its prefix cache read from timing alone, on and forced off by the proxy. Each test
+runs the command once and keeps that first try; only an `inconclusive` first try is measured once
+more, and both tries are printed (the campaign in benchmarks/truth_campaign.py counts first tries)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from servecheck.engine.local import provision_local
+from servecheck.engine.process import LlamaServer, ctx_per_slot_for
+
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
+
+TOKENS = 128
+CACHE_PROMPT_TOKENS = 2000
+
+
+@pytest.fixture(scope="module")
+def serial_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    local = provision_local(None, "tiny", progress=lambda m: print(m, file=sys.stderr))
+    log = tmp_path_factory.mktemp("llama") / "np1.log"
+    with LlamaServer(local.binary, local.model_path, parallel=1,
+                     ctx_per_slot=ctx_per_slot_for(CACHE_PROMPT_TOKENS, TOKENS), log_path=log) as url:
+        yield url
+
+
+@contextmanager
+def proxy(upstream: str, *flags: str) -> Iterator[str]:
+    proc = subprocess.Popen([sys.executable, "-m", "servecheck.sim.proxy", upstream, *flags],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def servecheck(*args: str) -> tuple[int, dict]:
+    proc = subprocess.run([sys.executable, "-m", "servecheck", "--quiet", *args, "--json", "-", "--no-save"],
+                          capture_output=True, text=True, timeout=500)
+    assert proc.stdout.strip(), proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def first_try(run, decided) -> dict:
+    doc = run()
+    print("first try:", doc.get("verdict"), doc.get("trend"), doc.get("verdict_reason"))
+    if not decided(doc):
+        doc = run()
+        print("second try:", doc.get("verdict"), doc.get("trend"), doc.get("verdict_reason"))
+    return doc
+
+
+def test_a_real_queue_behind_lying_gauges_reads_staircase_and_flat(serial_url: str) -> None:
+    with proxy(serial_url, "--lie-gauges") as url:
+        def run() -> dict:
+            return servecheck("staircase", url, "--api", "openai-chat", "--n", "1,2,4", "--tokens", str(TOKENS),
+                              "--prompt-tokens", "32")[1]
+        doc = first_try(run, lambda d: "inconclusive" not in (d["verdict"], d["trend"]))
+    assert doc["valid"] and doc["simulated"] is False
+    assert (doc["verdict"], doc["trend"]) == ("staircase", "flat"), doc["verdict_reason"] + " / " + doc["trend_reason"]
+    assert "witness_contradicts" in {f["code"] for f in doc["warnings"]}
+    for point in doc["points"][1:]:
+        assert "completion_times" in point["evidence"] and "server_gauges" not in point["evidence"]
+        assert any(w["source"] == "server_gauges" for b in point["batches"]
+                   for w in b["verdict"]["contradicted_by"] or [])
+
+
+@pytest.mark.parametrize(("flags", "truth"), [((), "working"), (("--no-cache-prompt",), "inert")])
+def test_the_prefix_cache_from_timing_alone_behind_the_proxy(serial_url: str, flags: tuple[str, ...], truth: str) -> None:
+    with proxy(serial_url, *flags) as url:
+        def run() -> dict:
+            return servecheck("prefix-cache", url, "--api", "openai-chat", "--prompt-tokens", str(CACHE_PROMPT_TOKENS))[1]
+        doc = first_try(run, lambda d: d["verdict"] != "unknown")
+    assert doc["verdict"] == truth, doc["verdict_reason"]
+    assert doc["analysis"]["signal"] == "timing"  # the proxy took every counter off the wire
+    assert all(s.get("cached_tokens") is None for s in doc["sends"])
