@@ -66,14 +66,14 @@ def test_every_rule_says_where_it_was_checked(rule):
 @pytest.mark.parametrize("rule", CHECKED, ids=[r.id for r in CHECKED])
 def test_a_checked_rule_matches_a_line_of_its_real_log(rule):
     """A rule marked "checked" names a real log kept here; it must match a line of that log, and
-    the engine build the log names (where it prints one) must be the version the rule gives."""
+    the engine build the log names (where it prints one) must be in the version the rule gives."""
     log = REPO / rule.provenance.log
     assert log.is_file(), f"{rule.id}: {rule.provenance.log} is not kept in the repository"
     lines = _lines(log)
     assert any(match_line([rule], line) for line in lines), f"{rule.id} matches no line of {log.name}"
     builds = {m.group(1) for line in lines for pattern in BUILD_LINES if (m := pattern.search(line))}
     for build in builds:
-        assert rule.provenance.version.endswith(build), (rule.id, build, rule.provenance.version)
+        assert build in rule.provenance.version, (rule.id, build, rule.provenance.version)
 
 
 @pytest.mark.parametrize("rule", [r for r in RULES if not r.provenance.checked], ids=lambda r: r.id)

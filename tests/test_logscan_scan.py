@@ -37,6 +37,9 @@ def test_real_engine_logs(case):
         assert statuses.get(feature) == status, (feature, statuses)
     for feature in case.get("absent", []):
         assert feature not in statuses
+    values = {f.feature: f.value for f in result.findings}
+    for feature, value in case.get("values", {}).items():
+        assert values.get(feature) == pytest.approx(value), (feature, values)
     for f in result.findings:
         if f.status != "unconfirmed":
             assert f.line and f.line_no is not None  # the deciding line, quoted
