@@ -44,6 +44,16 @@ CASES = [
      {"continuous_batching": ("--decode-concurrency 32", None), "speculative_decoding": ("--draft-model d", None),
       "prefix_cache": ("--prompt-cache-size 10", None)}),
     ("tgi", "PREFIX_CACHING=1", {"prefix_cache": ("PREFIX_CACHING=1", None)}),
+    # the prefill batch and its micro-batch, compared with the n_batch / n_ubatch the log states
+    ("llamacpp", "--batch-size 256 -ub 256", {"prefill_batch": ("--batch-size 256", 256.0),
+                                              "prefill_ubatch": ("-ub 256", 256.0)}),
+    ("llamacpp", "-b 0", {}),
+    ("llamacpp", "-md d.gguf --spec-type draft-simple --spec-synth-len 2.5",
+     {"speculative_decoding": ("--spec-type draft-simple", None), "synthetic_acceptance": ("--spec-synth-len 2.5", 2.5)}),
+    ("llamacpp", "--spec-synth-len 1", {}),  # a mean of one token per step: nothing synthetic
+    ("llamacpp", "--spec-synth-rates 0.5,0.25", {"synthetic_acceptance": ("--spec-synth-rates 0.5,0.25", None)}),
+    ("vllm", "--max-num-batched-tokens 512 --enable-chunked-prefill",
+     {"prefill_batch": ("--max-num-batched-tokens 512", 512.0), "chunked_prefill": ("--enable-chunked-prefill", None)}),
 ]
 
 

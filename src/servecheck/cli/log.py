@@ -40,17 +40,27 @@ def log_doc(result: LogScanResult, params: dict[str, Any]) -> dict[str, Any]:
 
 def findings_table(result: LogScanResult) -> Table:
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for name in ("feature", "status", "asked", "evidence"):
+    with_value = any(f.value is not None for f in result.findings)
+    for name in ("feature", "status", "asked", *(("value",) if with_value else ()), "evidence"):
         table.add_column(name, overflow="fold")
     for f in result.findings:
-        evidence = f.line or "no line confirms or refuses it"
+        value = (Text("-" if f.value is None else f"{f.value:g}"),) if with_value else ()
         table.add_row(
             Text(f.feature),
             Text(f.status, style=STATUS_STYLE.get(f.status, "")),
             Text(f.asked or "-"),
-            Text(evidence),  # Text, never markup: log lines are untrusted
+            *value,
+            evidence_text(f.line, f.provenance),
         )
     return table
+
+
+def evidence_text(line: str | None, provenance: str | None) -> Text:
+    """The deciding line and, under it, where its rule was checked (a real log, or documentation only)."""
+    text = Text(line or "no line confirms or refuses it")  # Text, never markup: log lines are untrusted
+    if provenance:
+        text.append(f"\n  rule {provenance}", style="dim")
+    return text
 
 
 def summary_lines(result: LogScanResult) -> list[str]:

@@ -61,6 +61,19 @@ def _int_above(threshold: int, keep_value: bool = True) -> Decide:
     return decide
 
 
+def _number_above(threshold: float) -> Decide:
+    """A real-valued flag (`--spec-synth-len 2.5`): on above `threshold`, its value kept."""
+
+    def decide(raw: str | None) -> tuple[bool, float | None]:
+        try:
+            x = float(str(raw))
+        except ValueError:
+            return False, None
+        return x > threshold, x
+
+    return decide
+
+
 def _not_in(*off: str) -> Decide:
     def decide(raw: str | None) -> tuple[bool, float | None]:
         return (raw is None or raw.lower() not in off), None
@@ -110,6 +123,11 @@ LLAMACPP: tuple[FlagSpec, ...] = (
     FlagSpec(("-ctv", "--cache-type-v"), "kv_cache_quant", True, _not_in(*_UNQUANTIZED)),
     FlagSpec(("-md", "--model-draft", "--spec-draft-model"), "speculative_decoding", True, _on),
     FlagSpec(("--spec-type",), "speculative_decoding", True, _not_in("none")),
+    FlagSpec(("--spec-synth-len",), "synthetic_acceptance", True, _number_above(1.0)),
+    FlagSpec(("--spec-synth-rates",), "synthetic_acceptance", True, _on),
+    # the most prompt tokens one step takes (logical), and the micro-batch it is computed in
+    FlagSpec(("-b", "--batch-size"), "prefill_batch", True, _int_above(0)),
+    FlagSpec(("-ub", "--ubatch-size"), "prefill_ubatch", True, _int_above(0)),
     FlagSpec(("--swa-full",), "swa_full", False, _on),
     FlagSpec(("--context-shift",), "context_shift", False, _on),
     FlagSpec(("--no-context-shift",), "context_shift", False, _off, off_of="--context-shift"),
@@ -124,6 +142,7 @@ VLLM: tuple[FlagSpec, ...] = (
     FlagSpec(("--kv-cache-dtype",), "kv_cache_quant", True, _not_in(*_UNQUANTIZED)),
     FlagSpec(("--enable-chunked-prefill",), "chunked_prefill", False, _on),
     FlagSpec(("--no-enable-chunked-prefill",), "chunked_prefill", False, _off, off_of="--enable-chunked-prefill"),
+    FlagSpec(("--max-num-batched-tokens",), "prefill_batch", True, _int_above(0)),
     *_GENERIC,
 )
 

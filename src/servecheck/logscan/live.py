@@ -17,6 +17,8 @@ from servecheck.errors import ConnectError
 from servecheck.logscan.scan import Evidence
 
 LIVE_TIMEOUT_S = 10.0
+# What a live reading says beside its finding: the server's own gauge, read over HTTP, not a log rule.
+LIVE_PROVENANCE = "a live reading from the running server's endpoint, not a log line"
 # Gauges that show requests decoding together (name, what they are, the waiting gauge beside it).
 RUNNING_GAUGES: dict[str, str] = {
     "vllm:num_requests_running": "vllm:num_requests_waiting",
@@ -37,6 +39,7 @@ def evidence_from_props(props: dict[str, Any]) -> list[Evidence]:
             rule_id="live.llamacpp.props_total_slots",
             meaning="the slot count the running server reports",
             source="live",
+            provenance=LIVE_PROVENANCE,
             value=float(slots),
             requires_request=slots < 2,
         )
@@ -58,6 +61,7 @@ def evidence_from_slots(slots: Any) -> list[Evidence]:
             rule_id="live.llamacpp.slots",
             meaning="the slots the running server lists",
             source="live",
+            provenance=LIVE_PROVENANCE,
             value=float(len(slots)),
         )
     ]
@@ -83,6 +87,7 @@ def evidence_from_metrics(text: str) -> list[Evidence]:
                 rule_id=f"live.{running_name.split(':')[0]}.running",
                 meaning="requests running together at the moment of reading (idle servers show 0)",
                 source="live",
+                provenance=LIVE_PROVENANCE,
                 value=running,
             )
         )

@@ -23,6 +23,32 @@ ENGINE_FAMILIES: dict[str, tuple[str, ...]] = {
 }
 _REQUIRED = ("id", "engine", "pattern", "feature", "status", "meaning", "source")
 _FEATURE_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+ProvenanceKind = Literal["real_log", "documentation", "user"]
+# What a rule that was never matched against a real log says beside its finding.
+NOT_CHECKED = "from documentation, not checked against a real log"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a rule's wording was seen: in a real log of a named engine version (kept under
+    tests/fixtures/, where a test matches the rule against it), or only in documentation."""
+
+    kind: ProvenanceKind
+    version: str = ""  # the engine build whose log showed the line, e.g. "llama.cpp 0c1e570"
+    log: str = ""  # that log, kept in the repository, e.g. "tests/fixtures/logs/llamacpp_ngl.log"
+    origin: str = ""  # documentation: the rule's `source`; user: the rules file
+
+    @property
+    def checked(self) -> bool:
+        return self.kind == "real_log"
+
+    def describe(self) -> str:
+        """The words printed beside a finding."""
+        if self.kind == "real_log":
+            return f"checked against a real log of {self.version} ({self.log})"
+        if self.kind == "user":
+            return f"a rule from {self.origin}, not checked by servecheck"
+        return f"{NOT_CHECKED}: {self.origin}"
 
 
 @dataclass(frozen=True)
@@ -36,13 +62,16 @@ class Rule:
     status: RuleStatus
     meaning: str
     source: str
-    verified: str = ""
+    provenance: Provenance
     min_value: float | None = None  # a captured value below this does not confirm the feature
     below_min_status: RuleStatus = "info"
     requires_request: bool = False  # the line is printed in every log unless the feature was asked for
     # A refusal that any confirming line of the same feature overrides: a moment the line describes
     # (one request running while others waited) on a server that, at other moments, did the thing.
     yields_to_confirmed: bool = False
+    # The line only repeats what the user passed (vLLM's "non-default args: {...}", an environment
+    # dump): what was asked, not what runs, so it is `info` and never confirms or refuses.
+    echo: bool = False
     # Lower-cased text every matching line must contain: a cheap substring test skips the regex
     # on almost every line of a big log. None: no such text (the regex always runs).
     literal: str | None = None
@@ -79,9 +108,9 @@ def default_rules_path() -> Path:
 
 def load_rules(path: str | Path | None = None) -> tuple[Rule, ...]:
     """The built-in rules, plus the rules in `path` when given (same TOML shape)."""
-    rules = list(_load_file(default_rules_path()))
+    rules = list(_load_file(default_rules_path(), builtin=True))
     if path is not None:
-        rules.extend(_load_file(Path(path)))
+        rules.extend(_load_file(Path(path), builtin=False))
     _check_unique(rules)
     return tuple(rules)
 
@@ -91,7 +120,7 @@ def rules_for(rules: tuple[Rule, ...], engine: str) -> tuple[Rule, ...]:
     return tuple(r for r in rules if r.engine in wanted)
 
 
-def _load_file(path: Path) -> list[Rule]:
+def _load_file(path: Path, builtin: bool) -> list[Rule]:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
@@ -103,10 +132,10 @@ def _load_file(path: Path) -> list[Rule]:
     entries = data.get("rule", [])
     if not isinstance(entries, list):
         raise LogScanError(f"rules file {path}: 'rule' must be an array of tables", "write each rule as [[rule]]")
-    return [_parse_rule(entry, path, i) for i, entry in enumerate(entries)]
+    return [_parse_rule(entry, path, i, builtin) for i, entry in enumerate(entries)]
 
 
-def _parse_rule(entry: Any, path: Path, index: int) -> Rule:
+def _parse_rule(entry: Any, path: Path, index: int, builtin: bool) -> Rule:
     where = f"rules file {path}, rule {index + 1}"
     if not isinstance(entry, dict):
         raise LogScanError(f"{where}: not a table", "write each rule as [[rule]]")
@@ -123,12 +152,29 @@ def _parse_rule(entry: Any, path: Path, index: int) -> Rule:
         status=entry["status"],
         meaning=entry["meaning"],
         source=entry["source"],
-        verified=str(entry.get("verified", "")),
+        provenance=_provenance(entry, where, path, builtin),
         min_value=None if entry.get("min_value") is None else float(entry["min_value"]),
         below_min_status=entry.get("below_min_status", "info"),
         requires_request=bool(entry.get("requires_request", False)),
         yields_to_confirmed=bool(entry.get("yields_to_confirmed", False)),
+        echo=bool(entry.get("echo", False)),
     )
+
+
+def _provenance(entry: dict[str, Any], where: str, path: Path, builtin: bool) -> Provenance:
+    """`provenance = "documentation"`, or `provenance = { version = "...", log = "tests/fixtures/..." }`
+    for a rule checked against a real log. Built-in rules must say which; a user's rules file may not."""
+    raw = entry.get("provenance")
+    hint = 'write provenance = "documentation" or provenance = { version = "...", log = "tests/fixtures/..." }'
+    if raw is None:
+        if builtin:
+            raise LogScanError(f"{where}: no provenance", hint)
+        return Provenance("user", origin=f"--rules {path.name}")
+    if raw == "documentation":
+        return Provenance("documentation", origin=entry["source"])
+    if isinstance(raw, dict) and set(raw) == {"version", "log"} and all(isinstance(v, str) and v for v in raw.values()):
+        return Provenance("real_log", version=raw["version"], log=raw["log"])
+    raise LogScanError(f"{where}: bad provenance {raw!r}", hint)
 
 
 def _check_fields(entry: dict[str, Any], where: str) -> None:
@@ -141,6 +187,9 @@ def _check_fields(entry: dict[str, Any], where: str) -> None:
         raise LogScanError(f"{where}: feature {entry['feature']!r} is not snake_case", "e.g. parallel_slots")
     if entry.get("min_value") is not None and not isinstance(entry["min_value"], int | float):
         raise LogScanError(f"{where}: min_value must be a number")
+    if entry.get("echo") and (entry["status"] != "info" or entry.get("below_min_status", "info") != "info"):
+        raise LogScanError(f"{where}: an echo of the user's flags cannot confirm or refuse a feature",
+                           "give it status = \"info\"; a line where the engine states the feature decides")
 
 
 def _compile(pattern: str, where: str) -> re.Pattern[str]:

@@ -47,6 +47,7 @@ class Evidence:
     value: float | None = None
     requires_request: bool = False
     yields_to_confirmed: bool = False  # a refusal any confirmation of the feature overrides
+    provenance: str | None = None  # where the rule's wording was checked (Provenance.describe)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -58,6 +59,7 @@ class Evidence:
             "source": self.source,
             "line_no": self.line_no,
             "value": self.value,
+            "provenance": self.provenance,
         }
 
 
@@ -74,6 +76,8 @@ class Finding:
     meaning: str | None = None
     source: str | None = None
     line_no: int | None = None
+    value: float | None = None  # the number the deciding line gave (slots, a batch size, ...)
+    provenance: str | None = None  # where the deciding rule's wording was checked
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +90,8 @@ class Finding:
             "meaning": self.meaning,
             "source": self.source,
             "line_no": self.line_no,
+            "value": self.value,
+            "provenance": self.provenance,
         }
 
 
@@ -247,6 +253,7 @@ def match_line(rules: Iterable[Rule], text: str, line_no: int | None = None) -> 
                 # "n_slots = 1" refuses parallel slots only when they were asked for.
                 requires_request=rule.requires_request or below_min,
                 yields_to_confirmed=rule.yields_to_confirmed and status == "refused",
+                provenance=rule.provenance.describe(),
             )
         )
     return out
@@ -313,6 +320,8 @@ def _finding(feature: str, status: FindingStatus, request: FeatureRequest | None
         meaning=ev.meaning,
         source=ev.source,
         line_no=ev.line_no,
+        value=ev.value,
+        provenance=ev.provenance,
     )
 
 

@@ -937,11 +937,17 @@ def _log_section(run: RunResult[LogBody]) -> str:
 
 def _log_findings(findings: Sequence[LogFinding], lines: Sequence[LogLine]) -> str:
     """A log audit's word, its findings and the WARNING/ERROR lines: the `log` command's, or a --serve run's."""
+    # value and provenance columns only where the document has them: older documents render as they did
+    with_value = any(f.value is not None for f in findings)
+    with_provenance = any(f.provenance for f in findings)
     rows = [
-        [fmt(f.feature), f'<span class="status-{esc(f.status or "")}">{fmt(f.status)}</span>', _excerpt(f.line), fmt(f.meaning)]
+        [fmt(f.feature), f'<span class="status-{esc(f.status or "")}">{fmt(f.status)}</span>',
+         *([fmt(f.value)] if with_value else []), _excerpt(f.line), fmt(f.meaning),
+         *([fmt(f.provenance)] if with_provenance else [])]
         for f in findings
     ]
-    headers = ["feature", "status", "evidence", "meaning"]
+    headers = ["feature", "status", *(["value"] if with_value else []), "evidence", "meaning",
+               *(["provenance"] if with_provenance else [])]
     parts = [verdict_line("Verdict", audit_word(findings)), "<h3>Findings</h3>", table(headers, rows)]
     if lines:
         line_rows = [[fmt(line.level), _excerpt(line.text)] for line in lines]

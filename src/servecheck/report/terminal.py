@@ -203,8 +203,18 @@ def _range(value: tuple[float, ...] | float | None, scale: float, suffix: str, d
 
 
 def _log_body(run: RunResult[LogBody]) -> list[RenderableType]:
-    rows = [[f.feature or DASH, f.status or DASH, f.line or DASH] for f in run.body.findings]
-    return [_table(["feature", "status", "evidence"], rows)]
+    # value and provenance columns only where the document has them: older documents print as they did
+    findings = run.body.findings
+    with_value = any(f.value is not None for f in findings)
+    with_provenance = any(f.provenance for f in findings)
+    headers = ["feature", "status", *(["value"] if with_value else []), "evidence",
+               *(["provenance"] if with_provenance else [])]
+    rows = [
+        [f.feature or DASH, f.status or DASH, *([_scalar(f.value)] if with_value else []), f.line or DASH,
+         *([f.provenance or DASH] if with_provenance else [])]
+        for f in findings
+    ]
+    return [_table(headers, rows)]
 
 
 def _generic_body(doc: dict[str, Any]) -> list[RenderableType]:

@@ -130,6 +130,8 @@ class LogFinding:
     source: str | None = None
     asked: str | None = None  # the flag that asked for it, e.g. "-np 4"
     requested: bool | None = None
+    value: float | None = None  # the number the deciding line gave, e.g. a batch size (older documents: absent)
+    provenance: str | None = None  # where the deciding rule was checked: a real log, or documentation only
 
 
 @record

@@ -21,6 +21,7 @@ class LogEvidence:
     rule: str | None = None
     source: str | None = None  # log | live
     value: float | None = None
+    provenance: str | None = None  # where the rule was checked (older documents: absent)
 
 
 @record
