@@ -241,6 +241,7 @@ class SpeculativeExperiment:
     reps: int
     rng: random.Random
     open_baseline: OpenDriver | None = None
+    expect: str | None = None
 
     async def run(self, driver: Driver, on_server: OnServer, on_point: OnPoint) -> SpeculativeResult:
         return await run_speculative(driver, ns=self.ns, tokens=self.tokens, reps=self.reps, rng=self.rng,
@@ -250,4 +251,4 @@ class SpeculativeExperiment:
         return {"command": "speculative", "server": server.to_dict(), "simulated": server.simulated, "points": []}
 
     def document(self, result: SpeculativeResult) -> dict[str, Any]:
-        return result.to_doc()
+        return {**result.to_doc(), "expect": self.expect}
