@@ -58,6 +58,17 @@ def test_two_client_stalls_are_not_taken_for_the_step_time() -> None:
     assert set(g.steps) == {1}
 
 
+def test_output_held_back_and_sent_with_the_next_token_is_not_a_step() -> None:
+    """No speculation, but every tenth token is held one step (a partial UTF-8 character) and sent with the
+    next: a pair after two step times is two steps of one."""
+    times = list(arrivals([1] * 60))
+    for i in range(10, 60, 10):
+        times[i] = times[i + 1] - WRITE_NS
+    g = sp.group_steps(sp.Stream(tuple(times), tokens=len(times)))
+    assert g.problem is None and set(g.steps) == {1}
+    assert "5 group(s) after about as many step times as tokens read as held-back output" in g.method
+
+
 def test_several_tokens_per_event_come_from_the_stream() -> None:
     steps = [3] * 30
     times = tuple(arrivals([1] * 30))  # one event per step, each carrying three ids

@@ -45,6 +45,11 @@ SPLIT_FRACTION = 0.3
 # step time shows. A loopback write takes microseconds; no engine completes a forward pass and its
 # HTTP write in a tenth of a millisecond.
 BURST_NS = 100_000
+# A group of k tokens that opens after about k step times is not one step: the server held output back
+# (llama.cpp holds text that may begin a stop string or ends inside a UTF-8 character) and sent it with
+# the next token. A real k-token step opens one step time after the last (its verify step is the step
+# time S itself), so an opening gap of (k - HELD_SLACK) x S or more reads as k steps of one token.
+HELD_SLACK = 0.5
 # Floor for a gap in the ratio test: two events stamped in the same nanosecond are one write.
 GAP_FLOOR_NS = 1_000
 
@@ -132,11 +137,12 @@ def group_steps(stream: Stream) -> Grouping:
             f"gaps too noisy to group: {len(dead)} of {len(gaps)} lie between {DEAD_LO:g} and {DEAD_HI:g} of the step "
             f"time {step_ns / 1e6:.2f} ms (at most {NOISE_SHARE:.0%} allowed); rerun on a quiet machine"))
     threshold = SPLIT_FRACTION * step_ns
-    steps = _split(sizes[1:], gaps, threshold)
+    steps, held = unhold(_split(sizes[1:], gaps, threshold), step_ns)
     if len(steps) < 3:
         return Grouping(step_ns=step_ns, problem=f"only {len(steps)} decode steps: too short to estimate")
+    held_note = f"; {held} group(s) after about as many step times as tokens read as held-back output" if held else ""
     method = (f"{how}; split at gaps above {threshold / 1e6:.3g} ms ({SPLIT_FRACTION:g} of the step time "
-              f"{step_ns / 1e6:.3g} ms); first and last step left out")
+              f"{step_ns / 1e6:.3g} ms){held_note}; first and last step left out")
     return Grouping(steps=tuple(steps[:-1]), step_ns=step_ns, threshold_ns=threshold, method=method)
 
 
@@ -155,15 +161,29 @@ def step_time(gaps: Sequence[int]) -> tuple[float, str]:
     return median(ordered), "one gap mode: every event its own step"
 
 
-def _split(sizes: Sequence[int], gaps: Sequence[int], threshold: float) -> list[int]:
-    """Tokens per step: a gap above the threshold starts a new step; sizes[0] opens the first."""
-    steps = [sizes[0]]
+def _split(sizes: Sequence[int], gaps: Sequence[int], threshold: float) -> list[tuple[int, int | None]]:
+    """(tokens, opening gap) per step: a gap above the threshold starts a new step; sizes[0] opens the
+    first (its opening gap, from the prompt's token, is not a decode step's: None)."""
+    steps: list[tuple[int, int | None]] = [(sizes[0], None)]
     for size, gap in zip(sizes[1:], gaps):
         if gap > threshold:
-            steps.append(size)
+            steps.append((size, gap))
         else:
-            steps[-1] += size
+            steps[-1] = (steps[-1][0] + size, steps[-1][1])
     return steps
+
+
+def unhold(steps: Sequence[tuple[int, int | None]], step_ns: float) -> tuple[list[int], int]:
+    """Tokens per step, a held-back group (see HELD_SLACK) read as that many single-token steps; and how many were."""
+    out: list[int] = []
+    held = 0
+    for size, gap in steps:
+        if size > 1 and gap is not None and gap >= (size - HELD_SLACK) * step_ns:
+            out += [1] * size
+            held += 1
+        else:
+            out.append(size)
+    return out, held
 
 
 # ---------------------------------------------------------------- one point: an N and a prompt kind
