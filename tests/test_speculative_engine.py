@@ -93,11 +93,12 @@ def test_synthetic_acceptance_reads_its_length(engine: LocalEngine, draft: Path,
 
 def test_the_target_as_its_own_draft_accepts_every_draft(engine: LocalEngine, tmp_path: Path) -> None:
     with serve(engine, tmp_path, "copy", spec_args(engine.model_path)) as url:
-        code, doc = run(url, tmp_path / "copy.json")
+        code, doc = run(url, tmp_path / "copy.json", "--expect", "speculating")
     points = doc["points"]
     print(json.dumps([{k: p[k] for k in ("prompt_kind", "tokens_per_step", "server_tokens_per_step",
                                          "server_acceptance", "problems")} for p in points]), file=sys.stderr)
     assert doc["verdict"] == "speculating", [p["reason"] for p in points]
+    assert code == 0
     for p in points:
         assert p["tokens_per_step"] == pytest.approx(DRAFT_MAX + 1, rel=SPEC_TOLERANCE), p["reason"]
         assert p["server_acceptance"] == pytest.approx(1.0, abs=0.05)
@@ -109,6 +110,7 @@ def test_an_unrelated_draft_costs_against_the_baseline(engine: LocalEngine, draf
     points = doc["points"]
     print(json.dumps([{k: p[k] for k in ("prompt_kind", "tokens_per_step", "pays", "pays_reason",
                                          "server_acceptance")} for p in points]), file=sys.stderr)
+    assert code == 0 and doc["verdict"] == "not_speculating"  # it drafts and accepts nothing
     for p in points:
         assert p["tokens_per_step"] == pytest.approx(1.0, abs=0.15)
         assert p["pays"] == "costs", p["pays_reason"]

@@ -9,14 +9,24 @@ from functools import partial
 import click
 
 from servecheck import exitcodes
-from servecheck.cli.common import ClientOptions, OutputOptions, client_record, output_record, say
+from servecheck.cli.common import (
+    ClientOptions,
+    OutputOptions,
+    client_record,
+    output_record,
+    say,
+)
 from servecheck.cli.context import AppContext
 from servecheck.cli.measure import Progress, interrupted, measure, show_report
 from servecheck.cli.serve import Served, resolve_url, serve_option, served
 from servecheck.cli.staircase import parse_ns
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
-from servecheck.experiments.speculative import KIND_LABELS, SpeculativeExperiment, SpeculativeResult
+from servecheck.experiments.speculative import (
+    KIND_LABELS,
+    SpeculativeExperiment,
+    SpeculativeResult,
+)
 from servecheck.load.preflight import CheckedDriver
 from servecheck.model.bodies.speculative import SpeculativeBody
 from servecheck.model.result import RunResult, from_doc

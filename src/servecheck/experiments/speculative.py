@@ -17,7 +17,13 @@ from servecheck.analysis.stats import median
 from servecheck.errors import ServerError, UsageError
 from servecheck.load.prompts import new_nonce
 from servecheck.load.protocol import Driver
-from servecheck.model.records import NS_PER_S, BatchResult, GenRequest, RequestRecord, ServerInfo
+from servecheck.model.records import (
+    NS_PER_S,
+    BatchResult,
+    GenRequest,
+    RequestRecord,
+    ServerInfo,
+)
 
 OnPoint = Callable[["SpeculativeResult"], None]
 OnServer = Callable[[ServerInfo], None]
