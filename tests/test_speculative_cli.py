@@ -68,10 +68,23 @@ def test_json_contract_terminal_history_and_html(tmp_path: Path, capsys: pytest.
     assert "verbatim repetition:" in capsys.readouterr().out
 
 
-def test_expect_the_other_verdict_exits_4(tmp_path: Path) -> None:
+def test_expect_the_other_verdict_exits_4_and_diff_sets_runs_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, doc = spec_run(tmp_path, FAST, "--expect", "speculating")
     assert doc["verdict"] == "not_speculating"
     assert code == exitcodes.EXPECT_MISMATCH
+    (tmp_path / "plain.json").write_text(json.dumps(doc))
+    code, doc = spec_run(tmp_path, SPEC)
+    assert code == exitcodes.OK and doc["verdict"] == "speculating"
+    capsys.readouterr()
+    out = tmp_path / "diff.json"
+    assert run_main(["diff", str(tmp_path / "plain.json"), str(tmp_path / "spec.json"), "--json", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "not_speculating" in shown and "speculating (" in shown and "tokens/step" in shown
+    lines = json.loads(out.read_text())["lines"]
+    assert [line["verdict"] for line in lines] == ["not_speculating", "speculating"]
+    first = {(p["n"], p["prompt_kind"]): p["tokens_per_step"] for p in lines[0]["points"]}
+    second = {(p["n"], p["prompt_kind"]): p["tokens_per_step"] for p in lines[1]["points"]}
+    assert first[(1, "predictable")] == pytest.approx(1.0) and second[(1, "predictable")] == pytest.approx(3.0, rel=0.2)
 
 
 def test_costs_against_the_baseline_in_the_seed_shape(tmp_path: Path) -> None:
