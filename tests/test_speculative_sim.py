@@ -89,3 +89,12 @@ async def test_speculation_pays_alone_and_costs_at_four() -> None:
         assert by[(4, kind)]["pays_ratio"] == pytest.approx(10 / 13, rel=0.1)
     assert doc["stops_paying_n"] == {"predictable": 4, "unpredictable": 4}
     assert doc["baseline"]["model"] == doc["server"]["model"]
+
+
+def test_the_law_refuses_a_mean_its_draft_cannot_reach_and_names_itself() -> None:
+    from servecheck.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"spec_mean must be in \[1, spec_draft \+ 1\]"):
+        SimConfig(spec_mean=6.0, spec_draft=4)
+    assert "spec_mean=2 spec_draft=4 spec_draft_token=1ms" in law(2.0).describe()
+    assert "spec_mean" not in plain().describe()
