@@ -49,6 +49,21 @@ def test_step_jitter_within_a_mode_does_not_split_or_join() -> None:
     assert g.problem is None and set(g.steps) == {2}
 
 
+def test_slow_writes_inside_steps_do_not_become_the_step_time() -> None:
+    """A busy client: half the writes inside a step read 20 µs apart, half 500 µs (a third gap mode below the
+    steps). The step boundaries are the top mode, not the widest jump."""
+    out, t = [0], 0
+    for _ in range(30):
+        t += STEP_NS
+        out.append(t)
+        for k in range(4):
+            t += 20_000 if k % 2 else 500_000
+            out.append(t)
+    g = sp.group_steps(sp.Stream(tuple(out), tokens=len(out)))
+    assert g.problem is None and set(g.steps) == {5}
+    assert g.step_ns == pytest.approx(STEP_NS, rel=0.01)
+
+
 def test_two_client_stalls_are_not_taken_for_the_step_time() -> None:
     times = list(arrivals([1] * 40))
     for i in (10, 25):  # two 200 ms holes: a jump, but only two gaps above it
