@@ -14,9 +14,12 @@ from servecheck.report.diff import (
     ContextDiff,
     Diff,
     Line,
+    SpeculativeDiff,
     diff_context_runs,
     diff_runs,
+    diff_speculative_runs,
     is_context_diff,
+    is_speculative_diff,
     label_for,
     per_stream,
 )
@@ -35,6 +38,8 @@ def cmd(app: AppContext, runs: tuple[str, ...], db_path: str | None, json_path: 
     labels = [label_for(run, ref) for ref, run in zip(runs, loaded)]
     if is_context_diff(loaded):
         return _context(app, diff_context_runs(loaded, labels=labels), json_path)
+    if is_speculative_diff(loaded):
+        return _speculative(app, diff_speculative_runs(loaded, labels=labels), json_path)
     result = diff_runs(loaded, labels=labels)
     if json_path:
         write_json(json_path, _as_dict(result))
@@ -149,5 +154,51 @@ def context_dict(result: ContextDiff) -> dict[str, object]:
              "decode_tok_s": {str(d): v for d, v in ln.decode_tok_s.items()}, "ratio": {str(d): v for d, v in ln.ratio.items()},
              "predicted_tok_s": {str(d): v for d, v in ln.predicted_tok_s.items()}, "effect": ln.effect, "marks": list(ln.marks)}
             for ln in result.lines
+        ],
+    }
+
+
+def _speculative(app: AppContext, result: SpeculativeDiff, json_path: str | None) -> int:
+    if json_path:
+        write_json(json_path, speculative_dict(result))
+        if json_path == "-":
+            return 0
+    app.out.print(speculative_table(result))
+    for line in result.lines:
+        marks = f"  [{' '.join(line.marks)}]" if line.marks else ""
+        app.out.print(Text(f"{line.label}: {line.verdict} ({line.config}){marks}"))
+    if any("simulated" in line.marks for line in result.lines):
+        app.out.print(Text("SIMULATED: some runs measured servecheck's simulated server, not a real engine", style="yellow"))
+    app.out.print(Text("tokens per step and per-stream tok/s at each N and prompt kind, as each run measured them", style="dim"))
+    return 0
+
+
+def speculative_table(result: SpeculativeDiff) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("N", justify="right", no_wrap=True)
+    table.add_column("prompt", no_wrap=True)
+    for line in result.lines:
+        table.add_column(f"{line.label} tokens/step", justify="right", no_wrap=True)
+        table.add_column(f"{line.label} tok/s", justify="right", no_wrap=True)
+        table.add_column(f"{line.label} pays", justify="right", no_wrap=True)
+    for key in result.keys:
+        cells = [str(key[0]), key[1]]
+        for line in result.lines:
+            tps, rate = line.tokens_per_step.get(key), line.per_stream_tok_s.get(key)
+            cells += ["—" if tps is None else f"{tps:.2f}", "—" if rate is None else f"{rate:.1f}", line.pays.get(key, "—")]
+        table.add_row(*cells)
+    return table
+
+
+def speculative_dict(result: SpeculativeDiff) -> dict[str, object]:
+    return {
+        "command": "diff",
+        "of": "speculative",
+        "lines": [
+            {"label": l.label, "config": l.config, "server_url": l.server_url, "model": l.model, "verdict": l.verdict,
+             "points": [{"n": k[0], "prompt_kind": k[1], "tokens_per_step": l.tokens_per_step.get(k),
+                         "per_stream_tok_s": l.per_stream_tok_s.get(k), "pays": l.pays.get(k)} for k in result.keys],
+             "marks": list(l.marks)}
+            for l in result.lines
         ],
     }

@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "capacity": "servecheck.cli.capacity",
     "prefix-cache": "servecheck.cli.prefix_cache",
     "context": "servecheck.cli.context_sweep",
+    "speculative": "servecheck.cli.speculative",
     "log": "servecheck.cli.log",
     "audit": "servecheck.cli.audit",
     "bandwidth": "servecheck.cli.bandwidth",

@@ -76,6 +76,12 @@ from servecheck.sim.config import MODES, PREFIX_CACHE_MODES
 )
 @click.option("--heat-per-s", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Slow-down per second of uptime (0.01 = +1%/s).")
 @click.option("--n-ctx", type=click.IntRange(min=2), default=8192, show_default=True, help="Context per request (per slot).")
+@click.option("--spec-mean", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Speculation law: mean tokens per decode step (1 .. draft + 1; 0: no speculation).")
+@click.option("--spec-draft", type=click.IntRange(min=1), default=4, show_default=True, help="Draft tokens per step and sequence.")
+@click.option("--spec-draft-ms", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Step time added per draft token per sequence (verifying the draft).")
+@click.option("--spec-seed", type=int, default=0, show_default=True, help="Seed of the acceptance draws.")
 @click.option("--refusal", is_flag=True, help="Log llama.cpp-like 'feature refused' lines at start-up.")
 @click.option("--lying-gauges", is_flag=True,
               help="/metrics counts every admitted request as processing and none as deferred (gauges that lie).")
@@ -96,6 +102,10 @@ def cmd(
     prefix_cache: str,
     heat_per_s: float,
     n_ctx: int,
+    spec_mean: float,
+    spec_draft: int,
+    spec_draft_ms: float,
+    spec_seed: int,
     refusal: bool,
     lying_gauges: bool,
     hostile: bool,
@@ -126,6 +136,10 @@ def cmd(
         prefix_cache=prefix_cache,  # type: ignore[arg-type]
         n_ctx=n_ctx,
         default_max_tokens=min(128, n_ctx - 1),
+        spec_mean=spec_mean,
+        spec_draft=spec_draft,
+        spec_draft_token_s=spec_draft_ms / 1e3,
+        spec_seed=spec_seed,
         refusal=refusal,
         hostile=hostile,
         lying_gauges=lying_gauges,

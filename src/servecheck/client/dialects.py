@@ -158,6 +158,8 @@ def llamacpp_timings(t: dict[str, Any]) -> ServerTimings:
         decode_s=_scaled(t.get("predicted_ms"), MS_PER_S),
         cached_prompt_tokens=_int(t.get("cache_n")),
         self_reported_tok_s=_num(t.get("predicted_per_second")),
+        draft_tokens=_int(t.get("draft_n")),
+        draft_accepted=_int(t.get("draft_n_accepted")),
     )
 
 
@@ -172,6 +174,8 @@ def _usage_timings(usage: dict[str, Any], timings: dict[str, Any] | None) -> Ser
         decode_s=base.decode_s,
         cached_prompt_tokens=cached if cached is not None else base.cached_prompt_tokens,
         self_reported_tok_s=base.self_reported_tok_s,
+        draft_tokens=base.draft_tokens,
+        draft_accepted=base.draft_accepted,
     )
 
 

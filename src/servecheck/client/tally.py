@@ -38,6 +38,7 @@ class StreamTally:
     last_event_ns: int | None = None
     final_ns: int | None = None  # when the terminal event arrived
     token_ns: list[int] = field(default_factory=list)
+    event_tokens: list[int] = field(default_factory=list)  # ids or logprob entries per event (0: not said)
     events: int = 0
     token_ids: int = 0
     logprob_tokens: int = 0
@@ -77,6 +78,7 @@ class StreamTally:
         if self.first_token_ns is None:
             self.first_token_ns = t_ns
         self.token_ns.append(t_ns)
+        self.event_tokens.append(max(reading.token_ids, reading.logprob_tokens))
         self.events += 1
         self.token_ids += reading.token_ids
         self.logprob_tokens += reading.logprob_tokens

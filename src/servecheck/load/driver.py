@@ -582,6 +582,7 @@ class LoadDriver:
             first_token_ns=tally.first_token_ns,
             end_ns=(tally.final_ns or tally.last_event_ns) if status == "ok" else tally.last_event_ns,
             token_ns=tuple(tally.token_ns),
+            event_tokens=tuple(tally.event_tokens),
             tokens=count.tokens,
             tokens_source=count.source,
             finish_reason=tally.finish_reason,

@@ -43,6 +43,7 @@ class FakeServer:
     fails: Callable[[int], bool] = field(default=lambda n: False)  # HTTP 503 at n in flight
     fail_warmup: bool = False  # the first single request fails (HTTP 404)
     ctrl_c_at_call: int | None = None  # the k-th generate / run_batch call raises KeyboardInterrupt
+    one_event: bool = False  # every token arrives in the final event (a server that buffers its stream)
     url: str = "http://fake"
     dialect: str = "llamacpp"
     model: str = "fake"
@@ -144,6 +145,8 @@ class FakeDriver:
         step_ns = self.server.token_s(in_flight) * heat * NS_PER_S / (1 + self._rng.uniform(-jitter, jitter))
         first = start + int(self.server.ttft_s(in_flight) * NS_PER_S)
         times = tuple(first + int(i * step_ns) for i in range(req.max_tokens))
+        if self.server.one_event:
+            first, times = times[-1], times[-1:]
         return RequestRecord(
             index=req.index, nonce=req.nonce, status="ok", tokens_requested=req.max_tokens, send_ns=send,
             first_token_ns=first, end_ns=times[-1], token_ns=times, tokens=req.max_tokens, tokens_source="usage",

@@ -36,9 +36,15 @@ class ServerTimings:
     decode_s: float | None = None  # the server's decode time
     cached_prompt_tokens: int | None = None  # cache_n / usage.prompt_tokens_details.cached_tokens
     self_reported_tok_s: float | None = None  # the server's own per-request generation rate
+    draft_tokens: int | None = None  # llama.cpp timings.draft_n: draft tokens the server tested
+    draft_accepted: int | None = None  # timings.draft_n_accepted
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        for key in ("draft_tokens", "draft_accepted"):  # only where the server drafted, as llama.cpp writes them
+            if d[key] is None:
+                del d[key]
+        return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +73,9 @@ class RequestRecord:
     first_token_ns: int | None = None
     end_ns: int | None = None
     token_ns: tuple[int, ...] = ()  # arrival of every event that carried generated text or ids
+    # Tokens each of those events carried where the stream says (token ids, logprob entries); 0 where it
+    # does not; () from drivers that do not count them.
+    event_tokens: tuple[int, ...] = ()
     tokens: int = 0  # generated tokens actually produced
     tokens_source: TokenCountSource = "none"
     finish_reason: str | None = None

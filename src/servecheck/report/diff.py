@@ -240,3 +240,53 @@ def context_line(run: RunResult[Any], label: str, config: str = "—") -> Contex
     ratio = {p.depth: p.ratio for p in body.points if p.depth is not None and p.ratio is not None}
     predicted = {r.depth: r.predicted_tok_s for r in body.roofline or () if r.depth is not None and r.predicted_tok_s is not None}
     return ContextLine(label, config, run.url, run.model, decode, ratio, predicted, body.effect or "inconclusive", marks_of(run))
+
+
+# ---------------------------------------------------------------- speculative runs, by N and prompt kind
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeLine:
+    """One speculative run: tokens per step and per-stream rate at each (N, prompt kind), as the run recorded them."""
+
+    label: str
+    config: str
+    server_url: str | None
+    model: str | None
+    tokens_per_step: dict[tuple[int, str], float]
+    per_stream_tok_s: dict[tuple[int, str], float]
+    pays: dict[tuple[int, str], str]
+    verdict: str  # the run's own
+    marks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeDiff:
+    lines: tuple[SpeculativeLine, ...]
+    keys: tuple[tuple[int, str], ...]  # (N, prompt kind), in order
+
+
+def is_speculative_diff(runs: Sequence[RunResult[Any]]) -> bool:
+    return bool(runs) and all(run.command == "speculative" for run in runs)
+
+
+def diff_speculative_runs(runs: Sequence[RunResult[Any]], labels: Sequence[str] | None = None) -> SpeculativeDiff:
+    """Speculative runs side by side. Raises UsageError for fewer than two or a run of another command."""
+    if len(runs) < 2:
+        raise UsageError("diff needs at least two runs", "give two or more run ids, e.g. servecheck diff 3 4")
+    for run in runs:
+        if run.command != "speculative":
+            raise UsageError(f"{label_for(run, 'a run')} is a {run.command} run; speculative runs compare only with "
+                             "speculative runs", "pick speculative runs from `servecheck history --command speculative`")
+    names = list(labels) if labels is not None else [label_for(r, f"run {i + 1}") for i, r in enumerate(runs)]
+    lines = tuple(speculative_line(run, name, config) for run, name, config in zip(runs, names, config_notes(runs)))
+    keys = sorted({k for line in lines for k in (*line.tokens_per_step, *line.per_stream_tok_s)}, key=lambda k: (k[1], k[0]))
+    return SpeculativeDiff(lines, tuple(keys))
+
+
+def speculative_line(run: RunResult[Any], label: str, config: str = "—") -> SpeculativeLine:
+    points = [p for p in run.body.points if p.n is not None and p.prompt_kind]
+    tps = {(p.n, p.prompt_kind): p.tokens_per_step for p in points if p.tokens_per_step is not None}
+    rate = {(p.n, p.prompt_kind): p.per_stream_tok_s for p in points if p.per_stream_tok_s is not None}
+    pays = {(p.n, p.prompt_kind): p.pays for p in points if p.pays}
+    return SpeculativeLine(label, config, run.url, run.model, tps, rate, pays, run.body.verdict or "inconclusive", marks_of(run))

@@ -61,6 +61,17 @@ class SimConfig:
     lying_gauges: bool = False
     log_path: str | None = None
     model: str = MODEL_PREFIX
+    # Speculation law (spec_mean > 0): each decode step drafts spec_draft tokens per sequence and emits
+    # 1 + Binomial(spec_draft, (spec_mean - 1) / spec_draft) of them at once, so the mean tokens per
+    # step is spec_mean; verifying the draft costs spec_draft_token_s per draft token per sequence.
+    spec_mean: float = 0.0
+    spec_draft: int = 4
+    spec_draft_token_s: float = 0.001
+    spec_seed: int = 0
+
+    @property
+    def speculating(self) -> bool:
+        return self.spec_mean > 0
 
     def __post_init__(self) -> None:
         problems = _problems(self)
@@ -111,6 +122,9 @@ class SimConfig:
         if self.eos_ceiling:
             lo, hi = self.eos_short_range
             parts.append(f"eos_ceiling={self.eos_short_fraction:g} short at {lo:g}-{hi:g}x")
+        if self.speculating:
+            parts.append(f"spec_mean={self.spec_mean:g} spec_draft={self.spec_draft} "
+                         f"spec_draft_token={self.spec_draft_token_s * 1e3:g}ms")
         if self.refusal:
             parts.append("refusal")
         if self.hostile:
@@ -145,6 +159,11 @@ def _problems(c: SimConfig) -> list[str]:
         problems.append(f"n_ctx must be >= 2, got {c.n_ctx!r}")
     if not 1 <= c.default_max_tokens < c.n_ctx:
         problems.append(f"default_max_tokens must be in [1, n_ctx), got {c.default_max_tokens!r}")
+    if c.spec_mean and not (isinstance(c.spec_draft, int) and c.spec_draft >= 1 and 1.0 <= c.spec_mean <= c.spec_draft + 1):
+        problems.append(f"spec_mean must be in [1, spec_draft + 1] with spec_draft >= 1 (a step emits 1 to draft + 1 "
+                        f"tokens), got spec_mean={c.spec_mean!r} spec_draft={c.spec_draft!r}")
+    if c.spec_mean < 0 or c.spec_draft_token_s < 0:
+        problems.append("spec_mean and spec_draft_token_s must be >= 0")
     if not c.model.startswith(MODEL_PREFIX):
         problems.append(f"model name must start with {MODEL_PREFIX!r} so the simulation is obvious, got {c.model!r}")
     return problems

@@ -19,6 +19,7 @@ Modes (see SimConfig):
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections import deque
 from collections.abc import Callable
@@ -68,6 +69,8 @@ class JobTimings:
     predicted_ms: float
     queue_ms: float  # arrival to prefill start
     total_ms: float  # arrival to the last token
+    draft_n: int = 0  # draft tokens tested (speculation law only)
+    draft_n_accepted: int = 0
 
     @property
     def predicted_per_second(self) -> float:
@@ -98,6 +101,8 @@ class Job:
     token_ns: list[int] = field(default_factory=list)
     end_ns: int | None = None
     cancelled: bool = False
+    draft_n: int = 0
+    draft_accepted: int = 0
 
     @property
     def prompt_n(self) -> int:
@@ -129,6 +134,8 @@ class Job:
             predicted_ms=(last - decode_start) * ms,
             queue_ms=(prefill_start - self.arrival_ns) * ms,
             total_ms=(last - self.arrival_ns) * ms,
+            draft_n=self.draft_n,
+            draft_n_accepted=self.draft_accepted,
         )
 
 
@@ -199,6 +206,7 @@ class Scheduler:
         self.completed = 0
         self.peak_decoding = 0
         self.stats = SchedulerStats()
+        self._spec_rng = random.Random(config.spec_seed)
 
     # ----------------------------------------------------------------- public
     def start(self) -> None:
@@ -287,7 +295,8 @@ class Scheduler:
     def _decode_ns(self, jobs: list[Job], start_ns: int) -> int:
         c = self.config
         context = sum(len(j.prompt_tokens) + j.produced for j in jobs) if c.context_token_s else 0
-        return round((c.token_s + c.per_seq_s * len(jobs) + c.context_token_s * context) * self._heat(start_ns) * 1e9)
+        draft = c.spec_draft_token_s * c.spec_draft * len(jobs) if c.speculating else 0.0
+        return round((c.token_s + c.per_seq_s * len(jobs) + c.context_token_s * context + draft) * self._heat(start_ns) * 1e9)
 
     # ---------------------------------------------------- serial/slots/batched
     def _advance_batch(self, now: int) -> int | None:
@@ -399,8 +408,22 @@ class Scheduler:
             elif step.kind == "prefill":
                 job.prefill_end_ns = step.end_ns
                 self.cache.store(job.prompt_tokens)
+            elif job.decode_start_ns is not None and job.produced and self.config.speculating:
+                self._emit_step(job, step.end_ns)
             else:
                 self._emit_token(job, step.end_ns)
+
+    def _emit_step(self, job: Job, t_ns: int) -> None:
+        """The speculation law: a drafted step emits 1 + its accepted draft tokens together."""
+        c = self.config
+        p = (c.spec_mean - 1.0) / c.spec_draft
+        accepted = sum(self._spec_rng.random() < p for _ in range(c.spec_draft))
+        take = min(1 + accepted, job.target_tokens - job.produced)
+        job.draft_n += c.spec_draft
+        job.draft_accepted += take - 1
+        self.stats.tokens_predicted += take - 1  # _count counted one per sequence
+        for _ in range(take):
+            self._emit_token(job, t_ns)
 
     def _count(self, step: _Step) -> None:
         live = [j for j in step.jobs if not j.cancelled]

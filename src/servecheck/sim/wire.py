@@ -168,6 +168,8 @@ def timings_json(t: JobTimings) -> dict[str, Any]:
         "predicted_ms": round(t.predicted_ms, 3),
         "predicted_per_token_ms": round(t.predicted_ms / t.predicted_n, 3) if t.predicted_n else 0.0,
         "predicted_per_second": round(t.predicted_per_second, 3),
+        # as llama.cpp: the draft counters only where the server drafted
+        **({"draft_n": t.draft_n, "draft_n_accepted": t.draft_n_accepted} if t.draft_n else {}),
     }
 
 

@@ -34,5 +34,6 @@ from servecheck.model.bodies import (  # noqa: E402,F401
     log,
     prefix_cache,
     roofline,
+    speculative,
     staircase,
 )

@@ -29,5 +29,6 @@ from servecheck.report.lines import (  # noqa: E402,F401
     log,
     prefix_cache,
     roofline,
+    speculative,
     staircase,
 )

@@ -1,0 +1,355 @@
+"""Speculative decoding from the stopwatch, pure: group one stream's token arrivals into decode steps,
+estimate the mean tokens per step with an interval, and judge whether speculation is on and whether it pays.
+
+A speculative step verifies a draft and emits every accepted token plus one at once: the tokens of one
+step reach the client microseconds apart, steps arrive a step-time apart. The gaps between arrivals
+therefore fall into two modes, and the step boundaries are the gaps of the larger one. A server's own
+draft counters (llama.cpp `timings.draft_n` / `draft_n_accepted`) are compared with the estimate; they
+corroborate, never decide.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from servecheck.analysis.stats import median
+
+SpecVerdict = Literal["speculating", "not_speculating", "inconclusive"]
+PaysVerdict = Literal["pays", "costs", "inconclusive"]
+PromptKind = Literal["predictable", "unpredictable"]
+PROMPT_KINDS: tuple[str, ...] = ("predictable", "unpredictable")
+
+# --- grouping arrivals into steps -------------------------------------------------------------
+# Two gap modes are told apart by the widest jump between neighbouring sorted gaps. Tokens of one
+# step are written back to back (tens of microseconds apart over loopback); steps are a forward pass
+# apart (a millisecond or more even for a tiny model on a GPU). A jump of 4x is far below that
+# separation and far above the swing of one mode's gaps on a quiet machine.
+BIMODAL_RATIO = 4.0
+# The larger mode must hold at least this many gaps: two client stalls in a stream of single-token
+# steps are a jump too, and taking them for the step time would call every real step "within a step".
+MIN_STEPS = 8
+# Against the step time S (the median gap of the larger mode): a gap below DEAD_LO x S is inside a
+# step, one above DEAD_HI x S starts a new step. A gap in between is neither a back-to-back write
+# nor a forward pass; a few are jitter, more than NOISE_SHARE of them and the stream is too noisy to
+# group (a guess there would decide the verdict).
+DEAD_LO = 0.1
+DEAD_HI = 0.5
+NOISE_SHARE = 0.05
+# Inside the dead band a gap is split at this fraction of S (the brief midpoint of the band, on the
+# step side: a slow write is likelier than a step at a third of the usual time).
+SPLIT_FRACTION = 0.3
+# No gap above this: every event arrived in one burst (a server that buffered the stream), so no
+# step time shows. A loopback write takes microseconds; no engine completes a forward pass and its
+# HTTP write in a tenth of a millisecond.
+BURST_NS = 100_000
+# A group of k tokens that opens after about k step times is not one step: the server held output back
+# (llama.cpp holds text that may begin a stop string or ends inside a UTF-8 character) and sent it with
+# the next token. A real k-token step opens one step time after the last (its verify step is the step
+# time S itself), so an opening gap of (k - HELD_SLACK) x S or more reads as k steps of one token.
+HELD_SLACK = 0.5
+# Floor for a gap in the ratio test: two events stamped in the same nanosecond are one write.
+GAP_FLOOR_NS = 1_000
+
+# --- the estimate and the verdict -------------------------------------------------------------
+# Two-sided 95% normal interval over the steps of a point (every stream and rep at one N and kind).
+Z_95 = 1.96
+# Tokens per step clearly above 1: the interval's lower end at least 1.15. The smallest speculation
+# worth a flag (a draft accepted one step in six) clears it; grouping errors on a single-token stream
+# (a slow write split off, a stall that bunched steps) stay below a few percent.
+SPECULATING_LO = 1.15
+# Clearly 1 per step: the interval's upper end at most 1.1.
+NOT_SPECULATING_HI = 1.1
+
+# --- pays or costs -----------------------------------------------------------------------------
+# The per-stream decode rate against the baseline's: pays when the interval of the ratio lies above
+# 1 + PAY_MARGIN, costs when it lies below 1 - PAY_MARGIN. 2% is the schema's rule for figures: a
+# difference smaller than that is not one servecheck reports.
+PAY_MARGIN = 0.02
+# Two-sided 95% Student t quantiles by degrees of freedom (1..30); beyond, the normal one.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+# --- the server's counters ----------------------------------------------------------------------
+# The estimate and llama.cpp's own account agree when within 15% of each other (the issue's bound).
+COUNTER_TOLERANCE = 0.15
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """One stream as the analysis reads it: when each output event arrived and how many tokens it carried."""
+
+    arrivals_ns: tuple[int, ...]
+    event_tokens: tuple[int, ...] = ()  # tokens per event where the stream says (ids, logprobs); () = unknown
+    tokens: int = 0  # the record's token count (usage or the stream's own)
+    draft_n: int | None = None  # llama.cpp timings.draft_n: draft tokens the server tested
+    draft_accepted: int | None = None  # timings.draft_n_accepted
+    server_generated: int | None = None  # timings.predicted_n / usage.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Grouping:
+    """One stream's decode steps (tokens each), or why it could not be grouped."""
+
+    steps: tuple[int, ...] = ()
+    step_ns: float | None = None  # the step time: median gap of the larger mode
+    threshold_ns: float | None = None
+    method: str = ""
+    problem: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def event_sizes(stream: Stream) -> tuple[tuple[int, ...] | None, str | None]:
+    """Tokens per event, or why they cannot be known."""
+    events = len(stream.arrivals_ns)
+    if stream.event_tokens and len(stream.event_tokens) == events:
+        return tuple(max(1, k) for k in stream.event_tokens), None
+    if stream.tokens <= events:
+        return (1,) * events, None
+    if events <= 2:
+        return None, (f"{stream.tokens} tokens arrived in {events} event(s): the server does not stream tokens as it "
+                      "makes them, nothing to group")
+    return None, (f"{stream.tokens} tokens arrived in {events} events and the stream does not say which event carried "
+                  "which (no token ids or logprobs): cannot group")
+
+
+def group_steps(stream: Stream) -> Grouping:
+    """Split one stream's arrivals into steps at the gaps of the larger gap mode (see the constants)."""
+    sizes, problem = event_sizes(stream)
+    if sizes is None:
+        return Grouping(problem=problem)
+    arrivals = stream.arrivals_ns
+    gaps = [b - a for a, b in zip(arrivals[1:], arrivals[2:])]  # the first event is the prompt's own step
+    if len(gaps) < MIN_STEPS + 2:
+        return Grouping(problem=f"{len(arrivals)} output events: too short to estimate (at least {MIN_STEPS + 3} needed)")
+    if max(gaps) < BURST_NS:
+        return Grouping(problem=f"every event arrived within {max(gaps) / 1e3:.0f} µs of the one before: one burst "
+                                "(a buffered stream), no step time shows, nothing to group")
+    step_ns, how = step_time(gaps)
+    dead = [g for g in gaps if DEAD_LO * step_ns <= g <= DEAD_HI * step_ns]
+    if len(dead) > NOISE_SHARE * len(gaps):
+        return Grouping(step_ns=step_ns, problem=(
+            f"gaps too noisy to group: {len(dead)} of {len(gaps)} lie between {DEAD_LO:g} and {DEAD_HI:g} of the step "
+            f"time {step_ns / 1e6:.2f} ms (at most {NOISE_SHARE:.0%} allowed); rerun on a quiet machine"))
+    threshold = SPLIT_FRACTION * step_ns
+    steps, held = unhold(_split(sizes[1:], gaps, threshold), step_ns)
+    if len(steps) < 3:
+        return Grouping(step_ns=step_ns, problem=f"only {len(steps)} decode steps: too short to estimate")
+    held_note = f"; {held} group(s) after about as many step times as tokens read as held-back output" if held else ""
+    method = (f"{how}; split at gaps above {threshold / 1e6:.3g} ms ({SPLIT_FRACTION:g} of the step time "
+              f"{step_ns / 1e6:.3g} ms){held_note}; first and last step left out")
+    return Grouping(steps=tuple(steps[:-1]), step_ns=step_ns, threshold_ns=threshold, method=method)
+
+
+def step_time(gaps: Sequence[int]) -> tuple[float, str]:
+    """The step time and how it was found: the median of the top mode where the gaps are bimodal, else the
+    median of all gaps. The top mode lies above the highest jump of BIMODAL_RATIO with at least MIN_STEPS
+    gaps above it: on a busy client the writes inside a step form two modes of their own (microseconds,
+    and a fraction of a millisecond when the reader was descheduled), and the step boundaries are the
+    highest of the three, not the widest jump."""
+    ordered = sorted(gaps)
+    at, jump = None, 0.0
+    for i in range(len(ordered) - MIN_STEPS):
+        ratio = max(ordered[i + 1], GAP_FLOOR_NS) / max(ordered[i], GAP_FLOOR_NS)
+        if ratio >= BIMODAL_RATIO:
+            at, jump = i + 1, ratio
+    if at is not None:
+        upper = ordered[at:]
+        return median(upper), f"bimodal gaps ({len(ordered) - len(upper)} within a step, {len(upper)} between steps, a {jump:.0f}x jump)"
+    return median(ordered), "one gap mode: every event its own step"
+
+
+def _split(sizes: Sequence[int], gaps: Sequence[int], threshold: float) -> list[tuple[int, int | None]]:
+    """(tokens, opening gap) per step: a gap above the threshold starts a new step; sizes[0] opens the
+    first (its opening gap, from the prompt's token, is not a decode step's: None)."""
+    steps: list[tuple[int, int | None]] = [(sizes[0], None)]
+    for size, gap in zip(sizes[1:], gaps):
+        if gap > threshold:
+            steps.append((size, gap))
+        else:
+            steps[-1] = (steps[-1][0] + size, steps[-1][1])
+    return steps
+
+
+def unhold(steps: Sequence[tuple[int, int | None]], step_ns: float) -> tuple[list[int], int]:
+    """Tokens per step, a held-back group (see HELD_SLACK) read as that many single-token steps; and how many were."""
+    out: list[int] = []
+    held = 0
+    for size, gap in steps:
+        if size > 1 and gap is not None and gap >= (size - HELD_SLACK) * step_ns:
+            out += [1] * size
+            held += 1
+        else:
+            out.append(size)
+    return out, held
+
+
+# ---------------------------------------------------------------- one point: an N and a prompt kind
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """Mean tokens per step over a point's steps, its interval, the verdict and why."""
+
+    tokens_per_step: float | None
+    interval: tuple[float, float] | None
+    steps: int
+    streams: int
+    grouped: int  # streams that could be grouped
+    verdict: SpecVerdict
+    reason: str
+    problems: tuple[str, ...] = ()
+
+
+def estimate(groupings: Sequence[Grouping]) -> Estimate:
+    """Pool the steps of every grouped stream: mean, a normal 95% interval, and the verdict."""
+    ok = [g for g in groupings if g.ok]
+    problems = tuple(dict.fromkeys(g.problem for g in groupings if g.problem))
+    steps = [s for g in ok for s in g.steps]
+    if len(steps) < MIN_STEPS:
+        why = problems[0] if problems else "no stream"
+        return Estimate(None, None, len(steps), len(groupings), len(ok), "inconclusive",
+                        f"no estimate: {why}", problems)
+    mean = sum(steps) / len(steps)
+    var = sum((s - mean) ** 2 for s in steps) / (len(steps) - 1)
+    half = Z_95 * math.sqrt(var / len(steps))
+    lo, hi = mean - half, mean + half
+    verdict, reason = judge(lo, hi)
+    return Estimate(mean, (lo, hi), len(steps), len(groupings), len(ok), verdict, reason, problems)
+
+
+def judge(lo: float, hi: float) -> tuple[SpecVerdict, str]:
+    """The verdict from the interval of the mean tokens per step."""
+    span = f"[{lo:.2f}, {hi:.2f}]"
+    if lo >= SPECULATING_LO:
+        return "speculating", f"tokens per step {span}: lower end at least {SPECULATING_LO:g}"
+    if hi <= NOT_SPECULATING_HI:
+        return "not_speculating", f"tokens per step {span}: upper end at most {NOT_SPECULATING_HI:g}"
+    return "inconclusive", (f"tokens per step {span} neither clears {SPECULATING_LO:g} nor stays under "
+                            f"{NOT_SPECULATING_HI:g}: more --reps or --tokens would narrow it")
+
+
+def run_verdict(estimates: Sequence[Estimate]) -> tuple[SpecVerdict, str]:
+    """Speculating when any point shows it (a draft may fail on open-ended text and still be on);
+    not speculating when every point reads 1 per step; else inconclusive."""
+    if not estimates:
+        return "inconclusive", "no point was measured"
+    if any(e.verdict == "speculating" for e in estimates):
+        return "speculating", "at least one point delivers clearly more than one token per step"
+    if all(e.verdict == "not_speculating" for e in estimates):
+        return "not_speculating", "every point delivers one token per step"
+    open_ = [e.reason for e in estimates if e.verdict == "inconclusive"]
+    return "inconclusive", open_[0]
+
+
+# ---------------------------------------------------------------- pays or costs against a baseline
+
+
+@dataclass(frozen=True, slots=True)
+class Pays:
+    """The per-stream decode rate against the baseline's at one point."""
+
+    verdict: PaysVerdict
+    ratio: float | None  # mean rate / baseline mean rate
+    interval: tuple[float, float] | None
+    reason: str
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, float, float] | None:
+    """Mean and its 95% t interval; None below two values."""
+    if len(values) < 2:
+        return None
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
+    df = len(values) - 1
+    t = _T95[df - 1] if df <= len(_T95) else Z_95
+    half = t * sd / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def pays(rates: Sequence[float], baseline: Sequence[float]) -> Pays:
+    """pays / costs / inconclusive from two sets of per-stream rates (tok/s), each with its interval."""
+    a, b = mean_interval(rates), mean_interval(baseline)
+    if a is None or b is None:
+        return Pays("inconclusive", None, None, f"{len(rates)} stream(s) and {len(baseline)} baseline stream(s): "
+                    "at least two of each needed (more --reps)")
+    ratio = a[0] / b[0] if b[0] > 0 else None
+    if ratio is None or b[1] <= 0:
+        return Pays("inconclusive", ratio, None, "the baseline's rate interval reaches zero: more --reps")
+    lo, hi = a[1] / b[2], a[2] / b[1]
+    span = f"{ratio:.2f}x [{lo:.2f}, {hi:.2f}]"
+    if lo > 1 + PAY_MARGIN:
+        return Pays("pays", ratio, (lo, hi), f"per-stream rate {span} of the baseline's: above {1 + PAY_MARGIN:g}")
+    if hi < 1 - PAY_MARGIN:
+        return Pays("costs", ratio, (lo, hi), f"per-stream rate {span} of the baseline's: below {1 - PAY_MARGIN:g}")
+    return Pays("inconclusive", ratio, (lo, hi), f"per-stream rate {span} of the baseline's straddles "
+                f"{1 - PAY_MARGIN:g}..{1 + PAY_MARGIN:g}: more --reps would decide it")
+
+
+def stops_paying(by_n: Mapping[int, PaysVerdict]) -> tuple[int | None, str]:
+    """The first N (ascending) that does not pay after a smaller one did; None with why otherwise."""
+    ordered = sorted(by_n)
+    if not ordered:
+        return None, "no baseline"
+    if by_n[ordered[0]] != "pays":
+        return None, f"does not pay at N={ordered[0]} already ({by_n[ordered[0]]})"
+    for n in ordered[1:]:
+        if by_n[n] != "pays":
+            return n, f"pays up to N={ordered[ordered.index(n) - 1]}, {by_n[n]} at N={n}"
+    return None, f"pays at every N up to {ordered[-1]}"
+
+
+# ---------------------------------------------------------------- the server's counters
+
+
+@dataclass(frozen=True, slots=True)
+class CounterCheck:
+    """The server's own tokens per step (from its draft counters) beside the estimate."""
+
+    server_tokens_per_step: float | None
+    acceptance: float | None  # draft_n_accepted / draft_n
+    agrees: bool | None
+    note: str
+
+
+def server_tokens_per_step(streams: Sequence[Stream]) -> tuple[float | None, float | None]:
+    """Tokens per step by the server's counters, and its acceptance rate.
+
+    Every decode step after the first token emits 1 + its accepted draft tokens (llama.cpp
+    `server-context.cpp`: the verified draft plus the target's own token), so over a stream of n tokens
+    with A accepted draft tokens in K steps: n - 1 = K + A, K = n - 1 - A, and tokens per step =
+    (n - 1) / (n - 1 - A) = 1 + A / K. draft_n / K is the mean draft length; A / draft_n is the acceptance
+    rate, which alone does not give tokens per step (a draft of 4 accepted at 50% is 3 per step).
+    """
+    tokens = accepted = drafted = 0
+    for s in streams:
+        if s.draft_n is None or s.draft_accepted is None:
+            continue
+        n = s.server_generated if s.server_generated is not None else s.tokens
+        tokens += n - 1
+        accepted += s.draft_accepted
+        drafted += s.draft_n
+    if tokens <= 0 or tokens - accepted <= 0:
+        return None, None
+    return tokens / (tokens - accepted), (accepted / drafted if drafted else None)
+
+
+def check_counters(streams: Sequence[Stream], est: Estimate) -> CounterCheck:
+    """Compare the estimate with the server's own account, naming a disagreement; never a verdict."""
+    server, acceptance = server_tokens_per_step(streams)
+    if server is None:
+        return CounterCheck(None, None, None, "the server reported no draft counters (llama.cpp leaves them out "
+                            "when it drafted nothing)")
+    if est.tokens_per_step is None:
+        return CounterCheck(server, acceptance, None, f"the server counts {server:.2f} tokens per step; no estimate to compare")
+    off = est.tokens_per_step / server - 1
+    if abs(off) <= COUNTER_TOLERANCE:
+        return CounterCheck(server, acceptance, True, f"the server's counters give {server:.2f} tokens per step: within "
+                            f"{COUNTER_TOLERANCE:.0%} of the stopwatch's {est.tokens_per_step:.2f}")
+    return CounterCheck(server, acceptance, False, f"DISAGREES: the server's counters give {server:.2f} tokens per step, "
+                        f"the stopwatch {est.tokens_per_step:.2f} ({off:+.0%}); the stopwatch decides")

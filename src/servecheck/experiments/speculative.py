@@ -1,0 +1,260 @@
+"""The speculative-decoding test: at each N, batches of predictable and unpredictable prompts with a fixed
+output length, against the target and, with a baseline (the same model without speculation), against it
+too, rep by rep in turn so both see the same drift. The analysis groups each stream's arrivals into steps.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from servecheck.analysis import speculative as sp
+from servecheck.analysis.across import stream_rate
+from servecheck.analysis.stats import median
+from servecheck.errors import ServerError, UsageError
+from servecheck.load.prompts import new_nonce
+from servecheck.load.protocol import Driver
+from servecheck.model.records import (
+    NS_PER_S,
+    BatchResult,
+    GenRequest,
+    RequestRecord,
+    ServerInfo,
+)
+
+OnPoint = Callable[["SpeculativeResult"], None]
+OnServer = Callable[[ServerInfo], None]
+OpenDriver = Callable[[], AbstractAsyncContextManager[Driver]]
+WARMUP_TOKENS = 8
+# A passage a prompt-lookup or ngram draft can copy from: the model is asked to repeat it, and the
+# prompt already holds it three times, so every continuation is in the context.
+PASSAGE = ("The quick brown fox jumps over the lazy dog while the seven sleepy cats watch from the old stone "
+           "wall, counting one two three four five six seven eight nine ten, and then they start again.")
+TOPICS = ("a lighthouse keeper", "a chess tournament", "a village bakery", "a night train", "a glacier",
+          "a lost violin", "a desert market", "a robot gardener", "a storm at sea", "an abandoned observatory")
+KIND_LABELS = {"predictable": "verbatim repetition", "unpredictable": "prose"}
+
+
+def prompt_for(kind: str, nonce: str, rng: random.Random) -> str:
+    """The prompt of one stream; each opens with its own nonce so no two share a cached prefix."""
+    if kind == "predictable":
+        return (f"{nonce}\nRepeat the following passage verbatim, over and over, without changing a word.\n\n"
+                f"{PASSAGE}\n{PASSAGE}\n{PASSAGE}\n")
+    return f"{nonce}\nWrite an original, open-ended story about {rng.choice(TOPICS)}. Begin:\n"
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch of one prompt kind at one N, against the target or the baseline."""
+
+    n: int
+    kind: str
+    rep: int
+    side: str  # "target" | "baseline"
+    result: BatchResult
+
+
+@dataclass(frozen=True)
+class SpeculativeResult:
+    server: ServerInfo
+    ns: tuple[int, ...]
+    tokens: int
+    reps: int
+    baseline: ServerInfo | None = None
+    batches: tuple[Batch, ...] = ()
+    warmup: RequestRecord | None = None
+    complete: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    def records(self, n: int, kind: str, side: str = "target") -> list[RequestRecord]:
+        return [r for b in self.batches if (b.n, b.kind, b.side) == (n, kind, side) for r in b.result.records]
+
+    def to_doc(self) -> dict[str, Any]:
+        points = [self._point(n, kind) for kind in sp.PROMPT_KINDS for n in self.ns
+                  if self.records(n, kind)]
+        estimates = [p.pop("_estimate") for p in points]
+        verdict, reason = sp.run_verdict(estimates)
+        stops: dict[str, int | None] = {}
+        stops_reason: dict[str, str] = {}
+        if self.baseline is not None:
+            for kind in sp.PROMPT_KINDS:
+                by_n = {p["n"]: p["pays"] for p in points if p["prompt_kind"] == kind and p["pays"] is not None}
+                if by_n:
+                    stops[kind], stops_reason[kind] = sp.stops_paying(by_n)
+        return {
+            "command": "speculative",
+            "verdict": verdict,
+            "verdict_reason": reason,
+            "simulated": self.server.simulated,
+            "complete": self.complete,
+            "server": self.server.to_dict(),
+            "baseline": None if self.baseline is None else self.baseline.to_dict(),
+            "ns": list(self.ns),
+            "tokens": self.tokens,
+            "reps": self.reps,
+            "points": points,
+            "stops_paying_n": stops,
+            "stops_paying_reason": stops_reason,
+            "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
+            "notes": list(self.notes),
+        }
+
+    def _point(self, n: int, kind: str) -> dict[str, Any]:
+        records = [r for r in self.records(n, kind) if r.ok]
+        streams = [to_stream(r) for r in records]
+        groupings = [sp.group_steps(s) for s in streams]
+        est = sp.estimate(groupings)
+        counters = sp.check_counters(streams, est)
+        rates = [x for x in (record_rate(r) for r in records) if x is not None]
+        aggregates = [a for a in (aggregate(b.result) for b in self.batches
+                                  if (b.n, b.kind, b.side) == (n, kind, "target")) if a is not None]
+        base_rates = [x for x in (record_rate(r) for r in self.records(n, kind, "baseline")) if x is not None]
+        paid = sp.pays(rates, base_rates) if self.baseline is not None else None
+        return {
+            "n": n,
+            "prompt_kind": kind,
+            "tokens_per_step": est.tokens_per_step,
+            "tokens_per_step_interval": None if est.interval is None else list(est.interval),
+            "per_stream_tok_s": median(rates) if rates else None,
+            "aggregate_tok_s": median(aggregates) if aggregates else None,
+            "pays": None if paid is None else paid.verdict,
+            "verdict": est.verdict,
+            "reason": est.reason,
+            "steps": est.steps,
+            "streams": est.streams,
+            "grouped": est.grouped,
+            "grouping": sorted({g.method for g in groupings if g.ok}),
+            "problems": list(est.problems),
+            "failed": sum(1 for r in self.records(n, kind) if not r.ok),
+            "server_tokens_per_step": counters.server_tokens_per_step,
+            "server_acceptance": counters.acceptance,
+            "counters_agree": counters.agrees,
+            "counters_note": counters.note,
+            "baseline_per_stream_tok_s": median(base_rates) if base_rates else None,
+            "pays_ratio": None if paid is None else paid.ratio,
+            "pays_interval": None if paid is None or paid.interval is None else list(paid.interval),
+            "pays_reason": None if paid is None else paid.reason,
+            "_estimate": est,
+        }
+
+
+def to_stream(record: RequestRecord) -> sp.Stream:
+    """A record as the analysis reads it: its arrivals, tokens per event where the stream said, the counters."""
+    counts = record.event_tokens if record.event_tokens and all(k > 0 for k in record.event_tokens) else ()
+    t = record.server
+    return sp.Stream(arrivals_ns=record.token_ns, event_tokens=tuple(counts), tokens=record.tokens,
+                     draft_n=None if t is None else t.draft_tokens, draft_accepted=None if t is None else t.draft_accepted,
+                     server_generated=None if t is None else t.generated_tokens)
+
+
+def record_rate(record: RequestRecord) -> float | None:
+    if not record.ok or record.first_token_ns is None or record.end_ns is None:
+        return None
+    return stream_rate(record.tokens, (record.end_ns - record.first_token_ns) / NS_PER_S)
+
+
+def aggregate(batch: BatchResult) -> float | None:
+    """Seed 000's one division: tokens of the batch over the time the last request finished."""
+    wall = batch.wall_ns
+    ok = [r for r in batch.records if r.ok]
+    if not wall or not ok or len(ok) < len(batch.records):
+        return None
+    return sum(r.tokens for r in ok) / (wall / NS_PER_S)
+
+
+def same_model(server: ServerInfo, baseline: ServerInfo) -> str | None:
+    """Why the baseline cannot stand for the target without speculation, or None."""
+    if server.model and baseline.model and server.model != baseline.model:
+        return (f"the baseline at {baseline.url} serves {baseline.model!r}, the target {server.model!r}: a baseline "
+                "must be the same model without speculation")
+    return None
+
+
+@asynccontextmanager
+async def _none() -> AsyncIterator[None]:
+    yield None
+
+
+async def _warm(driver: Driver, rng: random.Random, what: str) -> RequestRecord:
+    nonce = new_nonce(rng)
+    record = await driver.generate(GenRequest(index=0, prompt=prompt_for("unpredictable", nonce, rng), nonce=nonce,
+                                              max_tokens=WARMUP_TOKENS))
+    if not record.ok:
+        raise ServerError(f"the {what}'s warm-up request failed: {record.error or record.status}",
+                          "check the URL, --model and --api; the server must answer one request first",
+                          status=record.http_status)
+    return record
+
+
+def requests(kind: str, n: int, tokens: int, rng: random.Random, start: int) -> list[GenRequest]:
+    out = []
+    for i in range(n):
+        nonce = new_nonce(rng)
+        out.append(GenRequest(index=start + i, prompt=prompt_for(kind, nonce, rng), nonce=nonce, max_tokens=tokens))
+    return out
+
+
+async def run_speculative(
+    driver: Driver,
+    *,
+    ns: Sequence[int],
+    tokens: int,
+    reps: int,
+    rng: random.Random,
+    open_baseline: OpenDriver | None = None,
+    on_point: OnPoint | None = None,
+    on_server: OnServer | None = None,
+) -> SpeculativeResult:
+    """Detect both servers (refusing a baseline of another model), warm up, then for every N, kind and rep
+    a batch against the target and one against the baseline."""
+    if not ns or any(n < 1 for n in ns) or tokens < 16 or reps < 1:
+        raise UsageError("--n needs values >= 1, --tokens >= 16 and --reps >= 1", "for example --n 1,2,4 --tokens 256")
+    server = await driver.detect()
+    async with (open_baseline() if open_baseline is not None else _none()) as base:
+        baseline = await base.detect() if base is not None else None
+        if baseline is not None and (why := same_model(server, baseline)) is not None:
+            raise UsageError(why, "pass --baseline the URL of the same model served without a draft")
+        if on_server is not None:
+            on_server(server)
+        notes = ("client pre-flight calibration not taken: step grouping has its own noise guard",)
+        result = SpeculativeResult(server, tuple(ns), tokens, reps, baseline=baseline, notes=notes,
+                                   warmup=await _warm(driver, rng, "target"))
+        if base is not None:
+            await _warm(base, rng, "baseline")
+        index = 1
+        for n in ns:
+            for kind in sp.PROMPT_KINDS:
+                for rep in range(reps):
+                    sides = [("target", driver)] + ([("baseline", base)] if base is not None else [])
+                    for side, d in sides if rep % 2 == 0 else reversed(sides):
+                        batch = await d.run_batch(requests(kind, n, tokens, rng, index))
+                        index += n
+                        result = replace(result, batches=(*result.batches, Batch(n, kind, rep, side, batch)))
+                if on_point is not None:
+                    on_point(result)
+    return replace(result, complete=True)
+
+
+@dataclass(frozen=True)
+class SpeculativeExperiment:
+    """The speculative test as `results.runner.run_experiment` drives it."""
+
+    ns: tuple[int, ...]
+    tokens: int
+    reps: int
+    rng: random.Random
+    open_baseline: OpenDriver | None = None
+    expect: str | None = None
+
+    async def run(self, driver: Driver, on_server: OnServer, on_point: OnPoint) -> SpeculativeResult:
+        return await run_speculative(driver, ns=self.ns, tokens=self.tokens, reps=self.reps, rng=self.rng,
+                                     open_baseline=self.open_baseline, on_point=on_point, on_server=on_server)
+
+    def opening(self, server: ServerInfo) -> dict[str, Any]:
+        return {"command": "speculative", "server": server.to_dict(), "simulated": server.simulated, "points": []}
+
+    def document(self, result: SpeculativeResult) -> dict[str, Any]:
+        return {**result.to_doc(), "expect": self.expect}

@@ -1,0 +1,64 @@
+"""The `speculative` document's body (docs/speculative.md); registered in BODIES below."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import field
+from typing import Literal
+
+from servecheck.model.bodies import BODIES
+from servecheck.model.bodies.common import LogAudit, Request, Server
+from servecheck.model.codec import record
+
+SpecVerdict = Literal["speculating", "not_speculating", "inconclusive"]
+PaysVerdict = Literal["pays", "costs", "inconclusive"]
+
+
+@record
+class SpeculativePoint:
+    """One N and prompt kind: tokens per step from the streams' arrivals, the rates, and against the baseline."""
+
+    n: int | None = None
+    prompt_kind: str | None = None  # predictable | unpredictable
+    tokens_per_step: float | None = None
+    tokens_per_step_interval: tuple[float, float] | None = None
+    per_stream_tok_s: float | None = None
+    aggregate_tok_s: float | None = None
+    pays: PaysVerdict | None = None  # None without --baseline
+    verdict: SpecVerdict | None = None
+    reason: str | None = None
+    steps: int | None = None
+    streams: int | None = None
+    grouped: int | None = None
+    grouping: tuple[str, ...] = ()  # how the streams' arrivals were split into steps
+    problems: tuple[str, ...] = ()  # why a stream could not be grouped
+    failed: int | None = None
+    server_tokens_per_step: float | None = None  # from llama.cpp's draft counters: a witness
+    server_acceptance: float | None = None  # draft_n_accepted / draft_n
+    counters_agree: bool | None = None
+    counters_note: str | None = None
+    baseline_per_stream_tok_s: float | None = None
+    pays_ratio: float | None = None
+    pays_interval: tuple[float, float] | None = None
+    pays_reason: str | None = None
+
+
+@record
+class SpeculativeBody:
+    verdict: SpecVerdict | None = None
+    verdict_reason: str | None = None
+    expect: str | None = None
+    server: Server | None = None
+    baseline: Server | None = None
+    ns: tuple[int, ...] = ()
+    tokens: int | None = None
+    reps: int | None = None
+    points: tuple[SpeculativePoint, ...] = ()
+    stops_paying_n: Mapping[str, int | None] = field(default_factory=dict)
+    stops_paying_reason: Mapping[str, str] = field(default_factory=dict)
+    warmup: Request | None = None
+    notes: tuple[str, ...] = ()
+    log_audit: LogAudit | None = None
+
+
+BODIES["speculative"] = SpeculativeBody

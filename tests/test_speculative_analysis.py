@@ -1,0 +1,195 @@
+"""The speculative analysis on hand-built arrival times whose answer is known exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from servecheck.analysis import speculative as sp
+
+STEP_NS = 10_000_000  # 10 ms per decode step
+WRITE_NS = 20_000  # 20 µs between the tokens of one step
+
+
+def arrivals(steps: list[int], *, step_ns: int = STEP_NS, write_ns: int = WRITE_NS, jitter: list[int] | None = None) -> tuple[int, ...]:
+    """The prompt's token at 0, then each step's tokens back to back, steps a step time apart."""
+    out = [0]
+    t = 0
+    for i, size in enumerate(steps):
+        t += step_ns + (jitter[i % len(jitter)] if jitter else 0)
+        out += [t + k * write_ns for k in range(size)]
+        t = out[-1]
+    return tuple(out)
+
+
+def stream(steps: list[int], **kw: object) -> sp.Stream:
+    times = arrivals(steps, **kw)  # type: ignore[arg-type]
+    return sp.Stream(arrivals_ns=times, tokens=len(times))
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        ([1] * 40, [1] * 39),  # no speculation: every event its own step
+        ([2] * 40, [2] * 39),
+        ([3, 1] * 20, [3, 1] * 19 + [3]),
+        ([8] * 20, [8] * 19),  # verbatim repetition: most gaps are inside a step
+        ([1, 1, 1, 5] * 10, ([1, 1, 1, 5] * 10)[:-1]),
+    ],
+)
+def test_grouping_recovers_the_steps(steps: list[int], expected: list[int]) -> None:
+    g = sp.group_steps(stream(steps))
+    assert g.problem is None
+    assert list(g.steps) == expected  # the last step is left out (the length limit may cut it)
+    assert g.step_ns == pytest.approx(STEP_NS, rel=0.01)
+
+
+def test_step_jitter_within_a_mode_does_not_split_or_join() -> None:
+    jitter = [-2_000_000, 0, 3_000_000, -1_000_000]  # +-30% swing of the step time
+    g = sp.group_steps(stream([2] * 40, jitter=jitter))
+    assert g.problem is None and set(g.steps) == {2}
+
+
+def test_slow_writes_inside_steps_do_not_become_the_step_time() -> None:
+    """A busy client: half the writes inside a step read 20 µs apart, half 500 µs (a third gap mode below the
+    steps). The step boundaries are the top mode, not the widest jump."""
+    out, t = [0], 0
+    for _ in range(30):
+        t += STEP_NS
+        out.append(t)
+        for k in range(4):
+            t += 20_000 if k % 2 else 500_000
+            out.append(t)
+    g = sp.group_steps(sp.Stream(tuple(out), tokens=len(out)))
+    assert g.problem is None and set(g.steps) == {5}
+    assert g.step_ns == pytest.approx(STEP_NS, rel=0.01)
+
+
+def test_two_client_stalls_are_not_taken_for_the_step_time() -> None:
+    times = list(arrivals([1] * 40))
+    for i in (10, 25):  # two 200 ms holes: a jump, but only two gaps above it
+        times[i:] = [t + 200_000_000 for t in times[i:]]
+    g = sp.group_steps(sp.Stream(tuple(times), tokens=len(times)))
+    assert g.problem is None
+    assert set(g.steps) == {1}
+
+
+def test_output_held_back_and_sent_with_the_next_token_is_not_a_step() -> None:
+    """No speculation, but every tenth token is held one step (a partial UTF-8 character) and sent with the
+    next: a pair after two step times is two steps of one."""
+    times = list(arrivals([1] * 60))
+    for i in range(10, 60, 10):
+        times[i] = times[i + 1] - WRITE_NS
+    g = sp.group_steps(sp.Stream(tuple(times), tokens=len(times)))
+    assert g.problem is None and set(g.steps) == {1}
+    assert "5 group(s) after about as many step times as tokens read as held-back output" in g.method
+
+
+def test_several_tokens_per_event_come_from_the_stream() -> None:
+    steps = [3] * 30
+    times = tuple(arrivals([1] * 30))  # one event per step, each carrying three ids
+    sizes = (1,) + (3,) * 30
+    g = sp.group_steps(sp.Stream(times, event_tokens=sizes, tokens=sum(sizes)))
+    assert g.problem is None and list(g.steps) == steps[:-1]
+
+
+@pytest.mark.parametrize(
+    ("build", "problem"),
+    [
+        (lambda: sp.Stream((5_000_000,), tokens=256), "1 event(s): the server does not stream tokens"),
+        (lambda: sp.Stream(arrivals([1] * 60)[:20:2], tokens=256), "does not say which event carried which"),
+        (lambda: stream([1] * 6), "too short to estimate"),
+        (lambda: stream([1] * 40, step_ns=50_000, write_ns=10), "one burst"),
+        (lambda: stream([1] * 40, jitter=[-7_000_000, 0, 6_000_000]), "too noisy to group"),
+    ],
+)
+def test_what_cannot_be_grouped_is_named(build: object, problem: str) -> None:
+    g = sp.group_steps(build())  # type: ignore[operator]
+    assert g.problem is not None and problem in g.problem
+    assert not g.steps
+
+
+@pytest.mark.parametrize(
+    ("steps", "verdict", "mean"),
+    [
+        ([1] * 80, "not_speculating", 1.0),
+        ([2] * 80, "speculating", 2.0),
+        ([1, 2] * 40, "speculating", 1.5),
+        ([1] * 9 + [2], "inconclusive", 1.1),  # 1.1 per step: neither clearly 1 nor clearly above
+    ],
+)
+def test_estimate_and_verdict(steps: list[int], verdict: str, mean: float) -> None:
+    groups = [sp.Grouping(steps=tuple(steps * (8 if len(steps) < 20 else 1)))]
+    est = sp.estimate(groups)
+    assert est.verdict == verdict
+    assert est.tokens_per_step == pytest.approx(mean)
+    lo, hi = est.interval  # type: ignore[misc]
+    assert lo <= mean <= hi
+    if verdict == "speculating":
+        assert lo >= sp.SPECULATING_LO
+    if verdict == "not_speculating":
+        assert hi <= sp.NOT_SPECULATING_HI
+
+
+def test_estimate_without_steps_names_why() -> None:
+    est = sp.estimate([sp.Grouping(problem="every event arrived within 1 µs")])
+    assert est.verdict == "inconclusive" and est.tokens_per_step is None and "every event arrived" in est.reason
+
+
+@pytest.mark.parametrize(
+    ("words", "verdict"),
+    [
+        (["not_speculating", "speculating"], "speculating"),
+        (["not_speculating", "not_speculating"], "not_speculating"),
+        (["not_speculating", "inconclusive"], "inconclusive"),
+    ],
+)
+def test_run_verdict(words: list[str], verdict: str) -> None:
+    ests = [sp.Estimate(1.0, (1.0, 1.0), 10, 1, 1, w, f"reason {w}") for w in words]  # type: ignore[arg-type]
+    assert sp.run_verdict(ests)[0] == verdict
+
+
+@pytest.mark.parametrize(
+    ("rates", "base", "verdict"),
+    [
+        ([200, 202, 198], [100, 101, 99], "pays"),
+        ([82, 81, 83], [100, 101, 99], "costs"),
+        ([100, 101, 99], [100, 101, 99], "inconclusive"),
+        ([150, 60, 120], [100, 101, 99], "inconclusive"),  # too noisy to tell
+        ([150], [100, 101], "inconclusive"),  # one stream: no interval
+    ],
+)
+def test_pays(rates: list[float], base: list[float], verdict: str) -> None:
+    p = sp.pays(rates, base)
+    assert p.verdict == verdict
+    if len(rates) > 1:
+        assert p.ratio == pytest.approx(sum(rates) / len(rates) / (sum(base) / len(base)))
+
+
+@pytest.mark.parametrize(
+    ("by_n", "n"),
+    [
+        ({1: "pays", 2: "pays", 4: "costs"}, 4),
+        ({1: "pays", 2: "inconclusive", 4: "costs"}, 2),
+        ({1: "pays", 2: "pays"}, None),
+        ({1: "costs", 2: "costs"}, None),
+    ],
+)
+def test_stops_paying(by_n: dict[int, str], n: int | None) -> None:
+    assert sp.stops_paying(by_n)[0] == n  # type: ignore[arg-type]
+
+
+def test_server_counters_give_one_plus_accepted_per_step() -> None:
+    # 257 tokens: 256 after the first, in 128 steps of 2 -> 128 accepted draft tokens out of 512 drafted (draft 4).
+    s = sp.Stream((), tokens=257, draft_n=512, draft_accepted=128, server_generated=257)
+    tps, acceptance = sp.server_tokens_per_step([s])
+    assert tps == pytest.approx(2.0) and acceptance == pytest.approx(0.25)
+    est = sp.Estimate(1.9, (1.8, 2.0), 100, 1, 1, "speculating", "")
+    assert sp.check_counters([s], est).agrees is True
+    far = sp.Estimate(1.2, (1.16, 1.24), 100, 1, 1, "speculating", "")
+    check = sp.check_counters([s], far)
+    assert check.agrees is False and "DISAGREES" in check.note
+
+
+def test_no_counters_is_said_not_guessed() -> None:
+    check = sp.check_counters([sp.Stream((), tokens=10)], sp.Estimate(1.0, (1.0, 1.0), 10, 1, 1, "not_speculating", ""))
+    assert check.agrees is None and check.server_tokens_per_step is None

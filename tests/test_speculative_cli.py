@@ -1,0 +1,136 @@
+"""`servecheck speculative`: the JSON contract, the terminal lines, history, HTML, --expect and the exit codes,
+and bad input (one line, the right code), end to end against the simulated server on 127.0.0.1, port 0."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from servecheck import exitcodes
+from servecheck.cli import main as main_mod
+from servecheck.load.fake import FakeDriver, FakeServer
+from servecheck.load.protocol import DriverFactory
+from servecheck.model.result import from_doc
+from servecheck.report.lines.speculative import headline
+from servecheck.sim import SimConfig, sim_in_thread
+
+pytestmark = pytest.mark.timeout(240)
+
+FAST = {"mode": "batched", "token_s": 0.006, "per_seq_s": 0.001, "prompt_token_s": 1e-5}
+SPEC = {**FAST, "spec_mean": 3.0, "spec_draft": 4, "spec_draft_token_s": 0.001}
+POINT_KEYS = {"n", "prompt_kind", "tokens_per_step", "tokens_per_step_interval", "per_stream_tok_s", "aggregate_tok_s", "pays"}
+
+
+def run_main(args: list[str], open_driver: DriverFactory | None = None) -> int:
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(args, open_driver=open_driver)
+    return int(info.value.code or 0)
+
+
+def spec_run(tmp_path: Path, config: dict, *extra: str, baseline: dict | None = None) -> tuple[int, dict]:
+    out = tmp_path / "spec.json"
+    with sim_in_thread(SimConfig(**config)) as sim:
+        args = ["speculative", sim.url, "--n", "1,2", "--tokens", "48", "--reps", "2", "--json", str(out), *extra]
+        if baseline is None:
+            code = run_main(args)
+        else:
+            with sim_in_thread(SimConfig(**baseline)) as base:
+                code = run_main([*args, "--baseline", base.url])
+    return code, json.loads(out.read_text()) if out.exists() else {}
+
+
+def test_json_contract_terminal_history_and_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    html = tmp_path / "spec.html"
+    code, doc = spec_run(tmp_path, SPEC, "--html", str(html), "--expect", "speculating")
+    assert code == exitcodes.OK
+    assert doc["command"] == "speculative" and doc["verdict"] == "speculating" and doc["simulated"] is True
+    assert len(doc["points"]) == 4
+    for p in doc["points"]:
+        assert POINT_KEYS <= set(p)
+        assert p["prompt_kind"] in ("predictable", "unpredictable") and p["n"] in (1, 2)
+        assert p["tokens_per_step"] == pytest.approx(3.0, rel=0.2)
+        assert p["pays"] is None  # no baseline
+        lo, hi = p["tokens_per_step_interval"]
+        assert lo < p["tokens_per_step"] < hi
+    out = capsys.readouterr().out
+    assert "SIMULATED" in out
+    assert "prose: 3.0 tokens per step" in out or "prose: 2.9 tokens per step" in out or "prose: 3.1 tokens per step" in out
+    assert "verbatim repetition:" in out and "verdict  speculating" in out
+    page = html.read_text()
+    assert "Tokens per step against N" in page and "verbatim repetition" in page and "<svg" in page
+    # saved to history: show prints the same report
+    assert run_main(["history"]) == 0
+    listing = capsys.readouterr().out
+    assert "speculative" in listing and "speculating" in listing
+    assert run_main(["show", "last"]) == 0
+    assert "verbatim repetition:" in capsys.readouterr().out
+
+
+def test_expect_the_other_verdict_exits_4_and_diff_sets_runs_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = spec_run(tmp_path, FAST, "--expect", "speculating")
+    assert doc["verdict"] == "not_speculating"
+    assert code == exitcodes.EXPECT_MISMATCH
+    (tmp_path / "plain.json").write_text(json.dumps(doc))
+    code, doc = spec_run(tmp_path, SPEC)
+    assert code == exitcodes.OK and doc["verdict"] == "speculating"
+    capsys.readouterr()
+    out = tmp_path / "diff.json"
+    assert run_main(["diff", str(tmp_path / "plain.json"), str(tmp_path / "spec.json"), "--json", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "not_speculating" in shown and "speculating (" in shown and "tokens/step" in shown
+    lines = json.loads(out.read_text())["lines"]
+    assert [line["verdict"] for line in lines] == ["not_speculating", "speculating"]
+    first = {(p["n"], p["prompt_kind"]): p["tokens_per_step"] for p in lines[0]["points"]}
+    second = {(p["n"], p["prompt_kind"]): p["tokens_per_step"] for p in lines[1]["points"]}
+    assert first[(1, "predictable")] == pytest.approx(1.0) and second[(1, "predictable")] == pytest.approx(3.0, rel=0.2)
+
+
+def test_costs_against_the_baseline_in_the_seed_shape(tmp_path: Path) -> None:
+    """Mean 2 with a draft of 4 at 2 ms a draft token: alone 6+1+8 = 15 ms for 2 tokens against 7 ms for one
+    (about even); at N=2 6+2+16 = 24 ms for 2 against 8 ms for one: it costs a third."""
+    slow_draft = {**SPEC, "spec_mean": 2.0, "spec_draft_token_s": 0.002}
+    code, doc = spec_run(tmp_path, slow_draft, baseline=FAST)
+    assert code == exitcodes.OK
+    by = {(p["n"], p["prompt_kind"]): p for p in doc["points"]}
+    assert by[(2, "predictable")]["pays"] == "costs", by[(2, "predictable")]["pays_reason"]
+    assert by[(2, "predictable")]["pays_ratio"] == pytest.approx(8 / 12, rel=0.12)
+    line = headline(from_doc(doc).body)
+    assert "prose: 2.0 tokens per step" in line or "prose: 1.9 tokens per step" in line or "prose: 2.1 tokens per step" in line
+    assert "; at N=2 it costs " in line and line.endswith("against the baseline")
+
+
+def test_a_baseline_of_another_model_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, doc = spec_run(tmp_path, SPEC, baseline={**FAST, "model": "servecheck-sim-other"})
+    assert code == exitcodes.USAGE and not doc
+    err = capsys.readouterr().err
+    assert "serves 'servecheck-sim-other'" in err and "same model without speculation" in err
+    assert "Traceback" not in err
+
+
+def test_a_stream_sent_in_one_final_event_is_named_inconclusive(tmp_path: Path) -> None:
+    """A scripted server whose every token arrives in the one final event: nothing to group."""
+    server = FakeServer(one_event=True)
+    out = tmp_path / "burst.json"
+    code = run_main(["speculative", "http://fake", "--n", "1", "--tokens", "32", "--reps", "2", "--json", str(out)],
+                    open_driver=lambda target: FakeDriver(server))
+    doc = json.loads(out.read_text())
+    assert code == exitcodes.INVALID and doc["verdict"] == "inconclusive"
+    assert all("does not stream tokens as it makes them" in p["reason"] for p in doc["points"])
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--n", "0"], "every N must be >= 1"),
+        (["--tokens", "8"], "--tokens must be >= 16"),
+        (["--reps", "0"], "--reps must be >= 1"),
+        (["--expect", "maybe"], "--expect"),
+    ],
+)
+def test_bad_flags_are_one_line_usage_errors(args: list[str], words: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = run_main(["speculative", "http://127.0.0.1:9", *args])
+    assert code == exitcodes.USAGE
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err

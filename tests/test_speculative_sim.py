@@ -1,0 +1,100 @@
+"""The speculative test against the simulator's speculation law on 127.0.0.1, port 0: the law's mean tokens
+per step and its step cost are the ground truth; the simulator's own draft counters say what it drew."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from servecheck.client.base import Target
+from servecheck.experiments.speculative import run_speculative
+from servecheck.load.driver import LoadDriver
+from servecheck.sim import SimConfig, sim_in_thread
+
+pytestmark = pytest.mark.timeout(300)
+
+TOKEN_S = 0.006
+PER_SEQ_S = 0.001
+DRAFT = 4
+DRAFT_TOKEN_S = 0.001  # verifying a draft of 4 adds 4 ms a step per sequence
+# The law's draws scatter around its mean; the stopwatch must land within 10% of the mean (the issue's bound).
+LAW_TOLERANCE = 0.10
+
+
+def law(mean: float, seed: int = 0) -> SimConfig:
+    return SimConfig(mode="batched", token_s=TOKEN_S, per_seq_s=PER_SEQ_S, prompt_token_s=1e-5, spec_mean=mean,
+                     spec_draft=DRAFT, spec_draft_token_s=DRAFT_TOKEN_S, spec_seed=seed)
+
+
+def plain() -> SimConfig:
+    return SimConfig(mode="batched", token_s=TOKEN_S, per_seq_s=PER_SEQ_S, prompt_token_s=1e-5)
+
+
+async def measure(config: SimConfig, *, ns=(1, 4), tokens: int = 256, reps: int = 2, seed: int = 7,
+                  baseline: SimConfig | None = None) -> dict:
+    with sim_in_thread(config) as sim:
+        target = Target(sim.url, first_token_timeout_s=60)
+        async with LoadDriver(target) as driver:
+            if baseline is None:
+                result = await run_speculative(driver, ns=ns, tokens=tokens, reps=reps, rng=random.Random(seed))
+                return result.to_doc()
+            with sim_in_thread(baseline) as base_sim:
+                result = await run_speculative(driver, ns=ns, tokens=tokens, reps=reps, rng=random.Random(seed),
+                                               open_baseline=lambda: LoadDriver(Target(base_sim.url, first_token_timeout_s=60)))
+                return result.to_doc()
+
+
+@pytest.mark.parametrize(("mean", "tokens"), [(1.0, 128), (2.0, 256), (4.0, 256)])
+async def test_tokens_per_step_within_ten_percent_of_the_law(mean: float, tokens: int) -> None:
+    doc = await measure(law(mean), tokens=tokens)
+    assert doc["simulated"] is True
+    assert {(p["n"], p["prompt_kind"]) for p in doc["points"]} == {(1, "predictable"), (4, "predictable"),
+                                                                   (1, "unpredictable"), (4, "unpredictable")}
+    for p in doc["points"]:
+        where = (p["n"], p["prompt_kind"], p["problems"])
+        assert p["tokens_per_step"] == pytest.approx(mean, rel=LAW_TOLERANCE), where
+        lo, hi = p["tokens_per_step_interval"]
+        assert lo <= p["tokens_per_step"] <= hi
+        # the simulator's counters record what it drew: the stopwatch reads the same steps
+        assert p["counters_agree"] is True, where
+        assert p["server_tokens_per_step"] == pytest.approx(p["tokens_per_step"], rel=0.05), where
+    assert doc["verdict"] == ("not_speculating" if mean == 1.0 else "speculating")
+
+
+@pytest.mark.parametrize(("config", "verdict"), [
+    (lambda seed: plain(), "not_speculating"),
+    (lambda seed: law(1.0, seed), "not_speculating"),  # drafts every step, accepts nothing
+    (lambda seed: law(2.0, seed), "speculating"),
+    (lambda seed: law(4.0, seed), "speculating"),
+], ids=["off", "mean1", "mean2", "mean4"])
+async def test_verdicts_ten_of_ten(config, verdict: str) -> None:
+    words = []
+    for seed in range(10):
+        doc = await measure(config(seed), ns=(1,), tokens=64, reps=1, seed=seed)
+        words.append(doc["verdict"])
+        for p in doc["points"]:
+            assert p["verdict"] == verdict, (seed, p["prompt_kind"], p["reason"], p["problems"])
+    assert words == [verdict] * 10
+
+
+async def test_speculation_pays_alone_and_costs_at_four() -> None:
+    """Law: alone a step of 6+1+4 ms gives 2 tokens (5.5 ms each) against 7 ms: pays; at N=4 a step of
+    6+4+16 ms gives 2 tokens (13 ms each) against 10 ms: costs."""
+    doc = await measure(law(2.0), ns=(1, 4), tokens=96, reps=3, baseline=plain())
+    by = {(p["n"], p["prompt_kind"]): p for p in doc["points"]}
+    for kind in ("predictable", "unpredictable"):
+        assert by[(1, kind)]["pays"] == "pays", by[(1, kind)]["pays_reason"]
+        assert by[(4, kind)]["pays"] == "costs", by[(4, kind)]["pays_reason"]
+        assert by[(4, kind)]["pays_ratio"] == pytest.approx(10 / 13, rel=0.1)
+    assert doc["stops_paying_n"] == {"predictable": 4, "unpredictable": 4}
+    assert doc["baseline"]["model"] == doc["server"]["model"]
+
+
+def test_the_law_refuses_a_mean_its_draft_cannot_reach_and_names_itself() -> None:
+    from servecheck.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"spec_mean must be in \[1, spec_draft \+ 1\]"):
+        SimConfig(spec_mean=6.0, spec_draft=4)
+    assert "spec_mean=2 spec_draft=4 spec_draft_token=1ms" in law(2.0).describe()
+    assert "spec_mean" not in plain().describe()
