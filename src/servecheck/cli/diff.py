@@ -195,10 +195,10 @@ def speculative_dict(result: SpeculativeDiff) -> dict[str, object]:
         "command": "diff",
         "of": "speculative",
         "lines": [
-            {"label": l.label, "config": l.config, "server_url": l.server_url, "model": l.model, "verdict": l.verdict,
-             "points": [{"n": k[0], "prompt_kind": k[1], "tokens_per_step": l.tokens_per_step.get(k),
-                         "per_stream_tok_s": l.per_stream_tok_s.get(k), "pays": l.pays.get(k)} for k in result.keys],
-             "marks": list(l.marks)}
-            for l in result.lines
+            {"label": line.label, "config": line.config, "server_url": line.server_url, "model": line.model, "verdict": line.verdict,
+             "points": [{"n": k[0], "prompt_kind": k[1], "tokens_per_step": line.tokens_per_step.get(k),
+                         "per_stream_tok_s": line.per_stream_tok_s.get(k), "pays": line.pays.get(k)} for k in result.keys],
+             "marks": list(line.marks)}
+            for line in result.lines
         ],
     }
