@@ -140,7 +140,7 @@ def _unwritable_output_without_root_powers(db: Path) -> None:
         proc = subprocess.run(
             [setpriv, "--inh-caps=-all", "--bounding-set=-all", sys.executable, "-m", "servecheck",
              "report", "1", "--db", str(db), "--html", str(locked / "r.html")],
-            capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(src)},
+            capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(src)}, check=False,
         )
         assert proc.returncode == exitcodes.USAGE, proc.stderr
         # access(2) still answers root's way, so the refusal comes from the write itself; one line either way.
