@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 SC := $(VENV)/bin/servecheck
 
-.PHONY: setup demo test test-deps bench
+.PHONY: setup demo test check test-deps bench
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -25,6 +25,12 @@ demo: setup
 test-deps:
 	bash scripts/install-test-deps.sh
 
+# Everything but the real engines (no llama.cpp build, no vLLM install): a few minutes. docs/testing.md
+check: setup
+	$(VENV)/bin/lint-imports --no-cache
+	$(PY) -m pytest -q -ra -m "not engine and not vllm"
+
+# Everything, real engines included; every skip must be a platform fact (tests/conftest.py).
 test: setup $(VENV)/.ray-installed test-deps
 	$(SC) cache build --vllm
 	$(VENV)/bin/lint-imports --no-cache

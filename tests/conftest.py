@@ -11,15 +11,17 @@ on its own (tests/test_suite_rules.py).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pytest
 
 SEED_ENV = "SERVECHECK_TEST_SEED"
+FIRST_TRY_ENV = "SERVECHECK_FIRST_TRY_LOG"  # a JSON-lines file of every real-engine verdict's first try
 # `make test` sets it: every dependency is installed there, so only skips allowed everywhere pass.
 STRICT_ENV = "SERVECHECK_STRICT_SKIPS"
 
@@ -77,11 +79,85 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """One replay line per failed test that drew a seed, at the end where a reader looks."""
+    """One replay line per failed test that drew a seed, at the end where a reader looks; and how
+    the real-engine verdicts did at their first try (a retry must not hide it)."""
     for report in terminalreporter.stats.get("failed", []):
         for name, text in report.sections:
             if name == "seed":
                 terminalreporter.write_line(f"seed for {report.nodeid}: {text}")
+    tries: FirstTries | None = getattr(terminalreporter.config, "_servecheck_first_tries", None)
+    if tries is not None and tries.rows:
+        terminalreporter.write_line(tries.summary())
+    starts: dict[str, int] | None = getattr(terminalreporter.config, "_servecheck_engine_starts", None)
+    if starts and any(starts.values()):
+        terminalreporter.write_line(
+            f"engine starts in this process: llama-server {starts['llama-server']}, vLLM {starts['vllm']}, "
+            f"other {starts['other']} (the CLI subprocesses the tests run, demo and serve-local, start their own)"
+        )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _count_engine_starts(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every real server a test spawns is counted, so the cost of the suite's start-ups is visible."""
+    try:
+        from servecheck.engine.process import ManagedServer
+    except ImportError:  # the suite's rules tested on their own, without servecheck
+        yield
+        return
+    starts = {"llama-server": 0, "vllm": 0, "other": 0}
+    request.config._servecheck_engine_starts = starts
+    spawn = ManagedServer._spawn
+
+    def counted(self: ManagedServer) -> None:
+        kind = "vllm" if type(self).__name__ == "_VllmProcess" else (
+            "llama-server" if "llama-server" in os.path.basename(str(self.cmd[0])) else "other")
+        starts[kind] += 1
+        spawn(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ManagedServer, "_spawn", counted)
+        yield
+
+
+def outcome(expected: str, got: str) -> str:
+    """right, inconclusive (the verdict words that decline to decide) or wrong."""
+    if got == expected:
+        return "right"
+    return "inconclusive" if got in ("inconclusive", "unknown") else "wrong"
+
+
+@dataclass
+class FirstTries:
+    """Every real-engine verdict's first try and its final answer, as a user's single run would
+    have seen it. Rows go to $SERVECHECK_FIRST_TRY_LOG as they come, so a crash loses none."""
+
+    log_path: str | None = None
+    rows: list[dict[str, object]] = field(default_factory=list)
+
+    def record(self, test_id: str, expected: str, first: str, final: str, seed: int | None = None) -> None:
+        row = {"test": test_id, "expected": expected, "first": first, "final": final,
+               "first_outcome": outcome(expected, first), "final_outcome": outcome(expected, final), "seed": seed}
+        self.rows.append(row)
+        if self.log_path:
+            with open(self.log_path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
+
+    def summary(self) -> str:
+        def counts(key: str) -> str:
+            got = [r[key] for r in self.rows]
+            return f"{got.count('right')} right, {got.count('inconclusive')} inconclusive, {got.count('wrong')} wrong"
+
+        return f"first try: {counts('first_outcome')} (after a retry: {counts('final_outcome')}; {len(self.rows)} verdicts)"
+
+
+@pytest.fixture(scope="session")
+def first_try(request: pytest.FixtureRequest) -> FirstTries:
+    """Where a real-engine verdict test records its first try (see FirstTries)."""
+    tries: FirstTries | None = getattr(request.config, "_servecheck_first_tries", None)
+    if tries is None:
+        tries = FirstTries(os.environ.get(FIRST_TRY_ENV) or None)
+        request.config._servecheck_first_tries = tries
+    return tries
 
 
 def draw_seed() -> int:

@@ -13,7 +13,7 @@ from servecheck.cli import main as main_mod
 from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.process import LOCALHOST, ManagedServer, free_port, live_pids
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")

@@ -106,3 +106,28 @@ def test_the_environment_variable_sets_the_seed(seed: str, monkeypatch: pytest.M
 
     monkeypatch.setenv("SERVECHECK_TEST_SEED", seed)
     assert conftest.draw_seed() == int(seed)
+
+
+FIRST_TRIES = """
+def test_a(first_try):
+    first_try.record("a", "staircase", "inconclusive", "staircase", seed=1)
+
+def test_b(first_try):
+    first_try.record("b", "cluster", "cluster", "cluster")
+
+def test_c(first_try):
+    first_try.record("c", "partial", "staircase", "staircase")
+"""
+
+
+def test_the_first_try_of_each_verdict_is_counted_and_logged(tmp_path: Path) -> None:
+    log = tmp_path / "first.jsonl"
+    proc = run_pytest(tmp_path, FIRST_TRIES, SERVECHECK_FIRST_TRY_LOG=str(log))
+    assert proc.returncode == 0, proc.stdout
+    assert "first try: 1 right, 1 inconclusive, 1 wrong (after a retry: 2 right, 0 inconclusive, 1 wrong; 3 verdicts)" in proc.stdout
+    import json
+
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(r["test"], r["first_outcome"], r["final_outcome"]) for r in rows] == [
+        ("a", "inconclusive", "right"), ("b", "right", "right"), ("c", "wrong", "wrong")]
+    assert rows[0]["seed"] == 1
