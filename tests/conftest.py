@@ -1,11 +1,188 @@
-"""Shared fixtures. Servers started by tests listen on 127.0.0.1 on ports the OS picks."""
+"""Shared fixtures and the suite's own rules. Servers started by tests listen on 127.0.0.1 on ports
+the OS picks.
+
+Two rules live here because they hold for every test:
+- no silent skip: a skipped test fails the run unless its reason is on ALLOWED_SKIPS below;
+- replayable randomness: the `rng` / `test_seed` fixtures draw a seed (or read SERVECHECK_TEST_SEED),
+  and a failing test's report prints the line that replays it.
+This file imports nothing but the standard library and pytest, so a test of the rules can run it
+on its own (tests/test_suite_rules.py).
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import random
+import re
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 import pytest
+
+SEED_ENV = "SERVECHECK_TEST_SEED"
+FIRST_TRY_ENV = "SERVECHECK_FIRST_TRY_LOG"  # a JSON-lines file of every real-engine verdict's first try
+# `make test` sets it: every dependency is installed there, so only skips allowed everywhere pass.
+STRICT_ENV = "SERVECHECK_STRICT_SKIPS"
+
+
+@dataclass(frozen=True)
+class AllowedSkip:
+    pattern: str  # a regular expression searched in the skip's reason
+    everywhere: bool  # False: allowed only outside `make test` (a dependency `make test` installs)
+    why: str
+
+
+ALLOWED_SKIPS = (
+    # The Ray extra is installed by `make test`; `make check` and a plain `pip install -e .[test]` lack it.
+    AllowedSkip(r"could not import 'ray'", False, "the optional Ray extra is not installed"),
+    # Playwright's browser driver and Debian's chromium come from scripts/install-test-deps.sh (`make test`).
+    AllowedSkip(r"could not import 'playwright", False, "playwright is not installed"),
+    AllowedSkip(r"needs Debian's chromium", False, "chromium is not on PATH"),
+    # The engine build tests need a compiler; `make test` builds llama.cpp, so it has one.
+    AllowedSkip(r"needs cmake", False, "no C++ toolchain"),
+    AllowedSkip(r"openssl not installed", False, "no openssl to make a test certificate"),
+    # Platform facts no installer changes: the test asserts something only this kernel can show.
+    AllowedSkip(r"needs /proc", True, "not Linux"),
+    # The message for a missing torch can only be seen where torch is absent; with torch the GPU
+    # probe's own tests run instead.
+    AllowedSkip(r"torch is installed", True, "the torch-absent message cannot be produced"),
+)
+
+
+def skip_is_allowed(reason: str, strict: bool) -> bool:
+    return any(re.search(a.pattern, reason) and (a.everywhere or not strict) for a in ALLOWED_SKIPS)
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    report: pytest.TestReport = yield
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = _skip_reason(report)
+        if not skip_is_allowed(reason, strict=os.environ.get(STRICT_ENV) == "1"):
+            report.outcome = "failed"
+            report.longrepr = (
+                f"skip not allowed: {reason!r}. A test that cannot run here must fail, or its reason "
+                f"must be added to ALLOWED_SKIPS in tests/conftest.py with a comment saying why"
+            )
+    seed = getattr(item, "_servecheck_seed", None)
+    if seed is not None and report.failed:
+        report.sections.append(("seed", f"replay with {SEED_ENV}={seed} (test {item.nodeid})"))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One replay line per failed test that drew a seed, at the end where a reader looks; and how
+    the real-engine verdicts did at their first try (a retry must not hide it)."""
+    for report in terminalreporter.stats.get("failed", []):
+        for name, text in report.sections:
+            if name == "seed":
+                terminalreporter.write_line(f"seed for {report.nodeid}: {text}")
+    tries: FirstTries | None = getattr(terminalreporter.config, "_servecheck_first_tries", None)
+    if tries is not None and tries.rows:
+        terminalreporter.write_line(tries.summary())
+    starts: dict[str, int] | None = getattr(terminalreporter.config, "_servecheck_engine_starts", None)
+    if starts and any(starts.values()):
+        terminalreporter.write_line(
+            f"engine starts in this process: llama-server {starts['llama-server']}, vLLM {starts['vllm']}, "
+            f"other {starts['other']} (the CLI subprocesses the tests run, demo and serve-local, start their own)"
+        )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _count_engine_starts(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every real server a test spawns is counted, so the cost of the suite's start-ups is visible."""
+    try:
+        from servecheck.engine.process import ManagedServer
+    except ImportError:  # the suite's rules tested on their own, without servecheck
+        yield
+        return
+    starts = {"llama-server": 0, "vllm": 0, "other": 0}
+    request.config._servecheck_engine_starts = starts
+    spawn = ManagedServer._spawn
+
+    def counted(self: ManagedServer) -> None:
+        kind = "vllm" if type(self).__name__ == "_VllmProcess" else (
+            "llama-server" if "llama-server" in os.path.basename(str(self.cmd[0])) else "other")
+        starts[kind] += 1
+        spawn(self)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ManagedServer, "_spawn", counted)
+        yield
+
+
+def outcome(expected: str, got: str) -> str:
+    """right, inconclusive (the verdict words that decline to decide) or wrong."""
+    if got == expected:
+        return "right"
+    return "inconclusive" if got in ("inconclusive", "unknown") else "wrong"
+
+
+@dataclass
+class FirstTries:
+    """Every real-engine verdict's first try and its final answer, as a user's single run would
+    have seen it. Rows go to $SERVECHECK_FIRST_TRY_LOG as they come, so a crash loses none."""
+
+    log_path: str | None = None
+    rows: list[dict[str, object]] = field(default_factory=list)
+
+    def record(self, test_id: str, expected: str, first: str, final: str, seed: int | None = None) -> None:
+        row = {"test": test_id, "expected": expected, "first": first, "final": final,
+               "first_outcome": outcome(expected, first), "final_outcome": outcome(expected, final), "seed": seed}
+        self.rows.append(row)
+        if self.log_path:
+            with open(self.log_path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(row) + "\n")
+
+    def summary(self) -> str:
+        def counts(key: str) -> str:
+            got = [r[key] for r in self.rows]
+            return f"{got.count('right')} right, {got.count('inconclusive')} inconclusive, {got.count('wrong')} wrong"
+
+        return f"first try: {counts('first_outcome')} (after a retry: {counts('final_outcome')}; {len(self.rows)} verdicts)"
+
+
+@pytest.fixture(scope="session")
+def first_try(request: pytest.FixtureRequest) -> FirstTries:
+    """Where a real-engine verdict test records its first try (see FirstTries)."""
+    tries: FirstTries | None = getattr(request.config, "_servecheck_first_tries", None)
+    if tries is None:
+        tries = FirstTries(os.environ.get(FIRST_TRY_ENV) or None)
+        request.config._servecheck_first_tries = tries
+    return tries
+
+
+def draw_seed() -> int:
+    """SERVECHECK_TEST_SEED when set (replays a failure), else a fresh one from the OS."""
+    given = os.environ.get(SEED_ENV)
+    if given:
+        try:
+            return int(given)
+        except ValueError:
+            raise pytest.UsageError(f"{SEED_ENV}={given!r} is not an integer") from None
+    return random.SystemRandom().randrange(2**32)
+
+
+@pytest.fixture
+def test_seed(request: pytest.FixtureRequest) -> int:
+    """The seed of this test's random choices; a failure's report prints it."""
+    seed = draw_seed()
+    request.node._servecheck_seed = seed
+    request.node.user_properties.append(("seed", seed))
+    return seed
+
+
+@pytest.fixture
+def rng(test_seed: int) -> random.Random:
+    return random.Random(test_seed)
 
 
 @pytest.fixture(autouse=True)

@@ -30,22 +30,23 @@ def local_engine() -> LocalEngine:
     return provision_local(None, "tiny", progress=lambda m: print(m, file=sys.stderr))
 
 
-async def _arms(url: str) -> dict:
+async def _arms(url: str, seed: int) -> dict:
     async with LoadDriver(make_target(url, api="llamacpp", first_token_timeout_s=120)) as driver:
-        run = await run_arms(driver, DESIGN, rng=random.Random())
+        run = await run_arms(driver, DESIGN, rng=random.Random(seed))
     return run.to_doc()
 
 
-def _labels(engine: LocalEngine, parallel: int, tmp_path: Path, decided: Callable[[dict[int, str]], bool]) -> dict[int, str]:
+def _labels(engine: LocalEngine, parallel: int, tmp_path: Path, decided: Callable[[dict[int, str]], bool],
+            seed: int) -> dict[int, str]:
     """The arm labels on a server with `parallel` slots; a run whose labels are not yet `decided`
-    (an inconclusive label) earns one retry, never more."""
+    (an inconclusive label) earns one retry (seed + 1), never more."""
     server = LlamaServer(
         engine.binary, engine.model_path, parallel=parallel,
         ctx_per_slot=ctx_per_slot_for(DESIGN.prompt_tokens, DESIGN.tokens), log_path=tmp_path / f"np{parallel}.log",
     )
     with server as url:
         for attempt in range(2):
-            doc = asyncio.run(_arms(url))
+            doc = asyncio.run(_arms(url, seed + attempt))
             assert doc["valid"], doc.get("warnings")
             assert doc["simulated"] is False
             arms = {a["concurrency"]: a for a in doc["arms"]}
@@ -57,11 +58,11 @@ def _labels(engine: LocalEngine, parallel: int, tmp_path: Path, decided: Callabl
     return labels
 
 
-def test_four_slots_batch_at_four_way(local_engine: LocalEngine, tmp_path: Path) -> None:
-    labels = _labels(local_engine, 4, tmp_path, lambda got: got[4] != "inconclusive")
+def test_four_slots_batch_at_four_way(local_engine: LocalEngine, tmp_path: Path, test_seed: int) -> None:
+    labels = _labels(local_engine, 4, tmp_path, lambda got: got[4] != "inconclusive", test_seed)
     assert labels[4] == "batching"
 
 
-def test_one_slot_buys_nothing_at_any_arm(local_engine: LocalEngine, tmp_path: Path) -> None:
-    labels = _labels(local_engine, 1, tmp_path, lambda got: "inconclusive" not in got.values())
+def test_one_slot_buys_nothing_at_any_arm(local_engine: LocalEngine, tmp_path: Path, test_seed: int) -> None:
+    labels = _labels(local_engine, 1, tmp_path, lambda got: "inconclusive" not in got.values(), test_seed)
     assert set(labels.values()) == {"none"}

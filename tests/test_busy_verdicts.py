@@ -1,5 +1,7 @@
-"""The failure shapes measured on a busy machine, fed to the classifiers: each verdict must come out
-right or `inconclusive`, never wrong. The ground truth of every case is the schedule the test
+"""The failure shapes measured on a busy machine, fed to the classifiers: where the answer is known
+the exact verdict is asserted; where noise is real (a reference off by 3x, +-15% steps, a client
+stall over the finishes) the verdict must come out right or `inconclusive`, never wrong, next to an
+exact-answer test of the same shape. The ground truth of every case is the schedule the test
 builds (a queue, a batch, K slots), never what the classifier said before.
 """
 
@@ -99,14 +101,13 @@ def test_a_slow_single_request_does_not_make_a_queue_rise() -> None:
     a = sc.analyze_staircase(run, tokens_requested=TOKENS)
     assert a.trend_ratios[2] == pytest.approx(1.39, abs=0.01)
     assert a.trend != "rising", a.trend_reason
-    assert a.verdict in ("staircase", "inconclusive")
+    assert a.verdict == "staircase", a.verdict_reason  # steps 2.59, 2.09, 2.06, 2.87 s: one request each
 
 
 def test_rising_must_hold_against_the_fastest_reference() -> None:
     # a batching server (4 together at 1.3x one request) measured against one slow and one fast N=1
     run = [_batch(1, [3.0]), _batch(4, [2.7, 2.72, 2.74, 2.75]), _batch(1, [1.6], rep=1)]
     a = sc.analyze_staircase(run, tokens_requested=TOKENS)
-    assert a.trend in ("rising", "inconclusive")
     # against the fastest single (1.6 s) the aggregate gains 4 x 1.6 / 2.75 = 2.3x: a real rise
     assert a.trend == "rising", a.trend_reason
     slow_gain = [_batch(1, [3.0]), _batch(4, [8.0, 8.01, 8.02, 8.05]), _batch(1, [1.6], rep=1)]
@@ -277,16 +278,35 @@ def test_a_queue_with_any_reference_and_noise_is_never_a_cluster_or_partial(sing
 @settings(max_examples=300, deadline=None)
 @given(
     single=st.floats(0.5, 8.0),
+    ref_factor=st.floats(0.7, 1.5),
+    noise=st.lists(st.floats(-0.05, 0.05), min_size=4, max_size=4),
+)
+def test_a_queue_against_a_reference_inside_the_band_is_a_staircase(single, ref_factor, noise):
+    """The shape above where the answer is known: steps within 5% of each other and a reference
+    off by at most 0.7x-1.5x. The stopwatch alone (no gauges) must say staircase."""
+    t, ends = 0.0, []
+    for x in noise:
+        t += single * (1 + x)
+        ends.append(t)
+    a = sc.analyze_staircase([_batch(1, [single * ref_factor]), _batch(4, ends)], tokens_requested=TOKENS)
+    assert a.verdict == "staircase", a.verdict_reason
+    assert "completion_times" in a.points[-1].batches[-1].verdict.evidence
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    single=st.floats(0.5, 8.0),
     slow=st.floats(1.0, 3.5),
     ref_factor=st.floats(0.3, 3.0),
     noise=st.lists(st.floats(-0.05, 0.05), min_size=4, max_size=4),
 )
-def test_a_batch_with_any_reference_is_never_a_staircase_or_partial(single, slow, ref_factor, noise):
+def test_a_batch_with_any_reference_is_a_cluster(single, slow, ref_factor, noise):
+    """Four finishes within 5% of each other are one group whatever the reference: a cluster."""
     ends = [single * slow * (1 + x) for x in noise]
     gauges = _gauges([4] * 10, [0] * 10)
     run = [_batch(1, [single * ref_factor]), _batch(4, ends, gauges=gauges)]
     a = sc.analyze_staircase(run, tokens_requested=TOKENS)
-    assert a.verdict in ("cluster", "inconclusive"), a.verdict_reason
+    assert a.verdict == "cluster", a.verdict_reason
 
 
 def test_gauges_read_in_most_cells_speak_for_the_arm() -> None:
@@ -390,4 +410,9 @@ def test_a_queue_whose_finishes_a_stall_gathers_is_never_called_a_cluster(
     a, b = start * single, start * single + stall * (n - 1) * single
     seen = sorted(b + 0.001 * k if a <= t <= b else t for k, t in enumerate(true))
     run = [_batch(1, [single]), _batch(n, seen, noise=_stalled((a, b)))]
-    assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict in ("staircase", "inconclusive")
+    verdict = sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict
+    assert verdict in ("staircase", "inconclusive")
+    # A finish the stall held is no time at all, so that batch cannot be decided from the times;
+    # the exact answers of the same shape are the stall-free tests above and below.
+    if any(a <= t <= b for t in true):
+        assert verdict == "inconclusive"

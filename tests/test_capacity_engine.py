@@ -38,34 +38,35 @@ def local_engine() -> LocalEngine:
     return provision_local(None, "tiny", progress=lambda m: print(m, file=sys.stderr))
 
 
-async def _request_time_s(url: str) -> float:
+async def _request_time_s(url: str, rng: random.Random) -> float:
     async with LoadDriver(make_target(url, api="llamacpp", first_token_timeout_s=120)) as driver:
         times = []
         for _ in range(2):  # the first one also loads the model
-            (req,) = await make_requests(driver, 1, PROMPT_TOKENS, TOKENS, random.Random())
+            (req,) = await make_requests(driver, 1, PROMPT_TOKENS, TOKENS, rng)
             record = await driver.generate(req)
             assert record.ok and record.latency_ns is not None, record.error
             times.append(record.latency_ns / 1e9)
     return times[-1]
 
 
-async def _capacity(url: str, design: CapacityDesign) -> dict[str, Any]:
+async def _capacity(url: str, design: CapacityDesign, rng: random.Random) -> dict[str, Any]:
     async with LoadDriver(make_target(url, api="llamacpp", first_token_timeout_s=120)) as driver:
-        run = await run_capacity(driver, design, rng=random.Random())
+        run = await run_capacity(driver, design, rng=rng)
     return run.to_doc()
 
 
-def test_two_slots_hold_two_users_under_a_ttft_ceiling(local_engine: LocalEngine, tmp_path: Path) -> None:
+def test_two_slots_hold_two_users_under_a_ttft_ceiling(local_engine: LocalEngine, tmp_path: Path,
+                                                       rng: random.Random) -> None:
     server = LlamaServer(local_engine.binary, local_engine.model_path, parallel=2,
                          ctx_per_slot=ctx_per_slot_for(PROMPT_TOKENS, TOKENS), log_path=tmp_path / "np2.log")
     with server as url:
-        one_request_s = _wait(_request_time_s(url))
+        one_request_s = _wait(_request_time_s(url, rng))
         ceiling = round(CEILING_SHARE * one_request_s, 3)
         # 90% of users: at N=3 every other request queues for a whole request, the 90th percentile sees it
         design = CapacityDesign(Criteria(min_user_rate_tok_s=1.0, max_ttft_s=ceiling, percentile=90), max_n=3,
                                 tokens=TOKENS, prompt_tokens=PROMPT_TOKENS, remeasures=1)
         for attempt in range(2):
-            doc = _wait(_capacity(url, design))
+            doc = _wait(_capacity(url, design, rng))
             print(f"attempt {attempt + 1}: one request {one_request_s:.3f} s, ceiling {ceiling} s: {doc['answer']}")
             for p in doc["points"]:
                 print(f"  N={p['n']} {p['status']} per-user {p['per_user_tok_s']:.1f} tok/s TTFT {p['ttft_s']:.3f} "

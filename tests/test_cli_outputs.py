@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from servecheck import exitcodes
+from servecheck import sim
 from servecheck.cli import main as main_mod
 from servecheck.cli.common import Recorder
 from servecheck.errors import UsageError
@@ -21,7 +22,6 @@ def run_cli(args: list[str]) -> int:
 @pytest.mark.parametrize("flag", ["--json", "--html"])
 def test_staircase_refuses_an_unwritable_output_before_measuring(tmp_path: Path, flag: str,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    sim = pytest.importorskip("servecheck.sim")
     db = tmp_path / "h.db"
     with sim.sim_in_thread(sim.SimConfig(mode="serial")) as server:
         code = run_cli(["staircase", server.url, "--n", "1,2", "--tokens", "8", "--prompt-tokens", "8",

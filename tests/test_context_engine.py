@@ -18,7 +18,7 @@ from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.model import SIZES
 from servecheck.engine.process import LlamaServer, live_pids
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
 
 DEPTHS = (0, 2048, 6144)
 TOKENS = 64

@@ -137,7 +137,7 @@ def test_diff_of_three_simulated_staircase_runs(tmp_path: Path, capsys: pytest.C
     Three reps per N (the aggregate is their median), so one scheduling hiccup on a loaded machine cannot tilt
     a serial line past the rising threshold.
     """
-    sim = pytest.importorskip("servecheck.sim")
+    from servecheck import sim
     db = tmp_path / "sim.db"
     configs = [sim.SimConfig(mode="serial"), sim.SimConfig(mode="serial", refusal=True), sim.SimConfig(mode="batched")]
     for config in configs:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import sys
 import textwrap
 from pathlib import Path
 
@@ -199,4 +198,23 @@ def test_build_key_depends_on_version_and_cpu() -> None:
     key = build.build_key()
     assert key.startswith(f"llama-cpp-python-{build.LLAMA_CPP_PYTHON_VERSION}-r{build.BUILD_RECIPE}-")
     assert key.endswith(build.cpu_key()) and len(build.cpu_key()) == 10
-    assert sys.platform != "linux" or build.cpu_key() == build.cpu_key()
+
+
+def test_cpu_key_follows_the_cpu_flags_not_their_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A binary built for one CPU's features gets another key on a CPU without them; the same
+    features listed in another order are the same CPU."""
+    cpuinfo = {"text": "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f\n"}
+    real_read_text = Path.read_text
+
+    def fake_read_text(self: Path, *args: object, **kw: object) -> str:
+        return cpuinfo["text"] if str(self) == "/proc/cpuinfo" else real_read_text(self, *args, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", fake_read_text)
+    with_avx512 = build.cpu_key()
+    cpuinfo["text"] = "processor\t: 0\nflags\t\t: avx512f avx2 sse2 fpu\n"
+    assert build.cpu_key() == with_avx512
+    cpuinfo["text"] = "processor\t: 0\nflags\t\t: fpu sse2 avx2\n"
+    without_avx512 = build.cpu_key()
+    assert without_avx512 != with_avx512
+    monkeypatch.setattr(build.platform, "machine", lambda: "aarch64")  # the same flags on another machine
+    assert build.cpu_key() not in (with_avx512, without_avx512)

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from servecheck.cli.common import make_target
+from servecheck.cli.common import MAX_WORKERS, make_target
 from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.process import LlamaServer, ctx_per_slot_for
 from servecheck.errors import EngineError
@@ -71,14 +71,28 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> No
 
 
 async def _staircase(url: str, on_point: Callable[[Any], None] | None = None, seed: int = 0) -> Any:
+    """A staircase run through the driver every user gets: the client checks itself (the pre-flight)
+    before each N, as `servecheck staircase` does."""
     from servecheck.experiments.staircase import run_staircase
-    from servecheck.load.driver import LoadDriver
+    from servecheck.load.preflight import CheckedDriver
 
-    async with LoadDriver(make_target(url, api="llamacpp", first_token_timeout_s=120)) as driver:
+    async with CheckedDriver(make_target(url, api="llamacpp", first_token_timeout_s=120), workers=MAX_WORKERS,
+                             auto=True) as driver:
         return await run_staircase(
             driver, ns=NS, tokens=TOKENS, prompt_tokens=PROMPT_TOKENS, reps=1, max_reps=3, rng=random.Random(seed),
             on_point=on_point,
         )
+
+
+def assert_decided_by_the_stopwatch(doc: dict[str, Any]) -> None:
+    """A user's run: valid, and every definite verdict names the completion times in its evidence."""
+    assert doc["valid"], doc["invalid"]
+    assert doc["calibration"] == "on"
+    for point in doc["points"]:
+        if point["verdict"] not in ("baseline", "inconclusive"):
+            assert "completion_times" in point["evidence"], (point["n"], point["verdict"], point["evidence"])
+    if doc["verdict"] != "inconclusive":
+        assert "completion_times" in doc["evidence"], doc["evidence"]
 
 
 def _server(engine: LocalEngine, parallel: int, tmp_path: Path, **kw: Any) -> LlamaServer:
@@ -94,19 +108,25 @@ TRUTH = [(1, "staircase", "rising"), (2, "partial", None), (4, "cluster", "flat"
 
 @pytest.mark.parametrize(("parallel", "expected", "wrong_trend"), TRUTH)
 def test_staircase_verdict_on_the_real_engine(
-    local_engine: LocalEngine, tmp_path: Path, parallel: int, expected: str, wrong_trend: str | None
+    local_engine: LocalEngine, tmp_path: Path, parallel: int, expected: str, wrong_trend: str | None,
+    test_seed: int, first_try: Any, request: pytest.FixtureRequest,
 ) -> None:
     """One slot queues (staircase), two slots pair up (partial), four slots batch (cluster);
-    `inconclusive` earns one retry, never more, and only the right verdict passes."""
+    `inconclusive` earns one retry (seed + 1), never more, the first try is recorded, and only the
+    right verdict passes."""
     with _server(local_engine, parallel, tmp_path) as url:
+        tries = []
         for attempt in range(2):
-            doc = asyncio.run(_staircase(url, seed=random.SystemRandom().randrange(2**32))).to_doc()
-            print(f"attempt {attempt + 1}: {doc['verdict']}/{doc['trend']} evidence {doc['evidence']}",
-                  [(p["n"], p["finish_s"], p["reps_taken"]) for p in doc["points"]])
+            doc = asyncio.run(_staircase(url, seed=test_seed + attempt)).to_doc()
+            tries.append(doc["verdict"])
+            print(f"attempt {attempt + 1} (seed {test_seed + attempt}): {doc['verdict']}/{doc['trend']} "
+                  f"evidence {doc['evidence']}", [(p["n"], p["finish_s"], p["reps_taken"]) for p in doc["points"]])
             if doc["verdict"] != "inconclusive":
                 break
+    first_try.record(request.node.nodeid, expected, tries[0], tries[-1], seed=test_seed)
     assert doc["verdict"] == expected, doc["verdict_reason"]
     assert doc["trend"] != wrong_trend, doc["trend_reason"]
+    assert_decided_by_the_stopwatch(doc)
     assert [p["n"] for p in doc["points"]] == list(NS)
     assert all(t == TOKENS for p in doc["points"] for t in p["tokens"])
     assert len(doc["single_times_s"]) >= 2  # the reference is measured before and after the batches
@@ -130,7 +150,7 @@ def test_error_in_the_middle_of_a_run_stops_the_server(local_engine: LocalEngine
     with pytest.raises(RuntimeError, match="in the middle"):
         with server as url:
             pid = server.pid
-            asyncio.run(_staircase(url, on_point=fail_after_first_batch))
+            asyncio.run(_staircase(url, on_point=fail_after_first_batch))  # the seed is irrelevant: it fails at N=1
     assert pid is not None and not alive(pid)
 
 

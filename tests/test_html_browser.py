@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
+from servecheck import sim
 from servecheck.cli import main as main_mod
 import samples
 from servecheck.report.html import write_html
 
-CHROMIUM = os.environ.get("SERVECHECK_CHROMIUM", "/usr/bin/chromium")
+# The same lookup as scripts/install-test-deps.sh (`command -v chromium`): what it installed, this finds.
+CHROMIUM = os.environ.get("SERVECHECK_CHROMIUM") or shutil.which("chromium") or ""
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--headless",
@@ -30,7 +32,7 @@ HOSTILE_IMG = "<img src=x onerror=alert(1)>"
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.timeout(240),
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium: run scripts/install-test-deps.sh"),
+    pytest.mark.skipif(not CHROMIUM or not Path(CHROMIUM).exists(), reason="needs Debian's chromium: run scripts/install-test-deps.sh"),
 ]
 
 # Per chart: its class and how many drawn marks (bars or dots) it should hold.
@@ -44,7 +46,6 @@ CHART_COUNT_JS = """() => Array.from(document.querySelectorAll('svg.chart')).map
 
 def simulated_staircase(tmp_path: Path) -> dict[str, Any]:
     """A staircase run against the simulator in hostile mode: markup in the model name and the generated text."""
-    sim = pytest.importorskip("servecheck.sim")
     out = tmp_path / "staircase.json"
     with sim.sim_in_thread(sim.SimConfig(mode="serial", hostile=True, log_path=str(tmp_path / "sim.log"))) as server:
         with pytest.raises(SystemExit) as info:

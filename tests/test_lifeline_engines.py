@@ -67,7 +67,6 @@ def test_sigkill_of_serve_local_ends_llama_server(tmp_path: Path) -> None:
 
 
 @pytest.mark.vllm
-@pytest.mark.slow
 def test_sigkill_of_serve_local_vllm_ends_every_vllm_process(tmp_path: Path) -> None:
     local = provision_vllm_local("tiny", progress=lambda m: print(m, file=sys.stderr))
     args = ["--engine", "vllm", "--parallel", "1", "--log", str(tmp_path / "serve.log")]

@@ -84,12 +84,18 @@ def test_threshold_edges():
     st.floats(0.001, 100.0),
     st.lists(st.one_of(st.none(), st.integers(0, P)), min_size=6, max_size=6),
 )
-def test_any_numbers_give_a_known_verdict(ttfts, control, cached):
+def test_any_numbers_give_a_verdict_that_reads_ratios_and_holds_its_thresholds(ttfts, control, cached):
+    """Any sends: the verdict is the same in any time unit (times doubled, an exact scaling), and a
+    `working` verdict meets the threshold of the signal that decided it."""
     sends = run(ttfts, cached[: len(ttfts)], control, cached[-1])
     v = decide_cache(sends)
-    assert v.verdict in ("working", "inert", "unknown") and v.reason
+    doubled = decide_cache(run([2.0 * t for t in ttfts], cached[: len(ttfts)], 2.0 * control, cached[-1]))
+    assert (doubled.verdict, doubled.signal) == (v.verdict, v.signal)
+    assert v.reason
     if v.verdict == "working" and v.signal == "timing":
         assert v.warm_ttft_ratio is not None and v.warm_ttft_ratio < WORKING_TTFT_RATIO
+    if v.verdict == "working" and v.signal == "counters":
+        assert v.warm_cached_fraction is not None and v.warm_cached_fraction >= HIT_FRACTION
 
 
 @pytest.mark.parametrize(

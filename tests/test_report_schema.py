@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from servecheck import sim
 from servecheck.cli import main as main_mod
 
 from test_audit_fixtures import write_gguf
@@ -51,7 +52,6 @@ def undocumented(doc: dict[str, Any]) -> list[str]:
 
 @pytest.mark.timeout(240)
 def test_every_field_of_a_real_run_is_documented(tmp_path: Path) -> None:
-    sim = pytest.importorskip("servecheck.sim")
     log = tmp_path / "sim.log"
     docs = []
     model = write_gguf(tmp_path / "moe.gguf", "qwen2moe", MOE_KV, moe_tensors())

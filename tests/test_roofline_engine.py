@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from servecheck.analysis.roofline import DEFAULT_GATE
 from servecheck.cli import main as main_mod
 from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.process import LOCALHOST, ManagedServer, free_port, live_pids
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
@@ -39,5 +40,8 @@ def test_roofline_url_on_local_engine(engine: LocalEngine, tmp_path: Path) -> No
     lo, hi = doc["utilization"]
     assert lo == pytest.approx(doc["tok_s"] * doc["bytes_per_token"] / 1e9 / 400)
     assert hi == pytest.approx(2 * lo)
-    assert doc["gate"] in ("close", "open", "straddle")
+    # The known numbers imply the gate: a tiny model on this CPU reads far less than 200 GB/s, so
+    # the whole utilization range sits below the 0.55 gate, and the gate is open.
+    assert hi < DEFAULT_GATE, doc["utilization"]
+    assert doc["gate"] == "open", doc["gate"]
     assert live_pids() == []

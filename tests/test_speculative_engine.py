@@ -27,7 +27,7 @@ from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.model import ModelSpec, write_model
 from servecheck.engine.process import LlamaServer
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]
 
 DRAFT_MAX = 4
 TOKENS = "128"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from servecheck import exitcodes
+from servecheck import exitcodes, sim
 from servecheck.cli import main as main_mod
 from servecheck.analysis.run_verdict import run_verdict
 from servecheck.model.result import from_doc
@@ -112,12 +112,43 @@ def test_bad_input_is_one_line(db: Path, args: list[str], code: int, message: st
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can write anywhere")
 def test_unwritable_output(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if os.geteuid() == 0:
+        return _unwritable_output_without_root_powers(db)
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o500)
     assert run_cli(["report", "1", "--db", str(db), "--html", str(locked / "r.html")]) == exitcodes.USAGE
     assert capsys.readouterr().err.startswith("Error: cannot write")
+
+
+def _unwritable_output_without_root_powers(db: Path) -> None:
+    """Root can write anywhere (and CI runs as root): the same command runs as root without its
+    capabilities (util-linux's setpriv empties the bounding set, so CAP_DAC_OVERRIDE is gone) in a
+    subprocess, where a root-owned folder of mode 0500 refuses root as it refuses anyone."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "as root this test needs util-linux's setpriv to drop root's capabilities"
+    base = Path(tempfile.mkdtemp(prefix="servecheck-locked-"))
+    try:
+        locked = base / "locked"
+        locked.mkdir(mode=0o500)
+        src = Path(main_mod.__file__).parents[2]
+        proc = subprocess.run(
+            [setpriv, "--inh-caps=-all", "--bounding-set=-all", sys.executable, "-m", "servecheck",
+             "report", "1", "--db", str(db), "--html", str(locked / "r.html")],
+            capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(src)}, check=False,
+        )
+        assert proc.returncode == exitcodes.USAGE, proc.stderr
+        # access(2) still answers root's way, so the refusal comes from the write itself; one line either way.
+        assert proc.stderr.startswith(f"Error: cannot write {locked / 'r.html'}: "), proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+        assert "Traceback" not in proc.stderr and not (locked / "r.html").exists()
+    finally:
+        shutil.rmtree(base)
 
 
 def test_output_path_that_is_a_folder(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -189,7 +220,6 @@ def test_results_are_not_folded_at_80_columns_in_a_pipe(tmp_path: Path, capsys: 
 
 def test_show_gives_the_commands_own_report_of_a_simulated_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """show re-renders what staircase printed (reasons, the misleading self-reported sum) under the SIMULATED mark."""
-    sim = pytest.importorskip("servecheck.sim")
     db = tmp_path / "h.db"
     with sim.sim_in_thread(sim.SimConfig(mode="serial")) as server:
         code = run_cli(["--quiet", "staircase", server.url, "--n", "1,2", "--tokens", "12", "--prompt-tokens", "8", "--db", str(db)])
@@ -222,7 +252,6 @@ def test_a_sigkilled_staircase_run_stays_in_the_history_marked_incomplete(tmp_pa
     import sys
     import time
 
-    sim = pytest.importorskip("servecheck.sim")
     db = tmp_path / "h.db"
     with sim.sim_in_thread(sim.SimConfig(mode="serial", token_s=0.02)) as server:
         proc = subprocess.Popen([sys.executable, "-m", "servecheck", "--quiet", "staircase", server.url, "--n", "1,2,4,8",

@@ -9,8 +9,10 @@ generated tiny model). The ground truth is what the test tells vLLM's scheduler:
 - log audit: the log of a `--max-num-seqs 1` server that queued never confirms continuous batching;
   the log of a `--max-num-seqs 4` server that batched does.
 
-On a noisy machine `inconclusive` (or `unknown`) earns one retry, never more; only the right verdict
-passes. One vLLM runs at a time (each start takes about 90 s here), reused by the tests that follow.
+The staircase and arms runs go through the driver every user gets (the pre-flight, `CheckedDriver`),
+must be valid, and every definite staircase point must name the completion times in its evidence.
+On a noisy machine `inconclusive` (or `unknown`) earns one retry (the test's seed + 1), never more,
+and the first try is recorded (tests/conftest.py `first_try`); only the right verdict passes. One vLLM runs at a time (each start takes about 90 s here), reused by the tests that follow.
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ import pytest
 
 from servecheck import exitcodes
 from servecheck.cli import main as main_mod
-from servecheck.cli.common import make_target
+from servecheck.cli.common import MAX_WORKERS, make_target
 from servecheck.engine.vllm import VllmLocal, VllmServer, provision_vllm_local
 from servecheck.experiments.arms import ArmsDesign, run_arms
 from servecheck.experiments.staircase import run_staircase
 from servecheck.load.driver import LoadDriver
+from servecheck.load.preflight import CheckedDriver
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
 
@@ -91,41 +94,60 @@ def _target(url: str, model: str) -> Any:
     return make_target(url, api="openai", model=model, first_token_timeout_s=120)
 
 
-def staircase_doc(vllm: OneAtATime, parallel: int) -> dict[str, Any]:
-    """A staircase run; an `inconclusive` verdict or trend earns one retry."""
+def staircase_doc(vllm: OneAtATime, parallel: int, seed: int, record: Callable[[str, str], None]) -> dict[str, Any]:
+    """A staircase run through the driver every user gets (the pre-flight before each N); an
+    `inconclusive` verdict or trend earns one retry (seed + 1), and `record(first, final)` keeps
+    the first try's verdict."""
     url, _ = vllm.get(parallel)
 
     async def once(seed: int) -> dict[str, Any]:
-        async with LoadDriver(_target(url, vllm.local.model_name)) as driver:
+        async with CheckedDriver(_target(url, vllm.local.model_name), workers=MAX_WORKERS, auto=True) as driver:
             result = await run_staircase(driver, ns=NS, tokens=TOKENS, prompt_tokens=PROMPT_TOKENS, reps=1,
                                          max_reps=3, rng=random.Random(seed))
         return result.to_doc()
 
+    tries = []
     for attempt in range(2):
-        doc = asyncio.run(once(random.SystemRandom().randrange(2**32)))
-        print(f"--max-num-seqs {parallel} attempt {attempt + 1}: {doc['verdict']}/{doc['trend']}",
-              [(p["n"], p["finish_s"], p["reps_taken"]) for p in doc["points"]])
+        doc = asyncio.run(once(seed + attempt))
+        tries.append(doc["verdict"])
+        print(f"--max-num-seqs {parallel} attempt {attempt + 1} (seed {seed + attempt}): {doc['verdict']}/{doc['trend']}",
+              [(p["n"], p["finish_s"], p["reps_taken"], p["evidence"]) for p in doc["points"]])
         if "inconclusive" not in (doc["verdict"], doc["trend"]):
             break
+    record(tries[0], tries[-1])
+    assert_decided_by_the_stopwatch(doc)
     return doc
 
 
-def arms_labels(vllm: OneAtATime, parallel: int, decided: Callable[[dict[int, str]], bool]) -> dict[int, str]:
+def assert_decided_by_the_stopwatch(doc: dict[str, Any]) -> None:
+    """A user's run: valid, and every definite verdict names the completion times in its evidence."""
+    assert doc["valid"], doc["invalid"]
+    assert doc["calibration"] == "on"
+    for point in doc["points"]:
+        if point["verdict"] not in ("baseline", "inconclusive"):
+            assert "completion_times" in point["evidence"], (point["n"], point["verdict"], point["evidence"])
+
+
+def arms_labels(vllm: OneAtATime, parallel: int, decided: Callable[[dict[int, str]], bool], seed: int,
+                record: Callable[[dict[int, str], dict[int, str]], None]) -> dict[int, str]:
     url, _ = vllm.get(parallel)
 
-    async def once() -> dict[str, Any]:
-        async with LoadDriver(_target(url, vllm.local.model_name)) as driver:
-            return (await run_arms(driver, ARMS, rng=random.Random())).to_doc()
+    async def once(seed: int) -> dict[str, Any]:
+        async with CheckedDriver(_target(url, vllm.local.model_name), workers=MAX_WORKERS, auto=True) as driver:
+            return (await run_arms(driver, ARMS, rng=random.Random(seed))).to_doc()
 
+    tries = []
     for attempt in range(2):
-        doc = asyncio.run(once())
+        doc = asyncio.run(once(seed + attempt))
         assert doc["valid"], doc.get("warnings")
         assert doc["simulated"] is False
         labels = {a["concurrency"]: a["label"] for a in doc["arms"]}
-        print(f"--max-num-seqs {parallel} arms attempt {attempt + 1}, {doc['reps_taken']} reps: {labels}",
-              {a["concurrency"]: a["label_reason"] for a in doc["arms"] if a["label"] == "inconclusive"})
+        tries.append(labels)
+        print(f"--max-num-seqs {parallel} arms attempt {attempt + 1} (seed {seed + attempt}), {doc['reps_taken']} reps: "
+              f"{labels}", {a["concurrency"]: a["label_reason"] for a in doc["arms"] if a["label"] == "inconclusive"})
         if decided(labels):
             break
+    record(tries[0], tries[-1])
     return labels
 
 
@@ -151,8 +173,13 @@ def gauges_at_n4(doc: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- one sequence at a time
 
 
-def test_one_sequence_is_a_staircase_and_flat(vllm: OneAtATime) -> None:
-    doc = staircase_doc(vllm, 1)
+def recorder(first_try: Any, request: pytest.FixtureRequest, expected: str, seed: int) -> Callable[[str, str], None]:
+    return lambda first, final: first_try.record(request.node.nodeid, expected, first, final, seed=seed)
+
+
+def test_one_sequence_is_a_staircase_and_flat(vllm: OneAtATime, test_seed: int, first_try: Any,
+                                              request: pytest.FixtureRequest) -> None:
+    doc = staircase_doc(vllm, 1, test_seed, recorder(first_try, request, "staircase", test_seed))
     assert doc["verdict"] == "staircase", doc["verdict_reason"]
     assert doc["trend"] == "flat", doc["trend_reason"]
     assert doc["server"]["engine"] == "vllm" and doc["simulated"] is False
@@ -161,8 +188,13 @@ def test_one_sequence_is_a_staircase_and_flat(vllm: OneAtATime) -> None:
     assert gauges["peak_running"] == 1 and gauges["peak_waiting"] == 3, gauges
 
 
-def test_one_sequence_buys_nothing_at_any_arm(vllm: OneAtATime) -> None:
-    labels = arms_labels(vllm, 1, lambda got: "inconclusive" not in got.values())
+def test_one_sequence_buys_nothing_at_any_arm(vllm: OneAtATime, test_seed: int, first_try: Any,
+                                              request: pytest.FixtureRequest) -> None:
+    def record(first: dict[int, str], final: dict[int, str]) -> None:
+        for arm in (2, 4):  # the arms where batching could show; arm 1 is the reference
+            first_try.record(f"{request.node.nodeid}[arm {arm}]", "none", first[arm], final[arm], seed=test_seed)
+
+    labels = arms_labels(vllm, 1, lambda got: "inconclusive" not in got.values(), test_seed, record)
     assert set(labels.values()) == {"none"}, labels
 
 
@@ -175,8 +207,9 @@ def test_the_log_of_one_sequence_never_confirms_continuous_batching(vllm: OneAtA
 # ---------------------------------------------------------------- two
 
 
-def test_two_sequences_pair_up_at_four(vllm: OneAtATime) -> None:
-    doc = staircase_doc(vllm, 2)
+def test_two_sequences_pair_up_at_four(vllm: OneAtATime, test_seed: int, first_try: Any,
+                                       request: pytest.FixtureRequest) -> None:
+    doc = staircase_doc(vllm, 2, test_seed, recorder(first_try, request, "partial", test_seed))
     assert doc["verdict"] == "partial", doc["verdict_reason"]
     gauges = gauges_at_n4(doc)
     assert gauges["peak_running"] == 2 and gauges["peak_waiting"] == 2, gauges
@@ -185,16 +218,21 @@ def test_two_sequences_pair_up_at_four(vllm: OneAtATime) -> None:
 # ---------------------------------------------------------------- four
 
 
-def test_four_sequences_cluster_and_rise(vllm: OneAtATime) -> None:
-    doc = staircase_doc(vllm, 4)
+def test_four_sequences_cluster_and_rise(vllm: OneAtATime, test_seed: int, first_try: Any,
+                                         request: pytest.FixtureRequest) -> None:
+    doc = staircase_doc(vllm, 4, test_seed, recorder(first_try, request, "cluster", test_seed))
     assert doc["verdict"] == "cluster", doc["verdict_reason"]
     assert doc["trend"] == "rising", doc["trend_reason"]
     gauges = gauges_at_n4(doc)
     assert gauges["peak_running"] == 4 and gauges["peak_waiting"] == 0, gauges
 
 
-def test_four_sequences_batch_at_four_way(vllm: OneAtATime) -> None:
-    labels = arms_labels(vllm, 4, lambda got: got[4] != "inconclusive")
+def test_four_sequences_batch_at_four_way(vllm: OneAtATime, test_seed: int, first_try: Any,
+                                          request: pytest.FixtureRequest) -> None:
+    def record(first: dict[int, str], final: dict[int, str]) -> None:
+        first_try.record(f"{request.node.nodeid}[arm 4]", "batching", first[4], final[4], seed=test_seed)
+
+    labels = arms_labels(vllm, 4, lambda got: got[4] != "inconclusive", test_seed, record)
     assert labels[4] == "batching", labels
 
 
