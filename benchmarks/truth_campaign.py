@@ -44,6 +44,7 @@ from servecheck.engine.local import provision_local
 from servecheck.engine.process import LlamaServer, ctx_per_slot_for
 from servecheck.engine.vllm import VllmServer, provision_vllm_local
 from servecheck.envinfo import environment
+from servecheck.sim.proxy import running_proxy
 
 HERE = Path(__file__).resolve().parent
 SHARED_BUSY = HERE.parent.parent / "shared" / "tools" / "busy.py"
@@ -141,15 +142,8 @@ def proxied(url: str, cell: Cell) -> Iterator[str]:
     if cell.mode != "stopwatch":
         yield url
         return
-    flags = ["--no-cache-prompt"] if cell.kind == "cache-off" else []
-    proc = subprocess.Popen([sys.executable, "-m", "servecheck.sim.proxy", url, *flags], stdout=subprocess.PIPE,
-                            text=True)
-    try:
-        assert proc.stdout is not None
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with running_proxy(url, *(["--no-cache-prompt"] if cell.kind == "cache-off" else [])) as proxy_url:
+        yield proxy_url
 
 
 @contextmanager

@@ -12,12 +12,12 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
 from servecheck.engine.local import provision_local
 from servecheck.engine.process import LlamaServer, ctx_per_slot_for
+from servecheck.sim.proxy import running_proxy as proxy
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
 
@@ -32,18 +32,6 @@ def serial_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with LlamaServer(local.binary, local.model_path, parallel=1,
                      ctx_per_slot=ctx_per_slot_for(CACHE_PROMPT_TOKENS, TOKENS), log_path=log) as url:
         yield url
-
-
-@contextmanager
-def proxy(upstream: str, *flags: str) -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "servecheck.sim.proxy", upstream, *flags],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        yield proc.stdout.readline().strip()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def servecheck(*args: str) -> tuple[int, dict]:

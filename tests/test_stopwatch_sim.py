@@ -5,10 +5,6 @@ the stopwatch alone to decide, and a point shows what one measured batch produce
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -16,6 +12,7 @@ import pytest
 from servecheck import exitcodes
 from servecheck.cli import main as main_mod
 from servecheck.sim import SimConfig, sim_in_thread
+from servecheck.sim.proxy import running_proxy as proxy
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -30,21 +27,6 @@ def staircase(url: str, tmp_path: Path, *args: str) -> tuple[int, dict]:
     with pytest.raises(SystemExit) as info:
         main_mod.main(argv)
     return int(info.value.code or 0), json.loads(out.read_text())
-
-
-@contextmanager
-def proxy(upstream: str, *flags: str) -> Iterator[str]:
-    """The stripping proxy in front of `upstream`, as a child process; yields its URL."""
-    proc = subprocess.Popen([sys.executable, "-m", "servecheck.sim.proxy", upstream, *flags],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), url
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def codes(doc: dict) -> set[str]:

@@ -21,7 +21,10 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import aiohttp
@@ -171,6 +174,22 @@ async def serve(upstream: str, port: int, *, lie_gauges: bool, no_cache_prompt: 
         await _watch_parent(parent)
     finally:
         await runner.cleanup()
+
+
+@contextmanager
+def running_proxy(upstream: str, *flags: str) -> Iterator[str]:
+    """The proxy in front of `upstream` as a child process (for tests and benchmarks); yields its URL."""
+    proc = subprocess.Popen([sys.executable, "-m", "servecheck.sim.proxy", upstream, *flags],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http://127.0.0.1:"):
+            raise RuntimeError(f"the stripping proxy did not start (it printed {url!r})")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def main(argv: list[str] | None = None) -> int:
