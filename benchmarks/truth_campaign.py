@@ -217,7 +217,7 @@ def main() -> int:
         first, final = Counter(o["first"] for o in outcomes), Counter(o["final"] for o in outcomes)
         doc["cells"].append({
             "engine": cell.engine, "kind": cell.kind, "parallel": cell.parallel, "condition": cell.condition,
-            "mode": cell.mode, "runs": len(outcomes), "commit": doc["commit"], "load": load,
+            "mode": cell.mode, "runs": len(outcomes), "commit": doc["commit"], "campaign_seed": seed, "load": load,
             "first_try": {k: first[k] for k in ("right", "inconclusive", "wrong", "crash")},
             "after_repetition": {k: final[k] for k in ("right", "inconclusive", "wrong", "crash")},
             "outcomes": outcomes,
