@@ -38,7 +38,7 @@ check: setup lint
 # Everything, real engines included; every skip must be a platform fact (tests/conftest.py).
 test: setup $(VENV)/.ray-installed test-deps lint
 	$(SC) cache build --vllm
-	SERVECHECK_STRICT_SKIPS=1 $(PY) -m pytest -q -ra
+	SERVECHECK_STRICT_SKIPS=1 $(PY) -m pytest -q -ra --durations=25
 
 bench: setup
 	$(PY) benchmarks/run_all.py

@@ -407,8 +407,12 @@ BIND_RETRIES = 2
 # Set for every vLLM this module starts. TARGET_DEVICE: without it one start failed with
 # "Failed to infer device type". HOST_IP: otherwise vLLM picks the machine's network address for
 # its internal message queues (`mq_connect_ip=...` in the log); everything stays on loopback.
-# The rest keep it offline and quiet about telemetry.
+# LOG_STATS_INTERVAL: the periodic "Running: N reqs, Waiting: M reqs" line the log audit reads
+# comes every 10 s by default, so a queue shorter than that could end between two lines and leave
+# the audit `unconfirmed` (seen once in CI at --max-num-seqs 1); once a second it lands inside any
+# queue the demo or a staircase builds. The rest keep it offline and quiet about telemetry.
 RUNTIME_ENV = {
+    "VLLM_LOG_STATS_INTERVAL": "1",
     "VLLM_TARGET_DEVICE": "cpu",
     "VLLM_HOST_IP": LOCALHOST,
     "VLLM_NO_USAGE_STATS": "1",
