@@ -84,6 +84,40 @@ def test_output_held_back_and_sent_with_the_next_token_is_not_a_step() -> None:
     assert "5 group(s) after about as many step times as tokens read as held-back output" in g.method
 
 
+def spell(steps: list[int], slow: range, factor: float) -> list[int]:
+    """Arrivals as `arrivals`, the steps in `slow` taking `factor` step times (a busy machine's spell)."""
+    out, t = [0], 0
+    for i, size in enumerate(steps):
+        t += int(STEP_NS * (factor if i in slow else 1.0))
+        out += [t + k * WRITE_NS for k in range(size)]
+        t = out[-1]
+    return out
+
+
+def test_a_real_step_inside_a_slow_spell_is_not_held_back_output() -> None:
+    """Two tokens a step; ten steps in the middle take 1.7 step times. Against the stream's step time they
+    open late enough to look held back (1.7 >= 1.5); against their neighbours they are ordinary steps."""
+    times = spell([2] * 40, range(15, 25), 1.7)
+    g = sp.group_steps(sp.Stream(tuple(times), tokens=len(times)))
+    assert g.problem is None and set(g.steps) == {2}
+    assert g.steps_stream_wide.count(1) >= 16  # the stream-wide reading took most of the spell apart
+    est = sp.estimate([g])
+    assert est.tokens_per_step == 2.0 and est.verdict == "speculating"
+    wide_mean = sum(g.steps_stream_wide) / len(g.steps_stream_wide)
+    assert est.interval is not None and est.interval[0] < wide_mean  # the interval covers both readings
+    assert "covers both readings" in est.reason
+
+
+def test_a_catch_up_inside_a_slow_spell_is_still_two_steps() -> None:
+    """No speculation; in a slow spell the client missed one step and read two events back to back: the
+    pair opens after two of its neighbours' step times and reads as two steps of one."""
+    times = spell([1] * 60, range(20, 35), 1.7)
+    times[28] = times[29] - WRITE_NS
+    g = sp.group_steps(sp.Stream(tuple(times), tokens=len(times)))
+    assert g.problem is None and set(g.steps) == {1} and set(g.steps_stream_wide) == {1}
+    assert sp.estimate([g]).verdict == "not_speculating"
+
+
 def test_several_tokens_per_event_come_from_the_stream() -> None:
     steps = [3] * 30
     times = tuple(arrivals([1] * 30))  # one event per step, each carrying three ids
