@@ -148,6 +148,7 @@ def test_percentile_is_nearest_rank() -> None:
 @pytest.mark.parametrize(("chunk", "configured", "agrees"), [(256, 256, True), (256, 1024, False)])
 def test_a_witness_corroborates_and_never_decides(chunk: int, configured: int, agrees: bool) -> None:
     v = judged([chunked(s, chunk) for s in (512, 2048, 8192)])
-    w = inf.check_witness(v, configured, "llama.cpp n_batch", 8192)
+    w = inf.check_witness(v.verdict, v.chunk_tokens, configured, "llamacpp.n_batch", 8192)
     assert w.agrees is agrees and v.verdict == "chunked"
-    assert inf.check_witness(v, None, None, 8192).agrees is None
+    assert inf.check_witness(v.verdict, v.chunk_tokens, None, None, 8192).agrees is None
+    assert inf.check_witness("blocking", None, 256, "llamacpp.n_batch", 8192).agrees is False

@@ -423,18 +423,19 @@ class WitnessCheck:
     note: str
 
 
-def check_witness(v: Verdict, configured: float | None, source: str | None, largest: int | None) -> WitnessCheck:
+def check_witness(verdict: str, chunk_tokens: float | None, configured: float | None, source: str | None,
+                  largest: int | None) -> WitnessCheck:
     """The batch budget an engine stated, beside what the stopwatch measured; it corroborates, never decides."""
     if configured is None:
-        return WitnessCheck(None, None, None, "no witness: the engine's batch budget was not read (run with --serve to "
-                            "audit its log)")
+        return WitnessCheck(None, None, None, "no witness: no batch budget was read from the engine's log (with --serve "
+                            "servecheck audits the log of the server it started)")
     said = f"{source or 'the log'} states a step budget of {configured:,.0f} tokens"
-    if v.verdict == "chunked" and v.chunk_tokens is not None:
-        agrees = abs(v.chunk_tokens - configured) <= WITNESS_TOLERANCE * configured
-        return WitnessCheck(configured, source, agrees, f"{said}; measured chunk about {v.chunk_tokens:,.0f} "
-                            f"({'agrees' if agrees else 'disagrees'}, within {WITNESS_TOLERANCE:.0%} or not)")
-    if v.verdict == "blocking" and largest is not None:
+    if verdict == "chunked" and chunk_tokens is not None:
+        agrees = abs(chunk_tokens - configured) <= WITNESS_TOLERANCE * configured
+        return WitnessCheck(configured, source, agrees, f"{said}; the stopwatch measured chunks of about "
+                            f"{chunk_tokens:,.0f} ({'within' if agrees else 'not within'} {WITNESS_TOLERANCE:.0%})")
+    if verdict == "blocking" and largest is not None:
         agrees = configured >= largest * TRUNCATED_SHARE
-        return WitnessCheck(configured, source, agrees, f"{said}; the stopwatch saw a {largest:,}-token prompt in one "
-                            f"step ({'consistent' if agrees else 'the budget says it should have been split'})")
+        return WitnessCheck(configured, source, agrees, f"{said}; the stopwatch saw {a_size(largest)} prompt in one "
+                            f"step ({'consistent' if agrees else 'a budget that small should have split it'})")
     return WitnessCheck(configured, source, None, f"{said}; the stopwatch gave no chunk to compare")

@@ -115,6 +115,7 @@ def _evidence_doc(e: inf.Evidence | None) -> dict[str, Any] | None:
     if e is None:
         return None
     return {"size_lo": e.size_lo, "size_hi": e.size_hi, "gap_lo_s": e.gap_lo_s, "gap_hi_s": e.gap_hi_s,
+            "longest_hi_s": e.longest_hi_s,
             "ttft_lo_s": e.ttft_lo_s, "ttft_hi_s": e.ttft_hi_s, "baseline_s": e.baseline_s, "stretch_hi": e.stretch_hi,
             "cover_hi": e.cover_hi, "gap_growth": e.gap_growth, "prefill_growth": e.prefill_growth,
             "thresholds": {"stretch_ratio": inf.STRETCH_RATIO, "blocking_cover": inf.BLOCKING_COVER,
@@ -130,6 +131,7 @@ def _point_doc(p: inf.Point, pairs: Sequence[tuple[Trial, inf.Reading]]) -> dict
         "victim_lost_s": p.lost_s,
         "intruder_ttft_s": p.ttft_s,
         "baseline_interval_s": p.baseline_s,
+        "step_gap_s": p.step_gap_s,
         "stretched": p.stretched,
         "prefill_tok_s": p.prefill_tok_s,
         "cover": p.cover,
@@ -153,6 +155,7 @@ def _rep_doc(t: Trial, r: inf.Reading) -> dict[str, Any]:
         "victim_max_gap_s": r.max_gap_s,
         "victim_p99_gap_s": r.p99_gap_s,
         "victim_lost_s": r.lost_s,
+        "step_gap_s": r.step_gap_s,
         "stretched": r.stretched,
         "intruder_ttft_s": r.ttft_s,
         "prefill_tok_s": r.prefill_tok_s,
@@ -286,6 +289,20 @@ async def _warm_up(driver: Driver, rng: random.Random, cache_prompt: bool | None
                           "check the URL, --model and --api; the server must answer one request first",
                           status=record.http_status)
     return record
+
+
+def with_witness(doc: dict[str, Any]) -> dict[str, Any]:
+    """The finished document plus the batch budget the --serve log stated, beside the measured chunk."""
+    audit = doc.get("log_audit") or {}
+    stated = [f for f in audit.get("findings") or [] if f.get("feature") == "prefill_batch" and f.get("value") is not None
+              and f.get("status") == "confirmed"]
+    found = stated[0] if stated else None
+    sizes = [p["prompt_tokens"] for p in doc.get("points") or [] if p.get("valid")]
+    check = inf.check_witness(doc.get("verdict") or "inconclusive", doc.get("chunk_tokens"),
+                              None if found is None else float(found["value"]),
+                              None if found is None else found.get("rule"), max(sizes) if sizes else None)
+    return {**doc, "witness": {"configured_tokens": check.configured_tokens, "source": check.source,
+                               "agrees": check.agrees, "note": check.note}}
 
 
 @dataclass(frozen=True)
