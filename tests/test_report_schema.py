@@ -64,6 +64,8 @@ def test_every_field_of_a_real_run_is_documented(tmp_path: Path) -> None:
         docs.append(run(["prefix-cache", server.url, "--prompt-tokens", "200", "--repeats", "2", "--no-save"], tmp_path / "p.json"))
         docs.append(run(["context", server.url, "--depths", "0,64", "--tokens", "8", "--model", str(model), "--bandwidth", "10",
                          "--no-save"], tmp_path / "ctx.json"))
+        docs.append(run(["interference", server.url, "--prompt-sizes", "64,512", "--tokens", "32", "--reps", "1", "--no-save"],
+                        tmp_path / "inf.json"))
     docs.append(run(["log", str(log), "--flags", "-np 4 --cont-batching", "--no-save"], tmp_path / "l.json"))
     docs.append(run(["roofline", "--bytes-per-token", "1.849GB", "--tok-s", "97.83", "--bandwidth", "265-315",
                      "--target", "125", "--no-save"], tmp_path / "r.json"))

@@ -13,12 +13,15 @@ from servecheck.report.diff import (
     RISING_RATIO,
     ContextDiff,
     Diff,
+    InterferenceDiff,
     Line,
     SpeculativeDiff,
     diff_context_runs,
+    diff_interference_runs,
     diff_runs,
     diff_speculative_runs,
     is_context_diff,
+    is_interference_diff,
     is_speculative_diff,
     label_for,
     per_stream,
@@ -40,6 +43,8 @@ def cmd(app: AppContext, runs: tuple[str, ...], db_path: str | None, json_path: 
         return _context(app, diff_context_runs(loaded, labels=labels), json_path)
     if is_speculative_diff(loaded):
         return _speculative(app, diff_speculative_runs(loaded, labels=labels), json_path)
+    if is_interference_diff(loaded):
+        return _interference(app, diff_interference_runs(loaded, labels=labels), json_path)
     result = diff_runs(loaded, labels=labels)
     if json_path:
         write_json(json_path, _as_dict(result))
@@ -198,6 +203,56 @@ def speculative_dict(result: SpeculativeDiff) -> dict[str, object]:
             {"label": line.label, "config": line.config, "server_url": line.server_url, "model": line.model, "verdict": line.verdict,
              "points": [{"n": k[0], "prompt_kind": k[1], "tokens_per_step": line.tokens_per_step.get(k),
                          "per_stream_tok_s": line.per_stream_tok_s.get(k), "pays": line.pays.get(k)} for k in result.keys],
+             "marks": list(line.marks)}
+            for line in result.lines
+        ],
+    }
+
+
+# ---------------------------------------------------------------- interference runs
+
+
+def _interference(app: AppContext, result: InterferenceDiff, json_path: str | None) -> int:
+    if json_path:
+        write_json(json_path, interference_dict(result))
+        if json_path == "-":
+            return 0
+    app.out.print(interference_table(result))
+    for line in result.lines:
+        marks = f"  [{' '.join(line.marks)}]" if line.marks else ""
+        chunk = "" if line.chunk_tokens is None else f", chunks of about {line.chunk_tokens:,.0f} tokens"
+        app.out.print(Text(f"{line.label}: {line.verdict}{chunk} ({line.config}){marks}"))
+    if any("simulated" in line.marks for line in result.lines):
+        app.out.print(Text("SIMULATED: some runs measured servecheck's simulated server, not a real engine", style="yellow"))
+    app.out.print(Text("the victims' longest gap and the intruder's TTFT (seconds) at each prompt size, as each run "
+                       "measured them", style="dim"))
+    return 0
+
+
+def interference_table(result: InterferenceDiff) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("S tokens", justify="right", no_wrap=True)
+    for line in result.lines:
+        table.add_column(f"{line.label} max gap", justify="right", no_wrap=True)
+        table.add_column(f"{line.label} TTFT", justify="right", no_wrap=True)
+    for size in result.sizes:
+        cells = [str(size)]
+        for line in result.lines:
+            gap, ttft = line.max_gap_s.get(size), line.ttft_s.get(size)
+            cells += ["—" if gap is None else f"{gap:.3f}", "—" if ttft is None else f"{ttft:.3f}"]
+        table.add_row(*cells)
+    return table
+
+
+def interference_dict(result: InterferenceDiff) -> dict[str, object]:
+    return {
+        "command": "diff",
+        "of": "interference",
+        "lines": [
+            {"label": line.label, "config": line.config, "server_url": line.server_url, "model": line.model,
+             "verdict": line.verdict, "chunk_tokens": line.chunk_tokens,
+             "points": [{"prompt_tokens": s, "victim_max_gap_s": line.max_gap_s.get(s), "intruder_ttft_s": line.ttft_s.get(s),
+                         "victim_lost_s": line.lost_s.get(s)} for s in result.sizes],
              "marks": list(line.marks)}
             for line in result.lines
         ],

@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "prefix-cache": "servecheck.cli.prefix_cache",
     "context": "servecheck.cli.context_sweep",
     "speculative": "servecheck.cli.speculative",
+    "interference": "servecheck.cli.interference",
     "log": "servecheck.cli.log",
     "audit": "servecheck.cli.audit",
     "bandwidth": "servecheck.cli.bandwidth",

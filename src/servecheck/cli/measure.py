@@ -70,6 +70,7 @@ def measure(
     workers: int | None = None,
     calibrate: bool = True,
     ray: str | None = None,
+    amend: Callable[[Doc], Doc] | None = None,
 ) -> RunOutcome[R]:
     """Run `experiment` against `target` through the driver seam (`AppContext.open_driver`, or the
     real `CheckedDriver`: `workers` client processes, or with None as many as its pre-flight finds
@@ -86,7 +87,7 @@ def measure(
     open_driver = app.open_driver or partial(CheckedDriver, workers=ceiling, auto=workers is None, calibrate=calibrate,
                                              pool=pool)
     return run_experiment(experiment, lambda: open_driver(target), sinks, head=head, watch=watch, settle=settle,
-                          epilogue=served.finished)
+                          epilogue=served.finished, amend=amend)
 
 
 def interrupted(app: AppContext, run: RunOutcome[Any], render: Callable[[Doc], None]) -> int:

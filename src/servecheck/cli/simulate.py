@@ -82,6 +82,11 @@ from servecheck.sim.config import MODES, PREFIX_CACHE_MODES
 @click.option("--spec-draft-ms", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Step time added per draft token per sequence (verifying the draft).")
 @click.option("--spec-seed", type=int, default=0, show_default=True, help="Seed of the acceptance draws.")
+@click.option("--prefill-chunk", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Prefill at most K prompt tokens a step, in the same step as the running streams' next tokens "
+              "(chunked prefill); 0: a new prompt is prefilled whole in a step that stalls every stream.")
+@click.option("--prefill-isolated", is_flag=True,
+              help="Prefill prompts elsewhere (as disaggregated serving): running streams never wait for a prefill.")
 @click.option("--refusal", is_flag=True, help="Log llama.cpp-like 'feature refused' lines at start-up.")
 @click.option("--lying-gauges", is_flag=True,
               help="/metrics counts every admitted request as processing and none as deferred (gauges that lie).")
@@ -106,6 +111,8 @@ def cmd(
     spec_draft: int,
     spec_draft_ms: float,
     spec_seed: int,
+    prefill_chunk: int,
+    prefill_isolated: bool,
     refusal: bool,
     lying_gauges: bool,
     hostile: bool,
@@ -140,6 +147,8 @@ def cmd(
         spec_draft=spec_draft,
         spec_draft_token_s=spec_draft_ms / 1e3,
         spec_seed=spec_seed,
+        prefill_chunk=prefill_chunk,
+        prefill_isolated=prefill_isolated,
         refusal=refusal,
         hostile=hostile,
         lying_gauges=lying_gauges,

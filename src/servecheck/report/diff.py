@@ -290,3 +290,54 @@ def speculative_line(run: RunResult[Any], label: str, config: str = "—") -> Sp
     rate = {(p.n, p.prompt_kind): p.per_stream_tok_s for p in points if p.per_stream_tok_s is not None}
     pays = {(p.n, p.prompt_kind): p.pays for p in points if p.pays}
     return SpeculativeLine(label, config, run.url, run.model, tps, rate, pays, run.body.verdict or "inconclusive", marks_of(run))
+
+
+# ---------------------------------------------------------------- interference runs, by prompt size
+
+
+@dataclass(frozen=True, slots=True)
+class InterferenceLine:
+    """One interference run: the victims' longest gap and the intruder's TTFT at each prompt size, as recorded."""
+
+    label: str
+    config: str
+    server_url: str | None
+    model: str | None
+    max_gap_s: dict[int, float]
+    ttft_s: dict[int, float]
+    lost_s: dict[int, float]
+    verdict: str  # the run's own
+    chunk_tokens: float | None
+    marks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class InterferenceDiff:
+    lines: tuple[InterferenceLine, ...]
+    sizes: tuple[int, ...]
+
+
+def is_interference_diff(runs: Sequence[RunResult[Any]]) -> bool:
+    return bool(runs) and all(run.command == "interference" for run in runs)
+
+
+def diff_interference_runs(runs: Sequence[RunResult[Any]], labels: Sequence[str] | None = None) -> InterferenceDiff:
+    """Interference runs side by side by prompt size. Raises UsageError for fewer than two or another command."""
+    if len(runs) < 2:
+        raise UsageError("diff needs at least two runs", "give two or more run ids, e.g. servecheck diff 3 4")
+    for run in runs:
+        if run.command != "interference":
+            raise UsageError(f"{label_for(run, 'a run')} is a {run.command} run; interference runs compare only with "
+                             "interference runs", "pick interference runs from `servecheck history --command interference`")
+    names = list(labels) if labels is not None else [label_for(r, f"run {i + 1}") for i, r in enumerate(runs)]
+    lines = tuple(interference_line(run, name, config) for run, name, config in zip(runs, names, config_notes(runs)))
+    return InterferenceDiff(lines, tuple(sorted({s for line in lines for s in (*line.max_gap_s, *line.ttft_s)})))
+
+
+def interference_line(run: RunResult[Any], label: str, config: str = "—") -> InterferenceLine:
+    points = [p for p in run.body.points if p.prompt_tokens is not None and p.valid]
+    gap = {p.prompt_tokens: p.victim_max_gap_s for p in points if p.victim_max_gap_s is not None}
+    ttft = {p.prompt_tokens: p.intruder_ttft_s for p in points if p.intruder_ttft_s is not None}
+    lost = {p.prompt_tokens: p.victim_lost_s for p in points if p.victim_lost_s is not None}
+    return InterferenceLine(label, config, run.url, run.model, gap, ttft, lost, run.body.verdict or "inconclusive",
+                            run.body.chunk_tokens, marks_of(run))

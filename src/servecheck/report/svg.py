@@ -132,9 +132,11 @@ def timeline_chart(rows: Sequence[TimelineRow], x_max: float, *, title: str, x_l
     return "".join(parts)
 
 
-def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: str, height: int = 280) -> str:
-    """Lines with markers over a numeric x axis (for example aggregate tok/s against N)."""
-    xs = [x for s in series for x, _ in s.points]
+def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: str, height: int = 280,
+               bands: Sequence[Marker] = (), dots: bool = True) -> str:
+    """Lines with markers over a numeric x axis (for example aggregate tok/s against N); `bands` shade x
+    ranges behind them (an intruder's prefill window); `dots` False draws the lines alone (long series)."""
+    xs = [x for s in series for x, _ in s.points] + [m.hi for m in bands]
     ys = [y for s in series for _, y in s.points]
     x_ticks = nice_ticks(max(xs, default=1.0))
     y_ticks = nice_ticks(max(ys, default=1.0) * 1.1)
@@ -143,11 +145,15 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
     y_scale = (y0 - TOP) / y_ticks[-1]
     parts = _open(height, title, "lines")
     parts += _x_axis(x_ticks, x_scale, y0, x_label) + _y_axis(y_ticks, y_scale, y0, y_label)
+    for m in bands:
+        x_lo = LEFT + m.lo * x_scale
+        parts.append(f'<rect class="band {esc(m.css)}" x="{_n(x_lo)}" y="{TOP}" width="{_n(max(1.0, (m.hi - m.lo) * x_scale))}" '
+                     f'height="{_n(y0 - TOP)}"><title>{esc(m.label)}</title></rect>')
     for k, s in enumerate(series):
         coords = [(LEFT + x * x_scale, y0 - y * y_scale) for x, y in s.points]
         path = " ".join(f"{_n(x)},{_n(y)}" for x, y in coords)
         parts.append(f'<polyline class="line {esc(s.css)}" points="{path}"/>')
-        for (x, y), (vx, vy) in zip(coords, s.points):
+        for (x, y), (vx, vy) in zip(coords, s.points) if dots else ():
             parts.append(
                 f'<circle class="dot {esc(s.css)}" cx="{_n(x)}" cy="{_n(y)}" r="4"><title>{esc(s.name)}: '
                 f"{esc(tick_label(vx))} → {esc(_n(vy))}</title></circle>"

@@ -132,15 +132,18 @@ def run_experiment(
     watch: Watch[R] | None = None,
     settle: Callable[[R], R] | None = None,
     epilogue: Callable[[], Mapping[str, Any]] | None = None,
+    amend: Callable[[Doc], Doc] | None = None,
 ) -> RunOutcome[R]:
     """Run `experiment` on the driver `open_driver()` opens (an async context manager), writing
     `head` + its document to every sink. `settle` finishes a measured result without the server
     (context's bandwidth probe); `epilogue` gives the fields the last document gains once the
-    measurement is over (the --serve log audit). An interrupt returns what was saved; a
-    ServecheckError after a measured point saves it too, then propagates."""
+    measurement is over (the --serve log audit); `amend` derives fields of the last document from
+    the whole of it (interference: the batch budget the audited log stated, beside the measured
+    chunk). An interrupt returns what was saved; a ServecheckError after a measured point saves it
+    too, then propagates."""
     loop = _Loop(experiment, Recording(sinks), head, watch if watch is not None else Quiet())
     try:
-        return loop.run(open_driver, settle, epilogue)
+        return loop.run(open_driver, settle, epilogue, amend)
     finally:
         loop.recording.close()
 
@@ -172,7 +175,7 @@ class _Loop(Generic[R]):
 
     def run(
         self, open_driver: OpenDriver, settle: Callable[[R], R] | None,
-        epilogue: Callable[[], Mapping[str, Any]] | None,
+        epilogue: Callable[[], Mapping[str, Any]] | None, amend: Callable[[Doc], Doc] | None = None,
     ) -> RunOutcome[R]:
         try:
             with self.watch.measuring():
@@ -185,4 +188,5 @@ class _Loop(Generic[R]):
             if self.last is not None:  # a failure after some points still keeps them, marked incomplete
                 self.recording.interrupted()
             raise
-        return RunOutcome(self.recording.finish({**self.doc(result), **extra}), result, interrupted=False)
+        last = {**self.doc(result), **extra}
+        return RunOutcome(self.recording.finish(amend(last) if amend is not None else last), result, interrupted=False)

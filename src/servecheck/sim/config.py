@@ -68,6 +68,14 @@ class SimConfig:
     spec_draft: int = 4
     spec_draft_token_s: float = 0.001
     spec_seed: int = 0
+    # Prefill law (serial / slots / batched). 0, not isolated: a new prompt is prefilled whole in a step of
+    # its own that stalls every running stream (blocking). prefill_chunk K > 0: at most K prompt tokens a
+    # step, in the same step as the running streams' next tokens (chunked prefill; llama.cpp's n_batch,
+    # vLLM's max_num_batched_tokens), so their gap during an intrusion is a decode step + prefill of K.
+    # prefill_isolated: prompts are prefilled elsewhere (other hardware, disaggregated) on a track of their
+    # own; decoding never waits for them.
+    prefill_chunk: int = 0
+    prefill_isolated: bool = False
 
     @property
     def speculating(self) -> bool:
@@ -125,6 +133,10 @@ class SimConfig:
         if self.speculating:
             parts.append(f"spec_mean={self.spec_mean:g} spec_draft={self.spec_draft} "
                          f"spec_draft_token={self.spec_draft_token_s * 1e3:g}ms")
+        if self.prefill_chunk:
+            parts.append(f"prefill_chunk={self.prefill_chunk}")
+        if self.prefill_isolated:
+            parts.append("prefill_isolated")
         if self.refusal:
             parts.append("refusal")
         if self.hostile:
@@ -164,6 +176,13 @@ def _problems(c: SimConfig) -> list[str]:
                         f"tokens), got spec_mean={c.spec_mean!r} spec_draft={c.spec_draft!r}")
     if c.spec_mean < 0 or c.spec_draft_token_s < 0:
         problems.append("spec_mean and spec_draft_token_s must be >= 0")
+    if not isinstance(c.prefill_chunk, int) or c.prefill_chunk < 0:
+        problems.append(f"prefill_chunk must be an integer >= 0 (0: the whole prompt in one step), got {c.prefill_chunk!r}")
+    if c.prefill_chunk and c.prefill_isolated:
+        problems.append("prefill_chunk and prefill_isolated exclude each other (chunks share the decode steps; "
+                        "isolated prefill shares none)")
+    if (c.prefill_chunk or c.prefill_isolated) and c.mode == "pipelined":
+        problems.append("the prefill law applies to modes serial, slots and batched (pipelined has its own stages)")
     if not c.model.startswith(MODEL_PREFIX):
         problems.append(f"model name must start with {MODEL_PREFIX!r} so the simulation is obvious, got {c.model!r}")
     return problems

@@ -65,6 +65,7 @@ def startup_lines(config: SimConfig) -> list[str]:
         f"srv    load_model: loading model '{config.model_name}'",
         f"llama_context: n_ctx         = {config.n_ctx * min(config.capacity, MAX_SLOT_LINES)}",
         f"llama_context: n_ctx_seq     = {config.n_ctx}",
+        *([f"llama_context: n_batch       = {config.prefill_chunk}"] if config.prefill_chunk else []),
     ]
     if config.refusal:
         lines.append(REFUSAL_LINES[1])

@@ -9,9 +9,12 @@ Modes (see SimConfig):
   serial / slots=K / batched   up to capacity (1, K, unlimited) requests admitted, the rest queue
                                FIFO; admitted requests decode together, one token each per step of
                                (token_s + per_seq_s x decoding + context_token_s x their context
-                               tokens) x heat. New prompts are prefilled in
-                               a step of their own that stalls decoding (as llama.cpp without
-                               chunked prefill).
+                               tokens) x heat. The prefill law: by default new prompts are
+                               prefilled in a step of their own that stalls decoding (blocking);
+                               with prefill_chunk K a step carries at most K prompt tokens beside
+                               the running streams' next tokens (chunked, as llama.cpp's n_batch);
+                               with prefill_isolated prompts are prefilled on a track of their own
+                               and decoding never waits (disaggregated).
   pipelined                    two stages that overlap: one request prefills while another
                                decodes; decode never batches (one sequence at a time).
 """
@@ -103,6 +106,7 @@ class Job:
     cancelled: bool = False
     draft_n: int = 0
     draft_accepted: int = 0
+    prefilled: int = 0  # prompt tokens prefilled so far (chunked prefill)
 
     @property
     def prompt_n(self) -> int:
@@ -157,10 +161,12 @@ class SchedulerStats:
 
 @dataclass
 class _Step:
-    kind: str  # "prefill" | "decode"
+    kind: str  # "prefill" | "decode" | "mixed" (decode + a prefill chunk) | "wait" (isolated prefill elsewhere)
     start_ns: int
     end_ns: int
-    jobs: list[Job]
+    jobs: list[Job]  # prefill: the jobs prefilled; decode / mixed: the jobs decoding
+    chunk: list[tuple[Job, int]] = field(default_factory=list)  # mixed: prompt tokens of each job in this step
+    prefill_ns: int = 0  # mixed: the chunk's share of the step
 
 
 class PrefixCache:
@@ -207,6 +213,7 @@ class Scheduler:
         self.peak_decoding = 0
         self.stats = SchedulerStats()
         self._spec_rng = random.Random(config.spec_seed)
+        self._prefill_free_ns = 0  # isolated prefill: when its own track is next free
 
     # ----------------------------------------------------------------- public
     def start(self) -> None:
@@ -316,6 +323,8 @@ class Scheduler:
                 admitted = self._admit(room, by_ns=now)
                 start = self._start_at(max((j.arrival_ns for j in admitted), default=now), now)
             self._active.extend(admitted)
+            if self.config.prefill_isolated:
+                self._prefill_elsewhere(admitted)
             if not self._active:
                 if self._cursor_ns is not None and self._waiting:
                     self._cursor_ns = None  # requests arrived after the timeline went idle
@@ -325,10 +334,52 @@ class Scheduler:
             self._step = self._next_batch_step(start)
 
     def _next_batch_step(self, start: int) -> _Step:
+        if self.config.prefill_isolated:
+            return self._isolated_step(start)
         pending = [j for j in self._active if j.prefill_end_ns is None]
+        if pending and self.config.prefill_chunk:
+            return self._begin_mixed([j for j in self._active if j.prefill_end_ns is not None], pending, start)
         if pending:
             return self._begin_prefill(pending, start)
         return self._begin_decode(list(self._active), start)
+
+    def _begin_mixed(self, decoding: list[Job], pending: list[Job], start: int) -> _Step:
+        """Chunked prefill: the running streams' next tokens plus at most prefill_chunk prompt tokens, FIFO."""
+        room = self.config.prefill_chunk
+        chunk: list[tuple[Job, int]] = []
+        for job in pending:
+            if room <= 0:
+                break
+            if job.prefill_start_ns is None:
+                job.cache_n = self.cache.lookup(job.prompt_tokens, allowed=job.cache_prompt)
+                job.prefill_start_ns = start
+            take = min(room, job.prompt_n - job.prefilled)
+            chunk.append((job, take))
+            room -= take
+        prefill = round(sum(t for _, t in chunk) * self.config.prompt_token_s * self._heat(start) * 1e9)
+        if decoding:
+            step = self._begin_decode(decoding, start)
+            return _Step("mixed", start, step.end_ns + prefill, decoding, chunk, prefill)
+        return _Step("mixed", start, start + prefill, [], chunk, prefill)
+
+    def _prefill_elsewhere(self, jobs: list[Job]) -> None:
+        """Isolated prefill: each admitted prompt is prefilled in turn on a track of its own."""
+        for job in jobs:
+            job.cache_n = self.cache.lookup(job.prompt_tokens, allowed=job.cache_prompt)
+            begin = max(job.arrival_ns, self._prefill_free_ns)
+            job.prefill_start_ns = begin
+            job.prefill_end_ns = begin + self._prefill_ns([job], begin)
+            self._prefill_free_ns = job.prefill_end_ns
+            self.cache.store(job.prompt_tokens)
+            self.stats.prompt_tokens += job.prompt_n
+            self.stats.prompt_s += (job.prefill_end_ns - begin) / 1e9
+
+    def _isolated_step(self, start: int) -> _Step:
+        ready = [j for j in self._active if (j.prefill_end_ns or 0) <= start]
+        if ready:
+            return self._begin_decode(ready, start)
+        wake = min(j.prefill_end_ns or start for j in self._active)
+        return _Step("wait", start, max(wake, start + 1), [])
 
     # -------------------------------------------------------------- pipelined
     def _advance_pipeline(self, now: int) -> int | None:
@@ -402,6 +453,14 @@ class Scheduler:
 
     def _complete(self, step: _Step) -> None:
         self._count(step)
+        for job, take in step.chunk:
+            if job.cancelled:
+                self._release(job)
+                continue
+            job.prefilled += take
+            if job.prefilled >= job.prompt_n:
+                job.prefill_end_ns = step.end_ns
+                self.cache.store(job.prompt_tokens)
         for job in step.jobs:
             if job.cancelled:
                 self._release(job)
@@ -428,6 +487,14 @@ class Scheduler:
     def _count(self, step: _Step) -> None:
         live = [j for j in step.jobs if not j.cancelled]
         seconds = (step.end_ns - step.start_ns) / 1e9
+        if step.kind == "wait":
+            return
+        if step.kind == "mixed":
+            self.stats.prompt_tokens += sum(t for j, t in step.chunk if not j.cancelled)
+            self.stats.prompt_s += step.prefill_ns / 1e9
+            seconds -= step.prefill_ns / 1e9
+            if not step.jobs:
+                return
         if step.kind == "prefill":
             self.stats.prompt_tokens += sum(j.prompt_n for j in live)
             self.stats.prompt_s += seconds

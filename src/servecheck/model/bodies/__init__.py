@@ -31,6 +31,7 @@ from servecheck.model.bodies import (  # noqa: E402,F401
     compare,
     context,
     demo,
+    interference,
     log,
     prefix_cache,
     roofline,

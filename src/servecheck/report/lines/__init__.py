@@ -26,6 +26,7 @@ from servecheck.report.lines import (  # noqa: E402,F401
     compare,
     context,
     demo,
+    interference,
     log,
     prefix_cache,
     roofline,

@@ -1,0 +1,441 @@
+"""What one user's long prompt costs every other user's stream, pure: from the victims' token arrivals and
+the intruder's send and first-token times, the victims' baseline interval, their longest and p99 gap while
+the intruder was prefilled, the time they lost, and whether the server prefills in chunks, in one blocking
+step, or elsewhere.
+
+The stopwatch decides. A server that prefills a prompt of S tokens in one step freezes every running stream
+for that whole step: the longest victim gap covers the intruder's whole prefill window and grows with it.
+A server that splits the prompt into chunks of K tokens, each in the same step as the running streams'
+next tokens, stretches every victim gap to about one chunk's prefill plus a decode step, however long the
+prompt: the longest gap stays bounded while the prefill window grows, and longest gap x prefill rate is
+about K. A server that prefills elsewhere leaves the victims' gaps as they were. Witnesses (the batch
+budget an engine logged) are compared with the measured chunk; they never decide.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from servecheck.analysis.stats import median
+
+InterferenceVerdict = Literal["chunked", "blocking", "isolated", "inconclusive"]
+NS_PER_S = 1_000_000_000
+
+# --- one intrusion ------------------------------------------------------------------------------
+# A victim gap counts as stretched when half as long again as the baseline interval: the decode-step
+# jitter of a steady stream on a quiet machine stays within a few tens of percent, while the smallest
+# chunk worth a flag (a prefill as long as half a decode step) already adds 50%.
+STRETCH_RATIO = 1.5
+# Gaps outside the intrusion that the baseline needs: fewer, and one slow step would be the baseline.
+MIN_BASELINE_GAPS = 6
+# A server that counted fewer prompt tokens than this share of those sent cut the prompt (truncation or
+# a context shift): the intruder was not the prompt asked for. 2% leaves room for a BOS or template token.
+TRUNCATED_SHARE = 0.98
+# Percentile of the window's gaps reported beside the longest (the issue's p99).
+GAP_PERCENTILE = 0.99
+
+# --- the verdict across prompt sizes --------------------------------------------------------------
+# The intruder's TTFT must grow at least this much from the smallest to the largest size: below, the
+# prefill is too cheap to see against the decode steps, and no gap could tell chunks from one step.
+PREFILL_GROWTH_MIN = 2.0
+# The victims' "step" below is the median of their stretched gaps during the window: the step that carried
+# the prompt (all of it, or one chunk of it); the longest gap is reported beside it.
+# Blocking: at the largest size the victims' step covers at least 60% of the prefill window (one
+# step holds the whole prompt, so the freeze is the window itself less the edges that fall inside a
+# normal step), and it grew with the prefill: at least half as fast as the TTFT did.
+BLOCKING_COVER = 0.6
+# Chunked: at the largest size the victims' step covers at most 40% of the prefill window (the prompt took
+# at least two or three steps, each with the victims' tokens in it), and it grew at most half as fast as
+# the TTFT: bounded by the chunk, not by the prompt.
+CHUNKED_COVER = 0.4
+PROPORTIONAL = 0.5
+# Isolated: at every size the longest victim gap during the prefill stays below STRETCH_RATIO x baseline.
+# The user-facing sentence prices a blocking server's freeze against chunks of this many tokens (vLLM's
+# and SGLang's common chunk sizes are 512-8192; llama.cpp's default -b is 2048).
+REFERENCE_CHUNK = 512
+# Tokens a witness's stated budget and the measured chunk may differ by, as a share of the stated one:
+# llama.cpp's n_batch also carries the running streams' decode tokens, so the prompt's share of a step is
+# n_batch less the streams; vLLM's budget likewise.
+WITNESS_TOLERANCE = 0.25
+
+
+@dataclass(frozen=True, slots=True)
+class Intrusion:
+    """One intruder and the victims that were generating when it was sent (run-clock nanoseconds)."""
+
+    prompt_tokens: int  # as asked
+    send_ns: int
+    first_token_ns: int | None
+    end_ns: int | None
+    victims: tuple[tuple[int, ...], ...]  # each victim's token arrival times
+    victim_errors: tuple[str | None, ...] = ()
+    intruder_error: str | None = None
+    sent_tokens: int | None = None  # the prompt by the server's tokenizer (None without one)
+    counted_tokens: int | None = None  # the prompt tokens the server said it took
+    server_slots: int | None = None  # what the server advertised it runs at once
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """What one intrusion did to its victims."""
+
+    prompt_tokens: int
+    baseline_s: float | None
+    max_gap_s: float | None
+    p99_gap_s: float | None
+    stretched: int | None
+    lost_s: float | None
+    ttft_s: float | None
+    prefill_tok_s: float | None
+    # The victims' step while the prompt was prefilled: the median of the longer half of the window's stretched
+    # gaps. A blocking server's freeze is one gap a victim, beside which a client stall or the step the
+    # intruder arrived in may also be stretched; a chunked server's steps are many and alike, beside which one
+    # slow write of the client's must not pose as a larger chunk. The longer half's median is the freeze in
+    # the first case and a typical chunk step in the second.
+    step_gap_s: float | None = None
+    window_gaps_s: tuple[float, ...] = ()
+    problems: tuple[str, ...] = ()
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems and self.max_gap_s is not None and self.baseline_s is not None
+
+    @property
+    def cover(self) -> float | None:
+        """The prompt's step over the prefill window: about 1 when one step held the whole prompt."""
+        if self.step_gap_s is None or not self.ttft_s:
+            return None
+        return self.step_gap_s / self.ttft_s
+
+    @property
+    def chunk_tokens(self) -> float | None:
+        """Longest gap (the prompt's step) x prefill rate: the prompt tokens one stretched step took."""
+        if self.step_gap_s is None or self.prefill_tok_s is None:
+            return None
+        return self.step_gap_s * self.prefill_tok_s
+
+    @property
+    def chunk_interval(self) -> tuple[float, float] | None:
+        """The chunk if the window held one step more or one fewer than TTFT / step: the intruder arrives
+        inside a step, and its last chunk is a remainder."""
+        if self.step_gap_s is None or not self.ttft_s:
+            return None
+        steps = self.ttft_s / self.step_gap_s
+        return self.prompt_tokens / (steps + 1), self.prompt_tokens / max(steps - 1, 1.0)
+
+
+def gaps(arrivals: Sequence[int]) -> list[tuple[int, int]]:
+    return list(zip(arrivals, arrivals[1:]))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..1) of a non-empty sequence."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def intrusion_problems(i: Intrusion) -> list[str]:
+    """Why an intrusion cannot be read, in words that name what to change."""
+    problems = [f"victim {k + 1} failed: {e}" for k, e in enumerate(i.victim_errors) if e]
+    if i.intruder_error or i.first_token_ns is None:
+        problems.append(f"the intruder failed: {i.intruder_error or 'no first token'}")
+        return problems
+    if i.sent_tokens is not None and i.counted_tokens is not None and i.counted_tokens < TRUNCATED_SHARE * i.sent_tokens:
+        problems.append(f"the server counted {i.counted_tokens} prompt tokens of the {i.sent_tokens} sent: it truncates "
+                        "long prompts, so this point is not the prompt asked for (point invalid)")
+    live = [v for v in i.victims if v]
+    if len(live) < len(i.victims):
+        problems.append("a victim produced no tokens")
+        return problems
+    firsts, ends = [v[0] for v in live], [v[-1] for v in live]
+    if live and max(firsts) >= min(ends):
+        problems.append(f"the {len(live)} victims did not generate at the same time (one began after another ended): "
+                        f"the server runs fewer than {len(live)} streams at once, the victims queued, nothing to measure")
+        return problems
+    if live and max(firsts) > i.send_ns:
+        problems.append("the intruder was sent before every victim was generating: raise --tokens or check the server")
+    if live and min(ends) <= i.first_token_ns:
+        slots = f" (it advertises {i.server_slots} slots)" if i.server_slots is not None else ""
+        problems.append(f"a victim finished before the intruder's first token: the intruder waited for a slot, the "
+                        f"server runs fewer than {len(live) + 1} streams at once{slots}, or --tokens is too short for a "
+                        f"{i.prompt_tokens}-token prefill")
+    return problems
+
+
+def baseline_gaps(i: Intrusion) -> list[int]:
+    """Victim gaps while every victim was generating and the intruder was not in the server."""
+    live = [v for v in i.victims if v]
+    if not live:
+        return []
+    start, stop = max(v[0] for v in live), min(v[-1] for v in live)
+    busy_from, busy_to = i.send_ns, i.end_ns if i.end_ns is not None else (i.first_token_ns or i.send_ns)
+    return [b - a for v in live for a, b in gaps(v)
+            if a >= start and b <= stop and (b <= busy_from or a >= busy_to)]
+
+
+def window_gaps(i: Intrusion) -> list[int]:
+    """Victim gaps that overlap the intruder's prefill window (its send to its first token)."""
+    if i.first_token_ns is None:
+        return []
+    return [b - a for v in i.victims for a, b in gaps(v) if b > i.send_ns and a < i.first_token_ns]
+
+
+def read_intrusion(i: Intrusion) -> Reading:
+    problems = intrusion_problems(i)
+    base = baseline_gaps(i)
+    if len(base) < MIN_BASELINE_GAPS and not problems:
+        problems.append(f"only {len(base)} victim gaps outside the intrusion (at least {MIN_BASELINE_GAPS} are needed "
+                        "for a baseline): raise --tokens")
+    window = window_gaps(i)
+    if not window and not problems:
+        problems.append("no victim token arrived during or right after the intruder's prefill")
+    baseline = median([g / NS_PER_S for g in base]) if base else None
+    ttft = None if i.first_token_ns is None else (i.first_token_ns - i.send_ns) / NS_PER_S
+    size = i.sent_tokens if i.sent_tokens is not None else i.prompt_tokens
+    window_s = tuple(g / NS_PER_S for g in window)
+    long = [g for g in window_s if baseline is not None and g > STRETCH_RATIO * baseline]
+    return Reading(
+        prompt_tokens=size,
+        baseline_s=baseline,
+        max_gap_s=max(window_s) if window_s else None,
+        p99_gap_s=percentile(window_s, GAP_PERCENTILE) if window_s else None,
+        stretched=None if baseline is None else sum(g > STRETCH_RATIO * baseline for g in window_s),
+        lost_s=None if baseline is None else sum(max(0.0, g - baseline) for g in window_s),
+        ttft_s=ttft,
+        prefill_tok_s=size / ttft if ttft else None,
+        step_gap_s=median(sorted(long, reverse=True)[: (len(long) + 1) // 2]) if long else None,
+        window_gaps_s=window_s,
+        problems=tuple(problems),
+    )
+
+
+# ---------------------------------------------------------------- one size, reps pooled
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One prompt size, its valid reps pooled: medians of the per-rep figures, the p99 over all their gaps."""
+
+    prompt_tokens: int
+    readings: tuple[Reading, ...]
+
+    @property
+    def valid_readings(self) -> tuple[Reading, ...]:
+        return tuple(r for r in self.readings if r.valid)
+
+    @property
+    def valid(self) -> bool:
+        return bool(self.valid_readings)
+
+    def _median(self, values: Sequence[float | int | None]) -> float | None:
+        found = [float(v) for v in values if v is not None]
+        return median(found) if found else None
+
+    @property
+    def baseline_s(self) -> float | None:
+        return self._median([r.baseline_s for r in self.valid_readings])
+
+    @property
+    def max_gap_s(self) -> float | None:
+        return self._median([r.max_gap_s for r in self.valid_readings])
+
+    @property
+    def step_gap_s(self) -> float | None:
+        return self._median([r.step_gap_s for r in self.valid_readings])
+
+    @property
+    def p99_gap_s(self) -> float | None:
+        pooled = [g for r in self.valid_readings for g in r.window_gaps_s]
+        return percentile(pooled, GAP_PERCENTILE) if pooled else None
+
+    @property
+    def lost_s(self) -> float | None:
+        return self._median([r.lost_s for r in self.valid_readings])
+
+    @property
+    def stretched(self) -> float | None:
+        return self._median([r.stretched for r in self.valid_readings])
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self._median([r.ttft_s for r in self.valid_readings])
+
+    @property
+    def prefill_tok_s(self) -> float | None:
+        return self._median([r.prefill_tok_s for r in self.valid_readings])
+
+    @property
+    def cover(self) -> float | None:
+        return self._median([r.cover for r in self.valid_readings])
+
+    @property
+    def chunk_tokens(self) -> float | None:
+        return self._median([r.chunk_tokens for r in self.valid_readings])
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p for r in self.readings for p in r.problems))
+
+
+def pool(readings: Sequence[Reading]) -> list[Point]:
+    """One point per prompt size, in ascending order."""
+    sizes = sorted({r.prompt_tokens for r in readings})
+    return [Point(s, tuple(r for r in readings if r.prompt_tokens == s)) for s in sizes]
+
+
+# ---------------------------------------------------------------- the verdict
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """The numbers that decided the verdict: the smallest and largest valid sizes and what changed between them."""
+
+    size_lo: int
+    size_hi: int
+    gap_lo_s: float  # the smallest size's step (median stretched gap; the longest gap where none stretched)
+    gap_hi_s: float
+    longest_hi_s: float  # the largest size's longest gap
+    ttft_lo_s: float
+    ttft_hi_s: float
+    baseline_s: float
+    stretch_hi: float  # the largest size's longest gap over the baseline
+    cover_hi: float  # the largest size's step over its prefill window
+    gap_growth: float  # the step, largest size over smallest
+    prefill_growth: float  # TTFT, largest size over smallest
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    verdict: InterferenceVerdict
+    reason: str
+    decided_by: str  # "victim gaps" where the stopwatch decided; "nothing" for inconclusive
+    evidence: Evidence | None = None
+    chunk_tokens: float | None = None
+    chunk_interval: tuple[float, float] | None = None
+
+
+def evidence_of(points: Sequence[Point]) -> Evidence | None:
+    valid = [p for p in points if p.valid and p.max_gap_s and p.ttft_s and p.baseline_s]
+    if len(valid) < 2:
+        return None
+    lo, hi = valid[0], valid[-1]
+    assert lo.max_gap_s and hi.max_gap_s and lo.ttft_s and hi.ttft_s and hi.baseline_s
+    step_lo, step_hi = lo.step_gap_s or lo.max_gap_s, hi.step_gap_s or hi.max_gap_s
+    baselines = [p.baseline_s for p in valid if p.baseline_s]
+    return Evidence(
+        size_lo=lo.prompt_tokens, size_hi=hi.prompt_tokens, gap_lo_s=step_lo, gap_hi_s=step_hi, longest_hi_s=hi.max_gap_s,
+        ttft_lo_s=lo.ttft_s, ttft_hi_s=hi.ttft_s, baseline_s=median(baselines),
+        stretch_hi=hi.max_gap_s / hi.baseline_s, cover_hi=step_hi / hi.ttft_s,
+        gap_growth=step_hi / step_lo, prefill_growth=hi.ttft_s / lo.ttft_s,
+    )
+
+
+def judge(points: Sequence[Point]) -> Verdict:
+    """chunked | blocking | isolated | inconclusive from the victims' gaps alone, with what decided it."""
+    e = evidence_of(points)
+    if e is None:
+        n = sum(p.valid for p in points)
+        return Verdict("inconclusive", f"{n} valid prompt size{'s' if n != 1 else ''} (two are needed to see how the "
+                       "victims' gaps follow the prefill): see the problems named per size", "nothing")
+    span = f"from {e.size_lo:,} to {e.size_hi:,} prompt tokens"
+    if e.prefill_growth < PREFILL_GROWTH_MIN:
+        return Verdict("inconclusive", f"the intruder's TTFT grew only {e.prefill_growth:.2f}x {span} ({e.ttft_lo_s:.3f} s "
+                       f"to {e.ttft_hi_s:.3f} s, at least {PREFILL_GROWTH_MIN:g}x is needed): prefill is too cheap to see "
+                       "at these sizes; try larger --prompt-sizes", "nothing", e)
+    stretched = [p for p in points if p.valid and p.max_gap_s and p.baseline_s
+                 and p.max_gap_s >= STRETCH_RATIO * p.baseline_s]
+    if not stretched:
+        return Verdict("isolated", f"the victims' longest gap stayed below {STRETCH_RATIO:g}x their baseline at every size "
+                       f"({e.stretch_hi:.2f}x at {e.size_hi:,} tokens) while the intruder's TTFT grew "
+                       f"{e.prefill_growth:.1f}x {span}: the prefill ran where the victims' steps do not", "victim gaps", e)
+    growth = f"the victims' stretched step grew {e.gap_growth:.1f}x while the TTFT grew {e.prefill_growth:.1f}x {span}"
+    cover = (f"at {e.size_hi:,} tokens the victims' stretched step ({e.gap_hi_s:.3f} s, longest gap {e.longest_hi_s:.3f} s) "
+             f"covered {e.cover_hi:.0%} of the {e.ttft_hi_s:.3f} s prefill window")
+    if e.cover_hi >= BLOCKING_COVER and e.gap_growth >= PROPORTIONAL * e.prefill_growth:
+        return Verdict("blocking", f"{cover}, and {growth}: the whole prompt in one step", "victim gaps", e)
+    if e.cover_hi <= CHUNKED_COVER and e.gap_growth <= PROPORTIONAL * e.prefill_growth and e.stretch_hi >= STRETCH_RATIO:
+        chunk, interval = chunk_estimate(points)
+        return Verdict("chunked", f"{cover}, and {growth}: the prompt was split into steps that also carried the "
+                       "victims' tokens", "victim gaps", e, chunk, interval)
+    return Verdict("inconclusive", f"{cover}, and {growth}: neither one step (at least {BLOCKING_COVER:.0%} and growing "
+                   f"with the TTFT) nor chunks (at most {CHUNKED_COVER:.0%}, bounded); a larger prompt size would span "
+                   "more chunks and decide it", "nothing", e)
+
+
+def chunk_estimate(points: Sequence[Point]) -> tuple[float | None, tuple[float, float] | None]:
+    """The victims' step (their typical longest gap) x prefill rate over the reps of the sizes the prompt took several steps at (cover at most
+    CHUNKED_COVER): the median, and the widest of their one-step-more-or-fewer intervals."""
+    readings = [r for p in points for r in p.valid_readings if r.cover is not None and r.cover <= CHUNKED_COVER]
+    values = [v for r in readings if (v := r.chunk_tokens) is not None]
+    spans = [s for r in readings if (s := r.chunk_interval) is not None]
+    if not values:
+        return None, None
+    return median(values), (min(s[0] for s in spans), max(s[1] for s in spans)) if spans else None
+
+
+# ---------------------------------------------------------------- in words
+
+
+def a_size(n: int) -> str:
+    """ "an 8,192-token", "a 2,048-token": the article as the number is spoken."""
+    lead = f"{n:,}".split(",")[0]
+    return f"{'an' if lead.startswith('8') or lead in ('11', '18') else 'a'} {n:,}-token"
+
+
+def streams_word(m: int) -> str:
+    return {1: "the other stream", 2: "both other streams"}.get(m, f"all {m} other streams")
+
+
+def sentence(v: Verdict, points: Sequence[Point], streams: int) -> str:
+    """The seed's kind of sentence: what the largest prompt did to the others, and the alternative."""
+    e = v.evidence
+    if e is None:
+        return f"no verdict: {v.reason}"
+    who = streams_word(streams)
+    if v.verdict == "blocking":
+        per_token = e.ttft_hi_s / e.size_hi
+        would = REFERENCE_CHUNK * per_token + e.baseline_s
+        return (f"{a_size(e.size_hi)} prompt froze {who} for {e.longest_hi_s:.2f} s (blocking); with chunks of about "
+                f"{REFERENCE_CHUNK} tokens the longest gap would be about {would:.2f} s")
+    if v.verdict == "chunked":
+        chunk = f"about {v.chunk_tokens:,.0f} tokens a step" if v.chunk_tokens is not None else "chunks"
+        whose = f"{who}'" if who.endswith("s") else f"{who}'s"
+        return (f"{a_size(e.size_hi)} prompt took {e.ttft_hi_s:.2f} s to prefill and stretched {whose} steps to "
+                f"{e.gap_hi_s:.3f} s (chunked, {chunk}); in one step it would have frozen them for about "
+                f"{e.ttft_hi_s:.2f} s")
+    if v.verdict == "isolated":
+        return (f"{a_size(e.size_hi)} prompt took {e.ttft_hi_s:.2f} s to prefill and {who} did not notice "
+                f"(longest gap {e.gap_hi_s:.3f} s, {e.stretch_hi:.2f}x their baseline): isolated")
+    return f"inconclusive: {v.reason}"
+
+
+# ---------------------------------------------------------------- witnesses
+
+
+@dataclass(frozen=True, slots=True)
+class WitnessCheck:
+    configured_tokens: float | None
+    source: str | None
+    agrees: bool | None
+    note: str
+
+
+def check_witness(verdict: str, chunk_tokens: float | None, configured: float | None, source: str | None,
+                  largest: int | None) -> WitnessCheck:
+    """The batch budget an engine stated, beside what the stopwatch measured; it corroborates, never decides."""
+    if configured is None:
+        return WitnessCheck(None, None, None, "no witness: no batch budget was read from the engine's log (with --serve "
+                            "servecheck audits the log of the server it started)")
+    said = f"{source or 'the log'} states a step budget of {configured:,.0f} tokens"
+    if verdict == "chunked" and chunk_tokens is not None:
+        agrees = abs(chunk_tokens - configured) <= WITNESS_TOLERANCE * configured
+        return WitnessCheck(configured, source, agrees, f"{said}; the stopwatch measured chunks of about "
+                            f"{chunk_tokens:,.0f} ({'within' if agrees else 'not within'} {WITNESS_TOLERANCE:.0%})")
+    if verdict == "blocking" and largest is not None:
+        agrees = configured >= largest * TRUNCATED_SHARE
+        return WitnessCheck(configured, source, agrees, f"{said}; the stopwatch saw {a_size(largest)} prompt in one "
+                            f"step ({'consistent' if agrees else 'a budget that small should have split it'})")
+    return WitnessCheck(configured, source, None, f"{said}; the stopwatch gave no chunk to compare")

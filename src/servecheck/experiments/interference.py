@@ -1,0 +1,327 @@
+"""The interference test: M victim streams (short prompts, a long fixed output, each its own nonce) reach a
+steady interval, then one intruder with a prompt of S tokens (its own nonce first, never a cached prefix) is
+sent at a moment on the run's clock. One intruder per trial, so every trial re-measures its victims'
+baseline; the order of the sizes rotates across reps, so drift cannot pose as an effect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from servecheck.analysis import interference as inf
+from servecheck.analysis.stats import median
+from servecheck.errors import ServerError, UsageError
+from servecheck.experiments.context import CONTEXT_MARGIN_TOKENS, distinct_nonces, reported_prompt_tokens, takes_cache_prompt
+from servecheck.load.prompts import fixed_prompt
+from servecheck.load.protocol import Driver
+from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
+
+OnPoint = Callable[["InterferenceResult"], None]
+OnServer = Callable[[ServerInfo], None]
+# The victims' prompts: short, so their own prefill is over before anything is measured.
+VICTIM_PROMPT_TOKENS = 16
+# The intruder needs its first token; a second shows it went on decoding beside the victims.
+INTRUDER_TOKENS = 2
+# The calibration batch: the victims alone, long enough for a median interval, short enough not to matter.
+CALIBRATION_TOKENS = 16
+# Victim steps to wait after their first token before the intruder is sent: a stream's first few gaps
+# carry the other victims' prefill and the client's connection set-up; eight steps are past them.
+STEADY_STEPS = 8
+# --tokens below this cannot hold the steady steps, a window and a baseline after it.
+MIN_TOKENS = 32
+WARMUP_TOKENS = 4
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One intruder of one size, and its victims, as the driver recorded them."""
+
+    rep: int
+    order: int  # position in the run
+    prompt_tokens: int  # as asked
+    sent_tokens: int | None  # by the server's tokenizer
+    intruder: RequestRecord
+    victims: tuple[RequestRecord, ...]
+
+    def intrusion(self, dialect: str, slots: int | None) -> inf.Intrusion:
+        r = self.intruder
+        return inf.Intrusion(
+            prompt_tokens=self.prompt_tokens, send_ns=r.send_ns, first_token_ns=r.first_token_ns, end_ns=r.end_ns,
+            victims=tuple(v.token_ns if v.ok else () for v in self.victims),
+            victim_errors=tuple(None if v.ok else (v.error or v.status) for v in self.victims),
+            intruder_error=None if r.ok else (r.error or r.status), sent_tokens=self.sent_tokens,
+            counted_tokens=reported_prompt_tokens(r, dialect), server_slots=slots,
+        )
+
+
+@dataclass(frozen=True)
+class InterferenceResult:
+    server: ServerInfo
+    sizes: tuple[int, ...]  # as asked
+    measured: tuple[int, ...]  # the sizes that fit the server's context
+    streams: int
+    tokens: int
+    reps: int
+    plan: tuple[int, ...]
+    cache_prompt: bool | None
+    skipped: tuple[tuple[int, str], ...] = ()
+    warmup: RequestRecord | None = None
+    calibration: tuple[RequestRecord, ...] = ()
+    trials: tuple[Trial, ...] = ()
+    complete: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    def readings(self) -> list[tuple[Trial, inf.Reading]]:
+        return [(t, inf.read_intrusion(t.intrusion(self.server.dialect, self.server.total_slots))) for t in self.trials]
+
+    def to_doc(self) -> dict[str, Any]:
+        pairs = self.readings()
+        points = inf.pool([r for _, r in pairs])
+        verdict = inf.judge(points)
+        baselines = [p.baseline_s for p in points if p.baseline_s is not None]
+        notes = list(self.notes) + [f"{s:,} tokens skipped: {why}" for s, why in self.skipped]
+        return {
+            "command": "interference",
+            "verdict": verdict.verdict,
+            "verdict_reason": verdict.reason,
+            "decided_by": verdict.decided_by,
+            "evidence": _evidence_doc(verdict.evidence),
+            "sentence": inf.sentence(verdict, points, self.streams),
+            "chunk_tokens": verdict.chunk_tokens,
+            "chunk_interval": None if verdict.chunk_interval is None else list(verdict.chunk_interval),
+            "baseline_interval_s": median(baselines) if baselines else None,
+            "simulated": self.server.simulated,
+            "complete": self.complete,
+            "server": self.server.to_dict(),
+            "streams": self.streams,
+            "tokens": self.tokens,
+            "reps": self.reps,
+            "prompt_sizes": list(self.sizes),
+            "order": list(self.plan),
+            "cache_prompt": self.cache_prompt,
+            "points": [_point_doc(p, pairs) for p in points],
+            "skipped": [{"prompt_tokens": s, "reason": why} for s, why in self.skipped],
+            "calibration": [r.to_dict(with_token_times=False) for r in self.calibration],
+            "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
+            "notes": notes,
+        }
+
+
+def _evidence_doc(e: inf.Evidence | None) -> dict[str, Any] | None:
+    if e is None:
+        return None
+    return {"size_lo": e.size_lo, "size_hi": e.size_hi, "gap_lo_s": e.gap_lo_s, "gap_hi_s": e.gap_hi_s,
+            "longest_hi_s": e.longest_hi_s,
+            "ttft_lo_s": e.ttft_lo_s, "ttft_hi_s": e.ttft_hi_s, "baseline_s": e.baseline_s, "stretch_hi": e.stretch_hi,
+            "cover_hi": e.cover_hi, "gap_growth": e.gap_growth, "prefill_growth": e.prefill_growth,
+            "thresholds": {"stretch_ratio": inf.STRETCH_RATIO, "blocking_cover": inf.BLOCKING_COVER,
+                           "chunked_cover": inf.CHUNKED_COVER, "proportional": inf.PROPORTIONAL,
+                           "prefill_growth_min": inf.PREFILL_GROWTH_MIN}}
+
+
+def _point_doc(p: inf.Point, pairs: Sequence[tuple[Trial, inf.Reading]]) -> dict[str, Any]:
+    return {
+        "prompt_tokens": p.prompt_tokens,
+        "victim_max_gap_s": p.max_gap_s,
+        "victim_p99_gap_s": p.p99_gap_s,
+        "victim_lost_s": p.lost_s,
+        "intruder_ttft_s": p.ttft_s,
+        "baseline_interval_s": p.baseline_s,
+        "step_gap_s": p.step_gap_s,
+        "stretched": p.stretched,
+        "prefill_tok_s": p.prefill_tok_s,
+        "cover": p.cover,
+        "chunk_tokens": p.chunk_tokens,
+        "valid": p.valid,
+        "problems": list(p.problems),
+        "reps": [_rep_doc(t, r) for t, r in pairs if r.prompt_tokens == p.prompt_tokens],
+    }
+
+
+def _rep_doc(t: Trial, r: inf.Reading) -> dict[str, Any]:
+    i = t.intruder
+    return {
+        "rep": t.rep,
+        "order": t.order,
+        "prompt_tokens": t.prompt_tokens,
+        "sent_tokens": t.sent_tokens,
+        "valid": r.valid,
+        "problems": list(r.problems),
+        "baseline_interval_s": r.baseline_s,
+        "victim_max_gap_s": r.max_gap_s,
+        "victim_p99_gap_s": r.p99_gap_s,
+        "victim_lost_s": r.lost_s,
+        "step_gap_s": r.step_gap_s,
+        "stretched": r.stretched,
+        "intruder_ttft_s": r.ttft_s,
+        "prefill_tok_s": r.prefill_tok_s,
+        "chunk_tokens": r.chunk_tokens,
+        "intruder": i.to_dict(with_token_times=False),
+        "victims": [v.to_dict() for v in t.victims],
+    }
+
+
+# ---------------------------------------------------------------- planning
+
+
+def check_sizes(sizes: Sequence[int]) -> str | None:
+    if len(sizes) < 2:
+        return "give at least two prompt sizes (the verdict compares how the victims' gaps follow them)"
+    if any(s < 1 for s in sizes):
+        return "every size must be >= 1"
+    if len(set(sizes)) != len(sizes):
+        return "sizes must be distinct"
+    return None
+
+
+def fit_sizes(sizes: Sequence[int], server: ServerInfo) -> tuple[list[int], list[tuple[int, str]]]:
+    """The intruder sizes the server's context per request holds, and why each other is skipped."""
+    n_ctx = server.n_ctx_per_request
+    if n_ctx is None:
+        return list(sizes), []
+    fit = [s for s in sizes if s + INTRUDER_TOKENS + CONTEXT_MARGIN_TOKENS <= n_ctx]
+    return fit, [(s, f"a {s}-token prompt exceeds the server's context of {n_ctx} tokens per request; not sent")
+                 for s in sizes if s not in fit]
+
+
+def plan_order(sizes: Sequence[int], reps: int) -> list[tuple[int, int]]:
+    """(rep, size) in run order: ascending on the first rep, each later rep rotated by one, so no size is
+    always first or always last."""
+    ordered = sorted(sizes)
+    return [(rep, ordered[(rep + k) % len(ordered)]) for rep in range(reps) for k in range(len(ordered))]
+
+
+# ---------------------------------------------------------------- running
+
+
+async def _prompt(driver: Driver, index: int, tokens: int, max_tokens: int, nonce: str, rng: random.Random,
+                  cache_prompt: bool | None) -> GenRequest:
+    prompt = await fixed_prompt(driver, tokens, random.Random(rng.getrandbits(32)), nonce)
+    return GenRequest(index=index, prompt=prompt.text, nonce=prompt.nonce, max_tokens=max_tokens,
+                      prompt_tokens=prompt.prompt_tokens, cache_prompt=cache_prompt)
+
+
+def steady_wait_s(calibration: Sequence[RequestRecord]) -> float:
+    """From the victims' calibration batch: their slowest first token plus STEADY_STEPS of their interval."""
+    ok = [r for r in calibration if r.ok and r.ttft_ns is not None and len(r.token_ns) > 2]
+    if not ok:
+        raise ServerError("the victims' calibration batch produced no stream to time",
+                          "check the URL, --model and --api; every victim must stream its tokens")
+    ttft = max(r.ttft_ns or 0 for r in ok) / NS_PER_S
+    interval = median([(b - a) / NS_PER_S for r in ok for a, b in zip(r.token_ns, r.token_ns[1:])])
+    return ttft + STEADY_STEPS * interval
+
+
+async def _trial(driver: Driver, rep: int, order: int, size: int, result: InterferenceResult, rng: random.Random,
+                 wait_s: float, index: int, nonces: Sequence[str]) -> Trial:
+    victims = [await _prompt(driver, index + k, VICTIM_PROMPT_TOKENS, result.tokens, nonces[k], rng, result.cache_prompt)
+               for k in range(result.streams)]
+    intruder = await _prompt(driver, index + result.streams, size, INTRUDER_TOKENS, nonces[-1], rng, result.cache_prompt)
+    running = [asyncio.ensure_future(driver.generate(v)) for v in victims]
+    try:
+        await asyncio.sleep(wait_s)
+        record = await driver.generate(intruder)
+        done = await asyncio.gather(*running)
+    finally:
+        for task in running:
+            task.cancel()
+    return Trial(rep, order, size, intruder.prompt_tokens, record, tuple(done))
+
+
+async def run_interference(
+    driver: Driver,
+    *,
+    sizes: Sequence[int],
+    streams: int,
+    tokens: int,
+    reps: int,
+    rng: random.Random,
+    on_point: OnPoint | None = None,
+    on_server: OnServer | None = None,
+) -> InterferenceResult:
+    """Detect the server, skip the sizes it cannot hold, warm up, time the victims alone, then one trial per
+    planned (rep, size)."""
+    if (problem := check_sizes(sizes)) is not None:
+        raise UsageError(f"--prompt-sizes: {problem}", "for example --prompt-sizes 512,2048,8192")
+    if streams < 1 or tokens < MIN_TOKENS or reps < 1:
+        raise UsageError(f"--streams must be >= 1, --tokens >= {MIN_TOKENS} and --reps >= 1",
+                         "for example --streams 2 --tokens 256 --reps 3")
+    server = await driver.detect()
+    fit, skipped = fit_sizes(sizes, server)
+    if len(fit) < 2:
+        raise UsageError(
+            f"--prompt-sizes: only {fit or 'none'} of {list(sizes)} fit{'s' if len(fit) == 1 else ''} the server's context of "
+            f"{server.n_ctx_per_request} tokens per request: nothing to compare",
+            "lower the sizes, or start the server with more context per slot (llama-server -c)")
+    if on_server is not None:
+        on_server(server)
+    cache_prompt = False if takes_cache_prompt(server) else None
+    notes = () if server.n_ctx_per_request is not None else ("the server's context per request is unknown: every size was sent",)
+    plan = plan_order(fit, reps)
+    result = InterferenceResult(server, tuple(sizes), tuple(fit), streams, tokens, reps, tuple(s for _, s in plan),
+                                cache_prompt, skipped=tuple(skipped), notes=notes)
+    nonces = distinct_nonces(1 + streams + len(plan) * (streams + 1), rng)  # no two requests of the run share one
+    result = replace(result, warmup=await _warm_up(driver, rng, cache_prompt, nonces[0]))
+    calibration = await driver.run_batch(
+        [await _prompt(driver, 1 + k, VICTIM_PROMPT_TOKENS, CALIBRATION_TOKENS, nonces[1 + k], rng, cache_prompt)
+         for k in range(streams)])
+    result = replace(result, calibration=calibration.records)
+    wait_s = steady_wait_s(calibration.records)
+    index = 1 + streams
+    for order, (rep, size) in enumerate(plan):
+        trial = await _trial(driver, rep, order, size, result, rng, wait_s, index, nonces[index:index + streams + 1])
+        index += streams + 1
+        result = replace(result, trials=(*result.trials, trial))
+        if on_point is not None:
+            on_point(result)
+    return replace(result, complete=True)
+
+
+async def _warm_up(driver: Driver, rng: random.Random, cache_prompt: bool | None, nonce: str) -> RequestRecord:
+    req = await _prompt(driver, 0, VICTIM_PROMPT_TOKENS, WARMUP_TOKENS, nonce, rng, cache_prompt)
+    record = await driver.generate(req)
+    if not record.ok:
+        raise ServerError(f"the warm-up request failed: {record.error or record.status}",
+                          "check the URL, --model and --api; the server must answer one request first",
+                          status=record.http_status)
+    return record
+
+
+def with_witness(doc: dict[str, Any]) -> dict[str, Any]:
+    """The finished document plus the batch budget the --serve log stated, beside the measured chunk."""
+    audit = doc.get("log_audit") or {}
+    stated = [f for f in audit.get("findings") or [] if f.get("feature") == "prefill_batch" and f.get("value") is not None
+              and f.get("status") == "confirmed"]
+    found = stated[0] if stated else None
+    sizes = [p["prompt_tokens"] for p in doc.get("points") or [] if p.get("valid")]
+    check = inf.check_witness(doc.get("verdict") or "inconclusive", doc.get("chunk_tokens"),
+                              None if found is None else float(found["value"]),
+                              None if found is None else found.get("rule"), max(sizes) if sizes else None)
+    return {**doc, "witness": {"configured_tokens": check.configured_tokens, "source": check.source,
+                               "agrees": check.agrees, "note": check.note}}
+
+
+@dataclass(frozen=True)
+class InterferenceExperiment:
+    """The interference test as `results.runner.run_experiment` drives it."""
+
+    sizes: tuple[int, ...]
+    streams: int
+    tokens: int
+    reps: int
+    rng: random.Random
+    expect: str | None = None
+
+    async def run(self, driver: Driver, on_server: OnServer, on_point: OnPoint) -> InterferenceResult:
+        return await run_interference(driver, sizes=self.sizes, streams=self.streams, tokens=self.tokens, reps=self.reps,
+                                      rng=self.rng, on_point=on_point, on_server=on_server)
+
+    def opening(self, server: ServerInfo) -> dict[str, Any]:
+        return {"command": "interference", "server": server.to_dict(), "simulated": server.simulated, "points": []}
+
+    def document(self, result: InterferenceResult) -> dict[str, Any]:
+        return {**result.to_doc(), "expect": self.expect}

@@ -1,0 +1,154 @@
+"""The interference analysis on hand-built arrival times with known answers: victims stepping every 10 ms,
+an intruder whose prefill freezes them (blocking), stretches each of their steps (chunked) or leaves them
+be (isolated); and the problems that make an intrusion unreadable."""
+
+from __future__ import annotations
+
+import pytest
+
+from servecheck.analysis import interference as inf
+
+MS = 1_000_000
+STEP_MS = 10
+
+
+def steady(start_ms: float, n: int, step_ms: float = STEP_MS) -> list[int]:
+    return [round((start_ms + k * step_ms) * MS) for k in range(n)]
+
+
+def blocking(size: int, *, per_token_ms: float = 0.05, victims: int = 2) -> inf.Intrusion:
+    """Victims step every 10 ms from 0; the intruder arrives at 205 ms; its whole prefill runs as one step
+    from 210 ms, then one decode step gives everyone their next token."""
+    prefill = size * per_token_ms
+    resume = 210 + prefill + STEP_MS
+    before = steady(0, 22)  # 0 .. 210 ms
+    after = steady(resume, 40)
+    tracks = tuple(tuple(before + after) for _ in range(victims))
+    return inf.Intrusion(prompt_tokens=size, send_ns=205 * MS, first_token_ns=round(resume * MS),
+                         end_ns=round((resume + STEP_MS) * MS), victims=tracks, sent_tokens=size, counted_tokens=size)
+
+
+def chunked(size: int, chunk: int, *, per_token_ms: float = 0.05, victims: int = 2) -> inf.Intrusion:
+    """From 210 ms every step carries the victims' tokens and `chunk` prompt tokens: 10 + chunk x 0.05 ms."""
+    steps = -(-size // chunk)
+    t = 210.0
+    times = steady(0, 22)
+    left = size
+    for _ in range(steps):
+        take = min(chunk, left)
+        left -= take
+        t += STEP_MS + take * per_token_ms
+        times.append(round(t * MS))
+    first = t + STEP_MS  # the intruder's first token comes with the next decode step
+    times += steady(first, 40)
+    tracks = tuple(tuple(times) for _ in range(victims))
+    return inf.Intrusion(prompt_tokens=size, send_ns=205 * MS, first_token_ns=round(first * MS),
+                         end_ns=round((first + STEP_MS) * MS), victims=tracks, sent_tokens=size, counted_tokens=size)
+
+
+def isolated(size: int, *, per_token_ms: float = 0.05) -> inf.Intrusion:
+    first = 205 + size * per_token_ms + STEP_MS
+    tracks = tuple(tuple(steady(0, 120)) for _ in range(2))
+    return inf.Intrusion(prompt_tokens=size, send_ns=205 * MS, first_token_ns=round(first * MS),
+                         end_ns=round((first + STEP_MS) * MS), victims=tracks, sent_tokens=size, counted_tokens=size)
+
+
+def judged(intrusions: list[inf.Intrusion]) -> inf.Verdict:
+    return inf.judge(inf.pool([inf.read_intrusion(i) for i in intrusions]))
+
+
+def test_one_blocking_intrusion_reads_its_freeze_exactly() -> None:
+    r = inf.read_intrusion(blocking(4096))
+    assert r.valid and r.baseline_s == pytest.approx(0.010)
+    # the gap from the victims' token at 210 ms to the one after the prefill step and a decode step
+    assert r.max_gap_s == pytest.approx((4096 * 0.05 + STEP_MS) / 1e3)
+    assert r.ttft_s == pytest.approx((5 + 4096 * 0.05 + STEP_MS) / 1e3)
+    # two victims, each with the gap 200..210 (overlapping the send at 205) and the freeze
+    assert r.stretched == 2
+    assert r.lost_s == pytest.approx(2 * (4096 * 0.05 / 1e3))
+    assert r.prefill_tok_s == pytest.approx(4096 / r.ttft_s)
+
+
+@pytest.mark.parametrize("chunk", [256, 1024])
+def test_chunked_intrusions_read_chunked_with_the_chunk(chunk: int) -> None:
+    v = judged([chunked(s, chunk) for s in (512, 2048, 8192)])
+    assert v.verdict == "chunked", v.reason
+    assert v.decided_by == "victim gaps"
+    e = v.evidence
+    assert e is not None and e.cover_hi <= inf.CHUNKED_COVER
+    assert e.gap_growth <= inf.PROPORTIONAL * e.prefill_growth
+    assert e.gap_hi_s == pytest.approx((STEP_MS + chunk * 0.05) / 1e3)
+    assert e.longest_hi_s >= e.gap_hi_s
+    assert v.chunk_tokens == pytest.approx(chunk, rel=0.15)
+    assert v.chunk_interval is not None and v.chunk_interval[0] <= chunk <= v.chunk_interval[1]
+
+
+def test_blocking_intrusions_read_blocking_by_cover_and_growth() -> None:
+    v = judged([blocking(s) for s in (512, 2048, 8192)])
+    assert v.verdict == "blocking", v.reason
+    e = v.evidence
+    assert e is not None and e.cover_hi >= inf.BLOCKING_COVER
+    assert e.gap_growth >= inf.PROPORTIONAL * e.prefill_growth
+    assert v.chunk_tokens is None
+    line = inf.sentence(v, inf.pool([inf.read_intrusion(blocking(s)) for s in (512, 2048, 8192)]), 2)
+    assert line.startswith("an 8,192-token prompt froze both other streams for 0.42 s (blocking)")
+    assert "with chunks of about 512 tokens the longest gap would be about" in line
+
+
+def test_isolated_intrusions_read_isolated() -> None:
+    v = judged([isolated(s) for s in (512, 2048, 8192)])
+    assert v.verdict == "isolated", v.reason
+    assert v.evidence is not None and v.evidence.stretch_hi < inf.STRETCH_RATIO
+
+
+def test_a_prefill_too_cheap_to_see_is_inconclusive_and_says_what_would_decide() -> None:
+    v = judged([blocking(s, per_token_ms=0.0005) for s in (512, 1024)])
+    assert v.verdict == "inconclusive" and v.decided_by == "nothing"
+    assert "too cheap to see" in v.reason and "larger --prompt-sizes" in v.reason
+
+
+def test_two_chunks_at_the_largest_size_cannot_be_told_from_one_step() -> None:
+    """A chunk of 1024 with prompts of 512 and 2048: one step, then two; the gap covers about half the window."""
+    v = judged([chunked(s, 1024) for s in (512, 2048)])
+    assert v.verdict == "inconclusive", v.reason
+    assert "a larger prompt size would span more chunks" in v.reason
+
+
+def test_a_truncated_prompt_is_named_and_its_point_invalid() -> None:
+    cut = blocking(8192)
+    cut = inf.Intrusion(**{**{f: getattr(cut, f) for f in cut.__slots__}, "counted_tokens": 4096})  # type: ignore[arg-type]
+    r = inf.read_intrusion(cut)
+    assert not r.valid
+    assert any("counted 4096 prompt tokens of the 8192 sent: it truncates" in p for p in r.problems)
+    v = judged([blocking(512), cut])
+    assert v.verdict == "inconclusive" and "1 valid prompt size" in v.reason
+
+
+def test_victims_that_queued_behind_each_other_are_named() -> None:
+    one, two = steady(0, 30), steady(400, 30)
+    r = inf.read_intrusion(inf.Intrusion(prompt_tokens=512, send_ns=100 * MS, first_token_ns=150 * MS, end_ns=160 * MS,
+                                         victims=(tuple(one), tuple(two))))
+    assert not r.valid and any("victims queued" in p for p in r.problems)
+
+
+def test_an_intruder_that_waited_for_a_slot_is_named() -> None:
+    """Victims run 0..300 ms undisturbed; the intruder's first token comes after they ended."""
+    tracks = (tuple(steady(0, 31)), tuple(steady(0, 31)))
+    r = inf.read_intrusion(inf.Intrusion(prompt_tokens=512, send_ns=100 * MS, first_token_ns=340 * MS, end_ns=350 * MS,
+                                         victims=tracks, server_slots=2))
+    assert not r.valid
+    assert any("the intruder waited for a slot" in p and "advertises 2 slots" in p for p in r.problems)
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert inf.percentile([1.0, 2.0, 3.0, 4.0], 0.99) == 4.0
+    assert inf.percentile([float(k) for k in range(1, 201)], 0.99) == 198.0
+
+
+@pytest.mark.parametrize(("chunk", "configured", "agrees"), [(256, 256, True), (256, 1024, False)])
+def test_a_witness_corroborates_and_never_decides(chunk: int, configured: int, agrees: bool) -> None:
+    v = judged([chunked(s, chunk) for s in (512, 2048, 8192)])
+    w = inf.check_witness(v.verdict, v.chunk_tokens, configured, "llamacpp.n_batch", 8192)
+    assert w.agrees is agrees and v.verdict == "chunked"
+    assert inf.check_witness(v.verdict, v.chunk_tokens, None, None, 8192).agrees is None
+    assert inf.check_witness("blocking", None, 256, "llamacpp.n_batch", 8192).agrees is False

@@ -1,0 +1,145 @@
+"""The interference test against the simulator's prefill law on 127.0.0.1, port 0: the law (whole prompt in one
+step, chunks of K tokens beside the decode steps, or prefill elsewhere) is the ground truth; first the law
+itself on a fake clock, then the stopwatch through the real driver, 10 runs of 10 per law."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from servecheck.analysis import interference as inf
+from servecheck.client.base import Target
+from servecheck.experiments.interference import plan_order, run_interference
+from servecheck.load.driver import LoadDriver
+from servecheck.sim import SimConfig, sim_in_thread
+from test_sim_scheduler import MS, Arrival, simulate, words
+
+pytestmark = pytest.mark.timeout(600)
+
+TOKEN_S = 0.005
+PER_SEQ_S = 0.001
+PROMPT_TOKEN_S = 0.00005  # 0.05 ms a prompt token: 8,192 tokens take 0.41 s, a chunk of 256 13 ms
+SIZES = (512, 2048, 8192)
+# The issue's bound on the chunk estimate.
+CHUNK_TOLERANCE = 0.25
+
+
+def law(**kw: object) -> SimConfig:
+    return SimConfig(mode="batched", token_s=TOKEN_S, per_seq_s=PER_SEQ_S, prompt_token_s=PROMPT_TOKEN_S, n_ctx=16384,
+                     **kw)  # type: ignore[arg-type]
+
+
+def victim_gaps_ms(config: SimConfig, size: int) -> tuple[list[float], float]:
+    jobs, _ = simulate(config, [Arrival(0, words(8, 1), 100), Arrival(0, words(8, 2), 100), Arrival(100, words(size, 3), 2)])
+    t = jobs[0].token_ns
+    return [(b - a) / MS for a, b in zip(t, t[1:])], (jobs[2].token_ns[0] - jobs[2].arrival_ns) / MS
+
+
+@pytest.mark.parametrize(("kw", "longest_ms"), [
+    ({}, 4096 * 0.05 + 8),  # the whole prompt in one step, then a decode step of both victims and the intruder
+    ({"prefill_chunk": 256}, 256 * 0.05 + 7),  # each step: both victims' tokens and 256 prompt tokens
+    ({"prefill_chunk": 1024}, 1024 * 0.05 + 7),
+    ({"prefill_isolated": True}, 8.0),  # the intruder joins the decode steps once prefilled elsewhere
+], ids=["blocking", "chunk256", "chunk1024", "isolated"])
+def test_the_prefill_law_on_a_fake_clock(kw: dict, longest_ms: float) -> None:
+    gaps, ttft = victim_gaps_ms(law(**kw), 4096)
+    assert max(gaps) == pytest.approx(longest_ms, abs=0.01)
+    assert ttft > 4096 * 0.05  # the prefill itself, wherever it ran
+    if kw.get("prefill_chunk"):
+        k = kw["prefill_chunk"]
+        assert sum(g > 9 for g in gaps) == 4096 // k  # one stretched step per chunk (8 ms: the intruder decoding too)
+
+
+def test_a_chunked_law_logs_its_batch_budget() -> None:
+    from servecheck.sim.log import startup_lines
+
+    assert "llama_context: n_batch       = 256" in startup_lines(law(prefill_chunk=256))
+    assert not any("n_batch" in line for line in startup_lines(law()))
+
+
+def test_sizes_rotate_across_reps() -> None:
+    plan = plan_order((8192, 512, 2048), 3)
+    assert [s for _, s in plan] == [512, 2048, 8192, 2048, 8192, 512, 8192, 512, 2048]
+
+
+async def measure(config: SimConfig, seed: int, *, reps: int = 1, tokens: int = 96, sizes=SIZES) -> dict:
+    with sim_in_thread(config) as sim:
+        async with LoadDriver(Target(sim.url, first_token_timeout_s=60)) as driver:
+            result = await run_interference(driver, sizes=sizes, streams=2, tokens=tokens, reps=reps, rng=random.Random(seed))
+            return result.to_doc()
+
+
+@pytest.mark.parametrize(("kw", "verdict"), [
+    ({}, "blocking"),
+    ({"prefill_chunk": 256}, "chunked"),
+    ({"prefill_chunk": 1024}, "chunked"),
+], ids=["blocking", "chunk256", "chunk1024"])
+async def test_ten_of_ten_and_the_chunk_within_a_quarter(kw: dict, verdict: str) -> None:
+    words_seen = []
+    for seed in range(10):
+        doc = await measure(law(**kw), seed)
+        words_seen.append(doc["verdict"])
+        e = doc["evidence"]
+        where = (seed, doc["verdict_reason"], [p["problems"] for p in doc["points"]])
+        assert doc["decided_by"] == "victim gaps", where
+        assert all(p["valid"] for p in doc["points"]), where
+        gaps = [p["victim_max_gap_s"] for p in doc["points"]]
+        ttfts = [p["intruder_ttft_s"] for p in doc["points"]]
+        assert ttfts == sorted(ttfts), where  # the prefill grows with the prompt under every law
+        if verdict == "blocking":
+            # the freeze is the prefill: the longest gap grows with the prompt and covers its window
+            assert gaps == sorted(gaps) and gaps[-1] > 8 * gaps[0], where
+            assert e["cover_hi"] >= inf.BLOCKING_COVER and doc["chunk_tokens"] is None, where
+        else:
+            k = kw["prefill_chunk"]
+            # bounded by the chunk: the largest prompt's longest gap about one chunk's prefill plus a decode step
+            assert e["gap_hi_s"] == pytest.approx(k * PROMPT_TOKEN_S + TOKEN_S + 2 * PER_SEQ_S, rel=0.25), where
+            assert e["cover_hi"] <= inf.CHUNKED_COVER, where
+            assert doc["chunk_tokens"] == pytest.approx(k, rel=CHUNK_TOLERANCE), where
+            lo, hi = doc["chunk_interval"]
+            assert lo <= doc["chunk_tokens"] <= hi
+    assert words_seen == [verdict] * 10
+
+
+async def test_isolated_prefill_reads_isolated() -> None:
+    doc = await measure(SimConfig(mode="batched", token_s=0.010, per_seq_s=0.001, prompt_token_s=PROMPT_TOKEN_S,
+                                  n_ctx=16384, prefill_isolated=True), 3)
+    assert doc["verdict"] == "isolated", doc["verdict_reason"]
+    assert doc["evidence"]["stretch_hi"] < inf.STRETCH_RATIO
+
+
+async def test_reps_are_kept_beside_each_pooled_point() -> None:
+    doc = await measure(law(prefill_chunk=256), 11, reps=2, sizes=(512, 4096))
+    assert doc["order"] == [512, 4096, 4096, 512]
+    for p in doc["points"]:
+        assert [r["rep"] for r in sorted(p["reps"], key=lambda r: r["rep"])] == [0, 1]
+        assert p["victim_max_gap_s"] == pytest.approx(sorted(r["victim_max_gap_s"] for r in p["reps"])[0] / 2
+                                                      + sorted(r["victim_max_gap_s"] for r in p["reps"])[1] / 2)
+        assert all(len(r["victims"]) == 2 and r["victims"][0]["token_s"] for r in p["reps"])
+    assert doc["baseline_interval_s"] == pytest.approx(TOKEN_S + 2 * PER_SEQ_S, rel=0.2)
+
+
+async def test_a_truncating_server_is_named_and_its_points_invalid() -> None:
+    doc = await measure(law(truncate_prompt=1024), 5, sizes=(512, 2048, 8192))
+    by = {p["prompt_tokens"]: p for p in doc["points"]}
+    assert by[512]["valid"] is True
+    for size in (2048, 8192):
+        assert by[size]["valid"] is False
+        assert any("it truncates long prompts" in why for why in by[size]["problems"])
+    assert doc["verdict"] == "inconclusive" and "1 valid prompt size" in doc["verdict_reason"]
+
+
+async def test_more_victims_than_the_server_runs_at_once_is_named() -> None:
+    doc = await measure(SimConfig(mode="slots", slots=1, token_s=TOKEN_S, per_seq_s=PER_SEQ_S,
+                                  prompt_token_s=PROMPT_TOKEN_S, n_ctx=16384), 2, tokens=48, sizes=(512, 2048))
+    assert doc["verdict"] == "inconclusive"
+    assert all(any("victims queued" in why for why in p["problems"]) for p in doc["points"])
+
+
+async def test_an_intruder_without_a_free_slot_is_named() -> None:
+    doc = await measure(SimConfig(mode="slots", slots=2, token_s=TOKEN_S, per_seq_s=PER_SEQ_S,
+                                  prompt_token_s=PROMPT_TOKEN_S, n_ctx=16384), 2, tokens=48, sizes=(512, 2048))
+    assert doc["verdict"] == "inconclusive"
+    for p in doc["points"]:
+        assert any("the intruder waited for a slot" in why and "advertises 2 slots" in why for why in p["problems"])
