@@ -12,14 +12,13 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import median, mode
+from servecheck.model.bodies.arms import BiasMethod, Label
 from servecheck.model.records import NS_PER_S, RequestRecord
 
-Label = Literal["batching", "pipelining", "none", "inconclusive"]
-LABELS: tuple[str, ...] = ("batching", "pipelining", "none", "inconclusive")
 
 # A rise counts only when the whole interval of the within-rep ratio lies above 1: a median above
 # 1 with an interval reaching below it is a gain the reps cannot tell from noise.
@@ -319,7 +318,7 @@ class PositionBias:
 
     concurrency: int
     spread: float  # fraction: (highest - lowest) / lowest
-    method: Literal["positions", "drift"]
+    method: BiasMethod
     by_position: tuple[tuple[int, float], ...] = ()  # (position, median aggregate tok/s)
 
     def to_dict(self) -> dict[str, Any]:

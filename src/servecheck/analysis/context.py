@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from servecheck.analysis.roofline import GB, Span
 from servecheck.analysis.stats import median
-
-Effect = Literal["falls", "flat", "rises", "inconclusive"]
+from servecheck.model.bodies.context import Effect
 
 # Output lengths more than 5% from what was asked make a point invalid, as everywhere in servecheck.
 OUTPUT_LENGTH_TOLERANCE = 0.05

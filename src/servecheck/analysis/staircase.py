@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, get_args
 
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import Summary, median, mode, ratio
@@ -22,14 +22,13 @@ from servecheck.analysis.witness import (
     timing_reading,
     token_interval_cv,
 )
+from servecheck.model.bodies.staircase import Evidence, Schedule, Trend, Verdict
 from servecheck.model.client import CLIENT_ERROR_FRAC, FIGURE_FRAC
 from servecheck.model.client import FIX as CLIENT_FIX
 from servecheck.model.client import ClientCheck
 from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord
 
-Verdict = Literal["baseline", "cluster", "staircase", "partial", "inconclusive"]
-Trend = Literal["rising", "flat", "inconclusive"]
-DEFINITE_VERDICTS: frozenset[str] = frozenset({"cluster", "staircase", "partial"})
+DEFINITE_VERDICTS: frozenset[Verdict] = frozenset(get_args(Schedule))  # the verdicts that claim a schedule
 
 # --- grouping finish times -------------------------------------------------------------------
 # Gaps are measured against the single-request time T1. Inside a group, finishes differ only by
@@ -115,8 +114,8 @@ WINDOW_OVERLAP_TOL = 0.05
 WINDOW_MIN_FRAC = 0.5
 WINDOW_MIN_EVENTS = 3
 
-Evidence = str  # "completion_times" | "generation_windows" | "server_gauges" | "server_timings"
-STOPWATCH: frozenset[str] = frozenset({"completion_times", "generation_windows"})
+# The stopwatch's evidence (the client's clock alone), as against the server's witnesses.
+STOPWATCH: frozenset[Evidence] = frozenset({"completion_times", "generation_windows"})
 
 
 # ============================================================================================
@@ -264,7 +263,7 @@ def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int, un
     )
     verdict, reason = _decide(base, grouping, single_s)
     off_reference = verdict == "staircase" and any(abs(r - 1.0) > STAIRCASE_STEP_TOL for r in base.step_ratios)
-    evidence = ("completion_times",) if verdict in DEFINITE_VERDICTS else ()
+    evidence: tuple[Evidence, ...] = ("completion_times",) if verdict in DEFINITE_VERDICTS else ()
     slots = base.group_sizes[0] if verdict == "partial" else None
     return replace(base, verdict=verdict, reason=reason, evidence=evidence, reference_disagrees=off_reference,
                    slots=slots)

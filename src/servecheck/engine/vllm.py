@@ -65,6 +65,7 @@ _COLLECTING = re.compile(r"^Collecting (\S+)")
 _DOWNLOAD = re.compile(r"^\s*(?:Downloading|Using cached) (\S+) \(([\d.]+) (kB|MB|GB)\)")
 _INSTALLING = re.compile(r"^Installing collected packages: (.*)")
 _UNIT_MB = {"kB": 1e-3, "MB": 1.0, "GB": 1e3}
+EnvOrigin = Literal["cache", "installed"]  # an environment found in the cache, or installed by this run
 
 
 def _noop(_: str) -> None:
@@ -81,7 +82,7 @@ class VllmEnv:
     torch_version: str
     size_bytes: int
     install_s: float
-    origin: Literal["cache", "installed"]
+    origin: EnvOrigin
 
     def describe(self) -> str:
         return f"vLLM {self.vllm_version} ({VLLM_DIST}, torch {self.torch_version}, {self.origin}): {self.folder}"
@@ -130,7 +131,7 @@ def cached_vllm(cache: EngineCache) -> VllmEnv | None:
     return _env_from_stamp(folder, stamp, "cache")
 
 
-def _env_from_stamp(folder: Path, stamp: dict[str, object], origin: Literal["cache", "installed"]) -> VllmEnv:
+def _env_from_stamp(folder: Path, stamp: dict[str, object], origin: EnvOrigin) -> VllmEnv:
     return VllmEnv(
         folder=folder, python=venv_python(folder), vllm_version=str(stamp.get("vllm_version")),
         torch_version=str(stamp.get("torch_version")), size_bytes=int(stamp.get("size_bytes") or 0),  # type: ignore[call-overload]
