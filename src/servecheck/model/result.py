@@ -5,8 +5,10 @@
 every `schema_version` this project has written, upgrading older ones on the way, and refuses a
 newer one with a message that says to upgrade servecheck.
 
-Schema history (docs/schema.md has the fields):
-  1  the first version.
+Schema history (docs/schema.md has the fields; bump SCHEMA_VERSION on any incompatible change,
+add its upgrade to UPGRADES and say here what changed; adding a field is compatible):
+  1  the first version: the envelope {schema_version, command, servecheck_version, created_at,
+     environment, params, simulated, complete, valid, run_id} beside the command's fields.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""The versioned JSON document every measuring command writes, and its atomic writer.
+"""The versioned JSON document every measuring command writes, its atomic writer and its reader.
 
-The fields are documented in docs/schema.md. Schema history (bump SCHEMA_VERSION on any
-incompatible change and say what changed; adding a field is compatible):
-  1  first version: envelope {schema_version, command, servecheck_version, created_at,
-     environment, params, simulated, complete, valid, ...command fields}.
+The fields are documented in docs/schema.md; the envelope and the schema version (with its
+history) are `model.result`'s `Envelope` and `SCHEMA_VERSION`, defined there once.
 """
 
 from __future__ import annotations
@@ -18,22 +16,15 @@ from typing import Any
 
 from servecheck import __version__
 from servecheck.errors import UsageError
-
-SCHEMA_VERSION = 1
-
+from servecheck.model.codec import encode
+from servecheck.model.result import Envelope
 
 def envelope(command: str, params: dict[str, Any], environment: dict[str, Any]) -> dict[str, Any]:
-    """The common head of every result document; commands add their own fields."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "command": command,
-        "servecheck_version": __version__,
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "environment": environment,
-        "params": params,
-        "simulated": False,
-        "complete": True,
-    }
+    """The common head of every result document (the typed `Envelope`, encoded); commands add their
+    own fields. The parameters and the machine's record go in as given: the codec would leave out
+    the null of each probe that could not read its value, and the document keeps it."""
+    head = Envelope(command=command, servecheck_version=__version__, created_at=datetime.now(UTC).isoformat(timespec="seconds"))
+    return {**encode(head), "params": params, "environment": environment}
 
 
 def dumps(doc: dict[str, Any]) -> str:
