@@ -17,7 +17,7 @@ from typing import Any
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import median, mode
 from servecheck.model.bodies.arms import BiasMethod, Label
-from servecheck.model.records import NS_PER_S, RequestRecord
+from servecheck.model.records import NS_PER_S, OUTPUT_LENGTH_TOLERANCE, RequestRecord
 
 
 # A rise counts only when the whole interval of the within-rep ratio lies above 1: a median above
@@ -35,9 +35,8 @@ NO_GAIN_CEILING = 1.10
 # The seed's analyser stops reporting a headline when one arm's median differs by more than 10%
 # between the positions it occupied: a bias that size is as large as the effects being measured.
 DEFAULT_BIAS_LIMIT = 0.10
-# A cell whose total output is more than 5% away from the run's modal output did not do the same
-# work (one request failed to stop, or stopped early): it is named so nobody compares its wall clock.
-OUTPUT_DEVIATION_LIMIT = 0.05
+# A cell whose total output is more than OUTPUT_LENGTH_TOLERANCE (5%) away from the run's modal
+# output did not do the same work: it is named (deviant_cells) so nobody compares its wall clock.
 # Burst-to-plateau loss of the serial arm worth a warning: the seed's 8.2% was the same order as
 # the effect looked for, so anything above 5% deserves the reader's attention.
 DRIFT_WARN_LOSS = 0.05  # either way: a server that speeds up during the run moves ratios too
@@ -702,7 +701,7 @@ def _run_drift(cells: Sequence[Cell], run: int, baseline: int) -> Drift | None:
     return Drift(first, last, k, run)
 
 
-def deviant_cells(cells: Sequence[Cell], limit: float = OUTPUT_DEVIATION_LIMIT) -> list[DeviantCell]:
+def deviant_cells(cells: Sequence[Cell], limit: float = OUTPUT_LENGTH_TOLERANCE) -> list[DeviantCell]:
     """Cells whose total output is more than `limit` away from their run's modal output."""
     out = []
     for run in sorted({c.run for c in cells}):

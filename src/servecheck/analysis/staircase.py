@@ -26,7 +26,7 @@ from servecheck.model.bodies.staircase import Evidence, Schedule, Trend, Verdict
 from servecheck.model.client import CLIENT_ERROR_FRAC, FIGURE_FRAC
 from servecheck.model.client import FIX as CLIENT_FIX
 from servecheck.model.client import ClientCheck
-from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord
+from servecheck.model.records import NS_PER_S, OUTPUT_LENGTH_TOLERANCE, BatchResult, RequestRecord
 
 DEFINITE_VERDICTS: frozenset[Verdict] = frozenset(get_args(Schedule))  # the verdicts that claim a schedule
 
@@ -77,9 +77,8 @@ STALL_DOUBT_FRAC = SMALL_GAP_FRAC
 STALL_READ_FRAC = SMALL_GAP_FRAC
 
 # --- validity --------------------------------------------------------------------------------
-# Requests more than 5% away from the run's modal output length smear a staircase into a cluster
-# (seed 000 section 7: "fast ones finish first"); the issue fixes 5%.
-LENGTH_TOL = 0.05
+# Requests more than OUTPUT_LENGTH_TOLERANCE (5%) away from the run's modal output length smear a
+# staircase into a cluster (seed 000 section 7: "fast ones finish first").
 # Requests released more than 5% of T1 apart no longer start together; the issue fixes 5%.
 DISPATCH_SKEW_FRAC = 0.05
 
@@ -450,7 +449,7 @@ def weigh_windows(verdict: BatchVerdict, w: WindowReading | None, *, may_decide:
 # ============================================================================================
 
 
-def length_outliers(tokens: Sequence[int], tol: float = LENGTH_TOL) -> tuple[int | None, list[int]]:
+def length_outliers(tokens: Sequence[int], tol: float = OUTPUT_LENGTH_TOLERANCE) -> tuple[int | None, list[int]]:
     """The modal output length and the positions of requests more than `tol` away from it."""
     if not tokens:
         return None, []
@@ -458,7 +457,7 @@ def length_outliers(tokens: Sequence[int], tol: float = LENGTH_TOL) -> tuple[int
     return modal, [i for i, t in enumerate(tokens) if off_length(t, modal, tol)]
 
 
-def off_length(tokens: int, modal: int | None, tol: float = LENGTH_TOL) -> bool:
+def off_length(tokens: int, modal: int | None, tol: float = OUTPUT_LENGTH_TOLERANCE) -> bool:
     """True when an output of `tokens` is more than `tol` away from the run's modal length."""
     if modal is None:
         return False
@@ -911,7 +910,7 @@ def length_finding(batches: Sequence[MeasuredBatch]) -> tuple[int | None, Findin
     refs = tuple(_ref(pairs[i][0], pairs[i][1], f"{pairs[i][1].tokens} tokens vs modal {modal}") for i in bad)
     return modal, Finding(
         code="output_length",
-        message=f"{len(refs)} request(s) more than {LENGTH_TOL:.0%} away from the modal length {modal} tokens",
+        message=f"{len(refs)} request(s) more than {OUTPUT_LENGTH_TOLERANCE:.0%} away from the modal length {modal} tokens",
         hint="unequal outputs smear a staircase into a cluster; the server may ignore ignore_eos (Ollama stops at EOS)",
         requests=refs,
     )
@@ -982,7 +981,7 @@ def approximate_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
 
 
 def short_of_request_finding(modal: int | None, requested: int) -> Finding | None:
-    if modal is None or modal >= requested * (1 - LENGTH_TOL):
+    if modal is None or modal >= requested * (1 - OUTPUT_LENGTH_TOLERANCE):
         return None
     return Finding(
         code="short_outputs",
