@@ -15,6 +15,7 @@ from servecheck.analysis import speculative as sp
 from servecheck.analysis.across import stream_rate
 from servecheck.analysis.stats import median
 from servecheck.errors import ServerError, UsageError
+from servecheck.experiments.common import WARMUP_TOKENS
 from servecheck.load.prompts import new_nonce
 from servecheck.load.protocol import Driver
 from servecheck.model.bodies.speculative import PROMPT_KINDS
@@ -29,7 +30,6 @@ from servecheck.model.records import (
 OnPoint = Callable[["SpeculativeResult"], None]
 OnServer = Callable[[ServerInfo], None]
 OpenDriver = Callable[[], AbstractAsyncContextManager[Driver]]
-WARMUP_TOKENS = 8
 # A passage a prompt-lookup or ngram draft can copy from: the model is asked to repeat it, and the
 # prompt already holds it three times, so every continuation is in the context.
 PASSAGE = ("The quick brown fox jumps over the lazy dog while the seven sleepy cats watch from the old stone "
