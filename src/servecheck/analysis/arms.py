@@ -116,31 +116,6 @@ class Cell:
             "deviant": deviant,
         }
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], *, run: int | None = None) -> Cell:
-        """Rebuild a cell from a saved document (for pooling); raises KeyError/TypeError/ValueError on a bad one."""
-        return cls(
-            rep=int(d["rep"]),
-            position=int(d["position"]),
-            concurrency=int(d["concurrency"]),
-            wall_s=float(d["wall_s"]),
-            tokens=int(d["tokens"]),
-            decode_tokens=int(d["decode_tokens"]),
-            decoding_union_s=float(d["decoding_union_s"]),
-            decoding_sum_s=float(d["decoding_sum_s"]),
-            per_user_rate_tok_s=_opt_float(d.get("per_user_rate_tok_s")),
-            ttft_s=_opt_float(d.get("ttft_s")),
-            start_s=float(d.get("start_s") or 0.0),
-            batch_wall_s=_opt_float(d.get("batch_wall_s")),
-            run=int(d.get("run", 0)) if run is None else run,
-            failed=int(d.get("failed", 0)),
-            peak_running=None if d.get("peak_running") is None else int(d["peak_running"]),
-        )
-
-
-def _opt_float(v: Any) -> float | None:
-    return None if v is None else float(v)
-
 
 # --- cells from request records ------------------------------------------------------------
 
