@@ -195,3 +195,22 @@ def test_simulated_incomplete_and_invalid_lines_are_marked(tmp_path: Path, capsy
     assert f"SIMULATED: {paths[1]} measured servecheck's simulated server" in out
     assert run_cli(["diff", *map(str, paths), "--json", "-"]) == 0
     assert [line["marks"] for line in json.loads(capsys.readouterr().out)["lines"]] == [[], ["simulated", "incomplete", "invalid"]]
+
+
+@pytest.mark.parametrize(
+    ("rates", "steady"),
+    [
+        ([98.0, 95.0, 96.0], True),  # seed 000's "~98 constant"
+        ([100.0, 110.0], True),  # exactly 10% apart: still one figure
+        ([100.0, 110.5], False),
+        ([333.0, 167.0], False),
+        ([], False),
+    ],
+)
+def test_the_steadiness_rule_lives_in_the_analysis(rates: list[float], steady: bool) -> None:
+    """diff asks `analysis.across.per_stream_steady` whether the per-stream rate held; it keeps no threshold."""
+    from servecheck.analysis.across import per_stream_steady
+    from servecheck.report import diff
+
+    assert per_stream_steady(rates) is steady
+    assert not hasattr(diff, "PER_STREAM_STEADY")

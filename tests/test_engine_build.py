@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from servecheck.engine import build
+from servecheck.engine import build, steps
 from servecheck.engine.build import (
     build_llama_server,
     check_build_tools,
@@ -153,7 +153,7 @@ def test_failing_build_shows_the_last_log_lines(tmp_path: Path) -> None:
     message = err.value.message
     assert "llama-server build failed" in message
     assert "this_does_not_compile_on_purpose" in message  # the compiler's complaint, quoted
-    assert len(message.splitlines()) <= build.LOG_TAIL_LINES + 1
+    assert len(message.splitlines()) <= steps.LOG_TAIL_LINES + 1
     log = Path((err.value.hint or "").split("full build log: ", 1)[1])
     assert log.is_file() and "this_does_not_compile_on_purpose" in log.read_text()
     assert any("configuring" in line for line in seen)

@@ -106,3 +106,18 @@ def test_a_record_needs_a_default_for_every_field():
         @record
         class _Worse:
             n: int | None = 3
+
+
+def test_the_written_envelope_is_the_typed_one():
+    """`jsonout.envelope` writes the typed `Envelope` (one schema version, one set of keys), with the
+    parameters and the machine's record as given, nulls included."""
+    from servecheck.model.result import ENVELOPE_KEYS
+    from servecheck.results import jsonout
+
+    head = jsonout.envelope("staircase", {"url": "http://x", "seed": None}, {"gpu": None, "cpu_count": 2})
+    assert set(head) == {"schema_version", "command", "servecheck_version", "created_at", "environment", "params",
+                         "simulated", "complete"} <= ENVELOPE_KEYS
+    assert head["schema_version"] == SCHEMA_VERSION and not hasattr(jsonout, "SCHEMA_VERSION")
+    assert head["params"] == {"url": "http://x", "seed": None} and head["environment"] == {"gpu": None, "cpu_count": 2}
+    typed = from_doc(head).envelope
+    assert (typed.command, typed.simulated, typed.complete, typed.created_at) == ("staircase", False, True, head["created_at"])

@@ -49,7 +49,7 @@ def test_roofline_gate_open_and_straddle(capsys: pytest.CaptureFixture[str], tmp
 def test_roofline_from_model_with_batches(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = write_gguf(tmp_path / "moe.gguf", "qwen2moe", MOE_KV, moe_tensors())
     run_doc = tmp_path / "arms.json"
-    run_doc.write_text(json.dumps({"cells": [{"concurrency": 1, "aggregate_tok_s": 900.0}, {"concurrency": 4, "aggregate_tok_s": 1200.0}]}))
+    run_doc.write_text(json.dumps({"command": "arms", "cells": [{"concurrency": 1, "aggregate_tok_s": 900.0}, {"concurrency": 4, "aggregate_tok_s": 1200.0}]}))
     p = tmp_path / "r.json"
     code, out, _ = run(["roofline", str(model), "--tok-s", "1000", "--bandwidth", "10", "--batch", "1,4",
                         "--run", str(run_doc), "--no-save", "--json", str(p)], capsys)
@@ -159,7 +159,7 @@ def test_run_file_that_is_not_a_result_is_one_usage_line(tmp_path: Path, capsys:
 
 def test_run_file_leaves_out_deviant_cells_and_names_a_simulated_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     saved = tmp_path / "arms.json"
-    saved.write_text(json.dumps({"simulated": True, "cells": [
+    saved.write_text(json.dumps({"command": "arms", "simulated": True, "cells": [
         {"concurrency": 2, "aggregate_tok_s": 10.0}, {"concurrency": 2, "aggregate_tok_s": 12.0},
         {"concurrency": 2, "aggregate_tok_s": 500.0, "deviant": True}]}))
     p = tmp_path / "r.json"

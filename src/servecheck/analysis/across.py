@@ -8,10 +8,13 @@ must read the same in `staircase` and in `diff`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from servecheck.analysis.staircase import classify_trend
 from servecheck.model.bodies.common import Request
+
+# Within 10% across levels the per-stream rate is "constant" (seed 000: ~95-98 on every line).
+PER_STREAM_STEADY = 1.10
 
 
 def stream_rate(tokens: float | None, decode_s: float | None) -> float | None:
@@ -26,6 +29,13 @@ def request_rate(req: Request) -> float | None:
     if not req.ok or req.first_token_s is None or req.end_s is None:
         return None
     return stream_rate(req.tokens, req.end_s - req.first_token_s)
+
+
+def per_stream_steady(rates: Iterable[float]) -> bool:
+    """Whether a run's per-stream rate holds across its levels: the highest within PER_STREAM_STEADY
+    of the lowest (`diff` then shows one figure, else the fall from the lowest level to the highest)."""
+    values = list(rates)
+    return bool(values) and max(values) <= min(values) * PER_STREAM_STEADY
 
 
 def growth_ratio(aggregates: Mapping[int, float]) -> float | None:

@@ -12,14 +12,13 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import median, mode
-from servecheck.model.records import NS_PER_S, RequestRecord
+from servecheck.model.bodies.arms import BiasMethod, Label
+from servecheck.model.records import NS_PER_S, OUTPUT_LENGTH_TOLERANCE, RequestRecord
 
-Label = Literal["batching", "pipelining", "none", "inconclusive"]
-LABELS: tuple[str, ...] = ("batching", "pipelining", "none", "inconclusive")
 
 # A rise counts only when the whole interval of the within-rep ratio lies above 1: a median above
 # 1 with an interval reaching below it is a gain the reps cannot tell from noise.
@@ -36,9 +35,8 @@ NO_GAIN_CEILING = 1.10
 # The seed's analyser stops reporting a headline when one arm's median differs by more than 10%
 # between the positions it occupied: a bias that size is as large as the effects being measured.
 DEFAULT_BIAS_LIMIT = 0.10
-# A cell whose total output is more than 5% away from the run's modal output did not do the same
-# work (one request failed to stop, or stopped early): it is named so nobody compares its wall clock.
-OUTPUT_DEVIATION_LIMIT = 0.05
+# A cell whose total output is more than OUTPUT_LENGTH_TOLERANCE (5%) away from the run's modal
+# output did not do the same work: it is named (deviant_cells) so nobody compares its wall clock.
 # Burst-to-plateau loss of the serial arm worth a warning: the seed's 8.2% was the same order as
 # the effect looked for, so anything above 5% deserves the reader's attention.
 DRIFT_WARN_LOSS = 0.05  # either way: a server that speeds up during the run moves ratios too
@@ -117,31 +115,6 @@ class Cell:
             "peak_running": self.peak_running,
             "deviant": deviant,
         }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any], *, run: int | None = None) -> Cell:
-        """Rebuild a cell from a saved document (for pooling); raises KeyError/TypeError/ValueError on a bad one."""
-        return cls(
-            rep=int(d["rep"]),
-            position=int(d["position"]),
-            concurrency=int(d["concurrency"]),
-            wall_s=float(d["wall_s"]),
-            tokens=int(d["tokens"]),
-            decode_tokens=int(d["decode_tokens"]),
-            decoding_union_s=float(d["decoding_union_s"]),
-            decoding_sum_s=float(d["decoding_sum_s"]),
-            per_user_rate_tok_s=_opt_float(d.get("per_user_rate_tok_s")),
-            ttft_s=_opt_float(d.get("ttft_s")),
-            start_s=float(d.get("start_s") or 0.0),
-            batch_wall_s=_opt_float(d.get("batch_wall_s")),
-            run=int(d.get("run", 0)) if run is None else run,
-            failed=int(d.get("failed", 0)),
-            peak_running=None if d.get("peak_running") is None else int(d["peak_running"]),
-        )
-
-
-def _opt_float(v: Any) -> float | None:
-    return None if v is None else float(v)
 
 
 # --- cells from request records ------------------------------------------------------------
@@ -319,7 +292,7 @@ class PositionBias:
 
     concurrency: int
     spread: float  # fraction: (highest - lowest) / lowest
-    method: Literal["positions", "drift"]
+    method: BiasMethod
     by_position: tuple[tuple[int, float], ...] = ()  # (position, median aggregate tok/s)
 
     def to_dict(self) -> dict[str, Any]:
@@ -703,7 +676,7 @@ def _run_drift(cells: Sequence[Cell], run: int, baseline: int) -> Drift | None:
     return Drift(first, last, k, run)
 
 
-def deviant_cells(cells: Sequence[Cell], limit: float = OUTPUT_DEVIATION_LIMIT) -> list[DeviantCell]:
+def deviant_cells(cells: Sequence[Cell], limit: float = OUTPUT_LENGTH_TOLERANCE) -> list[DeviantCell]:
     """Cells whose total output is more than `limit` away from their run's modal output."""
     out = []
     for run in sorted({c.run for c in cells}):

@@ -11,12 +11,12 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any
 
+from servecheck.model.bodies.prefix_cache import CacheSignal, SendKind
+from servecheck.model.bodies.prefix_cache import CacheVerdict as CacheVerdictName
 from servecheck.model.records import RequestRecord
 
-CacheVerdictName = Literal["working", "inert", "unknown"]
-VERDICTS: tuple[str, ...] = ("working", "inert", "unknown")
 
 # Warm repeats must take under half the first send's time to first token (and under half the
 # control's) to count as a cache hit by timing alone. A real hit skips nearly all of the prefill
@@ -45,7 +45,7 @@ FLOOR_MAX_RATIO = 0.25
 class CacheSend:
     """One send as the verdict sees it."""
 
-    kind: Literal["repeat", "control", "floor"]
+    kind: SendKind
     ttft_s: float | None  # None when the request failed
     cached_tokens: int | None  # None when the server reports no cache counter
     prompt_tokens: int | None  # the prompt's full length in tokens, when known
@@ -55,7 +55,7 @@ class CacheSend:
 class CacheVerdict:
     verdict: CacheVerdictName
     reason: str
-    signal: Literal["counters", "timing", "none"]  # what decided it
+    signal: CacheSignal  # what decided it
     warm_ttft_ratio: float | None = None  # median warm repeat TTFT / first send's TTFT
     control_ttft_ratio: float | None = None  # median warm repeat TTFT / control TTFT
     warm_cached_fraction: float | None = None  # smallest cached share of the prompt over warm repeats

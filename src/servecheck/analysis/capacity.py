@@ -11,15 +11,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from servecheck.analysis.arms import DRIFT_WARN_LOSS, OUTPUT_DEVIATION_LIMIT, Warning_, per_user_rate_tok_s
+from servecheck.analysis.arms import DRIFT_WARN_LOSS, Warning_, per_user_rate_tok_s
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import median
-from servecheck.model.records import NS_PER_S, RequestRecord
+from servecheck.model.bodies.capacity import Limit, NonMonotoneKind, Status
+from servecheck.model.records import NS_PER_S, OUTPUT_LENGTH_TOLERANCE, RequestRecord
 
-Status = Literal["pass", "fail", "uncertain"]
-Limit = Literal["user_rate", "ttft", "max_n", "undetermined"]
 
 # A verdict needs an interval that covers the true percentile with at least this probability
 # (exact, from the binomial: no resampling, no seed). A probe too small to reach it is `uncertain`.
@@ -209,7 +208,7 @@ def _length_off(records: Sequence[RequestRecord], asked: int) -> tuple[str, ...]
     return tuple(
         f"request {r.index} ({r.nonce}): {r.tokens} tokens for {asked} asked"
         for r in records
-        if asked > 0 and abs(r.tokens - asked) / asked > OUTPUT_DEVIATION_LIMIT
+        if asked > 0 and abs(r.tokens - asked) / asked > OUTPUT_LENGTH_TOLERANCE
     )
 
 
@@ -372,7 +371,7 @@ class Drift:
 
 @dataclass(frozen=True, slots=True)
 class NonMonotone:
-    kind: Literal["status", "per_user_rate"]
+    kind: NonMonotoneKind
     n_low: int
     n_high: int
     message: str

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from servecheck.analysis.roofline import GB, Span
 from servecheck.analysis.stats import median
+from servecheck.model.bodies.context import Effect
+from servecheck.model.records import OUTPUT_LENGTH_TOLERANCE
 
-Effect = Literal["falls", "flat", "rises", "inconclusive"]
-
-# Output lengths more than 5% from what was asked make a point invalid, as everywhere in servecheck.
-OUTPUT_LENGTH_TOLERANCE = 0.05
+# Output lengths more than OUTPUT_LENGTH_TOLERANCE (5%) from what was asked make a point invalid.
 # Tokenizing the prompt alone and inside a request may differ by a special token at the boundary
 # (BOS, a template head); a server that counts fewer than this below what was sent cut the prompt.
 TRUNCATION_SLACK_TOKENS = 1
@@ -166,7 +164,7 @@ def sample_problem(s: Sample) -> str | None:
         return (f"depth {s.depth} rep {s.rep + 1}: the server truncated the prompt: it reports {reported} prompt tokens, "
                 f"{sent} were sent")
     if abs(s.tokens - s.tokens_requested) > OUTPUT_LENGTH_TOLERANCE * s.tokens_requested:
-        return f"depth {s.depth} rep {s.rep + 1}: {s.tokens} tokens generated, {s.tokens_requested} asked (more than 5% off)"
+        return f"depth {s.depth} rep {s.rep + 1}: {s.tokens} tokens generated, {s.tokens_requested} asked (more than {OUTPUT_LENGTH_TOLERANCE:.0%} off)"
     if s.decode_tok_s is None:
         return f"depth {s.depth} rep {s.rep + 1}: no decode interval (fewer than two tokens timed)"
     return None

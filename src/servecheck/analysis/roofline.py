@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from servecheck.model.bodies.roofline import Gate
+
 GB = 1_000_000_000
 GIB = 1 << 30
 
@@ -20,7 +22,6 @@ GIB = 1 << 30
 DEFAULT_GATE = 0.55
 
 ModelKind = Literal["dense", "moe"]
-Gate = Literal["close", "open", "straddle"]
 
 
 @dataclass(frozen=True, slots=True)

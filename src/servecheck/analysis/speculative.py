@@ -13,14 +13,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from servecheck.analysis.stats import median
+from servecheck.model.bodies.speculative import PaysVerdict, SpecVerdict
 
-SpecVerdict = Literal["speculating", "not_speculating", "inconclusive"]
-PaysVerdict = Literal["pays", "costs", "inconclusive"]
-PromptKind = Literal["predictable", "unpredictable"]
-PROMPT_KINDS: tuple[str, ...] = ("predictable", "unpredictable")
 
 # --- grouping arrivals into steps -------------------------------------------------------------
 # Two gap modes are told apart by the widest jump between neighbouring sorted gaps. Tokens of one

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, get_args
 
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import Summary, median, mode, ratio
@@ -22,14 +22,13 @@ from servecheck.analysis.witness import (
     timing_reading,
     token_interval_cv,
 )
+from servecheck.model.bodies.staircase import Evidence, Schedule, Trend, Verdict
 from servecheck.model.client import CLIENT_ERROR_FRAC, FIGURE_FRAC
 from servecheck.model.client import FIX as CLIENT_FIX
 from servecheck.model.client import ClientCheck
-from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord
+from servecheck.model.records import NS_PER_S, OUTPUT_LENGTH_TOLERANCE, BatchResult, RequestRecord
 
-Verdict = Literal["baseline", "cluster", "staircase", "partial", "inconclusive"]
-Trend = Literal["rising", "flat", "inconclusive"]
-DEFINITE_VERDICTS: frozenset[str] = frozenset({"cluster", "staircase", "partial"})
+DEFINITE_VERDICTS: frozenset[Verdict] = frozenset(get_args(Schedule))  # the verdicts that claim a schedule
 
 # --- grouping finish times -------------------------------------------------------------------
 # Gaps are measured against the single-request time T1. Inside a group, finishes differ only by
@@ -78,9 +77,8 @@ STALL_DOUBT_FRAC = SMALL_GAP_FRAC
 STALL_READ_FRAC = SMALL_GAP_FRAC
 
 # --- validity --------------------------------------------------------------------------------
-# Requests more than 5% away from the run's modal output length smear a staircase into a cluster
-# (seed 000 section 7: "fast ones finish first"); the issue fixes 5%.
-LENGTH_TOL = 0.05
+# Requests more than OUTPUT_LENGTH_TOLERANCE (5%) away from the run's modal output length smear a
+# staircase into a cluster (seed 000 section 7: "fast ones finish first").
 # Requests released more than 5% of T1 apart no longer start together; the issue fixes 5%.
 DISPATCH_SKEW_FRAC = 0.05
 
@@ -115,8 +113,8 @@ WINDOW_OVERLAP_TOL = 0.05
 WINDOW_MIN_FRAC = 0.5
 WINDOW_MIN_EVENTS = 3
 
-Evidence = str  # "completion_times" | "generation_windows" | "server_gauges" | "server_timings"
-STOPWATCH: frozenset[str] = frozenset({"completion_times", "generation_windows"})
+# The stopwatch's evidence (the client's clock alone), as against the server's witnesses.
+STOPWATCH: frozenset[Evidence] = frozenset({"completion_times", "generation_windows"})
 
 
 # ============================================================================================
@@ -264,7 +262,7 @@ def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int, un
     )
     verdict, reason = _decide(base, grouping, single_s)
     off_reference = verdict == "staircase" and any(abs(r - 1.0) > STAIRCASE_STEP_TOL for r in base.step_ratios)
-    evidence = ("completion_times",) if verdict in DEFINITE_VERDICTS else ()
+    evidence: tuple[Evidence, ...] = ("completion_times",) if verdict in DEFINITE_VERDICTS else ()
     slots = base.group_sizes[0] if verdict == "partial" else None
     return replace(base, verdict=verdict, reason=reason, evidence=evidence, reference_disagrees=off_reference,
                    slots=slots)
@@ -451,7 +449,7 @@ def weigh_windows(verdict: BatchVerdict, w: WindowReading | None, *, may_decide:
 # ============================================================================================
 
 
-def length_outliers(tokens: Sequence[int], tol: float = LENGTH_TOL) -> tuple[int | None, list[int]]:
+def length_outliers(tokens: Sequence[int], tol: float = OUTPUT_LENGTH_TOLERANCE) -> tuple[int | None, list[int]]:
     """The modal output length and the positions of requests more than `tol` away from it."""
     if not tokens:
         return None, []
@@ -459,7 +457,7 @@ def length_outliers(tokens: Sequence[int], tol: float = LENGTH_TOL) -> tuple[int
     return modal, [i for i, t in enumerate(tokens) if off_length(t, modal, tol)]
 
 
-def off_length(tokens: int, modal: int | None, tol: float = LENGTH_TOL) -> bool:
+def off_length(tokens: int, modal: int | None, tol: float = OUTPUT_LENGTH_TOLERANCE) -> bool:
     """True when an output of `tokens` is more than `tol` away from the run's modal length."""
     if modal is None:
         return False
@@ -912,7 +910,7 @@ def length_finding(batches: Sequence[MeasuredBatch]) -> tuple[int | None, Findin
     refs = tuple(_ref(pairs[i][0], pairs[i][1], f"{pairs[i][1].tokens} tokens vs modal {modal}") for i in bad)
     return modal, Finding(
         code="output_length",
-        message=f"{len(refs)} request(s) more than {LENGTH_TOL:.0%} away from the modal length {modal} tokens",
+        message=f"{len(refs)} request(s) more than {OUTPUT_LENGTH_TOLERANCE:.0%} away from the modal length {modal} tokens",
         hint="unequal outputs smear a staircase into a cluster; the server may ignore ignore_eos (Ollama stops at EOS)",
         requests=refs,
     )
@@ -983,7 +981,7 @@ def approximate_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
 
 
 def short_of_request_finding(modal: int | None, requested: int) -> Finding | None:
-    if modal is None or modal >= requested * (1 - LENGTH_TOL):
+    if modal is None or modal >= requested * (1 - OUTPUT_LENGTH_TOLERANCE):
         return None
     return Finding(
         code="short_outputs",

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from servecheck.analysis.stats import median
+from servecheck.model.bodies.staircase import Schedule, WitnessSource
 from servecheck.model.records import NS_PER_S, ClientNoise, RequestRecord, ServerGauges
 
-Schedule = Literal["cluster", "staircase", "partial"]
-EvidenceName = Literal["completion_times", "server_gauges", "server_timings"]
 
 # Fewer readings than this cannot show a batch's peak: at 5 Hz, a batch shorter than ~0.6 s.
 MIN_GAUGE_SAMPLES = 3
@@ -36,7 +35,7 @@ BUSY_LOOP_LAG_MS = 5.0
 class Reading:
     """One witness's reading of a batch's schedule."""
 
-    source: EvidenceName
+    source: WitnessSource
     schedule: Schedule
     slots: int  # concurrent requests the reading shows (1 for a staircase, N for a cluster)
     description: str

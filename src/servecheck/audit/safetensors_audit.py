@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from servecheck.audit import classify as C
-from servecheck.audit.gguf_audit import MAX_BLOCKS, AuditOptions, kv_element_bytes
+from servecheck.audit.gguf_audit import F32, MAX_BLOCKS, AuditOptions, kv_element_bytes
 from servecheck.audit.records import (
     AuditResult,
     Experts,
@@ -33,7 +33,6 @@ MAX_HEADER_BYTES = 100_000_000
 INDEX_NAME = "model.safetensors.index.json"
 _E_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
 _K_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k")
-F32 = 4
 
 
 @dataclass(frozen=True, slots=True)

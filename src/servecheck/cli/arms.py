@@ -3,7 +3,6 @@ requests sent 1, 2, 4 at a time in rotated order."""
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +32,7 @@ from servecheck.model.bodies.arms import ArmsBody
 from servecheck.model.result import RunResult, from_doc
 from servecheck.probe.thermal import ThermalSampler
 from servecheck.report.lines.arms import report_lines
-from servecheck.results.jsonout import envelope
+from servecheck.results.jsonout import envelope, read_json
 from servecheck.results.runner import Recording
 from servecheck.store.db import open_store
 
@@ -60,29 +59,19 @@ def parse_arms(raw: str) -> tuple[int, ...]:
 # ---------------------------------------------------------------- pooling: the saved documents (experiments.arms pools them)
 
 
+POOL_FILE_HINT = "pass a JSON file written by `servecheck arms --json`, or a run id"
+
+
 def load_pool(sources: tuple[str, ...], db_path: str | None) -> tuple[list[dict[str, Any]], list[str]]:
     """Saved arms documents from JSON files, or from the history database by run id."""
     docs, names = [], []
     for src in sources:
         if Path(src).exists() or not src.isdigit():
-            docs.append(_load_json(src))
+            docs.append(read_json(src, flag="--pool", hint=POOL_FILE_HINT))
         else:
             docs.append(_load_run(int(src), db_path))
         names.append(src)
     return docs, names
-
-
-def _load_json(path: str) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"--pool {path}: no such file", "pass a JSON file written by `servecheck arms --json`, or a run id")
-    try:
-        doc = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise UsageError(f"--pool {path} is not readable JSON ({exc.__class__.__name__})", "pass a file written by `servecheck arms --json`") from exc
-    if not isinstance(doc, dict):
-        raise UsageError(f"--pool {path} is not an arms result", "pass a file written by `servecheck arms --json`")
-    return doc
 
 
 def _load_run(run_id: int, db_path: str | None) -> dict[str, Any]:

@@ -4,7 +4,6 @@ the kill gate, the headroom a better engine could win, a target back-solved, and
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import random
 import statistics
@@ -32,7 +31,7 @@ from servecheck.model.result import RunResult, from_doc
 from servecheck.probe import GIB, BandwidthResult, measure_bandwidth, plan_sizes
 from servecheck.probe.bandwidth import available_memory_bytes
 from servecheck.report.lines.roofline import report_lines
-from servecheck.results.jsonout import envelope
+from servecheck.results.jsonout import envelope, read_json
 
 URL_DECODE_TOKENS = 256
 URL_PROMPT_TOKENS = 32
@@ -241,13 +240,8 @@ def _audit_summary(a: AuditResult) -> dict[str, Any]:
 def load_run(path: str) -> tuple[dict[int, float], list[str]]:
     """Median measured aggregate tok/s per concurrency from a saved staircase or arms JSON (deviant arms
     cells left out), and notes on what the run was."""
-    check_input_file(path, "--run")
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"--run {path}: cannot read a JSON result ({exc})", "give a file written by staircase or arms --json") from None
-    if not isinstance(doc, dict):
-        raise UsageError(f"--run {path}: not a servecheck result (a JSON object)", "give a staircase or arms result")
+    check_input_file(path, "--run")  # a FIFO or a device: exit 1, before anything opens it
+    doc = read_json(path, flag="--run", hint="give a file written by staircase or arms --json")
     samples: dict[int, list[float]] = {}
     rows = [row for key in ("points", "cells") if isinstance(doc.get(key), list) for row in doc[key]]
     for row in rows:

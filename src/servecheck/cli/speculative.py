@@ -22,13 +22,9 @@ from servecheck.cli.serve import Served, resolve_url, serve_option, served
 from servecheck.cli.staircase import parse_ns
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
-from servecheck.experiments.speculative import (
-    KIND_LABELS,
-    SpeculativeExperiment,
-    SpeculativeResult,
-)
+from servecheck.experiments.speculative import SpeculativeExperiment, SpeculativeResult
 from servecheck.load.preflight import CheckedDriver
-from servecheck.model.bodies.speculative import SpeculativeBody
+from servecheck.model.bodies.speculative import KIND_LABELS, SpeculativeBody
 from servecheck.model.result import RunResult, from_doc
 from servecheck.report.lines import speculative as spec_report
 from servecheck.results.jsonout import envelope

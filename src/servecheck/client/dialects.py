@@ -13,10 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from servecheck.model.records import GenRequest, ServerTimings, TokenCountSource
+from servecheck.model.records import NS_PER_S, GenRequest, ServerTimings, TokenCountSource
 
 Framing = Literal["sse", "ndjson"]
-NS_PER_S = 1e9
 MS_PER_S = 1e3
 # No model's context holds this many tokens: a count above it is garbage, not a measurement,
 # and letting it through would size lists and rates by it (10^12 tokens gave 2.6e13 tok/s).

@@ -10,13 +10,13 @@ import math
 from dataclasses import dataclass, field, replace
 
 from servecheck.client.dialects import EventReading
-from servecheck.model.records import ServerTimings, TokenCountSource
+from servecheck.model.records import OUTPUT_LENGTH_TOLERANCE, ServerTimings, TokenCountSource
 
 # Generated text kept per request; enough to eyeball, bounded so 256 long streams stay small.
 MAX_TEXT_CHARS = 4000
-# Output may run this far past the request (an engine's off-by-one, a stop token counted) before it
-# is off-length; beyond it a longer output breaks equal lengths like a shorter one does.
-LENGTH_TOLERANCE = 0.05
+# Output may run OUTPUT_LENGTH_TOLERANCE, or this many tokens, past the request (an engine's
+# off-by-one, a stop token counted) before it is off-length; beyond it a longer output breaks equal
+# lengths like a shorter one does.
 LENGTH_SLACK_TOKENS = 2
 # A stream is cut off once it carries this much more than was requested: 2x plus a margin is far
 # past any tolerance, so the reading stops before an endless stream costs memory or time.
@@ -107,7 +107,7 @@ class StreamTally:
 
 def allowed_tokens(requested: int) -> int:
     """The most output tokens a request for `requested` may produce and still be on-length."""
-    return requested + max(LENGTH_SLACK_TOKENS, math.ceil(requested * LENGTH_TOLERANCE))
+    return requested + max(LENGTH_SLACK_TOKENS, math.ceil(requested * OUTPUT_LENGTH_TOLERANCE))
 
 
 def cutoff_tokens(requested: int) -> int:

@@ -43,7 +43,6 @@ CMAKE_FLAGS = (
     "-DLLAMA_CURL=OFF",
     # GGML_NATIVE stays ON (the default): the binary is cached per machine, keyed by the CPU flags.
 )
-LOG_TAIL_LINES = 15
 VERSION_TIMEOUT_S = 30.0
 _PERCENT = re.compile(r"^\[\s*(\d+)%\]")
 _NINJA = re.compile(r"^\[(\d+)/(\d+)\]")

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from servecheck.engine.cache import EngineCache
+from servecheck.engine.steps import LOG_TAIL_LINES
 from servecheck.errors import EngineError, UsageError
 from servecheck.load.prompts import WORDS as PROMPT_WORDS
 
@@ -43,7 +44,6 @@ PROMPT_SENTENCES = 1000
 PROMPT_SENTENCE_WORDS = 8
 CORPUS_SEED = 12
 GENERATE_TIMEOUT_S = 600.0
-LOG_TAIL_LINES = 15
 FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 
 

@@ -40,7 +40,8 @@ DEFAULT_STARTUP_TIMEOUT_S = 180.0
 STOP_GRACE_S = 5.0
 HEALTH_POLL_S = 0.2
 HEALTH_REQUEST_TIMEOUT_S = 2.0
-LOG_TAIL_LINES = 12
+# Lines of a server's log quoted when it fails to start or dies.
+SERVER_LOG_TAIL_LINES = 12
 # Paths tried, in order, to decide that an arbitrary server (--serve) is up. A path that answers
 # anything but 404 decides (llama.cpp answers 503 on /health while loading); 404 tries the next.
 GENERIC_HEALTH_PATHS = ("/health", "/v1/models", "/api/version", "/")
@@ -276,14 +277,14 @@ class ManagedServer:
 
     # -- the log ------------------------------------------------------------------------------
 
-    def log_tail(self, n: int = LOG_TAIL_LINES) -> list[str]:
+    def log_tail(self, n: int = SERVER_LOG_TAIL_LINES) -> list[str]:
         try:
             with open(self.log_path, encoding="utf-8", errors="replace") as fh:
                 return [line.rstrip("\n") for line in deque(fh, maxlen=n)]
         except OSError:
             return []
 
-    def log_tail_text(self, n: int = LOG_TAIL_LINES) -> str:
+    def log_tail_text(self, n: int = SERVER_LOG_TAIL_LINES) -> str:
         lines = self.log_tail(n)
         return "\n".join(f"  | {line}" for line in lines) if lines else "  | (the log is empty)"
 

@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TextIO
 
+# Lines of a failed step's output (a build, an install, a model generator) its error quotes.
 LOG_TAIL_LINES = 15
 
 

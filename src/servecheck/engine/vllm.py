@@ -29,7 +29,7 @@ from typing import Literal, TextIO
 from servecheck.engine import proctree, steps
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.hf_model import DEFAULT_HF_SIZE, HF_SIZES, ensure_hf_model, resolve_hf_model, served_model_name
-from servecheck.engine.process import LOCALHOST, LocalServer, ManagedServer
+from servecheck.engine.process import LOCALHOST, SERVER_LOG_TAIL_LINES, LocalServer, ManagedServer
 from servecheck.engine.running import RunningRecords
 from servecheck.errors import EngineError, UsageError
 
@@ -55,7 +55,6 @@ print(json.dumps({"vllm": vllm.__version__, "torch": torch.__version__, "torch_c
 REQUIRED_CPU_FLAGS: dict[str, tuple[str, ...]] = {"x86_64": ("avx2",), "aarch64": ("asimd",)}
 # The environment takes about 3.5 GB; refuse to start an install that cannot finish.
 MIN_FREE_BYTES = 6 * 10**9
-LOG_TAIL_LINES = 15
 # Importing vLLM takes 10-30 s on 2 cores; a hung import is a broken install.
 IMPORT_CHECK_TIMEOUT_S = 300.0
 # Progress: at most one "collecting" line this often, and downloads from this size are named.
@@ -65,6 +64,7 @@ _COLLECTING = re.compile(r"^Collecting (\S+)")
 _DOWNLOAD = re.compile(r"^\s*(?:Downloading|Using cached) (\S+) \(([\d.]+) (kB|MB|GB)\)")
 _INSTALLING = re.compile(r"^Installing collected packages: (.*)")
 _UNIT_MB = {"kB": 1e-3, "MB": 1.0, "GB": 1e3}
+EnvOrigin = Literal["cache", "installed"]  # an environment found in the cache, or installed by this run
 
 
 def _noop(_: str) -> None:
@@ -81,7 +81,7 @@ class VllmEnv:
     torch_version: str
     size_bytes: int
     install_s: float
-    origin: Literal["cache", "installed"]
+    origin: EnvOrigin
 
     def describe(self) -> str:
         return f"vLLM {self.vllm_version} ({VLLM_DIST}, torch {self.torch_version}, {self.origin}): {self.folder}"
@@ -130,7 +130,7 @@ def cached_vllm(cache: EngineCache) -> VllmEnv | None:
     return _env_from_stamp(folder, stamp, "cache")
 
 
-def _env_from_stamp(folder: Path, stamp: dict[str, object], origin: Literal["cache", "installed"]) -> VllmEnv:
+def _env_from_stamp(folder: Path, stamp: dict[str, object], origin: EnvOrigin) -> VllmEnv:
     return VllmEnv(
         folder=folder, python=venv_python(folder), vllm_version=str(stamp.get("vllm_version")),
         torch_version=str(stamp.get("torch_version")), size_bytes=int(stamp.get("size_bytes") or 0),  # type: ignore[call-overload]
@@ -307,7 +307,7 @@ def import_check(python: Path, log: TextIO, log_path: Path) -> dict[str, str | N
     log.flush()
     versions = _last_json(proc.stdout)
     if proc.returncode != 0 or versions is None:
-        last = "\n".join((proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-LOG_TAIL_LINES:])
+        last = "\n".join((proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-steps.LOG_TAIL_LINES:])
         raise EngineError(
             f"the installed vLLM does not import (exit {proc.returncode}); last lines:\n{last}",
             f"full log: {log_path}; the next run starts the install again",
@@ -432,8 +432,6 @@ def server_env(folder: Path | None, kv_cache_gib: int = DEFAULT_KV_CACHE_GIB) ->
     return env
 
 
-# Lines of the server log quoted when it fails to start.
-LOG_TAIL_LINES_SHOWN = 12
 _EXCEPTION_LINE = re.compile(r"(?:^|\] )([A-Z]\w*(?:Error|Exception): .+)")
 
 
@@ -465,7 +463,7 @@ class _VllmProcess(ManagedServer):
             for proc in proctree.descendants(self.proc.pid):
                 self.tracked[(proc.pid, proc.start_ticks)] = proc
 
-    def log_tail_text(self, n: int = LOG_TAIL_LINES_SHOWN) -> str:
+    def log_tail_text(self, n: int = SERVER_LOG_TAIL_LINES) -> str:
         """The log's last lines, after the first exception vLLM logged: its tail is often only
         the traceback of the process that gave up, far from the cause."""
         tail = super().log_tail_text(n)

@@ -19,6 +19,9 @@ RequestFactory = Callable[..., Awaitable[Sequence[GenRequest]] | Sequence[GenReq
 # Queued requests wait for the ones ahead; each of those may take longer than the warm-up did
 # (a loaded machine, a queue hand-over), so the allowance counts each one and a half times.
 QUEUE_WAIT_MARGIN = 1.5
+# The warm-up stream's output tokens: long enough to load the model and settle the first kernels,
+# short enough not to matter.
+WARMUP_TOKENS = 8
 
 
 async def make(

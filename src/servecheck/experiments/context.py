@@ -16,15 +16,14 @@ from typing import Any
 from servecheck.analysis import context as ctx
 from servecheck.analysis.roofline import Span
 from servecheck.errors import ServerError, UsageError
+from servecheck.experiments.common import WARMUP_TOKENS
 from servecheck.load.prompts import fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
 from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
 
 OnPoint = Callable[["ContextResult"], None]
 OnServer = Callable[[ServerInfo], None]
-# The warm-up stream: long enough to load the model and settle the first kernels, short enough not to matter.
-WARMUP_TOKENS = 8
-WARMUP_PROMPT_TOKENS = 16
+WARMUP_PROMPT_TOKENS = 16  # the warm-up stream's prompt (its output: common.WARMUP_TOKENS)
 # Tokens a server may add around a prompt (BOS, a chat template head): a depth that fills the context to
 # the last token would fail by these.
 CONTEXT_MARGIN_TOKENS = 4

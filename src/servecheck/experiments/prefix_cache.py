@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -16,9 +16,9 @@ from servecheck.analysis.cache import CacheSend, CacheVerdict, decide_cache
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.load.prompts import Prompt, fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
+from servecheck.model.bodies.prefix_cache import SendKind
 from servecheck.model.records import GenRequest, RequestRecord, ServerInfo, ns_to_s
 
-SendKind = Literal["repeat", "control", "floor"]
 # The floor: a short prompt sent warm last, what a request with almost no prefill costs (what a
 # cache hit costs), so that repeats as slow as the control can be read as misses by timing alone.
 FLOOR_PROMPT_TOKENS = 32

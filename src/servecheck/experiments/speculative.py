@@ -15,8 +15,10 @@ from servecheck.analysis import speculative as sp
 from servecheck.analysis.across import stream_rate
 from servecheck.analysis.stats import median
 from servecheck.errors import ServerError, UsageError
+from servecheck.experiments.common import WARMUP_TOKENS
 from servecheck.load.prompts import new_nonce
 from servecheck.load.protocol import Driver
+from servecheck.model.bodies.speculative import PROMPT_KINDS
 from servecheck.model.records import (
     NS_PER_S,
     BatchResult,
@@ -28,14 +30,12 @@ from servecheck.model.records import (
 OnPoint = Callable[["SpeculativeResult"], None]
 OnServer = Callable[[ServerInfo], None]
 OpenDriver = Callable[[], AbstractAsyncContextManager[Driver]]
-WARMUP_TOKENS = 8
 # A passage a prompt-lookup or ngram draft can copy from: the model is asked to repeat it, and the
 # prompt already holds it three times, so every continuation is in the context.
 PASSAGE = ("The quick brown fox jumps over the lazy dog while the seven sleepy cats watch from the old stone "
            "wall, counting one two three four five six seven eight nine ten, and then they start again.")
 TOPICS = ("a lighthouse keeper", "a chess tournament", "a village bakery", "a night train", "a glacier",
           "a lost violin", "a desert market", "a robot gardener", "a storm at sea", "an abandoned observatory")
-KIND_LABELS = {"predictable": "verbatim repetition", "unpredictable": "prose"}
 
 
 def prompt_for(kind: str, nonce: str, rng: random.Random) -> str:
@@ -73,14 +73,14 @@ class SpeculativeResult:
         return [r for b in self.batches if (b.n, b.kind, b.side) == (n, kind, side) for r in b.result.records]
 
     def to_doc(self) -> dict[str, Any]:
-        points = [self._point(n, kind) for kind in sp.PROMPT_KINDS for n in self.ns
+        points = [self._point(n, kind) for kind in PROMPT_KINDS for n in self.ns
                   if self.records(n, kind)]
         estimates = [p.pop("_estimate") for p in points]
         verdict, reason = sp.run_verdict(estimates)
         stops: dict[str, int | None] = {}
         stops_reason: dict[str, str] = {}
         if self.baseline is not None:
-            for kind in sp.PROMPT_KINDS:
+            for kind in PROMPT_KINDS:
                 by_n = {p["n"]: p["pays"] for p in points if p["prompt_kind"] == kind and p["pays"] is not None}
                 if by_n:
                     stops[kind], stops_reason[kind] = sp.stops_paying(by_n)
@@ -226,7 +226,7 @@ async def run_speculative(
             await _warm(base, rng, "baseline")
         index = 1
         for n in ns:
-            for kind in sp.PROMPT_KINDS:
+            for kind in PROMPT_KINDS:
                 for rep in range(reps):
                     sides = [("target", driver)] + ([("baseline", base)] if base is not None else [])
                     for side, d in sides if rep % 2 == 0 else reversed(sides):

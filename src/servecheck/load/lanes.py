@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from servecheck.client.base import RunClock, Target
 from servecheck.errors import ServecheckError, UsageError
-from servecheck.load.driver import LoadDriver
+from servecheck.load.driver import GAUGE_PROBE_TIMEOUT_S, LoadDriver
 from servecheck.lifeline import die_with_parent
 from servecheck.load.witness import GaugeSampler, NoiseMeter
 from servecheck.model.records import BatchResult, ClientNoise, GenRequest, RequestRecord, ServerGauges, ServerInfo
@@ -42,7 +42,6 @@ from servecheck.model.records import BatchResult, ClientNoise, GenRequest, Reque
 RELEASE_LEAD_NS = 50_000_000
 START_TIMEOUT_S = 60.0  # a worker process that is not up by then will not come up
 READY_TIMEOUT_S = 60.0  # warming a lane's connection has the connect timeout; this bounds all of them
-GAUGE_PROBE_TIMEOUT_S = 2.0
 
 
 class WorkerError(ServecheckError):

@@ -7,12 +7,12 @@ import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from servecheck.errors import LogScanError, UsageError
 
 RuleStatus = Literal["refused", "confirmed", "info"]
-RULE_STATUSES: tuple[str, ...] = ("refused", "confirmed", "info")
+RULE_STATUSES: tuple[RuleStatus, ...] = get_args(RuleStatus)
 # Engines a log can come from. Ollama and LM Studio run llama.cpp underneath and copy its log
 # lines into their own, so their scans also apply the llama.cpp rules.
 ENGINES: tuple[str, ...] = ("llamacpp", "vllm", "ollama", "sglang", "mlx", "lmstudio", "tgi")

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from servecheck.logscan.flags import FeatureRequest, guess_engine, parse_flags, split_flags
-from servecheck.logscan.reader import RawLine, iter_log
-from servecheck.logscan.rules import Rule, check_engine, load_rules, rules_for
+from servecheck.logscan.reader import Level, RawLine, iter_log
+from servecheck.logscan.rules import Rule, RuleStatus, check_engine, load_rules, rules_for
 
 FindingStatus = Literal["confirmed", "refused", "unconfirmed"]
 
@@ -38,7 +38,7 @@ class Evidence:
     """One thing that speaks about a feature: a matched log line or a live reading from the server."""
 
     feature: str
-    status: Literal["confirmed", "refused", "info"]
+    status: RuleStatus
     line: str
     rule_id: str
     meaning: str
@@ -97,7 +97,7 @@ class Finding:
 
 @dataclass(frozen=True)
 class LogLine:
-    level: Literal["warning", "error"]
+    level: Level
     text: str
     line_no: int
 

@@ -21,6 +21,13 @@ RequestStatus = Literal["ok", "error", "timeout", "cancelled"]
 
 NS_PER_S = 1_000_000_000
 
+# Output more than 5% away from its reference (the tokens asked for, or the run's modal output) did
+# not do the same work: a request that failed to stop or stopped early smears a staircase into a
+# cluster (seed 000 section 7: "fast ones finish first") and makes wall clocks incomparable. The
+# issue fixes 5%; every rule on output length in servecheck (the client's on-length mark, staircase,
+# arms, capacity and context validity) reads this one.
+OUTPUT_LENGTH_TOLERANCE = 0.05
+
 
 def ns_to_s(ns: int | None) -> float | None:
     return None if ns is None else ns / NS_PER_S

@@ -5,8 +5,10 @@
 every `schema_version` this project has written, upgrading older ones on the way, and refuses a
 newer one with a message that says to upgrade servecheck.
 
-Schema history (docs/schema.md has the fields):
-  1  the first version.
+Schema history (docs/schema.md has the fields; bump SCHEMA_VERSION on any incompatible change,
+add its upgrade to UPGRADES and say here what changed; adding a field is compatible):
+  1  the first version: the envelope {schema_version, command, servecheck_version, created_at,
+     environment, params, simulated, complete, valid, run_id} beside the command's fields.
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ class SchemaError(UsageError):
 
 def from_doc(doc: Mapping[str, Any]) -> RunResult[Any]:
     """The typed result of a document any servecheck release wrote (upgraded to this schema)."""
-    current = _upgraded(dict(doc))
+    current = upgraded(dict(doc))
     envelope = decode(Envelope, current)
     body_type = BODIES.get(envelope.command)
     if body_type is None:
@@ -144,7 +146,8 @@ def to_doc(result: RunResult[Any]) -> dict[str, Any]:
     return {**encode(result.envelope), **fields_}
 
 
-def _upgraded(doc: dict[str, Any]) -> dict[str, Any]:
+def upgraded(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document upgraded to this schema; a `SchemaError` for a version servecheck never wrote or a newer one."""
     version = doc.get("schema_version", 1)
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise SchemaError(f"schema_version {version!r} is not one servecheck writes",

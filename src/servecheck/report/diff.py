@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servecheck.analysis.across import growth_ratio, request_rate, trend_of, trend_of_levels, verdict_across
+from servecheck.analysis.across import growth_ratio, per_stream_steady, request_rate, trend_of, trend_of_levels, verdict_across
 from servecheck.analysis.staircase import RISING_RATIO
 from servecheck.errors import UsageError
 from servecheck.model.bodies.arms import ArmsBody
@@ -20,8 +20,6 @@ from servecheck.model.result import RunResult
 
 __all__ = ["RISING_RATIO", "growth_ratio", "trend_of", "trend_of_levels"]
 DIFFABLE = ("staircase", "arms")
-# Within 10% across levels the per-stream rate is "constant" (seed 000: ~95-98 on every line).
-PER_STREAM_STEADY = 1.10
 # Parameters that change from run to run without changing what is measured: a fresh prompt seed
 # per run would otherwise be the "difference" named for every pair of runs.
 NOT_CONFIG = frozenset({"url", "model", "seed", "expect"})
@@ -179,8 +177,7 @@ def per_stream(line: Line) -> str:
     rates = line.per_user_by_level
     if not rates:
         return "—" if line.per_user_tok_s is None else f"~{line.per_user_tok_s:.0f}"
-    low, high = min(rates.values()), max(rates.values())
-    if high <= low * PER_STREAM_STEADY:
+    if per_stream_steady(rates.values()):
         return f"~{statistics.median(rates.values()):.0f}"
     return f"{rates[min(rates)]:.0f}→{rates[max(rates)]:.0f}"
 

@@ -1,9 +1,7 @@
-"""The versioned JSON document every measuring command writes, and its atomic writer.
+"""The versioned JSON document every measuring command writes, its atomic writer and its reader.
 
-The fields are documented in docs/schema.md. Schema history (bump SCHEMA_VERSION on any
-incompatible change and say what changed; adding a field is compatible):
-  1  first version: envelope {schema_version, command, servecheck_version, created_at,
-     environment, params, simulated, complete, valid, ...command fields}.
+The fields are documented in docs/schema.md; the envelope and the schema version (with its
+history) are `model.result`'s `Envelope` and `SCHEMA_VERSION`, defined there once.
 """
 
 from __future__ import annotations
@@ -18,22 +16,15 @@ from typing import Any
 
 from servecheck import __version__
 from servecheck.errors import UsageError
-
-SCHEMA_VERSION = 1
-
+from servecheck.model.codec import encode
+from servecheck.model.result import Envelope, SchemaError, upgraded
 
 def envelope(command: str, params: dict[str, Any], environment: dict[str, Any]) -> dict[str, Any]:
-    """The common head of every result document; commands add their own fields."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "command": command,
-        "servecheck_version": __version__,
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "environment": environment,
-        "params": params,
-        "simulated": False,
-        "complete": True,
-    }
+    """The common head of every result document (the typed `Envelope`, encoded); commands add their
+    own fields. The parameters and the machine's record go in as given: the codec would leave out
+    the null of each probe that could not read its value, and the document keeps it."""
+    head = Envelope(command=command, servecheck_version=__version__, created_at=datetime.now(UTC).isoformat(timespec="seconds"))
+    return {**encode(head), "params": params, "environment": environment}
 
 
 def dumps(doc: dict[str, Any]) -> str:
@@ -45,24 +36,34 @@ def dumps_compact(doc: dict[str, Any]) -> str:
     return json.dumps(_finite(doc), separators=(",", ":"), default=_default, allow_nan=False)
 
 
-def read_json(path: str | Path) -> dict[str, Any]:
-    """Load a result document written by `write_json`, with a one-line error for bad files."""
+READ_HINT = "give a saved run id or a JSON file servecheck wrote"
+
+
+def read_json(path: str | Path, *, flag: str | None = None, hint: str = READ_HINT) -> dict[str, Any]:
+    """A result document from a file servecheck wrote, upgraded to this schema: the one reader of
+    saved results. A missing, unreadable or non-JSON file, one that is not a servecheck document and
+    one of a schema this version cannot read are each a one-line `UsageError` (exit 2), named by the
+    flag that gave the path, if any, and ending in `hint`."""
+    where = f"{flag}: " if flag else ""
     p = Path(path)
     if p.exists() and not p.is_file():  # a FIFO would block the read until a writer came
-        raise UsageError(f"{path} is not a regular file", "give a saved run id or a JSON file servecheck wrote")
+        raise UsageError(f"{where}{path} is not a regular file", hint)
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
-        raise UsageError(f"no such file: {path}", "give a saved run id or an existing JSON file") from exc
+        raise UsageError(f"{where}no such file: {path}", hint) from exc
     except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {path}: {exc}", "give a saved run id or a JSON file servecheck wrote") from exc
+        raise UsageError(f"{where}cannot read {path}: {exc}", hint) from exc
     try:
         doc = json.loads(text)
     except ValueError as exc:
-        raise UsageError(f"{path} is not valid JSON ({exc})", "give a JSON file servecheck wrote") from exc
-    if not isinstance(doc, dict) or "command" not in doc:
-        raise UsageError(f"{path} is not a servecheck result document", "give a JSON file servecheck wrote")
-    return doc
+        raise UsageError(f"{where}{path} is not valid JSON ({exc})", hint) from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("command"), str):
+        raise UsageError(f"{where}{path} is not a servecheck result document", hint)
+    try:
+        return upgraded(doc)
+    except SchemaError as exc:
+        raise UsageError(f"{where}{path}: {exc.message}", exc.hint) from exc
 
 
 def _default(obj: Any) -> Any:

@@ -13,6 +13,7 @@ from servecheck.model.bodies.common import Calibrated, ClientCheck, LogAudit, Re
 from servecheck.model.codec import record
 
 Label = Literal["batching", "pipelining", "none", "inconclusive"]
+BiasMethod = Literal["positions", "drift"]  # across the positions an arm held, or along the run
 Interval = tuple[float, float]  # [lo, hi]: the order-statistic interval of a median over the reps
 
 
@@ -93,7 +94,7 @@ class PositionBias:
 
     concurrency: int | None = None
     spread: float | None = None  # fraction: (highest - lowest) / lowest
-    method: Literal["positions", "drift"] | None = None
+    method: BiasMethod | None = None
     by_position: tuple[PositionMedian, ...] = ()
 
 

@@ -10,6 +10,7 @@ from servecheck.model.codec import record
 
 Status = Literal["pass", "fail", "uncertain"]
 Limit = Literal["user_rate", "ttft", "max_n", "undetermined"]
+NonMonotoneKind = Literal["status", "per_user_rate"]  # which reading broke the order of N
 Interval = tuple[float, float]  # [lo, hi]: the order-statistic interval of a percentile
 
 
@@ -79,7 +80,7 @@ class CapacityDrift:
 
 @record
 class NonMonotone:
-    kind: Literal["status", "per_user_rate"] | None = None
+    kind: NonMonotoneKind | None = None
     n_low: int | None = None
     n_high: int | None = None
     message: str | None = None

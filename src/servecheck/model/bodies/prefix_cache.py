@@ -11,6 +11,8 @@ from servecheck.model.bodies.common import LogAudit, Request, Server
 from servecheck.model.codec import record
 
 CacheVerdict = Literal["working", "inert", "unknown"]
+CacheSignal = Literal["counters", "timing", "none"]  # what decided the verdict
+SendKind = Literal["repeat", "control", "floor"]
 
 
 @record
@@ -30,7 +32,7 @@ class CacheAnalysis:
 
     verdict: CacheVerdict | None = None
     reason: str | None = None
-    signal: Literal["counters", "timing", "none"] | None = None
+    signal: CacheSignal | None = None
     warm_ttft_ratio: float | None = None  # median warm repeat TTFT / first send's TTFT
     control_ttft_ratio: float | None = None  # median warm repeat TTFT / control TTFT
     warm_cached_fraction: float | None = None  # smallest cached share of the prompt over warm repeats
@@ -43,7 +45,7 @@ class PrefixSend:
     """One send of the prompt (or of the control) and every cache signal read for it."""
 
     index: int | None = None
-    kind: Literal["repeat", "control", "floor"] | None = None
+    kind: SendKind | None = None
     status: str | None = None
     error: str | None = None
     ttft_s: float | None = None  # None when the request failed

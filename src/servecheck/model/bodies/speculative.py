@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import field
-from typing import Literal
+from typing import Literal, get_args
 
 from servecheck.model.bodies import BODIES
 from servecheck.model.bodies.common import LogAudit, Request, Server
@@ -12,6 +12,9 @@ from servecheck.model.codec import record
 
 SpecVerdict = Literal["speculating", "not_speculating", "inconclusive"]
 PaysVerdict = Literal["pays", "costs", "inconclusive"]
+PromptKind = Literal["predictable", "unpredictable"]
+PROMPT_KINDS: tuple[PromptKind, ...] = get_args(PromptKind)
+KIND_LABELS: dict[str, str] = {"predictable": "verbatim repetition", "unpredictable": "prose"}  # as a reader says it
 
 
 @record
@@ -19,7 +22,7 @@ class SpeculativePoint:
     """One N and prompt kind: tokens per step from the streams' arrivals, the rates, and against the baseline."""
 
     n: int | None = None
-    prompt_kind: str | None = None  # predictable | unpredictable
+    prompt_kind: PromptKind | None = None
     tokens_per_step: float | None = None
     tokens_per_step_interval: tuple[float, float] | None = None
     per_stream_tok_s: float | None = None

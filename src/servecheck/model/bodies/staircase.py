@@ -1,7 +1,7 @@
 """The `staircase` document's body (docs/schema.md); registered in BODIES below.
 
-The verdict words are those `analysis.staircase` writes; they are spelled here as well because the
-model sits below the analysis and imports nothing from it."""
+The verdict words are defined here, once: `analysis.staircase` and `analysis.witness` import them
+(the model sits below the analysis), so a word the analysis returns is one the body reads."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from servecheck.model.codec import record
 Verdict = Literal["baseline", "cluster", "staircase", "partial", "inconclusive"]
 Schedule = Literal["cluster", "staircase", "partial"]
 Trend = Literal["rising", "flat", "inconclusive"]
-Evidence = Literal["completion_times", "generation_windows", "server_gauges", "server_timings"]
-
+WitnessSource = Literal["completion_times", "server_gauges", "server_timings"]  # what one reading reads
+Evidence = Literal[WitnessSource, "generation_windows"]  # what decided a verdict
 
 
 @record

@@ -9,11 +9,10 @@ from typing import Any
 from rich.console import RenderableType
 
 from servecheck.model.bodies.common import Server
-from servecheck.model.bodies.speculative import SpeculativeBody, SpeculativePoint
+from servecheck.model.bodies.speculative import KIND_LABELS, SpeculativeBody, SpeculativePoint
 from servecheck.model.result import RunResult
 from servecheck.report.lines import REPORTS
 
-KIND_LABELS = {"predictable": "verbatim repetition", "unpredictable": "prose"}
 HEADLINE_ORDER = ("unpredictable", "predictable")  # the seed names prose first
 BASELINE_ORDER = ("predictable", "unpredictable")  # the kind speculation is for decides the baseline clause
 
