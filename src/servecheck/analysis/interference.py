@@ -17,12 +17,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
-
 from servecheck.analysis.stats import median
-
-InterferenceVerdict = Literal["chunked", "blocking", "isolated", "inconclusive"]
-NS_PER_S = 1_000_000_000
+from servecheck.model.bodies.interference import InterferenceVerdict
+from servecheck.model.records import NS_PER_S
 
 # --- one intrusion ------------------------------------------------------------------------------
 # A victim gap counts as stretched when half as long again as the baseline interval: the decode-step
