@@ -23,10 +23,10 @@ from servecheck.experiments.prefix_cache import (
     DEFAULT_MAX_TOKENS,
     MIN_PROMPT_TOKENS,
     fit_prompt,
-    metric_totals,
     run_prefix_cache,
 )
 from servecheck.load.driver import LoadDriver
+from servecheck.load.witness import metric_totals
 from servecheck.logscan import scan_log
 from servecheck.sim import REFUSAL_LINES, SimConfig, sim_in_thread
 

@@ -227,3 +227,28 @@ def test_server_counters_give_one_plus_accepted_per_step() -> None:
 def test_no_counters_is_said_not_guessed() -> None:
     check = sp.check_counters([sp.Stream((), tokens=10)], sp.Estimate(1.0, (1.0, 1.0), 10, 1, 1, "not_speculating", ""))
     assert check.agrees is None and check.server_tokens_per_step is None
+
+
+def test_vllm_counters_give_one_plus_accepted_per_draft() -> None:
+    """vLLM counts drafts (speculative steps), draft tokens and accepted tokens: 40 steps drafting 3 each,
+    60 accepted, is 2.5 tokens per step at 50% acceptance."""
+    d = sp.MetricDeltas(drafts=40, draft_tokens=120, accepted=60)
+    assert sp.metric_tokens_per_step(d) == (2.5, 0.5)
+    assert sp.metric_tokens_per_step(sp.MetricDeltas(0, 0, 0)) == (None, None)  # nothing drafted
+    assert sp.metric_tokens_per_step(sp.MetricDeltas(10, 5, 9)) == (None, None)  # more accepted than drafted
+    est = sp.estimate([sp.group_steps(stream([3, 2] * 20))])
+    agree = sp.check_counters([], est, d)
+    assert agree.server_tokens_per_step == 2.5 and agree.agrees is True and agree.acceptance == 0.5
+    off = sp.check_counters([], est, sp.MetricDeltas(drafts=40, draft_tokens=120, accepted=120))
+    assert off.agrees is False and "DISAGREES" in off.note and "the stopwatch decides" in off.note
+    assert est.verdict == "speculating"  # the witness changed no verdict
+
+
+def test_vllm_counter_deltas_over_a_batch() -> None:
+    from servecheck.experiments.speculative import SPEC_ACCEPTED, SPEC_DRAFT_TOKENS, SPEC_DRAFTS, metric_deltas
+
+    before = {SPEC_DRAFTS: 10.0, SPEC_DRAFT_TOKENS: 30.0, SPEC_ACCEPTED: 12.0}
+    after = {SPEC_DRAFTS: 50.0, SPEC_DRAFT_TOKENS: 150.0, SPEC_ACCEPTED: 72.0}
+    assert metric_deltas(before, after) == sp.MetricDeltas(drafts=40.0, draft_tokens=120.0, accepted=60.0)
+    assert metric_deltas(after, before) is None  # went backwards: a restart between the readings
+    assert metric_deltas(before, {SPEC_DRAFTS: 50.0}) is None

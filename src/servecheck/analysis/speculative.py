@@ -52,7 +52,9 @@ HELD_SLACK = 0.5
 # after 1.5-2.5 step times and was read as two steps of one: real llama.cpp with synthetic acceptance
 # (the server's counters: 1.81 tokens per step) read 1.61-1.72 under tools/busy.py, and 1.75-1.81
 # against the local step time, while a plain server stayed at 1.00-1.04 (a held group or a client
-# catch-up opens after as many steps as its neighbours take).
+# catch-up opens after as many steps as its neighbours take). The local time only ever raises the
+# reference above the stream's S: a step released in two parts leaves two short opening gaps, and
+# on a loaded simulator those pulled the local median down until an ordinary neighbour looked held.
 HELD_LOCAL_STEPS = 4
 # Floor for a gap in the ratio test: two events stamped in the same nanosecond are one write.
 GAP_FLOOR_NS = 1_000
@@ -189,13 +191,15 @@ def _split(sizes: Sequence[int], gaps: Sequence[int], threshold: float) -> list[
 def unhold(steps: Sequence[tuple[int, int | None]], step_ns: float, *, local: bool = True) -> tuple[list[int], int]:
     """Tokens per step, a held-back group (see HELD_SLACK) read as that many single-token steps; and how many were.
 
-    A group is held against the local step time (HELD_LOCAL_STEPS), or `step_ns` where it has no
-    neighbours or `local` is False."""
+    A group is held against the local step time (HELD_LOCAL_STEPS) where that is the longer, else
+    against `step_ns` (always where `local` is False): a slow spell must not take real steps apart, and
+    a step the server released in two parts (two short opening gaps) must not make its neighbour look
+    held back."""
     opens = [gap for _, gap in steps]
     out: list[int] = []
     held = 0
     for i, (size, gap) in enumerate(steps):
-        ref = _local_step(opens, i, step_ns) if local else step_ns
+        ref = max(step_ns, _local_step(opens, i, step_ns)) if local else step_ns
         if size > 1 and gap is not None and gap >= (size - HELD_SLACK) * ref:
             out += [1] * size
             held += 1
@@ -370,12 +374,32 @@ def server_tokens_per_step(streams: Sequence[Stream]) -> tuple[float | None, flo
     return tokens / (tokens - accepted), (accepted / drafted if drafted else None)
 
 
-def check_counters(streams: Sequence[Stream], est: Estimate) -> CounterCheck:
+@dataclass(frozen=True, slots=True)
+class MetricDeltas:
+    """vLLM's spec-decode counters over a point's batches (/metrics read before and after each batch)."""
+
+    drafts: float  # vllm:spec_decode_num_drafts_total: speculative steps
+    draft_tokens: float  # vllm:spec_decode_num_draft_tokens_total
+    accepted: float  # vllm:spec_decode_num_accepted_tokens_total
+
+
+def metric_tokens_per_step(d: MetricDeltas) -> tuple[float | None, float | None]:
+    """vLLM's mean acceptance length, 1 + accepted / drafts (its own dashboard's formula,
+    vllm/v1/spec_decode/metrics.py), and its acceptance rate. Steps in which nothing was drafted (an
+    ngram draft that found no match) are not drafts, so on such prompts this reads above the stopwatch."""
+    if d.drafts <= 0 or d.accepted < 0 or d.draft_tokens < d.accepted:
+        return None, None
+    return 1 + d.accepted / d.drafts, (d.accepted / d.draft_tokens if d.draft_tokens else None)
+
+
+def check_counters(streams: Sequence[Stream], est: Estimate, metrics: MetricDeltas | None = None) -> CounterCheck:
     """Compare the estimate with the server's own account, naming a disagreement; never a verdict."""
     server, acceptance = server_tokens_per_step(streams)
+    if server is None and metrics is not None:
+        server, acceptance = metric_tokens_per_step(metrics)
     if server is None:
         return CounterCheck(None, None, None, "the server reported no draft counters (llama.cpp leaves them out "
-                            "when it drafted nothing)")
+                            "when it drafted nothing; vLLM has none without a speculative config)")
     if est.tokens_per_step is None:
         return CounterCheck(server, acceptance, None, f"the server counts {server:.2f} tokens per step; no estimate to compare")
     off = est.tokens_per_step / server - 1

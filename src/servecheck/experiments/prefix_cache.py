@@ -10,12 +10,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from servecheck.analysis.cache import CacheSend, CacheVerdict, decide_cache
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.load.prompts import Prompt, fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
+from servecheck.load.witness import metric_totals
 from servecheck.model.bodies.prefix_cache import SendKind
 from servecheck.model.records import GenRequest, RequestRecord, ServerInfo, ns_to_s
 
@@ -304,19 +303,6 @@ async def _counters(driver: Driver, info: ServerInfo) -> dict[str, float]:
     except ServecheckError:
         return {}
     return metric_totals(text or "", {name for pair in CACHE_COUNTERS for name in pair if name})
-
-
-def metric_totals(text: str, names: set[str]) -> dict[str, float]:
-    """Sum of the named samples over their labels, from Prometheus text."""
-    totals: dict[str, float] = {}
-    try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name in names:
-                    totals[sample.name] = totals.get(sample.name, 0.0) + float(sample.value)
-    except ValueError:
-        return {}
-    return totals
 
 
 def _notes(fit: ContextFit, info: ServerInfo, prompt: Prompt) -> tuple[str, ...]:

@@ -14,10 +14,11 @@ from typing import Any
 from servecheck.analysis import speculative as sp
 from servecheck.analysis.across import stream_rate
 from servecheck.analysis.stats import median
-from servecheck.errors import ServerError, UsageError
+from servecheck.errors import ServecheckError, ServerError, UsageError
 from servecheck.experiments.common import WARMUP_TOKENS
 from servecheck.load.prompts import new_nonce
 from servecheck.load.protocol import Driver
+from servecheck.load.witness import metric_totals
 from servecheck.model.bodies.speculative import PROMPT_KINDS
 from servecheck.model.records import (
     NS_PER_S,
@@ -55,6 +56,7 @@ class Batch:
     rep: int
     side: str  # "target" | "baseline"
     result: BatchResult
+    metrics: sp.MetricDeltas | None = None  # the server's spec-decode counters over this batch (vLLM /metrics)
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,15 @@ class SpeculativeResult:
 
     def records(self, n: int, kind: str, side: str = "target") -> list[RequestRecord]:
         return [r for b in self.batches if (b.n, b.kind, b.side) == (n, kind, side) for r in b.result.records]
+
+    def metrics(self, n: int, kind: str) -> sp.MetricDeltas | None:
+        """The target's spec-decode counters summed over the point's batches, where every batch had them."""
+        ds = [b.metrics for b in self.batches if (b.n, b.kind, b.side) == (n, kind, "target")]
+        if not ds or any(d is None for d in ds):
+            return None
+        got = [d for d in ds if d is not None]
+        return sp.MetricDeltas(drafts=sum(d.drafts for d in got), draft_tokens=sum(d.draft_tokens for d in got),
+                               accepted=sum(d.accepted for d in got))
 
     def to_doc(self) -> dict[str, Any]:
         points = [self._point(n, kind) for kind in PROMPT_KINDS for n in self.ns
@@ -107,7 +118,7 @@ class SpeculativeResult:
         streams = [to_stream(r) for r in records]
         groupings = [sp.group_steps(s) for s in streams]
         est = sp.estimate(groupings)
-        counters = sp.check_counters(streams, est)
+        counters = sp.check_counters(streams, est, self.metrics(n, kind))
         rates = [x for x in (record_rate(r) for r in records) if x is not None]
         aggregates = [a for a in (aggregate(b.result) for b in self.batches
                                   if (b.n, b.kind, b.side) == (n, kind, "target")) if a is not None]
@@ -189,6 +200,36 @@ async def _warm(driver: Driver, rng: random.Random, what: str) -> RequestRecord:
     return record
 
 
+# vLLM's spec-decode counters (vllm/v1/spec_decode/metrics.py, 0.32.0). llama.cpp reports its draft
+# counters per request (timings.draft_n, draft_n_accepted) and has none of these.
+SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+SPEC_COUNTERS = {SPEC_DRAFTS, SPEC_DRAFT_TOKENS, SPEC_ACCEPTED}
+
+
+async def _spec_counters(driver: Driver, info: ServerInfo) -> dict[str, float]:
+    """vLLM's spec-decode counters now; empty where the server has none (llama.cpp, Ollama, the simulator)."""
+    if info.engine in ("llama.cpp", "ollama", "simulator") or info.dialect in ("llamacpp", "ollama"):
+        return {}
+    try:
+        text = await driver.get_text("/metrics")
+    except ServecheckError:
+        return {}
+    totals = metric_totals(text or "", SPEC_COUNTERS)
+    return totals if SPEC_COUNTERS <= totals.keys() else {}
+
+
+def metric_deltas(before: dict[str, float], after: dict[str, float]) -> sp.MetricDeltas | None:
+    """The counters' increase over one batch; None where a counter is missing or went backwards (a restart)."""
+    if not (SPEC_COUNTERS <= before.keys() and SPEC_COUNTERS <= after.keys()):
+        return None
+    d = {k: after[k] - before[k] for k in SPEC_COUNTERS}
+    if any(v < 0 for v in d.values()):
+        return None
+    return sp.MetricDeltas(drafts=d[SPEC_DRAFTS], draft_tokens=d[SPEC_DRAFT_TOKENS], accepted=d[SPEC_ACCEPTED])
+
+
 def requests(kind: str, n: int, tokens: int, rng: random.Random, start: int) -> list[GenRequest]:
     out = []
     for i in range(n):
@@ -230,9 +271,11 @@ async def run_speculative(
                 for rep in range(reps):
                     sides = [("target", driver)] + ([("baseline", base)] if base is not None else [])
                     for side, d in sides if rep % 2 == 0 else reversed(sides):
+                        before = await _spec_counters(d, server) if side == "target" else {}
                         batch = await d.run_batch(requests(kind, n, tokens, rng, index))
+                        deltas = metric_deltas(before, await _spec_counters(d, server)) if before else None
                         index += n
-                        result = replace(result, batches=(*result.batches, Batch(n, kind, rep, side, batch)))
+                        result = replace(result, batches=(*result.batches, Batch(n, kind, rep, side, batch, deltas)))
                 if on_point is not None:
                     on_point(result)
     return replace(result, complete=True)

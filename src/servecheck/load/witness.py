@@ -64,6 +64,19 @@ class GaugeSource:
         return read_metrics(text, self.running or "", self.waiting or "")
 
 
+def metric_totals(text: str, names: set[str]) -> dict[str, float]:
+    """Sum of the named samples over their labels, from Prometheus text."""
+    totals: dict[str, float] = {}
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name in names:
+                    totals[sample.name] = totals.get(sample.name, 0.0) + float(sample.value)
+    except ValueError:
+        return {}
+    return totals
+
+
 def read_metrics(text: str, running: str, waiting: str) -> tuple[int | None, int | None] | None:
     """Running and waiting gauges from Prometheus text, summed over labels (vLLM labels by model)."""
     totals: dict[str, float] = {}
