@@ -152,3 +152,26 @@ def test_a_witness_corroborates_and_never_decides(chunk: int, configured: int, a
     assert w.agrees is agrees and v.verdict == "chunked"
     assert inf.check_witness(v.verdict, v.chunk_tokens, None, None, 8192).agrees is None
     assert inf.check_witness("blocking", None, 256, "llamacpp.n_batch", 8192).agrees is False
+
+
+def test_two_freezes_beside_short_stretched_gaps_read_as_the_freeze() -> None:
+    """Blocking under load (seen on real llama.cpp -b 8192 under tools/busy.py): both victims frozen for
+    the whole prefill, and five short gaps also stretched past 1.5x the baseline (a busy client). The
+    victims' step is the freeze, not the middle of the four longest gaps counted (a freeze and a short gap)."""
+    freeze = 3000
+
+    def victim(short: int) -> tuple[int, ...]:
+        t = steady(0, 21)  # 0 .. 200 ms
+        for _ in range(short):  # 20 ms steps after the intruder came
+            t.append(t[-1] + 20 * MS)
+        t.append(t[-1] + freeze * MS)  # the prompt's one step
+        return tuple(t + [t[-1] + k * STEP_MS * MS for k in range(1, 30)])
+
+    a, b = victim(3), victim(2)
+    first = max(a[24], b[23])
+    i = inf.Intrusion(prompt_tokens=6144, send_ns=200 * MS, first_token_ns=first, end_ns=first + STEP_MS * MS,
+                      victims=(a, b), sent_tokens=6144, counted_tokens=6144)
+    r = inf.read_intrusion(i)
+    assert r.stretched == 7  # five short gaps and two freezes
+    assert r.step_gap_s == pytest.approx(freeze / 1000, rel=1e-6) == r.max_gap_s
+    assert r.cover is not None and r.cover > 0.9
