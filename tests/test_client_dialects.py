@@ -35,6 +35,18 @@ def test_openai_prompt_vs_chat_messages() -> None:
     assert "model" not in get_dialect("openai").body(REQ, None)
 
 
+def test_token_counts_ask_openai_servers_for_one_logprob_per_token() -> None:
+    """speculative asks for per-token logprobs so an event that carries a whole step (vLLM) says how many
+    tokens it carried; other commands send no logprobs (the server would compute them for nothing)."""
+    from dataclasses import replace
+
+    counted = replace(REQ, token_counts=True)
+    assert get_dialect("openai").body(counted, None)["logprobs"] == 1
+    assert get_dialect("openai-chat").body(counted, None)["logprobs"] is True
+    for name in ("openai", "openai-chat"):
+        assert "logprobs" not in get_dialect(name).body(REQ, None)
+
+
 def test_llamacpp_body() -> None:
     body = get_dialect("llamacpp").body(REQ, None)
     assert body == {

@@ -6,6 +6,9 @@ generated tiny model). The ground truth is what the test tells vLLM's scheduler:
   two pair up at N=4 (`partial`); vLLM's own running/waiting gauges agree with what it was told;
 - arms: four sequences label 4-way `batching`; one labels every arm `none`;
 - prefix-cache: `working` by default, `inert` with `--no-enable-prefix-caching`;
+- speculative: ngram drafts (`--speculative-config`) read `speculating`, vLLM's counters agreeing;
+- interference: chunked prefill with a 256-token budget reads `chunked`, unchunked with room for the
+  prompt reads `blocking`;
 - log audit: the log of a `--max-num-seqs 1` server that queued never confirms continuous batching;
   the log of a `--max-num-seqs 4` server that batched does.
 
@@ -266,6 +269,74 @@ def test_prefix_cache_is_inert_when_switched_off(vllm: OneAtATime, tmp_path: Pat
     code, doc = prefix_cache(vllm, tmp_path, "--no-enable-prefix-caching")
     assert doc["verdict"] == "inert", doc["verdict_reason"]
     assert code == exitcodes.INVALID  # an inert cache is a refused feature
+
+
+# ---------------------------------------------------------------- speculative decoding (ngram)
+
+NGRAM = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1})
+
+
+def test_ngram_speculation_reads_speculating_and_its_counters_agree(vllm: OneAtATime, tmp_path: Path, test_seed: int,
+                                                                     first_try: Any, request: pytest.FixtureRequest) -> None:
+    """vLLM told to draft 3 tokens a step from the prompt's own n-grams: the stopwatch sees several tokens
+    per step (vLLM sends a step's tokens in one event; the per-token logprobs servecheck asks for say how
+    many), and vLLM's spec-decode counters on /metrics agree within 15% where every batch had them."""
+    url, _ = vllm.get(4, "--speculative-config", NGRAM)
+    out = tmp_path / "spec.json"
+    code = cli(["speculative", url, "--n", "1", "--tokens", "128", "--reps", "2", "--api", "openai", "--model",
+                vllm.local.model_name, "--timeout", "120", "--no-save", "--seed", str(test_seed), "--json", str(out)])
+    doc = json.loads(out.read_text())
+    points = doc["points"]
+    print(json.dumps([{k: p[k] for k in ("prompt_kind", "tokens_per_step", "server_tokens_per_step", "counters_note",
+                                         "problems")} for p in points]), file=sys.stderr)
+    first_try.record(request.node.nodeid, "speculating", doc["verdict"], doc["verdict"], seed=test_seed)
+    assert doc["verdict"] == "speculating", [p["reason"] for p in points]
+    assert code == exitcodes.OK
+    predictable = [p for p in points if p["prompt_kind"] == "predictable"]
+    assert predictable and all(p["tokens_per_step"] > 1.5 for p in predictable)  # a verbatim repeat is drafted
+    witnessed = [p for p in points if p["server_tokens_per_step"] is not None]
+    assert witnessed, "vLLM's spec-decode counters were read"
+    assert all(p["counters_agree"] is True for p in witnessed), [p["counters_note"] for p in witnessed]
+
+
+# ---------------------------------------------------------------- prefill interference
+
+INTERFERENCE_SIZES = "256,1024,3072"  # within the tiny model's 4096-token max-model-len, with the victims' 96
+
+
+def interference(vllm: OneAtATime, tmp_path: Path, seed: int, *extra: str) -> dict[str, Any]:
+    url, _ = vllm.get(4, *extra)
+    out = tmp_path / "interference.json"
+    cli(["interference", url, "--streams", "2", "--prompt-sizes", INTERFERENCE_SIZES, "--tokens", "96", "--reps", "1",
+         "--api", "openai", "--model", vllm.local.model_name, "--timeout", "120", "--no-save", "--seed", str(seed),
+         "--json", str(out)])
+    doc = json.loads(out.read_text())
+    print(json.dumps({k: doc[k] for k in ("verdict", "verdict_reason", "chunk_tokens")}), file=sys.stderr)
+    return doc
+
+
+def test_chunked_prefill_with_a_small_budget_reads_chunked(vllm: OneAtATime, tmp_path: Path, test_seed: int,
+                                                          first_try: Any, request: pytest.FixtureRequest) -> None:
+    """`--max-num-batched-tokens 256` with chunked prefill: every step carries the victims' tokens and at most
+    254 prompt tokens, so the victims' longest gap stays bounded while the intruder's TTFT grows."""
+    doc = interference(vllm, tmp_path, test_seed, "--enable-chunked-prefill", "--max-num-batched-tokens", "256")
+    first_try.record(request.node.nodeid, "chunked", doc["verdict"], doc["verdict"], seed=test_seed)
+    assert doc["verdict"] == "chunked", doc["verdict_reason"]
+    assert 128 <= doc["chunk_tokens"] <= 512
+    e = doc["evidence"]
+    assert e["gap_growth"] < e["prefill_growth"] / 2 and e["cover_hi"] <= 0.4
+
+
+def test_unchunked_prefill_with_room_for_the_prompt_reads_blocking(vllm: OneAtATime, tmp_path: Path, test_seed: int,
+                                                                   first_try: Any, request: pytest.FixtureRequest) -> None:
+    """`--no-enable-chunked-prefill --max-num-batched-tokens 4096`: the whole prompt in one step, the victims
+    frozen for all of it."""
+    doc = interference(vllm, tmp_path, test_seed, "--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096")
+    first_try.record(request.node.nodeid, "blocking", doc["verdict"], doc["verdict"], seed=test_seed)
+    assert doc["verdict"] == "blocking", doc["verdict_reason"]
+    gaps = [p["victim_max_gap_s"] for p in doc["points"]]
+    assert gaps == sorted(gaps) and gaps[-1] > 4 * gaps[0]
+    assert doc["evidence"]["cover_hi"] >= 0.6
 
 
 # ---------------------------------------------------------------- teardown after an error mid-run

@@ -225,7 +225,10 @@ class OpenAICompletions(_OpenAIBase):
     path = "/v1/completions"
 
     def body(self, req: GenRequest, model: str | None) -> dict[str, Any]:
-        return {"prompt": req.prompt, **_openai_pins(req, model)}
+        body = {"prompt": req.prompt, **_openai_pins(req, model)}
+        if req.token_counts:
+            body["logprobs"] = 1  # completions: the top-1 entry per token, `logprobs.tokens`
+        return body
 
     def _choice_text(self, choice: dict[str, Any]) -> str:
         text = choice.get("text")
@@ -237,7 +240,10 @@ class OpenAIChat(_OpenAIBase):
     path = "/v1/chat/completions"
 
     def body(self, req: GenRequest, model: str | None) -> dict[str, Any]:
-        return {"messages": [{"role": "user", "content": req.prompt}], **_openai_pins(req, model)}
+        body = {"messages": [{"role": "user", "content": req.prompt}], **_openai_pins(req, model)}
+        if req.token_counts:
+            body["logprobs"] = True  # chat: one `logprobs.content` entry per token
+        return body
 
     def _choice_text(self, choice: dict[str, Any]) -> str:
         # Reasoning text is generated output too; the role-only first delta carries none.

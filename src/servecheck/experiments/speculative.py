@@ -234,7 +234,8 @@ def requests(kind: str, n: int, tokens: int, rng: random.Random, start: int) -> 
     out = []
     for i in range(n):
         nonce = new_nonce(rng)
-        out.append(GenRequest(index=start + i, prompt=prompt_for(kind, nonce, rng), nonce=nonce, max_tokens=tokens))
+        out.append(GenRequest(index=start + i, prompt=prompt_for(kind, nonce, rng), nonce=nonce, max_tokens=tokens,
+                              token_counts=True))
     return out
 
 

@@ -66,6 +66,9 @@ class GenRequest:
     seed: int = 0
     ignore_eos: bool = True
     cache_prompt: bool | None = None  # llama.cpp per-request prompt cache; None = server default
+    # Ask OpenAI-style servers for one logprob entry per token, so each streamed event says how many tokens
+    # it carried (vLLM sends a speculative step's tokens in one event); the native dialects say it anyway.
+    token_counts: bool = False
 
 
 @dataclass(frozen=True, slots=True)
