@@ -2,7 +2,8 @@
 batching the script sets, on the user's path (the `servecheck` command itself), counted on the FIRST try.
 
 The truth (tests/test_interference_engine.py explains it from llama.cpp's update_slots): three slots
-serving the tiny generated model with its full 8192-token context each, two victims and the intruder,
+serving the tiny generated model with its whole 8,192-token context each, two victims and the intruder
+up to 8,186 prompt tokens (the most a slot holds beside the output),
 
 * `b256`: `--batch-size 256 --ubatch-size 256`: `chunked`, the chunk within a factor of 2 of 256;
 * `b8192`: `--batch-size 8192 --ubatch-size 512`: `blocking`.
@@ -37,8 +38,10 @@ from servecheck.engine.process import LlamaServer
 from servecheck.envinfo import environment
 
 HERE = Path(__file__).resolve().parent
-CTX_PER_SLOT = 8192
-SIZES = "512,2048,6144"
+CTX_PER_SLOT = 8192  # llama.cpp caps a slot at the model's trained context (8,192) whatever -c asks
+# The largest prompt that fits a slot beside its 2 output tokens and servecheck's 4-token margin
+# (experiments/interference.py INTRUDER_TOKENS, experiments/context.py CONTEXT_MARGIN_TOKENS).
+SIZES = "512,2048,8186"
 TOKENS = 96
 BATCH = {"b256": ["--batch-size", "256", "--ubatch-size", "256"], "b8192": ["--batch-size", "8192", "--ubatch-size", "512"]}
 TRUTH = {"b256": "chunked", "b8192": "blocking"}
