@@ -294,8 +294,10 @@ def test_ngram_speculation_reads_speculating_and_its_counters_agree(vllm: OneAtA
     assert code == exitcodes.OK
     predictable = [p for p in points if p["prompt_kind"] == "predictable"]
     assert predictable and all(p["tokens_per_step"] > 1.5 for p in predictable)  # a verbatim repeat is drafted
-    witnessed = [p for p in points if p["server_tokens_per_step"] is not None]
-    assert witnessed, "vLLM's spec-decode counters were read"
+    # Compared where both readings exist: a point the noise guard left without an estimate (seen under
+    # tools/busy.py) has the server's count and nothing to hold it against.
+    witnessed = [p for p in points if p["server_tokens_per_step"] is not None and p["tokens_per_step"] is not None]
+    assert witnessed, "vLLM's spec-decode counters were read beside an estimate"
     assert all(p["counters_agree"] is True for p in witnessed), [p["counters_note"] for p in witnessed]
 
 
