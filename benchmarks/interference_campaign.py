@@ -2,8 +2,8 @@
 batching the script sets, on the user's path (the `servecheck` command itself), counted on the FIRST try.
 
 The truth (tests/test_interference_engine.py explains it from llama.cpp's update_slots): three slots
-serving the tiny generated model with its whole 8,192-token context each, two victims and the intruder
-up to 8,186 prompt tokens (the most a slot holds beside the output),
+serving the tiny generated model with 8,704 tokens of context each (`--override-kv` lifts the model's
+trained 8,192, at which llama.cpp caps a slot), two victims and the intruder up to 8,192 prompt tokens,
 
 * `b256`: `--batch-size 256 --ubatch-size 256`: `chunked`, the chunk within a factor of 2 of 256;
 * `b8192`: `--batch-size 8192 --ubatch-size 512`: `blocking`.
@@ -38,10 +38,12 @@ from servecheck.engine.process import LlamaServer
 from servecheck.envinfo import environment
 
 HERE = Path(__file__).resolve().parent
-CTX_PER_SLOT = 8192  # llama.cpp caps a slot at the model's trained context (8,192) whatever -c asks
-# The largest prompt that fits a slot beside its 2 output tokens and servecheck's 4-token margin
-# (experiments/interference.py INTRUDER_TOKENS, experiments/context.py CONTEXT_MARGIN_TOKENS).
-SIZES = "512,2048,8186"
+# llama.cpp caps a slot at the model's trained context (the tiny model's 8,192) whatever -c asks, and an
+# 8,192-token prompt needs room beside it for the output: the server is told the model was trained on
+# 16,384 (`--override-kv`, the weights are random either way) and each slot gets 8,704.
+CTX_PER_SLOT = 8192 + 512
+CONTEXT_OVERRIDE = ["--override-kv", "llama.context_length=int:16384"]
+SIZES = "512,2048,8192"
 TOKENS = 96
 BATCH = {"b256": ["--batch-size", "256", "--ubatch-size", "256"], "b8192": ["--batch-size", "8192", "--ubatch-size", "512"]}
 TRUTH = {"b256": "chunked", "b8192": "blocking"}
@@ -102,7 +104,7 @@ def main() -> int:
     for cell in args.cells.split(","):
         if cell not in BATCH:
             ap.error(f"unknown cell {cell!r}: choose from {', '.join(BATCH)}")
-        with LlamaServer(local.binary, local.model_path, parallel=3, ctx_per_slot=CTX_PER_SLOT, extra_args=BATCH[cell],
+        with LlamaServer(local.binary, local.model_path, parallel=3, ctx_per_slot=CTX_PER_SLOT, extra_args=BATCH[cell] + CONTEXT_OVERRIDE,
                          log_path=log_dir / f"interference-{cell}.log") as url:
             for condition in args.conditions.split(","):
                 with busy(condition) as load:
