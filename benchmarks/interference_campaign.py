@@ -27,11 +27,10 @@ import random
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from truth_campaign import busy, commit
+from truth_campaign import cell_table, keep_doc, measure_cell, save_cell
 
 from servecheck.engine.local import provision_local
 from servecheck.engine.process import LlamaServer
@@ -79,9 +78,7 @@ def one_run(cell: str, url: str, seed: int) -> dict[str, Any]:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         return {"outcome": "crash", "detail": f"exit {proc.returncode}: {tail}", "seconds": took, "seed": seed}
     outcome, detail = judge(cell, doc)
-    if keep := os.environ.get("SERVECHECK_CAMPAIGN_DOCS"):  # every run's whole document, for a closer look
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        (Path(keep) / f"{cell}-{seed}.json").write_text(proc.stdout)
+    keep_doc(cell, seed, proc.stdout)
     return {"outcome": outcome, "detail": detail, "seconds": took, "seed": seed, "exit": proc.returncode}
 
 
@@ -107,33 +104,12 @@ def main() -> int:
         with LlamaServer(local.binary, local.model_path, parallel=3, ctx_per_slot=CTX_PER_SLOT, extra_args=BATCH[cell] + CONTEXT_OVERRIDE,
                          log_path=log_dir / f"interference-{cell}.log") as url:
             for condition in args.conditions.split(","):
-                with busy(condition) as load:
-                    outcomes = []
-                    for i in range(args.runs):
-                        out = one_run(cell, url, rng.randrange(2**32))
-                        outcomes.append(out)
-                        print(f"  {cell} {condition} run {i + 1}/{args.runs}: {out['outcome']:<12} {out['seconds']:6.1f} s  "
-                              f"{out['detail']}", flush=True)
-                counts = Counter(o["outcome"] for o in outcomes)
-                doc["cells"].append({
-                    "cell": cell, "condition": condition, "runs": len(outcomes), "commit": commit(),
-                    "campaign_seed": seed, "load": load, "sizes": SIZES, "tokens": TOKENS,
-                    "first_try": {k: counts[k] for k in ("right", "inconclusive", "wrong", "crash")},
-                    "outcomes": outcomes,
-                })
-                args.out.parent.mkdir(parents=True, exist_ok=True)
-                args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(table(doc["cells"]))
+                outcomes, load = measure_cell(cell, condition, args.runs,
+                                              lambda c=cell, u=url: one_run(c, u, rng.randrange(2**32)))
+                save_cell(doc, args.out, cell, condition, outcomes, campaign_seed=seed, load=load, sizes=SIZES, tokens=TOKENS)
+    print(cell_table(doc["cells"]))
     return 1 if any(c["first_try"]["wrong"] for c in doc["cells"]) else 0
 
-
-def table(cells: list[dict[str, Any]]) -> str:
-    lines = ["| cell | machine | first try right/inc/wrong/crash | commit |", "|---|---|---|---|"]
-    for c in cells:
-        f = c["first_try"]
-        lines.append(f"| {c['cell']} | {c['condition']} | {f['right']}/{f['inconclusive']}/{f['wrong']}/{f['crash']} "
-                     f"of {c['runs']} | {c['commit']} |")
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,6 +177,48 @@ def commit() -> str:
     dirty = subprocess.run(["git", "-C", str(HERE.parent), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True).stdout.strip()
     return out.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def measure_cell(name: str, condition: str, runs: int, one: Callable[[], dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+    """`runs` first tries of one cell under `condition` (busy.py running for "busy"), printed as they come;
+    each outcome carries `outcome`, `seconds` and `detail`. The speculative and interference campaigns."""
+    with busy(condition) as load:
+        outcomes = []
+        for i in range(runs):
+            out = one()
+            outcomes.append(out)
+            print(f"  {name} {condition} run {i + 1}/{runs}: {out['outcome']:<12} {out['seconds']:6.1f} s  "
+                  f"{out['detail']}", flush=True)
+    return outcomes, load
+
+
+def save_cell(doc: dict[str, Any], path: Path, cell: str, condition: str, outcomes: list[dict[str, Any]],
+              **fields: Any) -> None:
+    """Append one cell (its first-try counts, the commit, `fields`) to `doc` and write it to `path`."""
+    counts = Counter(o["outcome"] for o in outcomes)
+    doc["cells"].append({
+        "cell": cell, "condition": condition, "runs": len(outcomes), "commit": commit(), **fields,
+        "first_try": {k: counts[k] for k in ("right", "inconclusive", "wrong", "crash")},
+        "outcomes": outcomes,
+    })
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def keep_doc(name: str, seed: int, text: str) -> None:
+    """With SERVECHECK_CAMPAIGN_DOCS set, keep a run's whole document there, for a closer look."""
+    if keep := os.environ.get("SERVECHECK_CAMPAIGN_DOCS"):
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        (Path(keep) / f"{name}-{seed}.json").write_text(text)
+
+
+def cell_table(cells: list[dict[str, Any]]) -> str:
+    lines = ["| cell | machine | first try right/inc/wrong/crash | commit |", "|---|---|---|---|"]
+    for c in cells:
+        f = c["first_try"]
+        lines.append(f"| {c['cell']} | {c['condition']} | {f['right']}/{f['inconclusive']}/{f['wrong']}/{f['crash']} "
+                     f"of {c['runs']} | {c['commit']} |")
+    return "\n".join(lines)
 
 
 def run_group(cells: list[Cell], runs: int, rng: random.Random, log_dir: Path, save: Any) -> None:
