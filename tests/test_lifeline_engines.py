@@ -17,7 +17,7 @@ from servecheck.engine import proctree
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.running import RunningRecords
-from servecheck.engine.vllm import provision_vllm_local
+from servecheck.engine.vllm import EAGER_ARGS, provision_vllm_local
 
 STARTUP_S = 600
 
@@ -69,7 +69,8 @@ def test_sigkill_of_serve_local_ends_llama_server(tmp_path: Path) -> None:
 @pytest.mark.vllm
 def test_sigkill_of_serve_local_vllm_ends_every_vllm_process(tmp_path: Path) -> None:
     local = provision_vllm_local("tiny", progress=lambda m: print(m, file=sys.stderr))
-    args = ["--engine", "vllm", "--parallel", "1", "--log", str(tmp_path / "serve.log")]
+    args = ["--engine", "vllm", "--parallel", "1", "--log", str(tmp_path / "serve.log"), "--engine-args",
+            " ".join(EAGER_ARGS)]
     try:
         # the API server, its engine core, the watchdog
         lines = sigkill_leaves_nothing(args, dict(os.environ), least=3)

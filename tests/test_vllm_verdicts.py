@@ -15,18 +15,25 @@ generated tiny model). The ground truth is what the test tells vLLM's scheduler:
 The staircase and arms runs go through the driver every user gets (the pre-flight, `CheckedDriver`),
 must be valid, and every definite staircase point must name the completion times in its evidence.
 On a noisy machine `inconclusive` (or `unknown`) earns one retry (the test's seed + 1), never more,
-and the first try is recorded (tests/conftest.py `first_try`); only the right verdict passes. One vLLM runs at a time (each start takes about 90 s here), reused by the tests that follow.
+and the first try is recorded (tests/conftest.py `first_try`); only the right verdict passes.
+
+One vLLM runs at a time (a start takes about 30 s here in eager mode), reused by every test of its
+configuration, and the tests are in configuration order so that the module starts five: one, two,
+four with chunked prefill (256 tokens a step), four with ngram drafts, four with whole prompts and no
+prefix cache. The two teardown tests take over a running server instead of starting their own.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +43,7 @@ import pytest
 from servecheck import exitcodes
 from servecheck.cli import main as main_mod
 from servecheck.cli.common import MAX_WORKERS, make_target
-from servecheck.engine.vllm import VllmLocal, VllmServer, provision_vllm_local
+from servecheck.engine.vllm import EAGER_ARGS, VllmLocal, VllmServer, provision_vllm_local
 from servecheck.experiments.arms import ArmsDesign, run_arms
 from servecheck.experiments.staircase import run_staircase
 from servecheck.load.driver import LoadDriver
@@ -49,16 +56,26 @@ TOKENS = 256  # about 2.5 s a request at N=1 here
 PROMPT_TOKENS = 32
 ARMS = ArmsDesign(arms=(1, 2, 4), requests=4, reps=6, tokens=64, prompt_tokens=32, max_reps=12)
 PREFIX_PROMPT = 1500
+# Two four-sequence configurations serve every four-sequence test (each vLLM start is the suite's
+# costliest step). A 256-token step budget with chunked prefill leaves the staircase's and the arms'
+# prompts (4 x 32 tokens) whole in one step, and chunks the 1,500-token prefix-cache prompt and the
+# interference intruder (the prefix cache still keeps what was prefilled, chunk by chunk).
+FOUR_CHUNKED = ("--enable-chunked-prefill", "--max-num-batched-tokens", "256")
+# The whole prompt in one step, and no prefix cache: `blocking` for the interference test, `inert`
+# for the prefix-cache one (the interference prompts are all different, so the cache plays no part).
+FOUR_WHOLE = ("--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096", "--no-enable-prefix-caching")
 
 
 class OneAtATime:
-    """At most one vLLM running: asking for another configuration stops the one before."""
+    """At most one vLLM running: asking for another configuration stops the one before. Every server
+    starts in eager mode (`EAGER_ARGS`: 24 s of each start saved, the scheduler unchanged)."""
 
     def __init__(self, local: VllmLocal, log_dir: Path) -> None:
         self.local, self.log_dir = local, log_dir
         self.key: tuple[int, tuple[str, ...]] | None = None
         self.server: VllmServer | None = None
         self.url = ""
+        self.starts = 0
 
     def get(self, parallel: int, *extra: str) -> tuple[str, Path]:
         key = (parallel, extra)
@@ -66,11 +83,20 @@ class OneAtATime:
             self.close()
             name = f"seqs{parallel}{'-' + '-'.join(a.strip('-') for a in extra) if extra else ''}.log"
             self.server = VllmServer(self.local.env, self.local.model_path, max_num_seqs=parallel,
-                                     served_model_name=self.local.model_name, extra_args=extra,
+                                     served_model_name=self.local.model_name, extra_args=(*EAGER_ARGS, *extra),
                                      log_path=self.log_dir / name)
             self.url, self.key = self.server.start(), key
+            self.starts += 1
         assert self.server is not None and self.server.log_path is not None
         return self.url, self.server.log_path
+
+    def take(self, parallel: int, *extra: str) -> tuple[VllmServer, str]:
+        """The running server of this configuration (started if it is not), now the caller's to stop."""
+        url, _ = self.get(parallel, *extra)
+        server = self.server
+        assert server is not None
+        self.server, self.key = None, None
+        return server, url
 
     def close(self) -> None:
         if self.server is not None:
@@ -93,6 +119,10 @@ def vllm() -> Iterator[OneAtATime]:
             servers.close()
 
 
+def config_of(parallel: int) -> tuple[str, ...]:
+    return FOUR_CHUNKED if parallel == 4 else ()
+
+
 def _target(url: str, model: str) -> Any:
     return make_target(url, api="openai", model=model, first_token_timeout_s=120)
 
@@ -101,7 +131,7 @@ def staircase_doc(vllm: OneAtATime, parallel: int, seed: int, record: Callable[[
     """A staircase run through the driver every user gets (the pre-flight before each N); an
     `inconclusive` verdict or trend earns one retry (seed + 1), and `record(first, final)` keeps
     the first try's verdict."""
-    url, _ = vllm.get(parallel)
+    url, _ = vllm.get(parallel, *config_of(parallel))
 
     async def once(seed: int) -> dict[str, Any]:
         async with CheckedDriver(_target(url, vllm.local.model_name), workers=MAX_WORKERS, auto=True) as driver:
@@ -133,7 +163,7 @@ def assert_decided_by_the_stopwatch(doc: dict[str, Any]) -> None:
 
 def arms_labels(vllm: OneAtATime, parallel: int, decided: Callable[[dict[int, str]], bool], seed: int,
                 record: Callable[[dict[int, str], dict[int, str]], None]) -> dict[int, str]:
-    url, _ = vllm.get(parallel)
+    url, _ = vllm.get(parallel, *config_of(parallel))
 
     async def once(seed: int) -> dict[str, Any]:
         async with CheckedDriver(_target(url, vllm.local.model_name), workers=MAX_WORKERS, auto=True) as driver:
@@ -218,6 +248,54 @@ def test_two_sequences_pair_up_at_four(vllm: OneAtATime, test_seed: int, first_t
     assert gauges["peak_running"] == 2 and gauges["peak_waiting"] == 2, gauges
 
 
+# ---------------------------------------------------------------- teardown after an error mid-run
+
+
+def test_an_error_in_the_middle_of_a_run_leaves_no_vllm_process(vllm: OneAtATime) -> None:
+    """A failure raised between two points of a staircase, inside `with server:` (the two-sequence
+    server, taken over rather than started again): the API server, its engine core and its workers are
+    all gone afterwards."""
+
+    server, url = vllm.take(2)
+    procs = server.processes()
+    assert len(procs) >= 2, "the API server and its engine core"
+
+    def fail_after_first_point(result: Any) -> None:
+        raise RuntimeError("failure in the middle of the run")
+
+    async def staircase() -> None:
+        async with LoadDriver(_target(url, vllm.local.model_name)) as driver:
+            await run_staircase(driver, ns=(1, 2), tokens=32, prompt_tokens=PROMPT_TOKENS, reps=1, max_reps=1,
+                                rng=random.Random(0), on_point=fail_after_first_point)
+
+    with pytest.raises(RuntimeError, match="in the middle"):
+        with started(server):
+            asyncio.run(staircase())
+    wait_gone(procs)
+
+
+@contextlib.contextmanager
+def started(server: VllmServer) -> Iterator[None]:
+    """`with server:` for a server already started: its own `__exit__` runs on the way out, however
+    the block ends."""
+    try:
+        yield
+    except BaseException as exc:
+        server.__exit__(type(exc), exc, exc.__traceback__)
+        raise
+    server.__exit__(None, None, None)
+
+
+def wait_gone(procs: list[Any]) -> None:
+    from servecheck.engine import proctree
+
+    deadline = time.monotonic() + 15
+    while any(proctree.is_alive(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(proctree.is_alive(p) for p in procs), [p for p in procs if proctree.is_alive(p)]
+
+
+
 # ---------------------------------------------------------------- four
 
 
@@ -240,7 +318,7 @@ def test_four_sequences_batch_at_four_way(vllm: OneAtATime, test_seed: int, firs
 
 
 def test_the_log_of_four_sequences_confirms_continuous_batching(vllm: OneAtATime, tmp_path: Path) -> None:
-    _, log = vllm.get(4)
+    _, log = vllm.get(4, *FOUR_CHUNKED)
     findings = audit(log, "--max-num-seqs 4", tmp_path)
     assert findings["continuous_batching"]["status"] == "confirmed", findings["continuous_batching"]
 
@@ -260,15 +338,38 @@ def prefix_cache(vllm: OneAtATime, tmp_path: Path, *extra: str) -> tuple[int, di
 
 
 def test_prefix_cache_is_working_by_default(vllm: OneAtATime, tmp_path: Path) -> None:
-    code, doc = prefix_cache(vllm, tmp_path)
+    """vLLM's default prefix cache (on), here beside chunked prefill."""
+    code, doc = prefix_cache(vllm, tmp_path, *FOUR_CHUNKED)
     assert doc["verdict"] == "working", doc["verdict_reason"]
     assert code == exitcodes.OK
 
 
-def test_prefix_cache_is_inert_when_switched_off(vllm: OneAtATime, tmp_path: Path) -> None:
-    code, doc = prefix_cache(vllm, tmp_path, "--no-enable-prefix-caching")
-    assert doc["verdict"] == "inert", doc["verdict_reason"]
-    assert code == exitcodes.INVALID  # an inert cache is a refused feature
+# ---------------------------------------------------------------- prefill interference
+
+INTERFERENCE_SIZES = "256,1024,3072"  # within the tiny model's 4096-token max-model-len, with the victims' 96
+
+
+def interference(vllm: OneAtATime, tmp_path: Path, seed: int, *extra: str) -> dict[str, Any]:
+    url, _ = vllm.get(4, *extra)
+    out = tmp_path / "interference.json"
+    cli(["interference", url, "--streams", "2", "--prompt-sizes", INTERFERENCE_SIZES, "--tokens", "96", "--reps", "1",
+         "--api", "openai", "--model", vllm.local.model_name, "--timeout", "120", "--no-save", "--seed", str(seed),
+         "--json", str(out)])
+    doc = json.loads(out.read_text())
+    print(json.dumps({k: doc[k] for k in ("verdict", "verdict_reason", "chunk_tokens")}), file=sys.stderr)
+    return doc
+
+
+def test_chunked_prefill_with_a_small_budget_reads_chunked(vllm: OneAtATime, tmp_path: Path, test_seed: int,
+                                                          first_try: Any, request: pytest.FixtureRequest) -> None:
+    """`--max-num-batched-tokens 256` with chunked prefill: every step carries the victims' tokens and at most
+    254 prompt tokens, so the victims' longest gap stays bounded while the intruder's TTFT grows."""
+    doc = interference(vllm, tmp_path, test_seed, *FOUR_CHUNKED)
+    first_try.record(request.node.nodeid, "chunked", doc["verdict"], doc["verdict"], seed=test_seed)
+    assert doc["verdict"] == "chunked", doc["verdict_reason"]
+    assert 128 <= doc["chunk_tokens"] <= 512
+    e = doc["evidence"]
+    assert e["gap_growth"] < e["prefill_growth"] / 2 and e["cover_hi"] <= 0.4
 
 
 # ---------------------------------------------------------------- speculative decoding (ngram)
@@ -301,39 +402,19 @@ def test_ngram_speculation_reads_speculating_and_its_counters_agree(vllm: OneAtA
     assert all(p["counters_agree"] is True for p in witnessed), [p["counters_note"] for p in witnessed]
 
 
-# ---------------------------------------------------------------- prefill interference
+# ---------------------------------------------------------------- four, whole prompts, no prefix cache
 
-INTERFERENCE_SIZES = "256,1024,3072"  # within the tiny model's 4096-token max-model-len, with the victims' 96
-
-
-def interference(vllm: OneAtATime, tmp_path: Path, seed: int, *extra: str) -> dict[str, Any]:
-    url, _ = vllm.get(4, *extra)
-    out = tmp_path / "interference.json"
-    cli(["interference", url, "--streams", "2", "--prompt-sizes", INTERFERENCE_SIZES, "--tokens", "96", "--reps", "1",
-         "--api", "openai", "--model", vllm.local.model_name, "--timeout", "120", "--no-save", "--seed", str(seed),
-         "--json", str(out)])
-    doc = json.loads(out.read_text())
-    print(json.dumps({k: doc[k] for k in ("verdict", "verdict_reason", "chunk_tokens")}), file=sys.stderr)
-    return doc
-
-
-def test_chunked_prefill_with_a_small_budget_reads_chunked(vllm: OneAtATime, tmp_path: Path, test_seed: int,
-                                                          first_try: Any, request: pytest.FixtureRequest) -> None:
-    """`--max-num-batched-tokens 256` with chunked prefill: every step carries the victims' tokens and at most
-    254 prompt tokens, so the victims' longest gap stays bounded while the intruder's TTFT grows."""
-    doc = interference(vllm, tmp_path, test_seed, "--enable-chunked-prefill", "--max-num-batched-tokens", "256")
-    first_try.record(request.node.nodeid, "chunked", doc["verdict"], doc["verdict"], seed=test_seed)
-    assert doc["verdict"] == "chunked", doc["verdict_reason"]
-    assert 128 <= doc["chunk_tokens"] <= 512
-    e = doc["evidence"]
-    assert e["gap_growth"] < e["prefill_growth"] / 2 and e["cover_hi"] <= 0.4
+def test_prefix_cache_is_inert_when_switched_off(vllm: OneAtATime, tmp_path: Path) -> None:
+    code, doc = prefix_cache(vllm, tmp_path, *FOUR_WHOLE)
+    assert doc["verdict"] == "inert", doc["verdict_reason"]
+    assert code == exitcodes.INVALID  # an inert cache is a refused feature
 
 
 def test_unchunked_prefill_with_room_for_the_prompt_reads_blocking(vllm: OneAtATime, tmp_path: Path, test_seed: int,
                                                                    first_try: Any, request: pytest.FixtureRequest) -> None:
     """`--no-enable-chunked-prefill --max-num-batched-tokens 4096`: the whole prompt in one step, the victims
     frozen for all of it."""
-    doc = interference(vllm, tmp_path, test_seed, "--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096")
+    doc = interference(vllm, tmp_path, test_seed, *FOUR_WHOLE)
     first_try.record(request.node.nodeid, "blocking", doc["verdict"], doc["verdict"], seed=test_seed)
     assert doc["verdict"] == "blocking", doc["verdict_reason"]
     gaps = [p["victim_max_gap_s"] for p in doc["points"]]
@@ -341,33 +422,23 @@ def test_unchunked_prefill_with_room_for_the_prompt_reads_blocking(vllm: OneAtAT
     assert doc["evidence"]["cover_hi"] >= 0.6
 
 
-# ---------------------------------------------------------------- teardown after an error mid-run
+# ---------------------------------------------------------------- one completion, a stop, nothing left
 
 
-def test_an_error_in_the_middle_of_a_run_leaves_no_vllm_process(vllm: OneAtATime, tmp_path: Path) -> None:
-    """A failure raised between two points of a staircase, inside `with VllmServer(...)`: the API
-    server, its engine core and its workers are all gone afterwards."""
-    from servecheck.engine import proctree
-
-    vllm.close()  # one vLLM at a time
-    server = VllmServer(vllm.local.env, vllm.local.model_path, max_num_seqs=2,
-                        served_model_name=vllm.local.model_name, log_path=tmp_path / "mid-run.log")
-
-    def fail_after_first_point(result: Any) -> None:
-        raise RuntimeError("failure in the middle of the run")
-
-    async def staircase(url: str) -> None:
-        async with LoadDriver(_target(url, vllm.local.model_name)) as driver:
-            await run_staircase(driver, ns=(1, 2), tokens=32, prompt_tokens=PROMPT_TOKENS, reps=1, max_reps=1,
-                                rng=random.Random(0), on_point=fail_after_first_point)
-
-    procs: list[proctree.ProcId] = []
-    with pytest.raises(RuntimeError, match="in the middle"):
-        with server as url:
-            procs = server.processes()
-            assert len(procs) >= 2, "the API server and its engine core"
-            asyncio.run(staircase(url))
-    deadline = time.monotonic() + 15
-    while any(proctree.is_alive(p) for p in procs) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(proctree.is_alive(p) for p in procs), [p for p in procs if proctree.is_alive(p)]
+def test_one_completion_then_a_stop_leaves_no_vllm_process(vllm: OneAtATime) -> None:
+    """The last server of the module: one completion of exactly the length asked, then `stop()` ends
+    every process vLLM started, and a second `stop()` is harmless."""
+    server, url = vllm.take(4, *FOUR_WHOLE)
+    procs = server.processes()
+    assert len(procs) >= 2, "vLLM runs its engine core in a process of its own"
+    body = {"model": vllm.local.model_name, "prompt": "the server reads weights once per step", "max_tokens": 32,
+            "min_tokens": 32, "ignore_eos": True, "temperature": 0}
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:  # noqa: S310 - loopback
+        out = json.loads(resp.read())
+    assert out["usage"]["completion_tokens"] == 32 and out["choices"][0]["text"], out
+    assert server.stop() is not None
+    wait_gone(procs)
+    assert server.stop() is not None  # idempotent
+    assert vllm.starts <= 5, f"{vllm.starts} vLLM starts in this module: the tests are out of configuration order"

@@ -28,7 +28,7 @@ from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.model import DEFAULT_SIZE
 from servecheck.engine.process import LlamaServer, ctx_per_slot_for, default_threads
 from servecheck.engine.running import RunningRecords
-from servecheck.engine.vllm import VllmLocal, VllmServer, provision_vllm_local
+from servecheck.engine.vllm import EAGER_ARGS, VllmLocal, VllmServer, provision_vllm_local
 from servecheck.envinfo import environment
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.experiments.demo import DEMO_NS, EXPECTED, as_expected, run_demo_staircase
@@ -103,7 +103,7 @@ class DemoEngine:
                 self.local.binary, self.local.model_path, parallel=parallel, threads=self.threads,
                 ctx_per_slot=ctx_per_slot_for(prompt_tokens, tokens), log_path=log_path, records=self.records,
             )
-        return VllmServer(self.local.env, self.local.model_path, max_num_seqs=parallel,
+        return VllmServer(self.local.env, self.local.model_path, max_num_seqs=parallel, extra_args=EAGER_ARGS,
                           served_model_name=self.local.model_name, log_path=log_path, records=self.records)
 
 
