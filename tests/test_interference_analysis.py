@@ -175,3 +175,50 @@ def test_two_freezes_beside_short_stretched_gaps_read_as_the_freeze() -> None:
     assert r.stretched == 7  # five short gaps and two freezes
     assert r.step_gap_s == pytest.approx(freeze / 1000, rel=1e-6) == r.max_gap_s
     assert r.cover is not None and r.cover > 0.9
+
+
+def hiccup(i: inf.Intrusion, at_ms: float, late_ms: float) -> inf.Intrusion:
+    """The first victim's token after `at_ms` arrives `late_ms` late (a client or machine stall), as the
+    simulator's did with three pytest workers on 2 cores; the next one is on time again."""
+    first, *rest = i.victims
+    k = next(n for n, t in enumerate(first) if t > at_ms * MS)
+    moved = (*first[:k], first[k] + round(late_ms * MS), *first[k + 1:])
+    return inf.Intrusion(**{**{f: getattr(i, f) for f in i.__slots__}, "victims": (moved, *rest)})  # type: ignore[arg-type]
+
+
+def test_one_hiccup_in_an_isolated_window_is_not_a_chunk() -> None:
+    """An isolated prefill with one victim gap stretched 9 ms by a stall, at the largest size: the stretched
+    gaps tile 2% of the window, not the whole of it as chunk steps do. The old rule (any stretched gap, small
+    cover, bounded growth) called it `chunked`."""
+    intrusions = [isolated(512), isolated(2048), hiccup(isolated(8192), 300, 9)]
+    points = inf.pool([inf.read_intrusion(i) for i in intrusions])
+    v = inf.judge(points)
+    assert v.verdict == "isolated", v.reason
+    e = v.evidence
+    assert e is not None and e.stretch_hi >= inf.STRETCH_RATIO  # the hiccup is a stretched gap ...
+    assert e.cover_hi <= inf.CHUNKED_COVER and e.gap_growth <= inf.PROPORTIONAL * e.prefill_growth  # ... that looked like a chunk
+    # the median of two victims: half of the one stall's 9 + 10 ms over the 420 ms window
+    assert e.share_hi == pytest.approx(19 / 420 / 2, rel=0.05)
+    assert e.share_max <= inf.ISOLATED_SHARE
+
+
+def test_chunk_steps_tile_the_window_and_one_victim_hiccup_changes_nothing() -> None:
+    v = judged([chunked(512, 256), chunked(2048, 256), hiccup(chunked(8192, 256), 100, 9)])
+    assert v.verdict == "chunked", v.reason
+    assert v.evidence is not None and v.evidence.share_hi >= 0.9
+
+
+def test_stretched_gaps_tiling_a_third_of_the_window_decide_nothing() -> None:
+    """Neither a tiled window (chunks) nor a few slow steps (isolated): between the two thresholds."""
+    def thirds(size: int) -> inf.Intrusion:
+        i = isolated(size)
+        window_ms = (i.first_token_ns - i.send_ns) / MS  # type: ignore[operator]
+        out = i
+        for k in range(int(window_ms / 48)):  # one 16 ms gap in every 48 ms: a third of the window stretched
+            out = hiccup(out, 206 + k * 48, 6)
+        return inf.Intrusion(**{**{f: getattr(out, f) for f in out.__slots__},  # type: ignore[arg-type]
+                                "victims": (out.victims[0], out.victims[0])})
+    v = judged([thirds(s) for s in (512, 2048, 8192)])
+    assert v.verdict == "inconclusive", v.reason
+    e = v.evidence
+    assert e is not None and inf.ISOLATED_SHARE < e.share_hi < inf.CHUNKED_SHARE, e

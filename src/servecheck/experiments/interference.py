@@ -118,9 +118,11 @@ def _evidence_doc(e: inf.Evidence | None) -> dict[str, Any] | None:
             "longest_hi_s": e.longest_hi_s,
             "ttft_lo_s": e.ttft_lo_s, "ttft_hi_s": e.ttft_hi_s, "baseline_s": e.baseline_s, "stretch_hi": e.stretch_hi,
             "cover_hi": e.cover_hi, "gap_growth": e.gap_growth, "prefill_growth": e.prefill_growth,
+            "stretched_share_hi": e.share_hi, "stretched_share_max": e.share_max,
             "thresholds": {"stretch_ratio": inf.STRETCH_RATIO, "blocking_cover": inf.BLOCKING_COVER,
                            "chunked_cover": inf.CHUNKED_COVER, "proportional": inf.PROPORTIONAL,
-                           "prefill_growth_min": inf.PREFILL_GROWTH_MIN}}
+                           "prefill_growth_min": inf.PREFILL_GROWTH_MIN, "chunked_share": inf.CHUNKED_SHARE,
+                           "isolated_share": inf.ISOLATED_SHARE}}
 
 
 def _point_doc(p: inf.Point, pairs: Sequence[tuple[Trial, inf.Reading]]) -> dict[str, Any]:
@@ -133,6 +135,7 @@ def _point_doc(p: inf.Point, pairs: Sequence[tuple[Trial, inf.Reading]]) -> dict
         "baseline_interval_s": p.baseline_s,
         "step_gap_s": p.step_gap_s,
         "stretched": p.stretched,
+        "stretched_share": p.stretched_share,
         "prefill_tok_s": p.prefill_tok_s,
         "cover": p.cover,
         "chunk_tokens": p.chunk_tokens,
@@ -157,6 +160,7 @@ def _rep_doc(t: Trial, r: inf.Reading) -> dict[str, Any]:
         "victim_lost_s": r.lost_s,
         "step_gap_s": r.step_gap_s,
         "stretched": r.stretched,
+        "stretched_share": r.stretched_share,
         "intruder_ttft_s": r.ttft_s,
         "prefill_tok_s": r.prefill_tok_s,
         "chunk_tokens": r.chunk_tokens,

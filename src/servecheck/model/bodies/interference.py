@@ -29,6 +29,7 @@ class InterferenceRep:
     victim_lost_s: float | None = None
     step_gap_s: float | None = None
     stretched: int | None = None
+    stretched_share: float | None = None
     intruder_ttft_s: float | None = None
     prefill_tok_s: float | None = None
     chunk_tokens: float | None = None
@@ -48,6 +49,7 @@ class InterferencePoint:
     baseline_interval_s: float | None = None
     step_gap_s: float | None = None
     stretched: float | None = None
+    stretched_share: float | None = None
     prefill_tok_s: float | None = None
     cover: float | None = None
     chunk_tokens: float | None = None
@@ -72,6 +74,8 @@ class InterferenceEvidence:
     cover_hi: float | None = None
     gap_growth: float | None = None
     prefill_growth: float | None = None
+    stretched_share_hi: float | None = None
+    stretched_share_max: float | None = None
     thresholds: Mapping[str, float] = field(default_factory=dict)
 
 
