@@ -133,7 +133,8 @@ def test_several_tokens_per_event_come_from_the_stream() -> None:
         (lambda: sp.Stream(arrivals([1] * 60)[:20:2], tokens=256), "does not say which event carried which"),
         (lambda: stream([1] * 6), "too short to estimate"),
         (lambda: stream([1] * 40, step_ns=50_000, write_ns=10), "one burst"),
-        (lambda: stream([1] * 40, jitter=[-7_000_000, 0, 6_000_000]), "too noisy to group"),
+        # a 3 ms gap after a 10 ms one: no late arrival (those sum to two steps) and no write inside a step
+        (lambda: stream([1] * 40, jitter=[-7_000_000, 0, 0]), "too noisy to group"),
     ],
 )
 def test_what_cannot_be_grouped_is_named(build: object, problem: str) -> None:
@@ -252,3 +253,27 @@ def test_vllm_counter_deltas_over_a_batch() -> None:
     assert metric_deltas(before, after) == sp.MetricDeltas(drafts=40.0, draft_tokens=120.0, accepted=60.0)
     assert metric_deltas(after, before) is None  # went backwards: a restart between the readings
     assert metric_deltas(before, {SPEC_DRAFTS: 50.0}) is None
+
+
+def test_a_late_arrival_is_two_steps_not_noise_and_not_a_pair() -> None:
+    """A plain stream whose every fourth token the client read 6 ms late: 16 ms, then 4 ms (in the dead
+    band), two steps in 20 ms. Read as late arrivals, every event is its own step; before, 10 of 39 gaps
+    in the band made the stream "too noisy to group"."""
+    g = sp.group_steps(stream([1] * 40, jitter=[6_000_000, -6_000_000, 0, 0]))
+    assert g.problem is None, g.problem
+    assert set(g.steps) == {1} and "late arrival(s)" in g.method
+    assert sp.late_arrivals([16, 4, 10, 10], 10) == frozenset({1})
+
+
+def test_a_speculative_steps_late_second_token_is_not_a_late_arrival() -> None:
+    """Two tokens a step, the second written 3 ms after the first in every fourth step (20 µs in the
+    others): S, then 3 ms, sum 13 ms, not two steps. No late arrival is read, and the band gaps stay noise."""
+    out, t = [0], 0
+    for k in range(40):
+        t += STEP_NS
+        late = 3_000_000 if k % 4 == 0 else WRITE_NS
+        out += [t, t + late]
+        t += late
+    g = sp.group_steps(sp.Stream(arrivals_ns=tuple(out), tokens=len(out)))
+    assert sp.late_arrivals([b - a for a, b in zip(out[1:], out[2:])], STEP_NS) == frozenset()
+    assert g.problem is not None and "too noisy to group" in g.problem
