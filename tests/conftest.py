@@ -20,6 +20,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
+# pytest-xdist's workers (`make check`, `make test`) start with COLUMNS=80 in their environment where a
+# plain run has none, so every rich Console in a worker would fold at 80 columns and the tests would
+# see another width than a user's pipe gives (cli/context.py `_pipe_width`). A test that needs a
+# width sets it itself (monkeypatch).
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("COLUMNS") == "80":
+    del os.environ["COLUMNS"]
+
 SEED_ENV = "SERVECHECK_TEST_SEED"
 FIRST_TRY_ENV = "SERVECHECK_FIRST_TRY_LOG"  # a JSON-lines file of every real-engine verdict's first try
 # `make test` sets it: every dependency is installed there, so only skips allowed everywhere pass.

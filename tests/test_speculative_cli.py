@@ -3,6 +3,7 @@ and bad input (one line, the right code), end to end against the simulated serve
 
 from __future__ import annotations
 
+import re
 import json
 from pathlib import Path
 
@@ -56,7 +57,9 @@ def test_json_contract_terminal_history_and_html(tmp_path: Path, capsys: pytest.
         assert lo < p["tokens_per_step"] < hi
     out = capsys.readouterr().out
     assert "SIMULATED" in out
-    assert "prose: 3.0 tokens per step" in out or "prose: 2.9 tokens per step" in out or "prose: 3.1 tokens per step" in out
+    # the prose line prints a point's figure, held to the same 20% as the JSON's (a loaded machine moves it)
+    shown = re.search(r"prose: (\d+\.\d) tokens per step", out)
+    assert shown and float(shown.group(1)) == pytest.approx(3.0, rel=0.2), out
     assert "verbatim repetition:" in out and "verdict  speculating" in out
     page = html.read_text()
     assert "Tokens per step against N" in page and "verbatim repetition" in page and "<svg" in page
