@@ -77,7 +77,7 @@ def test_no_speculation_reads_one_token_per_step(engine: LocalEngine, tmp_path: 
 
 # Synthetic acceptance: llama.cpp's own counters give 1.81 and 3.74 tokens per step for L = 2 and 4 (it
 # rejects a drafted end-of-generation token, and its last drafts are cut by the length limit). Under
-# tools/busy.py the stopwatch read 1.78-1.81 and 3.73-3.79 (benchmarks/results/speculative_campaign.json, at a79e43f).
+# tools/busy.py the stopwatch read 1.77-1.81 and 3.54-3.79 (benchmarks/results/speculative_campaign.json, at 2332bad).
 @pytest.mark.parametrize("length", [2.0, 4.0])
 def test_synthetic_acceptance_reads_its_length(engine: LocalEngine, draft: Path, tmp_path: Path, length: float) -> None:
     with serve(engine, tmp_path, f"synth{length:g}", spec_args(draft, "--spec-synth-len", f"{length:g}")) as url:
