@@ -45,8 +45,10 @@ check: setup lint
 # Everything, real engines included; every skip must be a platform fact (tests/conftest.py).
 test: setup $(VENV)/.ray-installed test-deps lint
 	$(SC) cache build --vllm
-	SERVECHECK_STRICT_SKIPS=1 $(PY) -m pytest -q -ra $(WORKERS) $(NO_ENGINE) --durations=10
-	SERVECHECK_STRICT_SKIPS=1 $(PY) -m pytest -q -ra $(ENGINES) --durations=25
+	# both runs always run (a failure in the first must not hide the engines'); either failing fails the target
+	SERVECHECK_STRICT_SKIPS=1 $(PY) -m pytest -q -ra $(WORKERS) $(NO_ENGINE) --durations=10; first=$$?; \
+	SERVECHECK_STRICT_SKIPS=1 $(PY) -m pytest -q -ra $(ENGINES) --durations=25; second=$$?; \
+	test $$first -eq 0 && test $$second -eq 0
 
 bench: setup
 	$(PY) benchmarks/run_all.py
