@@ -393,8 +393,10 @@ def test_ngram_speculation_reads_speculating_and_its_counters_agree(vllm: OneAtA
     first_try.record(request.node.nodeid, "speculating", doc["verdict"], doc["verdict"], seed=test_seed)
     assert doc["verdict"] == "speculating", [p["reason"] for p in points]
     assert code == exitcodes.OK
-    predictable = [p for p in points if p["prompt_kind"] == "predictable"]
-    assert predictable and all(p["tokens_per_step"] > 1.5 for p in predictable)  # a verbatim repeat is drafted
+    # a verbatim repeat is drafted; read where the noise guard left an estimate (in a fresh-clone run one
+    # predictable point of vLLM's few, many-token events had 2 of 33 gaps in the dead band: refused, named)
+    predictable = [p for p in points if p["prompt_kind"] == "predictable" and p["tokens_per_step"] is not None]
+    assert predictable and all(p["tokens_per_step"] > 1.5 for p in predictable), [p["problems"] for p in points]
     # Compared where both readings exist: a point the noise guard left without an estimate (seen under
     # tools/busy.py) has the server's count and nothing to hold it against.
     witnessed = [p for p in points if p["server_tokens_per_step"] is not None and p["tokens_per_step"] is not None]
