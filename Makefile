@@ -36,12 +36,14 @@ lint: setup
 # min but shook the simulator's timing: 5 failures in one fresh-clone run. The real engines run after
 # them, one test at a time, with the machine to themselves. docs/testing.md
 WORKERS := -n 2
-NO_ENGINE := -m "not engine and not vllm"
-ENGINES := -m "engine or vllm"
+NO_ENGINE := -m "not engine and not vllm and not alone"
+ENGINES := -m "engine or vllm or alone"
 
 # Everything but the real engines (no llama.cpp build, no vLLM install): about 9 minutes on 2 cores.
 check: setup lint
-	$(PY) -m pytest -q -ra $(WORKERS) $(NO_ENGINE)
+	$(PY) -m pytest -q -ra $(WORKERS) $(NO_ENGINE); first=$$?; \
+	$(PY) -m pytest -q -ra -m "alone and not engine and not vllm"; second=$$?; \
+	test $$first -eq 0 && test $$second -eq 0
 
 # Everything, real engines included; every skip must be a platform fact (tests/conftest.py).
 test: setup $(VENV)/.ray-installed test-deps lint

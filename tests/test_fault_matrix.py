@@ -581,6 +581,7 @@ def test_sigkill_during_staircase_leaves_a_readable_partial_json(tmp_path: Path)
         time.sleep(0.2)
 
 
+@pytest.mark.alone  # a real signal, timed against the run's progress (docs/testing.md)
 def test_sigint_during_detection_does_not_claim_a_partial(tmp_path: Path) -> None:
     with _silent_listener() as sock:
         proc = _spawn(["staircase", f"http://127.0.0.1:{sock.getsockname()[1]}", "--n", "1", "--timeout", "20",

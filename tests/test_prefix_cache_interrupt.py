@@ -21,6 +21,7 @@ pytestmark = pytest.mark.timeout(120)
 SLOW = {"mode": "slots", "token_s": 0.002, "per_seq_s": 0.0, "prompt_token_s": 0.001}
 
 
+@pytest.mark.alone  # a real signal, timed against the run's progress (docs/testing.md)
 def test_ctrl_c_keeps_and_shows_the_sends_measured(tmp_path: Path) -> None:
     out, db = tmp_path / "pc.json", tmp_path / "history.db"
     with sim_in_thread(SimConfig(prefix_cache="on", **SLOW)) as sim:

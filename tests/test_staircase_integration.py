@@ -124,6 +124,7 @@ def test_expect_mismatch_exits_4(tmp_path):
     assert code == exitcodes.EXPECT_MISMATCH
 
 
+@pytest.mark.alone  # a real signal, timed against the run's progress (docs/testing.md)
 def test_ctrl_c_saves_the_partial_run(tmp_path, capsys):
     """A real SIGINT mid-run: exit 130, and the JSON holds what was measured, marked incomplete."""
     json_path = tmp_path / "partial.json"
