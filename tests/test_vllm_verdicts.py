@@ -32,7 +32,6 @@ import os
 import random
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,6 +47,7 @@ from servecheck.experiments.arms import ArmsDesign, run_arms
 from servecheck.experiments.staircase import run_staircase
 from servecheck.load.driver import LoadDriver
 from servecheck.load.preflight import CheckedDriver
+from test_lifeline import wait_gone
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
 
@@ -56,6 +56,7 @@ TOKENS = 256  # about 2.5 s a request at N=1 here
 PROMPT_TOKENS = 32
 ARMS = ArmsDesign(arms=(1, 2, 4), requests=4, reps=6, tokens=64, prompt_tokens=32, max_reps=12)
 PREFIX_PROMPT = 1500
+STOP_WITHIN_S = 15  # every vLLM process gone this long after a stop
 # Two four-sequence configurations serve every four-sequence test (each vLLM start is the suite's
 # costliest step). A 256-token step budget with chunked prefill leaves the staircase's and the arms'
 # prompts (4 x 32 tokens) whole in one step, and chunks the 1,500-token prefix-cache prompt and the
@@ -271,7 +272,7 @@ def test_an_error_in_the_middle_of_a_run_leaves_no_vllm_process(vllm: OneAtATime
     with pytest.raises(RuntimeError, match="in the middle"):
         with started(server):
             asyncio.run(staircase())
-    wait_gone(procs)
+    assert_gone(procs)
 
 
 @contextlib.contextmanager
@@ -286,13 +287,9 @@ def started(server: VllmServer) -> Iterator[None]:
     server.__exit__(None, None, None)
 
 
-def wait_gone(procs: list[Any]) -> None:
-    from servecheck.engine import proctree
-
-    deadline = time.monotonic() + 15
-    while any(proctree.is_alive(p) for p in procs) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not any(proctree.is_alive(p) for p in procs), [p for p in procs if proctree.is_alive(p)]
+def assert_gone(procs: list[Any]) -> None:
+    left = wait_gone(procs, STOP_WITHIN_S)
+    assert left == [], left
 
 
 
@@ -441,6 +438,6 @@ def test_one_completion_then_a_stop_leaves_no_vllm_process(vllm: OneAtATime) -> 
         out = json.loads(resp.read())
     assert out["usage"]["completion_tokens"] == 32 and out["choices"][0]["text"], out
     assert server.stop() is not None
-    wait_gone(procs)
+    assert_gone(procs)
     assert server.stop() is not None  # idempotent
     assert vllm.starts <= 5, f"{vllm.starts} vLLM starts in this module: the tests are out of configuration order"
