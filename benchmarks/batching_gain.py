@@ -55,14 +55,15 @@ def main() -> int:
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--conditions", default="quiet,busy")
     ap.add_argument("--iters", type=int, default=8)
+    ap.add_argument("--model", default="tiny", help="the generated llama.cpp model's size (tiny, small)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "batching_gain.json")
     args = ap.parse_args()
     doc: dict[str, Any] = {"commit": commit(), "environment": environment(), "engine": args.engine,
-                           "parallel": args.parallel, "tokens": TOKENS[args.engine], "prompt_tokens": PROMPT_TOKENS,
+                           "parallel": args.parallel, "model": args.model, "tokens": TOKENS[args.engine], "prompt_tokens": PROMPT_TOKENS,
                            "thresholds": {"rising": RISING_RATIO, "flat": [FLAT_LO_RATIO, FLAT_HI_RATIO]},
                            "conditions": []}
     log = Path("/tmp") / f"servecheck-gain-{args.engine}-p{args.parallel}.log"
-    server, model = engine_server(args.engine, args.parallel, log)
+    server, model = engine_server(args.engine, args.parallel, log, args.model)
     with server as url:
         for condition in args.conditions.split(","):
             with busy(condition) as load:

@@ -161,9 +161,10 @@ def busy(condition: str) -> Iterator[str | None]:
         proc.wait(timeout=10)
 
 
-def engine_server(engine: str, parallel: int, log: Path) -> tuple[Any, str | None]:
+def engine_server(engine: str, parallel: int, log: Path, size: str = "tiny") -> tuple[Any, str | None]:
+    """The engine under test; `size` names the generated llama.cpp model (engine/model.py SIZES)."""
     if engine == "llama":
-        local = provision_local(None, "tiny", progress=lambda m: print(m, file=sys.stderr))
+        local = provision_local(None, size, progress=lambda m: print(m, file=sys.stderr))
         server = LlamaServer(local.binary, local.model_path, parallel=parallel,
                              ctx_per_slot=ctx_per_slot_for(CACHE_PROMPT_TOKENS, TOKENS["llama"]), log_path=log)
         return server, None
@@ -221,10 +222,10 @@ def cell_table(cells: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def run_group(cells: list[Cell], runs: int, rng: random.Random, log_dir: Path, save: Any) -> None:
+def run_group(cells: list[Cell], runs: int, rng: random.Random, log_dir: Path, save: Any, size: str) -> None:
     """Cells of one engine configuration share one server start."""
     first = cells[0]
-    server, model = engine_server(first.engine, first.parallel, log_dir / f"{first.engine}-p{first.parallel}.log")
+    server, model = engine_server(first.engine, first.parallel, log_dir / f"{first.engine}-p{first.parallel}.log", size)
     with server as url:
         for cell in cells:
             with busy(cell.condition) as load, proxied(url, cell) as target:
@@ -245,6 +246,7 @@ def main() -> int:
     ap.add_argument("--conditions", default="quiet,busy")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--seed", type=int, default=None, help="seed of the runs' seeds (printed, replayable)")
+    ap.add_argument("--model", default="tiny", help="the generated llama.cpp model's size (tiny, small)")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "truth_campaign.json")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
@@ -259,7 +261,7 @@ def main() -> int:
         first, final = Counter(o["first"] for o in outcomes), Counter(o["final"] for o in outcomes)
         doc["cells"].append({
             "engine": cell.engine, "kind": cell.kind, "parallel": cell.parallel, "condition": cell.condition,
-            "mode": cell.mode, "runs": len(outcomes), "commit": doc["commit"], "campaign_seed": seed, "load": load,
+            "mode": cell.mode, "model": args.model if cell.engine == "llama" else "tiny", "runs": len(outcomes), "commit": doc["commit"], "campaign_seed": seed, "load": load,
             "first_try": {k: first[k] for k in ("right", "inconclusive", "wrong", "crash")},
             "after_repetition": {k: final[k] for k in ("right", "inconclusive", "wrong", "crash")},
             "outcomes": outcomes,
@@ -274,7 +276,7 @@ def main() -> int:
         cells = [Cell(engine, k, parallel, cond, mode) for cond in args.conditions.split(",")
                  for mode in args.modes.split(",") for k in kinds]
         print(f"== {engine} parallel={parallel}: {len(cells)} cells x {args.runs} runs", flush=True)
-        run_group(cells, args.runs, rng, log_dir, save)
+        run_group(cells, args.runs, rng, log_dir, save, args.model)
     print(table(doc["cells"]))
     return 1 if any(c["first_try"]["wrong"] or c["after_repetition"]["wrong"] for c in doc["cells"]) else 0
 

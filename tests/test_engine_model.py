@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 
 import gguf
@@ -84,6 +85,17 @@ def test_weights_are_finite_f16_of_modest_scale(vocab: Path, tmp_path: Path) -> 
         else:
             assert t.tensor_type == gguf.GGMLQuantizationType.F16
             assert abs(float(data.std()) - WEIGHT_STD) < 0.2 * WEIGHT_STD, t.name
+
+
+def test_an_f32_spec_writes_every_matrix_in_f32_and_says_so(vocab: Path, tmp_path: Path) -> None:
+    out = tmp_path / "m.gguf"
+    write_model(replace(DENSE, weight_dtype="f32"), vocab, out)
+    r = _read(out)
+    assert _value(r, "general.file_type") == 0  # LLAMA_FTYPE_ALL_F32
+    assert {t.tensor_type for t in r.tensors} == {gguf.GGMLQuantizationType.F32}
+    assert sum(int(t.n_bytes) for t in r.tensors) == 4 * parameter_count(DENSE, N_VOCAB)
+    assert SIZES["small-f32"].weight_dtype == "f32"
+    assert parameter_count(SIZES["small-f32"]) == parameter_count(SIZES["small"])
 
 
 def test_generation_is_deterministic(vocab: Path, tmp_path: Path) -> None:

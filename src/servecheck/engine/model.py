@@ -28,7 +28,9 @@ GENERATOR_VERSION = 1
 WEIGHT_STD = 0.02
 RMS_EPS = 1e-5
 ROPE_FREQ_BASE = 10000.0
+GGUF_FILE_TYPE_F32 = 0
 GGUF_FILE_TYPE_F16 = 1
+WEIGHT_DTYPES: dict[str, tuple[type, int]] = {"f16": (np.float16, GGUF_FILE_TYPE_F16), "f32": (np.float32, GGUF_FILE_TYPE_F32)}
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class ModelSpec:
     n_expert: int = 0
     n_expert_used: int = 0
     n_ctx_train: int = 8192
+    weight_dtype: str = "f16"  # a key of WEIGHT_DTYPES: the matrices' type (norms are always f32)
 
     @property
     def is_moe(self) -> bool:
@@ -54,6 +57,11 @@ SIZES: dict[str, ModelSpec] = {
     "tiny": ModelSpec("tiny", n_embd=512, n_layer=8, n_head=8, n_ff=1408),
     "small": ModelSpec("small", n_embd=768, n_layer=12, n_head=12, n_ff=2048),
     "moe": ModelSpec("moe", n_embd=512, n_layer=8, n_head=8, n_ff=704, n_expert=8, n_expert_used=2),
+    # small-f32: the small shape in f32, 537 MB, far past a CPU's last-level cache: one thread's decode
+    # is bound by reading the weights, so four requests batched share one read a step and really raise
+    # the aggregate (1.5-1.9x here, busy; the f16 models, compute-bound on one thread, buy 1.0-1.3x:
+    # benchmarks/results/batching_gain.json). The truth campaign's `rising` cell runs on it.
+    "small-f32": ModelSpec("small-f32", n_embd=768, n_layer=12, n_head=12, n_ff=2048, weight_dtype="f32"),
 }
 DEFAULT_SIZE = "tiny"
 
@@ -98,7 +106,7 @@ def _noop(_: str) -> None:
 
 
 def write_model(spec: ModelSpec, vocab_path: Path, out: Path, seed: int | None = None) -> None:
-    """Write a llama-architecture GGUF for `spec` with seeded random F16 weights."""
+    """Write a llama-architecture GGUF for `spec` with seeded random weights (F16, or spec.weight_dtype)."""
     tokenizer = read_tokenizer(vocab_path)
     n_vocab = len(tokenizer["tokenizer.ggml.tokens"][0])
     rng = np.random.default_rng(zlib.crc32(spec.name.encode()) if seed is None else seed)
@@ -141,7 +149,7 @@ def _write_hparams(writer: Any, spec: ModelSpec, n_vocab: int) -> None:
     writer.add_layer_norm_rms_eps(RMS_EPS)
     writer.add_rope_dimension_count(spec.n_embd // spec.n_head)
     writer.add_rope_freq_base(ROPE_FREQ_BASE)
-    writer.add_file_type(GGUF_FILE_TYPE_F16)
+    writer.add_file_type(WEIGHT_DTYPES[spec.weight_dtype][1])
     writer.add_vocab_size(n_vocab)
     if spec.is_moe:
         writer.add_expert_count(spec.n_expert)
@@ -151,29 +159,31 @@ def _write_hparams(writer: Any, spec: ModelSpec, n_vocab: int) -> None:
 def _tensors(spec: ModelSpec, n_vocab: int, rng: np.random.Generator) -> Iterator[tuple[str, np.ndarray]]:
     """(name, array) in llama.cpp's naming; numpy shapes are the reverse of ggml's."""
     e, f = spec.n_embd, spec.n_ff
-    yield "token_embd.weight", _matrix(rng, n_vocab, e)
+    dtype = WEIGHT_DTYPES[spec.weight_dtype][0]
+    yield "token_embd.weight", _matrix(rng, n_vocab, e, dtype=dtype)
     yield "output_norm.weight", np.ones(e, dtype=np.float32)
-    yield "output.weight", _matrix(rng, n_vocab, e)
+    yield "output.weight", _matrix(rng, n_vocab, e, dtype=dtype)
     for i in range(spec.n_layer):
         p = f"blk.{i}."
         yield p + "attn_norm.weight", np.ones(e, dtype=np.float32)
         for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            yield p + name + ".weight", _matrix(rng, e, e)
+            yield p + name + ".weight", _matrix(rng, e, e, dtype=dtype)
         yield p + "ffn_norm.weight", np.ones(e, dtype=np.float32)
-        yield from _ffn(p, spec, rng, e, f)
+        yield from _ffn(p, spec, rng, e, f, dtype)
 
 
-def _ffn(p: str, spec: ModelSpec, rng: np.random.Generator, e: int, f: int) -> Iterator[tuple[str, np.ndarray]]:
+def _ffn(p: str, spec: ModelSpec, rng: np.random.Generator, e: int, f: int,
+         dtype: type) -> Iterator[tuple[str, np.ndarray]]:
     if not spec.is_moe:
-        yield p + "ffn_gate.weight", _matrix(rng, f, e)
-        yield p + "ffn_down.weight", _matrix(rng, e, f)
-        yield p + "ffn_up.weight", _matrix(rng, f, e)
+        yield p + "ffn_gate.weight", _matrix(rng, f, e, dtype=dtype)
+        yield p + "ffn_down.weight", _matrix(rng, e, f, dtype=dtype)
+        yield p + "ffn_up.weight", _matrix(rng, f, e, dtype=dtype)
         return
     x = spec.n_expert
     yield p + "ffn_gate_inp.weight", _matrix(rng, x, e, dtype=np.float32)
-    yield p + "ffn_gate_exps.weight", _matrix(rng, x, f, e)
-    yield p + "ffn_down_exps.weight", _matrix(rng, x, e, f)
-    yield p + "ffn_up_exps.weight", _matrix(rng, x, f, e)
+    yield p + "ffn_gate_exps.weight", _matrix(rng, x, f, e, dtype=dtype)
+    yield p + "ffn_down_exps.weight", _matrix(rng, x, e, f, dtype=dtype)
+    yield p + "ffn_up_exps.weight", _matrix(rng, x, f, e, dtype=dtype)
 
 
 def _matrix(rng: np.random.Generator, *shape: int, dtype: type = np.float16) -> np.ndarray:
