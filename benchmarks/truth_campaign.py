@@ -282,11 +282,11 @@ def main() -> int:
 
 
 def table(cells: list[dict[str, Any]]) -> str:
-    lines = ["| engine | test | parallel | machine | witnesses | first try right/inc/wrong/crash | after repetition |",
-             "|---|---|---|---|---|---|---|"]
+    lines = ["| engine | model | test | parallel | machine | witnesses | first try right/inc/wrong/crash | after repetition |",
+             "|---|---|---|---|---|---|---|---|"]
     for c in cells:
         f, a = c["first_try"], c["after_repetition"]
-        lines.append(f"| {c['engine']} | {c['kind']} | {c['parallel']} | {c['condition']} | {c['mode']} | "
+        lines.append(f"| {c['engine']} | {c.get('model', 'tiny')} | {c['kind']} | {c['parallel']} | {c['condition']} | {c['mode']} | "
                      f"{f['right']}/{f['inconclusive']}/{f['wrong']}/{f['crash']} of {c['runs']} | "
                      f"{a['right']}/{a['inconclusive']}/{a['wrong']}/{a['crash']} |")
     return "\n".join(lines)
