@@ -46,7 +46,7 @@ def test_missing_model_file(tmp_path: Path) -> None:
     fake.write_text("#!/bin/sh\necho 'version: 1 (x)'; echo 'built with cc for x'\n")
     fake.chmod(0o755)
     proc = run_cli("serve-local", "--llama-server", str(fake), "--model", str(tmp_path / "no.gguf"), cache=tmp_path / "c")
-    _one_line_error(proc, 2, "is neither a size (tiny, small, moe) nor an existing file")
+    _one_line_error(proc, 2, "is neither a size (tiny, small, moe, small-f32) nor an existing file")
 
 
 def test_bad_flags_are_usage_errors(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from servecheck.engine.model import DEFAULT_SIZE, SIZES, resolve_model
 class LocalEngine:
     binary: EngineBinary
     model_path: Path
-    model_name: str  # a size name (tiny, small, moe) or the file name of a user's model
+    model_name: str  # a size name (engine.model.SIZES) or the file name of a user's model
 
 
 def provision_local(

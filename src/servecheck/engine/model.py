@@ -78,7 +78,7 @@ def resolve_model(name_or_path: str, cache: EngineCache | None = None, progress:
     if not path.is_file():
         raise UsageError(
             f"--model {name_or_path!r} is neither a size ({', '.join(SIZES)}) nor an existing file",
-            "give tiny, small, moe or the path of a .gguf file",
+            f"give {', '.join(SIZES)} or the path of a .gguf file",
         )
     return path
 
