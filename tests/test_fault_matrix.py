@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from ctrl_c import default_sigint
 from hostile import Request, default_route, event, hostile, http, stream_head, tokens_stream
 from servecheck import exitcodes
 from servecheck.cli import main as main_mod
@@ -504,8 +505,9 @@ def test_prefix_cache_progress_never_prints_none() -> None:
 
 
 def _spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    # preexec_fn: the tests' SIGINT arrives however the suite was started (tests/ctrl_c.py)
     return subprocess.Popen([sys.executable, "-m", "servecheck", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "COLUMNS": "200", **(env or {})})
+                            text=True, env={**os.environ, "COLUMNS": "200", **(env or {})}, preexec_fn=default_sigint)
 
 
 def _wait_for_line(proc: subprocess.Popen[str], prefix: str, timeout_s: float = 60) -> list[str]:

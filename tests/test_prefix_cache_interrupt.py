@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ctrl_c import default_sigint
 from servecheck.sim import SimConfig, sim_in_thread
 
 pytestmark = pytest.mark.timeout(120)
@@ -29,6 +30,7 @@ def test_ctrl_c_keeps_and_shows_the_sends_measured(tmp_path: Path) -> None:
             [sys.executable, "-m", "servecheck", "prefix-cache", sim.url, "--prompt-tokens", "2000",
              "--json", str(out), "--db", str(db)],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "COLUMNS": "200"},
+            preexec_fn=default_sigint,  # a Ctrl-C that arrives however the suite was started (tests/ctrl_c.py)
         )
         assert proc.stderr is not None
         seen = []

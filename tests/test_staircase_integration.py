@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ctrl_c import sigint_raises
 from servecheck import exitcodes
 from servecheck.cli import main as main_mod
 from servecheck.sim import SimConfig, sim_in_thread
@@ -129,11 +130,12 @@ def test_ctrl_c_saves_the_partial_run(tmp_path, capsys):
     """A real SIGINT mid-run: exit 130, and the JSON holds what was measured, marked incomplete."""
     json_path = tmp_path / "partial.json"
     timer = threading.Timer(2.5, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    try:
-        code = run_cli(SimConfig(mode="serial", **TIMING), "--n", "1,2,4,8", "--json", str(json_path))
-    finally:
-        timer.cancel()
+    with sigint_raises():  # even where the suite was started with SIGINT ignored (tests/ctrl_c.py)
+        timer.start()
+        try:
+            code = run_cli(SimConfig(mode="serial", **TIMING), "--n", "1,2,4,8", "--json", str(json_path))
+        finally:
+            timer.cancel()
     assert code == 130
     doc = json.loads(json_path.read_text())
     assert doc["complete"] is False
