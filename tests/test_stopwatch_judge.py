@@ -241,11 +241,27 @@ def _sends(first: float, warm: float, control: float, floor: float | None) -> li
     # a prompt whose prefill is lost in the request's fixed cost: a hit would not show
     pytest.param(0.05, 0.05, 0.05, 0.04, "unknown", id="floor-too-close-to-tell"),
     pytest.param(0.40, 0.41, 0.40, None, "unknown", id="no-floor-recorded"),
+    # real llama.cpp with cache_prompt forced off, busy: the repeats as slow as the first send, the one
+    # control send 1.3x slower than both; against the first send a hit would show (0.02x)
+    pytest.param(0.40, 0.41, 0.53, 0.008, "inert", id="a-slow-control-and-the-first-send-decides"),
+    # the same slow control beside repeats at half the first send: neither a hit nor a miss
+    pytest.param(0.40, 0.20, 0.53, 0.008, "unknown", id="half-the-first-send-is-neither"),
+    # a hit is never read inert, whatever the control did
+    pytest.param(0.40, 0.010, 2.00, 0.008, "working", id="hits-beside-a-very-slow-control"),
 ])
 def test_the_prefix_cache_by_timing_alone(first, warm, control, floor, verdict) -> None:
     got = decide_cache(_sends(first, warm, control, floor))
     assert got.verdict == verdict, got.reason
     assert got.signal == ("none" if verdict == "unknown" else "timing")
+
+
+def test_inert_against_the_first_send_says_which_reference_decided() -> None:
+    got = decide_cache(_sends(0.40, 0.41, 0.53, 0.008))
+    assert "of the first send of the same prompt" in got.reason and "0.02x it" in got.reason, got.reason
+    assert "the one control send took 1.29x the repeats' time" in got.reason, got.reason
+    floor_close = decide_cache(_sends(0.05, 0.05, 0.07, 0.04))
+    assert floor_close.verdict == "unknown"
+    assert "a short prompt took 0.80x the first send's time too" in floor_close.reason, floor_close.reason
 
 
 def test_a_queue_with_a_long_prefill_is_not_read_as_flat_from_its_schedule() -> None:
