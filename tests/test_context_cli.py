@@ -33,10 +33,11 @@ def run_main(args: list[str], open_driver: DriverFactory | None = None) -> int:
     return int(info.value.code or 0)
 
 
-def sweep(tmp_path: Path, *extra: str, config: SimConfig | None = None, depths: str = "0,512,2048") -> tuple[int, dict]:
+def sweep(tmp_path: Path, *extra: str, config: SimConfig | None = None, depths: str = "0,512,2048",
+          tokens: str = TOKENS) -> tuple[int, dict]:
     out = tmp_path / "context.json"
     with sim_in_thread(config or SimConfig(**FAST)) as sim:
-        code = run_main(["context", sim.url, "--depths", depths, "--tokens", TOKENS, "--json", str(out), *extra])
+        code = run_main(["context", sim.url, "--depths", depths, "--tokens", tokens, "--json", str(out), *extra])
     return code, json.loads(out.read_text()) if out.exists() else {}
 
 
@@ -184,15 +185,17 @@ def test_html_chart_and_diff_side_by_side_by_depth(tmp_path, capsys):
     html = tmp_path / "c.html"
     db = tmp_path / "h.db"
     model = write_gguf(tmp_path / "dense.gguf", "llama", DENSE_KV, dense_tensors(tied=False))
-    # 4 ms and 8 ms a token: at 2 and 4 ms a neighbour's load (the suite's pytest workers on 2 cores)
-    # moved the measured ratio out of 0.3-0.9 in a fresh-clone run
+    # 4 ms and 8 ms a token, 64 tokens a depth: at 2 and 4 ms a neighbour's load (the suite's pytest workers
+    # on 2 cores) moved the measured ratio out of 0.3-0.9 in a fresh-clone run, and at 4 and 8 ms with 16
+    # tokens (64 ms a depth, where one 30 ms stall moves a rate by half) in another (840e6ed)
     base = SimConfig(**{**FAST, "token_s": 0.004})
-    sweep(tmp_path, "--db", str(db), "--html", str(html), "--model", str(model), "--bandwidth", "10", config=base)
+    sweep(tmp_path, "--db", str(db), "--html", str(html), "--model", str(model), "--bandwidth", "10", config=base,
+          tokens="64")
     page = html.read_text()
     assert "Decode rate against context depth" in page and "predicted at constant utilization" in page
     assert "Context effect" in page
     slow = SimConfig(**{**FAST, "token_s": 0.008})
-    sweep(tmp_path, "--db", str(db), config=slow)
+    sweep(tmp_path, "--db", str(db), config=slow, tokens="64")
     capsys.readouterr()
     assert run_main(["diff", "1", "2", "--db", str(db)]) == 0
     out = capsys.readouterr().out
