@@ -103,10 +103,16 @@ async def test_ten_of_ten_and_the_chunk_within_a_quarter(kw: dict, verdict: str)
 
 
 async def test_isolated_prefill_reads_isolated() -> None:
-    doc = await measure(SimConfig(mode="batched", token_s=0.010, per_seq_s=0.001, prompt_token_s=PROMPT_TOKEN_S,
+    # A prefill window of 1.6 s at 8,192 tokens (0.2 ms a prompt token, four times the chunk tests'): beside
+    # the suite's other pytest worker one 200 ms stall covered 46% of a 0.43 s window and the run rightly
+    # said `inconclusive` (4116267); isolated allows a fifth, so the same stall now stays inside it.
+    doc = await measure(SimConfig(mode="batched", token_s=0.010, per_seq_s=0.001, prompt_token_s=4 * PROMPT_TOKEN_S,
                                   n_ctx=16384, prefill_isolated=True), 3)
     assert doc["verdict"] == "isolated", doc["verdict_reason"]
-    assert doc["evidence"]["stretch_hi"] < inf.STRETCH_RATIO
+    # what decided it: no gap stretched at all, or stretched gaps tiling at most a fifth of every window
+    e = doc["evidence"]
+    assert e["stretch_hi"] < inf.STRETCH_RATIO or e["stretched_share_max"] <= inf.ISOLATED_SHARE, doc["verdict_reason"]
+    assert e["cover_hi"] < inf.BLOCKING_COVER
 
 
 async def test_reps_are_kept_beside_each_pooled_point() -> None:
