@@ -1,11 +1,22 @@
 """Hand-built result documents of every kind, with known numbers: for tests and for previewing the
-report without a server (`render_html(samples.all_kinds())`)."""
+report without a server (`render_html(*samples.typed(samples.all_kinds()))`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from servecheck.analysis.readings import read_report
+from servecheck.model.readings import ReportReading
+from servecheck.model.result import RunResult, from_doc
+
 ENVIRONMENT: dict[str, Any] = {"os": "Linux 6.1", "cpu_model": "Example CPU", "cpu_count": 8, "python": "3.11.9", "gpu": None}
+
+
+def typed(docs: Sequence[dict[str, Any]]) -> tuple[list[RunResult[Any]], ReportReading]:
+    """The documents as the HTML report takes them: typed, with what the analysis read off them."""
+    runs = [from_doc(doc) for doc in docs]
+    return runs, read_report(runs)
 
 
 def _envelope(command: str, model: str = "example-model", **params: Any) -> dict[str, Any]:

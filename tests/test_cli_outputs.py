@@ -9,7 +9,7 @@ import pytest
 from servecheck import exitcodes
 from servecheck import sim
 from servecheck.cli import main as main_mod
-from servecheck.cli.common import Recorder
+from servecheck.cli.common import output_sinks
 from servecheck.errors import UsageError
 
 
@@ -33,9 +33,10 @@ def test_staircase_refuses_an_unwritable_output_before_measuring(tmp_path: Path,
     assert not db.exists()  # not even the history row a run writes when it starts
 
 
-def test_recorder_checks_each_path(tmp_path: Path) -> None:
+def test_output_sinks_check_each_path(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="it is a folder"):
-        Recorder(json_path=str(tmp_path), html_path=None, db_path=None, no_save=True)
+        output_sinks(json_path=str(tmp_path), html_path=None, db_path=None, no_save=True)
     with pytest.raises(UsageError, match="does not exist"):
-        Recorder(json_path=None, html_path=str(tmp_path / "no" / "r.html"), db_path=None, no_save=True)
-    Recorder(json_path="-", html_path=str(tmp_path / "r.html"), db_path=None, no_save=True)  # stdout and a new file are fine
+        output_sinks(json_path=None, html_path=str(tmp_path / "no" / "r.html"), db_path=None, no_save=True)
+    sinks = output_sinks(json_path="-", html_path=str(tmp_path / "r.html"), db_path=None, no_save=True)  # stdout and a new file are fine
+    assert [type(s).__name__ for s in sinks] == ["JsonFileSink", "HtmlFileSink"]

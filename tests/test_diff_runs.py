@@ -12,7 +12,9 @@ from servecheck.cli import main as main_mod
 from servecheck.errors import UsageError
 from servecheck.model.result import from_doc
 import samples
-from servecheck.report.diff import RISING_RATIO, diff_runs, growth_ratio, per_stream, trend_of
+from servecheck.analysis.across import diff_runs, growth_ratio, trend_of
+from servecheck.model.bodies.staircase import RISING_RATIO
+from servecheck.report.diff import per_stream
 from servecheck.store.db import open_store
 
 

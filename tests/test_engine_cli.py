@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 
-from servecheck.cli import demo
+from servecheck.jobs import demo as demo_job
+from servecheck.model.bodies import demo as demo_body
+from servecheck.model.result import from_doc
+from servecheck.report.lines import demo as report
 from servecheck.engine.build import EngineBinary
 from servecheck.engine.local import LocalEngine
 
@@ -82,8 +85,17 @@ def _doc(verdict: str, aggs: tuple[float, float, float], valid: bool = True) -> 
     }
 
 
-def _run(parallel: int, expected: str, doc: dict[str, Any]) -> demo.DemoRun:
-    return demo.DemoRun(parallel, expected, doc, 1, ("llama-server",), None, Path("x.log"), None)
+def _run(parallel: int, expected: str, doc: dict[str, Any]) -> demo_job.DemoRun:
+    return demo_job.DemoRun(parallel, expected, doc, 1, ("llama-server",), None, Path("x.log"), None)
+
+
+def typed(runs: list[demo_job.DemoRun]) -> tuple[demo_body.DemoRun, ...]:
+    """The runs as the demo document holds them, read back typed: what the report renders."""
+    return from_doc({"command": "demo", "runs": [r.to_dict() for r in runs]}).body.runs
+
+
+def verdict_cell(run: demo_job.DemoRun) -> str:
+    return report.verdict_cell(typed([run])[0])
 
 
 @pytest.mark.parametrize(
@@ -98,7 +110,7 @@ def _run(parallel: int, expected: str, doc: dict[str, Any]) -> demo.DemoRun:
 def test_demo_outcome(v1: str, v4: str, valid: bool, ok: bool) -> None:
     runs = [_run(1, "staircase", _doc(v1, (250, 250, 251), valid)), _run(4, "cluster", _doc(v4, (250, 400, 520)))]
     assert all(r.as_expected for r in runs) is ok
-    text = demo.lesson(runs)
+    text = report.lesson(typed(runs))
     if ok:
         assert "staircase, 251 tok/s at N=4" in text and "cluster, 520 tok/s" in text
     else:
@@ -110,26 +122,27 @@ def test_demo_table_and_json_shape() -> None:
 
     runs = [_run(1, "staircase", _doc("staircase", (250, 250, 251))), _run(4, "cluster", _doc("cluster", (250, 400, 520)))]
     console = Console(width=200, record=True, no_color=True)
-    console.print(demo.comparison_table(runs))
+    console.print(report.comparison_table(typed(runs)))
     text = console.export_text()
     assert "--parallel 1" in text and "--parallel 4" in text
     assert "staircase (as expected)" in text and "cluster (as expected)" in text
     assert "finish 2.00 / 4.00 / 6.00 / 8.00 s · 251 tok/s" in text
     engine = LocalEngine(EngineBinary(Path("/x/llama-server"), "1 (abc)", "cache"), Path("/m/tiny.gguf"), "tiny")
-    doc = demo.demo_doc(engine, runs, tokens=512, prompt_tokens=32, threads=1)
-    assert doc["command"] == "demo" and doc["as_expected"] is True
+    demo_engine = demo_job.DemoEngine("llamacpp", engine, 1)
+    doc = {**demo_job.demo_head(demo_engine, tokens=512, prompt_tokens=32), **demo_job.demo_fields(demo_engine, runs)}
+    assert doc["command"] == "demo" and doc["as_expected"] is True and doc["params"]["threads"] == 1
     assert doc["verdicts"] == {"parallel_1": "staircase", "parallel_4": "cluster"}
     assert [r["parallel"] for r in doc["runs"]] == [1, 4]
 
 
 def test_verdict_cell_says_why_a_right_verdict_does_not_count() -> None:
-    assert demo.verdict_cell(_run(1, "staircase", _doc("staircase", (1, 1, 1)))) == "staircase (as expected)"
+    assert verdict_cell(_run(1, "staircase", _doc("staircase", (1, 1, 1)))) == "staircase (as expected)"
     invalid = _run(1, "staircase", _doc("staircase", (1, 1, 1), valid=False))
-    assert demo.verdict_cell(invalid) == "staircase (as expected, but the run is invalid)"
+    assert verdict_cell(invalid) == "staircase (as expected, but the run is invalid)"
     wrong = _run(4, "cluster", _doc("partial", (1, 1, 1), valid=False))
-    assert demo.verdict_cell(wrong) == "partial (EXPECTED cluster, run invalid)"
+    assert verdict_cell(wrong) == "partial (EXPECTED cluster, run invalid)"
     partial = _run(4, "cluster", {**_doc("cluster", (1, 2, 3)), "complete": False})
-    assert demo.verdict_cell(partial) == "cluster (as expected, interrupted)"
+    assert verdict_cell(partial) == "cluster (as expected, interrupted)"
 
 
 def test_ctrl_c_in_the_demo_saves_what_was_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -140,7 +153,7 @@ def test_ctrl_c_in_the_demo_saves_what_was_measured(tmp_path: Path, monkeypatch:
     from servecheck.cli import main as main_mod
 
     engine = LocalEngine(EngineBinary(Path("/x/llama-server"), "1 (abc)", "cache"), Path("/m/tiny.gguf"), "tiny")
-    monkeypatch.setattr(demo, "provision_local", lambda *a, **k: engine)
+    monkeypatch.setattr(demo_job, "provision_local", lambda *a, **k: engine)
     monkeypatch.setenv("SERVECHECK_CACHE_DIR", str(tmp_path / "cache"))
 
     def fake_run_one(engine, parallel, expected, *, on_snapshot=None, **kw):  # type: ignore[no-untyped-def]
@@ -149,7 +162,7 @@ def test_ctrl_c_in_the_demo_saves_what_was_measured(tmp_path: Path, monkeypatch:
         on_snapshot(_run(4, "cluster", {**_doc("cluster", (250, 400, 520)), "complete": False}))
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(demo, "run_one", fake_run_one)
+    monkeypatch.setattr(demo_job, "run_one", fake_run_one)
     path = tmp_path / "demo.json"
     with pytest.raises(SystemExit) as info:
         main_mod.main(["demo", "--json", str(path), "--no-save"])

@@ -127,7 +127,7 @@ def test_report_renders_and_hostile_strings_stay_text(tmp_path: Path) -> None:
     docs = [staircase, samples.arms(), samples.prefix_cache(working=True), samples.roofline(), hostile_log(),
             simulated_log(tmp_path)]
     report = tmp_path / "report.html"
-    write_html(report, docs)
+    write_html(report, *samples.typed(docs))
 
     seen = open_report(report, tmp_path)
 

@@ -62,7 +62,7 @@ class Collector(HTMLParser):
 
 
 def parse(docs: list[dict[str, Any]]) -> tuple[str, Collector]:
-    page = report_html.render_html(docs)
+    page = report_html.render_html(*samples.typed(docs))
     collector = Collector()
     collector.feed(page)
     return page, collector
@@ -165,7 +165,8 @@ def test_log_findings_table() -> None:
 
 
 def test_unknown_kind_gets_key_value_tables() -> None:
-    doc = {"command": "audit", "format": "gguf", "bytes_per_token": 1849, "groups": [{"group": "attention", "bytes": 12}, {"group": "<b>x</b>"}]}
+    # a command this release has no record for: its fields are drawn as saved
+    doc = {"command": "future-kind", "format": "gguf", "bytes_per_token": 1849, "groups": [{"group": "attention", "bytes": 12}, {"group": "<b>x</b>"}]}
     page, c = parse([doc])
     assert "gguf" in page and "1.85 kB" in page  # a byte count reads in decimal units
     assert "<th>group</th><th>bytes</th>" in page and "&lt;b&gt;x&lt;/b&gt;" in page
@@ -225,18 +226,18 @@ def test_every_kind_escapes_hostile_strings() -> None:
 
 def test_write_html_atomic_and_bad_path(tmp_path: Path) -> None:
     target = tmp_path / "r.html"
-    report_html.write_html(target, [samples.roofline()])
+    report_html.write_html(target, *samples.typed([samples.roofline()]))
     assert target.read_text().startswith("<!DOCTYPE html>")
     assert [p.name for p in tmp_path.iterdir()] == ["r.html"]
     with pytest.raises(UsageError, match="does not exist"):
-        report_html.write_html(tmp_path / "missing" / "r.html", [samples.roofline()])
+        report_html.write_html(tmp_path / "missing" / "r.html", *samples.typed([samples.roofline()]))
 
 
 def test_written_files_get_the_mode_open_would_give(tmp_path: Path) -> None:
     """The temp file behind the atomic write is 0600; the result must not stay private to its owner."""
     old = os.umask(0o022)
     try:
-        report_html.write_html(tmp_path / "r.html", [samples.roofline()])
+        report_html.write_html(tmp_path / "r.html", *samples.typed([samples.roofline()]))
         write_json(tmp_path / "r.json", samples.roofline())
     finally:
         os.umask(old)
@@ -273,7 +274,8 @@ def test_staircase_reasons_self_reported_sum_and_named_requests() -> None:
     doc["verdict_reason"] = "N=4: 4 finishes one at a time <b>"
     doc["trend_reason"] = "aggregate stays at 1.00x N=1"
     doc["single_s"] = 1.0
-    doc["points"][2]["batches"][0]["self_reported_sum_tok_s"] = 256.4
+    batch = doc["points"][2]["batches"][0]
+    batch["self_reported_sum_tok_s"], batch["aggregate_tok_s"] = 256.4, doc["points"][2]["aggregate_tok_s"]
     doc["valid"] = False
     doc["invalid"] = [{"code": "output_length", "message": "1 request(s) more than 5% away", "hint": "pin the length",
                        "requests": [{"n": 4, "rep": 0, "index": 3, "nonce": "abc123", "detail": "23 tokens vs modal 64"}]}]
@@ -281,12 +283,24 @@ def test_staircase_reasons_self_reported_sum_and_named_requests() -> None:
     page, c = parse([doc])
     text = "".join(c.text)
     assert "N=4: 4 finishes one at a time <b>" in text and "aggregate stays at 1.00x N=1" in text
-    assert "sum of self-reported rates (misleading)" in text
+    assert "sum of self-reported rates" in text
     misleading = [i for i, (t, a) in enumerate(c.tags) if t == "span" and a.get("class") == "misleading"]
-    assert len(misleading) == 1 and "256.4" in page
+    assert len(misleading) == 1 and "256.4 (misleading)" in text  # a document without the flag keeps the word
     assert "N=4 rep 1 request #3 (nonce abc123): 23 tokens vs modal 64" in text
     assert "Single-request time 1.00 s" in text
     assert "a note <i>" in text and "a note &lt;i&gt;" in page
+
+
+def test_a_self_reported_sum_that_agrees_is_not_called_misleading() -> None:
+    """A batching server's sum is right: the rep recorded so, and the report says so, as the terminal does."""
+    doc = samples.staircase(serial=False)
+    batch = doc["points"][2]["batches"][0]
+    batch["self_reported_sum_tok_s"], batch["self_reported_misleading"] = 512.0, False
+    batch["aggregate_tok_s"] = doc["points"][2]["aggregate_tok_s"]
+    page, c = parse([doc])
+    text = "".join(c.text)
+    assert "512 (agrees)" in text and "(misleading)" not in text
+    assert not [a for t, a in c.tags if t == "span" and a.get("class") == "misleading"]
 
 
 def test_arms_intervals_and_checks() -> None:

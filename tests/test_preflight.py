@@ -277,13 +277,16 @@ def test_the_stamp_server_exits_when_its_client_is_killed():
 
 def test_the_html_report_shows_each_n_of_the_pre_flight(tmp_path):
     """A saved run with one client-bound N: the report's pre-flight table names it."""
+    from servecheck.analysis.readings import read_run
+    from servecheck.model.result import from_doc
     from servecheck.report.html import render_doc
 
     bound = ClientCheck(streams=8, tolerance_ms=5.0, basis="5% of the 100 ms warm-up request", tried=(cal(1, 9.0, 1.0),))
     fine = ClientCheck(streams=1, tolerance_ms=5.0, basis="5% of the 100 ms warm-up request", tried=(cal(1, 1.0),))
     doc = {"schema_version": 1, "command": "staircase", "valid": False, "complete": True, "simulated": True,
            "calibration": "on", "client_checks": [fine.to_dict(), bound.to_dict()], "points": []}
-    html = render_doc(doc)
+    run = from_doc(doc)
+    html = render_doc(run, read_run(run))
     assert "Client pre-flight" in html and "5% of the 100 ms warm-up request" in html
     assert html.count("CLIENT-BOUND") == 1 and "10.0" in html
 

@@ -11,6 +11,8 @@ import pytest
 from rich.console import Console
 
 import samples
+from servecheck.analysis.readings import read_run
+from servecheck.model.result import from_doc
 from servecheck.report.terminal import progress, render_doc
 
 
@@ -66,7 +68,7 @@ def test_progress_stops_on_error() -> None:
 
 def rendered(doc: dict[str, Any]) -> str:
     console = Console(file=io.StringIO(), width=120, color_system=None)
-    console.print(render_doc(doc))
+    console.print(render_doc(doc, read_run(from_doc(doc)).verdict))
     return console.file.getvalue()  # type: ignore[attr-defined]
 
 

@@ -14,7 +14,7 @@ import pytest
 from servecheck.errors import ServerError
 from servecheck.experiments.staircase import StaircaseExperiment
 from servecheck.load.fake import FakeDriver, FakeServer, flat
-from servecheck.results.runner import run_experiment
+from servecheck.results.runner import run_experiment, run_job
 
 QUEUE = FakeServer(slots=1, ttft_s=flat(0.01), token_s=flat(0.001))
 HEAD = {"schema_version": 1, "command": "staircase", "params": {"n": [1, 2]}}
@@ -100,3 +100,66 @@ def test_an_error_before_any_point_saves_no_partial() -> None:
     with pytest.raises(ServerError):
         run_experiment(experiment(), lambda: FakeDriver(replace(QUEUE, fail_warmup=True)), [sink], head=HEAD)
     assert sink.kinds() == ["start"] and sink.closed
+
+
+# ---------------------------------------------------------------- a job: the same loop without a server
+
+
+class Counting:
+    """A job of three points that fails as the test says: points are 1, 2, 3; the result is their sum."""
+
+    def __init__(self, fail_at: int | None = None, error: BaseException | None = None) -> None:
+        self.fail_at, self.error = fail_at, error
+
+    def opening(self) -> dict[str, Any]:
+        return {"points": []}
+
+    def run(self, on_point: Any) -> tuple[int, ...]:
+        done: tuple[int, ...] = ()
+        for k in (1, 2, 3):
+            if k == self.fail_at and self.error is not None:
+                raise self.error
+            done += (k,)
+            on_point(done)
+        return done
+
+    def document(self, result: tuple[int, ...]) -> dict[str, Any]:
+        return {"points": list(result)}
+
+
+def test_a_job_writes_its_opening_a_partial_per_point_and_the_finish() -> None:
+    history, files = ListSink({"run_id": 3}), ListSink()
+    run = run_job(Counting(), [history, files], head=HEAD)
+    assert not run.interrupted and run.result == (1, 2, 3)
+    for sink in (history, files):
+        assert sink.kinds() == ["start", "partial", "partial", "partial", "finish"] and sink.closed
+        assert [doc["points"] for _, doc in sink.seen] == [[], [1], [1, 2], [1, 2, 3], [1, 2, 3]]
+        assert sink.seen[-1][1]["complete"] is True and sink.seen[-1][1]["run_id"] == 3
+
+
+def test_a_job_interrupted_keeps_its_points_as_incomplete() -> None:
+    sink = ListSink()
+    run = run_job(Counting(fail_at=3, error=KeyboardInterrupt()), [sink], head=HEAD)
+    assert run.interrupted and run.result == (1, 2)
+    assert run.doc is not None and run.doc["complete"] is False and run.doc["points"] == [1, 2]
+    assert sink.kinds()[-1] == "finish" and sink.closed
+
+
+def test_a_job_failing_after_a_point_keeps_it_then_propagates() -> None:
+    sink = ListSink()
+    with pytest.raises(ServerError):
+        run_job(Counting(fail_at=2, error=ServerError("boom")), [sink], head=HEAD)
+    kind, doc = sink.seen[-1]
+    assert kind == "finish" and doc["complete"] is False and doc["points"] == [1] and sink.closed
+
+
+def test_a_job_that_fails_or_is_interrupted_before_a_point_leaves_nothing() -> None:
+    for error in (ServerError("boom"), KeyboardInterrupt()):
+        sink = ListSink()
+        try:
+            run = run_job(Counting(fail_at=1, error=error), [sink], head=HEAD)
+        except ServerError:
+            pass
+        else:
+            assert run.interrupted and run.doc is None and run.result is None
+        assert sink.seen == [] and sink.closed

@@ -182,7 +182,7 @@ def test_run_file_leaves_out_deviant_cells_and_names_a_simulated_run(tmp_path: P
 )
 def test_probe_size_follows_the_resident_size_when_it_fits(monkeypatch: pytest.MonkeyPatch, resident: int | None,
                                                            available: int, size: int, says: str) -> None:
-    import servecheck.cli.roofline as roofline_cli
+    import servecheck.jobs.roofline as roofline_cli
 
     monkeypatch.setattr(roofline_cli, "available_memory_bytes", lambda: available)
     got, note = roofline_cli.probe_size(resident)

@@ -31,7 +31,7 @@ def test_roofline_url_measures_decode_rate(tmp_path: Path, capsys: pytest.Captur
 
 def test_ctrl_c_during_the_probe_keeps_the_measured_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    import servecheck.cli.roofline as roofline_cli
+    import servecheck.jobs.roofline as roofline_cli
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
@@ -91,3 +91,25 @@ def test_a_stream_cut_short_by_eos_is_named(tmp_path: Path, capsys: pytest.Captu
     doc = json.loads(out.read_text())
     assert doc["measurement"]["tokens"] == 20
     assert any("stopped at 20 of 40 tokens" in n for n in doc["notes"])
+
+
+def test_the_url_rate_goes_through_the_driver_seam_and_is_exact_on_a_scripted_server(tmp_path: Path) -> None:
+    """No CLI module opens a driver: a scripted server handed to main measures 5 ms a token exactly,
+    199 gaps after the first of 200 tokens: 200 tok/s, and utilization 200 x 1 GB / 400 GB/s = 0.5."""
+    from servecheck.load.fake import FakeDriver, FakeServer, flat
+
+    out = tmp_path / "r.json"
+    opened: list[object] = []
+
+    def open_driver(target: object) -> FakeDriver:
+        opened.append(target)
+        return FakeDriver(FakeServer(slots=1, token_s=flat(0.005)))
+
+    with pytest.raises(SystemExit) as exc:
+        main(["roofline", "--bytes-per-token", "1GB", "--url", "http://127.0.0.1:9", "--tokens", "200",
+              "--bandwidth", "400", "--no-save", "--json", str(out)], open_driver=open_driver)
+    assert exc.value.code == 0 and len(opened) == 1
+    doc = json.loads(out.read_text())
+    assert doc["tok_s"] == pytest.approx(200.0, rel=1e-6)
+    assert doc["utilization"] == pytest.approx([0.5, 0.5], rel=1e-6)
+    assert doc["measurement"]["tokens"] == 200 and doc["simulated"] is True

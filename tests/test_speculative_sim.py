@@ -88,7 +88,9 @@ async def test_verdicts_ten_of_ten(config, verdict: str) -> None:
 async def test_speculation_pays_alone_and_costs_at_four() -> None:
     """Law: alone a step of 6+1+4 ms gives 2 tokens (5.5 ms each) against 7 ms: pays; at N=4 a step of
     6+4+16 ms gives 2 tokens (13 ms each) against 10 ms: costs."""
-    doc = await measure(law(2.0), ns=(1, 4), tokens=96, reps=3, baseline=plain())
+    # Six reps: at N=1 a point has one stream a rep, and with three (t = 4.30 on 2 degrees of freedom) one
+    # stream a busy machine stalled spread the interval to [0.90, 2.38] around 1.37x in CI, `inconclusive`.
+    doc = await measure(law(2.0), ns=(1, 4), tokens=64, reps=6, baseline=plain())
     by = {(p["n"], p["prompt_kind"]): p for p in doc["points"]}
     for kind in ("predictable", "unpredictable"):
         assert by[(1, kind)]["pays"] == "pays", by[(1, kind)]["pays_reason"]

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from servecheck import exitcodes
+from servecheck.analysis.readings import read_run
 from servecheck.cli import main as main_mod
 from servecheck.cli import staircase as cli_sc
 from servecheck.load.fake import FakeDriver, FakeServer, flat
@@ -124,8 +125,9 @@ def test_trap_and_queue_lines_take_the_median_over_reps():
         {"self_reported_sum_tok_s": 800.0, "aggregate_tok_s": 50.0, "queue_s": [0.0, None]},
     ]
     doc = {"command": "staircase", "points": [{"n": 2, "aggregate_tok_s": 999.0, "batches": batches}]}
-    body = from_doc(doc).body
-    (trap,) = lines_sc.trap_lines(body)
+    run = from_doc(doc)
+    body, reading = run.body, read_run(run)
+    (trap,) = lines_sc.trap_lines(body, reading)
     assert "sum of self-reported rates 420.0 tok/s (MISLEADING)  vs true aggregate 100.0 tok/s" in trap
-    (queue,) = lines_sc.queue_lines(body)
+    (queue,) = lines_sc.queue_lines(body, reading)
     assert queue.endswith("0.00 / 1.10 s")  # the third rep lacks server timings for one request

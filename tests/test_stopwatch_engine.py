@@ -2,7 +2,8 @@
 routes, no timings, no cache counts), servecheck's command decides from the client's own times.
 
 One `--parallel 1` server serves every test here (module scope): a queue whose gauges the proxy
-makes lie, and its prefix cache read from timing alone, on and forced off by the proxy. Each test
+makes lie, and its prefix cache read from timing alone, on and forced off by the proxy (once with
+the control send held 3 s, so that only the first send can show the cache inert). Each test
 runs the command once and keeps that first try; only an `inconclusive` first try is measured once
 more, and both tries are printed (the campaign in benchmarks/truth_campaign.py counts first tries)."""
 
@@ -74,3 +75,19 @@ def test_the_prefix_cache_from_timing_alone_behind_the_proxy(serial_url: str, fl
     assert doc["verdict"] == truth, doc["verdict_reason"]
     assert doc["analysis"]["signal"] == "timing"  # the proxy took every counter off the wire
     assert all(s.get("cached_tokens") is None for s in doc["sends"])
+
+
+def test_a_slow_control_leaves_inert_to_the_first_send_behind_the_proxy(serial_url: str) -> None:
+    """The cache forced off and the control send (the fourth completion) held 3 s by the proxy: the
+    control can be no reference, and `inert` must come from the first send of the same prompt, a
+    fresh prefill too. The path a busy machine took when the one control send came out slow, here
+    made to happen on the real engine."""
+    with proxy(serial_url, "--no-cache-prompt", "--hold", "4:3") as url:
+        def run() -> dict:
+            return servecheck("prefix-cache", url, "--api", "openai-chat", "--prompt-tokens", str(CACHE_PROMPT_TOKENS))[1]
+        doc = first_try(run, lambda d: d["verdict"] != "unknown")
+    control = next(s["ttft_s"] for s in doc["sends"] if s["kind"] == "control")
+    assert control > 3.0  # it was held
+    assert doc["verdict"] == "inert", doc["verdict_reason"]
+    assert "the first send of the same prompt" in doc["verdict_reason"]
+    assert doc["analysis"]["signal"] == "timing"

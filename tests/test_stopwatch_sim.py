@@ -119,3 +119,31 @@ def test_the_proxy_takes_the_servers_self_report_off_each_event() -> None:
     assert got == {"choices": [{"delta": {"content": "x"}}], "usage": {"completion_tokens": 8}}
     assert strip_event_line(b"data: [DONE]") == b"data: [DONE]"
     assert strip_event_line(b": ping") == b": ping"
+
+
+def test_a_control_held_by_the_proxy_leaves_inert_to_the_first_send(tmp_path) -> None:
+    """Ground truth: the simulator's cache is off, and the proxy holds the fourth completion (the
+    control send) 1 s. The control is then no reference (the repeats took a fraction of it), and
+    `inert` is decided against the first send of the same prompt, the comparison its reason names."""
+    out = tmp_path / "pc.json"
+    with sim_in_thread(SimConfig(prefix_cache="off", mode="slots", token_s=0.002, per_seq_s=0.0,
+                                 prompt_token_s=0.0003)) as sim, proxy(sim.url, "--hold", "4:1.0") as url:
+        with pytest.raises(SystemExit):
+            main_mod.main(["prefix-cache", url, "--api", "openai-chat", "--prompt-tokens", "1000", "--json", str(out),
+                           "--no-save"])
+    doc = json.loads(out.read_text())
+    sends = {s["kind"]: s["ttft_s"] for s in doc["sends"] if s["kind"] != "repeat"}
+    repeats = [s["ttft_s"] for s in doc["sends"] if s["kind"] == "repeat"]
+    assert sends["control"] > 1.0 > 2 * max(repeats)  # the held send, and repeats well under it
+    assert doc["verdict"] == "inert", doc["verdict_reason"]
+    assert "the first send of the same prompt" in doc["verdict_reason"]
+    assert "the one control send took" in doc["verdict_reason"]
+
+
+def test_the_proxy_refuses_a_hold_it_cannot_read() -> None:
+    from servecheck.sim.proxy import parse_hold
+
+    assert parse_hold("4:2.5") == (4, 2.5)
+    for bad in ("4", "0:1", "4:0", "4:61", "x:1", "4:y"):
+        with pytest.raises(Exception, match="K:SECONDS"):
+            parse_hold(bad)

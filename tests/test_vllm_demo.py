@@ -1,5 +1,12 @@
-"""`servecheck demo --engine vllm` end to end on the real vLLM: --max-num-seqs 1 queues (staircase),
---max-num-seqs 4 batches (cluster), both logs audited, no vLLM process left."""
+"""`servecheck demo --engine vllm` end to end on the real vLLM: --max-num-seqs 1 queues (staircase,
+flat), --max-num-seqs 4 batches (cluster, rising), both logs audited, no vLLM process left.
+
+The demo's two staircases are the suite's vLLM staircase checks at one and four sequences: the same
+measurement a user's `staircase` makes (`CheckedDriver` with its pre-flight, N = 1, 2, 4, 256 tokens,
+an undecided point measured again up to 3 reps), so the tests below assert of them what a verdict test
+asserts (valid, decided by the completion times, vLLM's gauges agreeing with what it was told), on the
+one run a user gets: no retry, every verdict and trend recorded as a first try. The two-sequence
+staircase, arms and the rest: tests/test_vllm_verdicts.py."""
 
 from __future__ import annotations
 
@@ -16,6 +23,8 @@ from servecheck.engine.vllm import provision_vllm_local
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1500)]
 
 EXPECTED = {"parallel_1": "staircase", "parallel_4": "cluster"}
+TRENDS = {1: "flat", 4: "rising"}  # one sequence buys nothing; four share each step
+PEAKS = {1: (1, 3), 4: (4, 0)}  # vLLM's peak running and waiting at N=4, told --max-num-seqs 1 or 4
 
 
 def _alive(pid: int) -> bool:
@@ -57,6 +66,9 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory, first_try: Any,
     for config, expected in EXPECTED.items():
         got = doc["verdicts"].get(config, "missing")
         first_try.record(f"{request.node.nodeid}[{config}]", expected, got, got)
+    for run in doc["runs"]:
+        trend = run["staircase"]["trend"]
+        first_try.record(f"{request.node.nodeid}[parallel_{run['parallel']} trend]", TRENDS[run["parallel"]], trend, trend)
     doc["_left"] = sorted(set(_vllm_pids()) - before)
     return proc, doc
 
@@ -77,6 +89,28 @@ def test_vllm_demo_shows_staircase_and_cluster(demo_run: tuple[subprocess.Comple
     audits = {p: {f["feature"]: f["status"] for f in r["log_audit"]["findings"]} for p, r in runs.items()}
     assert audits[1]["continuous_batching"] == "refused", audits
     assert audits[4]["continuous_batching"] == "confirmed", audits
+
+
+@pytest.mark.parametrize("parallel", [1, 4])
+def test_vllm_demo_staircase_is_decided_by_the_stopwatch(demo_run: tuple[subprocess.CompletedProcess[str], dict],
+                                                         parallel: int) -> None:
+    """Each run valid and calibrated, every definite point naming the completion times, every request
+    the 256 tokens asked, the trend right, and vLLM's own gauges at N=4 showing what it was told."""
+    _, doc = demo_run
+    stair = {r["parallel"]: r for r in doc["runs"]}[parallel]["staircase"]
+    print(parallel, stair["verdict"], stair["trend"], [(p["n"], p["finish_s"], p["reps_taken"], p["evidence"])
+                                                       for p in stair["points"]])
+    assert stair["valid"], stair["invalid"]
+    assert stair["calibration"] == "on" and stair["simulated"] is False
+    assert [p["n"] for p in stair["points"]] == [1, 2, 4]
+    for point in stair["points"]:
+        if point["verdict"] not in ("baseline", "inconclusive"):
+            assert "completion_times" in point["evidence"], (point["n"], point["verdict"], point["evidence"])
+    assert all(t == doc["params"]["tokens"] for p in stair["points"] for t in p["tokens"])
+    assert stair["trend"] == TRENDS[parallel], stair["trend_reason"]
+    top = stair["points"][-1]["batches"][-1]["gauges"]
+    assert top is not None and top["source"] == "vllm /metrics", top
+    assert (top["peak_running"], top["peak_waiting"]) == PEAKS[parallel], top
 
 
 def test_vllm_demo_leaves_no_vllm_process(demo_run: tuple[subprocess.CompletedProcess[str], dict]) -> None:

@@ -8,10 +8,17 @@ must read the same in `staircase` and in `diff`.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from servecheck.analysis.staircase import classify_trend
+from servecheck.errors import UsageError
+from servecheck.model.bodies.arms import ArmsBody
 from servecheck.model.bodies.common import Request
+from servecheck.model.bodies.staircase import StaircaseBody
+from servecheck.model.result import RunResult
+from servecheck.model.sidebyside import DIFFABLE, Diff, Line, config_notes, label_for, marks_of
 
 # Within 10% across levels the per-stream rate is "constant" (seed 000: ~95-98 on every line).
 PER_STREAM_STEADY = 1.10
@@ -75,3 +82,90 @@ def verdict_across(trends: Sequence[tuple[str, str]]) -> str:
         return "every configuration batches: all lines rise"
     subject = f"only {rising[0]} rises" if len(rising) == 1 else f"{', '.join(rising)} rise"
     return f"{subject}; flat: {', '.join(flat) or 'none'}" + tail
+
+
+# ---------------------------------------------------------------- staircase or arms runs, by level
+
+
+def diff_runs(runs: Sequence[RunResult[Any]], labels: Sequence[str] | None = None) -> Diff:
+    """Lay out the runs and say which lines rise. Raises UsageError for fewer than two or other commands."""
+    if len(runs) < 2:
+        raise UsageError("diff needs at least two runs", "give two or more run ids, e.g. servecheck diff 3 4 5")
+    for run in runs:
+        if run.command not in DIFFABLE:
+            raise UsageError(
+                f"{label_for(run, 'a run')} is a {run.command} run; diff compares staircase and arms runs "
+                "(or context runs with each other)",
+                "pick staircase or arms runs, or only context runs, from `servecheck history`",
+            )
+    names = list(labels) if labels is not None else [label_for(r, f"run {i + 1}") for i, r in enumerate(runs)]
+    configs = config_notes(runs)
+    lines = tuple(line_of(run, name, config) for run, name, config in zip(runs, names, configs))
+    levels = tuple(sorted({n for line in lines for n in line.aggregate_tok_s}))
+    return Diff(lines=lines, levels=levels, verdict=verdict_across([(line.label, line.trend) for line in lines]))
+
+
+def line_of(run: RunResult[Any], label: str, config: str = "—") -> Line:
+    body = run.body
+    staircase = isinstance(body, StaircaseBody)
+    aggregates = _staircase_aggregates(body) if staircase else _arms_aggregates(body)
+    own = body.trend if staircase else None
+    if own in ("rising", "flat", "inconclusive"):
+        trend, source = own, "run"
+    else:
+        trend, source = trend_of_levels(aggregates), "computed"
+    by_level = _staircase_rates(body) if staircase else _arms_rates(body)
+    per_level = {level: statistics.median(v) for level, v in sorted(by_level.items()) if v}
+    return Line(
+        label=label,
+        config=config,
+        command=run.command,
+        server_url=run.url,
+        model=run.model,
+        aggregate_tok_s=aggregates,
+        per_user_tok_s=_median([r for rates in by_level.values() for r in rates]),
+        ratio=growth_ratio(aggregates),
+        trend=trend,
+        trend_from=source,
+        per_user_by_level=per_level,
+        steady_per_stream_tok_s=statistics.median(per_level.values()) if per_stream_steady(per_level.values()) else None,
+        marks=marks_of(run),
+    )
+
+
+def _staircase_aggregates(body: StaircaseBody) -> dict[int, float]:
+    return {p.n: p.aggregate_tok_s for p in body.points if p.n is not None and p.aggregate_tok_s is not None}
+
+
+def _arms_aggregates(body: ArmsBody) -> dict[int, float]:
+    """Each arm's own median aggregate when given, else the median over its cells."""
+    out = {a.concurrency: a.aggregate_tok_s for a in body.arms if a.concurrency is not None and a.aggregate_tok_s is not None}
+    cells: dict[int, list[float]] = {}
+    for cell in body.cells:
+        if cell.concurrency is not None and cell.aggregate_tok_s is not None and cell.concurrency not in out:
+            cells.setdefault(cell.concurrency, []).append(cell.aggregate_tok_s)
+    out.update({c: statistics.median(v) for c, v in cells.items()})
+    return dict(sorted(out.items()))
+
+
+def _staircase_rates(body: StaircaseBody) -> dict[int, list[float]]:
+    """Per level, every request's per-stream rate: it falls with N on a batching server, so one
+    median over all levels would describe none of them."""
+    rates: dict[int, list[float]] = {}
+    for point in body.points:
+        found = [request_rate(r) for b in point.batches for r in b.requests]
+        if point.n is not None:
+            rates.setdefault(point.n, []).extend(r for r in found if r is not None)
+    return rates
+
+
+def _arms_rates(body: ArmsBody) -> dict[int, list[float]]:
+    rates: dict[int, list[float]] = {}
+    for cell in body.cells:
+        if cell.concurrency is not None and cell.per_user_rate_tok_s is not None:
+            rates.setdefault(cell.concurrency, []).append(cell.per_user_rate_tok_s)
+    return rates
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None

@@ -16,7 +16,7 @@ from typing import Any
 
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import median, mode
-from servecheck.model.bodies.arms import BiasMethod, Label
+from servecheck.model.bodies.arms import INTERVAL_LEVEL, BiasMethod, Label
 from servecheck.model.records import NS_PER_S, OUTPUT_LENGTH_TOLERANCE, RequestRecord
 
 
@@ -52,10 +52,8 @@ MIN_REPS_FOR_RISE = 3
 # (vLLM --max-num-seqs 1: 2- and 4-way stayed inconclusive over 12 reps while every cell the
 # gauges did read showed one running).
 MIN_GAUGE_CELL_SHARE = 0.5
-# Intervals for the median of within-rep ratios are distribution-free order statistics: exact
-# coverage from the binomial, no resampling, no seed. 95% is reached from six reps; below that the
-# widest interval there is ([min, max]) is used and its real level reported (three reps: 75%).
-INTERVAL_LEVEL = 0.95
+# INTERVAL_LEVEL, the level the intervals aim at, is the arms body's word (model.bodies.arms): the
+# reports print it.
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from servecheck.model.bodies.roofline import Gate
+from servecheck.model.figures import GIB
 
 GB = 1_000_000_000
-GIB = 1 << 30
 
 # The seed's pre-registered kill gate: at or above 55% of measured bandwidth a custom engine can win at
 # most ~0.9/0.55 = 1.6x and realistically 1.2-1.4x, so writing one is not worth it.
@@ -376,6 +376,11 @@ _UNITS: dict[str, int] = {
 }
 
 
+# A petabyte read per token: no model reads more, and inside it every rate and ratio stays finite
+# (1e300GB overflowed the arithmetic). A byte figure above it is refused (roofline, compare).
+MAX_BYTES_PER_TOKEN = 10**15
+
+
 def parse_bytes(text: str) -> int:
     """'1.849GB' -> 1849000000, '21GiB' -> 22548578304, '4096' -> 4096. GB = 10^9, GiB = 2^30.
 
@@ -405,8 +410,3 @@ def format_gib(nbytes: float, digits: int = 2) -> str:
     return f"{nbytes / GIB:.{digits}f} GiB"
 
 
-def format_figure(value: float) -> str:
-    """At least three significant figures without exponent: 181, 41.5, 2.53 (a small model's 2.5 GB/s
-    must not print as 3)."""
-    digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
-    return f"{value:.{digits}f}"

@@ -22,7 +22,7 @@ from servecheck.analysis.witness import (
     timing_reading,
     token_interval_cv,
 )
-from servecheck.model.bodies.staircase import Evidence, Schedule, Trend, Verdict
+from servecheck.model.bodies.staircase import RISING_RATIO, Evidence, Schedule, Trend, Verdict
 from servecheck.model.client import CLIENT_ERROR_FRAC, FIGURE_FRAC
 from servecheck.model.client import FIX as CLIENT_FIX
 from servecheck.model.client import ClientCheck
@@ -92,7 +92,7 @@ MISLEADING_SUM_FRAC = 0.10
 # Real batching climbs well above N=1 by N=4 (seed 000: "it is not flat"); a queue stays within a
 # few percent (91.2 vs 93.0 tok/s). Rising needs +30%; flat means within -15%..+15%; between the
 # two (or a fall below -15%) is left inconclusive rather than guessed.
-RISING_RATIO = 1.3
+# RISING_RATIO is the staircase's word (model.bodies.staircase): diff prints it beside its table.
 FLAT_LO_RATIO = 0.85
 FLAT_HI_RATIO = 1.15
 # N=1 measurements that spread more than this (slowest / fastest - 1) mean the machine's speed

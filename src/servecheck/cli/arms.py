@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from servecheck import exitcodes
+from servecheck.analysis.readings import read_run
 from servecheck.analysis.arms import DEFAULT_BIAS_LIMIT
 from servecheck.cli.common import (
     SIMULATED_BANNER,  # noqa: F401 - callers read the banner from the command's module
@@ -27,13 +28,13 @@ from servecheck.cli.measure import Progress, interrupted, measure, show_report
 from servecheck.cli.serve import Served, serve_option, served
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
-from servecheck.experiments.arms import ArmsDesign, ArmsExperiment, ArmsRun, pool_runs
+from servecheck.experiments.arms import ArmsDesign, ArmsExperiment, ArmsRun, PooledArmsJob, pool_runs
 from servecheck.model.bodies.arms import ArmsBody
 from servecheck.model.result import RunResult, from_doc
 from servecheck.probe.thermal import ThermalSampler
 from servecheck.report.lines.arms import report_lines
 from servecheck.results.jsonout import envelope, read_json
-from servecheck.results.runner import Recording
+from servecheck.results.runner import run_job
 from servecheck.store.db import open_store
 
 
@@ -101,7 +102,7 @@ def progress_line(run: ArmsRun) -> str:
 
 
 def _render(app: AppContext, run: RunResult[ArmsBody], json_to_stdout: bool, served_: Served | None = None) -> None:
-    show_report(app, report_lines(run), simulated=run.simulated, json_to_stdout=json_to_stdout, served=served_)
+    show_report(app, report_lines(run, read_run(run)), simulated=run.simulated, json_to_stdout=json_to_stdout, served=served_)
 
 
 @click.command("arms")
@@ -176,9 +177,11 @@ def cmd(
     if url is None and serve_command is None:
         pooled_only = ArmsRun(pooled.design or design, pooled=pooled.cells, pooled_from=pooled.names,
                               pooled_simulated=pooled.simulated, complete=True)
-        doc = {**envelope("arms", params, environment()), **pooled_only.to_doc(bias_limit=bias_limit)}
-        Recording(replace(output, no_save=True).sinks()).finish(doc)
-        result = from_doc(doc)
+        # nothing measured, so nothing new for the history: the files only
+        pooled_run = run_job(PooledArmsJob(pooled_only, bias_limit), replace(output, no_save=True).sinks(),
+                             head=envelope("arms", params, environment()))
+        assert pooled_run.doc is not None  # a job with nothing to measure cannot be interrupted before its document
+        result = from_doc(pooled_run.doc)
         _render(app, result, output.json_to_stdout)
         return exit_code(result)
     sinks = output.sinks()

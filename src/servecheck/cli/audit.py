@@ -8,12 +8,12 @@ from typing import Any
 import click
 from rich.table import Table
 
-from servecheck.audit.gguf_audit import kv_element_bytes
-from servecheck.audit import AuditOptions, AuditResult, audit_model
+from servecheck.audit.options import options_from
+from servecheck.audit import AuditResult, audit_model
 from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
-from servecheck.cli.common import check_input_file
-from servecheck.errors import AuditError, UsageError
+from servecheck.inputs import check_input_file
+from servecheck.errors import AuditError
 from servecheck.report.lines.audit import fmt_bytes
 from servecheck.results.jsonout import envelope, write_json
 
@@ -71,24 +71,6 @@ def summary_lines(result: AuditResult) -> list[str]:
 
 def audit_doc(result: AuditResult, params: dict[str, Any]) -> dict[str, Any]:
     return {**envelope("audit", params, environment()), **result.to_dict()}
-
-
-def check_kv_type(kv_type: str) -> None:
-    """An unknown --kv-type is a bad flag value (exit 2), refused before any file is read."""
-
-    try:
-        kv_element_bytes(kv_type)
-    except AuditError as exc:
-        raise UsageError(f"--kv-type: {exc.message}", exc.hint) from None
-
-
-def options_from(context: int | None, kv_type: str, experts_used: int | None) -> AuditOptions:
-    check_kv_type(kv_type)
-    if context is not None and context < 0:
-        raise UsageError("--context must be zero or more tokens", "e.g. --context 4096")
-    if experts_used is not None and experts_used < 1:
-        raise UsageError("--experts-used must be at least 1", "e.g. --experts-used 8")
-    return AuditOptions(context=context, kv_type=kv_type, experts_used=experts_used)
 
 
 @click.command("audit")

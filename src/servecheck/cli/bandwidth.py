@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
 
 import click
 
 from servecheck import exitcodes
 from servecheck.analysis.roofline import parse_bytes
-from servecheck.cli.common import Recorder, output_options
+from servecheck.cli.common import output_options, output_sinks
 from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
-from servecheck.probe import GIB, BandwidthResult, ProbePoint, measure_bandwidth
+from servecheck.model.bodies.bandwidth import BandwidthBody
+from servecheck.model.result import from_doc
+from servecheck.probe.job import BandwidthJob
+from servecheck.report.lines import bandwidth as report
 from servecheck.results.jsonout import envelope
-
-UNITS_LINE = "GB/s = 10^9 bytes per second; sizes in GiB = 2^30 bytes, MiB = 2^20 bytes"
-
+from servecheck.results.runner import run_job
 
 def parse_sizes(raw: str | None) -> list[int] | None:
     """'1,4,8GiB' -> sizes in bytes; a bare number takes the unit of the last item that has one (GiB if none)."""
@@ -41,44 +40,6 @@ def _unit(item: str) -> str:
     while i > 0 and item[i - 1].isalpha():
         i -= 1
     return item[i:]
-
-
-def fmt_size(nbytes: int) -> str:
-    """Binary units, as the sizes are given: 8 MiB stays 8 MiB rather than 0.01 GiB."""
-    if nbytes >= GIB:
-        return f"{nbytes / GIB:.2f} GiB"
-    return f"{nbytes / (1 << 20):.1f} MiB"
-
-
-def point_lines(result: BandwidthResult) -> list[str]:
-    return point_lines_of(result.points)
-
-
-def point_lines_of(points: Sequence[ProbePoint]) -> list[str]:
-    lines = []
-    for p in points:
-        line = f"{fmt_size(p.bytes):>10}  {p.gb_s:8.1f} GB/s  (median {p.low_gb_s:.1f})"
-        four, huge = p.run("4k"), p.run("huge")
-        if p.pages_differ and four and huge:
-            line += f"   4 KiB pages {four.best_gb_s:.1f}, huge pages {huge.best_gb_s:.1f} GB/s"
-        lines.append(line)
-    return lines
-
-
-def report_lines(result: BandwidthResult) -> list[str]:
-    who = f"{result.threads} threads, " if result.device == "cpu" else ""
-    lines = [f"bandwidth  device {result.device}  {result.method}, {who}best of {result.passes} passes", ""]
-    lines += point_lines(result)
-    lines += [f"skipped {fmt_size(b)}: {reason}" for b, reason in result.skipped]
-    lines += [f"note: {n}" for n in result.notes]
-    if len(result.points) > 1:
-        lines.append("use the figure at the size closest to the model's resident size: bandwidth falls as the working set grows")
-    lines.append(UNITS_LINE)
-    return lines
-
-
-def bandwidth_doc(result: BandwidthResult, params: dict[str, Any]) -> dict[str, Any]:
-    return {**envelope("bandwidth", params, environment()), **result.to_dict()}
 
 
 @click.command("bandwidth")
@@ -106,28 +67,18 @@ def cmd(
     """Measure pure read-stream memory bandwidth per working-set size, on every core (GB/s = 10^9 B/s)."""
     planned = parse_sizes(sizes)
     params = {"sizes": planned, "threads": threads, "device": device, "passes": passes, "method": method}
-    recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
-    head = envelope("bandwidth", params, environment())
-    measured: list[ProbePoint] = []
-
-    def keep(point: ProbePoint) -> None:
-        measured.append(point)
-        recorder.partial({**head, "device": device, "points": [p.to_dict() for p in measured]})
-
-    try:
-        recorder.start({**head, "points": []})
-        result = measure_bandwidth(planned, device=device, threads=threads, passes=passes, method=method, on_point=keep,
-                                   progress=None if app.quiet else lambda s: app.err.print(f"probing {s}", style="dim", markup=False))
-        recorder.finish({**head, **result.to_dict()})
-    except KeyboardInterrupt:
-        recorder.interrupted()
+    job = BandwidthJob(planned, device=device, threads=threads, passes=passes, method=method,
+                       progress=None if app.quiet else lambda s: app.err.print(f"probing {s}", style="dim", markup=False))
+    sinks = output_sinks(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
+    run = run_job(job, sinks, head=envelope("bandwidth", params, environment()))
+    body: BandwidthBody = from_doc(run.doc).body if run.doc is not None else BandwidthBody()
+    if run.interrupted:
+        measured = body.points or ()
         app.err.print(f"Interrupted: {len(measured)} size(s) measured and kept.", markup=False)
-        for line in point_lines_of(measured):
+        for line in report.point_lines(measured):
             app.err.print(line, markup=False, highlight=False)
         return exitcodes.INTERRUPTED
-    finally:
-        recorder.close()
     console = app.err if json_path == "-" else app.out
-    for line in report_lines(result):
+    for line in report.report_lines(body):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     return exitcodes.OK

@@ -1,27 +1,26 @@
 """Options and plumbing shared by the measuring commands: target flags and output flags (and the
 frozen records they parse into), the sinks (JSON, HTML, the history database) the output flags ask
-for, and the Recorder that writes to them by hand."""
+for; every command writes to them through `results.runner` (run_experiment, or run_job without a server)."""
 
 from __future__ import annotations
 
 import functools
 import math
 import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import click
 from rich.console import Console
 
+from servecheck.analysis.readings import read_report
 from servecheck.client.base import Target
-from servecheck.errors import ServecheckError, UsageError
+from servecheck.errors import UsageError
 from servecheck.model.records import DIALECTS
 from servecheck.report.sinks import HtmlFileSink
-from servecheck.results.runner import Recording, Sink
+from servecheck.results.runner import Sink
 from servecheck.results.sinks import JsonFileSink
 from servecheck.store.sinks import HistorySink
 
@@ -232,31 +231,6 @@ def open_file_limit() -> int | None:
     return None if soft == resource.RLIM_INFINITY else int(soft)
 
 
-def check_input_file(
-    path: str | Path, what: str, *, allow_dir: bool = False, error: type[ServecheckError] = ServecheckError
-) -> None:
-    """Refuse a path that is not a regular file (or `-`) before anything opens it: reading a FIFO
-    blocks until a writer comes, and a device may never end. A missing path is left to the opener."""
-    if str(path) == "-":
-        return
-    try:
-        mode = os.stat(path).st_mode
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise error(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-    if stat.S_ISREG(mode) or (allow_dir and stat.S_ISDIR(mode)):
-        return
-    expected = "a regular file or a folder" if allow_dir else "a regular file"
-    raise error(f"{what} {path} is {_file_kind(mode)}, not {expected}", f"give {expected}")
-
-
-def _file_kind(mode: int) -> str:
-    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
-    return next((name for test, name in kinds if test(mode)), "a special file")
-
-
 def make_target(
     url: str,
     *,
@@ -281,7 +255,7 @@ def output_sinks(*, json_path: str | None, html_path: str | None, db_path: str |
 
     The file paths are checked here, before any server is started or request sent."""
     history: tuple[Sink, ...] = () if no_save else (HistorySink(db_path if db_path is not None else os.environ.get("SERVECHECK_DB")),)
-    files = (JsonFileSink(json_path) if json_path else None, HtmlFileSink(html_path) if html_path else None)
+    files = (JsonFileSink(json_path) if json_path else None, HtmlFileSink(html_path, read_report) if html_path else None)
     return history + tuple(sink for sink in files if sink is not None)
 
 
@@ -348,6 +322,12 @@ def output_record(f: F) -> F:
     return output_options(_collected(f, "output", OutputOptions))
 
 
+def options_record(keyword: str, record: type[Any]) -> Callable[[F], F]:
+    """A command's own flags, handed to it as one `keyword` argument of the frozen `record` (the flags'
+    parameter names are the record's fields), e.g. roofline's `options: jobs.roofline.RooflineOptions`."""
+    return lambda f: _collected(f, keyword, record)
+
+
 def _collected(f: F, keyword: str, record: type[Any]) -> F:
     """`f` taking the record's fields as one `keyword` argument instead of one parameter each."""
     names = [item.name for item in fields(record)]
@@ -358,11 +338,3 @@ def _collected(f: F, keyword: str, record: type[Any]) -> F:
         return f(*args, **{keyword: record(**values)}, **kwargs)
 
     return command
-
-
-class Recorder(Recording):
-    """The run's documents to the sinks the output flags ask for, for the commands that write them
-    by hand (log, bandwidth, roofline, demo); the measuring commands go through `run_experiment`."""
-
-    def __init__(self, *, json_path: str | None, html_path: str | None, db_path: str | None, no_save: bool) -> None:
-        super().__init__(output_sinks(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save))

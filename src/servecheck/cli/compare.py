@@ -13,15 +13,15 @@ from servecheck.analysis import roofline as rl
 from servecheck.audit import AuditOptions, audit_model
 from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
-from servecheck.cli.audit import check_kv_type
-from servecheck.cli.common import check_input_file
+from servecheck.audit.options import check_kv_type
+from servecheck.inputs import check_input_file
 from servecheck.errors import AuditError, UsageError
+from servecheck.model.figures import format_figure
 from servecheck.results.jsonout import envelope, write_json
 
 EXAMPLE = "llama.cpp=2.80GB@41.5 new=1.849GB@97.83"
 # Figures no engine can mean. Inside them every ratio, share and product stays a finite number
 # (outside, 1e300GB overflowed and 1e-300 tok/s printed `infx` and `nan%`).
-MAX_BYTES_PER_TOKEN = 10**15  # a petabyte read per token
 MIN_TOK_S, MAX_TOK_S = 1e-6, 1e9
 
 
@@ -63,8 +63,8 @@ def parse_entry(raw: str, options: AuditOptions) -> Entry:
         raise UsageError(f"{raw!r}: {weights} is too large a byte figure", "give bytes read per token, e.g. 2.80GB") from None
     except ValueError as exc:
         raise UsageError(f"{raw!r}: WEIGHTS is neither a file nor a byte figure ({exc})", f"for example {EXAMPLE}") from None
-    if nbytes > MAX_BYTES_PER_TOKEN:
-        raise UsageError(f"{raw!r}: {weights} per token is above {MAX_BYTES_PER_TOKEN / 1e15:g} PB", "give bytes read per token, e.g. 2.80GB")
+    if nbytes > rl.MAX_BYTES_PER_TOKEN:
+        raise UsageError(f"{raw!r}: {weights} per token is above {rl.MAX_BYTES_PER_TOKEN / 1e15:g} PB", "give bytes read per token, e.g. 2.80GB")
     return Entry(name.strip(), nbytes, tok_s, "given")
 
 
@@ -81,7 +81,7 @@ def _share(value: float | None) -> str:
 def report_lines(entries: list[Entry], decs: list[rl.Decomposition]) -> list[str]:
     width = max(len(e.name) for e in entries)
     lines = [
-        f"{e.name:<{width}}  {e.bytes_per_token / 1e9:7.3f} GB/token  {e.tok_s:8.2f} tok/s  achieved {rl.format_figure(e.achieved_gb_s):>6} GB/s  ({e.source})"
+        f"{e.name:<{width}}  {e.bytes_per_token / 1e9:7.3f} GB/token  {e.tok_s:8.2f} tok/s  achieved {format_figure(e.achieved_gb_s):>6} GB/s  ({e.source})"
         for e in entries
     ]
     lines.append("")

@@ -15,13 +15,14 @@ from servecheck import exitcodes
 from servecheck.analysis import context as ctx
 from servecheck.audit import AuditResult, audit_model
 from servecheck.audit.gguf_audit import kv_element_bytes
-from servecheck.cli import roofline as roofline_cli
-from servecheck.cli.audit import options_from
-from servecheck.cli.common import ClientOptions, OutputOptions, check_input_file, client_record, output_record, say
+from servecheck.audit.options import options_from
+from servecheck.cli.common import ClientOptions, OutputOptions, client_record, output_record, say
 from servecheck.cli.context import AppContext
 from servecheck.cli.measure import Progress, interrupted, measure, show_report
 from servecheck.cli.serve import Served, resolve_url, serve_option, served
 from servecheck.envinfo import environment
+from servecheck.inputs import check_input_file
+from servecheck.jobs import roofline as roofline_inputs
 from servecheck.errors import AuditError, UsageError
 from servecheck.experiments.context import ContextExperiment, ContextResult
 from servecheck.model.bodies.context import ContextBody
@@ -126,7 +127,8 @@ def _with_bandwidth(result: ContextResult, raw: str, resident: int | None, devic
     """With --model: the measured bandwidth for utilization (a figure given, or the probe, as roofline does)."""
     if result.model is None:
         return result
-    bw = roofline_cli.resolve_bandwidth(raw, resident, device, None, app)
+    bw = roofline_inputs.resolve_bandwidth(raw, resident, device, None,
+                                          lambda line: app.err.print(line, style="dim", markup=False))
     return replace(result, bandwidth_gb_s=bw.span, bandwidth_source=bw.source)
 
 
@@ -161,7 +163,7 @@ def cmd(app: AppContext, url: str | None, depths_raw: str, tokens: int, reps: in
     if reps < 1:
         raise UsageError(f"--reps must be >= 1, got {reps}", "for example --reps 2")
     if bandwidth_raw != "auto":
-        roofline_cli.parse_span(bandwidth_raw, "--bandwidth", "265-315")
+        roofline_inputs.parse_span(bandwidth_raw, "--bandwidth", "265-315")
     model_bytes_, summary, resident = load_model(model_path, kv_type)
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)

@@ -3,237 +3,33 @@
 The staircase test (N = 1, 2, 4) runs against the engine allowed one request at a time (llama.cpp
 `-np 1`, vLLM `--max-num-seqs 1`: requests queue, a staircase) and allowed four (requests are
 batched: a cluster); both server logs are audited and the two results are printed side by side.
+The measuring is `jobs.demo.DemoJob`, run by `results.runner.run_job`; this module parses, runs and renders.
 """
 
 from __future__ import annotations
 
-import asyncio
-import random
-import shlex
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any
+from dataclasses import replace
 
 import click
-from rich.table import Table
 
 from servecheck import exitcodes
-from servecheck.cli.common import MAX_WORKERS, Recorder, make_target, output_options
+from servecheck.cli.common import MAX_WORKERS, output_options, output_sinks
 from servecheck.cli.context import AppContext
 from servecheck.cli.serve_local import enable_ctrl_c, engine_option, llama_server_option, progress_printer, running_records
+from servecheck.client.base import Target
 from servecheck.engine.cache import EngineCache
-from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.model import DEFAULT_SIZE
-from servecheck.engine.process import LlamaServer, ctx_per_slot_for, default_threads
-from servecheck.engine.running import RunningRecords
-from servecheck.engine.vllm import EAGER_ARGS, VllmLocal, VllmServer, provision_vllm_local
-from servecheck.envinfo import environment
-from servecheck.errors import ServecheckError, UsageError
-from servecheck.experiments.demo import DEMO_NS, EXPECTED, as_expected, run_demo_staircase
-from servecheck.experiments.staircase import StaircaseResult
+from servecheck.jobs.demo import DEFAULT_PROMPT_TOKENS, DEFAULT_TOKENS, DemoEngine, DemoJob, demo_head, provision_demo_engine
 from servecheck.load.preflight import CheckedDriver
-from servecheck.logscan.scan import scan_log
-from servecheck.model.bodies import demo as demo_body
 from servecheck.model.result import from_doc
 from servecheck.report.lines import demo as report
-from servecheck.results.jsonout import envelope
-
-Say = Callable[[str], None]
-
-# 256 tokens make one request take about four seconds with one thread on this 2-core machine, so
-# the whole demo (nine requests on --parallel 1, five batches on --parallel 4) stays near a minute
-# and a half on a quiet machine. 256-token runs used to come out `inconclusive` on a loaded machine
-# (steps 0.7-1.5x one stalled N=1 time); the staircase now measures N=1 before and after, judges
-# a queue by its own even steps, weighs llama.cpp's /metrics gauges, and re-measures an undecided point.
-DEFAULT_TOKENS = 256
-DEFAULT_PROMPT_TOKENS = 32
-FIRST_TOKEN_TIMEOUT_S = 120.0
-EXIT_INTERRUPTED = exitcodes.INTERRUPTED
+from servecheck.results.runner import run_job
 
 
-@dataclass(frozen=True)
-class DemoEngine:
-    """What the demo needs of either engine: how to start it with `parallel` requests at once, the
-    API it speaks, the rules its log is audited with and the words for its header."""
-
-    name: str  # "llamacpp" or "vllm"
-    local: LocalEngine | VllmLocal
-    threads: int | None  # llama.cpp's -t; vLLM picks its own
-    records: RunningRecords | None = None  # where each server is recorded while it runs
-
-    @property
-    def server_name(self) -> str:
-        return "llama-server" if self.name == "llamacpp" else "vLLM"
-
-    @property
-    def slots_flag(self) -> str:
-        return "--parallel" if self.name == "llamacpp" else "--max-num-seqs"
-
-    @property
-    def batching_feature(self) -> str:
-        """What the audit is asked about for both servers: does this one run requests together?"""
-        return "parallel_slots" if self.name == "llamacpp" else "continuous_batching"
-
-    @property
-    def api(self) -> str:
-        return "llamacpp" if self.name == "llamacpp" else "openai"
-
-    @property
-    def model_name(self) -> str:
-        return self.local.model_name
-
-    @property
-    def model_path(self) -> Path:
-        return self.local.model_path
-
-    def describe(self) -> str:
-        return self.local.binary.describe() if isinstance(self.local, LocalEngine) else self.local.env.describe()
-
-    def to_dict(self) -> dict[str, Any]:
-        if isinstance(self.local, LocalEngine):
-            return {"name": "llamacpp", **self.local.binary.to_dict()}
-        # "path": the program the server command starts, as for llama-server
-        return {"name": "vllm", "path": str(self.local.env.python), **self.local.env.to_dict()}
-
-    def server(self, parallel: int, *, tokens: int, prompt_tokens: int, log_path: Path) -> LlamaServer | VllmServer:
-        if isinstance(self.local, LocalEngine):
-            return LlamaServer(
-                self.local.binary, self.local.model_path, parallel=parallel, threads=self.threads,
-                ctx_per_slot=ctx_per_slot_for(prompt_tokens, tokens), log_path=log_path, records=self.records,
-            )
-        return VllmServer(self.local.env, self.local.model_path, max_num_seqs=parallel, extra_args=EAGER_ARGS,
-                          served_model_name=self.local.model_name, log_path=log_path, records=self.records)
-
-
-def provision_demo_engine(engine: str, model: str | None, llama_server: str | None, threads: int | None,
-                          cache: EngineCache, say: Say) -> DemoEngine:
-    if engine == "vllm":
-        if llama_server is not None or threads is not None:
-            flag = "--llama-server" if llama_server is not None else "--threads"
-            raise UsageError(f"{flag} is for --engine llamacpp", "vLLM picks its own threads; drop the flag")
-        return DemoEngine("vllm", provision_vllm_local(model or "tiny", cache=cache, progress=say), None)
-    local = provision_local(llama_server, model or DEFAULT_SIZE, cache=cache, progress=say)
-    return DemoEngine("llamacpp", local, threads or default_threads())
-
-
-@dataclass(frozen=True)
-class DemoRun:
-    parallel: int
-    expected: str
-    doc: dict[str, Any]  # the staircase document (experiments.staircase.StaircaseResult.to_doc)
-    attempts: int
-    command: tuple[str, ...]
-    server_pid: int | None
-    log_path: Path
-    log_audit: dict[str, Any] | None  # servecheck.logscan's findings, when that feature is installed
-
-    @property
-    def as_expected(self) -> bool:
-        return as_expected(self.doc["verdict"], self.expected, valid=self.doc["valid"],
-                           complete=self.doc.get("complete", True))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "parallel": self.parallel,
-            "expected": self.expected,
-            "verdict": self.doc["verdict"],
-            "as_expected": self.as_expected,
-            "attempts": self.attempts,
-            "server_command": list(self.command),
-            "server_pid": self.server_pid,
-            "log_path": str(self.log_path),
-            "log_audit": self.log_audit,
-            "staircase": self.doc,
-        }
-
-
-# ---------------------------------------------------------------- running
-
-
-async def _staircase(url: str, api: str, tokens: int, prompt_tokens: int, seed: int,
-                     on_point: Callable[[StaircaseResult], None]) -> StaircaseResult:
-    target = make_target(url, api=api, first_token_timeout_s=FIRST_TOKEN_TIMEOUT_S)
-    # the client checks itself before each N, as `servecheck staircase` does
-    async with CheckedDriver(target, workers=MAX_WORKERS, auto=True) as driver:
-        return await run_demo_staircase(driver, tokens=tokens, prompt_tokens=prompt_tokens, rng=random.Random(seed),
-                                        on_point=on_point)
-
-
-def _point_printer(parallel: int, say: Say) -> Callable[[StaircaseResult], None]:
-    def on_point(result: StaircaseResult) -> None:
-        mb = result.batches[-1]
-        finish = " / ".join(f"{t:.2f}" for t in mb.batch.finish_s())
-        say(f"  --parallel {parallel}  N={mb.n}  finish at {finish} s")
-
-    return on_point
-
-
-def run_one(
-    engine: DemoEngine, parallel: int, expected: str, *, tokens: int, prompt_tokens: int,
-    log_dir: Path, say: Say, on_snapshot: Callable[[DemoRun], None] | None = None,
-) -> DemoRun:
-    """Start the engine with `parallel` requests at once, run the staircase test (an undecided point
-    measured again, up to experiments.demo.MAX_REPS), stop it.
-
-    `on_snapshot` gets the run as measured so far after every point, so a Ctrl-C loses nothing.
-    """
-    log_path = log_dir / f"demo-{engine.name}-np{parallel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
-    server = engine.server(parallel, tokens=tokens, prompt_tokens=prompt_tokens, log_path=log_path)
-    label = f"{engine.server_name} {engine.slots_flag} {parallel}"
-    with server as url:
-        say(f"{label} up at {url} (pid {server.pid}); running the staircase test")
-        assert server.server is not None
-        command, pid = tuple(server.server.cmd), server.pid
-        printer = _point_printer(parallel, say)
-
-        def on_point(result: StaircaseResult) -> None:
-            printer(result)
-            if on_snapshot is not None:
-                on_snapshot(DemoRun(parallel, expected, result.to_doc(), attempt, command, pid, log_path, None))
-
-        attempt = 1
-        seed = random.SystemRandom().randrange(2**32)
-        result = asyncio.run(_staircase(url, engine.api, tokens, prompt_tokens, seed, on_point))
-        doc = result.to_doc()
-    say(f"{label} stopped; verdict {doc['verdict']}")
-    audit = audit_log(log_path, command, engine.name, ask=(engine.batching_feature,))
-    return DemoRun(parallel, expected, doc, attempt, command, pid, log_path, audit)
-
-
-def audit_log(
-    log_path: Path, command: tuple[str, ...], engine: str = "llamacpp", ask: tuple[str, ...] = ()
-) -> dict[str, Any] | None:
-    """The server log audited by servecheck.logscan (None until that module is installed). `ask`:
-    features decided whatever the command line says (the demo asks whether each server batches:
-    a one-at-a-time server's own configuration line then says so, whether or not a periodic line
-    happened to catch a request waiting)."""
-    try:
-        result = scan_log(log_path, engine, shlex.join(command[1:]), ask=ask)
-    except ServecheckError as exc:  # the audit is a bonus: its failure must not hide the two verdicts
-        return {"error": exc.one_line(), "findings": []}
-    return result.to_dict() if hasattr(result, "to_dict") else dict(vars(result))
-
-
-# ---------------------------------------------------------------- rendering (report.lines.demo)
-
-
-def typed_runs(runs: Sequence[DemoRun]) -> tuple[demo_body.DemoRun, ...]:
-    """The runs as the demo document holds them, read back typed: what the report renders."""
-    return from_doc({"command": "demo", "runs": [r.to_dict() for r in runs]}).body.runs
-
-
-def verdict_cell(run: DemoRun) -> str:
-    return report.verdict_cell(typed_runs([run])[0])
-
-
-def comparison_table(runs: Sequence[DemoRun]) -> Table:
-    return report.comparison_table(typed_runs(runs))
-
-
-def lesson(runs: Sequence[DemoRun]) -> str:
-    return report.lesson(typed_runs(runs))
+def checked_driver(target: Target) -> CheckedDriver:
+    """The driver a demo gets unless a test hands main another: the client checks itself before each
+    N, as `servecheck staircase` does."""
+    return CheckedDriver(target, workers=MAX_WORKERS, auto=True)
 
 
 def header_line(engine: DemoEngine, tokens: int, prompt_tokens: int) -> str:
@@ -242,9 +38,6 @@ def header_line(engine: DemoEngine, tokens: int, prompt_tokens: int) -> str:
         f"servecheck demo: {engine.describe()}\nmodel {engine.model_name} "
         f"({engine.model_path.name}), {tokens} output tokens and {prompt_tokens}-token prompts per request{threads}"
     )
-
-
-# ---------------------------------------------------------------- the command
 
 
 @click.command("demo")
@@ -279,54 +72,21 @@ def cmd(
     records = running_records(app, cache)
     demo_engine = replace(provision_demo_engine(engine, model, llama_server, threads, cache, say), records=records)
     prompt_tokens = DEFAULT_PROMPT_TOKENS
-    runs, complete = run_both(demo_engine, tokens=tokens, prompt_tokens=prompt_tokens, log_dir=cache.dir("logs"), say=say)
-    recorder = Recorder(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
-    doc = demo_doc(demo_engine, runs, tokens=tokens, prompt_tokens=prompt_tokens)
-    try:
-        recorder.start(doc)
-        result = from_doc(recorder.finish(doc, complete=complete))
-    finally:
-        recorder.close()
+    job = DemoJob(demo_engine, tokens=tokens, prompt_tokens=prompt_tokens, log_dir=cache.dir("logs"), say=say,
+                  open_driver=app.open_driver or checked_driver)
+    sinks = output_sinks(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
+    run = run_job(job, sinks, head=demo_head(demo_engine, tokens=tokens, prompt_tokens=prompt_tokens))
+    if run.interrupted:
+        say("Interrupted: the servers are stopped; saved what was measured (complete: false)")
+    if run.doc is None:  # interrupted before the first point
+        return exitcodes.INTERRUPTED
+    result = from_doc(run.doc)
     out = app.err if json_path == "-" else app.out
     out.print(header_line(demo_engine, tokens, prompt_tokens), markup=False, highlight=False, soft_wrap=True)
     if result.body.runs:
         out.print(report.comparison_table(result.body.runs))
     if not result.complete:
         out.print("INCOMPLETE: interrupted; the table holds what was measured", markup=False, style="bold yellow")
-        return EXIT_INTERRUPTED
+        return exitcodes.INTERRUPTED
     out.print(report.lesson(result.body.runs), markup=False, highlight=False, soft_wrap=True)
     return exitcodes.OK if result.body.as_expected else exitcodes.INVALID
-
-
-def run_both(engine: DemoEngine, *, log_dir: Path, say: Say, **kw: Any) -> tuple[list[DemoRun], bool]:
-    """Both servers in turn; on Ctrl-C (servers already stopped) what was measured so far, and False."""
-    measured: dict[int, DemoRun] = {}  # by --parallel: finished runs and the latest snapshot of the one running
-
-    def keep(run: DemoRun) -> None:
-        measured[run.parallel] = run
-
-    try:
-        for parallel, expected in EXPECTED:
-            keep(run_one(engine, parallel, expected, log_dir=log_dir, say=say, on_snapshot=keep, **kw))
-    except KeyboardInterrupt:
-        say("Interrupted: the servers are stopped; saving what was measured (complete: false)")
-        return list(measured.values()), False
-    return list(measured.values()), True
-
-
-def demo_doc(engine: DemoEngine | LocalEngine, runs: list[DemoRun], *, tokens: int, prompt_tokens: int,
-             threads: int | None = None) -> dict[str, Any]:
-    if isinstance(engine, LocalEngine):  # a llama.cpp engine as provisioned, with the -t it ran with
-        engine = DemoEngine("llamacpp", engine, threads or default_threads())
-    params = {"tokens": tokens, "prompt_tokens": prompt_tokens, "threads": engine.threads, "n": list(DEMO_NS),
-              "model": engine.model_name, "engine": engine.name}
-    doc = envelope("demo", params, environment())
-    doc.update({
-        "engine": engine.to_dict(),
-        "model_path": str(engine.model_path),
-        "runs": [r.to_dict() for r in runs],
-        "verdicts": {f"parallel_{r.parallel}": r.doc["verdict"] for r in runs},
-        "as_expected": all(r.as_expected for r in runs),
-        "valid": all(r.doc["valid"] for r in runs),
-    })
-    return doc

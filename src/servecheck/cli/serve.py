@@ -20,12 +20,12 @@ import click
 from rich.console import Console
 
 from servecheck.cli.common import check_url
-from servecheck.cli.log import findings_table
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.process import ManagedServer
 from servecheck.engine.running import RunningRecords
 from servecheck.errors import EngineError, ServecheckError, UsageError
 from servecheck.logscan.scan import LogScanResult, scan_log
+from servecheck.report.lines.log import findings_table
 
 F = Callable[..., Any]
 Say = Callable[[str], None]
@@ -184,7 +184,7 @@ def render_audit(console: Console, served_: Served) -> None:
         console.print(f"  could not scan the log: {served_.audit_error}", markup=False, highlight=False)
         return
     if served_.audit.findings:
-        console.print(findings_table(served_.audit))
+        console.print(findings_table(served_.audit.findings))
     refused = [f.feature for f in served_.audit.refused]
     line = f"REFUSED: {', '.join(refused)}" if refused else "no feature refused"
     console.print(line, style="bold red" if refused else "green", markup=False, highlight=False)

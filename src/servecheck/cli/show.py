@@ -9,6 +9,7 @@ import click
 from rich.console import RenderableType
 from rich.text import Text
 
+from servecheck.analysis.readings import read_run
 from servecheck.cli.context import AppContext
 from servecheck.results.jsonout import write_json
 from servecheck.model.result import from_doc
@@ -34,7 +35,7 @@ def cmd(app: AppContext, run: str, json_path: str | None, db_path: str | None) -
         write_json(json_path, doc)
         if json_path == "-":
             return 0
-    app.out.print(render_doc(doc, command_report(doc)))
+    app.out.print(render_doc(doc, read_run(from_doc(doc)).verdict, command_report(doc)))
     return 0
 
 
@@ -44,7 +45,8 @@ def command_report(doc: dict[str, Any]) -> list[RenderableType] | None:
     command = from_doc(doc).command
     try:
         if command in REPORTS:
-            body = REPORTS[command](from_doc(doc))
+            run = from_doc(doc)
+            body = REPORTS[command](run, read_run(run))
             return [Text(b, style="bold yellow" if b.startswith(ALARM) else "") if isinstance(b, str) else b
                     for b in body if not (isinstance(b, str) and b.startswith("SIMULATED"))]
         if command in REPORT_LINES:

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from servecheck import exitcodes
+from servecheck.analysis.readings import read_run
 from servecheck.analysis.staircase import DEFINITE_VERDICTS
 from servecheck.cli.common import (
     SIMULATED_BANNER,  # noqa: F401 - callers read the banner from the command's module
@@ -72,7 +73,7 @@ def progress_line(result: StaircaseResult) -> str:
 
 
 def _render(app: AppContext, run: RunResult[StaircaseBody], json_to_stdout: bool, served_: Served | None = None) -> None:
-    show_report(app, report_lines(run), simulated=run.envelope.simulated, json_to_stdout=json_to_stdout, served=served_)
+    show_report(app, report_lines(run, read_run(run)), simulated=run.envelope.simulated, json_to_stdout=json_to_stdout, served=served_)
 
 
 @click.command("staircase")

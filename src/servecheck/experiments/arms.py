@@ -427,6 +427,23 @@ def _pooled_design(runs: Sequence[RunResult[ArmsBody]]) -> ArmsDesign | None:
 
 
 @dataclass(frozen=True)
+class PooledArmsJob:
+    """`arms --pool` alone: saved cells analysed, nothing measured; a job of `results.runner.run_job`."""
+
+    pooled: ArmsRun
+    bias_limit: float = DEFAULT_BIAS_LIMIT
+
+    def opening(self) -> dict[str, Any]:
+        return {}
+
+    def run(self, on_point: Callable[[ArmsRun], None]) -> ArmsRun:
+        return self.pooled
+
+    def document(self, result: ArmsRun) -> dict[str, Any]:
+        return result.to_doc(bias_limit=self.bias_limit)
+
+
+@dataclass(frozen=True)
 class ArmsExperiment:
     """Arms as `results.runner.run_experiment` drives it: the design, the cells pooled in, the prompt
     seed, and the thermal sampler's running summary (read after every cell)."""

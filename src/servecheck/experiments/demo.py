@@ -7,8 +7,8 @@ import random
 
 from servecheck.experiments.staircase import OnPoint, StaircaseResult, run_staircase
 from servecheck.load.protocol import Driver
+from servecheck.model.bodies.demo import DEMO_NS
 
-DEMO_NS = (1, 2, 4)
 # (slots, the verdict the server must show): one slot queues, four slots batch four requests.
 EXPECTED: tuple[tuple[int, str], ...] = ((1, "staircase"), (4, "cluster"))
 # A noisy machine may blur a point into `inconclusive`: the staircase run measures such a point

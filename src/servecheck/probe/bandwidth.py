@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from servecheck.errors import ProbeError, UsageError
+from servecheck.model.figures import GIB
 from servecheck.probe.kernel import load_kernel
 
-GIB = 1 << 30
 GB = 10**9
 DEFAULT_SIZES: tuple[int, ...] = (1 * GIB, 4 * GIB, 8 * GIB, 16 * GIB)
 # A probe buffer above this share of available memory pushes the machine into reclaim or swap and

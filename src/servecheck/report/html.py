@@ -8,7 +8,6 @@ came from.
 from __future__ import annotations
 
 import re
-import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -18,11 +17,7 @@ from string import Template
 from typing import Any
 
 from servecheck import __version__
-from servecheck.analysis.across import request_rate
-from servecheck.analysis.arms import INTERVAL_LEVEL, interval_level, median_by_arm
-from servecheck.analysis.logaudit import audit_word
-from servecheck.analysis.run_verdict import run_verdict
-from servecheck.model.bodies.arms import Arm, ArmsBody, DeviantCell
+from servecheck.model.bodies.arms import INTERVAL_LEVEL, Arm, ArmsBody, DeviantCell
 from servecheck.model.bodies.bandwidth import BandwidthBody
 from servecheck.model.bodies.capacity import CapacityBody, CapacityPoint
 from servecheck.model.bodies.common import Finding, LogAudit, Request, RequestRef, Server
@@ -37,8 +32,11 @@ from servecheck.model.bodies.staircase import Batch as StaircaseBatch
 from servecheck.model.bodies.staircase import Point as StaircasePoint
 from servecheck.model.bodies.speculative import SpeculativeBody, SpeculativePoint
 from servecheck.model.bodies.staircase import StaircaseBody
-from servecheck.model.result import RunResult, environment_rows, from_doc, run_findings
-from servecheck.report.diff import DIFFABLE, RISING_RATIO, diff_context_runs, diff_runs, label_for, per_stream
+from servecheck.model.result import RunResult, environment_rows, run_findings, to_doc
+from servecheck.model.bodies.staircase import RISING_RATIO
+from servecheck.model.readings import ArmsReading, ReportReading, RunReading, StaircasePointReading
+from servecheck.model.sidebyside import Diff, label_for
+from servecheck.report.diff import diff_context_runs, per_stream
 from servecheck.results.fields import as_float, as_int, as_list, as_str
 from servecheck.results.jsonout import write_text_atomic
 from servecheck.report.svg import (
@@ -69,21 +67,23 @@ ENVELOPE_KEYS = frozenset(
      "complete", "valid", "run_id", "server", "target", "warnings", "invalid"}
 )
 
-Renderer = Callable[[RunResult[Any]], str]
+Renderer = Callable[[RunResult[Any], RunReading], str]
 CHART_TITLE = re.compile(r'(<text class="chart-title"[^>]*>)([^<]*)(</text>)')
 
 
 # ---------------------------------------------------------------- entry points
 
 
-def write_html(path: str | Path, docs: Sequence[dict[str, Any]]) -> None:
-    """Render `docs` into one self-contained HTML file, written atomically."""
-    write_text_atomic(Path(path), render_html(docs))
+def write_html(path: str | Path, runs: Sequence[RunResult[Any]], reading: ReportReading) -> None:
+    """Render `runs` into one self-contained HTML file, written atomically; `reading` is what
+    `analysis.readings.read_report` read off them (the renderer formats, it computes nothing)."""
+    write_text_atomic(Path(path), render_html(runs, reading))
 
 
-def render_html(docs: Sequence[dict[str, Any]]) -> str:
-    runs = [from_doc(doc) for doc in docs]
-    sections = [side_by_side(runs), context_side_by_side(runs)] + [render_doc(doc, i) for i, doc in enumerate(docs)]
+def render_html(runs: Sequence[RunResult[Any]], reading: ReportReading) -> str:
+    readings = reading.runs if len(reading.runs) == len(runs) else tuple(RunReading() for _ in runs)
+    sections = [side_by_side(reading.side_by_side), context_side_by_side(runs)]
+    sections += [render_doc(run, r, i) for i, (run, r) in enumerate(zip(runs, readings))]
     title = "servecheck report" if len(runs) != 1 else f"servecheck {runs[0].command} report"
     if any(run.simulated for run in runs):
         title = f"SIMULATED · {title}"
@@ -122,12 +122,10 @@ def _toc(runs: Sequence[RunResult[Any]]) -> str:
 # ---------------------------------------------------------------- several runs
 
 
-def side_by_side(runs: Sequence[RunResult[Any]]) -> str:
+def side_by_side(result: Diff | None) -> str:
     """Seed 000 section 3 as a page: aggregate per concurrency level, one line per staircase or arms run."""
-    picked = [(i, r) for i, r in enumerate(runs) if r.command in DIFFABLE]
-    if len(picked) < 2:
+    if result is None:
         return ""
-    result = diff_runs([r for _, r in picked], labels=[label_for(r, f"run {i + 1}") for i, r in picked])
     rows = []
     for line in result.lines:
         cells = [fmt(line.aggregate_tok_s.get(n), 1) for n in result.levels]
@@ -173,14 +171,13 @@ def context_side_by_side(runs: Sequence[RunResult[Any]]) -> str:
 # ---------------------------------------------------------------- one document
 
 
-def render_doc(doc: dict[str, Any], index: int = 0) -> str:
-    run = from_doc(doc)
+def render_doc(run: RunResult[Any], reading: RunReading, index: int = 0) -> str:
     renderer = RENDERERS.get(run.command)
     try:
-        body = renderer(run) if renderer is not None else _generic_section(doc)
+        body = renderer(run, reading) if renderer is not None else _generic_section(run, reading)
     except Exception as exc:  # noqa: BLE001 - a malformed document must still give a report
         body = f'<p class="warn">This section could not be drawn ({esc(type(exc).__name__)}: {esc(exc)}).</p>'
-        body += _generic_section(doc)
+        body += _generic_section(run, reading)
     if run.simulated:
         body = mark_charts_simulated(body)
     parts = [
@@ -189,7 +186,7 @@ def render_doc(doc: dict[str, Any], index: int = 0) -> str:
         _meta_line(run),
         _banners(run),
         body,
-        _serve_log_audit(run),
+        _serve_log_audit(run, reading),
         _client_checks(run),
         _warnings(run),
         _environment(run),
@@ -232,7 +229,7 @@ def _banners(run: RunResult[Any]) -> str:
     return "\n".join(out)
 
 
-def _serve_log_audit(run: RunResult[Any]) -> str:
+def _serve_log_audit(run: RunResult[Any], reading: RunReading) -> str:
     """With --serve, servecheck audited the server's log: a refused feature there made the run exit 3."""
     audit = getattr(run.body, "log_audit", None)
     if run.command == "demo" or not isinstance(audit, LogAudit):
@@ -240,7 +237,7 @@ def _serve_log_audit(run: RunResult[Any]) -> str:
     head = f"<h3>Server log audit</h3><p class=\"key\">{esc(audit.log_path or '')}</p>"
     if audit.error:
         return head + f'<p class="warn">The log could not be audited: {esc(audit.error)}</p>'
-    return head + _log_findings(audit.findings, audit.lines) if audit.findings else ""
+    return head + _log_findings(audit.findings, audit.lines, reading.log_audit) if audit.findings else ""
 
 
 def _client_checks(run: RunResult[Any]) -> str:
@@ -435,9 +432,10 @@ def _excerpt(text: Any) -> str:
 # ---------------------------------------------------------------- generic
 
 
-def _generic_section(doc: dict[str, Any]) -> str:
+def _generic_section(run: RunResult[Any], reading: RunReading) -> str:
+    doc = to_doc(run)
     rows = [(k, v) for k, v in doc.items() if k not in ENVELOPE_KEYS and _is_simple(v)]
-    word = run_verdict(from_doc(doc))
+    word = reading.verdict
     out = [verdict_line("Verdict", word)] if word else []
     if rows:
         out.append("<h3>Results</h3>" + kv_table(rows))
@@ -463,11 +461,11 @@ def _is_simple(value: Any) -> bool:
 # ---------------------------------------------------------------- staircase
 
 
-def _staircase(run: RunResult[StaircaseBody]) -> str:
-    return _staircase_section(run.body)
+def _staircase(run: RunResult[StaircaseBody], reading: RunReading) -> str:
+    return _staircase_section(run.body, reading.staircase)
 
 
-def _staircase_section(body: StaircaseBody, x_max: float | None = None) -> str:
+def _staircase_section(body: StaircaseBody, readings: Sequence[StaircasePointReading], x_max: float | None = None) -> str:
     points = body.points
     parts = [
         verdict_line("Verdict", body.verdict, f"· aggregate across N: <b>{fmt(body.trend)}</b>" + _ratio_note(points)),
@@ -476,17 +474,22 @@ def _staircase_section(body: StaircaseBody, x_max: float | None = None) -> str:
         _single_note(body),
         table(
             ["N", "finish at (s from release)", "aggregate tok/s", "verdict", "decided by", "reps",
-             "sum of self-reported rates (misleading)"],
+             "sum of self-reported rates"],
             [[fmt(p.n, 0), _finishes(p), fmt(p.aggregate_tok_s, 1), fmt(p.verdict), _evidence(p), fmt(p.reps_taken, 0),
-              _self_reported_sum(p)]
-             for p in points],
+              _self_reported_sum(p, read)]
+             for p, read in zip(points, _aligned(readings, points))],
             numeric=frozenset({0, 2, 5, 6}),
         ),
         _timeline_charts(points, x_max),
-        _throughput_chart(points),
+        _throughput_chart(points, readings),
         _requests_details(points),
     ]
     return "\n".join(p for p in parts if p)
+
+
+def _aligned(readings: Sequence[StaircasePointReading], points: Sequence[StaircasePoint]) -> Sequence[StaircasePointReading | None]:
+    """One reading per point; none where the caller read nothing (a partial run's reading may lag its points)."""
+    return readings if len(readings) == len(points) else [None] * len(points)
 
 
 _EVIDENCE_NAMES = {"completion_times": "finish times", "server_gauges": "server gauges", "server_timings": "server timings"}
@@ -511,12 +514,14 @@ def _single_note(body: StaircaseBody) -> str:
             "single-request time; the aggregate is tokens produced / last finish, nothing the server reports.</p>")
 
 
-def _self_reported_sum(point: StaircasePoint) -> str:
-    """The sum the seed warns about (each request's own rate, added up), shown only beside the true aggregate."""
-    found = [b.self_reported_sum_tok_s for b in point.batches if b.self_reported_sum_tok_s is not None]
-    if not found or point.n == 1:
+def _self_reported_sum(point: StaircasePoint, read: StaircasePointReading | None) -> str:
+    """The sum the seed warns about (each request's own rate, added up), beside the true aggregate: the
+    reading's median over the reps that have both, and whether it misleads there."""
+    if read is None or read.self_reported_sum_tok_s is None or read.true_aggregate_tok_s is None or point.n == 1:
         return DASH
-    return f'<span class="misleading">{fmt(statistics.median(found), 1)}</span>'
+    if read.self_reported_misleading:
+        return f'<span class="misleading">{fmt(read.self_reported_sum_tok_s, 1)} (misleading)</span>'
+    return f"{fmt(read.self_reported_sum_tok_s, 1)} (agrees)"
 
 
 def _ratio_note(points: Sequence[StaircasePoint]) -> str:
@@ -598,23 +603,17 @@ def _lanes_from_finishes(point: StaircasePoint) -> list[TimelineRow]:
     ]
 
 
-def _throughput_chart(points: Sequence[StaircasePoint]) -> str:
+def _throughput_chart(points: Sequence[StaircasePoint], readings: Sequence[StaircasePointReading]) -> str:
     agg = tuple((float(p.n), p.aggregate_tok_s) for p in points if p.n is not None and p.aggregate_tok_s is not None)
     if not agg:
         return ""
     series = [Series("aggregate tok/s", agg, "primary")]
-    per_user = tuple(
-        (float(p.n), rate) for p, rate in ((p, _per_user_rate(p)) for p in points) if p.n is not None and rate is not None
-    )
+    # the median over each point's requests of their stream rates, as the run's reading holds it
+    rates = [r.per_user_rate_tok_s if r is not None else None for r in _aligned(readings, points)]
+    per_user = tuple((float(p.n), rate) for p, rate in zip(points, rates) if p.n is not None and rate is not None)
     if per_user:
         series.append(Series("per-user rate tok/s", per_user, "secondary"))
     return line_chart(series, title="Throughput against N", x_label="concurrent requests (N)", y_label="tok/s")
-
-
-def _per_user_rate(point: StaircasePoint) -> float | None:
-    """The median over the point's requests of each one's stream rate (`analysis.across.request_rate`)."""
-    rates = [rate for batch in point.batches for req in batch.requests if (rate := request_rate(req)) is not None]
-    return statistics.median(rates) if rates else None
 
 
 def _requests_details(points: Sequence[StaircasePoint]) -> str:
@@ -639,9 +638,9 @@ def _requests_details(points: Sequence[StaircasePoint]) -> str:
 # ---------------------------------------------------------------- arms
 
 
-def _arms_section(run: RunResult[ArmsBody]) -> str:
+def _arms_section(run: RunResult[ArmsBody], reading: RunReading) -> str:
     body = run.body
-    parts = [_arms_headline(body), "<h3>Arms</h3>", _arms_table(body), _decomposition_chart(body.arms), _arms_checks(body),
+    parts = [_arms_headline(body), "<h3>Arms</h3>", _arms_table(body, reading.arms), _decomposition_chart(body.arms), _arms_checks(body),
              _deviant_cells(body.deviant_cells)]
     return "\n".join(p for p in parts if p)
 
@@ -652,41 +651,29 @@ def _arms_headline(body: ArmsBody) -> str:
     return f'<p class="verdict">{esc(body.headline)}</p>' if body.headline else ""
 
 
-def _arms_table(body: ArmsBody) -> str:
-    # an older document may keep only its cells: then each arm shows the median over its cells
-    aggregate = median_by_arm((c.concurrency, c.aggregate_tok_s) for c in body.cells)
-    per_user = median_by_arm((c.concurrency, c.per_user_rate_tok_s) for c in body.cells)
-    ttft = median_by_arm((c.concurrency, c.ttft_s) for c in body.cells)
+def _arms_table(body: ArmsBody, reading: ArmsReading) -> str:
+    # the reading's per-arm medians: the arm's own, else (an older document kept only its cells) its cells'
     rows = []
     for a in body.arms:
+        at = -1 if a.concurrency is None else a.concurrency
         rows.append([
-            fmt(a.concurrency, 0), fmt(_recorded(a.aggregate_tok_s, aggregate, a), 1),
-            fmt(_recorded(a.per_user_rate_tok_s, per_user, a), 1),
+            fmt(a.concurrency, 0), fmt(reading.aggregate_tok_s.get(at), 1), fmt(reading.per_user_rate_tok_s.get(at), 1),
             _with_interval(fmt_ratio, a.aggregate_speedup, a.aggregate_speedup_interval),
             _with_interval(fmt_ratio, a.generation_gain, a.generation_gain_interval),
             _with_interval(fmt_signed_pct, a.per_user_rate_change, a.per_user_rate_change_interval),
-            fmt(_recorded(a.ttft_s, ttft, a), 3),
+            fmt(reading.ttft_s.get(at), 3),
             _with_interval(fmt_ratio, a.ttft_multiple, a.ttft_multiple_interval), fmt_pct(a.efficiency),
             f'<span class="label-{esc(a.label or "")}">{fmt(a.label)}</span>',
         ])
     headers = ["in flight", "aggregate tok/s", "per-user tok/s", "aggregate speedup", "generation-stage gain", "per-user rate",
                "TTFT s", "TTFT multiple", "efficiency", "label"]
-    return table(headers, rows, frozenset(range(9))) + _interval_key(body.arms)
+    return table(headers, rows, frozenset(range(9))) + _interval_key(reading.interval_level)
 
 
-def _recorded(value: float | None, cell_medians: dict[int, float], arm: Arm) -> float | None:
-    """The arm's own median, else the median over its cells (`analysis.arms.median_by_arm`)."""
-    if value is not None or arm.concurrency is None:
-        return value
-    return cell_medians.get(arm.concurrency)
-
-
-def _interval_key(arms: tuple[Arm, ...]) -> str:
+def _interval_key(level: float | None) -> str:
     """What the brackets cover: their confidence depends on the number of reps (three give 75%, not 95%)."""
-    counts = [a.cells for a in arms if a.aggregate_speedup_interval is not None and a.concurrency != 1 and a.cells]
-    if not counts:
+    if level is None:
         return ""
-    level = interval_level(min(counts))
     short = f" (fewer reps than the {INTERVAL_LEVEL:.0%} level needs)" if level < INTERVAL_LEVEL else ""
     return (f'<p class="key">Brackets: order-statistic interval of the within-rep ratios, covering the median with '
             f"{level:.0%} confidence{short}.</p>")
@@ -749,7 +736,7 @@ def _deviant_cell(c: DeviantCell) -> str:
 # ---------------------------------------------------------------- capacity
 
 
-def _capacity_section(run: RunResult[CapacityBody]) -> str:
+def _capacity_section(run: RunResult[CapacityBody], _: RunReading) -> str:
     """The answer, the probe table, and per-user rate and aggregate against N with the floor drawn."""
     body = run.body
     floor = body.design.min_user_rate_tok_s if body.design is not None else None
@@ -804,7 +791,7 @@ def _capacity_charts(points: tuple[CapacityPoint, ...], floor: float | None) -> 
 # ---------------------------------------------------------------- prefix cache
 
 
-def _prefix_cache_section(run: RunResult[PrefixCacheBody]) -> str:
+def _prefix_cache_section(run: RunResult[PrefixCacheBody], _: RunReading) -> str:
     body = run.body
     sends = _sends(body)
     bars = [
@@ -842,7 +829,7 @@ def _sends(body: PrefixCacheBody) -> tuple[PrefixSend, ...]:
 _SPEC_KINDS = (("unpredictable", "prose"), ("predictable", "verbatim repetition"))
 
 
-def _speculative_section(run: RunResult[SpeculativeBody]) -> str:
+def _speculative_section(run: RunResult[SpeculativeBody], _: RunReading) -> str:
     """Tokens per step and the per-stream rate against N, one line per prompt kind, and the table."""
     body = run.body
     parts = [verdict_line("Speculative decoding", body.verdict), reason_line(body.verdict_reason),
@@ -881,7 +868,7 @@ def _spec_table(points: Sequence[SpeculativePoint]) -> str:
 # ---------------------------------------------------------------- interference
 
 
-def _interference_section(run: RunResult[InterferenceBody]) -> str:
+def _interference_section(run: RunResult[InterferenceBody], _: RunReading) -> str:
     """The seed's sentence, a victim's inter-token interval over time with every intruder's prefill window
     shaded (one chart per rep), the table by prompt size, and what decided the verdict."""
     body = run.body
@@ -936,7 +923,7 @@ def _interference_table(points: Sequence[InterferencePoint]) -> str:
 # ---------------------------------------------------------------- context
 
 
-def _context_section(run: RunResult[ContextBody]) -> str:
+def _context_section(run: RunResult[ContextBody], _: RunReading) -> str:
     """Decode rate against depth (measured, and predicted at constant utilization with a model), the table by depth."""
     body = run.body
     roof = {r.depth: r for r in body.roofline or ()}
@@ -980,7 +967,7 @@ def _context_table(points: Sequence[ContextPoint], roof: dict[int | None, Contex
 # ---------------------------------------------------------------- roofline
 
 
-def _roofline_section(run: RunResult[RooflineBody]) -> str:
+def _roofline_section(run: RunResult[RooflineBody], _: RunReading) -> str:
     b = run.body
     rows = [
         ("bytes per token (GB = 10^9 B)", _gb(b.bytes_per_token)),
@@ -1029,11 +1016,11 @@ def _roofline_chart(b: RooflineBody) -> str:
 # ---------------------------------------------------------------- log
 
 
-def _log_section(run: RunResult[LogBody]) -> str:
-    return _log_findings(run.body.findings, run.body.lines)
+def _log_section(run: RunResult[LogBody], reading: RunReading) -> str:
+    return _log_findings(run.body.findings, run.body.lines, reading.log_audit)
 
 
-def _log_findings(findings: Sequence[LogFinding], lines: Sequence[LogLine]) -> str:
+def _log_findings(findings: Sequence[LogFinding], lines: Sequence[LogLine], word: str | None) -> str:
     """A log audit's word, its findings and the WARNING/ERROR lines: the `log` command's, or a --serve run's."""
     # value and provenance columns only where the document has them: older documents render as they did
     with_value = any(f.value is not None for f in findings)
@@ -1046,7 +1033,7 @@ def _log_findings(findings: Sequence[LogFinding], lines: Sequence[LogLine]) -> s
     ]
     headers = ["feature", "status", *(["value"] if with_value else []), "evidence", "meaning",
                *(["provenance"] if with_provenance else [])]
-    parts = [verdict_line("Verdict", audit_word(findings)), "<h3>Findings</h3>", table(headers, rows)]
+    parts = [verdict_line("Verdict", word), "<h3>Findings</h3>", table(headers, rows)]
     if lines:
         line_rows = [[fmt(line.level), _excerpt(line.text)] for line in lines]
         parts.append("<details><summary>Warning and error lines</summary>" + table(["level", "line"], line_rows) + "</details>")
@@ -1056,7 +1043,7 @@ def _log_findings(findings: Sequence[LogFinding], lines: Sequence[LogLine]) -> s
 # ---------------------------------------------------------------- bandwidth
 
 
-def _bandwidth_section(run: RunResult[BandwidthBody]) -> str:
+def _bandwidth_section(run: RunResult[BandwidthBody], _: RunReading) -> str:
     points = run.body.points or ()
     bars = [
         Bar(f"{p.bytes / 2**30:g} GiB", p.gb_s, "primary", f"{p.bytes / 2**30:g} GiB working set: {p.gb_s:.1f} GB/s")
@@ -1091,18 +1078,19 @@ def _bandwidth_tables(b: BandwidthBody) -> str:
 # ---------------------------------------------------------------- demo
 
 
-def _demo_section(run: RunResult[DemoBody]) -> str:
+def _demo_section(run: RunResult[DemoBody], reading: RunReading) -> str:
     """The demo's staircase runs (one per server configuration), each drawn like a staircase run."""
     parts = []
     runs = run.body.runs
+    readings = reading.parts if len(reading.parts) == len(runs) else tuple(RunReading() for _ in runs)
     # the same time axis for both configurations: the cluster ends visibly before the staircase
     x_max = max((_lanes_end(r.staircase.points) for r in runs if r.staircase is not None), default=0.0) or None
-    for r in runs:
+    for r, part in zip(runs, readings):
         parts.append(f"<h3>--parallel {fmt(r.parallel, 0)}: expected {fmt(r.expected)}, got {fmt(r.verdict)}</h3>")
         if r.staircase is not None:
-            parts.append(_staircase_section(r.staircase, x_max))
+            parts.append(_staircase_section(r.staircase, part.staircase, x_max))
         if r.log_audit is not None and r.log_audit.findings:
-            parts.append(_log_findings(r.log_audit.findings, r.log_audit.lines))
+            parts.append(_log_findings(r.log_audit.findings, r.log_audit.lines, part.log_audit))
     return "\n".join(parts) or _demo_nothing_measured(run.body)
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from servecheck.model.readings import ReportReading
+from servecheck.model.result import RunResult, from_doc
 from servecheck.report.html import write_html
 from servecheck.results.jsonout import check_writable
 from servecheck.results.runner import Doc
@@ -13,10 +15,12 @@ from servecheck.results.runner import Doc
 class HtmlFileSink:
     """Redrawn after every point, like the JSON file; `-` writes it to stdout, at the end only."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, read: Callable[[Sequence[RunResult[Any]]], ReportReading]) -> None:
+        """`read` is `analysis.readings.read_report`, handed in by the CLI: the report computes nothing."""
         if path != "-":
             check_writable(path)
         self.path = path
+        self.read = read
 
     def start(self, doc: Doc) -> Mapping[str, Any]:
         return {}
@@ -25,14 +29,18 @@ class HtmlFileSink:
         if self.path == "-":
             return
         try:
-            write_html(self.path, [doc])
+            self._write(doc)
         except (KeyError, TypeError, ValueError, IndexError):
             # A partial the report cannot draw yet must never stop the measurement; the JSON
             # and the history row hold it, and the final write renders (or reports) it.
             pass
 
     def finish(self, doc: Doc) -> None:
-        write_html(self.path, [doc])
+        self._write(doc)
+
+    def _write(self, doc: Doc) -> None:
+        runs = [from_doc(doc)]
+        write_html(self.path, runs, self.read(runs))
 
     def close(self) -> None:
         pass

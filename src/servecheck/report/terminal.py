@@ -18,7 +18,6 @@ from servecheck.model.bodies.log import LogBody
 from servecheck.model.bodies.prefix_cache import PrefixCacheBody
 from servecheck.model.bodies.roofline import RooflineBody
 from servecheck.model.bodies.staircase import StaircaseBody
-from servecheck.analysis.run_verdict import run_verdict
 from servecheck.model.result import RunResult, from_doc
 from servecheck.results.fields import as_dict, as_float, as_list
 
@@ -100,17 +99,17 @@ def num(value: Any, digits: int = 1, suffix: str = "") -> str:
     return f"{number:,.{digits}f}{suffix}"
 
 
-def render_doc(doc: dict[str, Any], body: Sequence[RenderableType] | None = None) -> RenderableType:
+def render_doc(doc: dict[str, Any], verdict: str | None, body: Sequence[RenderableType] | None = None) -> RenderableType:
     """Head and marks (SIMULATED, INCOMPLETE, INVALID), then `body` (the command's own report) or a short
-    rendering of any result document: verdict, the key numbers, its table."""
+    rendering of any result document: `verdict` (the run's word, `analysis.run_verdict`), the key numbers,
+    its table."""
     run = from_doc(doc)
     parts: list[RenderableType] = [_head(run)]
     parts += _marks(run)
     if body is not None:
         return Group(*parts, *body)
-    word = run_verdict(run)
-    if word:
-        parts.append(Text.assemble("verdict: ", (word, "bold")))
+    if verdict:
+        parts.append(Text.assemble("verdict: ", (verdict, "bold")))
     short = _BODIES.get(run.command)
     parts += short(run) if short is not None else _generic_body(doc)
     return Group(*parts)

@@ -1,7 +1,8 @@
 """The one run loop of the measuring commands: open the driver, run the experiment, and write its
 document to every sink (JSON file, HTML file, history) when the server answers, after every
 measured point, and once at the end, or, on Ctrl-C, SIGTERM or SIGHUP, what was measured, marked
-`"complete": false`. Each command supplies the experiment; none writes its own copy of this.
+`"complete": false`. Each command supplies the experiment (or, needing no server, the job: `run_job`);
+none writes its own copy of this.
 """
 
 from __future__ import annotations
@@ -46,6 +47,23 @@ class Experiment(Protocol[R]):
 
     def opening(self, server: ServerInfo) -> Doc:
         """The command's fields once the server answered and nothing is measured yet."""
+        ...
+
+    def document(self, result: R) -> Doc:
+        """The command's fields for a result, partial or whole (the envelope goes around them)."""
+        ...
+
+
+class Job(Protocol[R]):
+    """A command's work that needs no server (bandwidth's probe, log's scan), as the run loop drives
+    it: the same documents, sinks and interrupt behaviour as an experiment, without a driver."""
+
+    def run(self, on_point: Callable[[R], None]) -> R:
+        """Work: `on_point` with the result so far after every point (a one-shot job calls it never)."""
+        ...
+
+    def opening(self) -> Doc:
+        """The command's fields before anything is measured."""
         ...
 
     def document(self, result: R) -> Doc:
@@ -141,46 +159,77 @@ def run_experiment(
     the whole of it (interference: the batch budget the audited log stated, beside the measured
     chunk). An interrupt returns what was saved; a ServecheckError after a measured point saves it
     too, then propagates."""
-    loop = _Loop(experiment, Recording(sinks), head, watch if watch is not None else Quiet())
+    loop = _Loop(experiment.document, Recording(sinks), head, watch if watch is not None else Quiet())
     try:
-        return loop.run(open_driver, settle, epilogue, amend)
+        return loop.run(experiment, open_driver, settle, epilogue, amend)
+    finally:
+        loop.recording.close()
+
+
+def run_job(job: Job[R], sinks: Sequence[Sink], *, head: Doc, watch: Watch[R] | None = None) -> RunOutcome[R]:
+    """Run `job`, writing `head` + its document to every sink before it starts, after every point and
+    at the end, or, on an interrupt, what it had, marked incomplete: `run_experiment` without a server."""
+    # The first document goes out with the first point (or the last document): a job that fails or is
+    # interrupted before it measured anything leaves no empty run behind, as a server that never answered.
+    loop = _Loop(job.document, Recording(sinks), head, watch if watch is not None else Quiet(),
+                 opening=lambda: {**head, **job.opening()})
+    try:
+        return loop.finish(lambda: job.run(loop.on_point), None, None)
     finally:
         loop.recording.close()
 
 
 class _Loop(Generic[R]):
-    def __init__(self, experiment: Experiment[R], recording: Recording, head: Doc, watch: Watch[R]) -> None:
-        self.experiment = experiment
+    """What every run shares: the document after each point, and the last, or on an interrupt what was saved."""
+
+    def __init__(self, document: Callable[[R], Doc], recording: Recording, head: Doc, watch: Watch[R],
+                 opening: Callable[[], Doc] | None = None) -> None:
+        self.document = document
         self.recording = recording
         self.head = head
         self.watch = watch
+        self.opening = opening  # a job's first document, sent before its first point; None: the experiment sends it
         self.last: R | None = None
 
-    def doc(self, result: R) -> Doc:
-        return {**self.head, **self.experiment.document(result)}
+    def start_if_due(self) -> None:
+        if self.opening is not None and self.recording.doc is None:
+            self.recording.start(self.opening())
 
-    def on_server(self, server: ServerInfo) -> None:
-        # The history row starts once a server answered, so an unreachable URL leaves no empty run behind.
-        self.recording.start({**self.head, **self.experiment.opening(server)})
-        self.watch.server(server)
+    def doc(self, result: R) -> Doc:
+        return {**self.head, **self.document(result)}
 
     def on_point(self, result: R) -> None:
+        self.start_if_due()
         self.last = result
         self.recording.partial(self.doc(result))
         self.watch.point(result)
 
-    async def measure(self, open_driver: OpenDriver) -> R:
-        async with open_driver() as driver:
-            return await self.experiment.run(driver, self.on_server, self.on_point)
-
     def run(
-        self, open_driver: OpenDriver, settle: Callable[[R], R] | None,
+        self, experiment: Experiment[R], open_driver: OpenDriver, settle: Callable[[R], R] | None,
         epilogue: Callable[[], Mapping[str, Any]] | None, amend: Callable[[Doc], Doc] | None = None,
     ) -> RunOutcome[R]:
+        def on_server(server: ServerInfo) -> None:
+            # The history row starts once a server answered, so an unreachable URL leaves no empty run behind.
+            self.recording.start({**self.head, **experiment.opening(server)})
+            self.watch.server(server)
+
+        async def measure() -> R:
+            async with open_driver() as driver:
+                return await experiment.run(driver, on_server, self.on_point)
+
+        def work() -> R:
+            result = asyncio.run(measure())
+            return settle(result) if settle is not None else result
+
+        return self.finish(work, epilogue, amend)
+
+    def finish(
+        self, work: Callable[[], R], epilogue: Callable[[], Mapping[str, Any]] | None, amend: Callable[[Doc], Doc] | None,
+    ) -> RunOutcome[R]:
+        """Do the work under the watch; then write the last document, or on an interrupt what was saved."""
         try:
             with self.watch.measuring():
-                result = asyncio.run(self.measure(open_driver))
-            result = settle(result) if settle is not None else result
+                result = work()
             extra = dict(epilogue()) if epilogue is not None else {}
         except KeyboardInterrupt:  # Ctrl-C, and SIGTERM / SIGHUP (cli.main raises them as one)
             return RunOutcome(self.recording.interrupted(), self.last, interrupted=True)
@@ -189,4 +238,5 @@ class _Loop(Generic[R]):
                 self.recording.interrupted()
             raise
         last = {**self.doc(result), **extra}
+        self.start_if_due()
         return RunOutcome(self.recording.finish(amend(last) if amend is not None else last), result, interrupted=False)

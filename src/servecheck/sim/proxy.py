@@ -1,6 +1,6 @@
 """A loopback proxy that takes a real server's witnesses off the wire, for tests and benchmarks.
 
-    python -m servecheck.sim.proxy UPSTREAM_URL [--port 0] [--lie-gauges] [--no-cache-prompt]
+    python -m servecheck.sim.proxy UPSTREAM_URL [--port 0] [--lie-gauges] [--no-cache-prompt] [--hold K:SECONDS]
 
 It passes only the OpenAI routes (POST /v1/completions, POST /v1/chat/completions, GET /v1/models)
 and answers 404 to everything else (/metrics, /slots, /props, /tokenize, /health), and it strips
@@ -11,7 +11,9 @@ stopwatch. A flag that ignores witnesses is no proof that the stopwatch suffices
 `--lie-gauges` serves a llama.cpp-style /metrics that counts every request in flight through the
 proxy as processing and none as deferred: gauges that lie, injected in front of a real queue.
 `--no-cache-prompt` sets `cache_prompt: false` in every completion request (a prefix cache forced
-off from outside). The proxy listens on 127.0.0.1 only, prints its URL as its first line, and exits
+off from outside). `--hold K:SECONDS` keeps the K-th completion request through the proxy (counted from
+1) waiting SECONDS before it is forwarded: one send made slow from outside, by a known amount (the
+prefix cache's control send, for the test of the comparison that does without it). The proxy listens on 127.0.0.1 only, prints its URL as its first line, and exits
 when the process that started it is gone.
 """
 
@@ -63,11 +65,14 @@ def strip_event_line(line: bytes) -> bytes:
 
 
 class Proxy:
-    def __init__(self, upstream: str, *, lie_gauges: bool, no_cache_prompt: bool) -> None:
+    def __init__(self, upstream: str, *, lie_gauges: bool, no_cache_prompt: bool,
+                 hold: tuple[int, float] | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         self.lie_gauges = lie_gauges
         self.no_cache_prompt = no_cache_prompt
+        self.hold = hold
         self.in_flight = 0
+        self.completions = 0
         self.session: aiohttp.ClientSession | None = None
 
     async def start(self, app: web.Application) -> None:
@@ -88,6 +93,9 @@ class Proxy:
                     body = json.dumps(doc).encode()
             except ValueError:
                 pass
+        self.completions += 1
+        if self.hold is not None and self.completions == self.hold[0]:
+            await asyncio.sleep(self.hold[1])
         self.in_flight += 1
         try:
             return await self._forward(request, "POST", body)
@@ -162,9 +170,10 @@ async def _watch_parent(parent: int) -> None:
         await asyncio.sleep(PARENT_POLL_S)
 
 
-async def serve(upstream: str, port: int, *, lie_gauges: bool, no_cache_prompt: bool) -> None:
+async def serve(upstream: str, port: int, *, lie_gauges: bool, no_cache_prompt: bool,
+                hold: tuple[int, float] | None = None) -> None:
     parent = os.getppid()
-    runner = web.AppRunner(build_app(Proxy(upstream, lie_gauges=lie_gauges, no_cache_prompt=no_cache_prompt)))
+    runner = web.AppRunner(build_app(Proxy(upstream, lie_gauges=lie_gauges, no_cache_prompt=no_cache_prompt, hold=hold)))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
@@ -192,19 +201,34 @@ def running_proxy(upstream: str, *flags: str) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+def parse_hold(text: str) -> tuple[int, float]:
+    """`K:SECONDS` -> (K, SECONDS): the K-th completion (from 1), held 0 < SECONDS <= 60."""
+    k, sep, seconds = text.partition(":")
+    try:
+        held = (int(k), float(seconds))
+    except ValueError:
+        held = (0, 0.0)
+    if not sep or held[0] < 1 or not 0 < held[1] <= 60:
+        raise argparse.ArgumentTypeError(f"--hold takes K:SECONDS (K >= 1, 0 < SECONDS <= 60), not {text!r}")
+    return held
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m servecheck.sim.proxy", description=__doc__.splitlines()[0])
     parser.add_argument("upstream", help="the real server, http://127.0.0.1:PORT")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--lie-gauges", action="store_true")
     parser.add_argument("--no-cache-prompt", action="store_true")
+    parser.add_argument("--hold", type=parse_hold, default=None, metavar="K:SECONDS",
+                        help="keep the K-th completion request waiting SECONDS before forwarding it")
     args = parser.parse_args(argv)
     host = args.upstream.split("//", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"error: the proxy forwards only to a loopback server, not {host}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve(args.upstream, args.port, lie_gauges=args.lie_gauges, no_cache_prompt=args.no_cache_prompt))
+        asyncio.run(serve(args.upstream, args.port, lie_gauges=args.lie_gauges, no_cache_prompt=args.no_cache_prompt,
+                          hold=args.hold))
     except KeyboardInterrupt:
         pass
     return 0

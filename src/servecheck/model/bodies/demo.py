@@ -14,6 +14,9 @@ from servecheck.model.bodies.log import LogBody
 from servecheck.model.bodies.staircase import StaircaseBody, Verdict
 from servecheck.model.codec import record
 
+# The concurrency levels every demo staircase measures; its report prints a column for each.
+DEMO_NS = (1, 2, 4)
+
 
 @record
 class DemoEngine:

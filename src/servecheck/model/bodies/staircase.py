@@ -15,6 +15,11 @@ from servecheck.model.codec import record
 Verdict = Literal["baseline", "cluster", "staircase", "partial", "inconclusive"]
 Schedule = Literal["cluster", "staircase", "partial"]
 Trend = Literal["rising", "flat", "inconclusive"]
+# Real batching climbs well above N=1 by N=4 (seed 000: "it is not flat"); a queue stays within a
+# few percent (91.2 vs 93.0 tok/s). Rising needs +30%; flat means within -15%..+15%; between the
+# two (or a fall below -15%) is left inconclusive rather than guessed.
+# `analysis.staircase` judges with it; `diff` prints it and writes it as `rising_ratio`.
+RISING_RATIO = 1.3
 WitnessSource = Literal["completion_times", "server_gauges", "server_timings"]  # what one reading reads
 Evidence = Literal[WitnessSource, "generation_windows"]  # what decided a verdict
 

@@ -1,6 +1,7 @@
 """Each command's terminal report, rendered from its typed result alone: the command prints it when
 its run ends and `servecheck show` prints the same lines for a saved run. One module per command;
-each adds its report to REPORTS."""
+each adds its report to REPORTS. A report is handed the run and what the analysis read off it
+(`model.readings.RunReading`); it formats both and computes nothing."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Any
 
 from rich.console import RenderableType
 
+from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
 
-Report = Callable[[RunResult[Any]], list[RenderableType]]
+Report = Callable[[RunResult[Any], RunReading], list[RenderableType]]
 
 # command -> its report; filled by the modules below as they are imported
 REPORTS: dict[str, Report] = {}

@@ -6,8 +6,8 @@ from typing import Any
 
 from rich.console import RenderableType
 
-from servecheck.analysis.arms import INTERVAL_LEVEL, interval_level
-from servecheck.model.bodies.arms import Arm, ArmsBody, ArmsDesign, ArmsDrift, Interval
+from servecheck.model.bodies.arms import INTERVAL_LEVEL, Arm, ArmsBody, ArmsDesign, ArmsDrift, Interval
+from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
 from servecheck.report.lines import REPORTS
 from servecheck.report.lines.text import num as _num
@@ -69,7 +69,7 @@ def arm_table(arms: tuple[Arm, ...]) -> list[str]:
     return lines
 
 
-def decomposition_table(arms: tuple[Arm, ...]) -> list[str]:
+def decomposition_table(arms: tuple[Arm, ...], level: float | None) -> list[str]:
     lines = [f"{'arm':>4}  {'aggregate gain':>20}  {'generation stage':>20}  {'decoding at once':>16}  label"]
     for a in arms:
         lines.append(
@@ -81,16 +81,14 @@ def decomposition_table(arms: tuple[Arm, ...]) -> list[str]:
         "generation stage = tokens after the first / time at least one request was decoding, against serial "
         "(per-user rate x requests decoding at once, not x streams)"
     )
-    lines += interval_note(arms)
+    lines += interval_note(level)
     return lines
 
 
-def interval_note(arms: tuple[Arm, ...]) -> list[str]:
-    """What the bracketed intervals are, and how sure they are with this many reps."""
-    reps = [a.cells for a in arms if a.concurrency != 1 and a.aggregate_speedup_interval and a.cells is not None]
-    if not reps:
+def interval_note(level: float | None) -> list[str]:
+    """What the bracketed intervals are, and how sure they are with this many reps (the run's reading)."""
+    if level is None:
         return []
-    level = interval_level(min(reps))
     text = f"intervals: order statistics of the within-rep ratios, covering the median with {level:.0%} confidence"
     if level < INTERVAL_LEVEL:
         text += f" (fewer reps than the {INTERVAL_LEVEL:.0%} level needs: six or more)"
@@ -123,8 +121,8 @@ def check_lines(body: ArmsBody) -> list[str]:
     return lines
 
 
-def report_lines(run: RunResult[ArmsBody]) -> list[str]:
-    """The whole terminal report, from the typed result alone."""
+def report_lines(run: RunResult[ArmsBody], reading: RunReading) -> list[str]:
+    """The whole terminal report, from the typed result and what the analysis read off it."""
     body = run.body
     lines = header_lines(body) + [""]
     if body.headline_refused:
@@ -132,7 +130,7 @@ def report_lines(run: RunResult[ArmsBody]) -> list[str]:
     elif body.headline:
         lines.append(body.headline)
     if body.arms:
-        lines += ["", *arm_table(body.arms), "", *decomposition_table(body.arms), ""]
+        lines += ["", *arm_table(body.arms), "", *decomposition_table(body.arms, reading.arms.interval_level), ""]
     else:
         lines.append("no serial cell was measured: nothing to compare against")
     lines += check_lines(body)
@@ -149,8 +147,8 @@ def report_lines(run: RunResult[ArmsBody]) -> list[str]:
     return lines
 
 
-def report(run: RunResult[Any]) -> list[RenderableType]:
-    return [*report_lines(run)]
+def report(run: RunResult[Any], reading: RunReading) -> list[RenderableType]:
+    return [*report_lines(run, reading)]
 
 
 REPORTS["arms"] = report

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import RenderableType
 
 from servecheck.model.bodies.capacity import CapacityBody, CapacityDesign, CapacityPoint, Interval
+from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
 from servecheck.report.lines import REPORTS
 from servecheck.report.lines.text import num as _num
@@ -93,7 +94,7 @@ def report_lines(run: RunResult[CapacityBody]) -> list[str]:
     return lines
 
 
-def report(run: RunResult[Any]) -> list[RenderableType]:
+def report(run: RunResult[Any], reading: RunReading) -> list[RenderableType]:
     return [*report_lines(run)]
 
 

@@ -6,9 +6,10 @@ from typing import Any
 
 from rich.console import RenderableType
 
-from servecheck.analysis.roofline import format_figure
+from servecheck.model.figures import format_figure
 from servecheck.model.bodies.common import Server, Warning
 from servecheck.model.bodies.context import ContextBody, ContextPoint, ContextRooflineRow, ModelBytesSummary
+from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
 from servecheck.report.lines import REPORTS
 from servecheck.report.lines.audit import fmt_bytes
@@ -139,7 +140,7 @@ def report_lines(run: RunResult[ContextBody]) -> list[str]:
     return lines
 
 
-def report(run: RunResult[Any]) -> list[RenderableType]:
+def report(run: RunResult[Any], reading: RunReading) -> list[RenderableType]:
     return list(report_lines(run))
 
 

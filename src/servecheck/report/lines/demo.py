@@ -8,8 +8,7 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from servecheck.experiments.demo import DEMO_NS
-from servecheck.model.bodies.demo import DemoRun, EmbeddedStaircase
+from servecheck.model.bodies.demo import DEMO_NS, DemoRun, EmbeddedStaircase
 from servecheck.model.bodies.staircase import Point
 
 TOP_N = max(DEMO_NS)

@@ -10,6 +10,7 @@ from rich.console import RenderableType
 
 from servecheck.model.bodies.common import Server
 from servecheck.model.bodies.interference import InterferenceBody, InterferencePoint
+from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
 from servecheck.report.lines import REPORTS
 
@@ -65,7 +66,7 @@ def report_lines(run: RunResult[InterferenceBody]) -> list[str]:
     return lines
 
 
-def report(run: RunResult[Any]) -> list[RenderableType]:
+def report(run: RunResult[Any], reading: RunReading) -> list[RenderableType]:
     return list(report_lines(run))
 
 

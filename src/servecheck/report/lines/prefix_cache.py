@@ -10,6 +10,7 @@ from rich.text import Text
 
 from servecheck.model.bodies.common import Server
 from servecheck.model.bodies.prefix_cache import PrefixCacheBody
+from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
 from servecheck.report.lines import REPORTS
 
@@ -59,7 +60,7 @@ def verdict_lines(run: RunResult[PrefixCacheBody]) -> list[str]:
     return lines
 
 
-def report(run: RunResult[Any]) -> list[RenderableType]:
+def report(run: RunResult[Any], reading: RunReading) -> list[RenderableType]:
     """As the command prints it after its SIMULATED banner; lines as Text, so `show` prints them unstyled as the
     command does (the verdict's colour is the command's own)."""
     body: PrefixCacheBody = run.body

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from rich.console import RenderableType
 
-from servecheck.analysis.roofline import format_figure
+from servecheck.model.figures import format_figure
 from servecheck.model.bodies.roofline import BatchRow, Headroom, Range, RooflineBody, Target
+from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
 from servecheck.report.lines import REPORTS
 from servecheck.report.lines.audit import fmt_bytes
@@ -98,4 +99,8 @@ def _x(span: Range) -> str:
     return f"{lo:.2f}x" if round(lo, 2) == round(hi, 2) else f"{lo:.2f}-{hi:.2f}x"
 
 
-REPORTS["roofline"] = report_lines
+def report(run: RunResult[RooflineBody], reading: RunReading) -> list[RenderableType]:
+    return report_lines(run)
+
+
+REPORTS["roofline"] = report

@@ -11,9 +11,9 @@ from typing import TypeVar
 
 from rich.console import RenderableType
 
-from servecheck.analysis.stats import median
 from servecheck.model.bodies.common import Finding, RequestRef
 from servecheck.model.bodies.staircase import Point, StaircaseBody
+from servecheck.model.readings import RunReading, StaircasePointReading
 from servecheck.model.result import RunResult
 from servecheck.report.lines import REPORTS
 from servecheck.report.lines.text import client_lines
@@ -107,57 +107,47 @@ def header_lines(run: RunResult[StaircaseBody]) -> list[str]:
     return lines
 
 
-def median_queue_s(point: Point) -> list[float] | None:
-    """Queue time per finishing rank, the median over the reps that have it for every request."""
-    rows = [[q for q in b.queue_s if q is not None] for b in point.batches if b.queue_s and None not in b.queue_s]
-    if not rows:
-        return None
-    return [median([row[i] for row in rows]) for i in range(min(len(row) for row in rows))]
+def _read(body: StaircaseBody, reading: RunReading) -> list[tuple[Point, StaircasePointReading]]:
+    """Each point beside what the analysis read off its reps (`analysis.readings.read_point`)."""
+    return list(zip(body.points, reading.staircase, strict=True))
 
 
-def queue_lines(body: StaircaseBody) -> list[str]:
+def queue_lines(body: StaircaseBody, reading: RunReading) -> list[str]:
     lines = []
-    for point in body.points:
-        queue = median_queue_s(point)
+    for point, read in _read(body, reading):
+        queue = read.queue_s
         if _need(point.n, "n") > 1 and queue:
             lines.append(f"N={point.n:<3} queue time (client latency - server prefill - decode): {fmt_finishes(queue)}")
     return lines
 
 
-def witness_lines(body: StaircaseBody) -> list[str]:
+def witness_lines(body: StaircaseBody, reading: RunReading) -> list[str]:
     """Per N, what the server's gauges showed (peaks, medians over reps) and Little's law."""
     lines = []
-    for point in body.points:
+    for point, read in _read(body, reading):
         if point.n == 1 or not point.batches:
             continue
         gauges = [b.gauges for b in point.batches if b.gauges is not None and b.gauges.peak_running is not None]
-        little = [b.effective_concurrency for b in point.batches if b.effective_concurrency is not None]
+        little = read.effective_concurrency
         parts = []
         if gauges:
             g = gauges[-1]
             waiting = "" if g.peak_waiting is None else f", waiting up to {g.peak_waiting}"
             parts.append(f"server gauges ({_need(g.source, 'source')}): running up to {g.peak_running}{waiting}")
-        if little:
-            parts.append(f"effective concurrency {median(little):.2f} (sum of latencies / wall)")
+        if little is not None:
+            parts.append(f"effective concurrency {little:.2f} (sum of latencies / wall)")
         if parts:
             lines.append(f"N={_need(point.n, 'n'):<3} " + " · ".join(parts))
     return lines
 
 
-def trap_lines(body: StaircaseBody) -> list[str]:
+def trap_lines(body: StaircaseBody, reading: RunReading) -> list[str]:
     """The self-reported sum beside the true aggregate, both medians over the same reps."""
     lines = []
-    for point in body.points:
-        pairs = [
-            (b.self_reported_sum_tok_s, b.aggregate_tok_s)
-            for b in point.batches
-            if b.self_reported_sum_tok_s is not None and b.aggregate_tok_s is not None
-        ]
-        if _need(point.n, "n") > 1 and pairs:
-            claimed, true = median([c for c, _ in pairs]), median([t for _, t in pairs])
-            flags = [b.self_reported_misleading for b in point.batches if b.self_reported_misleading is not None]
-            # a document from before the flag was recorded keeps the word it was shown with
-            word = "MISLEADING" if not flags or any(flags) else "agrees with the aggregate"
+    for point, read in _read(body, reading):
+        claimed, true = read.self_reported_sum_tok_s, read.true_aggregate_tok_s
+        if _need(point.n, "n") > 1 and claimed is not None and true is not None:
+            word = "MISLEADING" if read.self_reported_misleading else "agrees with the aggregate"
             lines.append(
                 f"N={point.n:<3} sum of self-reported rates {claimed:.1f} tok/s ({word})  "
                 f"vs true aggregate {true:.1f} tok/s"
@@ -187,8 +177,8 @@ def _ref_label(r: RequestRef) -> str:
     return f"N={r.n} rep {_need(r.rep, 'rep') + 1} request #{r.index} (nonce {r.nonce}): {r.detail}"
 
 
-def report_lines(run: RunResult[StaircaseBody]) -> list[str]:
-    """The whole terminal report, from the typed result alone."""
+def report_lines(run: RunResult[StaircaseBody], reading: RunReading) -> list[str]:
+    """The whole terminal report, from the typed result and what the analysis read off it."""
     body = run.body
     lines = header_lines(run) + [""]
     width = max((len(fmt_finishes(p.finish_s)) for p in body.points), default=0)
@@ -198,8 +188,8 @@ def report_lines(run: RunResult[StaircaseBody]) -> list[str]:
             lines.append(extra)
     lines += ["", f"verdict  {_need(body.verdict, 'verdict')}  ({_need(body.verdict_reason, 'verdict_reason')})",
               trend_line(body)]
-    lines += witness_lines(body)
-    lines += queue_lines(body) + trap_lines(body) + client_lines(body.client_checks)
+    lines += witness_lines(body, reading)
+    lines += queue_lines(body, reading) + trap_lines(body, reading) + client_lines(body.client_checks)
     lines += finding_lines(body) + [f"note: {note}" for note in body.notes]
     if not run.complete:
         lines.append("INCOMPLETE: interrupted; the points above are all that was measured")
@@ -207,8 +197,8 @@ def report_lines(run: RunResult[StaircaseBody]) -> list[str]:
     return lines
 
 
-def report(run: RunResult[StaircaseBody]) -> list[RenderableType]:
-    return [*report_lines(run)]
+def report(run: RunResult[StaircaseBody], reading: RunReading) -> list[RenderableType]:
+    return [*report_lines(run, reading)]
 
 
 REPORTS["staircase"] = report

@@ -1,0 +1,160 @@
+"""The roofline as the run loop drives it: with --url, one fixed-length stream measured through the
+driver seam (`RooflineExperiment`); with --tok-s, a given rate and no server (`RooflineJob`). Either
+way the command settles the result with the measured bandwidth (the probe lives beside this layer),
+and the document is the analysis of the rate against it (`analysis.roofline`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from servecheck.analysis import roofline as rl
+from servecheck.analysis.roofline import Span
+from servecheck.errors import ServerError
+from servecheck.experiments.common import WARMUP_TOKENS  # the warm-up stream's output length
+from servecheck.load.prompts import make_requests
+from servecheck.load.protocol import Driver
+from servecheck.model.records import RequestRecord, ServerInfo
+
+URL_DECODE_TOKENS = 256
+URL_PROMPT_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class Rate:
+    """The decode rate the roofline is drawn for: given, or measured on one stream at --url."""
+
+    tok_s: float
+    source: str = "given"
+    server: ServerInfo | None = None  # --url: what detection learned about the server
+    stream: RequestRecord | None = None  # --url: the measuring request
+
+    def fields(self) -> dict[str, Any]:
+        """The document's `tok_s`, `tok_s_source` and `measurement` (null for a given rate)."""
+        rec, measurement = self.stream, None
+        if self.server is not None and rec is not None and rec.first_token_ns is not None and rec.end_ns is not None:
+            measurement = {"server": self.server.to_dict(), "tokens": rec.tokens, "tokens_source": rec.tokens_source,
+                           "decode_s": (rec.end_ns - rec.first_token_ns) / 1e9, "ttft_s": (rec.first_token_ns - rec.send_ns) / 1e9,
+                           "server_timings": rec.server.to_dict() if rec.server else None}
+        return {"tok_s": self.tok_s, "tok_s_source": self.source, "measurement": measurement}
+
+
+@dataclass(frozen=True)
+class Weights:
+    """What every token reads, as the command resolved it (an audit of the model file, or a figure given)."""
+
+    bytes_per_token: int
+    resident_bytes: int | None
+    kind: str
+    step: rl.StepBytes | None = None  # the audit's split of a step by how it scales with batch size
+    audit_summary: dict[str, Any] | None = None
+    kv_counted: bool = False  # the audit counted a KV cache (--context)
+
+
+@dataclass(frozen=True)
+class Bandwidth:
+    span: Span
+    source: str
+    probe: dict[str, Any] | None = None  # the probe's document, when the bandwidth was probed
+    probe_notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The analysis asked for: the kind's ceiling, the gate, a target, batch sizes and a saved run's rates."""
+
+    ceiling: Span
+    gate_threshold: float = rl.DEFAULT_GATE
+    target_tok_s: float | None = None
+    batches: tuple[int, ...] = ()
+    runs: Mapping[int, float] | None = None
+    kind_given: bool = False
+    asked_tokens: int | None = None  # --tokens with --url
+    notes: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class RooflineResult:
+    """The rate, and once settled, the bandwidth it is drawn against."""
+
+    rate: Rate
+    bandwidth: Bandwidth | None = None
+
+
+def document(result: RooflineResult, weights: Weights, plan: Plan) -> dict[str, Any]:
+    """The command's fields: the rate alone until the bandwidth is in, then the analysis of one against the other."""
+    rate, bw = result.rate, result.bandwidth
+    measured_on = {} if rate.server is None else {"simulated": rate.server.simulated}
+    if bw is None:
+        return {**rate.fields(), **measured_on}
+    r = rl.analyse(weights.bytes_per_token, weights.kind, rate.tok_s, bw.span, plan.ceiling, gate_threshold=plan.gate_threshold,
+                   target_tok_s=plan.target_tok_s, step=weights.step, batches=plan.batches, measured=plan.runs)
+    audited = weights.audit_summary is not None
+    sanity = rl.sanity_notes(r.utilization, audited=audited, kv_counted=audited and weights.kv_counted,
+                             kind_given=plan.kind_given, batched=bool(r.batch), asked_tokens=plan.asked_tokens,
+                             stream_tokens=None if rate.stream is None else rate.stream.tokens)
+    return {
+        **r.to_dict(),
+        "resident_bytes": weights.resident_bytes,
+        "bandwidth_source": bw.source,
+        **rate.fields(),
+        "probe": bw.probe,
+        "audit": weights.audit_summary,
+        "notes": [*plan.notes, *(f"probe: {n}" for n in bw.probe_notes), *sanity],
+        "valid": r.valid,
+        **measured_on,
+    }
+
+
+@dataclass(frozen=True)
+class RooflineExperiment:
+    """--url: the decode rate of one fixed-length stream after a short warm-up, prefill excluded."""
+
+    weights: Weights
+    plan: Plan
+    tokens: int = URL_DECODE_TOKENS
+    prompt_tokens: int = URL_PROMPT_TOKENS
+    seed: int = 0
+
+    async def run(self, driver: Driver, on_server: Callable[[ServerInfo], None],
+                  on_point: Callable[[RooflineResult], None]) -> RooflineResult:
+        info = await driver.detect()
+        on_server(info)
+        warm, req = await make_requests(driver, 2, self.prompt_tokens, self.tokens, random.Random(self.seed))
+        await driver.generate(replace(warm, max_tokens=WARMUP_TOKENS))
+        rec = await driver.generate(req)
+        if not rec.ok or rec.first_token_ns is None or rec.end_ns is None or rec.tokens < 2:
+            raise ServerError(f"the measuring request failed ({rec.status}: {rec.error or 'no tokens'})",
+                              "check the server, or pass --tok-s")
+        tok_s = (rec.tokens - 1) / ((rec.end_ns - rec.first_token_ns) / 1e9)
+        result = RooflineResult(Rate(tok_s, f"measured: one {rec.tokens}-token stream at {info.url}, prefill excluded", info, rec))
+        on_point(result)  # a Ctrl-C during the bandwidth probe keeps the measured rate
+        return result
+
+    def opening(self, server: ServerInfo) -> dict[str, Any]:
+        return {"simulated": server.simulated}
+
+    def document(self, result: RooflineResult) -> dict[str, Any]:
+        return document(result, self.weights, self.plan)
+
+
+@dataclass(frozen=True)
+class RooflineJob:
+    """--tok-s: a rate given, nothing to measure on a server; the bandwidth is settled after."""
+
+    weights: Weights
+    plan: Plan
+    tok_s: float
+    settle: Callable[[RooflineResult], RooflineResult]
+
+    def opening(self) -> dict[str, Any]:
+        return {}
+
+    def run(self, on_point: Callable[[RooflineResult], None]) -> RooflineResult:
+        return self.settle(RooflineResult(Rate(self.tok_s)))
+
+    def document(self, result: RooflineResult) -> dict[str, Any]:
+        return document(result, self.weights, self.plan)

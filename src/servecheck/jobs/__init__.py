@@ -1,0 +1,1 @@
+"""Jobs of the run loop that compose engines, experiments and the log scan (`servecheck demo`)."""

@@ -1,0 +1,255 @@
+"""`servecheck demo` as a job of the run loop: one engine started twice, allowed one request at a time
+(llama.cpp `-np 1`, vLLM `--max-num-seqs 1`: requests queue, a staircase) and four (requests are
+batched: a cluster), the staircase test against each, and each server log audited.
+
+This layer composes what the layers below keep apart (an engine, an experiment, the log scan) into a
+job `results.runner.run_job` drives; the command (`cli.demo`) parses, runs it and renders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servecheck.client.base import Target
+from servecheck.engine.cache import EngineCache
+from servecheck.engine.local import LocalEngine, provision_local
+from servecheck.engine.model import DEFAULT_SIZE
+from servecheck.engine.process import LlamaServer, ctx_per_slot_for, default_threads
+from servecheck.engine.running import RunningRecords
+from servecheck.engine.vllm import EAGER_ARGS, VllmLocal, VllmServer, provision_vllm_local
+from servecheck.envinfo import environment
+from servecheck.errors import ServecheckError, UsageError
+from servecheck.experiments.demo import EXPECTED, as_expected, run_demo_staircase
+from servecheck.experiments.staircase import StaircaseResult
+from servecheck.load.protocol import DriverFactory
+from servecheck.logscan.scan import scan_log
+from servecheck.model.bodies.demo import DEMO_NS
+from servecheck.results.jsonout import envelope
+
+Say = Callable[[str], None]
+
+# 256 tokens make one request take about four seconds with one thread on this 2-core machine, so
+# the whole demo (nine requests on --parallel 1, five batches on --parallel 4) stays near a minute
+# and a half on a quiet machine. 256-token runs used to come out `inconclusive` on a loaded machine
+# (steps 0.7-1.5x one stalled N=1 time); the staircase now measures N=1 before and after, judges
+# a queue by its own even steps, weighs llama.cpp's /metrics gauges, and re-measures an undecided point.
+DEFAULT_TOKENS = 256
+DEFAULT_PROMPT_TOKENS = 32
+FIRST_TOKEN_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class DemoEngine:
+    """What the demo needs of either engine: how to start it with `parallel` requests at once, the
+    API it speaks, the rules its log is audited with and the words for its header."""
+
+    name: str  # "llamacpp" or "vllm"
+    local: LocalEngine | VllmLocal
+    threads: int | None  # llama.cpp's -t; vLLM picks its own
+    records: RunningRecords | None = None  # where each server is recorded while it runs
+
+    @property
+    def server_name(self) -> str:
+        return "llama-server" if self.name == "llamacpp" else "vLLM"
+
+    @property
+    def slots_flag(self) -> str:
+        return "--parallel" if self.name == "llamacpp" else "--max-num-seqs"
+
+    @property
+    def batching_feature(self) -> str:
+        """What the audit is asked about for both servers: does this one run requests together?"""
+        return "parallel_slots" if self.name == "llamacpp" else "continuous_batching"
+
+    @property
+    def api(self) -> str:
+        return "llamacpp" if self.name == "llamacpp" else "openai"
+
+    @property
+    def model_name(self) -> str:
+        return self.local.model_name
+
+    @property
+    def model_path(self) -> Path:
+        return self.local.model_path
+
+    def describe(self) -> str:
+        return self.local.binary.describe() if isinstance(self.local, LocalEngine) else self.local.env.describe()
+
+    def to_dict(self) -> dict[str, Any]:
+        if isinstance(self.local, LocalEngine):
+            return {"name": "llamacpp", **self.local.binary.to_dict()}
+        # "path": the program the server command starts, as for llama-server
+        return {"name": "vllm", "path": str(self.local.env.python), **self.local.env.to_dict()}
+
+    def server(self, parallel: int, *, tokens: int, prompt_tokens: int, log_path: Path) -> LlamaServer | VllmServer:
+        if isinstance(self.local, LocalEngine):
+            return LlamaServer(
+                self.local.binary, self.local.model_path, parallel=parallel, threads=self.threads,
+                ctx_per_slot=ctx_per_slot_for(prompt_tokens, tokens), log_path=log_path, records=self.records,
+            )
+        return VllmServer(self.local.env, self.local.model_path, max_num_seqs=parallel, extra_args=EAGER_ARGS,
+                          served_model_name=self.local.model_name, log_path=log_path, records=self.records)
+
+
+def provision_demo_engine(engine: str, model: str | None, llama_server: str | None, threads: int | None,
+                          cache: EngineCache, say: Say) -> DemoEngine:
+    if engine == "vllm":
+        if llama_server is not None or threads is not None:
+            flag = "--llama-server" if llama_server is not None else "--threads"
+            raise UsageError(f"{flag} is for --engine llamacpp", "vLLM picks its own threads; drop the flag")
+        return DemoEngine("vllm", provision_vllm_local(model or "tiny", cache=cache, progress=say), None)
+    local = provision_local(llama_server, model or DEFAULT_SIZE, cache=cache, progress=say)
+    return DemoEngine("llamacpp", local, threads or default_threads())
+
+
+@dataclass(frozen=True)
+class DemoRun:
+    parallel: int
+    expected: str
+    doc: dict[str, Any]  # the staircase document (experiments.staircase.StaircaseResult.to_doc)
+    attempts: int
+    command: tuple[str, ...]
+    server_pid: int | None
+    log_path: Path
+    log_audit: dict[str, Any] | None  # servecheck.logscan's findings, when that feature is installed
+
+    @property
+    def as_expected(self) -> bool:
+        return as_expected(self.doc["verdict"], self.expected, valid=self.doc["valid"],
+                           complete=self.doc.get("complete", True))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "parallel": self.parallel,
+            "expected": self.expected,
+            "verdict": self.doc["verdict"],
+            "as_expected": self.as_expected,
+            "attempts": self.attempts,
+            "server_command": list(self.command),
+            "server_pid": self.server_pid,
+            "log_path": str(self.log_path),
+            "log_audit": self.log_audit,
+            "staircase": self.doc,
+        }
+
+
+# ---------------------------------------------------------------- running
+
+
+async def _staircase(open_driver: DriverFactory, url: str, api: str, tokens: int, prompt_tokens: int, seed: int,
+                     on_point: Callable[[StaircaseResult], None]) -> StaircaseResult:
+    target = Target(url=url, api=api, first_token_timeout_s=FIRST_TOKEN_TIMEOUT_S)
+    async with open_driver(target) as driver:
+        return await run_demo_staircase(driver, tokens=tokens, prompt_tokens=prompt_tokens, rng=random.Random(seed),
+                                        on_point=on_point)
+
+
+def _point_printer(parallel: int, say: Say) -> Callable[[StaircaseResult], None]:
+    def on_point(result: StaircaseResult) -> None:
+        mb = result.batches[-1]
+        finish = " / ".join(f"{t:.2f}" for t in mb.batch.finish_s())
+        say(f"  --parallel {parallel}  N={mb.n}  finish at {finish} s")
+
+    return on_point
+
+
+def run_one(
+    engine: DemoEngine, parallel: int, expected: str, *, tokens: int, prompt_tokens: int,
+    log_dir: Path, say: Say, open_driver: DriverFactory, on_snapshot: Callable[[DemoRun], None] | None = None,
+) -> DemoRun:
+    """Start the engine with `parallel` requests at once, run the staircase test (an undecided point
+    measured again, up to experiments.demo.MAX_REPS), stop it.
+
+    `on_snapshot` gets the run as measured so far after every point, so a Ctrl-C loses nothing.
+    """
+    log_path = log_dir / f"demo-{engine.name}-np{parallel}-{time.strftime('%Y%m%d-%H%M%S')}.log"
+    server = engine.server(parallel, tokens=tokens, prompt_tokens=prompt_tokens, log_path=log_path)
+    label = f"{engine.server_name} {engine.slots_flag} {parallel}"
+    with server as url:
+        say(f"{label} up at {url} (pid {server.pid}); running the staircase test")
+        assert server.server is not None
+        command, pid = tuple(server.server.cmd), server.pid
+        printer = _point_printer(parallel, say)
+
+        def on_point(result: StaircaseResult) -> None:
+            printer(result)
+            if on_snapshot is not None:
+                on_snapshot(DemoRun(parallel, expected, result.to_doc(), attempt, command, pid, log_path, None))
+
+        attempt = 1
+        seed = random.SystemRandom().randrange(2**32)
+        result = asyncio.run(_staircase(open_driver, url, engine.api, tokens, prompt_tokens, seed, on_point))
+        doc = result.to_doc()
+    say(f"{label} stopped; verdict {doc['verdict']}")
+    audit = audit_log(log_path, command, engine.name, ask=(engine.batching_feature,))
+    return DemoRun(parallel, expected, doc, attempt, command, pid, log_path, audit)
+
+
+def audit_log(
+    log_path: Path, command: tuple[str, ...], engine: str = "llamacpp", ask: tuple[str, ...] = ()
+) -> dict[str, Any] | None:
+    """The server log audited by servecheck.logscan (None until that module is installed). `ask`:
+    features decided whatever the command line says (the demo asks whether each server batches:
+    a one-at-a-time server's own configuration line then says so, whether or not a periodic line
+    happened to catch a request waiting)."""
+    try:
+        result = scan_log(log_path, engine, shlex.join(command[1:]), ask=ask)
+    except ServecheckError as exc:  # the audit is a bonus: its failure must not hide the two verdicts
+        return {"error": exc.one_line(), "findings": []}
+    return result.to_dict() if hasattr(result, "to_dict") else dict(vars(result))
+
+
+@dataclass(frozen=True)
+class DemoJob:
+    """Both servers in turn, as a job of `results.runner.run_job`: the document after every point of
+    either, so a Ctrl-C (the servers stop on the way out) or a kill keeps what was measured."""
+
+    engine: DemoEngine
+    tokens: int
+    prompt_tokens: int
+    log_dir: Path
+    say: Say
+    open_driver: DriverFactory  # the driver each staircase is measured through (a user's: the pre-flight's CheckedDriver)
+
+    def opening(self) -> dict[str, Any]:
+        return {"engine": self.engine.to_dict(), "model_path": str(self.engine.model_path), "runs": []}
+
+    def run(self, on_point: Callable[[list[DemoRun]], None]) -> list[DemoRun]:
+        measured: dict[int, DemoRun] = {}  # by --parallel: finished runs and the latest snapshot of the one running
+
+        def keep(run: DemoRun) -> None:
+            measured[run.parallel] = run
+            on_point(list(measured.values()))
+
+        for parallel, expected in EXPECTED:
+            keep(run_one(self.engine, parallel, expected, tokens=self.tokens, prompt_tokens=self.prompt_tokens,
+                         log_dir=self.log_dir, say=self.say, on_snapshot=keep, open_driver=self.open_driver))
+        return list(measured.values())
+
+    def document(self, runs: list[DemoRun]) -> dict[str, Any]:
+        return demo_fields(self.engine, runs)
+
+
+def demo_head(engine: DemoEngine, *, tokens: int, prompt_tokens: int) -> dict[str, Any]:
+    params = {"tokens": tokens, "prompt_tokens": prompt_tokens, "threads": engine.threads, "n": list(DEMO_NS),
+              "model": engine.model_name, "engine": engine.name}
+    return envelope("demo", params, environment())
+
+
+def demo_fields(engine: DemoEngine, runs: list[DemoRun]) -> dict[str, Any]:
+    return {
+        "engine": engine.to_dict(),
+        "model_path": str(engine.model_path),
+        "runs": [r.to_dict() for r in runs],
+        "verdicts": {f"parallel_{r.parallel}": r.doc["verdict"] for r in runs},
+        "as_expected": all(r.as_expected for r in runs),
+        "valid": all(r.doc["valid"] for r in runs),
+    }

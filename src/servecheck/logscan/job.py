@@ -1,0 +1,44 @@
+"""The log audit as a job of `results.runner.run_job`: one scan (and, with a URL, the running server's
+live evidence), written to the sinks like every other command's document."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from servecheck.errors import LogScanError
+from servecheck.logscan.live import live_evidence
+from servecheck.logscan.rules import Rule
+from servecheck.logscan.scan import LogScanResult, scan_log
+
+
+@dataclass(frozen=True)
+class LogJob:
+    file: str
+    engine: str = "auto"
+    flags: str | None = None
+    url: str | None = None  # checked by the caller
+    rules: tuple[Rule, ...] | None = None
+
+    def opening(self) -> dict[str, Any]:
+        return {}
+
+    def run(self, on_point: Callable[[LogScanResult], None]) -> LogScanResult:
+        """One scan, so no point before the whole result."""
+        try:
+            result = scan_log(self.file, self.engine, self.flags, rules=self.rules)  # a pipe is fine: `log <(docker logs vllm 2>&1)`
+        except OSError as exc:  # a special file that opens but cannot be read (EIO, ENXIO, ...)
+            raise LogScanError(f"cannot read log file {self.file}: {exc.strerror or exc}", "give the server's text log") from exc
+        return result.with_live(live_evidence(self.url, self.engine)) if self.url is not None else result
+
+    def document(self, result: LogScanResult) -> dict[str, Any]:
+        """The findings and lines (the contract fields), the features refused, and the rest of the scan."""
+        scan = result.to_dict()
+        return {
+            "valid": True,
+            "findings": scan.pop("findings"),
+            "lines": scan.pop("lines"),
+            "refused": [f.feature for f in result.refused],
+            **scan,
+        }
