@@ -30,7 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from servecheck.cli.bandwidth import parse_sizes
@@ -108,7 +108,7 @@ def main() -> None:
                 rows.append(compare_one(exe, size, args.threads, mode, args.rounds))
     doc = {
         "benchmark": "bandwidth_vs_stream",
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "threads": args.threads},
         "target_ratio": [TARGET_LOW, TARGET_HIGH],
         "statistic": "median over A-B-A rounds of servecheck / geometric mean of the two reference runs around it",

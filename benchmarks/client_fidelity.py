@@ -49,9 +49,10 @@ import subprocess
 import sys
 import urllib.request
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 from servecheck.client.base import RunClock, Target
 from servecheck.load.driver import LoadDriver
@@ -435,7 +436,7 @@ def main() -> int:
         "target_frac": TARGET,
         "left_out": skipped,
         "auto_wrong": len(wrong),
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "loadavg_1m": os.getloadavg()[0]},
         "server_law": {"base_ms": BASE_MS, "per_seq_ms": PER_SEQ_MS, "tokens": TOKENS},
         "units": "ms; *_frac are signed fractions (servecheck / truth - 1, or error / true TTFT)",

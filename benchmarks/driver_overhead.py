@@ -24,7 +24,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from servecheck.client.base import RunClock, Target
 from servecheck.load.calibrate import STAMP_SERVER

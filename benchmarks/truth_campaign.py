@@ -10,7 +10,8 @@ every `timings` and cache count is taken off the wire, and servecheck runs `--ap
   `--parallel 2` at N=4 is `partial`, `--parallel 4` / `--max-num-seqs 4` is `cluster` + `rising`;
   any other definite verdict, or the other trend word, is wrong;
 * prefix-cache (llama.cpp, behind the proxy): `working` with the cache on, `inert` when the proxy
-  forces `cache_prompt: false`.
+  forces `cache_prompt: false`; `llama:cache-held` also holds the control send HOLD_S, so `inert`
+  counts as right only when decided against the first send of the same prompt.
 
 Each run is one invocation of the command. Its outcome is counted twice: on the first pass (a
 point or trend servecheck had to measure again was undecided on the first pass: counted
@@ -35,7 +36,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,9 @@ SHARED_BUSY = HERE.parent.parent / "shared" / "tools" / "busy.py"
 TOKENS = {"llama": 256, "vllm": 128}
 PROMPT_TOKENS = 32
 CACHE_PROMPT_TOKENS = 2000
+# The control send held this long by the proxy (cache-off-held): no reference then, so inert must come
+# from the first send of the same prompt (a 2,000-token prefill takes about 2 s here).
+HOLD_S = 3.0
 TRUTH = {1: ("staircase", "flat"), 2: ("partial", None), 4: ("cluster", "rising")}
 WRONG_TREND = {1: "rising", 4: "flat"}
 
@@ -58,7 +62,7 @@ WRONG_TREND = {1: "rising", 4: "flat"}
 @dataclass(frozen=True)
 class Cell:
     engine: str  # "llama" | "vllm"
-    kind: str  # "staircase" | "cache-on" | "cache-off"
+    kind: str  # "staircase" | "cache-on" | "cache-off" | "cache-off-held" (the control send held HOLD_S by the proxy)
     parallel: int
     condition: str  # "quiet" | "busy"
     mode: str  # "stopwatch" (behind the stripping proxy) | "witnesses" (direct)
@@ -98,7 +102,10 @@ def judge_staircase(parallel: int, doc: dict[str, Any]) -> tuple[str, str]:
 def judge_cache(kind: str, doc: dict[str, Any]) -> tuple[str, str]:
     verdict = doc.get("verdict")
     truth = "working" if kind == "cache-on" else "inert"
-    detail = f"{verdict} ({doc.get('verdict_reason') or doc.get('reason')})"
+    reason = doc.get("verdict_reason") or doc.get("reason") or ""
+    detail = f"{verdict} ({reason})"
+    if kind == "cache-off-held" and verdict == truth and "first send of the same prompt" not in reason:
+        return "inconclusive", detail + " [the held control was not what the verdict went without]"
     if verdict == truth:
         return "right", detail
     if verdict in ("working", "inert"):
@@ -142,7 +149,8 @@ def proxied(url: str, cell: Cell) -> Iterator[str]:
     if cell.mode != "stopwatch":
         yield url
         return
-    with running_proxy(url, *(["--no-cache-prompt"] if cell.kind == "cache-off" else [])) as proxy_url:
+    flags = {"cache-off": ["--no-cache-prompt"], "cache-off-held": ["--no-cache-prompt", "--hold", f"4:{HOLD_S:g}"]}
+    with running_proxy(url, *flags.get(cell.kind, [])) as proxy_url:
         yield proxy_url
 
 
@@ -228,10 +236,16 @@ def run_group(cells: list[Cell], runs: int, rng: random.Random, log_dir: Path, s
     server, model = engine_server(first.engine, first.parallel, log_dir / f"{first.engine}-p{first.parallel}.log", size)
     with server as url:
         for cell in cells:
-            with busy(cell.condition) as load, proxied(url, cell) as target:
+            # the proxy counts the completions it passed: a held send needs a fresh proxy each run
+            per_run = cell.kind == "cache-off-held"
+            with busy(cell.condition) as load, (nullcontext(url) if per_run else proxied(url, cell)) as target:
                 outcomes = []
                 for i in range(runs):
-                    out = one_run(cell, target, model, rng.randrange(2**32))
+                    if per_run:
+                        with proxied(url, cell) as held:
+                            out = one_run(cell, held, model, rng.randrange(2**32))
+                    else:
+                        out = one_run(cell, target, model, rng.randrange(2**32))
                     outcomes.append(out)
                     print(f"  {cell.name} run {i + 1}/{runs}: first {out['first']:<12} final {out['final']:<12} "
                           f"{out['seconds']:6.1f} s  {out['detail']}", flush=True)
@@ -241,7 +255,8 @@ def run_group(cells: list[Cell], runs: int, rng: random.Random, log_dir: Path, s
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", default="llama:1,llama:2,llama:4",
-                    help="engine:parallel (staircase) or llama:cache (prefix cache), comma-separated")
+                    help="engine:parallel (staircase), llama:cache (prefix cache on and off) or llama:cache-held "
+                         "(off, the control send held by the proxy), comma-separated")
     ap.add_argument("--modes", default="stopwatch,witnesses")
     ap.add_argument("--conditions", default="quiet,busy")
     ap.add_argument("--runs", type=int, default=10)
@@ -271,10 +286,11 @@ def main() -> int:
 
     for spec in args.cells.split(","):
         engine, par = spec.split(":")
-        kinds = ["cache-on", "cache-off"] if par == "cache" else ["staircase"]
-        parallel = 1 if par == "cache" else int(par)
+        kinds = {"cache": ["cache-on", "cache-off"], "cache-held": ["cache-off-held"]}.get(par, ["staircase"])
+        parallel = 1 if par.startswith("cache") else int(par)
+        modes = ["stopwatch"] if par == "cache-held" else args.modes.split(",")  # only the proxy can hold a send
         cells = [Cell(engine, k, parallel, cond, mode) for cond in args.conditions.split(",")
-                 for mode in args.modes.split(",") for k in kinds]
+                 for mode in modes for k in kinds]
         print(f"== {engine} parallel={parallel}: {len(cells)} cells x {args.runs} runs", flush=True)
         run_group(cells, args.runs, rng, log_dir, save, args.model)
     print(table(doc["cells"]))
