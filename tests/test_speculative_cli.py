@@ -19,8 +19,14 @@ from servecheck.sim import SimConfig, sim_in_thread
 
 pytestmark = pytest.mark.timeout(240)
 
-FAST = {"mode": "batched", "token_s": 0.006, "per_seq_s": 0.001, "prompt_token_s": 1e-5}
+# A 24 ms step: at 6 ms, on four pytest workers, a plain server read 1.02 tokens per step (two tokens a
+# stalled reader took in at once) and the law's 3 read 2.36 (one step's writes split by the simulator's
+# thread losing the CPU); tests/test_speculative_sim.py measured the same bias against the step time.
+FAST = {"mode": "batched", "token_s": 0.024, "per_seq_s": 0.001, "prompt_token_s": 1e-5}
 SPEC = {**FAST, "spec_mean": 3.0, "spec_draft": 4, "spec_draft_token_s": 0.001}
+# The seed's shape (even alone, costs at two) at four times the simulator's default times: a 24 ms step,
+# 4 ms a sequence, 8 ms a draft token.
+SLOW_BASE = {**FAST, "per_seq_s": 0.004}
 POINT_KEYS = {"n", "prompt_kind", "tokens_per_step", "tokens_per_step_interval", "per_stream_tok_s", "aggregate_tok_s", "pays"}
 
 
@@ -91,10 +97,10 @@ def test_expect_the_other_verdict_exits_4_and_diff_sets_runs_side_by_side(tmp_pa
 
 
 def test_costs_against_the_baseline_in_the_seed_shape(tmp_path: Path) -> None:
-    """Mean 2 with a draft of 4 at 2 ms a draft token: alone 6+1+8 = 15 ms for 2 tokens against 7 ms for one
-    (about even); at N=2 6+2+16 = 24 ms for 2 against 8 ms for one: it costs a third."""
-    slow_draft = {**SPEC, "spec_mean": 2.0, "spec_draft_token_s": 0.002}
-    code, doc = spec_run(tmp_path, slow_draft, baseline=FAST)
+    """Mean 2 with a draft of 4 at 8 ms a draft token: alone 24+4+32 = 60 ms for 2 tokens against 28 ms for
+    one (about even); at N=2 24+8+64 = 96 ms for 2 against 32 ms for one: it costs a third."""
+    slow_draft = {**SLOW_BASE, "spec_mean": 2.0, "spec_draft": 4, "spec_draft_token_s": 0.008}
+    code, doc = spec_run(tmp_path, slow_draft, baseline=SLOW_BASE)
     assert code == exitcodes.OK
     by = {(p["n"], p["prompt_kind"]): p for p in doc["points"]}
     assert by[(2, "predictable")]["pays"] == "costs", by[(2, "predictable")]["pays_reason"]

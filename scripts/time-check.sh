@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Times `make check` (everything but the real engines, lint included) in this checkout, with its venv as
+# it is (`make setup` done), RUNS times one after another. Each run appends one JSON line to
+# benchmarks/results/check_times.jsonl: the commit, the wall-clock seconds, the exit code and pytest's
+# summary lines. Run it on a quiet machine: issue 23 asks for at most 5 minutes on 2 cores.
+#
+#   scripts/time-check.sh [RUNS]      # default 2
+set -u
+runs=${1:-2}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out="$repo/benchmarks/results/check_times.jsonl"
+commit=$(git -C "$repo" rev-parse --short HEAD)
+dirty=""
+if [ -n "$(git -C "$repo" status --porcelain --untracked-files=no)" ]; then dirty="+dirty"; fi
+for i in $(seq 1 "$runs"); do
+    log=$(mktemp /tmp/servecheck-check.XXXXXX.log)
+    echo "run $i of $runs at $commit$dirty, log $log"
+    start=$(date +%s.%N)
+    (cd "$repo" && make check >"$log" 2>&1)
+    rc=$?
+    end=$(date +%s.%N)
+    python3 - "$out" "$commit$dirty" "$start" "$end" "$rc" "$log" "$(nproc)" <<'EOF'
+import datetime, json, re, sys
+out, commit, start, end, rc, log, cores = sys.argv[1:]
+text = open(log, encoding="utf-8", errors="replace").read()
+summaries = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?) in [\d.]+s", text, flags=re.M)
+seconds = float(end) - float(start)
+row = {"commit": commit, "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+       "seconds": round(seconds, 1), "minutes": round(seconds / 60, 2), "rc": int(rc), "pytest": summaries,
+       "cores": int(cores), "command": "make check (venv ready)"}
+with open(out, "a", encoding="utf-8") as fh:
+    fh.write(json.dumps(row) + "\n")
+print(json.dumps(row))
+EOF
+done
