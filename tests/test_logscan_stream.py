@@ -11,6 +11,7 @@ import pytest
 
 from servecheck.errors import LogScanError
 from servecheck.logscan.scan import scan_log
+from servecheck.model.codec import encode
 
 SLOTS = b"0.00.098.072 I srv    load_model: initializing, n_slots = 4, n_ctx_slot = 4096\n"
 NO_GPU = b"warning: no usable GPU found, --gpu-layers option will be ignored\n"
@@ -57,7 +58,7 @@ def test_repeated_lines_keep_one_piece_of_evidence_each(tmp_path: Path) -> None:
     tracemalloc.stop()
     assert peak < 3_000_000
     assert len(result.evidence) == 2 and result.evidence_repeated == 199_998
-    assert result.to_dict()["evidence_repeated"] == 199_998
+    assert encode(result.body(), nulls=True)["evidence_repeated"] == 199_998
     assert {f.feature: f.status for f in result.findings} == {"gpu_offload": "refused", "parallel_slots": "confirmed"}
 
 

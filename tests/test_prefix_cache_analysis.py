@@ -14,6 +14,7 @@ from servecheck.analysis.cache import (
     CacheSend,
     decide_cache,
 )
+from servecheck.model.codec import encode
 
 P = 6000  # prompt tokens
 
@@ -64,8 +65,8 @@ def test_ratios_reported():
     assert v.warm_ttft_ratio == pytest.approx(0.25)
     assert v.control_ttft_ratio == pytest.approx(0.5)
     assert v.warm_cached_fraction == pytest.approx(1.0)
-    d = v.to_dict()
-    assert d["thresholds"]["working_ttft_ratio"] == WORKING_TTFT_RATIO
+    assert v.record().thresholds is not None and v.record().thresholds.working_ttft_ratio == WORKING_TTFT_RATIO
+    assert encode(v.record(), nulls=True)["thresholds"]["working_ttft_ratio"] == WORKING_TTFT_RATIO
 
 
 def test_threshold_edges():

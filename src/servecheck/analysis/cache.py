@@ -11,9 +11,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
-from servecheck.model.bodies.prefix_cache import CacheSignal, SendKind
+from servecheck.model.bodies.prefix_cache import CacheAnalysis, CacheSignal, CacheThresholds, SendKind
 from servecheck.model.bodies.prefix_cache import CacheVerdict as CacheVerdictName
 from servecheck.model.records import RequestRecord
 
@@ -65,27 +64,17 @@ class CacheVerdict:
     warm_cached_fraction: float | None = None  # smallest cached share of the prompt over warm repeats
     floor_ttft_ratio: float | None = None  # the short floor prompt's TTFT / the control's TTFT
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "reason": self.reason,
-            "signal": self.signal,
-            "warm_ttft_ratio": self.warm_ttft_ratio,
-            "control_ttft_ratio": self.control_ttft_ratio,
-            "warm_cached_fraction": self.warm_cached_fraction,
-            "floor_ttft_ratio": self.floor_ttft_ratio,
-            "thresholds": thresholds(),
-        }
+    def record(self) -> CacheAnalysis:
+        """As the `prefix-cache` document records it, with the thresholds it was decided against."""
+        return CacheAnalysis(verdict=self.verdict, reason=self.reason, signal=self.signal,
+                             warm_ttft_ratio=self.warm_ttft_ratio, control_ttft_ratio=self.control_ttft_ratio,
+                             warm_cached_fraction=self.warm_cached_fraction, floor_ttft_ratio=self.floor_ttft_ratio,
+                             thresholds=thresholds())
 
 
-def thresholds() -> dict[str, float]:
-    return {
-        "working_ttft_ratio": WORKING_TTFT_RATIO,
-        "inert_ttft_ratio": INERT_TTFT_RATIO,
-        "hit_fraction": HIT_FRACTION,
-        "flat_fraction": FLAT_FRACTION,
-        "floor_max_ratio": FLOOR_MAX_RATIO,
-    }
+def thresholds() -> CacheThresholds:
+    return CacheThresholds(working_ttft_ratio=WORKING_TTFT_RATIO, inert_ttft_ratio=INERT_TTFT_RATIO, hit_fraction=HIT_FRACTION,
+                           flat_fraction=FLAT_FRACTION, floor_max_ratio=FLOOR_MAX_RATIO)
 
 
 def decide_cache(sends: Sequence[CacheSend]) -> CacheVerdict:

@@ -4,10 +4,11 @@ and recurrent state per token, and the bytes one decoded token reads. Bytes are 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import cast
 
 from servecheck.analysis.roofline import StepBytes
 from servecheck.audit import classify as C
+from servecheck.model.bodies import audit as body_
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,15 +31,9 @@ class GroupRow:
     read_bytes_per_token: int
     note: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "tensors": self.tensor_count,
-            "types": list(self.types),
-            "stored_bytes": self.stored_bytes,
-            "read_bytes_per_token": self.read_bytes_per_token,
-            "note": self.note,
-        }
+    def record(self) -> body_.Group:
+        return body_.Group(group=self.group, tensors=self.tensor_count, types=self.types, stored_bytes=self.stored_bytes,
+                           read_bytes_per_token=self.read_bytes_per_token, note=self.note)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,19 +51,12 @@ class KVCache:
     note: str | None = None
     windows: tuple[int | None, ...] = ()  # per KV layer: the positions a sliding window holds, None for all
 
-    def to_dict(self) -> dict[str, Any]:
-        heads = sorted(set(self.kv_heads))
-        return {
-            "context": self.context,
-            "layers": self.layers,
-            "kv_heads": heads[0] if len(heads) == 1 else heads,
-            "key_length": self.key_length,
-            "value_length": self.value_length,
-            "cache_type": self.cache_type,
-            "bytes_per_token": self.bytes_per_token,
-            "layout": self.layout,
-            "note": self.note,
-        }
+    def record(self) -> body_.KVCache:
+        """As recorded: one head count when every KV layer has it, else the distinct counts."""
+        heads = tuple(sorted(set(self.kv_heads)))
+        return body_.KVCache(context=self.context, layers=self.layers, kv_heads=heads[0] if len(heads) == 1 else heads,
+                             key_length=self.key_length, value_length=self.value_length, cache_type=self.cache_type,
+                             bytes_per_token=self.bytes_per_token, layout=self.layout, note=self.note)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,30 +131,21 @@ class AuditResult:
             expert_used=e.used if e else 0,
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "format": self.format,
-            "architecture": self.architecture,
-            "kind": self.kind,
-            "bytes_per_token": self.bytes_per_token,
-            "resident_bytes": self.resident_bytes,
-            "kv_bytes_per_token": None if self.kv is None else self.kv.bytes_per_token,
-            "kv_cache": None if self.kv is None else self.kv.to_dict(),
-            "state_bytes_per_token": self.state_bytes_per_token,
-            "recurrent_state": None
-            if self.state is None
-            else {"layers": self.state.layers, "state_bytes": self.state.state_bytes, "kind": self.state.kind},
-            "total_bytes_per_token": self.total_bytes_per_token,
-            "tied_head": self.tied_head,
-            "experts": None
-            if self.experts is None
-            else {"count": self.experts.count, "used": self.experts.used, "source": self.experts.source},
-            "groups": [g.to_dict() for g in self.groups],
-            "excluded": list(self.excluded),
-            "header_bytes_read": self.header_bytes_read,
-            "notes": list(self.notes),
-        }
+    def body(self) -> body_.AuditBody:
+        """The `audit` document's body: what `model.codec.encode` writes and every report reads."""
+        kv, state, e = self.kv, self.state, self.experts
+        return body_.AuditBody(
+            path=self.path, format=cast(body_.Format, self.format), architecture=self.architecture,
+            kind=cast(body_.Kind, self.kind), bytes_per_token=self.bytes_per_token, resident_bytes=self.resident_bytes,
+            kv_bytes_per_token=None if kv is None else kv.bytes_per_token,
+            kv_cache=None if kv is None else kv.record(),
+            state_bytes_per_token=self.state_bytes_per_token,
+            recurrent_state=None if state is None else body_.RecurrentState(layers=state.layers, state_bytes=state.state_bytes,
+                                                                            kind=state.kind),
+            total_bytes_per_token=self.total_bytes_per_token, tied_head=self.tied_head,
+            experts=None if e is None else body_.Experts(count=e.count, used=e.used, source=e.source),
+            groups=tuple(g.record() for g in self.groups), excluded=self.excluded,
+            header_bytes_read=self.header_bytes_read, notes=self.notes)
 
 
 def read_per_token(group: str, stored_bytes: int, rows: int, experts: Experts | None, tied: bool) -> int:

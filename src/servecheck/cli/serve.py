@@ -25,6 +25,7 @@ from servecheck.engine.process import ManagedServer
 from servecheck.engine.running import RunningRecords
 from servecheck.errors import EngineError, ServecheckError, UsageError
 from servecheck.logscan.scan import LogScanResult, scan_log
+from servecheck.model.codec import encode
 from servecheck.report.lines.log import findings_table
 
 F = Callable[..., Any]
@@ -88,8 +89,9 @@ class Served:
             return None
         doc: dict[str, Any] = {"command": self.command, "log_path": str(self.log_path), "error": self.audit_error}
         if self.audit is not None:
-            scan = self.audit.to_dict()
-            doc.update(findings=scan["findings"], lines=scan["lines"], refused=[f.feature for f in self.audit.refused])
+            doc.update(findings=encode(tuple(f.record() for f in self.audit.findings), nulls=True),
+                       lines=encode(tuple(ln.record() for ln in self.audit.lines), nulls=True),
+                       refused=[f.feature for f in self.audit.refused])
         return doc
 
 

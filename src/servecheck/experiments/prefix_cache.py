@@ -16,6 +16,7 @@ from servecheck.load.prompts import Prompt, fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
 from servecheck.load.witness import metric_totals
 from servecheck.model.bodies.prefix_cache import SendKind
+from servecheck.model.codec import encode
 from servecheck.model.records import GenRequest, RequestRecord, ServerInfo, ns_to_s
 
 # The floor: a short prompt sent warm last, what a request with almost no prefill costs (what a
@@ -118,7 +119,7 @@ class PrefixCacheResult:
             "complete": self.complete,
             "verdict": verdict.verdict,
             "verdict_reason": verdict.reason,
-            "analysis": verdict.to_dict(),
+            "analysis": encode(verdict.record(), nulls=True),
             "ttft_s": [s.ttft_s for s in repeats],
             "cached_tokens": [s.cached_tokens for s in repeats],
             "control_ttft_s": None if control is None else control.ttft_s,

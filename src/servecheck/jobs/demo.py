@@ -31,6 +31,7 @@ from servecheck.experiments.staircase import StaircaseResult
 from servecheck.load.protocol import DriverFactory
 from servecheck.logscan.scan import scan_log
 from servecheck.model.bodies.demo import DEMO_NS
+from servecheck.model.codec import encode
 from servecheck.results.jsonout import envelope
 
 Say = Callable[[str], None]
@@ -196,7 +197,7 @@ def run_one(
 def audit_log(
     log_path: Path, command: tuple[str, ...], engine: str = "llamacpp", ask: tuple[str, ...] = ()
 ) -> dict[str, Any] | None:
-    """The server log audited by servecheck.logscan (None until that module is installed). `ask`:
+    """The server log audited by servecheck.logscan, the `log` document's body without `refused`. `ask`:
     features decided whatever the command line says (the demo asks whether each server batches:
     a one-at-a-time server's own configuration line then says so, whether or not a periodic line
     happened to catch a request waiting)."""
@@ -204,7 +205,7 @@ def audit_log(
         result = scan_log(log_path, engine, shlex.join(command[1:]), ask=ask)
     except ServecheckError as exc:  # the audit is a bonus: its failure must not hide the two verdicts
         return {"error": exc.one_line(), "findings": []}
-    return result.to_dict() if hasattr(result, "to_dict") else dict(vars(result))
+    return encode(result.body(), nulls=True)
 
 
 @dataclass(frozen=True)

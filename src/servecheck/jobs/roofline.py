@@ -22,6 +22,8 @@ from servecheck.envinfo import environment
 from servecheck.errors import AuditError, UsageError
 from servecheck.experiments.roofline import URL_DECODE_TOKENS, URL_PROMPT_TOKENS, Bandwidth, Plan, RooflineResult, Weights
 from servecheck.inputs import check_input_file
+from servecheck.model.bodies.roofline import AuditSummary
+from servecheck.model.codec import encode, json_keys
 from servecheck.probe import GIB, measure_bandwidth, plan_sizes
 from servecheck.probe.bandwidth import available_memory_bytes
 from servecheck.results.jsonout import envelope, read_json
@@ -183,7 +185,7 @@ def resolve_bandwidth(raw: str, resident: int | None, device: str, threads: int 
     result = measure_bandwidth([size], device=device, threads=threads)
     point = result.closest(resident or size)
     return Bandwidth(Span(min(point.low_gb_s, point.gb_s), point.gb_s), f"probed at {point.bytes / GIB:.2f} GiB ({note})",
-                     result.to_dict(), tuple(result.notes))
+                     encode(result.body(), nulls=True), tuple(result.notes))
 
 
 def probe_size(resident: int | None) -> tuple[int, str]:
@@ -202,9 +204,9 @@ def probe_size(resident: int | None) -> tuple[int, str]:
 
 
 def _audit_summary(a: AuditResult) -> dict[str, Any]:
-    d = a.to_dict()
-    return {k: d[k] for k in ("path", "format", "architecture", "bytes_per_token", "kv_bytes_per_token",
-                              "state_bytes_per_token", "resident_bytes", "experts", "tied_head")}
+    """The fields of the `audit` document that the roofline keeps (model.bodies.roofline.AuditSummary)."""
+    full = encode(a.body(), nulls=True)
+    return {k: full[k] for k in sorted(json_keys(AuditSummary))}
 
 
 def load_run(path: str) -> tuple[dict[int, float], list[str]]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from servecheck.errors import UsageError
 from servecheck.logscan.rules import check_engine
+from servecheck.model.bodies.log import FeatureAsk
 
 
 @dataclass(frozen=True)
@@ -22,8 +23,8 @@ class FeatureRequest:
     asked: str
     value: float | None = None
 
-    def to_dict(self) -> dict[str, object]:
-        return {"feature": self.feature, "asked": self.asked, "value": self.value}
+    def record(self) -> FeatureAsk:
+        return FeatureAsk(feature=self.feature, asked=self.asked, value=self.value)
 
 
 # (which option, the request) when a flag switches its feature on; (which option, None) when it

@@ -4,13 +4,14 @@ live evidence), written to the sinks like every other command's document."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from servecheck.errors import LogScanError
 from servecheck.logscan.live import live_evidence
 from servecheck.logscan.rules import Rule
 from servecheck.logscan.scan import LogScanResult, scan_log
+from servecheck.model.codec import encode
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,6 @@ class LogJob:
         return result.with_live(live_evidence(self.url, self.engine)) if self.url is not None else result
 
     def document(self, result: LogScanResult) -> dict[str, Any]:
-        """The findings and lines (the contract fields), the features refused, and the rest of the scan."""
-        scan = result.to_dict()
-        return {
-            "valid": True,
-            "findings": scan.pop("findings"),
-            "lines": scan.pop("lines"),
-            "refused": [f.feature for f in result.refused],
-            **scan,
-        }
+        """The scan's body with the features refused; a scan that ran is a valid run."""
+        body = replace(result.body(), refused=tuple(f.feature for f in result.refused))
+        return {"valid": True, **encode(body, nulls=True)}

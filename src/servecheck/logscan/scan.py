@@ -7,11 +7,14 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from servecheck.logscan.flags import FeatureRequest, guess_engine, parse_flags, split_flags
 from servecheck.logscan.reader import Level, RawLine, iter_log
 from servecheck.logscan.rules import Rule, RuleStatus, check_engine, load_rules, rules_for
+from servecheck.model.bodies import log as body_
+from servecheck.model.bodies.common import LogFinding
+from servecheck.model.bodies.common import LogLine as LogLineRecord
 
 FindingStatus = Literal["confirmed", "refused", "unconfirmed"]
 
@@ -49,18 +52,10 @@ class Evidence:
     yields_to_confirmed: bool = False  # a refusal any confirmation of the feature overrides
     provenance: str | None = None  # where the rule's wording was checked (Provenance.describe)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "feature": self.feature,
-            "status": self.status,
-            "line": self.line,
-            "rule": self.rule_id,
-            "meaning": self.meaning,
-            "source": self.source,
-            "line_no": self.line_no,
-            "value": self.value,
-            "provenance": self.provenance,
-        }
+    def record(self) -> body_.LogEvidence:
+        return body_.LogEvidence(feature=self.feature, status=self.status, line=self.line, rule=self.rule_id,
+                                 meaning=self.meaning, source=self.source, line_no=self.line_no, value=self.value,
+                                 provenance=self.provenance)
 
 
 @dataclass(frozen=True)
@@ -79,20 +74,10 @@ class Finding:
     value: float | None = None  # the number the deciding line gave (slots, a batch size, ...)
     provenance: str | None = None  # where the deciding rule's wording was checked
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "feature": self.feature,
-            "status": self.status,
-            "line": self.line,
-            "requested": self.requested,
-            "asked": self.asked,
-            "rule": self.rule_id,
-            "meaning": self.meaning,
-            "source": self.source,
-            "line_no": self.line_no,
-            "value": self.value,
-            "provenance": self.provenance,
-        }
+    def record(self) -> LogFinding:
+        return LogFinding(feature=self.feature, status=self.status, line=self.line, requested=self.requested,
+                          asked=self.asked, rule=self.rule_id, meaning=self.meaning, source=self.source,
+                          line_no=self.line_no, value=self.value, provenance=self.provenance)
 
 
 @dataclass(frozen=True)
@@ -101,8 +86,8 @@ class LogLine:
     text: str
     line_no: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"level": self.level, "text": self.text, "line_no": self.line_no}
+    def record(self) -> LogLineRecord:
+        return LogLineRecord(level=self.level, text=self.text, line_no=self.line_no)
 
 
 @dataclass(frozen=True)
@@ -131,21 +116,14 @@ class LogScanResult:
         evidence = (*self.evidence, *live)
         return replace(self, evidence=evidence, findings=decide_findings(self.requests, evidence))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "engine": self.engine,
-            "requests": [r.to_dict() for r in self.requests],
-            "findings": [f.to_dict() for f in self.findings],
-            "evidence": [e.to_dict() for e in self.evidence],
-            "lines": [ln.to_dict() for ln in self.lines],
-            "lines_total": self.lines_total,
-            "warnings": self.warnings,
-            "errors": self.errors,
-            "lines_dropped": self.lines_dropped,
-            "evidence_repeated": self.evidence_repeated,
-            "notes": list(self.notes),
-        }
+    def body(self) -> body_.LogBody:
+        """The `log` document's body, all but `refused` (the command lists it; a demo's audit does not)."""
+        return body_.LogBody(
+            path=self.path, engine=self.engine, requests=tuple(r.record() for r in self.requests),
+            findings=tuple(f.record() for f in self.findings), evidence=tuple(e.record() for e in self.evidence),
+            lines=tuple(ln.record() for ln in self.lines), lines_total=self.lines_total, warnings=self.warnings,
+            errors=self.errors, lines_dropped=self.lines_dropped, evidence_repeated=self.evidence_repeated,
+            notes=self.notes)
 
 
 def scan_log(

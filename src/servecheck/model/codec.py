@@ -60,18 +60,20 @@ def decode(cls: type[T], doc: Any) -> T:
     return _record(cls, doc if isinstance(doc, Mapping) else {})
 
 
-def encode(value: Any) -> Any:
+def encode(value: Any, *, nulls: bool = False) -> Any:
     """A record (or any value holding records) as JSON values: objects, lists, numbers, strings, null.
 
     A record's field that is None is left out (a reader treats a missing field and null alike: not
-    recorded), and every object's keys come sorted, as the JSON files are written."""
+    recorded), unless `nulls`: then it is written as null, at every depth, for a document whose
+    schema promises the key (`audit`'s `kv_bytes_per_token` is null without --context, and a script
+    may index it). Every object's keys come sorted, as the JSON files are written."""
     if is_dataclass(value) and not isinstance(value, type):
         pairs = ((_key(f), getattr(value, f.name)) for f in fields(value))
-        return {k: encode(v) for k, v in sorted(pairs) if v is not None}
+        return {k: encode(v, nulls=nulls) for k, v in sorted(pairs) if nulls or v is not None}
     if isinstance(value, (tuple, list)):
-        return [encode(v) for v in value]
+        return [encode(v, nulls=nulls) for v in value]
     if isinstance(value, Mapping):
-        return {str(k): encode(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+        return {str(k): encode(v, nulls=nulls) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     return value
 
 

@@ -15,14 +15,15 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from servecheck.errors import ProbeError, UsageError
+from servecheck.model.bodies import bandwidth as body_
 from servecheck.model.figures import GIB
 from servecheck.probe.kernel import load_kernel
 
@@ -76,19 +77,14 @@ class ProbePoint:
             return False
         return abs(four.best_gb_s - huge.best_gb_s) > PAGE_DIFF_REPORT * max(four.best_gb_s, huge.best_gb_s)
 
-    def to_dict(self) -> dict[str, Any]:
+    def record(self) -> body_.ProbePoint:
+        """As the `bandwidth` document records it (and roofline's `probe`)."""
         four, huge = self.run("4k"), self.run("huge")
-        return {
-            "bytes": self.bytes,
-            "gib": self.bytes / GIB,
-            "gb_s": self.gb_s,
-            "low_gb_s": self.low_gb_s,
-            "gb_s_4k": None if four is None else four.best_gb_s,
-            "gb_s_huge": None if huge is None else huge.best_gb_s,
-            "median_gb_s_4k": None if four is None else four.median_gb_s,
-            "median_gb_s_huge": None if huge is None else huge.median_gb_s,
-            "pages_differ": self.pages_differ,
-        }
+        return body_.ProbePoint(
+            bytes=self.bytes, gib=self.bytes / GIB, gb_s=self.gb_s, low_gb_s=self.low_gb_s,
+            gb_s_4k=None if four is None else four.best_gb_s, gb_s_huge=None if huge is None else huge.best_gb_s,
+            median_gb_s_4k=None if four is None else four.median_gb_s,
+            median_gb_s_huge=None if huge is None else huge.median_gb_s, pages_differ=self.pages_differ)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,16 +103,18 @@ class BandwidthResult:
             raise ProbeError("no bandwidth points were measured", "check --sizes")
         return min(self.points, key=lambda p: abs(math.log(p.bytes / max(working_set_bytes, 1))))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "method": self.method,
-            "threads": self.threads,
-            "passes": self.passes,
-            "points": [p.to_dict() for p in self.points],
-            "skipped": [{"bytes": b, "reason": r} for b, r in self.skipped],
-            "notes": list(self.notes),
-        }
+    def body(self) -> body_.BandwidthBody:
+        """The `bandwidth` document's body: what `model.codec.encode` writes and every report reads."""
+        return partial_body(self.device, self.points, method=self.method, threads=self.threads, passes=self.passes,
+                            skipped=tuple(body_.Skipped(bytes=b, reason=r) for b, r in self.skipped), notes=self.notes)
+
+
+def partial_body(device: str, points: Sequence[ProbePoint], *, method: str | None = None, threads: int | None = None,
+                 passes: int | None = None, skipped: tuple[body_.Skipped, ...] | None = None,
+                 notes: tuple[str, ...] | None = None) -> body_.BandwidthBody:
+    """The body with what is known so far: a run stopped early keeps its device and the sizes measured."""
+    return body_.BandwidthBody(device=cast(body_.Device, device), method=cast(body_.Method | None, method), threads=threads,
+                               passes=passes, points=tuple(p.record() for p in points), skipped=skipped, notes=notes)
 
 
 # ---------------------------------------------------------------------------------------------------

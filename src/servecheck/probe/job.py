@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from servecheck.probe import BandwidthResult, ProbePoint, measure_bandwidth
-from servecheck.probe.bandwidth import Progress
+from servecheck.model.codec import encode
+from servecheck.probe.bandwidth import Progress, partial_body
 
 # What the probe has so far: the sizes measured, until the whole result is in.
 Measured = tuple[ProbePoint, ...] | BandwidthResult
@@ -24,7 +25,7 @@ class BandwidthJob:
     progress: Progress | None = None
 
     def opening(self) -> dict[str, Any]:
-        return {"device": self.device, "points": []}
+        return encode(partial_body(self.device, ()), nulls=True)
 
     def run(self, on_point: Callable[[Measured], None]) -> Measured:
         measured: list[ProbePoint] = []
@@ -37,9 +38,8 @@ class BandwidthJob:
                                  method=self.method, progress=self.progress, on_point=keep)
 
     def document(self, result: Measured) -> dict[str, Any]:
-        if isinstance(result, BandwidthResult):
-            return result.to_dict()
-        return {"device": self.device, "points": [p.to_dict() for p in result]}
+        body = result.body() if isinstance(result, BandwidthResult) else partial_body(self.device, result)
+        return encode(body, nulls=True)
 
 
 def points_of(result: Measured | None) -> tuple[ProbePoint, ...]:
