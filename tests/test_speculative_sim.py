@@ -22,7 +22,7 @@ DRAFT_TOKEN_S = 0.001  # verifying a draft of 4 adds 4 ms a step per sequence
 LAW_TOLERANCE = 0.10
 
 
-# The law's runs and the ten-of-ten runs step at four times TOKEN_S (N=1: 24+1+4 ms). The simulator
+# The ten-of-ten runs step at four times TOKEN_S (N=1: 24+1+4 ms). The simulator
 # shares the client's process and the suite's pytest workers share 2 cores, so a step's writes can be
 # split, or two steps read as one, by whichever thread lost the CPU. Under a compile on both cores, N=1
 # at mean 4 read 2.95-3.34 tokens per step at a 6 ms step (the fresh-clone CI run at e5d7003: 2.0),
@@ -56,9 +56,15 @@ async def measure(config: SimConfig, *, ns=(1, 4), tokens: int = 256, reps: int 
 
 
 
-@pytest.mark.parametrize(("mean", "tokens"), [(1.0, 64), (2.0, 128), (4.0, 128)])
+# The law's runs step at eight times TOKEN_S: on four pytest workers (make check) a 24 ms step once read
+# the law's 2 as 2.20 at N=1, two steps a stalled reader took in together read as one; the simulator's
+# own draws were 2.0 (2.008 by the stopwatch, quiet, three runs of three).
+LAW_TOKEN_S = 8 * TOKEN_S
+
+
+@pytest.mark.parametrize(("mean", "tokens"), [(1.0, 32), (2.0, 64), (4.0, 128)])
 async def test_tokens_per_step_within_ten_percent_of_the_law(mean: float, tokens: int) -> None:
-    doc = await measure(law(mean, token_s=STEADY_TOKEN_S), tokens=tokens)
+    doc = await measure(law(mean, token_s=LAW_TOKEN_S), tokens=tokens)
     assert doc["simulated"] is True
     assert {(p["n"], p["prompt_kind"]) for p in doc["points"]} == {(1, "predictable"), (4, "predictable"),
                                                                    (1, "unpredictable"), (4, "unpredictable")}
