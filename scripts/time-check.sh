@@ -19,15 +19,16 @@ for i in $(seq 1 "$runs"); do
     (cd "$repo" && make check >"$log" 2>&1)
     rc=$?
     end=$(date +%s.%N)
-    python3 - "$out" "$commit$dirty" "$start" "$end" "$rc" "$log" "$(nproc)" <<'EOF'
+    python3 - "$out" "$commit$dirty" "$start" "$end" "$rc" "$log" "$(nproc)" "$(sed -n 's/^WORKERS := -n \([0-9]*\).*/\1/p' "$repo/Makefile")" <<'EOF'
 import datetime, json, re, sys
-out, commit, start, end, rc, log, cores = sys.argv[1:]
+out, commit, start, end, rc, log, cores, workers = sys.argv[1:]
+workers = int(workers) if workers else None
 text = open(log, encoding="utf-8", errors="replace").read()
 summaries = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?) in [\d.]+s", text, flags=re.M)
 seconds = float(end) - float(start)
 row = {"commit": commit, "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
        "seconds": round(seconds, 1), "minutes": round(seconds / 60, 2), "rc": int(rc), "pytest": summaries,
-       "cores": int(cores), "command": "make check (venv ready)"}
+       "cores": int(cores), "command": "make check (venv ready)", "workers": workers}
 with open(out, "a", encoding="utf-8") as fh:
     fh.write(json.dumps(row) + "\n")
 print(json.dumps(row))
