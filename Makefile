@@ -31,23 +31,28 @@ lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 	$(VENV)/bin/mypy
 
-# The tests that need no real engine run on two pytest workers, in `make check` and in `make test`: most
-# of their time is the simulator's sleeps (about 7 min on two, about 15 one at a time; one at a time the
-# suite could not fit issue 23's 25 minutes: 1777-2132 s, benchmarks/results/suite_times.jsonl). Four
-# workers took 4.6 min, but 2 of 5 runs went red on a simulator timing test shaken by the others (the
-# speculation law read 2.20 for 2; arms pipelining `inconclusive`): benchmarks/results/check_times.jsonl.
-# The simulator's speculation tests step at 24-48 ms since a fresh-clone run at two workers read a
-# 4-token law as 2.0 at 6 ms (tests/test_speculative_sim.py). The real engines run after them, one test
-# at a time, with the machine to themselves. docs/testing.md
+# `make test` runs the tests that need no real engine on two pytest workers (about 7 min; one at a time
+# the suite could not fit issue 23's 25 minutes: 1777-2132 s, benchmarks/results/suite_times.jsonl), then
+# the real engines one test at a time, with the machine to themselves. docs/testing.md
 WORKERS := -n 2
 NO_ENGINE := -m "not engine and not vllm and not alone"
 ENGINES := -m "engine or vllm or alone"
 
-# Everything but the real engines (no llama.cpp build, no vLLM install): about 7.5 minutes on 2 cores.
+# `make check` (everything but the real engines) splits them to fit 5 minutes on 2 cores. Most of their
+# time is the simulator's sleeps: the `timing` tests (149 of them, 640 test-seconds, a tenth of it CPU)
+# run on eight workers in a phase of their own, longest first (tests/conftest.py), collected from their
+# files only (eight workers collecting the whole tree cost 20 s); the CPU-heavy rest on two. Four
+# workers over everything took 4.6 min, but 2 of 5 runs went red on a timing test that a CPU-heavy
+# neighbour shook (benchmarks/results/check_times.jsonl).
+CHECK_WORKERS := -n 2
+TIMING_WORKERS := -n 8 --maxschedchunk 1
+TIMING_FILES = $(shell grep -l 'pytest.mark.timing' tests/test_*.py)
+
 check: setup lint
-	$(PY) -m pytest -q -ra $(WORKERS) $(NO_ENGINE); first=$$?; \
-	$(PY) -m pytest -q -ra -m "alone and not engine and not vllm"; second=$$?; \
-	test $$first -eq 0 && test $$second -eq 0
+	$(PY) -m pytest -q -ra $(CHECK_WORKERS) -m "not engine and not vllm and not alone and not timing"; first=$$?; \
+	$(PY) -m pytest -q -ra $(TIMING_WORKERS) -m "timing and not engine and not vllm and not alone" $(TIMING_FILES); second=$$?; \
+	$(PY) -m pytest -q -ra -m "alone and not engine and not vllm"; third=$$?; \
+	test $$first -eq 0 && test $$second -eq 0 && test $$third -eq 0
 
 # Everything, real engines included; every skip must be a platform fact (tests/conftest.py).
 test: setup $(VENV)/.ray-installed test-deps lint

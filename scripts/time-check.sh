@@ -19,16 +19,22 @@ for i in $(seq 1 "$runs"); do
     (cd "$repo" && make check >"$log" 2>&1)
     rc=$?
     end=$(date +%s.%N)
-    python3 - "$out" "$commit$dirty" "$start" "$end" "$rc" "$log" "$(nproc)" "$(sed -n 's/^WORKERS := -n \([0-9]*\).*/\1/p' "$repo/Makefile")" <<'EOF'
+    python3 - "$out" "$commit$dirty" "$start" "$end" "$rc" "$log" "$(nproc)" "$(sed -n 's/^CHECK_WORKERS := -n \([0-9]*\).*/\1/p' "$repo/Makefile")" "$(sed -n 's/^TIMING_WORKERS := -n \([0-9]*\).*/\1/p' "$repo/Makefile")" <<'EOF'
 import datetime, json, re, sys
-out, commit, start, end, rc, log, cores, workers = sys.argv[1:]
-workers = int(workers) if workers else None
+out, commit, start, end, rc, log, cores, workers, timing_workers = sys.argv[1:]
+workers = int(workers) if workers else None  # the CPU-heavy phase's workers (the whole run's, before the split)
+timing_workers = int(timing_workers) if timing_workers else None  # the `timing` phase's, since the split
 text = open(log, encoding="utf-8", errors="replace").read()
 summaries = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?) in [\d.]+s", text, flags=re.M)
 seconds = float(end) - float(start)
 row = {"commit": commit, "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
        "seconds": round(seconds, 1), "minutes": round(seconds / 60, 2), "rc": int(rc), "pytest": summaries,
        "cores": int(cores), "command": "make check (venv ready)", "workers": workers}
+failed = re.findall(r"^FAILED (\S+)", text, flags=re.M)
+if failed:
+    row["failed"] = failed
+if timing_workers is not None:
+    row["timing_workers"] = timing_workers
 with open(out, "a", encoding="utf-8") as fh:
     fh.write(json.dumps(row) + "\n")
 print(json.dumps(row))

@@ -1,10 +1,12 @@
 """Shared fixtures and the suite's own rules. Servers started by tests listen on 127.0.0.1 on ports
 the OS picks.
 
-Two rules live here because they hold for every test:
+Three rules live here because they hold for every test:
 - no silent skip: a skipped test fails the run unless its reason is on ALLOWED_SKIPS below;
 - replayable randomness: the `rng` / `test_seed` fixtures draw a seed (or read SERVECHECK_TEST_SEED),
-  and a failing test's report prints the line that replays it.
+  and a failing test's report prints the line that replays it;
+- the longest simulator timing tests start first (`pytest.mark.timing(seconds=...)`), so that on many
+  workers none of them starts last and runs alone at the end.
 This file imports nothing but the standard library and pytest, so a test of the rules can run it
 on its own (tests/test_suite_rules.py).
 """
@@ -83,6 +85,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if seed is not None and report.failed:
         report.sections.append(("seed", f"replay with {SEED_ENV}={seed} (test {item.nodeid})"))
     return report
+
+
+def timing_seconds(item: pytest.Item) -> float:
+    """The rough length a timing test declares (measured alone on a quiet 2-core machine); 0 if none.
+    It only orders the tests: a stale figure costs wall time, never a verdict."""
+    mark = item.get_closest_marker("timing")
+    return float(mark.kwargs.get("seconds", 0)) if mark is not None else 0.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first: `make check` runs the timing tests on more workers than cores, and the
+    ten-of-ten tests (about 30 s each) would otherwise start near the end, in collection order, and
+    leave the other workers idle. A stable sort: every other test keeps its place."""
+    items.sort(key=lambda item: -timing_seconds(item))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

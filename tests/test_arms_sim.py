@@ -16,7 +16,7 @@ from servecheck import exitcodes
 from servecheck.cli import main as main_mod
 from servecheck.sim import SimConfig, sim_in_thread
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 
 TOKEN_S = 0.005
 PER_SEQ_S = 0.0005
@@ -74,6 +74,7 @@ def test_batched_server_is_batching_at_2_and_4(tmp_path: Path) -> None:
     assert 0 < arm(doc, 4)["efficiency"] <= 1.05
 
 
+@pytest.mark.timing(seconds=14)
 def test_pipelined_server_is_pipelining_at_2(tmp_path: Path) -> None:
     # prefill (32 tokens x 7 ms) longer than decode (32 x 5.5 ms): overlapping the two pays.
     # Ground truth at 2-way: serial 4 x (224 + 176) ms against 4 x 224 + 176 ms = 1.49x aggregate,
@@ -87,6 +88,7 @@ def test_pipelined_server_is_pipelining_at_2(tmp_path: Path) -> None:
     assert abs(two["per_user_rate_change"]) < 0.1
 
 
+@pytest.mark.timing(seconds=23)
 def test_heat_with_fixed_order_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # 0.15/s: the drift-derived spread reads about 0.13 (0.15 at 0.2/s, 34 s a run; at 0.1/s it stays
     # under the 10% limit), against the assertion's 0.1
@@ -98,6 +100,7 @@ def test_heat_with_fixed_order_is_refused(tmp_path: Path, capsys: pytest.Capture
     assert "REFUSED: headline withheld: the 4-way arm" in out
 
 
+@pytest.mark.timing(seconds=18)
 def test_heat_with_rotated_order_keeps_estimates(tmp_path: Path) -> None:
     _, doc = arms_run(tmp_path, sim("batched", heat_per_s=HEAT_PER_S))
     for c in (2, 4):

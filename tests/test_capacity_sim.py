@@ -20,7 +20,7 @@ from servecheck.cli import main as main_mod
 from servecheck.cli.common import SIMULATED_BANNER
 from servecheck.sim import SimConfig, sim_in_thread
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.timing]
 
 TOKEN_S = 0.004
 PER_SEQ_S = 0.001
@@ -52,6 +52,7 @@ def sim(mode: str, **kw: Any) -> SimConfig:
     return SimConfig(mode=mode, token_s=TOKEN_S, per_seq_s=PER_SEQ_S, prompt_token_s=PROMPT_TOKEN_S, **kw)  # type: ignore[arg-type]
 
 
+@pytest.mark.timing(seconds=12)
 def test_batched_answer_is_the_analytic_capacity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # floor 105: 5 users get 111.1 tok/s (+5.8%), a 6th drops them to 100 (-4.8%): a clear margin
     floor = 105.0
@@ -68,6 +69,7 @@ def test_batched_answer_is_the_analytic_capacity(tmp_path: Path, capsys: pytest.
     assert "holds 5 users at >= 105 tok/s each (median); the 6th drops each to" in out
 
 
+@pytest.mark.timing(seconds=11)
 def test_batched_floor_inside_the_noise_never_claims_more(tmp_path: Path) -> None:
     floor = 110.8  # 5 users get 111.1 tok/s: 0.3% above the floor, inside the measurement noise
     rc, doc = capacity(tmp_path, sim("batched"), "--min-user-rate", str(floor), "--tokens", "32", "--max-n", "8")
@@ -76,6 +78,7 @@ def test_batched_floor_inside_the_noise_never_claims_more(tmp_path: Path) -> Non
     assert (doc["limit"] == "undetermined") == (rc == exitcodes.INVALID)
 
 
+@pytest.mark.timing(seconds=13)
 def test_slots_with_a_ttft_ceiling_below_one_request_is_k(tmp_path: Path) -> None:
     # 3 slots; one request is 16 tokens x ~7 ms = ~0.11 s, the ceiling 0.04 s. In a closed loop at
     # N=K+1 one request in K queues a whole request: the 90th-percentile user sees it, the median may not.

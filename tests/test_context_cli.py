@@ -21,7 +21,7 @@ from servecheck.sim import SimConfig, sim_in_thread
 from test_audit_fixtures import write_gguf
 from test_audit_gguf import DENSE_KV, EMBD, LAYERS, dense_tensors
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 
 FAST = {"token_s": 0.002, "per_seq_s": 0.0, "prompt_token_s": 1e-5, "context_token_s": 2e-6, "n_ctx": 4096}
 TOKENS = "16"

@@ -12,7 +12,7 @@ from servecheck.experiments.context import run_context
 from servecheck.load.driver import LoadDriver
 from servecheck.sim import SimConfig, sim_in_thread
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 
 TOKEN_S = 0.006
 PER_CONTEXT_TOKEN_S = 2e-6  # +4 ms a step at 2k tokens of context, +16 ms at 8k

@@ -132,6 +132,7 @@ def test_cli_diff_of_three_saved_hand_built_runs(tmp_path: Path, capsys: pytest.
     assert "196.9" in out and "C=4" in out
 
 
+@pytest.mark.timing(seconds=14)
 @pytest.mark.timeout(240)
 def test_diff_of_three_simulated_staircase_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Serial, serial with a flag that does nothing (refused, as in seed 000), batched: only batched rises.

@@ -15,7 +15,7 @@ from servecheck.cli import main as main_mod
 from servecheck.model.result import from_doc, to_doc
 from servecheck.sim import SimConfig, sim_in_thread
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.timing]
 
 FAST = {"mode": "batched", "token_s": 0.005, "per_seq_s": 0.001, "prompt_token_s": 0.00005, "n_ctx": 16384}
 CONTRACT = {"command", "verdict", "chunk_tokens", "baseline_interval_s", "points"}

@@ -15,7 +15,7 @@ from servecheck.load.driver import LoadDriver
 from servecheck.sim import SimConfig, sim_in_thread
 from test_sim_scheduler import MS, Arrival, simulate, words
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.timing]
 
 TOKEN_S = 0.005
 PER_SEQ_S = 0.001
@@ -75,6 +75,7 @@ async def measure(config: SimConfig, seed: int, *, reps: int = 1, tokens: int = 
     ({"prefill_chunk": 256}, "chunked"),
     ({"prefill_chunk": 1024}, "chunked"),
 ], ids=["blocking", "chunk256", "chunk1024"])
+@pytest.mark.timing(seconds=28)
 async def test_ten_of_ten_and_the_chunk_within_a_quarter(kw: dict, verdict: str) -> None:
     words_seen = []
     for seed in range(10):

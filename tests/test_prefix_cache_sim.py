@@ -30,7 +30,7 @@ from servecheck.load.witness import metric_totals
 from servecheck.logscan import scan_log
 from servecheck.sim import REFUSAL_LINES, SimConfig, sim_in_thread
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 
 TIMING = {"mode": "slots", "token_s": 0.002, "per_seq_s": 0.0, "prompt_token_s": 0.0003}
 PROMPT = 1000

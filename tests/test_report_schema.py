@@ -50,6 +50,7 @@ def undocumented(doc: dict[str, Any]) -> list[str]:
     return sorted(k for k in keys(doc) if k.rsplit(".", 1)[-1] not in DOCUMENTED)
 
 
+@pytest.mark.timing(seconds=14)
 @pytest.mark.timeout(240)
 def test_every_field_of_a_real_run_is_documented(tmp_path: Path) -> None:
     log = tmp_path / "sim.log"

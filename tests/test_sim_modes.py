@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from servecheck.sim import REFUSAL_LINES, RunningSim, SimConfig, sim_in_thread, start_sim
+
+pytestmark = pytest.mark.timing
 
 TIMEOUT = aiohttp.ClientTimeout(total=60)
 TOKENS = 20

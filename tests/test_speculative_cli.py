@@ -17,7 +17,7 @@ from servecheck.model.result import from_doc
 from servecheck.report.lines.speculative import headline
 from servecheck.sim import SimConfig, sim_in_thread
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.timing]
 
 # A 24 ms step: at 6 ms, on four pytest workers, a plain server read 1.02 tokens per step (two tokens a
 # stalled reader took in at once) and the law's 3 read 2.36 (one step's writes split by the simulator's
@@ -77,6 +77,7 @@ def test_json_contract_terminal_history_and_html(tmp_path: Path, capsys: pytest.
     assert "verbatim repetition:" in capsys.readouterr().out
 
 
+@pytest.mark.timing(seconds=15)
 def test_expect_the_other_verdict_exits_4_and_diff_sets_runs_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, doc = spec_run(tmp_path, FAST, "--expect", "speculating")
     assert doc["verdict"] == "not_speculating"
@@ -96,6 +97,7 @@ def test_expect_the_other_verdict_exits_4_and_diff_sets_runs_side_by_side(tmp_pa
     assert first[(1, "predictable")] == pytest.approx(1.0) and second[(1, "predictable")] == pytest.approx(3.0, rel=0.2)
 
 
+@pytest.mark.timing(seconds=28)
 def test_costs_against_the_baseline_in_the_seed_shape(tmp_path: Path) -> None:
     """Mean 2 with a draft of 4 at 8 ms a draft token: alone 24+4+32 = 60 ms for 2 tokens against 28 ms for
     one (about even); at N=2 24+8+64 = 96 ms for 2 against 32 ms for one: it costs a third."""

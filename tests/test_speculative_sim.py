@@ -12,7 +12,7 @@ from servecheck.experiments.speculative import run_speculative
 from servecheck.load.driver import LoadDriver
 from servecheck.sim import SimConfig, sim_in_thread
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.timing]
 
 TOKEN_S = 0.006
 PER_SEQ_S = 0.001
@@ -63,6 +63,7 @@ LAW_TOKEN_S = 8 * TOKEN_S
 
 
 @pytest.mark.parametrize(("mean", "tokens"), [(1.0, 32), (2.0, 64), (4.0, 128)])
+@pytest.mark.timing(seconds=17)
 async def test_tokens_per_step_within_ten_percent_of_the_law(mean: float, tokens: int) -> None:
     doc = await measure(law(mean, token_s=LAW_TOKEN_S), tokens=tokens)
     assert doc["simulated"] is True
@@ -88,6 +89,7 @@ async def test_tokens_per_step_within_ten_percent_of_the_law(mean: float, tokens
     (lambda seed: law(2.0, seed, STEADY_TOKEN_S), "speculating", 96),
     (lambda seed: law(4.0, seed, STEADY_TOKEN_S), "speculating", 192),
 ], ids=["off", "mean1", "mean2", "mean4"])
+@pytest.mark.timing(seconds=30)
 async def test_verdicts_ten_of_ten(config, verdict: str, tokens: int) -> None:
     words = []
     for seed in range(10):
@@ -98,6 +100,7 @@ async def test_verdicts_ten_of_ten(config, verdict: str, tokens: int) -> None:
     assert words == [verdict] * 10
 
 
+@pytest.mark.timing(seconds=29)
 async def test_speculation_pays_alone_and_costs_at_four() -> None:
     """Law: alone a step of 6+1+4 ms gives 2 tokens (5.5 ms each) against 7 ms: pays; at N=4 a step of
     6+4+16 ms gives 2 tokens (13 ms each) against 10 ms: costs."""

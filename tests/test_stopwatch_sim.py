@@ -14,7 +14,7 @@ from servecheck.cli import main as main_mod
 from servecheck.sim import SimConfig, sim_in_thread
 from servecheck.sim.proxy import running_proxy as proxy
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.timing]
 
 TOKENS = 64
 TIMING = {"token_s": 0.012, "per_seq_s": 0.001, "prompt_token_s": 0.0001}
@@ -76,6 +76,7 @@ def test_gauges_the_proxy_injects_are_named_as_lies(tmp_path) -> None:
     assert "witness_contradicts" in codes(doc)
 
 
+@pytest.mark.timing(seconds=10)
 def test_an_eos_stopping_servers_points_show_one_measured_batch(tmp_path) -> None:
     config = SimConfig(mode="batched", eos_ceiling=True, eos_short_fraction=0.5, **TIMING)
     with sim_in_thread(config) as sim:

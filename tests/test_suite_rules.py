@@ -131,3 +131,48 @@ def test_the_first_try_of_each_verdict_is_counted_and_logged(tmp_path: Path) -> 
     assert [(r["test"], r["first_outcome"], r["final_outcome"]) for r in rows] == [
         ("a", "inconclusive", "right"), ("b", "right", "right"), ("c", "wrong", "wrong")]
     assert rows[0]["seed"] == 1
+
+
+LONGEST_FIRST = """
+import pytest
+
+ORDER = []
+
+def test_short():
+    ORDER.append("short")
+
+@pytest.mark.timing(seconds=5)
+def test_five():
+    ORDER.append("five")
+
+@pytest.mark.timing(seconds=30)
+def test_thirty():
+    ORDER.append("thirty")
+
+@pytest.mark.timing
+def test_undeclared():
+    ORDER.append("undeclared")
+
+def test_zz_order():
+    assert ORDER == ["thirty", "five", "short", "undeclared"], ORDER
+"""
+
+
+def test_the_longest_timing_tests_start_first_and_the_rest_keep_their_order(tmp_path: Path) -> None:
+    proc = run_pytest(tmp_path, LONGEST_FIRST)
+    assert proc.returncode == 0, proc.stdout
+    assert "5 passed" in proc.stdout
+
+
+def test_every_timing_test_is_found_by_the_makefile() -> None:
+    """`make check` runs the timing phase over the files that contain `pytest.mark.timing` (Makefile
+    TIMING_FILES) and leaves the timing tests out of the other phase: a file that spelled the mark
+    another way (`from pytest import mark`) would run in neither."""
+    tests = Path(__file__).parent
+    makefile = (tests.parent / "Makefile").read_text()
+    assert "grep -l 'pytest.mark.timing' tests/test_*.py" in makefile
+    other_spelling = [p.name for p in sorted(tests.glob("test_*.py"))
+                      if re.search(r"(?<!pytest\.)mark\.timing", p.read_text()) and p.name != Path(__file__).name]
+    assert other_spelling == []
+    marked = [p.name for p in tests.glob("test_*.py") if "pytest.mark.timing" in p.read_text()]
+    assert "test_speculative_sim.py" in marked and "test_interference_sim.py" in marked
