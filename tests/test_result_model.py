@@ -121,3 +121,18 @@ def test_the_written_envelope_is_the_typed_one():
     assert head["params"] == {"url": "http://x", "seed": None} and head["environment"] == {"gpu": None, "cpu_count": 2}
     typed = from_doc(head).envelope
     assert (typed.command, typed.simulated, typed.complete, typed.created_at) == ("staircase", False, True, head["created_at"])
+
+
+@pytest.mark.parametrize("drafted", [False, True], ids=["no-drafts", "drafted"])
+def test_the_body_writes_a_requests_server_timings_as_the_driver_records_them(drafted):
+    """The body's ServerTimings carries every field the driver's record writes: llama.cpp's draft counts
+    only where the server drafted (a key of `only_when_recorded`), the rest as null when unreported."""
+    from servecheck.model.bodies.common import ServerTimings as Body
+    from servecheck.model.records import ServerTimings as Recorded
+
+    extra = {"draft_tokens": 12, "draft_accepted": 7} if drafted else {}
+    recorded = Recorded(prompt_tokens=40, prompt_s=0.25, generated_tokens=64, decode_s=1.5, **extra)
+    written = recorded.to_dict()
+    body = decode(Body, written)
+    assert encode(body, nulls=True) == written
+    assert ("draft_tokens" in written) == drafted and written["cached_prompt_tokens"] is None

@@ -36,6 +36,13 @@ def key(name: str, default: Any = MISSING, default_factory: Any = MISSING) -> An
     return field(default=default, metadata={"key": name})
 
 
+def only_when_recorded() -> Any:
+    """A field that may be None and is then left out even by `encode(..., nulls=True)`: a key the
+    document carries only where the server reported it (llama.cpp's `draft_n` appears only where it
+    drafted)."""
+    return field(default=None, metadata={"only_when_recorded": True})
+
+
 @dataclass_transform(frozen_default=True, kw_only_default=True)
 def record(cls: type[T]) -> type[T]:
     """A frozen, keyword-only dataclass whose every field has a default (so any document decodes)."""
@@ -68,8 +75,9 @@ def encode(value: Any, *, nulls: bool = False) -> Any:
     schema promises the key (`audit`'s `kv_bytes_per_token` is null without --context, and a script
     may index it). Every object's keys come sorted, as the JSON files are written."""
     if is_dataclass(value) and not isinstance(value, type):
-        pairs = ((_key(f), getattr(value, f.name)) for f in fields(value))
-        return {k: encode(v, nulls=nulls) for k, v in sorted(pairs) if nulls or v is not None}
+        pairs = ((_key(f), getattr(value, f.name), f.metadata.get("only_when_recorded", False)) for f in fields(value))
+        return {k: encode(v, nulls=nulls) for k, v, only in sorted(pairs, key=lambda p: p[0])
+                if v is not None or (nulls and not only)}
     if isinstance(value, (tuple, list)):
         return [encode(v, nulls=nulls) for v in value]
     if isinstance(value, Mapping):

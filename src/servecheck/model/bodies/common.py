@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from servecheck.model.codec import record
+from servecheck.model.codec import only_when_recorded, record
 
 # The pre-flight of a run: "on" (checked before each concurrency), "off" (--no-calibrate), "none"
 # (a driver without a client of its own: a scripted test fake).
@@ -62,6 +62,8 @@ class ServerTimings:
     decode_s: float | None = None
     cached_prompt_tokens: int | None = None
     self_reported_tok_s: float | None = None
+    draft_tokens: int | None = only_when_recorded()  # llama.cpp timings.draft_n: draft tokens the server tested
+    draft_accepted: int | None = only_when_recorded()  # timings.draft_n_accepted
 
 
 @record
