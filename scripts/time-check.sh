@@ -9,10 +9,11 @@ set -u
 runs=${1:-2}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out="$repo/benchmarks/results/check_times.jsonl"
-commit=$(git -C "$repo" rev-parse --short HEAD)
-dirty=""
-if [ -n "$(git -C "$repo" status --porcelain --untracked-files=no)" ]; then dirty="+dirty"; fi
 for i in $(seq 1 "$runs"); do
+    # read at each run: a commit made between runs is the tree the next run tests
+    commit=$(git -C "$repo" rev-parse --short HEAD)
+    dirty=""
+    if [ -n "$(git -C "$repo" status --porcelain --untracked-files=no)" ]; then dirty="+dirty"; fi
     log=$(mktemp /tmp/servecheck-check.XXXXXX.log)
     echo "run $i of $runs at $commit$dirty, log $log"
     start=$(date +%s.%N)
