@@ -86,7 +86,7 @@ async def test_sequence_partials_and_document():
     assert not any(p.complete for p in partials) and result.complete
     assert result.notes  # says N=1 was added
 
-    doc = json.loads(json.dumps(result.to_doc()))
+    doc = json.loads(json.dumps(result.document()))
     assert doc["command"] == "staircase"
     assert doc["simulated"] is True and doc["valid"] is True and doc["complete"] is True
     assert doc["verdict"] == "staircase" and doc["trend"] == "flat"
@@ -108,7 +108,7 @@ async def test_partial_document_is_marked_incomplete():
         driver, ns=[1, 2], tokens=10, prompt_tokens=8, reps=1, rng=random.Random(0),
         on_point=partials.append, requests_factory=fake_requests,
     )
-    first = partials[0].to_doc()
+    first = partials[0].document()
     assert first["complete"] is False
     assert first["verdict"] == "inconclusive"  # only N=1 so far
 

@@ -138,7 +138,7 @@ def staircase_doc(vllm: OneAtATime, parallel: int, seed: int, record: Callable[[
         async with CheckedDriver(_target(url, vllm.local.model_name), workers=MAX_WORKERS, auto=True) as driver:
             result = await run_staircase(driver, ns=NS, tokens=TOKENS, prompt_tokens=PROMPT_TOKENS, reps=1,
                                          max_reps=3, rng=random.Random(seed))
-        return result.to_doc()
+        return result.document()
 
     tries = []
     for attempt in range(2):

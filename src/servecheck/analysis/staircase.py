@@ -22,6 +22,8 @@ from servecheck.analysis.witness import (
     timing_reading,
     token_interval_cv,
 )
+from servecheck.model.bodies import common
+from servecheck.model.bodies import staircase as shape
 from servecheck.model.bodies.staircase import RISING_RATIO, Evidence, Schedule, Trend, Verdict
 from servecheck.model.client import CLIENT_ERROR_FRAC, FIGURE_FRAC
 from servecheck.model.client import FIX as CLIENT_FIX
@@ -157,29 +159,18 @@ class BatchVerdict:
             return False
         return self.verdict == "staircase" or "generation_windows" in self.evidence
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "reason": self.reason,
-            "evidence": list(self.evidence),
-            "times_verdict": self.times_verdict,
-            "reference_disagrees": self.reference_disagrees,
-            "witnesses": [w.to_dict() for w in self.witnesses],
-            "slots": self.slots,
-            "windows": None if self.windows is None else {
-                "schedule": self.windows.schedule, "open_max": self.windows.open_max,
-                "description": self.windows.description},
-            "contradicted_by": [w.to_dict() for w in self.contradicted_by],
-            "decided_by_witness": self.decided_by_witness,
-            "single_s": self.single_s,
-            "group_sizes": list(self.group_sizes),
-            "steps_s": list(self.steps_s),
-            "step_ratios": list(self.step_ratios),
-            "spread_s": self.spread_s,
-            "spread_ratio": self.spread_ratio,
-            "last_over_single": self.last_over_single,
-            "max_gap_ratio": self.max_gap_ratio,
-        }
+    def record(self) -> shape.BatchVerdict:
+        w = self.windows
+        return shape.BatchVerdict(
+            verdict=self.verdict, reason=self.reason, evidence=self.evidence, times_verdict=self.times_verdict,
+            reference_disagrees=self.reference_disagrees, witnesses=tuple(r.record() for r in self.witnesses),
+            slots=self.slots,
+            windows=None if w is None else shape.Windows(schedule=w.schedule, open_max=w.open_max, description=w.description),
+            contradicted_by=tuple(r.record() for r in self.contradicted_by), decided_by_witness=self.decided_by_witness,
+            single_s=self.single_s, group_sizes=self.group_sizes, steps_s=self.steps_s, step_ratios=self.step_ratios,
+            spread_s=self.spread_s, spread_ratio=self.spread_ratio, last_over_single=self.last_over_single,
+            max_gap_ratio=self.max_gap_ratio,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -579,6 +570,9 @@ class RequestRef:
     def to_dict(self) -> dict[str, Any]:
         return {"n": self.n, "rep": self.rep, "index": self.index, "nonce": self.nonce, "detail": self.detail}
 
+    def record(self) -> common.RequestRef:
+        return common.RequestRef(n=self.n, rep=self.rep, index=self.index, nonce=self.nonce, detail=self.detail)
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -596,6 +590,10 @@ class Finding:
             "hint": self.hint,
             "requests": [r.to_dict() for r in self.requests],
         }
+
+    def record(self) -> common.Finding:
+        return common.Finding(code=self.code, message=self.message, hint=self.hint,
+                              requests=tuple(r.record() for r in self.requests))
 
 
 @dataclass(frozen=True, slots=True)

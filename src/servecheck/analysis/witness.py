@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from servecheck.analysis.stats import median
-from servecheck.model.bodies.staircase import Schedule, WitnessSource
+from servecheck.model.bodies.staircase import Schedule, Witness, WitnessSource
 from servecheck.model.records import NS_PER_S, ClientNoise, RequestRecord, ServerGauges
 
 
@@ -43,8 +42,8 @@ class Reading:
     def agrees(self, verdict: str, slots: int | None) -> bool:
         return self.schedule == verdict and (verdict != "partial" or slots == self.slots)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "schedule": self.schedule, "slots": self.slots, "description": self.description}
+    def record(self) -> Witness:
+        return Witness(source=self.source, schedule=self.schedule, slots=self.slots, description=self.description)
 
 
 def gauge_reading(gauges: ServerGauges | None, n: int, min_samples: int = MIN_GAUGE_SAMPLES) -> Reading | None:

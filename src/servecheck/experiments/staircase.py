@@ -32,6 +32,8 @@ from servecheck.experiments.common import (
     queue_wait_s,
 )
 from servecheck.load.protocol import Driver
+from servecheck.model.bodies import staircase as shape
+from servecheck.model.codec import encode
 from servecheck.model.client import FIGURE_FRAC, ClientCheck
 from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord, ServerInfo
 
@@ -61,84 +63,54 @@ class StaircaseResult:
         return analyze_staircase(self.batches, tokens_requested=self.tokens, client_checks=self.client_checks,
                                  witnesses_decide=self.evidence_mode != "stopwatch")
 
-    def to_doc(self) -> dict[str, Any]:
-        """The staircase fields of the JSON document (the CLI puts the envelope around them)."""
+    def body(self, a: StaircaseAnalysis | None = None) -> shape.StaircaseBody:
+        """The staircase body record (docs/schema.md); `a`: this result's analysis, when already made."""
+        a = self.analysis() if a is None else a
+        return shape.StaircaseBody(
+            verdict=a.verdict, verdict_reason=a.verdict_reason, trend=a.trend, trend_reason=a.trend_reason,
+            trend_ratios={str(n): r for n, r in sorted(a.trend_ratios.items())},
+            single_s=a.single_s, single_times_s=a.single_times_s, single_spread=a.single_spread,
+            evidence=a.evidence, evidence_mode=self.evidence_mode,  # type: ignore[arg-type]  # "all" | "stopwatch"
+            decided_by_witness=a.decided_by_witness, trend_by_schedule=a.trend_by_schedule,
+            prefill_gain_bound=a.prefill_gain_bound, max_reps=self.max_reps, modal_tokens=a.modal_tokens,
+            server=self.server.body(), warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
+            points=tuple(_point(p, self.batches, a.aggregate_error_frac.get(p.n)) for p in a.points),
+            invalid=tuple(f.record() for f in a.invalid), warnings=tuple(f.record() for f in a.warnings),
+            notes=self.notes, calibration=self.calibration,  # type: ignore[arg-type]  # "on" | "off" | "none"
+            client_checks=tuple(c.body() for c in self.client_checks),
+        )
+
+    def document(self) -> dict[str, Any]:
+        """The staircase fields of the JSON document (the runner puts the envelope around them)."""
         a = self.analysis()
-        return {
-            "command": "staircase",
-            "valid": a.valid,
-            "simulated": self.server.simulated,
-            "complete": self.complete,
-            "verdict": a.verdict,
-            "verdict_reason": a.verdict_reason,
-            "trend": a.trend,
-            "trend_reason": a.trend_reason,
-            "trend_ratios": {str(n): r for n, r in sorted(a.trend_ratios.items())},
-            "single_s": a.single_s,
-            "single_times_s": list(a.single_times_s),
-            "single_spread": a.single_spread,
-            "evidence": list(a.evidence),
-            "evidence_mode": self.evidence_mode,
-            "decided_by_witness": a.decided_by_witness,
-            "trend_by_schedule": list(a.trend_by_schedule),
-            "prefill_gain_bound": a.prefill_gain_bound,
-            "max_reps": self.max_reps,
-            "modal_tokens": a.modal_tokens,
-            "server": self.server.to_dict(),
-            "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
-            "points": [_point_doc(p, self.batches, a.aggregate_error_frac.get(p.n)) for p in a.points],
-            "invalid": [f.to_dict() for f in a.invalid],
-            "warnings": [f.to_dict() for f in a.warnings],
-            "notes": list(self.notes),
-            "calibration": self.calibration,
-            "client_checks": [c.to_dict() for c in self.client_checks],
-        }
+        return {"command": "staircase", "valid": a.valid, "simulated": self.server.simulated, "complete": self.complete,
+                **encode(self.body(a), nulls=True)}
 
 
-def _point_doc(point: PointAnalysis, batches: Sequence[MeasuredBatch], error_frac: float | None = None) -> dict[str, Any]:
+def _point(point: PointAnalysis, batches: Sequence[MeasuredBatch], error_frac: float | None = None) -> shape.Point:
     raw = {(mb.n, mb.rep): mb.batch for mb in batches}
     agg = point.aggregate
-    # with a pre-flight at this N: how far the client's timing error can move the aggregate
-    client = {} if error_frac is None else {"aggregate_client_error_frac": error_frac,
-                                            "aggregate_client_bound": error_frac > FIGURE_FRAC}
-    return {
-        **client,
-        "n": point.n,
-        "finish_s": list(point.finish_s),
-        "tokens": list(point.tokens),
-        "aggregate_tok_s": point.aggregate_tok_s,
-        "aggregate_range_tok_s": None if agg is None else [agg.lo, agg.hi],
-        "verdict": point.verdict,
-        "reason": point.reason,
-        "evidence": list(point.evidence),
-        "decided_by_witness": point.decided_by_witness,
-        "shown_rep": point.shown_rep,
-        "reps_taken": point.reps_taken,
-        "batches": [_batch_doc(b, raw[(b.n, b.rep)]) for b in point.batches],
-    }
+    return shape.Point(
+        # with a pre-flight at this N: how far the client's timing error can move the aggregate
+        aggregate_client_error_frac=error_frac,
+        aggregate_client_bound=None if error_frac is None else error_frac > FIGURE_FRAC,
+        n=point.n, finish_s=point.finish_s, tokens=point.tokens, aggregate_tok_s=point.aggregate_tok_s,
+        aggregate_range_tok_s=None if agg is None else (agg.lo, agg.hi), verdict=point.verdict, reason=point.reason,
+        evidence=point.evidence, decided_by_witness=point.decided_by_witness, shown_rep=point.shown_rep,
+        reps_taken=point.reps_taken, batches=tuple(_batch(b, raw[(b.n, b.rep)]) for b in point.batches),
+    )
 
 
-def _batch_doc(b: BatchAnalysis, batch: BatchResult) -> dict[str, Any]:
-    clocks = {"clock_uncertainty_s": batch.clock_uncertainty_ns / NS_PER_S} if batch.clock_uncertainty_ns else {}
-    return {
-        **clocks,
-        "rep": b.rep,
-        "release_s": batch.release_ns / NS_PER_S,
-        "dispatch_skew_s": b.dispatch_skew_s,
-        "finish_s": list(b.finish_s),
-        "tokens": list(b.tokens),
-        "aggregate_tok_s": b.aggregate_tok_s,
-        "verdict": b.verdict.to_dict(),
-        "queue_s": list(b.queue_s),
-        "self_reported_sum_tok_s": b.self_reported_sum_tok_s,
-        "self_reported_misleading": b.self_reported_misleading,
-        "in_flight": batch.in_flight,
-        "effective_concurrency": b.effective_concurrency,
-        "token_interval_cv": b.token_interval_cv,
-        "gauges": None if batch.gauges is None else batch.gauges.to_dict(),
-        "noise": None if batch.noise is None else batch.noise.to_dict(),
-        "requests": [r.to_dict() for r in batch.records],
-    }
+def _batch(b: BatchAnalysis, batch: BatchResult) -> shape.Batch:
+    return shape.Batch(
+        clock_uncertainty_s=batch.clock_uncertainty_ns / NS_PER_S if batch.clock_uncertainty_ns else None,
+        rep=b.rep, release_s=batch.release_ns / NS_PER_S, dispatch_skew_s=b.dispatch_skew_s, finish_s=b.finish_s,
+        tokens=b.tokens, aggregate_tok_s=b.aggregate_tok_s, verdict=b.verdict.record(), queue_s=b.queue_s,
+        self_reported_sum_tok_s=b.self_reported_sum_tok_s, self_reported_misleading=b.self_reported_misleading,
+        in_flight=batch.in_flight, effective_concurrency=b.effective_concurrency,
+        token_interval_cv=b.token_interval_cv, gauges=None if batch.gauges is None else batch.gauges.body(),
+        noise=None if batch.noise is None else batch.noise.body(), requests=tuple(r.body() for r in batch.records),
+    )
 
 
 def plan_ns(ns: Sequence[int]) -> tuple[tuple[int, ...], tuple[str, ...]]:
@@ -282,4 +254,4 @@ class StaircaseExperiment:
         return {"server": server.to_dict(), "simulated": server.simulated, "points": []}
 
     def document(self, result: StaircaseResult) -> dict[str, Any]:
-        return result.to_doc()
+        return result.document()

@@ -115,7 +115,7 @@ def provision_demo_engine(engine: str, model: str | None, llama_server: str | No
 class DemoRun:
     parallel: int
     expected: str
-    doc: dict[str, Any]  # the staircase document (experiments.staircase.StaircaseResult.to_doc)
+    doc: dict[str, Any]  # the staircase document (experiments.staircase.StaircaseResult.document)
     attempts: int
     command: tuple[str, ...]
     server_pid: int | None
@@ -183,12 +183,12 @@ def run_one(
         def on_point(result: StaircaseResult) -> None:
             printer(result)
             if on_snapshot is not None:
-                on_snapshot(DemoRun(parallel, expected, result.to_doc(), attempt, command, pid, log_path, None))
+                on_snapshot(DemoRun(parallel, expected, result.document(), attempt, command, pid, log_path, None))
 
         attempt = 1
         seed = random.SystemRandom().randrange(2**32)
         result = asyncio.run(_staircase(open_driver, url, engine.api, tokens, prompt_tokens, seed, on_point))
-        doc = result.to_doc()
+        doc = result.document()
     say(f"{label} stopped; verdict {doc['verdict']}")
     audit = audit_log(log_path, command, engine.name, ask=(engine.batching_feature,))
     return DemoRun(parallel, expected, doc, attempt, command, pid, log_path, audit)

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from servecheck.model.bodies import common
+
 NS_PER_MS = 1_000_000
 
 # The ITL rule of `servecheck calibrate`: the client is the bottleneck for token gaps when its p99
@@ -108,6 +110,19 @@ class Calibration:
             del doc["clock_uncertainty_ms"], doc["clock_offsets"]
         return doc
 
+    def body(self) -> common.Calibration:
+        """The calibration as a result records it; no clock fields on one machine."""
+        remote = self.clock_uncertainty_ms is not None
+        return common.Calibration(
+            streams=self.streams, gap_ms=self.gap_ms, events=self.events, workers=self.workers,
+            stamp_delay_p50_ms=self.stamp_delay_p50_ms, stamp_delay_p99_ms=self.stamp_delay_p99_ms,
+            stamp_delay_max_ms=self.stamp_delay_max_ms, stamp_delay_frac=self.stamp_delay_frac,
+            dispatch_skew_ms=self.dispatch_skew_ms, error_ms=self.error_ms, loop_lag_p99_ms=self.loop_lag_p99_ms,
+            loop_lag_max_ms=self.loop_lag_max_ms, client_bound=self.client_bound(),
+            clock_uncertainty_ms=self.clock_uncertainty_ms,
+            clock_offsets=tuple(common.ClockOffset(**asdict(o)) for o in self.clock_offsets) if remote else None,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ClientCheck:
@@ -172,3 +187,12 @@ class ClientCheck:
             "reason": self.reason(),
             "tried": [t.to_dict() for t in self.tried],
         }
+
+    def body(self) -> common.ClientCheck:
+        c = self.chosen
+        return common.ClientCheck(
+            streams=self.streams, tolerance_ms=self.tolerance_ms, aim_ms=self.aim_ms, basis=self.basis,
+            workers=c.workers, error_ms=c.error_ms, stamp_delay_p99_ms=c.stamp_delay_p99_ms,
+            dispatch_skew_ms=c.dispatch_skew_ms, client_bound=self.client_bound, reason=self.reason(),
+            tried=tuple(t.body() for t in self.tried),
+        )

@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from servecheck.model.bodies import common
+from servecheck.model.bodies import staircase as staircase_body
+
 Dialect = Literal["openai", "openai-chat", "llamacpp", "ollama"]
 DIALECTS: tuple[str, ...] = ("openai", "openai-chat", "llamacpp", "ollama")
 
@@ -52,6 +55,9 @@ class ServerTimings:
             if d[key] is None:
                 del d[key]
         return d
+
+    def body(self) -> common.ServerTimings:
+        return common.ServerTimings(**asdict(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +142,18 @@ class RequestRecord:
             d["token_s"] = [t / NS_PER_S for t in self.token_ns]
         return d
 
+    def body(self, *, with_token_times: bool = True) -> common.Request:
+        """The request as the result records it (`token_s` left out without `with_token_times`)."""
+        return common.Request(
+            index=self.index, nonce=self.nonce, status=self.status, tokens_requested=self.tokens_requested,
+            send_s=ns_to_s(self.send_ns), first_token_s=ns_to_s(self.first_token_ns), end_s=ns_to_s(self.end_ns),
+            ttft_s=ns_to_s(self.ttft_ns), latency_s=ns_to_s(self.latency_ns), tokens=self.tokens,
+            tokens_source=self.tokens_source, tokens_approximate=self.tokens_approximate,
+            finish_reason=self.finish_reason, http_status=self.http_status, error=self.error,
+            prompt_tokens=self.prompt_tokens, server=None if self.server is None else self.server.body(),
+            text=self.text, token_s=tuple(t / NS_PER_S for t in self.token_ns) if with_token_times else None,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class GaugeSample:
@@ -147,6 +165,9 @@ class GaugeSample:
 
     def to_dict(self) -> dict[str, Any]:
         return {"t_s": self.t_ns / NS_PER_S, "running": self.running, "waiting": self.waiting}
+
+    def body(self) -> staircase_body.GaugeSample:
+        return staircase_body.GaugeSample(t_s=self.t_ns / NS_PER_S, running=self.running, waiting=self.waiting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +199,11 @@ class ServerGauges:
             "samples": [s.to_dict() for s in self.samples],
         }
 
+    def body(self) -> staircase_body.Gauges:
+        return staircase_body.Gauges(source=self.source, interval_s=self.interval_s, peak_running=self.peak_running,
+                                     peak_waiting=self.peak_waiting, failed_reads=self.failed_reads,
+                                     samples=tuple(s.body() for s in self.samples))
+
 
 @dataclass(frozen=True, slots=True)
 class ClientNoise:
@@ -199,6 +225,9 @@ class ClientNoise:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def body(self) -> staircase_body.ClientNoise:
+        return staircase_body.ClientNoise(**asdict(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,3 +292,8 @@ class ServerInfo:
             "total_slots": self.total_slots,
             "notes": list(self.notes),
         }
+
+    def body(self) -> common.Server:
+        return common.Server(url=self.url, dialect=self.dialect, model=self.model, models=self.models, engine=self.engine,
+                           version=self.version, simulated=self.simulated, n_ctx_per_request=self.n_ctx_per_request,
+                           total_slots=self.total_slots, notes=self.notes)

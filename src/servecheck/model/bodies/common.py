@@ -88,7 +88,7 @@ class Request:
     prompt_tokens: int | None = None
     server: ServerTimings | None = None
     text: str | None = None  # untrusted: always escaped on output
-    token_s: tuple[float, ...] | None = None
+    token_s: tuple[float, ...] | None = only_when_recorded()  # left out of a warm-up request
 
     @property
     def ok(self) -> bool:
@@ -184,8 +184,8 @@ class Calibration:
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
     client_bound: str | None = None  # why a run at this concurrency and rate would measure the client
-    clock_uncertainty_ms: float | None = None  # lanes on Ray actors: how far two actors' mapped clocks may differ
-    clock_offsets: tuple[ClockOffset, ...] | None = None  # absent on one machine
+    clock_uncertainty_ms: float | None = only_when_recorded()  # lanes on Ray actors: how far two actors' mapped clocks may differ
+    clock_offsets: tuple[ClockOffset, ...] | None = only_when_recorded()  # absent on one machine
 
 
 @record
@@ -195,7 +195,7 @@ class ClientCheck:
 
     streams: int | None = None
     tolerance_ms: float | None = None  # the most timing error the command allows at this N
-    aim_ms: float | None = None  # the tighter error an automatic worker count searched for (2% of the reference)
+    aim_ms: float | None = only_when_recorded()  # the tighter error an automatic worker count searched for (2% of the reference)
     basis: str | None = None  # what the bound is a fraction of, in words
     workers: int | None = None  # client processes the batches at this N ran on
     error_ms: float | None = None  # the chosen calibration's p99 stamp delay + dispatch skew

@@ -10,7 +10,7 @@ from typing import Literal
 
 from servecheck.model.bodies import BODIES
 from servecheck.model.bodies.common import Calibrated, ClientCheck, Finding, LogAudit, Request, Server
-from servecheck.model.codec import record
+from servecheck.model.codec import only_when_recorded, record
 
 Verdict = Literal["baseline", "cluster", "staircase", "partial", "inconclusive"]
 Schedule = Literal["cluster", "staircase", "partial"]
@@ -108,7 +108,7 @@ class Batch:
     dispatch_skew_s: float | None = None
     # lanes on Ray actors (--ray): how far two finish times may be off against each other, read on
     # two machines' clocks; absent on one machine
-    clock_uncertainty_s: float | None = None
+    clock_uncertainty_s: float | None = only_when_recorded()
     finish_s: tuple[float, ...] = ()  # ok requests, in finishing order
     tokens: tuple[int, ...] = ()
     aggregate_tok_s: float | None = None
@@ -137,8 +137,8 @@ class Point:
     aggregate_range_tok_s: tuple[float, float] | None = None  # [lo, hi] over the reps
     # with a pre-flight at this N: the client's timing error / the last finish, the most it moves the
     # aggregate; client-bound above 2% (model.client.FIGURE_FRAC)
-    aggregate_client_error_frac: float | None = None
-    aggregate_client_bound: bool | None = None
+    aggregate_client_error_frac: float | None = only_when_recorded()
+    aggregate_client_bound: bool | None = only_when_recorded()
     verdict: Verdict | None = None
     reason: str | None = None
     evidence: tuple[Evidence, ...] | None = None  # None: an older document that did not record it
@@ -171,7 +171,7 @@ class StaircaseBody:
     invalid: tuple[Finding, ...] = ()
     warnings: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
-    log_audit: LogAudit | None = None  # with --serve
+    log_audit: LogAudit | None = only_when_recorded()  # with --serve
     calibration: Calibrated | None = None  # the client's pre-flight; None: a document from before it
     client_checks: tuple[ClientCheck, ...] | None = None  # one per N, before its first batch; None: from before it
 
