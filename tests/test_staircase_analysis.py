@@ -60,6 +60,7 @@ def test_seed_deciding_numbers():
     assert got.steps_s == pytest.approx((5.5, 5.6, 5.7, 5.7))
     assert got.step_ratios[0] == pytest.approx(5.5 / 5.51)
     assert got.spread_s == pytest.approx(17.0)
+    assert got.first_over_single == pytest.approx(5.5 / 5.51)  # a queue's first request ran alone
     assert got.last_over_single == pytest.approx(22.5 / 5.51)
     assert got.max_gap_ratio == pytest.approx(5.7 / 5.51)
 

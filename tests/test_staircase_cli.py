@@ -43,6 +43,8 @@ def test_table_in_the_seed_shape(scripted, capsys):
     assert any(line.startswith("verdict  staircase") for line in out)
     assert any(line.startswith("trend    flat  agg(N)/agg(1): N=2 1.00x  N=4 1.00x") for line in out)
     assert any("steps 1.00, 1.00, 1.00, 1.00 x single" in line for line in out)
+    # the queue's first finish is one request alone; its last, four
+    assert any("x single · first 1.00 · last 4.00 x single · group sizes 1+1+1+1" in line for line in out)
     assert cli_sc.SIMULATED_BANNER in captured.out and cli_sc.SIMULATED_BANNER in captured.err
     assert "detected llamacpp API" in captured.err
 
@@ -131,3 +133,14 @@ def test_trap_and_queue_lines_take_the_median_over_reps():
     assert "sum of self-reported rates 420.0 tok/s (MISLEADING)  vs true aggregate 100.0 tok/s" in trap
     (queue,) = lines_sc.queue_lines(body, reading)
     assert queue.endswith("0.00 / 1.10 s")  # the third rep lacks server timings for one request
+
+
+@pytest.mark.parametrize(("slots", "first", "last"), [(1, 1.0, 2.0), (2, 1.0, 1.0)], ids=["queue", "batch"])
+def test_the_first_finish_over_the_single_time_is_recorded(capsys, slots, first, last):
+    """A queue's first request ran alone (1x the single time, its last 2x at N=2); a batch's first
+    finishes with its last."""
+    server = FakeServer(slots=slots, ttft_s=flat(0.02), token_s=flat(0.02))
+    assert run_main(["staircase", "http://127.0.0.1:9", "--n", "1,2", "--tokens", "50", "--json", "-", "--no-save"],
+                    lambda target: FakeDriver(server)) == 0
+    v = json.loads(capsys.readouterr().out)["points"][-1]["batches"][0]["verdict"]
+    assert (v["first_over_single"], v["last_over_single"]) == (pytest.approx(first, rel=1e-3), pytest.approx(last, rel=1e-3))

@@ -137,6 +137,9 @@ class BatchVerdict:
     step_ratios: tuple[float, ...] = ()  # steps / single time
     spread_s: float | None = None  # last finish - first finish
     spread_ratio: float | None = None  # spread / single time
+    # the first finish over the single time: about 1 in a queue (the first request ran alone, in the
+    # same minute as the rest), near last_over_single in a batch (everyone finishes together, late)
+    first_over_single: float | None = None
     last_over_single: float | None = None
     max_gap_ratio: float | None = None  # largest gap between consecutive finishes / single time
     evidence: tuple[Evidence, ...] = ()  # what decided a definite verdict
@@ -168,7 +171,8 @@ class BatchVerdict:
             windows=None if w is None else shape.Windows(schedule=w.schedule, open_max=w.open_max, description=w.description),
             contradicted_by=tuple(r.record() for r in self.contradicted_by), decided_by_witness=self.decided_by_witness,
             single_s=self.single_s, group_sizes=self.group_sizes, steps_s=self.steps_s, step_ratios=self.step_ratios,
-            spread_s=self.spread_s, spread_ratio=self.spread_ratio, last_over_single=self.last_over_single,
+            spread_s=self.spread_s, spread_ratio=self.spread_ratio, first_over_single=self.first_over_single,
+            last_over_single=self.last_over_single,
             max_gap_ratio=self.max_gap_ratio,
         )
 
@@ -248,6 +252,7 @@ def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int, un
         step_ratios=tuple(s / single_s for s in steps),
         spread_s=spread,
         spread_ratio=spread / single_s,
+        first_over_single=ordered[0] / single_s,
         last_over_single=ordered[-1] / single_s,
         max_gap_ratio=max(gaps) / single_s,
     )

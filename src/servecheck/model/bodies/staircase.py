@@ -59,6 +59,7 @@ class BatchVerdict:
     step_ratios: tuple[float, ...] = ()  # each step over the single-request time
     spread_s: float | None = None
     spread_ratio: float | None = None
+    first_over_single: float | None = None  # the first finish / the single time; None in documents before it
     last_over_single: float | None = None
     max_gap_ratio: float | None = None
     slots: int | None = None  # a partial's requests at once

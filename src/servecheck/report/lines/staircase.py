@@ -79,9 +79,10 @@ def deciding_line(point: Point) -> str | None:
         return f"      {_need(point.reason, 'reason')}"
     steps = ", ".join(f"{r:.2f}" for r in v.step_ratios)
     groups = "+".join(str(s) for s in v.group_sizes)
+    first = "" if v.first_over_single is None else f"first {v.first_over_single:.2f} · "
     line = (
         f"      steps {steps} x single · spread {_need(v.spread_ratio, 'spread_ratio'):.2f} x single · "
-        f"last {_need(v.last_over_single, 'last_over_single'):.2f} x single · group sizes {groups}"
+        f"{first}last {_need(v.last_over_single, 'last_over_single'):.2f} x single · group sizes {groups}"
     )
     if (by := evidence_words(point)) is not None:
         line += f" · {by}"
