@@ -5,8 +5,9 @@ Three rules live here because they hold for every test:
 - no silent skip: a skipped test fails the run unless its reason is on ALLOWED_SKIPS below;
 - replayable randomness: the `rng` / `test_seed` fixtures draw a seed (or read SERVECHECK_TEST_SEED),
   and a failing test's report prints the line that replays it;
-- the longest simulator timing tests start first (`pytest.mark.timing(seconds=...)`), so that on many
-  workers none of them starts last and runs alone at the end.
+- with `--longest-first` (`make check`'s timing phase), the longest simulator timing tests start first
+  (`pytest.mark.timing(seconds=...)`), so that on many workers none of them starts last and runs
+  alone at the end.
 This file imports nothing but the standard library and pytest, so a test of the rules can run it
 on its own (tests/test_suite_rules.py).
 """
@@ -94,11 +95,22 @@ def timing_seconds(item: pytest.Item) -> float:
     return float(mark.kwargs.get("seconds", 0)) if mark is not None else 0.0
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Longest first: `make check` runs the timing tests on more workers than cores, and the
-    ten-of-ten tests (about 30 s each) would otherwise start near the end, in collection order, and
-    leave the other workers idle. A stable sort: every other test keeps its place."""
-    items.sort(key=lambda item: -timing_seconds(item))
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--longest-first", action="store_true", default=False,
+                     help="start the timing tests that declare the most seconds first (make check's timing phase)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest first, on request: `make check` runs the timing tests on eight workers, one test at a
+    time each (`--maxschedchunk 1`), and the ten-of-ten tests (about 30 s each) would otherwise start
+    near the end, in collection order, and leave the other workers idle. Not by default: pytest-xdist's
+    default schedule hands each worker runs of consecutive tests, and in the one fresh-clone run with
+    the sort on everywhere (b774b09) `make test`'s two-worker phase took 490 s, against 431-440 s at
+    e333756 in collection order (12 tests fewer; benchmarks/results/suite_times.jsonl). Until that is
+    understood, `make test` keeps the order it was proven in. A stable sort: every other test keeps
+    its place."""
+    if config.getoption("--longest-first"):
+        items.sort(key=lambda item: -timing_seconds(item))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -245,6 +245,21 @@ def test_vllm_counters_give_one_plus_accepted_per_draft() -> None:
     assert est.verdict == "speculating"  # the witness changed no verdict
 
 
+def test_counters_over_more_requests_than_the_estimate_read_are_not_compared() -> None:
+    """vLLM's counters count every request of a point; when the noise guard refused one stream, the
+    estimate reads the others only. Seen in a fresh-clone run (b774b09): ngram drafts, one of two
+    streams refused, the other's 2.14 tokens per step against the counters' 2.76 over both, called a
+    disagreement. Ground truth here: stream one steps 2 tokens, stream two 4; the counters say 3."""
+    refused = sp.Grouping(problem="gaps too noisy to group: 2 of 39 lie between 0.1 and 0.5 of the step time")
+    est = sp.estimate([sp.group_steps(stream([2] * 40)), refused])
+    assert (est.streams, est.grouped, est.tokens_per_step) == (2, 1, pytest.approx(2.0))
+    check = sp.check_counters([], est, sp.MetricDeltas(drafts=40, draft_tokens=120, accepted=80))
+    assert check.server_tokens_per_step == pytest.approx(3.0)
+    assert check.agrees is None and "reads 1 of them" in check.note and "not compared" in check.note
+    whole = sp.estimate([sp.group_steps(stream([3] * 40))])
+    assert sp.check_counters([], whole, sp.MetricDeltas(drafts=40, draft_tokens=120, accepted=80)).agrees is True
+
+
 def test_vllm_counter_deltas_over_a_batch() -> None:
     from servecheck.experiments.speculative import SPEC_ACCEPTED, SPEC_DRAFT_TOKENS, SPEC_DRAFTS, metric_deltas
 

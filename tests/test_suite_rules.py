@@ -19,14 +19,14 @@ from servecheck.load.prompts import make_requests
 CONFTEST = Path(__file__).with_name("conftest.py")
 
 
-def run_pytest(tmp_path: Path, test_source: str, **env: str) -> subprocess.CompletedProcess[str]:
+def run_pytest(tmp_path: Path, test_source: str, extra: list[str] | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     """pytest on one test file next to a copy of the suite's conftest, outside this repository."""
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     shutil.copy(CONFTEST, tmp_path / "conftest.py")
     (tmp_path / "test_tiny.py").write_text(test_source)
     clean = {k: v for k, v in os.environ.items() if k not in ("SERVECHECK_STRICT_SKIPS", "SERVECHECK_TEST_SEED")}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", *(extra or []), str(tmp_path)],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, env={**clean, **env}, check=False,
     )
 
@@ -159,9 +159,14 @@ def test_zz_order():
 
 
 def test_the_longest_timing_tests_start_first_and_the_rest_keep_their_order(tmp_path: Path) -> None:
-    proc = run_pytest(tmp_path, LONGEST_FIRST)
+    proc = run_pytest(tmp_path, LONGEST_FIRST, extra=["--longest-first"])
     assert proc.returncode == 0, proc.stdout
     assert "5 passed" in proc.stdout
+
+
+def test_without_the_option_the_collection_order_stands(tmp_path: Path) -> None:
+    proc = run_pytest(tmp_path, LONGEST_FIRST)
+    assert "1 failed, 4 passed" in proc.stdout and "['short', 'five', 'thirty', 'undeclared']" in proc.stdout
 
 
 def test_every_timing_test_is_found_by_the_makefile() -> None:

@@ -359,7 +359,13 @@ def test_ngram_speculation_reads_speculating_and_its_counters_agree(vllm: OneAtA
     # tools/busy.py) has the server's count and nothing to hold it against.
     witnessed = [p for p in points if p["server_tokens_per_step"] is not None and p["tokens_per_step"] is not None]
     assert witnessed, "vLLM's spec-decode counters were read beside an estimate"
-    assert all(p["counters_agree"] is True for p in witnessed), [p["counters_note"] for p in witnessed]
+    # The counters count every request of a point, the estimate only the streams the noise guard let
+    # through: compared where those are all (a fresh-clone run at b774b09 held one stream's 2.14 against
+    # both streams' 2.76 and called it a disagreement).
+    compared = [p for p in witnessed if p["grouped"] == p["streams"]]
+    assert all(p["counters_agree"] is True for p in compared), [p["counters_note"] for p in compared]
+    assert all(p["counters_agree"] is None and "not compared" in p["counters_note"]
+               for p in witnessed if p["grouped"] < p["streams"]), [p["counters_note"] for p in witnessed]
 
 
 # ---------------------------------------------------------------- four, whole prompts, no prefix cache
