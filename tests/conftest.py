@@ -103,12 +103,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest first, on request: `make check` runs the timing tests on eight workers, one test at a
     time each (`--maxschedchunk 1`), and the ten-of-ten tests (about 30 s each) would otherwise start
-    near the end, in collection order, and leave the other workers idle. Not by default: pytest-xdist's
-    default schedule hands each worker runs of consecutive tests, and in the one fresh-clone run with
-    the sort on everywhere (b774b09) `make test`'s two-worker phase took 490 s, against 431-440 s at
-    e333756 in collection order (12 tests fewer; benchmarks/results/suite_times.jsonl). Until that is
-    understood, `make test` keeps the order it was proven in. A stable sort: every other test keeps
-    its place."""
+    near the end, in collection order, and leave the other workers idle. Not by default: on
+    `make test`'s two workers it bought nothing (that phase took 490 s sorted at b774b09 and 507 s in
+    collection order at 4242ffe, fresh clones), and `make test` keeps the order it was proven in.
+    A stable sort: every other test keeps its place."""
     if config.getoption("--longest-first"):
         items.sort(key=lambda item: -timing_seconds(item))
 
