@@ -7,16 +7,14 @@ in words, that it is simulated and how it behaves. Log lines go to stderr (and t
 from __future__ import annotations
 
 import asyncio
-import signal
-import sys
 
 import click
 
 from servecheck import exitcodes
 from servecheck.cli.context import AppContext
-from servecheck.errors import UsageError
-from servecheck.sim import SimConfig, start_sim
+from servecheck.cli.collect import options_record
 from servecheck.sim.config import MODES, PREFIX_CACHE_MODES
+from servecheck.sim.flags import SimFlags, serve_until_stopped
 
 
 @click.command("simulate")
@@ -94,32 +92,8 @@ from servecheck.sim.config import MODES, PREFIX_CACHE_MODES
 @click.option("--log", "log_path", default=None, metavar="PATH", help="Also write the server log to PATH.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Port; 0 picks a free one.")
-def cmd(
-    mode: str | None,
-    slots: int | None,
-    token_ms: float,
-    per_seq_ms: float,
-    prompt_token_ms: float,
-    context_token_ms: float,
-    truncate_prompt: int,
-    eos_ceiling: bool,
-    eos_short_fraction: float,
-    prefix_cache: str,
-    heat_per_s: float,
-    n_ctx: int,
-    spec_mean: float,
-    spec_draft: int,
-    spec_draft_ms: float,
-    spec_seed: int,
-    prefill_chunk: int,
-    prefill_isolated: bool,
-    refusal: bool,
-    lying_gauges: bool,
-    hostile: bool,
-    log_path: str | None,
-    host: str,
-    port: int,
-) -> int:
+@options_record("flags", SimFlags)
+def cmd(flags: SimFlags, host: str, port: int) -> int:
     """Run a SIMULATED inference server (not a real engine) for tests and demos.
 
     It speaks OpenAI (/v1/completions, /v1/chat/completions), llama.cpp (/completion, /props,
@@ -129,65 +103,11 @@ def cmd(
     """
     app = click.get_current_context().find_object(AppContext)
     quiet = app.quiet if app is not None else False
-    config = SimConfig(
-        mode=_resolve_mode(mode, slots),  # type: ignore[arg-type]
-        slots=slots or 4,
-        token_s=token_ms / 1e3,
-        per_seq_s=per_seq_ms / 1e3,
-        prompt_token_s=prompt_token_ms / 1e3,
-        context_token_s=context_token_ms / 1e3,
-        truncate_prompt=truncate_prompt,
-        heat_per_s=heat_per_s,
-        eos_ceiling=eos_ceiling,
-        eos_short_fraction=eos_short_fraction,
-        prefix_cache=prefix_cache,  # type: ignore[arg-type]
-        n_ctx=n_ctx,
-        default_max_tokens=min(128, n_ctx - 1),
-        spec_mean=spec_mean,
-        spec_draft=spec_draft,
-        spec_draft_token_s=spec_draft_ms / 1e3,
-        spec_seed=spec_seed,
-        prefill_chunk=prefill_chunk,
-        prefill_isolated=prefill_isolated,
-        refusal=refusal,
-        hostile=hostile,
-        lying_gauges=lying_gauges,
-        log_path=log_path,
-    )
-    asyncio.run(_serve(config, host, port, quiet=quiet))
+    asyncio.run(serve_until_stopped(flags.config(), host, port, out=click.echo, log=None if quiet else _echo_log))
+    if not quiet:
+        click.echo("servecheck simulate: stopped", err=True)
     return exitcodes.OK
-
-
-def _resolve_mode(mode: str | None, slots: int | None) -> str:
-    if mode is None:
-        return "slots" if slots is not None else "serial"
-    if slots is not None and mode != "slots":
-        raise UsageError(f"--slots applies to --mode slots, not --mode {mode}", "drop --slots or use --mode slots")
-    return mode
 
 
 def _echo_log(line: str) -> None:
     click.echo(line, err=True)
-
-
-async def _serve(config: SimConfig, host: str, port: int, *, quiet: bool) -> None:
-    # Handlers first: a signal that arrives once the URL is printed must stop the server cleanly.
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGINT, signal.SIGTERM)
-    for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        sim = await start_sim(config, host, port, echo=None if quiet else _echo_log)
-        try:
-            click.echo(sim.url)
-            click.echo(f"SIMULATED inference server, not a real engine: {sim.describe()}")
-            sys.stdout.flush()
-            await stop.wait()
-        finally:
-            await sim.stop()
-    finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
-    if not quiet:
-        click.echo("servecheck simulate: stopped", err=True)
