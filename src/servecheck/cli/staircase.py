@@ -14,7 +14,6 @@ from servecheck.cli.common import (
     SIMULATED_BANNER,  # noqa: F401 - callers read the banner from the command's module
     ClientOptions,
     OutputOptions,
-    check_concurrency,
     client_record,
     output_record,
     say,
@@ -22,31 +21,14 @@ from servecheck.cli.common import (
 from servecheck.cli.context import AppContext
 from servecheck.cli.measure import Progress, interrupted, measure, show_report
 from servecheck.cli.serve import Served, resolve_url, serve_option, served
+from servecheck.cli.values import check_positive, parse_ns
 from servecheck.envinfo import environment
-from servecheck.errors import UsageError
 from servecheck.experiments.staircase import StaircaseExperiment, StaircaseResult, first_plan
 from servecheck.model.bodies.staircase import StaircaseBody
 from servecheck.model.codec import decode
 from servecheck.model.result import Envelope, RunResult, from_doc
 from servecheck.report.lines.staircase import fmt_finishes, report_lines
 from servecheck.results.jsonout import envelope
-
-
-def parse_ns(raw: str) -> list[int]:
-    """'1,2,4,8' -> [1, 2, 4, 8]; anything else is a one-line usage error."""
-    try:
-        ns = [int(part) for part in raw.split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"--n {raw!r} is not a comma-separated list of integers", "for example --n 1,2,4,8") from None
-    if not ns or any(n < 1 for n in ns):
-        raise UsageError(f"--n {raw!r}: every N must be >= 1", "for example --n 1,2,4,8")
-    check_concurrency(max(ns), "--n")
-    return ns
-
-
-def _check_positive(name: str, value: int) -> None:
-    if value < 1:
-        raise UsageError(f"{name} must be >= 1, got {value}", f"for example {name} 64")
 
 
 # ---------------------------------------------------------------- exit code
@@ -83,32 +65,19 @@ def _render(app: AppContext, run: RunResult[StaircaseBody], json_to_stdout: bool
 @click.option("--prompt-tokens", type=int, default=64, show_default=True, help="Prompt length in tokens.")
 @click.option("--reps", type=int, default=1, show_default=True, help="Repetitions of every N (median and range).")
 @click.option(
-    "--max-reps",
-    type=int,
-    default=3,
-    show_default=True,
+    "--max-reps", type=int, default=3, show_default=True,
     help="Reps an N may take in all: a point left inconclusive is measured again, up to this many times "
     "(the output says how many it took). N=1 is measured before and after the batches, and again with them.",
 )
+@click.option("--expect", type=click.Choice(sorted(DEFINITE_VERDICTS)), default=None,
+              help="Exit 4 when the run's verdict is a different definite verdict (for CI gates).")
 @click.option(
-    "--expect",
-    type=click.Choice(sorted(DEFINITE_VERDICTS)),
-    default=None,
-    help="Exit 4 when the run's verdict is a different definite verdict (for CI gates).",
-)
-@click.option(
-    "--seed",
-    type=int,
-    default=None,
+    "--seed", type=int, default=None,
     help="Seed for the prompt text and nonces (default: fresh each run, recorded in the JSON). A fixed seed "
     "repeats the same prompts, which a prefix cache then serves from memory.",
 )
 @click.option(
-    "--evidence",
-    "evidence_mode",
-    type=click.Choice(["all", "stopwatch"]),
-    default="all",
-    show_default=True,
+    "--evidence", "evidence_mode", type=click.Choice(["all", "stopwatch"]), default="all", show_default=True,
     help="stopwatch: the server's own witnesses (gauges, per-request timings) never decide a verdict; they are "
     "still read and any contradiction is shown. all: they may decide a batch the times leave ambiguous, "
     "and the verdict then says so.",
@@ -118,20 +87,9 @@ def _render(app: AppContext, run: RunResult[StaircaseBody], json_to_stdout: bool
 @output_record
 @click.pass_obj
 def cmd(
-    app: AppContext,
-    url: str | None,
-    n_values: str,
-    tokens: int,
-    prompt_tokens: int,
-    reps: int,
-    max_reps: int,
-    expect: str | None,
-    seed: int | None,
-    evidence_mode: str,
-    serve_command: str | None,
-    serve_log: str | None,
-    client: ClientOptions,
-    output: OutputOptions,
+    app: AppContext, url: str | None, n_values: str, tokens: int, prompt_tokens: int, reps: int, max_reps: int,
+    expect: str | None, seed: int | None, evidence_mode: str, serve_command: str | None, serve_log: str | None,
+    client: ClientOptions, output: OutputOptions,
 ) -> int:
     """Fire N equal-length requests at once and read their finish times: staircase (a queue),
     cluster (batching) or partial (a few slots). Aggregate = tokens produced / last finish."""
@@ -139,25 +97,16 @@ def cmd(
     ns = parse_ns(n_values)
     for name, value in (("--tokens", tokens), ("--prompt-tokens", prompt_tokens), ("--reps", reps),
                         ("--max-reps", max_reps)):
-        _check_positive(name, value)
+        check_positive(name, value)
     if seed is None:
         # Fresh nonces every run: a repeated prompt would be served by the server's prefix cache.
         seed = random.SystemRandom().randrange(2**32)
     sinks = output.sinks()
     with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
         target = client.target(server.url)
-        params = {
-            **target.public_dict(), **client.client_params(),
-            "n": ns,
-            "tokens": tokens,
-            "prompt_tokens": prompt_tokens,
-            "reps": reps,
-            "max_reps": max(reps, max_reps),
-            "expect": expect,
-            "seed": seed,
-            "serve": serve_command,
-            "evidence": evidence_mode,
-        }
+        params = {**target.public_dict(), **client.client_params(), "n": ns, "tokens": tokens, "prompt_tokens": prompt_tokens,
+                  "reps": reps, "max_reps": max(reps, max_reps), "expect": expect, "seed": seed, "serve": serve_command,
+                  "evidence": evidence_mode}
         experiment = StaircaseExperiment(tuple(ns), tokens, prompt_tokens, reps, max_reps, random.Random(seed),
                                          evidence_mode=evidence_mode)
         watch = Progress(app, "staircase: batches", progress_line, total=len(first_plan(sorted(set(ns) | {1}), reps)))

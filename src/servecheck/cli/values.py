@@ -1,0 +1,23 @@
+"""Values of flags that several commands share: a list of concurrencies, a count that must be positive."""
+
+from __future__ import annotations
+
+from servecheck.cli.run_flags import check_concurrency
+from servecheck.errors import UsageError
+
+
+def parse_ns(raw: str) -> list[int]:
+    """'1,2,4,8' -> [1, 2, 4, 8]; anything else is a one-line usage error."""
+    try:
+        ns = [int(part) for part in raw.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--n {raw!r} is not a comma-separated list of integers", "for example --n 1,2,4,8") from None
+    if not ns or any(n < 1 for n in ns):
+        raise UsageError(f"--n {raw!r}: every N must be >= 1", "for example --n 1,2,4,8")
+    check_concurrency(max(ns), "--n")
+    return ns
+
+
+def check_positive(name: str, value: int) -> None:
+    if value < 1:
+        raise UsageError(f"{name} must be >= 1, got {value}", f"for example {name} 64")
