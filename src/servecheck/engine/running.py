@@ -142,6 +142,19 @@ class RunningRecords:
         except OSError:
             return []
 
+    def status_lines(self) -> list[str]:
+        """The servers servecheck started that still run: by a live servecheck, or left over by a dead one."""
+        try:
+            found = self.sweep()
+        except OSError:
+            return []
+        lines = []
+        for record, state in found:
+            whose = (f"servecheck pid {record.owner_pid} is running it" if state == "running" else
+                     f"LEFTOVER: servecheck pid {record.owner_pid} is gone; stop it with: {record.stop_command}")
+            lines.append(f"running pid {record.pid:>7}  {record.shown_command()}  ({whose})")
+        return lines
+
 
 def _load(path: Path) -> RunningRecord | None:
     try:
