@@ -11,6 +11,7 @@ from rich.console import RenderableType
 
 from servecheck.analysis.across import diff_runs
 from servecheck.cli.context import AppContext
+from servecheck.model.codec import encode
 from servecheck.model.result import RunResult, from_doc
 from servecheck.model.sidebyside import label_for
 from servecheck.report import diffout
@@ -44,16 +45,16 @@ def cmd(app: AppContext, runs: tuple[str, ...], db_path: str | None, json_path: 
     return 0
 
 
-def side_by_side(loaded: Sequence[RunResult[Any]], labels: list[str]) -> tuple[dict[str, object], list[RenderableType]]:
-    """The runs compared as their kind asks: the --json document and the terminal lines."""
+def side_by_side(loaded: Sequence[RunResult[Any]], labels: list[str]) -> tuple[Any, list[RenderableType]]:
+    """The runs compared as their kind asks: the --json document (JSON values) and the terminal lines."""
     if is_context_diff(loaded):
         context = diff_context_runs(loaded, labels=labels)
-        return diffout.context_dict(context), diffout.context_lines(context)
+        return encode(diffout.context_record(context), nulls=True), diffout.context_lines(context)
     if is_speculative_diff(loaded):
         speculative = diff_speculative_runs(loaded, labels=labels)
-        return diffout.speculative_dict(speculative), diffout.speculative_lines(speculative)
+        return encode(diffout.speculative_record(speculative), nulls=True), diffout.speculative_lines(speculative)
     if is_interference_diff(loaded):
         interference = diff_interference_runs(loaded, labels=labels)
-        return diffout.interference_dict(interference), diffout.interference_lines(interference)
+        return encode(diffout.interference_record(interference), nulls=True), diffout.interference_lines(interference)
     result = diff_runs(loaded, labels=labels)
-    return diffout.staircase_dict(result), diffout.staircase_lines(result)
+    return encode(diffout.staircase_record(result), nulls=True), diffout.staircase_lines(result)

@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from servecheck.cli.context import AppContext
+from servecheck.model.codec import encode
 from servecheck.results.jsonout import dumps
 from servecheck.store.db import RunSummary, open_store
 
@@ -25,17 +26,13 @@ def cmd(app: AppContext, limit: int, command_name: str | None, db_path: str | No
         rows = store.list_runs(limit=limit, command=command_name)
         location = store.path
     if as_json:
-        click.echo(dumps({"runs": [_row_dict(r) for r in rows]}), nl=False)
+        click.echo(dumps({"runs": [encode(r, nulls=True) for r in rows]}), nl=False)
         return 0
     if not rows:
         app.err.print(f"No saved runs{f' of {command_name}' if command_name else ''} in {location}.", markup=False, highlight=False)
         return 0
     app.out.print(history_table(rows))
     return 0
-
-
-def _row_dict(row: RunSummary) -> dict[str, object]:
-    return {name: getattr(row, name) for name in row.__slots__}
 
 
 def history_table(rows: list[RunSummary]) -> Table:

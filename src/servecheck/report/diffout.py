@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from servecheck.model import diffdoc as doc
 from servecheck.model.bodies.staircase import RISING_RATIO
 from servecheck.model.sidebyside import Diff, Line
 from servecheck.report.diff import ContextDiff, InterferenceDiff, InterferenceLine, SpeculativeDiff, per_stream
@@ -62,20 +63,18 @@ def _row(line: Line, levels: tuple[int, ...], show_model: bool) -> list[str | Te
     return [*head, *cells, per_stream(line), ratio, Text(line.trend, style=style)]
 
 
-def staircase_dict(result: Diff) -> dict[str, object]:
-    return {
-        "command": "diff",
-        "levels": list(result.levels),
-        "verdict": result.verdict,
-        "rising_ratio": RISING_RATIO,
-        "lines": [
-            {"label": ln.label, "config": ln.config, "command": ln.command, "server_url": ln.server_url, "model": ln.model,
-             "aggregate_tok_s": {str(n): v for n, v in ln.aggregate_tok_s.items()}, "per_user_tok_s": ln.per_user_tok_s,
-             "per_user_tok_s_by_level": {str(n): v for n, v in ln.per_user_by_level.items()},
-             "ratio": ln.ratio, "trend": ln.trend, "trend_from": ln.trend_from, "marks": list(ln.marks)}
-            for ln in result.lines
-        ],
-    }
+def staircase_record(result: Diff) -> doc.StaircaseDiff:
+    return doc.StaircaseDiff(levels=result.levels, verdict=result.verdict, rising_ratio=RISING_RATIO, lines=tuple(
+        doc.StaircaseLine(
+            label=ln.label, config=ln.config, command=ln.command, server_url=ln.server_url, model=ln.model,
+            aggregate_tok_s=_by_key(ln.aggregate_tok_s), per_user_tok_s=ln.per_user_tok_s,
+            per_user_tok_s_by_level=_by_key(ln.per_user_by_level), ratio=ln.ratio, trend=ln.trend,
+            trend_from=ln.trend_from, marks=ln.marks,
+        ) for ln in result.lines))
+
+
+def _by_key(values: Mapping[int, float]) -> dict[str, float]:
+    return {str(k): v for k, v in values.items()}
 
 
 class HasMarks(Protocol):
@@ -129,19 +128,14 @@ def context_table(result: ContextDiff) -> Table:
     return table
 
 
-def context_dict(result: ContextDiff) -> dict[str, object]:
-    return {
-        "command": "diff",
-        "of": "context",
-        "depths": list(result.depths),
-        "change": {str(d): result.change(d) for d in result.depths} if len(result.lines) == 2 else None,
-        "lines": [
-            {"label": ln.label, "config": ln.config, "server_url": ln.server_url, "model": ln.model,
-             "decode_tok_s": {str(d): v for d, v in ln.decode_tok_s.items()}, "ratio": {str(d): v for d, v in ln.ratio.items()},
-             "predicted_tok_s": {str(d): v for d, v in ln.predicted_tok_s.items()}, "effect": ln.effect, "marks": list(ln.marks)}
-            for ln in result.lines
-        ],
-    }
+def context_record(result: ContextDiff) -> doc.ContextDiff:
+    change = {str(d): result.change(d) for d in result.depths} if len(result.lines) == 2 else None
+    return doc.ContextDiff(depths=result.depths, change=change, lines=tuple(
+        doc.ContextLine(
+            label=ln.label, config=ln.config, server_url=ln.server_url, model=ln.model,
+            decode_tok_s=_by_key(ln.decode_tok_s), ratio=_by_key(ln.ratio), predicted_tok_s=_by_key(ln.predicted_tok_s),
+            effect=ln.effect, marks=ln.marks,
+        ) for ln in result.lines))
 
 
 def speculative_lines(result: SpeculativeDiff) -> list[RenderableType]:
@@ -168,18 +162,15 @@ def speculative_table(result: SpeculativeDiff) -> Table:
     return table
 
 
-def speculative_dict(result: SpeculativeDiff) -> dict[str, object]:
-    return {
-        "command": "diff",
-        "of": "speculative",
-        "lines": [
-            {"label": line.label, "config": line.config, "server_url": line.server_url, "model": line.model, "verdict": line.verdict,
-             "points": [{"n": k[0], "prompt_kind": k[1], "tokens_per_step": line.tokens_per_step.get(k),
-                         "per_stream_tok_s": line.per_stream_tok_s.get(k), "pays": line.pays.get(k)} for k in result.keys],
-             "marks": list(line.marks)}
-            for line in result.lines
-        ],
-    }
+def speculative_record(result: SpeculativeDiff) -> doc.SpeculativeDiff:
+    return doc.SpeculativeDiff(lines=tuple(
+        doc.SpeculativeLine(
+            label=line.label, config=line.config, server_url=line.server_url, model=line.model, verdict=line.verdict,
+            points=tuple(doc.SpeculativePoint(n=k[0], prompt_kind=k[1], tokens_per_step=line.tokens_per_step.get(k),
+                                              per_stream_tok_s=line.per_stream_tok_s.get(k), pays=line.pays.get(k))
+                         for k in result.keys),
+            marks=line.marks,
+        ) for line in result.lines))
 
 
 # ---------------------------------------------------------------- interference runs
@@ -211,16 +202,15 @@ def interference_table(result: InterferenceDiff) -> Table:
     return table
 
 
-def interference_dict(result: InterferenceDiff) -> dict[str, object]:
-    return {
-        "command": "diff",
-        "of": "interference",
-        "lines": [
-            {"label": line.label, "config": line.config, "server_url": line.server_url, "model": line.model,
-             "verdict": line.verdict, "chunk_tokens": line.chunk_tokens,
-             "points": [{"prompt_tokens": s, "victim_max_gap_s": line.max_gap_s.get(s), "intruder_ttft_s": line.ttft_s.get(s),
-                         "victim_lost_s": line.lost_s.get(s)} for s in result.sizes],
-             "marks": list(line.marks)}
-            for line in result.lines
-        ],
-    }
+def interference_record(result: InterferenceDiff) -> doc.InterferenceDiff:
+    return doc.InterferenceDiff(lines=tuple(
+        doc.InterferenceLine(
+            label=line.label, config=line.config, server_url=line.server_url, model=line.model, verdict=line.verdict,
+            chunk_tokens=line.chunk_tokens,
+            points=tuple(doc.InterferencePoint(prompt_tokens=s, victim_max_gap_s=line.max_gap_s.get(s),
+                                               intruder_ttft_s=line.ttft_s.get(s), victim_lost_s=line.lost_s.get(s))
+                         for s in result.sizes),
+            marks=line.marks,
+        ) for line in result.lines))
+
+
