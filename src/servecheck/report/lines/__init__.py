@@ -1,7 +1,8 @@
-"""Each command's terminal report, rendered from its typed result alone: the command prints it when
-its run ends and `servecheck show` prints the same lines for a saved run. One module per command;
-each adds its report to REPORTS. A report is handed the run and what the analysis read off it
-(`model.readings.RunReading`); it formats both and computes nothing."""
+"""Each command's presentation, rendered from its typed result alone: its terminal report (the
+command prints it when its run ends, `servecheck show` prints the same lines for a saved run) in
+`<command>.py`, and its section of the HTML report in `<command>_html.py` beside it. The command's
+module registers both, once (`register`). A report or a section is handed the run and what the
+analysis read off it (`model.readings.RunReading`); it formats both and computes nothing."""
 
 from __future__ import annotations
 
@@ -14,11 +15,22 @@ from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
 
 Report = Callable[[RunResult[Any], RunReading], list[RenderableType]]
+Section = Callable[[RunResult[Any], RunReading], str]
 
-# command -> its report; filled by the modules below as they are imported
+# command -> its terminal report, and its HTML section; filled by the modules below as they are imported
 REPORTS: dict[str, Report] = {}
+SECTIONS: dict[str, Section] = {}
 
-# Each module registers its report in REPORTS.
+
+def register(command: str, *, lines: Report | None = None, html: Section | None = None) -> None:
+    """A command's presentation: its terminal report (None: `show` prints the short form) and its HTML section."""
+    if lines is not None:
+        REPORTS[command] = lines
+    if html is not None:
+        SECTIONS[command] = html
+
+
+# Each module registers its presentation.
 from servecheck.report.lines import (  # noqa: E402,F401
     arms,
     audit,

@@ -9,7 +9,8 @@ from rich.console import RenderableType
 from servecheck.model.bodies.arms import INTERVAL_LEVEL, Arm, ArmsBody, ArmsDesign, ArmsDrift, Interval
 from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
-from servecheck.report.lines import REPORTS
+from servecheck.report.lines import register
+from servecheck.report.lines.arms_html import section
 from servecheck.report.lines.text import num as _num
 from servecheck.report.lines.text import signed_pct as _pct
 from servecheck.report.lines.text import client_lines, warning_line
@@ -151,4 +152,4 @@ def report(run: RunResult[Any], reading: RunReading) -> list[RenderableType]:
     return [*report_lines(run, reading)]
 
 
-REPORTS["arms"] = report
+register("arms", lines=report, html=section)

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 from servecheck.model.bodies.bandwidth import BandwidthBody, ProbePoint
 from servecheck.model.figures import GIB
+from servecheck.report.lines import register
+from servecheck.report.lines.bandwidth_html import section
 
 UNITS_LINE = "GB/s = 10^9 bytes per second; sizes in GiB = 2^30 bytes, MiB = 2^20 bytes"
 
@@ -39,3 +41,6 @@ def report_lines(body: BandwidthBody) -> list[str]:
         lines.append("use the figure at the size closest to the model's resident size: bandwidth falls as the working set grows")
     lines.append(UNITS_LINE)
     return lines
+
+
+register("bandwidth", html=section)

@@ -9,7 +9,8 @@ from rich.console import RenderableType
 from servecheck.model.bodies.capacity import CapacityBody, CapacityDesign, CapacityPoint, Interval
 from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
-from servecheck.report.lines import REPORTS
+from servecheck.report.lines import register
+from servecheck.report.lines.capacity_html import section
 from servecheck.report.lines.text import num as _num
 from servecheck.report.lines.text import signed_pct as _pct
 from servecheck.report.lines.text import client_lines, warning_line
@@ -98,4 +99,4 @@ def report(run: RunResult[Any], reading: RunReading) -> list[RenderableType]:
     return [*report_lines(run)]
 
 
-REPORTS["capacity"] = report
+register("capacity", lines=report, html=section)

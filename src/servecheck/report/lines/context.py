@@ -11,7 +11,8 @@ from servecheck.model.bodies.common import Server, Warning
 from servecheck.model.bodies.context import ContextBody, ContextPoint, ContextRooflineRow, ModelBytesSummary
 from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
-from servecheck.report.lines import REPORTS
+from servecheck.report.lines import register
+from servecheck.report.lines.context_html import section
 from servecheck.report.lines.audit import fmt_bytes
 
 DASH = "—"  # a field the document does not record
@@ -144,4 +145,4 @@ def report(run: RunResult[Any], reading: RunReading) -> list[RenderableType]:
     return list(report_lines(run))
 
 
-REPORTS["context"] = report
+register("context", lines=report, html=section)

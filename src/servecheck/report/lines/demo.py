@@ -10,6 +10,8 @@ from rich.table import Table
 
 from servecheck.model.bodies.demo import DEMO_NS, DemoRun, EmbeddedStaircase
 from servecheck.model.bodies.staircase import Point
+from servecheck.report.lines import register
+from servecheck.report.lines.demo_html import section
 
 TOP_N = max(DEMO_NS)
 
@@ -86,3 +88,6 @@ def _agg_at(run: DemoRun, n: int) -> float:
 
 def _staircase(run: DemoRun) -> EmbeddedStaircase:
     return run.staircase if run.staircase is not None else EmbeddedStaircase()
+
+
+register("demo", html=section)

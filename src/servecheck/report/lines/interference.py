@@ -12,7 +12,8 @@ from servecheck.model.bodies.common import Server
 from servecheck.model.bodies.interference import InterferenceBody, InterferencePoint
 from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
-from servecheck.report.lines import REPORTS
+from servecheck.report.lines import register
+from servecheck.report.lines.interference_html import section
 
 
 def _f(value: float | None, digits: int = 3) -> str:
@@ -70,4 +71,4 @@ def report(run: RunResult[Any], reading: RunReading) -> list[RenderableType]:
     return list(report_lines(run))
 
 
-REPORTS["interference"] = report
+register("interference", lines=report, html=section)

@@ -13,6 +13,8 @@ from rich.text import Text
 
 from servecheck.model.bodies.common import LogFinding
 from servecheck.model.bodies.log import LogBody
+from servecheck.report.lines import register
+from servecheck.report.lines.log_html import section
 
 # WARNING/ERROR lines printed in the terminal; the JSON has all of them (up to the scan's cap).
 SHOWN_LINES = 20
@@ -106,3 +108,6 @@ def render(console: Console, result: LogBody) -> None:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     style = "bold red" if refused(result) else "green"
     console.print(verdict_line(result), markup=False, highlight=False, style=style, soft_wrap=True)
+
+
+register("log", html=section)

@@ -12,7 +12,8 @@ from servecheck.model.bodies.common import Server
 from servecheck.model.bodies.prefix_cache import PrefixCacheBody
 from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
-from servecheck.report.lines import REPORTS
+from servecheck.report.lines import register
+from servecheck.report.lines.prefix_cache_html import section
 
 DASH = "—"  # a field the document does not record
 CACHE_PROMPT = {None: "server default", True: "cache_prompt: true", False: "cache_prompt: false"}
@@ -67,4 +68,4 @@ def report(run: RunResult[Any], reading: RunReading) -> list[RenderableType]:
     return [Text(header_line(body)), sends_table(body), *map(Text, verdict_lines(run))]
 
 
-REPORTS["prefix-cache"] = report
+register("prefix-cache", lines=report, html=section)

@@ -8,7 +8,8 @@ from servecheck.model.figures import format_figure
 from servecheck.model.bodies.roofline import BatchRow, Headroom, Range, RooflineBody, Target
 from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
-from servecheck.report.lines import REPORTS
+from servecheck.report.lines import register
+from servecheck.report.lines.roofline_html import section
 from servecheck.report.lines.audit import fmt_bytes
 
 UNITS_LINE = "GB = 10^9 bytes, GB/s = 10^9 bytes per second, GiB = 2^30 bytes; utilization is a fraction of measured bandwidth"
@@ -103,4 +104,4 @@ def report(run: RunResult[RooflineBody], reading: RunReading) -> list[Renderable
     return report_lines(run)
 
 
-REPORTS["roofline"] = report
+register("roofline", lines=report, html=section)

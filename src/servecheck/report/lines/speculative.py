@@ -12,7 +12,8 @@ from servecheck.model.bodies.common import Server
 from servecheck.model.bodies.speculative import KIND_LABELS, SpeculativeBody, SpeculativePoint
 from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
-from servecheck.report.lines import REPORTS
+from servecheck.report.lines import register
+from servecheck.report.lines.speculative_html import section
 
 HEADLINE_ORDER = ("unpredictable", "predictable")  # the seed names prose first
 BASELINE_ORDER = ("predictable", "unpredictable")  # the kind speculation is for decides the baseline clause
@@ -132,4 +133,4 @@ def report(run: RunResult[Any], reading: RunReading) -> list[RenderableType]:
     return list(report_lines(run))
 
 
-REPORTS["speculative"] = report
+register("speculative", lines=report, html=section)

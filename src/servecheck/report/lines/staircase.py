@@ -15,7 +15,8 @@ from servecheck.model.bodies.common import Finding, RequestRef
 from servecheck.model.bodies.staircase import Point, StaircaseBody
 from servecheck.model.readings import RunReading, StaircasePointReading
 from servecheck.model.result import RunResult
-from servecheck.report.lines import REPORTS
+from servecheck.report.lines import register
+from servecheck.report.lines.staircase_html import section
 from servecheck.report.lines.text import client_lines
 
 T = TypeVar("T")
@@ -202,4 +203,4 @@ def report(run: RunResult[StaircaseBody], reading: RunReading) -> list[Renderabl
     return [*report_lines(run, reading)]
 
 
-REPORTS["staircase"] = report
+register("staircase", lines=report, html=section)
