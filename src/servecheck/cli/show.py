@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import click
@@ -17,9 +16,6 @@ from servecheck.report.lines import REPORTS
 from servecheck.report.terminal import render_doc
 from servecheck.store.refs import load_runs
 
-# Commands whose module renders its whole terminal report from the JSON document alone.
-REPORT_LINES = {
-}
 ALARM = ("INVALID", "INCOMPLETE", "REFUSED")
 
 
@@ -42,18 +38,14 @@ def cmd(app: AppContext, run: str, json_path: str | None, db_path: str | None) -
 def command_report(doc: dict[str, Any]) -> list[RenderableType] | None:
     """The report the command itself printed, or None where a document is partial or from another
     version and lacks what that report needs (the short rendering copes with any document)."""
-    command = from_doc(doc).command
+    run = from_doc(doc)
+    report = REPORTS.get(run.command)
+    if report is None:
+        return None
     try:
-        if command in REPORTS:
-            run = from_doc(doc)
-            body = REPORTS[command](run, read_run(run))
-            return [Text(b, style="bold yellow" if b.startswith(ALARM) else "") if isinstance(b, str) else b
-                    for b in body if not (isinstance(b, str) and b.startswith("SIMULATED"))]
-        if command in REPORT_LINES:
-            lines: list[str] = importlib.import_module(REPORT_LINES[command]).report_lines(doc)
-        else:
-            return None
+        body = report(run, read_run(run))
     except (KeyError, TypeError, ValueError, AttributeError, IndexError, ZeroDivisionError):
         return None
     # the head above already carries the SIMULATED mark
-    return [Text(line, style="bold yellow" if line.startswith(ALARM) else "") for line in lines if not line.startswith("SIMULATED")]
+    return [Text(b, style="bold yellow" if b.startswith(ALARM) else "") if isinstance(b, str) else b
+            for b in body if not (isinstance(b, str) and b.startswith("SIMULATED"))]
