@@ -16,18 +16,23 @@ from servecheck.model.result import RunResult
 
 Report = Callable[[RunResult[Any], RunReading], list[RenderableType]]
 Section = Callable[[RunResult[Any], RunReading], str]
+Short = Callable[[RunResult[Any]], list[RenderableType]]
 
 # command -> its terminal report, and its HTML section; filled by the modules below as they are imported
 REPORTS: dict[str, Report] = {}
 SECTIONS: dict[str, Section] = {}
+SHORTS: dict[str, Short] = {}
 
 
-def register(command: str, *, lines: Report | None = None, html: Section | None = None) -> None:
-    """A command's presentation: its terminal report (None: `show` prints the short form) and its HTML section."""
+def register(command: str, *, lines: Report | None = None, html: Section | None = None, short: Short | None = None) -> None:
+    """A command's presentation: its terminal report (None: `show` prints the short form), its HTML section,
+    and its short form (`show`, for a document its report cannot read)."""
     if lines is not None:
         REPORTS[command] = lines
     if html is not None:
         SECTIONS[command] = html
+    if short is not None:
+        SHORTS[command] = short
 
 
 # Each module registers its presentation.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from rich.text import Text
+
 from typing import Any
 
 from rich.console import RenderableType
@@ -10,6 +12,7 @@ from servecheck.model.bodies.arms import INTERVAL_LEVEL, Arm, ArmsBody, ArmsDesi
 from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
 from servecheck.report.lines import register
+from servecheck.report.lines.short import DASH, num, pct, table
 from servecheck.report.lines.arms_html import section
 from servecheck.report.lines.text import num as _num
 from servecheck.report.lines.text import signed_pct as _pct
@@ -152,4 +155,18 @@ def report(run: RunResult[Any], reading: RunReading) -> list[RenderableType]:
     return [*report_lines(run, reading)]
 
 
-register("arms", lines=report, html=section)
+def short(run: RunResult[ArmsBody]) -> list[RenderableType]:
+    body = run.body
+    out: list[RenderableType] = []
+    if body.headline:
+        out.append(Text(body.headline))
+    rows = [
+        [num(a.concurrency, 0), num(a.aggregate_speedup, 2, "×"), num(a.generation_gain, 2, "×"),
+         pct(a.per_user_rate_change, signed=True), num(a.ttft_multiple, 2, "×"), pct(a.efficiency), a.label or DASH]
+        for a in body.arms
+    ]
+    headers = ["in flight", "aggregate", "generation", "per-user rate", "TTFT", "efficiency", "label"]
+    return out + [table(headers, rows)]
+
+
+register("arms", short=short, lines=report, html=section)

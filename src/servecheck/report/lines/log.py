@@ -4,6 +4,10 @@ with its deciding line and where its rule was checked), the WARNING/ERROR lines,
 
 from __future__ import annotations
 
+from servecheck.model.result import RunResult
+
+from rich.console import RenderableType
+
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -14,6 +18,7 @@ from rich.text import Text
 from servecheck.model.bodies.common import LogFinding
 from servecheck.model.bodies.log import LogBody
 from servecheck.report.lines import register
+from servecheck.report.lines.short import DASH, scalar, table
 from servecheck.report.lines.log_html import section
 
 # WARNING/ERROR lines printed in the terminal; the JSON has all of them (up to the scan's cap).
@@ -110,4 +115,19 @@ def render(console: Console, result: LogBody) -> None:
     console.print(verdict_line(result), markup=False, highlight=False, style=style, soft_wrap=True)
 
 
-register("log", html=section)
+def short(run: RunResult[LogBody]) -> list[RenderableType]:
+    # value and provenance columns only where the document has them: older documents print as they did
+    findings = run.body.findings
+    with_value = any(f.value is not None for f in findings)
+    with_provenance = any(f.provenance for f in findings)
+    headers = ["feature", "status", *(["value"] if with_value else []), "evidence",
+               *(["provenance"] if with_provenance else [])]
+    rows = [
+        [f.feature or DASH, f.status or DASH, *([scalar(f.value)] if with_value else []), f.line or DASH,
+         *([f.provenance or DASH] if with_provenance else [])]
+        for f in findings
+    ]
+    return [table(headers, rows)]
+
+
+register("log", short=short, html=section)

@@ -9,6 +9,7 @@ from servecheck.model.bodies.roofline import BatchRow, Headroom, Range, Roofline
 from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
 from servecheck.report.lines import register
+from servecheck.report.lines.short import DASH, num, span, table
 from servecheck.report.lines.roofline_html import section
 from servecheck.report.lines.audit import fmt_bytes
 
@@ -104,4 +105,16 @@ def report(run: RunResult[RooflineBody], reading: RunReading) -> list[Renderable
     return report_lines(run)
 
 
-register("roofline", lines=report, html=section)
+def short(run: RunResult[RooflineBody]) -> list[RenderableType]:
+    b = run.body
+    rows = [
+        ["bytes per token", num(None if b.bytes_per_token is None else b.bytes_per_token / 1e9, 3, " GB")],
+        ["achieved", num(b.achieved_gb_s, 1, " GB/s")],
+        ["measured bandwidth", span(b.bandwidth_gb_s, 1.0, " GB/s", 0)],
+        ["utilization", span(b.utilization, 100.0, "%", 0)],
+        ["gate", f"{b.gate or DASH} (threshold {span(b.gate_threshold, 100.0, '%', 0)})"],
+    ]
+    return [table(["", ""], rows)]
+
+
+register("roofline", short=short, lines=report, html=section)

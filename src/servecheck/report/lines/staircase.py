@@ -6,6 +6,8 @@ rendering instead of a report with holes in it."""
 
 from __future__ import annotations
 
+from rich.text import Text
+
 from collections.abc import Sequence
 from typing import TypeVar
 
@@ -16,6 +18,7 @@ from servecheck.model.bodies.staircase import Point, StaircaseBody
 from servecheck.model.readings import RunReading, StaircasePointReading
 from servecheck.model.result import RunResult
 from servecheck.report.lines import register
+from servecheck.report.lines.short import DASH, num, table
 from servecheck.report.lines.staircase_html import section
 from servecheck.report.lines.text import client_lines
 
@@ -203,4 +206,16 @@ def report(run: RunResult[StaircaseBody], reading: RunReading) -> list[Renderabl
     return [*report_lines(run, reading)]
 
 
-register("staircase", lines=report, html=section)
+def short(run: RunResult[StaircaseBody]) -> list[RenderableType]:
+    rows = []
+    for p in run.body.points:
+        # as the staircase report prints them: two decimals while everything is under 10 s
+        digits = 2 if max(p.finish_s, default=0.0) < 10 else 1
+        finishes = " / ".join(num(t, digits) for t in p.finish_s) or DASH
+        rows.append([f"N={num(p.n, 0)}", f"finish at {finishes} s", f"aggregate {num(p.aggregate_tok_s)} tok/s",
+                     p.verdict or DASH])
+    out: list[RenderableType] = [Text(f"aggregate across N: {run.body.trend or DASH}")]
+    return out + [table(["", "", "", ""], rows)]
+
+
+register("staircase", short=short, lines=report, html=section)
