@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from servecheck.model.codec import encode
 from servecheck.experiments.prefix_cache import _send
 from servecheck.model.records import GenRequest, RequestRecord, ServerInfo
 
@@ -40,7 +41,7 @@ def send_with(driver: MetricsDriver):
 def test_hit_delta_is_the_cached_tokens_and_both_deltas_are_kept() -> None:
     send = send_with(MetricsDriver(hits=1984, queries=2000))
     assert send.cached_tokens == 1984 and "vllm:prefix_cache_hits_total" in (send.cached_source or "")
-    assert send.to_dict()["counter_deltas"] == {
+    assert encode(send.body(), nulls=True)["counter_deltas"] == {
         "vllm:prefix_cache_hits_total": 1984.0,
         "vllm:prefix_cache_queries_total": 2000.0,
     }
@@ -48,4 +49,4 @@ def test_hit_delta_is_the_cached_tokens_and_both_deltas_are_kept() -> None:
 
 def test_flat_counters_read_zero_cached() -> None:
     send = send_with(MetricsDriver(hits=0, queries=2000))
-    assert send.cached_tokens == 0 and send.to_dict()["counter_deltas"]["vllm:prefix_cache_queries_total"] == 2000.0
+    assert send.cached_tokens == 0 and encode(send.body(), nulls=True)["counter_deltas"]["vllm:prefix_cache_queries_total"] == 2000.0

@@ -15,6 +15,7 @@ from servecheck.errors import ServecheckError, UsageError
 from servecheck.load.prompts import Prompt, fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
 from servecheck.load.witness import metric_totals
+from servecheck.model.bodies import prefix_cache as shape
 from servecheck.model.bodies.prefix_cache import SendKind
 from servecheck.model.codec import encode
 from servecheck.model.records import GenRequest, RequestRecord, ServerInfo, ns_to_s
@@ -60,22 +61,15 @@ class PrefixSend:
     def for_verdict(self) -> CacheSend:
         return CacheSend(self.kind, self.ttft_s, self.cached_tokens, self.prompt_tokens)
 
-    def to_dict(self) -> dict[str, Any]:
+    def body(self) -> shape.PrefixSend:
         server = self.record.server
-        return {
-            "kind": self.kind,
-            "index": self.record.index,
-            "ttft_s": self.ttft_s,
-            "cached_tokens": self.cached_tokens,
-            "cached_source": self.cached_source,
-            "counter_deltas": dict(self.counter_deltas),
-            "prompt_tokens": self.prompt_tokens,
-            "server_prompt_tokens": None if server is None else server.prompt_tokens,
-            "server_prompt_s": None if server is None else server.prompt_s,
-            "status": self.record.status,
-            "error": self.record.error,
-            "request": self.record.to_dict(with_token_times=False),
-        }
+        return shape.PrefixSend(
+            kind=self.kind, index=self.record.index, ttft_s=self.ttft_s, cached_tokens=self.cached_tokens,
+            cached_source=self.cached_source, counter_deltas=dict(self.counter_deltas), prompt_tokens=self.prompt_tokens,
+            server_prompt_tokens=None if server is None else server.prompt_tokens,
+            server_prompt_s=None if server is None else server.prompt_s, status=self.record.status,
+            error=self.record.error, request=self.record.body(with_token_times=False),
+        )
 
 
 @dataclass(frozen=True)
@@ -107,34 +101,26 @@ class PrefixCacheResult:
     def valid(self) -> bool:
         return all(s.record.ok for s in self.sends)
 
-    def to_doc(self) -> dict[str, Any]:
-        """The prefix-cache fields of the JSON document (the CLI puts the envelope around them)."""
+    def body(self) -> shape.PrefixCacheBody:
+        """The prefix-cache body record (docs/schema.md)."""
         verdict = self.analysis()
         repeats = [s for s in self.sends if s.kind == "repeat"]
         control = next((s for s in self.sends if s.kind == "control"), None)
-        return {
-            "command": "prefix-cache",
-            "valid": self.valid,
-            "simulated": self.server.simulated,
-            "complete": self.complete,
-            "verdict": verdict.verdict,
-            "verdict_reason": verdict.reason,
-            "analysis": encode(verdict.record(), nulls=True),
-            "ttft_s": [s.ttft_s for s in repeats],
-            "cached_tokens": [s.cached_tokens for s in repeats],
-            "control_ttft_s": None if control is None else control.ttft_s,
-            "control_cached_tokens": None if control is None else control.cached_tokens,
-            "sends": [s.to_dict() for s in self.sends],
-            "prompt_tokens": self.fit.prompt_tokens,
-            "prompt_tokens_asked": self.fit.asked_tokens,
-            "n_ctx_per_request": self.fit.n_ctx,
-            "n_ctx_source": self.fit.source,
-            "capped": self.fit.note is not None,
-            "repeats": self.repeats,
-            "cache_prompt": self.cache_prompt,
-            "server": self.server.to_dict(),
-            "notes": list(self.notes),
-        }
+        return shape.PrefixCacheBody(
+            verdict=verdict.verdict, verdict_reason=verdict.reason, analysis=verdict.record(),
+            ttft_s=tuple(s.ttft_s for s in repeats), cached_tokens=tuple(s.cached_tokens for s in repeats),
+            control_ttft_s=None if control is None else control.ttft_s,
+            control_cached_tokens=None if control is None else control.cached_tokens,
+            sends=tuple(s.body() for s in self.sends), prompt_tokens=self.fit.prompt_tokens,
+            prompt_tokens_asked=self.fit.asked_tokens, n_ctx_per_request=self.fit.n_ctx, n_ctx_source=self.fit.source,
+            capped=self.fit.note is not None, repeats=self.repeats, cache_prompt=self.cache_prompt,
+            server=self.server.body(), notes=self.notes,
+        )
+
+    def document(self) -> dict[str, Any]:
+        """The prefix-cache fields of the JSON document (the runner puts the envelope around them)."""
+        return {"command": "prefix-cache", "valid": self.valid, "simulated": self.server.simulated,
+                "complete": self.complete, **encode(self.body(), nulls=True)}
 
 
 async def run_prefix_cache(
@@ -335,7 +321,7 @@ class PrefixCacheExperiment:
                                       on_server=on_server, on_send=on_point)
 
     def opening(self, server: ServerInfo) -> dict[str, Any]:
-        return {"server": server.to_dict(), "simulated": server.simulated, "sends": []}
+        return {"server": encode(server.body(), nulls=True), "simulated": server.simulated, "sends": []}
 
     def document(self, result: PrefixCacheResult) -> dict[str, Any]:
-        return result.to_doc()
+        return result.document()

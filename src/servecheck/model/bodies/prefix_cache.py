@@ -8,7 +8,7 @@ from typing import Literal
 
 from servecheck.model.bodies import BODIES
 from servecheck.model.bodies.common import LogAudit, Request, Server
-from servecheck.model.codec import record
+from servecheck.model.codec import only_when_recorded, record
 
 CacheVerdict = Literal["working", "inert", "unknown"]
 CacheSignal = Literal["counters", "timing", "none"]  # what decided the verdict
@@ -77,7 +77,7 @@ class PrefixCacheBody:
     sends: tuple[PrefixSend, ...] = ()
     server: Server | None = None
     notes: tuple[str, ...] = ()
-    log_audit: LogAudit | None = None
+    log_audit: LogAudit | None = only_when_recorded()  # with --serve
 
 
 BODIES["prefix-cache"] = PrefixCacheBody
