@@ -47,11 +47,11 @@ async def measure(config: SimConfig, *, ns=(1, 4), tokens: int = 256, reps: int 
         async with LoadDriver(target) as driver:
             if baseline is None:
                 result = await run_speculative(driver, ns=ns, tokens=tokens, reps=reps, rng=random.Random(seed))
-                return result.to_doc()
+                return result.document()
             with sim_in_thread(baseline) as base_sim:
                 result = await run_speculative(driver, ns=ns, tokens=tokens, reps=reps, rng=random.Random(seed),
                                                open_baseline=lambda: LoadDriver(Target(base_sim.url, first_token_timeout_s=60)))
-                return result.to_doc()
+                return result.document()
 
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from servecheck.analysis.stats import median
-from servecheck.model.bodies.speculative import PaysVerdict, SpecVerdict
+from servecheck.model.bodies.speculative import PROMPT_KINDS, PaysVerdict, SpecVerdict, SpeculativePoint
 
 
 # --- grouping arrivals into steps -------------------------------------------------------------
@@ -434,3 +434,74 @@ def check_counters(streams: Sequence[Stream], est: Estimate, metrics: MetricDelt
                             f"{COUNTER_TOLERANCE:.0%} of the stopwatch's {est.tokens_per_step:.2f}")
     return CounterCheck(server, acceptance, False, f"DISAGREES: the server's counters give {server:.2f} tokens per step, "
                         f"the stopwatch {est.tokens_per_step:.2f} ({off:+.0%}); the stopwatch decides")
+
+
+# ---------------------------------------------------------------- a point, and the run
+
+
+@dataclass(frozen=True, slots=True)
+class PointAnalysis:
+    """One N and prompt kind as the run records it: the estimate from the streams' arrivals, the rates,
+    the server's counters beside it, and against the baseline (None without one)."""
+
+    n: int
+    kind: str
+    estimate: Estimate
+    grouping: tuple[str, ...]  # how the grouped streams' arrivals were split into steps
+    failed: int
+    counters: CounterCheck
+    per_stream_tok_s: float | None
+    aggregate_tok_s: float | None
+    baseline_per_stream_tok_s: float | None
+    paid: Pays | None
+
+    def record(self) -> SpeculativePoint:
+        est, paid, counters = self.estimate, self.paid, self.counters
+        return SpeculativePoint(
+            n=self.n, prompt_kind=self.kind, tokens_per_step=est.tokens_per_step,  # type: ignore[arg-type]  # a PROMPT_KIND
+            tokens_per_step_interval=est.interval, per_stream_tok_s=self.per_stream_tok_s,
+            aggregate_tok_s=self.aggregate_tok_s, pays=None if paid is None else paid.verdict, verdict=est.verdict,
+            reason=est.reason, steps=est.steps, streams=est.streams, grouped=est.grouped, grouping=self.grouping,
+            problems=est.problems, failed=self.failed, server_tokens_per_step=counters.server_tokens_per_step,
+            server_acceptance=counters.acceptance, counters_agree=counters.agrees, counters_note=counters.note,
+            baseline_per_stream_tok_s=self.baseline_per_stream_tok_s, pays_ratio=None if paid is None else paid.ratio,
+            pays_interval=None if paid is None else paid.interval, pays_reason=None if paid is None else paid.reason,
+        )
+
+
+def analyse_point(n: int, kind: str, streams: Sequence[Stream], *, failed: int, rates: Sequence[float],
+                  aggregates: Sequence[float], baseline_rates: Sequence[float] | None,
+                  metrics: MetricDeltas | None = None) -> PointAnalysis:
+    """A point from its streams (the requests that finished), their decode rates, the batches' aggregates
+    and, with a baseline, its streams' rates (None without one)."""
+    groupings = [group_steps(s) for s in streams]
+    est = estimate(groupings)
+    return PointAnalysis(
+        n=n, kind=kind, estimate=est, grouping=tuple(sorted({g.method for g in groupings if g.ok})), failed=failed,
+        counters=check_counters(streams, est, metrics), per_stream_tok_s=median(rates) if rates else None,
+        aggregate_tok_s=median(aggregates) if aggregates else None,
+        baseline_per_stream_tok_s=median(baseline_rates) if baseline_rates else None,
+        paid=None if baseline_rates is None else pays(rates, baseline_rates),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RunAnalysis:
+    """The run's verdict from its points, and with a baseline the first N that stops paying per prompt kind."""
+
+    verdict: SpecVerdict
+    reason: str
+    stops_paying_n: dict[str, int | None]
+    stops_paying_reason: dict[str, str]
+
+
+def analyse_run(points: Sequence[PointAnalysis], *, with_baseline: bool) -> RunAnalysis:
+    verdict, reason = run_verdict([p.estimate for p in points])
+    stops: dict[str, int | None] = {}
+    stops_reason: dict[str, str] = {}
+    if with_baseline:
+        for kind in PROMPT_KINDS:
+            by_n = {p.n: p.paid.verdict for p in points if p.kind == kind and p.paid is not None}
+            if by_n:
+                stops[kind], stops_reason[kind] = stops_paying(by_n)
+    return RunAnalysis(verdict, reason, stops, stops_reason)

@@ -13,13 +13,14 @@ from typing import Any
 
 from servecheck.analysis import speculative as sp
 from servecheck.analysis.across import stream_rate
-from servecheck.analysis.stats import median
 from servecheck.errors import ServecheckError, ServerError, UsageError
 from servecheck.experiments.common import WARMUP_TOKENS
 from servecheck.load.prompts import new_nonce
 from servecheck.load.protocol import Driver
 from servecheck.load.witness import metric_totals
+from servecheck.model.bodies import speculative as shape
 from servecheck.model.bodies.speculative import PROMPT_KINDS
+from servecheck.model.codec import encode
 from servecheck.model.records import (
     NS_PER_S,
     BatchResult,
@@ -83,73 +84,36 @@ class SpeculativeResult:
         return sp.MetricDeltas(drafts=sum(d.drafts for d in got), draft_tokens=sum(d.draft_tokens for d in got),
                                accepted=sum(d.accepted for d in got))
 
-    def to_doc(self) -> dict[str, Any]:
-        points = [self._point(n, kind) for kind in PROMPT_KINDS for n in self.ns
-                  if self.records(n, kind)]
-        estimates = [p.pop("_estimate") for p in points]
-        verdict, reason = sp.run_verdict(estimates)
-        stops: dict[str, int | None] = {}
-        stops_reason: dict[str, str] = {}
-        if self.baseline is not None:
-            for kind in PROMPT_KINDS:
-                by_n = {p["n"]: p["pays"] for p in points if p["prompt_kind"] == kind and p["pays"] is not None}
-                if by_n:
-                    stops[kind], stops_reason[kind] = sp.stops_paying(by_n)
-        return {
-            "command": "speculative",
-            "verdict": verdict,
-            "verdict_reason": reason,
-            "simulated": self.server.simulated,
-            "complete": self.complete,
-            "server": self.server.to_dict(),
-            "baseline": None if self.baseline is None else self.baseline.to_dict(),
-            "ns": list(self.ns),
-            "tokens": self.tokens,
-            "reps": self.reps,
-            "points": points,
-            "stops_paying_n": stops,
-            "stops_paying_reason": stops_reason,
-            "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
-            "notes": list(self.notes),
-        }
+    def points(self) -> list[sp.PointAnalysis]:
+        """Every N and prompt kind measured, predictable prompts first."""
+        return [self._point(n, kind) for kind in PROMPT_KINDS for n in self.ns if self.records(n, kind)]
 
-    def _point(self, n: int, kind: str) -> dict[str, Any]:
+    def body(self, expect: str | None = None) -> shape.SpeculativeBody:
+        """The speculative body record (docs/speculative.md)."""
+        points = self.points()
+        run = sp.analyse_run(points, with_baseline=self.baseline is not None)
+        return shape.SpeculativeBody(
+            verdict=run.verdict, verdict_reason=run.reason, expect=expect, server=self.server.body(),
+            baseline=None if self.baseline is None else self.baseline.body(), ns=self.ns, tokens=self.tokens,
+            reps=self.reps, points=tuple(p.record() for p in points), stops_paying_n=run.stops_paying_n,
+            stops_paying_reason=run.stops_paying_reason, notes=self.notes,
+            warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
+        )
+
+    def document(self, expect: str | None = None) -> dict[str, Any]:
+        """The speculative fields of the JSON document (the runner puts the envelope around them)."""
+        return {"command": "speculative", "simulated": self.server.simulated, "complete": self.complete,
+                **encode(self.body(expect), nulls=True)}
+
+    def _point(self, n: int, kind: str) -> sp.PointAnalysis:
         records = [r for r in self.records(n, kind) if r.ok]
-        streams = [to_stream(r) for r in records]
-        groupings = [sp.group_steps(s) for s in streams]
-        est = sp.estimate(groupings)
-        counters = sp.check_counters(streams, est, self.metrics(n, kind))
         rates = [x for x in (record_rate(r) for r in records) if x is not None]
         aggregates = [a for a in (aggregate(b.result) for b in self.batches
                                   if (b.n, b.kind, b.side) == (n, kind, "target")) if a is not None]
         base_rates = [x for x in (record_rate(r) for r in self.records(n, kind, "baseline")) if x is not None]
-        paid = sp.pays(rates, base_rates) if self.baseline is not None else None
-        return {
-            "n": n,
-            "prompt_kind": kind,
-            "tokens_per_step": est.tokens_per_step,
-            "tokens_per_step_interval": None if est.interval is None else list(est.interval),
-            "per_stream_tok_s": median(rates) if rates else None,
-            "aggregate_tok_s": median(aggregates) if aggregates else None,
-            "pays": None if paid is None else paid.verdict,
-            "verdict": est.verdict,
-            "reason": est.reason,
-            "steps": est.steps,
-            "streams": est.streams,
-            "grouped": est.grouped,
-            "grouping": sorted({g.method for g in groupings if g.ok}),
-            "problems": list(est.problems),
-            "failed": sum(1 for r in self.records(n, kind) if not r.ok),
-            "server_tokens_per_step": counters.server_tokens_per_step,
-            "server_acceptance": counters.acceptance,
-            "counters_agree": counters.agrees,
-            "counters_note": counters.note,
-            "baseline_per_stream_tok_s": median(base_rates) if base_rates else None,
-            "pays_ratio": None if paid is None else paid.ratio,
-            "pays_interval": None if paid is None or paid.interval is None else list(paid.interval),
-            "pays_reason": None if paid is None else paid.reason,
-            "_estimate": est,
-        }
+        return sp.analyse_point(n, kind, [to_stream(r) for r in records], failed=len(self.records(n, kind)) - len(records),
+                                rates=rates, aggregates=aggregates, metrics=self.metrics(n, kind),
+                                baseline_rates=base_rates if self.baseline is not None else None)
 
 
 def to_stream(record: RequestRecord) -> sp.Stream:
@@ -298,7 +262,8 @@ class SpeculativeExperiment:
                                      open_baseline=self.open_baseline, on_point=on_point, on_server=on_server)
 
     def opening(self, server: ServerInfo) -> dict[str, Any]:
-        return {"command": "speculative", "server": server.to_dict(), "simulated": server.simulated, "points": []}
+        return {"command": "speculative", "server": encode(server.body(), nulls=True), "simulated": server.simulated,
+                "points": []}
 
     def document(self, result: SpeculativeResult) -> dict[str, Any]:
-        return {**result.to_doc(), "expect": self.expect}
+        return result.document(self.expect)

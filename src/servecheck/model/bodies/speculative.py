@@ -8,7 +8,7 @@ from typing import Literal, get_args
 
 from servecheck.model.bodies import BODIES
 from servecheck.model.bodies.common import LogAudit, Request, Server
-from servecheck.model.codec import record
+from servecheck.model.codec import only_when_recorded, record
 
 SpecVerdict = Literal["speculating", "not_speculating", "inconclusive"]
 PaysVerdict = Literal["pays", "costs", "inconclusive"]
@@ -61,7 +61,7 @@ class SpeculativeBody:
     stops_paying_reason: Mapping[str, str] = field(default_factory=dict)
     warmup: Request | None = None
     notes: tuple[str, ...] = ()
-    log_audit: LogAudit | None = None
+    log_audit: LogAudit | None = only_when_recorded()  # with --serve
 
 
 BODIES["speculative"] = SpeculativeBody
