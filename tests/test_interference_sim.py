@@ -67,7 +67,7 @@ async def measure(config: SimConfig, seed: int, *, reps: int = 1, tokens: int = 
     with sim_in_thread(config) as sim:
         async with LoadDriver(Target(sim.url, first_token_timeout_s=60)) as driver:
             result = await run_interference(driver, sizes=sizes, streams=2, tokens=tokens, reps=reps, rng=random.Random(seed))
-            return result.to_doc()
+            return result.document()
 
 
 @pytest.mark.parametrize(("kw", "verdict"), [

@@ -18,6 +18,8 @@ from servecheck.errors import ServerError, UsageError
 from servecheck.experiments.context import CONTEXT_MARGIN_TOKENS, distinct_nonces, reported_prompt_tokens, takes_cache_prompt
 from servecheck.load.prompts import fixed_prompt
 from servecheck.load.protocol import Driver
+from servecheck.model.bodies import interference as shape
+from servecheck.model.codec import encode
 from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
 
 OnPoint = Callable[["InterferenceResult"], None]
@@ -78,98 +80,64 @@ class InterferenceResult:
     def readings(self) -> list[tuple[Trial, inf.Reading]]:
         return [(t, inf.read_intrusion(t.intrusion(self.server.dialect, self.server.total_slots))) for t in self.trials]
 
-    def to_doc(self) -> dict[str, Any]:
+    def body(self, expect: str | None = None) -> shape.InterferenceBody:
+        """The interference body record (docs/interference.md)."""
         pairs = self.readings()
         points = inf.pool([r for _, r in pairs])
         verdict = inf.judge(points)
         baselines = [p.baseline_s for p in points if p.baseline_s is not None]
-        notes = list(self.notes) + [f"{s:,} tokens skipped: {why}" for s, why in self.skipped]
-        return {
-            "command": "interference",
-            "verdict": verdict.verdict,
-            "verdict_reason": verdict.reason,
-            "decided_by": verdict.decided_by,
-            "evidence": _evidence_doc(verdict.evidence),
-            "sentence": inf.sentence(verdict, points, self.streams),
-            "chunk_tokens": verdict.chunk_tokens,
-            "chunk_interval": None if verdict.chunk_interval is None else list(verdict.chunk_interval),
-            "baseline_interval_s": median(baselines) if baselines else None,
-            "simulated": self.server.simulated,
-            "complete": self.complete,
-            "server": self.server.to_dict(),
-            "streams": self.streams,
-            "tokens": self.tokens,
-            "reps": self.reps,
-            "prompt_sizes": list(self.sizes),
-            "order": list(self.plan),
-            "cache_prompt": self.cache_prompt,
-            "points": [_point_doc(p, pairs) for p in points],
-            "skipped": [{"prompt_tokens": s, "reason": why} for s, why in self.skipped],
-            "calibration": [r.to_dict(with_token_times=False) for r in self.calibration],
-            "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
-            "notes": notes,
-        }
+        return shape.InterferenceBody(
+            verdict=verdict.verdict, verdict_reason=verdict.reason, decided_by=verdict.decided_by,
+            evidence=None if verdict.evidence is None else _evidence(verdict.evidence),
+            sentence=inf.sentence(verdict, points, self.streams), chunk_tokens=verdict.chunk_tokens,
+            chunk_interval=verdict.chunk_interval, baseline_interval_s=median(baselines) if baselines else None,
+            expect=expect, server=self.server.body(), streams=self.streams, tokens=self.tokens, reps=self.reps,
+            prompt_sizes=self.sizes, order=self.plan, cache_prompt=self.cache_prompt,
+            points=tuple(_point(p, pairs) for p in points),
+            skipped=tuple(shape.SkippedSize(prompt_tokens=s, reason=why) for s, why in self.skipped),
+            calibration=tuple(r.body(with_token_times=False) for r in self.calibration),
+            warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
+            notes=self.notes + tuple(f"{s:,} tokens skipped: {why}" for s, why in self.skipped),
+        )
+
+    def document(self, expect: str | None = None) -> dict[str, Any]:
+        """The interference fields of the JSON document (the runner puts the envelope around them)."""
+        return {"command": "interference", "simulated": self.server.simulated, "complete": self.complete,
+                **encode(self.body(expect), nulls=True)}
 
 
-def _evidence_doc(e: inf.Evidence | None) -> dict[str, Any] | None:
-    if e is None:
-        return None
-    return {"size_lo": e.size_lo, "size_hi": e.size_hi, "gap_lo_s": e.gap_lo_s, "gap_hi_s": e.gap_hi_s,
-            "longest_hi_s": e.longest_hi_s,
-            "ttft_lo_s": e.ttft_lo_s, "ttft_hi_s": e.ttft_hi_s, "baseline_s": e.baseline_s, "stretch_hi": e.stretch_hi,
-            "cover_hi": e.cover_hi, "gap_growth": e.gap_growth, "prefill_growth": e.prefill_growth,
-            "stretched_share_hi": e.share_hi, "stretched_share_max": e.share_max,
-            "thresholds": {"stretch_ratio": inf.STRETCH_RATIO, "blocking_cover": inf.BLOCKING_COVER,
-                           "chunked_cover": inf.CHUNKED_COVER, "proportional": inf.PROPORTIONAL,
-                           "prefill_growth_min": inf.PREFILL_GROWTH_MIN, "chunked_share": inf.CHUNKED_SHARE,
-                           "isolated_share": inf.ISOLATED_SHARE}}
+def _evidence(e: inf.Evidence) -> shape.InterferenceEvidence:
+    return shape.InterferenceEvidence(
+        size_lo=e.size_lo, size_hi=e.size_hi, gap_lo_s=e.gap_lo_s, gap_hi_s=e.gap_hi_s, longest_hi_s=e.longest_hi_s,
+        ttft_lo_s=e.ttft_lo_s, ttft_hi_s=e.ttft_hi_s, baseline_s=e.baseline_s, stretch_hi=e.stretch_hi,
+        cover_hi=e.cover_hi, gap_growth=e.gap_growth, prefill_growth=e.prefill_growth, stretched_share_hi=e.share_hi,
+        stretched_share_max=e.share_max,
+        thresholds={"stretch_ratio": inf.STRETCH_RATIO, "blocking_cover": inf.BLOCKING_COVER,
+                    "chunked_cover": inf.CHUNKED_COVER, "proportional": inf.PROPORTIONAL,
+                    "prefill_growth_min": inf.PREFILL_GROWTH_MIN, "chunked_share": inf.CHUNKED_SHARE,
+                    "isolated_share": inf.ISOLATED_SHARE},
+    )
 
 
-def _point_doc(p: inf.Point, pairs: Sequence[tuple[Trial, inf.Reading]]) -> dict[str, Any]:
-    return {
-        "prompt_tokens": p.prompt_tokens,
-        "victim_max_gap_s": p.max_gap_s,
-        "victim_p99_gap_s": p.p99_gap_s,
-        "victim_lost_s": p.lost_s,
-        "intruder_ttft_s": p.ttft_s,
-        "baseline_interval_s": p.baseline_s,
-        "step_gap_s": p.step_gap_s,
-        "stretched": p.stretched,
-        "stretched_share": p.stretched_share,
-        "prefill_tok_s": p.prefill_tok_s,
-        "cover": p.cover,
-        "chunk_tokens": p.chunk_tokens,
-        "valid": p.valid,
-        "problems": list(p.problems),
-        "reps": [_rep_doc(t, r) for t, r in pairs if r.prompt_tokens == p.prompt_tokens],
-    }
+def _point(p: inf.Point, pairs: Sequence[tuple[Trial, inf.Reading]]) -> shape.InterferencePoint:
+    return shape.InterferencePoint(
+        prompt_tokens=p.prompt_tokens, victim_max_gap_s=p.max_gap_s, victim_p99_gap_s=p.p99_gap_s,
+        victim_lost_s=p.lost_s, intruder_ttft_s=p.ttft_s, baseline_interval_s=p.baseline_s, step_gap_s=p.step_gap_s,
+        stretched=p.stretched, stretched_share=p.stretched_share, prefill_tok_s=p.prefill_tok_s, cover=p.cover,
+        chunk_tokens=p.chunk_tokens, valid=p.valid, problems=p.problems,
+        reps=tuple(_rep(t, r) for t, r in pairs if r.prompt_tokens == p.prompt_tokens),
+    )
 
 
-def _rep_doc(t: Trial, r: inf.Reading) -> dict[str, Any]:
-    i = t.intruder
-    return {
-        "rep": t.rep,
-        "order": t.order,
-        "prompt_tokens": t.prompt_tokens,
-        "sent_tokens": t.sent_tokens,
-        "valid": r.valid,
-        "problems": list(r.problems),
-        "baseline_interval_s": r.baseline_s,
-        "victim_max_gap_s": r.max_gap_s,
-        "victim_p99_gap_s": r.p99_gap_s,
-        "victim_lost_s": r.lost_s,
-        "step_gap_s": r.step_gap_s,
-        "stretched": r.stretched,
-        "stretched_share": r.stretched_share,
-        "intruder_ttft_s": r.ttft_s,
-        "prefill_tok_s": r.prefill_tok_s,
-        "chunk_tokens": r.chunk_tokens,
-        "intruder": i.to_dict(with_token_times=False),
-        "victims": [v.to_dict() for v in t.victims],
-    }
-
-
-# ---------------------------------------------------------------- planning
+def _rep(t: Trial, r: inf.Reading) -> shape.InterferenceRep:
+    return shape.InterferenceRep(
+        rep=t.rep, order=t.order, prompt_tokens=t.prompt_tokens, sent_tokens=t.sent_tokens, valid=r.valid,
+        problems=r.problems, baseline_interval_s=r.baseline_s, victim_max_gap_s=r.max_gap_s,
+        victim_p99_gap_s=r.p99_gap_s, victim_lost_s=r.lost_s, step_gap_s=r.step_gap_s, stretched=r.stretched,
+        stretched_share=r.stretched_share, intruder_ttft_s=r.ttft_s, prefill_tok_s=r.prefill_tok_s,
+        chunk_tokens=r.chunk_tokens, intruder=t.intruder.body(with_token_times=False),
+        victims=tuple(v.body() for v in t.victims),
+    )
 
 
 def check_sizes(sizes: Sequence[int]) -> str | None:
@@ -325,7 +293,8 @@ class InterferenceExperiment:
                                       rng=self.rng, on_point=on_point, on_server=on_server)
 
     def opening(self, server: ServerInfo) -> dict[str, Any]:
-        return {"command": "interference", "server": server.to_dict(), "simulated": server.simulated, "points": []}
+        return {"command": "interference", "server": encode(server.body(), nulls=True), "simulated": server.simulated,
+                "points": []}
 
     def document(self, result: InterferenceResult) -> dict[str, Any]:
-        return {**result.to_doc(), "expect": self.expect}
+        return result.document(self.expect)

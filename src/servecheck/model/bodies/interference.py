@@ -8,7 +8,7 @@ from typing import Literal
 
 from servecheck.model.bodies import BODIES
 from servecheck.model.bodies.common import LogAudit, Request, Server
-from servecheck.model.codec import record
+from servecheck.model.codec import only_when_recorded, record
 
 InterferenceVerdict = Literal["chunked", "blocking", "isolated", "inconclusive"]
 
@@ -117,9 +117,9 @@ class InterferenceBody:
     skipped: tuple[SkippedSize, ...] = ()
     calibration: tuple[Request, ...] = ()
     warmup: Request | None = None
-    witness: InterferenceWitness | None = None
+    witness: InterferenceWitness | None = only_when_recorded()  # with --serve, once the run ended
     notes: tuple[str, ...] = ()
-    log_audit: LogAudit | None = None
+    log_audit: LogAudit | None = only_when_recorded()  # with --serve
 
 
 BODIES["interference"] = InterferenceBody
