@@ -212,8 +212,8 @@ def test_marginals_and_the_least_valuable_user() -> None:
     assert by_n[2].per_user_change == pytest.approx(-0.455)
     assert by_n[4].gain_tok_s_per_user == pytest.approx(15.0) and by_n[4].prev_n == 2
     assert a.least is not None and a.least.n == 2
-    assert "from N=1 to N=2: the 2nd user adds +9.0 tok/s (+9% aggregate)" in a.to_dict()["least_marginal"]["text"]
-    assert a.to_dict()["points"][1]["marginal_gain_tok_s_per_user"] == pytest.approx(9.0)
+    assert "from N=1 to N=2: the 2nd user adds +9.0 tok/s (+9% aggregate)" in a.least.record().text
+    assert a.point_records()[1].marginal_gain_tok_s_per_user == pytest.approx(9.0)
 
 
 @pytest.mark.parametrize(("end", "warned"), [(100.0, False), (103.0, False), (90.0, True), (110.0, True)])

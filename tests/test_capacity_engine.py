@@ -52,7 +52,7 @@ async def _request_time_s(url: str, rng: random.Random) -> float:
 async def _capacity(url: str, design: CapacityDesign, rng: random.Random) -> dict[str, Any]:
     async with LoadDriver(make_target(url, api="llamacpp", first_token_timeout_s=120)) as driver:
         run = await run_capacity(driver, design, rng=rng)
-    return run.to_doc()
+    return run.document()
 
 
 def test_two_slots_hold_two_users_under_a_ttft_ceiling(local_engine: LocalEngine, tmp_path: Path,

@@ -17,6 +17,7 @@ from typing import Any
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import median, mode
 from servecheck.model.bodies.arms import INTERVAL_LEVEL, BiasMethod, Label
+from servecheck.model.bodies.common import Finding
 from servecheck.model.records import NS_PER_S, OUTPUT_LENGTH_TOLERANCE, RequestRecord
 
 
@@ -363,6 +364,9 @@ class Warning_:
 
     def to_dict(self) -> dict[str, Any]:
         return {"message": self.message, "hint": self.hint}
+
+    def record(self) -> Finding:
+        return Finding(message=self.message, hint=self.hint)
 
 
 @dataclass(frozen=True, slots=True)

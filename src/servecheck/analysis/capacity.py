@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from servecheck.analysis.arms import DRIFT_WARN_LOSS, Warning_, per_user_rate_tok_s
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import median
+from servecheck.model.bodies import capacity as body
 from servecheck.model.bodies.capacity import Limit, NonMonotoneKind, Status
 from servecheck.model.records import NS_PER_S, OUTPUT_LENGTH_TOLERANCE, RequestRecord
 
@@ -46,10 +46,6 @@ class Interval:
     n: int
     quantile: float  # 0.5 is the median
     level: float  # the exact chance the interval covers the true quantile
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"estimate": self.estimate, "lo": self.lo, "hi": self.hi, "n": self.n,
-                "quantile": self.quantile, "level": self.level}
 
 
 def _binomial_cdf(n: int, q: float) -> list[float]:
@@ -140,10 +136,6 @@ class Criteria:
         needed = self.samples_needed()
         return max(MIN_MEASURED_PER_LANE, 1 + math.ceil((needed - 1) / n))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"min_user_rate_tok_s": self.min_user_rate_tok_s, "max_ttft_s": self.max_ttft_s,
-                "percentile": self.percentile, "rate_quantile": self.rate_quantile,
-                "ttft_quantile": self.ttft_quantile, "level": self.level}
 
 
 # --- one probe, from its request records -----------------------------------------------------
@@ -256,17 +248,20 @@ class Point:
     def ttft_s(self) -> float | None:
         return None if self.ttft is None else self.ttft.estimate
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "n": self.n, "per_user_tok_s": self.per_user_tok_s, "ttft_s": self.ttft_s,
-            "aggregate_tok_s": self.aggregate_tok_s, "status": self.status,
-            "per_user_interval": None if self.rate is None else [self.rate.lo, self.rate.hi],
-            "ttft_interval": None if self.ttft is None else [self.ttft.lo, self.ttft.hi],
-            "interval_level": None if self.rate is None else self.rate.level,
-            "samples": 0 if self.rate is None else self.rate.n,
-            "rate_status": self.rate_status, "ttft_status": self.ttft_status,
-            "reason": self.reason, "probes": self.probes, "failed": self.failed,
-        }
+    def record(self, marginal: Marginal | None = None) -> body.CapacityPoint:
+        """As the document records it, with what the users added since the N before bought (`marginal`)."""
+        m = marginal
+        return body.CapacityPoint(
+            n=self.n, per_user_tok_s=self.per_user_tok_s, ttft_s=self.ttft_s, aggregate_tok_s=self.aggregate_tok_s,
+            status=self.status, per_user_interval=None if self.rate is None else (self.rate.lo, self.rate.hi),
+            ttft_interval=None if self.ttft is None else (self.ttft.lo, self.ttft.hi),
+            interval_level=None if self.rate is None else self.rate.level, samples=0 if self.rate is None else self.rate.n,
+            rate_status=self.rate_status, ttft_status=self.ttft_status, reason=self.reason, probes=self.probes,
+            failed=self.failed, prev_n=None if m is None else m.prev_n,
+            marginal_gain_tok_s_per_user=None if m is None else m.gain_tok_s_per_user,
+            marginal_aggregate_gain=None if m is None else m.aggregate_gain,
+            marginal_per_user_change=None if m is None else m.per_user_change,
+        )
 
 
 def side(interval: Interval | None, bound: float, *, above: bool, level: float) -> Status:
@@ -348,9 +343,10 @@ class Marginal:
     aggregate_gain: float  # aggregate(n) / aggregate(prev) - 1
     per_user_change: float | None  # per-user rate(n) / rate(prev) - 1
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "prev_n": self.prev_n, "gain_tok_s_per_user": self.gain_tok_s_per_user,
-                "aggregate_gain": self.aggregate_gain, "per_user_change": self.per_user_change}
+    def record(self) -> body.LeastMarginal:
+        return body.LeastMarginal(n=self.n, prev_n=self.prev_n, gain_tok_s_per_user=self.gain_tok_s_per_user,
+                                  aggregate_gain=self.aggregate_gain, per_user_change=self.per_user_change,
+                                  text=least_words(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,9 +360,9 @@ class Drift:
     def change(self) -> float:
         return self.end_tok_s / self.start_tok_s - 1.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"start_tok_s": self.start_tok_s, "end_tok_s": self.end_tok_s, "change": self.change,
-                "limit": DRIFT_LIMIT, "exceeded": abs(self.change) > DRIFT_LIMIT}
+    def record(self) -> body.CapacityDrift:
+        return body.CapacityDrift(start_tok_s=self.start_tok_s, end_tok_s=self.end_tok_s, change=self.change,
+                                  limit=DRIFT_LIMIT, exceeded=abs(self.change) > DRIFT_LIMIT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,8 +372,8 @@ class NonMonotone:
     n_high: int
     message: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "n_low": self.n_low, "n_high": self.n_high, "message": self.message}
+    def record(self) -> body.NonMonotone:
+        return body.NonMonotone(kind=self.kind, n_low=self.n_low, n_high=self.n_high, message=self.message)
 
 
 @dataclass(frozen=True)
@@ -396,26 +392,9 @@ class CapacityAnalysis:
     def determined(self) -> bool:
         return self.limit != "undetermined"
 
-    def to_dict(self) -> dict[str, Any]:
+    def point_records(self) -> tuple[body.CapacityPoint, ...]:
         by_n = {m.n: m for m in self.marginals}
-        return {
-            "max_concurrency": self.max_concurrency,
-            "limit": self.limit,
-            "determined": self.determined,
-            "answer": self.answer,
-            "points": [{**p.to_dict(), **_marginal_fields(by_n.get(p.n))} for p in self.points],
-            "least_marginal": None if self.least is None else {**self.least.to_dict(), "text": least_words(self.least)},
-            "drift": None if self.drift is None else self.drift.to_dict(),
-            "non_monotone": [x.to_dict() for x in self.non_monotone],
-            "warnings": [w.to_dict() for w in self.warnings],
-        }
-
-
-def _marginal_fields(m: Marginal | None) -> dict[str, Any]:
-    return {"prev_n": None if m is None else m.prev_n,
-            "marginal_gain_tok_s_per_user": None if m is None else m.gain_tok_s_per_user,
-            "marginal_aggregate_gain": None if m is None else m.aggregate_gain,
-            "marginal_per_user_change": None if m is None else m.per_user_change}
+        return tuple(p.record(by_n.get(p.n)) for p in self.points)
 
 
 def held(points: Sequence[Point]) -> int | None:

@@ -17,6 +17,7 @@ from servecheck.envinfo import environment
 from servecheck.errors import UsageError
 from servecheck.experiments.capacity import DEFAULT_REMEASURES, CapacityDesign, CapacityExperiment, CapacityRun
 from servecheck.model.bodies.capacity import CapacityBody
+from servecheck.model.codec import encode
 from servecheck.model.result import RunResult, from_doc
 from servecheck.report.lines.capacity import report_lines
 from servecheck.results.jsonout import envelope
@@ -98,7 +99,7 @@ def cmd(
     sinks = output.sinks()
     with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
         target = client.target(server.url)
-        params = {**target.public_dict(), **client.client_params(), "design": design.to_dict(), "expect_at_least": expect_at_least,
+        params = {**target.public_dict(), **client.client_params(), "design": encode(design.record(), nulls=True), "expect_at_least": expect_at_least,
                   "seed": prompt_seed, "serve": serve_command}
         experiment = CapacityExperiment(design, random.Random(prompt_seed))
         run = measure(app, experiment, target, sinks, head=envelope("capacity", params, environment()),

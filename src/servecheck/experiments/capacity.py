@@ -10,7 +10,7 @@ the run after every probe, so nothing measured is lost to a crash or a Ctrl-C.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,6 +43,9 @@ from servecheck.experiments.common import (
 from servecheck.load.protocol import Driver
 from servecheck.model.client import FIX as CLIENT_FIX
 from servecheck.model.client import FIGURE_FRAC, ClientCheck
+from servecheck.model.bodies import capacity as shape
+from servecheck.model.bodies.common import Finding
+from servecheck.model.codec import encode
 from servecheck.model.records import NS_PER_S, RequestRecord, ServerInfo
 
 OnProbe = Callable[["CapacityRun"], None]
@@ -82,10 +85,14 @@ class CapacityDesign:
         """Every request a probe at n sends: each lane's discarded first plus its measured ones."""
         return n * (1 + self.criteria.measured_per_lane(n))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.criteria.to_dict(), "max_n": self.max_n, "tokens": self.tokens,
-                "prompt_tokens": self.prompt_tokens, "remeasures": self.remeasures,
-                "samples_needed": self.criteria.samples_needed()}
+    def record(self) -> shape.CapacityDesign:
+        c = self.criteria
+        return shape.CapacityDesign(
+            min_user_rate_tok_s=c.min_user_rate_tok_s, max_ttft_s=c.max_ttft_s, percentile=c.percentile,
+            rate_quantile=c.rate_quantile, ttft_quantile=c.ttft_quantile, level=c.level, max_n=self.max_n,
+            tokens=self.tokens, prompt_tokens=self.prompt_tokens, remeasures=self.remeasures,
+            samples_needed=c.samples_needed(),
+        )
 
 
 @dataclass(frozen=True)
@@ -99,16 +106,15 @@ class MeasuredProbe:
     dispatch_skew_ns: int
     records: tuple[RequestRecord, ...]
 
-    def to_dict(self) -> dict[str, Any]:
+    def body(self) -> shape.CapacityProbe:
         s = self.sample
-        return {
-            "n": self.n, "purpose": self.purpose, "release_s": self.release_ns / NS_PER_S,
-            "dispatch_skew_s": self.dispatch_skew_ns / NS_PER_S, "window_s": None if s.window_s is None else list(s.window_s),
-            "requests_sent": s.requests, "discarded": s.discarded, "measured": s.measured, "failed": s.failed,
-            "failure": s.failure, "aggregate_tok_s": s.aggregate_tok_s, "per_user_rates_tok_s": list(s.rates_tok_s),
-            "ttfts_s": list(s.ttfts_s), "length_off": list(s.length_off),
-            "requests": [r.to_dict(with_token_times=False) for r in self.records],
-        }
+        return shape.CapacityProbe(
+            n=self.n, purpose=self.purpose, release_s=self.release_ns / NS_PER_S,  # type: ignore[arg-type]  # a purpose
+            dispatch_skew_s=self.dispatch_skew_ns / NS_PER_S, window_s=s.window_s, requests_sent=s.requests,
+            discarded=s.discarded, measured=s.measured, failed=s.failed, failure=s.failure,
+            aggregate_tok_s=s.aggregate_tok_s, per_user_rates_tok_s=s.rates_tok_s, ttfts_s=s.ttfts_s,
+            length_off=s.length_off, requests=tuple(r.body(with_token_times=False) for r in self.records),
+        )
 
 
 @dataclass(frozen=True)
@@ -140,33 +146,44 @@ class CapacityRun:
     def analysis(self) -> CapacityAnalysis:
         return analyse(self.samples(), self.design.criteria, max_n=self.design.max_n, baseline_end=self.baseline_end())
 
-    def to_doc(self) -> dict[str, Any]:
-        """The capacity fields of the JSON document (the CLI puts the envelope around them)."""
-        analysed = self.analysis().to_dict()
-        bound = [{"message": f"client-bound: {m}", "hint": CLIENT_FIX} for m in client_bound_messages(self.client_checks)]
-        bound += ttft_fails_within_error(analysed.get("points", []), self.client_checks, self.design.criteria.max_ttft_s)
-        unresolved = ttft_unresolved_warning(self.client_checks, self.warmup)
-        loose = rate_unresolved_message(self.client_checks, self.warmup, lambda n: f"N={n}")
-        figures = [*([] if unresolved is None else [unresolved]), *([] if loose is None else [{"message": loose, "hint": CLIENT_FIX}])]
-        return {
-            **analysed,
-            "warnings": [*analysed.get("warnings", []), *bound, *figures],
-            "command": "capacity",
-            "valid": length_valid([p.sample for p in self.probes]) and not bound,
-            "complete": self.complete,
-            "simulated": bool(self.server and self.server.simulated),
-            "design": self.design.to_dict(),
-            "server": None if self.server is None else self.server.to_dict(),
-            "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
-            "probes": [p.to_dict() for p in self.probes],
-            "notes": list(notes(self.design)) + ([NOT_CALIBRATED] if self.calibration == CALIBRATION_OFF else []),
-            "calibration": self.calibration,
-            "client_checks": [c.to_dict() for c in self.client_checks],
-        }
+    def body(self) -> shape.CapacityBody:
+        """The capacity body record (docs/schema.md)."""
+        a = self.analysis()
+        points = a.point_records()
+        return shape.CapacityBody(
+            max_concurrency=a.max_concurrency, limit=a.limit, determined=a.determined, answer=a.answer, points=points,
+            least_marginal=None if a.least is None else a.least.record(),
+            drift=None if a.drift is None else a.drift.record(), non_monotone=tuple(x.record() for x in a.non_monotone),
+            warnings=(*(w.record() for w in a.warnings), *self.client_bound(points), *self.unresolved()),
+            design=self.design.record(), server=None if self.server is None else self.server.body(),
+            warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
+            probes=tuple(p.body() for p in self.probes),
+            notes=notes(self.design) + ((NOT_CALIBRATED,) if self.calibration == CALIBRATION_OFF else ()),
+            calibration=self.calibration,  # type: ignore[arg-type]  # "on" | "off" | "none"
+            client_checks=tuple(c.body() for c in self.client_checks),
+        )
+
+    def client_bound(self, points: Sequence[shape.CapacityPoint]) -> tuple[Finding, ...]:
+        """The findings that make the run invalid: a client-bound pre-flight, a TTFT fail within the client's error."""
+        bound = [Finding(message=f"client-bound: {m}", hint=CLIENT_FIX) for m in client_bound_messages(self.client_checks)]
+        return (*bound, *ttft_fails_within_error(points, self.client_checks, self.design.criteria.max_ttft_s))
+
+    def unresolved(self) -> tuple[Finding, ...]:
+        """Warnings for the figures the client's timing error leaves unresolved."""
+        ttft = ttft_unresolved_warning(self.client_checks, self.warmup)
+        rate = rate_unresolved_message(self.client_checks, self.warmup, lambda n: f"N={n}")
+        return (*(() if ttft is None else (ttft,)), *(() if rate is None else (Finding(message=rate, hint=CLIENT_FIX),)))
+
+    def document(self) -> dict[str, Any]:
+        """The capacity fields of the JSON document (the runner puts the envelope around them)."""
+        body = self.body()
+        return {"command": "capacity", "complete": self.complete, "simulated": bool(self.server and self.server.simulated),
+                "valid": length_valid([p.sample for p in self.probes]) and not self.client_bound(body.points),
+                **encode(body, nulls=True)}
 
 
-def ttft_fails_within_error(points: list[dict[str, Any]], checks: tuple[ClientCheck, ...],
-                            ceiling_s: float | None) -> list[dict[str, str]]:
+def ttft_fails_within_error(points: Sequence[shape.CapacityPoint], checks: tuple[ClientCheck, ...],
+                            ceiling_s: float | None) -> list[Finding]:
     """A finding per N whose TTFT failed the ceiling by less than the client's timing error there.
     The client's stamp delay only ever adds to a measured TTFT, so a pass stands; a fail that close
     to the ceiling may be the client's, and it decides the answer."""
@@ -175,32 +192,32 @@ def ttft_fails_within_error(points: list[dict[str, Any]], checks: tuple[ClientCh
     error_s = {c.streams: c.chosen.error_ms / 1e3 for c in checks}
     out = []
     for p in points:
-        n, interval = p.get("n"), p.get("ttft_interval")
-        if p.get("ttft_status") != "fail" or not interval or n not in error_s:
+        n, interval = p.n, p.ttft_interval
+        if p.ttft_status != "fail" or not interval or n not in error_s:
             continue
         margin = interval[0] - ceiling_s
         if margin < error_s[n]:
-            out.append({
-                "message": f"client-bound: the TTFT at N={n} failed the {ceiling_s:g} s ceiling by {margin * 1e3:.1f} ms, "
-                           f"less than the client's own timing error there ({error_s[n] * 1e3:.1f} ms)",
-                "hint": CLIENT_FIX,
-            })
+            out.append(Finding(
+                message=f"client-bound: the TTFT at N={n} failed the {ceiling_s:g} s ceiling by {margin * 1e3:.1f} ms, "
+                        f"less than the client's own timing error there ({error_s[n] * 1e3:.1f} ms)",
+                hint=CLIENT_FIX,
+            ))
     return out
 
 
-def ttft_unresolved_warning(checks: tuple[ClientCheck, ...], warmup: RequestRecord | None) -> dict[str, str] | None:
+def ttft_unresolved_warning(checks: tuple[ClientCheck, ...], warmup: RequestRecord | None) -> Finding | None:
     """A warning for the TTFT figures at the N where the client's timing error is above
     FIGURE_FRAC of the warm-up's TTFT: there they are this client's as much as the server's."""
     over = ttft_unresolved(checks, warmup)
     if not over or warmup is None or warmup.ttft_ns is None:
         return None
     ttft_ms = warmup.ttft_ns / 1e6
-    return {
-        "message": f"TTFT unresolved at {', '.join(f'N={c.streams}' for c in over)}: the client's timing error (up to "
-                   f"{max(c.chosen.error_ms for c in over):.1f} ms) is above {FIGURE_FRAC:.0%} of the "
-                   f"{ttft_ms:.1f} ms warm-up TTFT; the TTFT figures there are this client's as much as the server's",
-        "hint": CLIENT_FIX,
-    }
+    return Finding(
+        message=f"TTFT unresolved at {', '.join(f'N={c.streams}' for c in over)}: the client's timing error (up to "
+                f"{max(c.chosen.error_ms for c in over):.1f} ms) is above {FIGURE_FRAC:.0%} of the "
+                f"{ttft_ms:.1f} ms warm-up TTFT; the TTFT figures there are this client's as much as the server's",
+        hint=CLIENT_FIX,
+    )
 
 
 def notes(design: CapacityDesign) -> tuple[str, ...]:
@@ -298,4 +315,4 @@ class CapacityExperiment:
         return self.document(CapacityRun(self.design, server=server))
 
     def document(self, result: CapacityRun) -> dict[str, Any]:
-        return result.to_doc()
+        return result.document()

@@ -6,7 +6,7 @@ from typing import Literal
 
 from servecheck.model.bodies import BODIES
 from servecheck.model.bodies.common import Calibrated, ClientCheck, LogAudit, Request, Server, Warning
-from servecheck.model.codec import record
+from servecheck.model.codec import only_when_recorded, record
 
 Status = Literal["pass", "fail", "uncertain"]
 Limit = Literal["user_rate", "ttft", "max_n", "undetermined"]
@@ -123,7 +123,7 @@ class CapacityBody:
     warmup: Request | None = None
     warnings: tuple[Warning, ...] = ()
     notes: tuple[str, ...] = ()
-    log_audit: LogAudit | None = None
+    log_audit: LogAudit | None = only_when_recorded()  # with --serve
     calibration: Calibrated | None = None  # the client's pre-flight; None: a document from before it
     client_checks: tuple[ClientCheck, ...] | None = None  # one per concurrency, before its first batch; None: from before it
 

@@ -110,10 +110,10 @@ class RequestRef:
 class Finding:
     """A validity finding or a warning: what was wrong, and what to do."""
 
-    code: str | None = None
+    code: str | None = only_when_recorded()  # absent where the command names no code
     message: str | None = None
     hint: str | None = None
-    requests: tuple[RequestRef, ...] | None = None  # absent where the finding names no request
+    requests: tuple[RequestRef, ...] | None = only_when_recorded()  # absent where the finding names no request
 
 
 Warning = Finding | str  # older documents and some commands keep plain strings
