@@ -12,8 +12,9 @@ from servecheck import exitcodes
 from servecheck.analysis import context as ctx
 from servecheck.audit import AuditOptions, audit_model
 from servecheck.cli import main as main_mod
-from servecheck.cli import context_sweep as cli_ctx
-from servecheck.cli.context_sweep import report_lines
+from servecheck.jobs.context_model import load_model
+from servecheck.model.result import from_doc
+from servecheck.report.lines.context import report_lines
 from servecheck.load.fake import FakeDriver, FakeServer
 from servecheck.load.protocol import DriverFactory
 from servecheck.report.lines.context import depth_label
@@ -133,7 +134,7 @@ def test_report_lines_read_the_document_alone():
                       {"depth": 43000, "context_tokens": 43000, "ttft_s": 60.0, "prefill_tok_s": 716.7, "decode_tok_s": 34.0,
                        "ratio": 0.35}],
            "roofline": None}
-    lines = report_lines(doc)
+    lines = report_lines(from_doc({"command": "context", **doc}))
     assert any(line.startswith("short context") and "98.0" in line for line in lines)
     assert any(line.startswith("43k tokens") and "34.0" in line and "0.35" in line for line in lines)
 
@@ -246,8 +247,8 @@ def test_ctrl_c_saves_the_depths_measured(tmp_path, capsys):
 def test_sliding_window_layout_gives_the_audits_kv_bytes_at_every_depth(tmp_path, context):
     kv = {**DENSE_KV, "attention.sliding_window": 64, "attention.sliding_window_pattern": 2}
     path = write_gguf(tmp_path / "swa.gguf", "gemma3", kv, dense_tensors(tied=False))
-    model, summary, _ = cli_ctx.load_model(path, "f16")
-    assert model is not None and summary is not None and summary["sliding_layers"] == 1
+    model, summary, _ = load_model(path, "f16")
+    assert model is not None and summary is not None and summary.sliding_layers == 1
     audited = audit_model(path, AuditOptions(context=context)).kv
     assert audited is not None and ctx.kv_read_bytes(model, context) == audited.bytes_per_token
 
@@ -258,10 +259,10 @@ def test_hybrid_layout_holds_kv_only_on_attention_layers_and_counts_the_state(tm
     from test_audit_hybrid import INTERVAL, hybrid_tensors
 
     path = write_gguf(tmp_path / "hybrid.gguf", "qwen3next", HYBRID_KV, hybrid_tensors())
-    model, summary, _ = cli_ctx.load_model(path, "f16")
+    model, summary, _ = load_model(path, "f16")
     assert model is not None and summary is not None
-    assert summary["kv_layers"] == HYBRID_LAYERS // INTERVAL  # recurrent layers hold no KV cache
+    assert summary.kv_layers == HYBRID_LAYERS // INTERVAL  # recurrent layers hold no KV cache
     audit = audit_model(path, AuditOptions(context=5000))
     assert model.state_bytes == audit.state_bytes_per_token > 0  # read and written every token, whatever the depth
     assert ctx.bytes_per_token(model, 5000) == audit.total_bytes_per_token
-    assert summary["kv_bytes_per_context_token"] == 2 * 1 * 1 * 64 * 2  # one attention layer, 1 KV head of 64, f16
+    assert summary.kv_bytes_per_context_token == 2 * 1 * 1 * 64 * 2  # one attention layer, 1 KV head of 64, f16

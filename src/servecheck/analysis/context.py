@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from servecheck.analysis.roofline import GB, Span
 from servecheck.analysis.stats import median
+from servecheck.model.bodies import common
 from servecheck.model.bodies.context import Effect
 from servecheck.model.records import OUTPUT_LENGTH_TOLERANCE
 
@@ -208,8 +209,8 @@ class Finding:
     message: str
     hint: str | None = None
 
-    def to_dict(self) -> dict[str, str | None]:
-        return {"message": self.message, "hint": self.hint}
+    def record(self) -> common.Finding:
+        return common.Finding(message=self.message, hint=self.hint)
 
 
 @dataclass(frozen=True, slots=True)

@@ -572,9 +572,6 @@ class RequestRef:
     nonce: str
     detail: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"n": self.n, "rep": self.rep, "index": self.index, "nonce": self.nonce, "detail": self.detail}
-
     def record(self) -> common.RequestRef:
         return common.RequestRef(n=self.n, rep=self.rep, index=self.index, nonce=self.nonce, detail=self.detail)
 
@@ -587,14 +584,6 @@ class Finding:
     message: str
     hint: str | None = None
     requests: tuple[RequestRef, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "message": self.message,
-            "hint": self.hint,
-            "requests": [r.to_dict() for r in self.requests],
-        }
 
     def record(self) -> common.Finding:
         return common.Finding(code=self.code, message=self.message, hint=self.hint,

@@ -60,6 +60,3 @@ class Summary:
     @property
     def spread(self) -> float:
         return self.hi - self.lo
-
-    def to_dict(self) -> dict[str, float | int]:
-        return {"median": self.median, "lo": self.lo, "hi": self.hi, "count": self.count}

@@ -1,7 +1,8 @@
-"""Values of flags that several commands share: a list of concurrencies, a count that must be positive."""
+"""Values of flags that take some parsing: a list of concurrencies, of context depths, a count that must be positive."""
 
 from __future__ import annotations
 
+from servecheck.analysis.context import check_depths
 from servecheck.cli.run_flags import check_concurrency
 from servecheck.errors import UsageError
 
@@ -21,3 +22,17 @@ def parse_ns(raw: str) -> list[int]:
 def check_positive(name: str, value: int) -> None:
     if value < 1:
         raise UsageError(f"{name} must be >= 1, got {value}", f"for example {name} 64")
+
+
+def parse_depths(raw: str) -> list[int]:
+    """'0,2048,8192' -> [0, 2048, 8192]: at least two, zero or more, strictly increasing."""
+    try:
+        depths = [int(part) for part in raw.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--depths {raw!r} is not a comma-separated list of integers", "for example --depths 0,2048,8192") from None
+    if (problem := check_depths(depths)) is not None:
+        raise UsageError(f"--depths {raw!r}: {problem}", "for example --depths 0,2048,8192,32768")
+    return depths
+
+
+# ---------------------------------------------------------------- reporting

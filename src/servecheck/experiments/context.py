@@ -9,7 +9,7 @@ After each stream the caller gets the partial result, so nothing measured is los
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -19,6 +19,8 @@ from servecheck.errors import ServerError, UsageError
 from servecheck.experiments.common import WARMUP_TOKENS
 from servecheck.load.prompts import fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
+from servecheck.model.bodies import context as shape
+from servecheck.model.codec import encode
 from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
 
 OnPoint = Callable[["ContextResult"], None]
@@ -47,7 +49,7 @@ class ContextResult:
     complete: bool = False
     notes: tuple[str, ...] = field(default=())
     model: ctx.ModelBytes | None = None  # with --model: what each token reads besides the KV cache
-    model_summary: dict[str, Any] | None = None
+    model_summary: shape.ModelBytesSummary | None = None
     bandwidth_gb_s: Span | None = None
     bandwidth_source: str | None = None
 
@@ -59,97 +61,62 @@ class ContextResult:
             return None
         return ctx.roofline_at_depth(a.points, self.model, self.tokens, self.bandwidth_gb_s)
 
-    def to_doc(self) -> dict[str, Any]:
-        """The context fields of the JSON document (the CLI puts the envelope around them)."""
+    def body(self) -> shape.ContextBody:
+        """The context body record (docs/schema.md)."""
         a = self.analysis()
         rows = self.roofline(a)
-        notes = list(self.notes) + [f"depth {d} skipped: {why}" for d, why in self.skipped]
+        notes = self.notes + tuple(f"depth {d} skipped: {why}" for d, why in self.skipped)
         if rows and (steep := ctx.steeper_note(rows)) is not None:
-            notes.append(steep)
-        return {
-            "command": "context",
-            "valid": a.valid,
-            "simulated": self.server.simulated,
-            "complete": self.complete,
-            "server": self.server.to_dict(),
-            "tokens": self.tokens,
-            "reps": self.reps,
-            "order": list(self.plan),
-            "cache_prompt": self.cache_prompt,
-            "effect": a.effect,
-            "effect_reason": a.effect_reason,
-            "drift": _drift_doc(a.drift),
-            "points": [_point_doc(p, self) for p in a.points],
-            "skipped": [{"depth": d, "reason": why} for d, why in self.skipped],
-            "roofline": None if rows is None else [_row_doc(r) for r in rows],
-            "model_bytes": self.model_summary,
-            "bandwidth_gb_s": None if self.bandwidth_gb_s is None else self.bandwidth_gb_s.as_list(),
-            "bandwidth_source": self.bandwidth_source,
-            "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
-            "invalid": [f.to_dict() for f in a.invalid],
-            "warnings": [f.to_dict() for f in a.warnings],
-            "notes": notes,
-        }
+            notes += (steep,)
+        by_sample = dict(zip(self.samples, self.records))
+        return shape.ContextBody(
+            server=self.server.body(), tokens=self.tokens, reps=self.reps, order=self.plan, cache_prompt=self.cache_prompt,
+            effect=a.effect, effect_reason=a.effect_reason, drift=None if a.drift is None else _drift(a.drift),
+            points=tuple(_point(p, by_sample) for p in a.points),
+            skipped=tuple(shape.SkippedDepth(depth=d, reason=why) for d, why in self.skipped),
+            roofline=None if rows is None else tuple(_row(r) for r in rows), model_bytes=self.model_summary,
+            bandwidth_gb_s=None if self.bandwidth_gb_s is None else (self.bandwidth_gb_s.lo, self.bandwidth_gb_s.hi),
+            bandwidth_source=self.bandwidth_source,
+            warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
+            invalid=tuple(f.record() for f in a.invalid), warnings=tuple(f.record() for f in a.warnings), notes=notes,
+        )
+
+    def document(self) -> dict[str, Any]:
+        """The context fields of the JSON document (the runner puts the envelope around them)."""
+        return {"command": "context", "valid": self.analysis().valid, "simulated": self.server.simulated,
+                "complete": self.complete, **encode(self.body(), nulls=True)}
 
 
-def _drift_doc(d: ctx.Drift | None) -> dict[str, Any] | None:
-    if d is None:
-        return None
-    return {"first_tok_s": d.first_tok_s, "last_tok_s": d.last_tok_s, "first_s": d.first_s, "last_s": d.last_s,
-            "change": d.change, "warn_above": ctx.DRIFT_WARN}
+def _drift(d: ctx.Drift) -> shape.ContextDrift:
+    return shape.ContextDrift(first_tok_s=d.first_tok_s, last_tok_s=d.last_tok_s, first_s=d.first_s, last_s=d.last_s,
+                              change=d.change, warn_above=ctx.DRIFT_WARN)
 
 
-def _point_doc(p: ctx.PointAnalysis, result: ContextResult) -> dict[str, Any]:
-    by_sample = dict(zip(result.samples, result.records))
-    return {
-        "depth": p.depth,
-        "context_tokens": p.context_tokens,
-        "ttft_s": p.ttft_s,
-        "prefill_tok_s": p.prefill_tok_s,
-        "decode_tok_s": p.decode_tok_s,
-        "decode_range_tok_s": None if p.decode_range_tok_s is None else list(p.decode_range_tok_s),
-        "tokens": p.tokens,
-        "ratio": p.ratio,
-        "ratio_raw": p.ratio_raw,
-        "valid": p.valid,
-        "problems": list(p.problems),
-        "samples": [_sample_doc(s, by_sample.get(s)) for s in p.samples],
-    }
+def _point(p: ctx.PointAnalysis, by_sample: Mapping[ctx.Sample, RequestRecord]) -> shape.ContextPoint:
+    return shape.ContextPoint(
+        depth=p.depth, context_tokens=p.context_tokens, ttft_s=p.ttft_s, prefill_tok_s=p.prefill_tok_s,
+        decode_tok_s=p.decode_tok_s, decode_range_tok_s=p.decode_range_tok_s, tokens=p.tokens, ratio=p.ratio,
+        ratio_raw=p.ratio_raw, valid=p.valid, problems=p.problems,
+        samples=tuple(_sample(s, by_sample.get(s)) for s in p.samples),
+    )
 
 
-def _sample_doc(s: ctx.Sample, record: RequestRecord | None) -> dict[str, Any]:
-    return {
-        "rep": s.rep,
-        "order": s.order,
-        "prompt_tokens": s.prompt_tokens,
-        "reported_prompt_tokens": s.reported_prompt_tokens,
-        "tokens": s.tokens,
-        "ttft_s": s.ttft_s,
-        "decode_s": s.decode_s,
-        "decode_tok_s": s.decode_tok_s,
-        "prefill_tok_s": s.prefill_tok_s,
-        "mid_s": s.mid_s,
-        "problem": ctx.sample_problem(s),
-        "request": None if record is None else record.to_dict(with_token_times=False),
-    }
+def _sample(s: ctx.Sample, record: RequestRecord | None) -> shape.ContextSample:
+    return shape.ContextSample(
+        rep=s.rep, order=s.order, prompt_tokens=s.prompt_tokens, reported_prompt_tokens=s.reported_prompt_tokens,
+        tokens=s.tokens, ttft_s=s.ttft_s, decode_s=s.decode_s, decode_tok_s=s.decode_tok_s, prefill_tok_s=s.prefill_tok_s,
+        mid_s=s.mid_s, problem=ctx.sample_problem(s),
+        request=None if record is None else record.body(with_token_times=False),
+    )
 
 
-def _row_doc(r: ctx.RooflineRow) -> dict[str, Any]:
-    return {
-        "depth": r.depth,
-        "mean_context_tokens": r.mean_context_tokens,
-        "kv_bytes_per_token": r.kv_bytes_per_token,
-        "bytes_per_token": r.bytes_per_token,
-        "decode_tok_s": r.decode_tok_s,
-        "predicted_tok_s": r.predicted_tok_s,
-        "measured_over_predicted": r.measured_over_predicted,
-        "steeper": r.steeper,
-        "achieved_gb_s": r.achieved_gb_s,
-        "utilization": None if r.utilization is None else r.utilization.as_list(),
-    }
-
-
-# ---------------------------------------------------------------- planning
+def _row(r: ctx.RooflineRow) -> shape.ContextRooflineRow:
+    return shape.ContextRooflineRow(
+        depth=r.depth, mean_context_tokens=r.mean_context_tokens, kv_bytes_per_token=r.kv_bytes_per_token,
+        bytes_per_token=r.bytes_per_token, decode_tok_s=r.decode_tok_s, predicted_tok_s=r.predicted_tok_s,
+        measured_over_predicted=r.measured_over_predicted, steeper=r.steeper, achieved_gb_s=r.achieved_gb_s,
+        utilization=None if r.utilization is None else (r.utilization.lo, r.utilization.hi),
+    )
 
 
 def fit_depths(depths: Sequence[int], tokens: int, server: ServerInfo) -> tuple[list[int], list[tuple[int, str]]]:
@@ -231,7 +198,7 @@ async def run_context(
     on_point: OnPoint | None = None,
     on_server: OnServer | None = None,
     model: ctx.ModelBytes | None = None,
-    model_summary: dict[str, Any] | None = None,
+    model_summary: shape.ModelBytesSummary | None = None,
 ) -> ContextResult:
     """Detect the server, skip the depths it cannot hold, warm up, then one stream per planned depth."""
     if (problem := ctx.check_depths(depths)) is not None:
@@ -286,7 +253,7 @@ class ContextExperiment:
     reps: int
     rng: random.Random
     model: ctx.ModelBytes | None = None
-    model_summary: dict[str, Any] | None = None
+    model_summary: shape.ModelBytesSummary | None = None
 
     async def run(self, driver: Driver, on_server: OnServer, on_point: OnPoint) -> ContextResult:
         return await run_context(driver, depths=self.depths, tokens=self.tokens, reps=self.reps, rng=self.rng,
@@ -294,7 +261,7 @@ class ContextExperiment:
                                  model_summary=self.model_summary)
 
     def opening(self, server: ServerInfo) -> dict[str, Any]:
-        return {"server": server.to_dict(), "simulated": server.simulated, "points": [], "roofline": None}
+        return {"server": encode(server.body(), nulls=True), "simulated": server.simulated, "points": [], "roofline": None}
 
     def document(self, result: ContextResult) -> dict[str, Any]:
-        return result.to_doc()
+        return result.document()

@@ -6,7 +6,7 @@ from typing import Literal
 
 from servecheck.model.bodies import BODIES
 from servecheck.model.bodies.common import LogAudit, Request, Server, Warning
-from servecheck.model.codec import record
+from servecheck.model.codec import only_when_recorded, record
 
 Effect = Literal["falls", "flat", "rises", "inconclusive"]
 
@@ -126,7 +126,7 @@ class ContextBody:
     invalid: tuple[Warning, ...] = ()
     warnings: tuple[Warning, ...] = ()
     notes: tuple[str, ...] = ()
-    log_audit: LogAudit | None = None
+    log_audit: LogAudit | None = only_when_recorded()  # with --serve
 
 
 BODIES["context"] = ContextBody
