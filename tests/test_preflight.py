@@ -243,7 +243,7 @@ def test_capacity_names_the_n_whose_ttft_the_client_cannot_resolve():
                            token_ns=(20_000_000, 30_000_000))
     checks = tuple(ClientCheck(streams=n, tolerance_ms=50.0, basis="b", tried=(cal(1, e),)) for n, e in ((1, 0.3), (8, 4.0)))
     warning = ttft_unresolved_warning(checks, warmup)
-    assert warning is not None and warning["message"].startswith("TTFT unresolved at N=8:")
+    assert warning is not None and warning.message is not None and warning.message.startswith("TTFT unresolved at N=8:")
     assert ttft_unresolved_warning(checks[:1], warmup) is None
 
 

@@ -100,7 +100,7 @@ class MeasuredProbe:
     """One probe as it ran: its samples, its timing and every request record."""
 
     n: int
-    purpose: str  # "search", "remeasure" or "baseline_end"
+    purpose: shape.Purpose
     sample: ProbeSample
     release_ns: int
     dispatch_skew_ns: int
@@ -109,7 +109,7 @@ class MeasuredProbe:
     def body(self) -> shape.CapacityProbe:
         s = self.sample
         return shape.CapacityProbe(
-            n=self.n, purpose=self.purpose, release_s=self.release_ns / NS_PER_S,  # type: ignore[arg-type]  # a purpose
+            n=self.n, purpose=self.purpose, release_s=self.release_ns / NS_PER_S,
             dispatch_skew_s=self.dispatch_skew_ns / NS_PER_S, window_s=s.window_s, requests_sent=s.requests,
             discarded=s.discarded, measured=s.measured, failed=s.failed, failure=s.failure,
             aggregate_tok_s=s.aggregate_tok_s, per_user_rates_tok_s=s.rates_tok_s, ttfts_s=s.ttfts_s,
@@ -250,7 +250,7 @@ class _Prober:
         self.driver, self.design, self.rng, self.factory = driver, design, rng, factory
         self.next_index = 1  # 0 is the warm-up
 
-    async def probe(self, n: int, purpose: str, warmup: RequestRecord | None) -> MeasuredProbe:
+    async def probe(self, n: int, purpose: shape.Purpose, warmup: RequestRecord | None) -> MeasuredProbe:
         count = self.design.requests_at(n)
         reqs = await make(self.factory, self.driver, count, self.design.prompt_tokens, self.design.tokens, self.rng,
                           self.next_index)
@@ -277,7 +277,7 @@ async def run_capacity(
     run = replace(run, warmup=await _warm_up(requests_factory, driver, design, rng))
     prober = _Prober(driver, design, rng, requests_factory)
 
-    async def measure(n: int, purpose: str) -> None:
+    async def measure(n: int, purpose: shape.Purpose) -> None:
         nonlocal run
         # a per-user rate is over each request's whole time: the client's error is judged against one
         # request; a TTFT verdict against the ceiling is judged by its own margin (ttft_fails_within_error)

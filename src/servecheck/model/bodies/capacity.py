@@ -12,6 +12,7 @@ Status = Literal["pass", "fail", "uncertain"]
 Limit = Literal["user_rate", "ttft", "max_n", "undetermined"]
 NonMonotoneKind = Literal["status", "per_user_rate"]  # which reading broke the order of N
 Interval = tuple[float, float]  # [lo, hi]: the order-statistic interval of a percentile
+Purpose = Literal["search", "remeasure", "baseline_end"]  # why a probe ran: the search, an uncertain N again, drift
 
 
 @record
@@ -91,7 +92,7 @@ class CapacityProbe:
     """One probe as it ran: its steady-window samples and every request record."""
 
     n: int | None = None
-    purpose: Literal["search", "remeasure", "baseline_end"] | None = None
+    purpose: Purpose | None = None
     release_s: float | None = None
     dispatch_skew_s: float | None = None
     window_s: tuple[float, float] | None = None  # [start, end], seconds from the run start
