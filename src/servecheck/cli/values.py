@@ -33,6 +33,3 @@ def parse_depths(raw: str) -> list[int]:
     if (problem := check_depths(depths)) is not None:
         raise UsageError(f"--depths {raw!r}: {problem}", "for example --depths 0,2048,8192,32768")
     return depths
-
-
-# ---------------------------------------------------------------- reporting
