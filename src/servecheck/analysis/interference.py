@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from servecheck.analysis.stats import median
-from servecheck.model.bodies.interference import InterferenceVerdict
+from servecheck.model.bodies.interference import InterferenceEvidence, InterferenceVerdict, InterferenceWitness
 from servecheck.model.records import NS_PER_S
 
 # --- one intrusion ------------------------------------------------------------------------------
@@ -343,6 +343,18 @@ class Evidence:
     share_hi: float = 0.0  # the largest size's stretched share of its window (CHUNKED_SHARE)
     share_max: float = 0.0  # the largest stretched share at any valid size (ISOLATED_SHARE)
 
+    def record(self) -> InterferenceEvidence:
+        """The evidence as the document records it, with the thresholds it was judged against."""
+        return InterferenceEvidence(
+            size_lo=self.size_lo, size_hi=self.size_hi, gap_lo_s=self.gap_lo_s, gap_hi_s=self.gap_hi_s,
+            longest_hi_s=self.longest_hi_s, ttft_lo_s=self.ttft_lo_s, ttft_hi_s=self.ttft_hi_s,
+            baseline_s=self.baseline_s, stretch_hi=self.stretch_hi, cover_hi=self.cover_hi, gap_growth=self.gap_growth,
+            prefill_growth=self.prefill_growth, stretched_share_hi=self.share_hi, stretched_share_max=self.share_max,
+            thresholds={"stretch_ratio": STRETCH_RATIO, "blocking_cover": BLOCKING_COVER, "chunked_cover": CHUNKED_COVER,
+                        "proportional": PROPORTIONAL, "prefill_growth_min": PREFILL_GROWTH_MIN,
+                        "chunked_share": CHUNKED_SHARE, "isolated_share": ISOLATED_SHARE},
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -465,6 +477,10 @@ class WitnessCheck:
     source: str | None
     agrees: bool | None
     note: str
+
+    def record(self) -> InterferenceWitness:
+        return InterferenceWitness(configured_tokens=self.configured_tokens, source=self.source, agrees=self.agrees,
+                                   note=self.note)
 
 
 def check_witness(verdict: str, chunk_tokens: float | None, configured: float | None, source: str | None,

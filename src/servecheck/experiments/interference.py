@@ -19,7 +19,8 @@ from servecheck.experiments.context import CONTEXT_MARGIN_TOKENS, distinct_nonce
 from servecheck.load.prompts import fixed_prompt
 from servecheck.load.protocol import Driver
 from servecheck.model.bodies import interference as shape
-from servecheck.model.codec import encode
+from servecheck.model.bodies.common import LogAudit, LogFinding
+from servecheck.model.codec import decode, encode
 from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
 
 OnPoint = Callable[["InterferenceResult"], None]
@@ -88,7 +89,7 @@ class InterferenceResult:
         baselines = [p.baseline_s for p in points if p.baseline_s is not None]
         return shape.InterferenceBody(
             verdict=verdict.verdict, verdict_reason=verdict.reason, decided_by=verdict.decided_by,
-            evidence=None if verdict.evidence is None else _evidence(verdict.evidence),
+            evidence=None if verdict.evidence is None else verdict.evidence.record(),
             sentence=inf.sentence(verdict, points, self.streams), chunk_tokens=verdict.chunk_tokens,
             chunk_interval=verdict.chunk_interval, baseline_interval_s=median(baselines) if baselines else None,
             expect=expect, server=self.server.body(), streams=self.streams, tokens=self.tokens, reps=self.reps,
@@ -104,19 +105,6 @@ class InterferenceResult:
         """The interference fields of the JSON document (the runner puts the envelope around them)."""
         return {"command": "interference", "simulated": self.server.simulated, "complete": self.complete,
                 **encode(self.body(expect), nulls=True)}
-
-
-def _evidence(e: inf.Evidence) -> shape.InterferenceEvidence:
-    return shape.InterferenceEvidence(
-        size_lo=e.size_lo, size_hi=e.size_hi, gap_lo_s=e.gap_lo_s, gap_hi_s=e.gap_hi_s, longest_hi_s=e.longest_hi_s,
-        ttft_lo_s=e.ttft_lo_s, ttft_hi_s=e.ttft_hi_s, baseline_s=e.baseline_s, stretch_hi=e.stretch_hi,
-        cover_hi=e.cover_hi, gap_growth=e.gap_growth, prefill_growth=e.prefill_growth, stretched_share_hi=e.share_hi,
-        stretched_share_max=e.share_max,
-        thresholds={"stretch_ratio": inf.STRETCH_RATIO, "blocking_cover": inf.BLOCKING_COVER,
-                    "chunked_cover": inf.CHUNKED_COVER, "proportional": inf.PROPORTIONAL,
-                    "prefill_growth_min": inf.PREFILL_GROWTH_MIN, "chunked_share": inf.CHUNKED_SHARE,
-                    "isolated_share": inf.ISOLATED_SHARE},
-    )
 
 
 def _point(p: inf.Point, pairs: Sequence[tuple[Trial, inf.Reading]]) -> shape.InterferencePoint:
@@ -264,17 +252,22 @@ async def _warm_up(driver: Driver, rng: random.Random, cache_prompt: bool | None
 
 
 def with_witness(doc: dict[str, Any]) -> dict[str, Any]:
-    """The finished document plus the batch budget the --serve log stated, beside the measured chunk."""
-    audit = doc.get("log_audit") or {}
-    stated = [f for f in audit.get("findings") or [] if f.get("feature") == "prefill_batch" and f.get("value") is not None
-              and f.get("status") == "confirmed"]
-    found = stated[0] if stated else None
-    sizes = [p["prompt_tokens"] for p in doc.get("points") or [] if p.get("valid")]
-    check = inf.check_witness(doc.get("verdict") or "inconclusive", doc.get("chunk_tokens"),
-                              None if found is None else float(found["value"]),
-                              None if found is None else found.get("rule"), max(sizes) if sizes else None)
-    return {**doc, "witness": {"configured_tokens": check.configured_tokens, "source": check.source,
-                               "agrees": check.agrees, "note": check.note}}
+    """The finished document plus the batch budget the --serve log stated, beside the measured chunk (the
+    runner's amend hook: the log audit joins the document only once the server has stopped)."""
+    body = decode(shape.InterferenceBody, doc)
+    found = stated_batch(body.log_audit)
+    sizes = [p.prompt_tokens for p in body.points if p.valid and p.prompt_tokens is not None]
+    check = inf.check_witness(body.verdict or "inconclusive", body.chunk_tokens,
+                              None if found is None else found.value, None if found is None else found.rule,
+                              max(sizes) if sizes else None)
+    return {**doc, "witness": encode(check.record(), nulls=True)}
+
+
+def stated_batch(audit: LogAudit | None) -> LogFinding | None:
+    """The first prefill batch budget the audited log confirmed with a number, if any."""
+    stated = [f for f in (() if audit is None else audit.findings)
+              if f.feature == "prefill_batch" and f.value is not None and f.status == "confirmed"]
+    return stated[0] if stated else None
 
 
 @dataclass(frozen=True)
