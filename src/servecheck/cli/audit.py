@@ -1,25 +1,26 @@
-"""`servecheck audit MODEL`: bytes read per decoded token, from the weight file's headers alone."""
+"""`servecheck audit MODEL`: bytes read per decoded token, from the weight file's headers alone.
+The reading is `audit.job.AuditJob`, run by `results.runner.run_job`; this module parses, runs and renders."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import click
+from rich.console import Console
 
+from servecheck.audit.job import AuditJob
 from servecheck.audit.options import options_from
-from servecheck.audit import AuditResult, audit_model
+from servecheck.audit import AuditResult
 from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
 from servecheck.inputs import check_input_file
-from servecheck.model.codec import encode
 from servecheck.errors import AuditError
+from servecheck.model.bodies.audit import AuditBody
+from servecheck.model.result import from_doc
 from servecheck.report.lines import audit as report
-from servecheck.results.jsonout import envelope, write_json
-
-
-def audit_doc(result: AuditResult, params: dict[str, Any]) -> dict[str, Any]:
-    return {**envelope("audit", params, environment()), **encode(result.body(), nulls=True)}
+from servecheck.results.jsonout import envelope
+from servecheck.results.runner import run_job
+from servecheck.results.sinks import JsonFileSink
 
 
 @click.command("audit")
@@ -43,18 +44,21 @@ def cmd(
     the embedding counts one row, the head in full, routed experts k/E, the KV cache its own line."""
     options = options_from(context, kv_type, experts_used)
     check_input_file(model, "model", allow_dir=True, error=AuditError)
-    result = audit_model(model, options)
     params = {"model": str(model), "context": context, "kv_type": kv_type, "experts_used": experts_used}
-    if json_path:
-        write_json(json_path, audit_doc(result, params))
-    body = result.body()
-    console = app.err if json_path == "-" else app.out
+    sinks = [JsonFileSink(json_path)] if json_path else []  # audit is never saved to the history
+    run = run_job(AuditJob(model, options), sinks, head=envelope("audit", params, environment()))
+    if run.interrupted or run.result is None or run.doc is None:  # nothing to save before it ends; main says so, exits 130
+        raise KeyboardInterrupt
+    render(app.err if json_path == "-" else app.out, from_doc(run.doc).body, run.result if show_tensors else None)
+    return 0
+
+
+def render(console: Console, body: AuditBody, tensors_of: AuditResult | None) -> None:
+    """The report; with --tensors (`tensors_of` given) every tensor too, which the document does not keep."""
     console.print(report.head_line(body), markup=False, highlight=False, soft_wrap=True)
     console.print(report.group_table(body))
-    if show_tensors:
-        for t in result.tensors:
-            console.print(f"  {t.name}  {t.group}  {t.dtype}  {list(t.shape)}  stored {t.stored_bytes}  read {t.read_bytes}"
-                          + (f"  ({t.note})" if t.note else ""), markup=False, highlight=False)
+    for t in tensors_of.tensors if tensors_of is not None else ():
+        console.print(f"  {t.name}  {t.group}  {t.dtype}  {list(t.shape)}  stored {t.stored_bytes}  read {t.read_bytes}"
+                      + (f"  ({t.note})" if t.note else ""), markup=False, highlight=False)
     for line in report.summary_lines(body):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-    return 0

@@ -1,8 +1,7 @@
-"""`servecheck calibrate`: how much this client adds to token times at N streams, on this machine, now."""
+"""`servecheck calibrate`: how much this client adds to token times at N streams, on this machine, now.
+The measuring is `jobs.calibrate.CalibrateJob`, run by `results.runner.run_job`; this module parses, runs and renders."""
 
 from __future__ import annotations
-
-import asyncio
 
 import click
 
@@ -10,23 +9,14 @@ from servecheck import exitcodes
 from servecheck.cli.common import workers_option
 from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
-from servecheck.load.calibrate import DEFAULT_EVENTS, STAMP_DELAY_FRAC, Calibration, calibrate, check_design
-from servecheck.results.jsonout import check_writable, envelope, write_json
-
-
-def report_lines(c: Calibration) -> list[str]:
-    bound = c.client_bound()
-    lag = "-" if c.loop_lag_p99_ms is None else f"{c.loop_lag_p99_ms:.1f} ms p99, {c.loop_lag_max_ms or 0:.1f} ms max"
-    return [
-        f"calibrate  {c.streams} streams, an event every {c.gap_ms:g} ms per stream, {c.events} events stamped"
-        + (f", read by {c.workers} client processes" if c.workers > 1 else ""),
-        "  (servecheck's own loopback stamp server: this measures the client, no server)",
-        f"stamp delay     p50 {c.stamp_delay_p50_ms:.2f} ms, p99 {c.stamp_delay_p99_ms:.2f} ms, max {c.stamp_delay_max_ms:.2f} ms"
-        f"  (p99 = {c.stamp_delay_frac:.1%} of the gap; at most {STAMP_DELAY_FRAC:.0%})",
-        f"dispatch skew   {c.dispatch_skew_ms:.2f} ms over {c.streams} requests released together",
-        f"event-loop lag  {lag}",
-        bound if bound is not None else f"client ok: at {c.streams} streams it adds {c.stamp_delay_p99_ms:.2f} ms (p99) to a token time",
-    ]
+from servecheck.jobs.calibrate import CalibrateJob
+from servecheck.load.calibrate import DEFAULT_EVENTS, check_design
+from servecheck.model.bodies.calibrate import CalibrateBody
+from servecheck.model.result import from_doc
+from servecheck.report.lines.calibrate import report_lines
+from servecheck.results.jsonout import envelope
+from servecheck.results.runner import run_job
+from servecheck.results.sinks import JsonFileSink
 
 
 @click.command("calibrate")
@@ -41,15 +31,14 @@ def cmd(app: AppContext, streams: int, gap_ms: float, events: int, workers: int,
     """Measure what this client adds to every token time at N streams: stamp delay, dispatch skew and
     event-loop lag against servecheck's own loopback server. Exit 3 when the client would be the bottleneck."""
     check_design(streams, gap_ms, events)
-    if json_path not in (None, "-"):
-        check_writable(json_path)
-    result = asyncio.run(calibrate(streams, gap_ms, events, workers))
+    sinks = [JsonFileSink(json_path)] if json_path is not None else []  # calibrate is never saved to the history
     params = {"streams": streams, "gap_ms": gap_ms, "events": events, "workers": workers}
-    doc = {**envelope("calibrate", params, environment()),
-           "calibration": result.to_dict()}
-    if json_path is not None:
-        write_json(json_path, doc)
+    run = run_job(CalibrateJob(streams, gap_ms, events, workers), sinks, head=envelope("calibrate", params, environment()))
+    if run.interrupted or run.doc is None:  # one calibration: nothing to save before it ends; main says so, exits 130
+        raise KeyboardInterrupt
+    body: CalibrateBody = from_doc(run.doc).body
+    assert body.calibration is not None  # a finished job's document carries it
     console = app.err if json_path == "-" else app.out
-    for line in report_lines(result):
+    for line in report_lines(body.calibration):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
-    return exitcodes.INVALID if result.client_bound() is not None else exitcodes.OK
+    return exitcodes.INVALID if body.calibration.client_bound is not None else exitcodes.OK

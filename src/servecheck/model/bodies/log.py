@@ -50,4 +50,14 @@ class LogBody:
     notes: tuple[str, ...] = ()
 
 
+@record
+class UnscannedLogAudit:
+    """A --serve run's log audit whose scan failed (`error` says why): the command and the log, and no
+    findings, lines or refusals, not even empty ones. It reads back as a `LogAudit` that found nothing."""
+
+    command: str | None = None
+    log_path: str | None = None
+    error: str | None = None
+
+
 BODIES["log"] = LogBody

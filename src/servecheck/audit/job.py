@@ -1,0 +1,27 @@
+"""The weight-file audit as a job of `results.runner.run_job`: one read of the headers, written to the
+sinks like every other command's document (no point before the whole result, so an interrupt saves nothing)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servecheck.audit import AuditOptions, AuditResult, audit_model
+from servecheck.model.codec import encode
+
+
+@dataclass(frozen=True)
+class AuditJob:
+    path: Path  # checked by the caller
+    options: AuditOptions
+
+    def opening(self) -> dict[str, Any]:
+        return {}
+
+    def run(self, on_point: Callable[[AuditResult], None]) -> AuditResult:
+        return audit_model(self.path, self.options)
+
+    def document(self, result: AuditResult) -> dict[str, Any]:
+        return encode(result.body(), nulls=True)

@@ -1,0 +1,31 @@
+"""`servecheck calibrate` as a job of `results.runner.run_job`: one calibration of this client against
+its own loopback stamp server, written to the sinks like every other command's document (no point
+before the whole result, so an interrupt saves nothing)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from servecheck.load.calibrate import Calibration, calibrate
+from servecheck.model.bodies.calibrate import CalibrateBody
+from servecheck.model.codec import encode
+
+
+@dataclass(frozen=True)
+class CalibrateJob:
+    streams: int
+    gap_ms: float
+    events: int
+    workers: int = 1
+
+    def opening(self) -> dict[str, Any]:
+        return {}
+
+    def run(self, on_point: Callable[[Calibration], None]) -> Calibration:
+        return asyncio.run(calibrate(self.streams, self.gap_ms, self.events, self.workers))
+
+    def document(self, result: Calibration) -> dict[str, Any]:
+        return encode(CalibrateBody(calibration=result.body()), nulls=True)
