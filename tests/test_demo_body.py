@@ -53,7 +53,7 @@ def staircase(finish_s: dict[int, float], *, complete: bool = True) -> Staircase
                            complete=complete)
 
 
-def run(parallel: int, expected: str, result: StaircaseResult, audit: DemoLogAudit | LogAuditFailed | None) -> job.DemoRun:
+def run(parallel: int, expected: str, result: StaircaseResult, audit: DemoLogAudit | None) -> job.DemoRun:
     return job.DemoRun(parallel, expected, job.embedded(result), 1, ("llama-server", "-np", str(parallel)), 4242,
                        Path(f"/l/np{parallel}.log"), audit)
 

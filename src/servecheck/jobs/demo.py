@@ -119,7 +119,7 @@ class DemoRun:
     command: tuple[str, ...]
     server_pid: int | None
     log_path: Path
-    log_audit: shape.DemoLogAudit | shape.LogAuditFailed | None  # servecheck.logscan's findings, once the server stopped
+    log_audit: shape.DemoLogAudit | None  # servecheck.logscan's findings (or why it failed), once the server stopped
 
     @property
     def verdict(self) -> Verdict:
@@ -197,7 +197,7 @@ def run_one(
 
 def audit_log(
     log_path: Path, command: tuple[str, ...], engine: str = "llamacpp", ask: tuple[str, ...] = ()
-) -> shape.DemoLogAudit | shape.LogAuditFailed:
+) -> shape.DemoLogAudit:
     """The server log audited by servecheck.logscan, the `log` document's body without `refused`. `ask`:
     features decided whatever the command line says (the demo asks whether each server batches:
     a one-at-a-time server's own configuration line then says so, whether or not a periodic line

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import fields
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import LogFinding
-from servecheck.model.bodies.log import LogBody
+from servecheck.model.bodies.common import LogLine
+from servecheck.model.bodies.log import FeatureAsk, LogBody, LogEvidence
 from servecheck.model.bodies.staircase import StaircaseBody, Verdict
 from servecheck.model.codec import only_when_recorded, record
 
@@ -59,8 +59,8 @@ class VllmEngine(DemoEngine):
 
 @record
 class DemoLogAudit(LogBody):
-    """The audit of one server's log: the `log` command's fields, or only `error` when it failed
-    (`LogAuditFailed` writes that one; a failed audit reads back as this record with its `error`)."""
+    """The audit of one server's log: the `log` command's fields (`refused` null: the demo does not
+    list them), or only `error` and no findings where it failed (`LogAuditFailed`)."""
 
     error: str | None = only_when_recorded()
 
@@ -70,11 +70,23 @@ class DemoLogAudit(LogBody):
 
 
 @record
-class LogAuditFailed:
-    """A log audit that failed: why, and no findings."""
+class LogAuditFailed(DemoLogAudit):
+    """A log audit that failed writes why and an empty `findings`, nothing else; it reads back as a
+    `DemoLogAudit` with that `error`. Its other fields are never set (None even where a list is
+    declared): not recorded, so left out."""
 
-    error: str | None = None
-    findings: tuple[LogFinding, ...] = ()
+    path: str | None = only_when_recorded()
+    engine: str | None = only_when_recorded()
+    lines_total: int | None = only_when_recorded()
+    lines_dropped: int | None = only_when_recorded()
+    warnings: int | None = only_when_recorded()
+    errors: int | None = only_when_recorded()
+    evidence: tuple[LogEvidence, ...] = only_when_recorded()
+    evidence_repeated: int | None = only_when_recorded()
+    requests: tuple[FeatureAsk, ...] = only_when_recorded()
+    refused: tuple[str, ...] | None = only_when_recorded()
+    lines: tuple[LogLine, ...] = only_when_recorded()
+    notes: tuple[str, ...] = only_when_recorded()
 
 
 @record
@@ -105,7 +117,7 @@ class DemoRun:
     server_command: tuple[str, ...] = ()
     server_pid: int | None = None
     log_path: str | None = None
-    log_audit: DemoLogAudit | LogAuditFailed | None = None  # None until the server stopped; read back: a DemoLogAudit
+    log_audit: DemoLogAudit | None = None  # None while the server is still measuring
     staircase: EmbeddedStaircase | None = None
 
 
