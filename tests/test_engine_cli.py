@@ -12,6 +12,7 @@ import pytest
 
 from servecheck.jobs import demo as demo_job
 from servecheck.model.bodies import demo as demo_body
+from servecheck.model.codec import decode, encode
 from servecheck.model.result import from_doc
 from servecheck.report.lines import demo as report
 from servecheck.engine.build import EngineBinary
@@ -86,12 +87,12 @@ def _doc(verdict: str, aggs: tuple[float, float, float], valid: bool = True) -> 
 
 
 def _run(parallel: int, expected: str, doc: dict[str, Any]) -> demo_job.DemoRun:
-    return demo_job.DemoRun(parallel, expected, doc, 1, ("llama-server",), None, Path("x.log"), None)
+    return demo_job.DemoRun(parallel, expected, decode(demo_body.EmbeddedStaircase, doc), 1, ("llama-server",), None, Path("x.log"), None)
 
 
 def typed(runs: list[demo_job.DemoRun]) -> tuple[demo_body.DemoRun, ...]:
     """The runs as the demo document holds them, read back typed: what the report renders."""
-    return from_doc({"command": "demo", "runs": [r.to_dict() for r in runs]}).body.runs
+    return from_doc({"command": "demo", "runs": [encode(r.body(), nulls=True) for r in runs]}).body.runs
 
 
 def verdict_cell(run: demo_job.DemoRun) -> str:

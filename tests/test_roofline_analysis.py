@@ -9,6 +9,7 @@ import pytest
 
 from servecheck.analysis import roofline as rl
 from servecheck.analysis.roofline import Span
+from servecheck.model.bodies.roofline import Ceiling
 
 SEED_BYTES = 1.849e9
 SEED_BW = Span(265.0, 315.0)
@@ -135,10 +136,10 @@ def test_analyse_the_seed() -> None:
     assert r.gate == "close" and r.valid and r.batch is None
     assert r.headroom.ceiling_name == "typical moe ceiling 0.60-0.65"
     assert r.target is not None and r.target.within_reach is False
-    doc = r.to_dict()
-    assert doc["ceiling"] == {"name": "typical moe ceiling 0.60-0.65", "utilization": [0.60, 0.65]}
-    assert doc["headroom"]["speed_of_light_tok_s"] == pytest.approx([265e9 / 1.849e9, 315e9 / 1.849e9])
-    assert doc["target"]["required_utilization"] == pytest.approx([0.734, 0.872], abs=0.001)
+    assert r.ceiling_record() == Ceiling(name="typical moe ceiling 0.60-0.65", utilization=(0.60, 0.65))
+    assert r.headroom_record().speed_of_light_tok_s == pytest.approx((265e9 / 1.849e9, 315e9 / 1.849e9))
+    target = r.target_record()
+    assert target is not None and target.required_utilization == pytest.approx((0.734, 0.872), abs=0.001)
 
 
 def test_analyse_batch_rows_carry_what_a_run_measured() -> None:
@@ -148,7 +149,8 @@ def test_analyse_batch_rows_carry_what_a_run_measured() -> None:
     assert one.ceiling.ceiling_tok_s.as_list() == pytest.approx([50.0, 50.0])  # batch 1: the measured rate itself
     assert one.measured_tok_s is None and one.measured_over_ceiling is None
     assert four.measured_over_ceiling is not None and four.measured_over_ceiling.lo == pytest.approx(0.5)
-    assert r.to_dict()["batch"][1]["measured_over_ceiling"] == pytest.approx([0.5, 0.5])
+    rows = r.batch_records()
+    assert rows is not None and rows[1].measured_over_ceiling == pytest.approx((0.5, 0.5)) and rows[0].measured_over_ceiling is None
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
-from servecheck.model.bodies.roofline import Gate
+from servecheck.model.bodies import roofline as shape
+from servecheck.model.bodies.roofline import Gate, Range
 from servecheck.model.figures import GIB
 
 GB = 1_000_000_000
@@ -41,6 +42,9 @@ class Span:
 
     def as_list(self) -> list[float]:
         return [self.lo, self.hi]
+
+    def as_range(self) -> Range:
+        return (self.lo, self.hi)
 
 
 # Typical best achieved utilization of measured read bandwidth, per model kind.
@@ -98,6 +102,10 @@ class TargetCheck:
     ceiling: Span
     within_reach: bool  # the whole required range is at or below the top of the typical ceiling
     partly_within_reach: bool  # at least the optimistic end (highest bandwidth) is
+
+    def record(self) -> shape.Target:
+        return shape.Target(tok_s=self.tok_s, required_gb_s=self.required_gb_s, required_utilization=self.required_utilization.as_range(),
+                            ceiling=self.ceiling.as_range(), within_reach=self.within_reach, partly_within_reach=self.partly_within_reach)
 
 
 def back_solve(target_tok_s: float, bytes_per_token: float, bandwidth_gb_s: Span, ceiling: Span) -> TargetCheck:
@@ -252,11 +260,11 @@ class BatchRow:
     def measured_over_ceiling(self) -> Span | None:
         return None if self.measured_tok_s is None else measured_over_ceiling(self.measured_tok_s, self.ceiling.ceiling_tok_s)
 
-    def to_dict(self) -> dict[str, Any]:
-        ratio = self.measured_over_ceiling
-        return {"batch": self.ceiling.batch, "step_bytes": self.ceiling.step_bytes, "distinct_experts": self.ceiling.distinct_experts,
-                "ceiling_tok_s": self.ceiling.ceiling_tok_s.as_list(), "measured_tok_s": self.measured_tok_s,
-                "measured_over_ceiling": None if ratio is None else ratio.as_list()}
+    def record(self) -> shape.BatchRow:
+        c, ratio = self.ceiling, self.measured_over_ceiling
+        return shape.BatchRow(batch=c.batch, step_bytes=c.step_bytes, distinct_experts=c.distinct_experts,
+                              ceiling_tok_s=c.ceiling_tok_s.as_range(), measured_tok_s=self.measured_tok_s,
+                              measured_over_ceiling=None if ratio is None else ratio.as_range())
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,27 +289,19 @@ class Roofline:
     def valid(self) -> bool:
         return plausible(self.utilization)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The document fields of docs/schema.md (`roofline`) this analysis decides."""
-        t = self.target
-        return {
-            "bytes_per_token": self.bytes_per_token,
-            "kind": self.kind,
-            "tok_s": self.tok_s,
-            "achieved_gb_s": self.achieved_gb_s,
-            "bandwidth_gb_s": self.bandwidth_gb_s.as_list(),
-            "utilization": self.utilization.as_list(),
-            "gate": self.gate,
-            "gate_threshold": self.gate_threshold,
-            "ceiling": {"name": self.headroom.ceiling_name, "utilization": self.headroom.ceiling.as_list()},
-            "headroom": {"ceiling": self.headroom.ceiling_name, "factor": self.headroom.factor.as_list(),
-                         "speed_of_light_factor": self.speed_of_light.factor.as_list(),
-                         "speed_of_light_tok_s": self.speed_of_light_tok_s.as_list()},
-            "target": None if t is None else {
-                "tok_s": t.tok_s, "required_gb_s": t.required_gb_s, "required_utilization": t.required_utilization.as_list(),
-                "ceiling": t.ceiling.as_list(), "within_reach": t.within_reach, "partly_within_reach": t.partly_within_reach},
-            "batch": None if self.batch is None else [row.to_dict() for row in self.batch],
-        }
+    def ceiling_record(self) -> shape.Ceiling:
+        return shape.Ceiling(name=self.headroom.ceiling_name, utilization=self.headroom.ceiling.as_range())
+
+    def headroom_record(self) -> shape.Headroom:
+        return shape.Headroom(ceiling=self.headroom.ceiling_name, factor=self.headroom.factor.as_range(),
+                              speed_of_light_factor=self.speed_of_light.factor.as_range(),
+                              speed_of_light_tok_s=self.speed_of_light_tok_s.as_range())
+
+    def target_record(self) -> shape.Target | None:
+        return None if self.target is None else self.target.record()
+
+    def batch_records(self) -> tuple[shape.BatchRow, ...] | None:
+        return None if self.batch is None else tuple(row.record() for row in self.batch)
 
 
 def analyse(bytes_per_token: int, kind: str, tok_s: float, bandwidth_gb_s: Span, ceiling: Span, *,

@@ -21,6 +21,7 @@ from typing import Literal, TextIO
 from servecheck.engine import steps
 from servecheck.engine.cache import EngineCache
 from servecheck.errors import EngineError
+from servecheck.model.bodies.demo import LlamaServerEngine
 
 Progress = Callable[[str], None]
 Origin = Literal["flag", "path", "cache", "built"]
@@ -59,8 +60,9 @@ class EngineBinary:
     origin: Origin
     source: str | None = None  # what servecheck built it from, e.g. "llama-cpp-python 0.3.36 sdist"
 
-    def to_dict(self) -> dict[str, str | None]:
-        return {"path": str(self.path), "version": self.version, "origin": self.origin, "source": self.source}
+    def body(self) -> LlamaServerEngine:
+        """As the demo document records the engine it ran."""
+        return LlamaServerEngine(name="llamacpp", path=str(self.path), version=self.version, origin=self.origin, source=self.source)
 
     def describe(self) -> str:
         built_from = f", built from the {self.source}" if self.source else ""

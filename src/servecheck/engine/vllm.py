@@ -32,6 +32,7 @@ from servecheck.engine.hf_model import DEFAULT_HF_SIZE, HF_SIZES, ensure_hf_mode
 from servecheck.engine.process import LOCALHOST, SERVER_LOG_TAIL_LINES, LocalServer, ManagedServer
 from servecheck.engine.running import RunningRecords
 from servecheck.errors import EngineError, UsageError
+from servecheck.model.bodies.demo import VllmEngine
 
 Progress = Callable[[str], None]
 
@@ -86,10 +87,11 @@ class VllmEnv:
     def describe(self) -> str:
         return f"vLLM {self.vllm_version} ({VLLM_DIST}, torch {self.torch_version}, {self.origin}): {self.folder}"
 
-    def to_dict(self) -> dict[str, object]:
-        return {"folder": str(self.folder), "python": str(self.python), "vllm_version": self.vllm_version,
-                "torch_version": self.torch_version, "size_bytes": self.size_bytes, "install_s": self.install_s,
-                "origin": self.origin}
+    def body(self) -> VllmEngine:
+        """As the demo document records the engine it ran; its `path` is the program the server command starts."""
+        return VllmEngine(name="vllm", path=str(self.python), folder=str(self.folder), python=str(self.python),
+                          vllm_version=self.vllm_version, torch_version=self.torch_version, size_bytes=self.size_bytes,
+                          install_s=self.install_s, origin=self.origin)
 
 
 # -- where it lives ------------------------------------------------------------------------------

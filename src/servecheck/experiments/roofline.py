@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from servecheck.analysis import roofline as rl
 from servecheck.analysis.roofline import Span
@@ -17,6 +17,10 @@ from servecheck.errors import ServerError
 from servecheck.experiments.common import WARMUP_TOKENS  # the warm-up stream's output length
 from servecheck.load.prompts import make_requests
 from servecheck.load.protocol import Driver
+from servecheck.model.bodies import roofline as shape
+from servecheck.model.bodies.audit import Kind
+from servecheck.model.bodies.bandwidth import BandwidthBody
+from servecheck.model.codec import encode
 from servecheck.model.records import RequestRecord, ServerInfo
 
 URL_DECODE_TOKENS = 256
@@ -32,14 +36,17 @@ class Rate:
     server: ServerInfo | None = None  # --url: what detection learned about the server
     stream: RequestRecord | None = None  # --url: the measuring request
 
-    def fields(self) -> dict[str, Any]:
-        """The document's `tok_s`, `tok_s_source` and `measurement` (null for a given rate)."""
-        rec, measurement = self.stream, None
-        if self.server is not None and rec is not None and rec.first_token_ns is not None and rec.end_ns is not None:
-            measurement = {"server": self.server.to_dict(), "tokens": rec.tokens, "tokens_source": rec.tokens_source,
-                           "decode_s": (rec.end_ns - rec.first_token_ns) / 1e9, "ttft_s": (rec.first_token_ns - rec.send_ns) / 1e9,
-                           "server_timings": rec.server.to_dict() if rec.server else None}
-        return {"tok_s": self.tok_s, "tok_s_source": self.source, "measurement": measurement}
+    def measurement(self) -> shape.Measurement | None:
+        """The --url stream the rate was measured on; None for a given rate."""
+        rec = self.stream
+        if self.server is None or rec is None or rec.first_token_ns is None or rec.end_ns is None:
+            return None
+        return shape.Measurement(server=self.server.body(), tokens=rec.tokens, tokens_source=rec.tokens_source,
+                                 decode_s=(rec.end_ns - rec.first_token_ns) / 1e9, ttft_s=(rec.first_token_ns - rec.send_ns) / 1e9,
+                                 server_timings=rec.server.body() if rec.server else None)
+
+    def record(self) -> shape.RooflineRate:
+        return shape.RooflineRate(tok_s=self.tok_s, tok_s_source=self.source, measurement=self.measurement())
 
 
 @dataclass(frozen=True)
@@ -50,7 +57,7 @@ class Weights:
     resident_bytes: int | None
     kind: str
     step: rl.StepBytes | None = None  # the audit's split of a step by how it scales with batch size
-    audit_summary: dict[str, Any] | None = None
+    audit_summary: shape.AuditSummary | None = None
     kv_counted: bool = False  # the audit counted a KV cache (--context)
 
 
@@ -58,7 +65,7 @@ class Weights:
 class Bandwidth:
     span: Span
     source: str
-    probe: dict[str, Any] | None = None  # the probe's document, when the bandwidth was probed
+    probe: BandwidthBody | None = None  # the probe's result, when the bandwidth was probed
     probe_notes: tuple[str, ...] = ()
 
 
@@ -89,24 +96,34 @@ def document(result: RooflineResult, weights: Weights, plan: Plan) -> dict[str, 
     rate, bw = result.rate, result.bandwidth
     measured_on = {} if rate.server is None else {"simulated": rate.server.simulated}
     if bw is None:
-        return {**rate.fields(), **measured_on}
-    r = rl.analyse(weights.bytes_per_token, weights.kind, rate.tok_s, bw.span, plan.ceiling, gate_threshold=plan.gate_threshold,
-                   target_tok_s=plan.target_tok_s, step=weights.step, batches=plan.batches, measured=plan.runs)
+        return {**encode(rate.record(), nulls=True), **measured_on}
+    r = analyse(rate, bw, weights, plan)
+    return {**encode(body(r, rate, bw, weights, plan), nulls=True), "valid": r.valid, **measured_on}
+
+
+def analyse(rate: Rate, bw: Bandwidth, weights: Weights, plan: Plan) -> rl.Roofline:
+    return rl.analyse(weights.bytes_per_token, weights.kind, rate.tok_s, bw.span, plan.ceiling, gate_threshold=plan.gate_threshold,
+                      target_tok_s=plan.target_tok_s, step=weights.step, batches=plan.batches, measured=plan.runs)
+
+
+def body(r: rl.Roofline, rate: Rate, bw: Bandwidth, weights: Weights, plan: Plan) -> shape.RooflineBody:
+    """The roofline body record (docs/schema.md) of the analysis `r` of `rate` against `bw`."""
+    return shape.RooflineBody(
+        bytes_per_token=r.bytes_per_token, resident_bytes=weights.resident_bytes, kind=cast(Kind, r.kind),
+        tok_s=rate.tok_s, tok_s_source=rate.source, achieved_gb_s=r.achieved_gb_s, bandwidth_gb_s=r.bandwidth_gb_s.as_range(),
+        bandwidth_source=bw.source, utilization=r.utilization.as_range(), gate=r.gate, gate_threshold=r.gate_threshold,
+        ceiling=r.ceiling_record(), headroom=r.headroom_record(), target=r.target_record(), batch=r.batch_records(),
+        audit=weights.audit_summary, probe=bw.probe, measurement=rate.measurement(),
+        notes=(*plan.notes, *(f"probe: {n}" for n in bw.probe_notes), *notes(r, rate, weights, plan)),
+    )
+
+
+def notes(r: rl.Roofline, rate: Rate, weights: Weights, plan: Plan) -> list[str]:
+    """The caveats these numbers need (analysis.roofline.sanity_notes)."""
     audited = weights.audit_summary is not None
-    sanity = rl.sanity_notes(r.utilization, audited=audited, kv_counted=audited and weights.kv_counted,
-                             kind_given=plan.kind_given, batched=bool(r.batch), asked_tokens=plan.asked_tokens,
-                             stream_tokens=None if rate.stream is None else rate.stream.tokens)
-    return {
-        **r.to_dict(),
-        "resident_bytes": weights.resident_bytes,
-        "bandwidth_source": bw.source,
-        **rate.fields(),
-        "probe": bw.probe,
-        "audit": weights.audit_summary,
-        "notes": [*plan.notes, *(f"probe: {n}" for n in bw.probe_notes), *sanity],
-        "valid": r.valid,
-        **measured_on,
-    }
+    return rl.sanity_notes(r.utilization, audited=audited, kv_counted=audited and weights.kv_counted,
+                           kind_given=plan.kind_given, batched=bool(r.batch), asked_tokens=plan.asked_tokens,
+                           stream_tokens=None if rate.stream is None else rate.stream.tokens)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from servecheck.client.base import Target
 from servecheck.engine.cache import EngineCache
@@ -30,7 +30,9 @@ from servecheck.experiments.demo import EXPECTED, as_expected, run_demo_staircas
 from servecheck.experiments.staircase import StaircaseResult
 from servecheck.load.protocol import DriverFactory
 from servecheck.logscan.scan import scan_log
+from servecheck.model.bodies import demo as shape
 from servecheck.model.bodies.demo import DEMO_NS
+from servecheck.model.bodies.staircase import Verdict
 from servecheck.model.codec import encode
 from servecheck.results.jsonout import envelope
 
@@ -84,11 +86,8 @@ class DemoEngine:
     def describe(self) -> str:
         return self.local.binary.describe() if isinstance(self.local, LocalEngine) else self.local.env.describe()
 
-    def to_dict(self) -> dict[str, Any]:
-        if isinstance(self.local, LocalEngine):
-            return {"name": "llamacpp", **self.local.binary.to_dict()}
-        # "path": the program the server command starts, as for llama-server
-        return {"name": "vllm", "path": str(self.local.env.python), **self.local.env.to_dict()}
+    def body(self) -> shape.DemoEngine:
+        return self.local.binary.body() if isinstance(self.local, LocalEngine) else self.local.env.body()
 
     def server(self, parallel: int, *, tokens: int, prompt_tokens: int, log_path: Path) -> LlamaServer | VllmServer:
         if isinstance(self.local, LocalEngine):
@@ -115,31 +114,33 @@ def provision_demo_engine(engine: str, model: str | None, llama_server: str | No
 class DemoRun:
     parallel: int
     expected: str
-    doc: dict[str, Any]  # the staircase document (experiments.staircase.StaircaseResult.document)
+    staircase: shape.EmbeddedStaircase  # the staircase document's record (`embedded`)
     attempts: int
     command: tuple[str, ...]
     server_pid: int | None
     log_path: Path
-    log_audit: dict[str, Any] | None  # servecheck.logscan's findings, when that feature is installed
+    log_audit: shape.DemoLogAudit | None  # servecheck.logscan's findings (or why it failed), once the server stopped
+
+    @property
+    def verdict(self) -> Verdict:
+        assert self.staircase.verdict is not None  # embedded() writes the analysis' verdict, which is never None
+        return self.staircase.verdict
 
     @property
     def as_expected(self) -> bool:
-        return as_expected(self.doc["verdict"], self.expected, valid=self.doc["valid"],
-                           complete=self.doc.get("complete", True))
+        s = self.staircase
+        return as_expected(self.verdict, self.expected, valid=s.valid, complete=s.complete is not False)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "parallel": self.parallel,
-            "expected": self.expected,
-            "verdict": self.doc["verdict"],
-            "as_expected": self.as_expected,
-            "attempts": self.attempts,
-            "server_command": list(self.command),
-            "server_pid": self.server_pid,
-            "log_path": str(self.log_path),
-            "log_audit": self.log_audit,
-            "staircase": self.doc,
-        }
+    def body(self) -> shape.DemoRun:
+        return shape.DemoRun(parallel=self.parallel, expected=cast(Verdict, self.expected), verdict=self.verdict,
+                             as_expected=self.as_expected, attempts=self.attempts, server_command=self.command,
+                             server_pid=self.server_pid, log_path=str(self.log_path), log_audit=self.log_audit, staircase=self.staircase)
+
+
+def embedded(result: StaircaseResult) -> shape.EmbeddedStaircase:
+    """The staircase document a demo run embeds (experiments.staircase.StaircaseResult.document), as its record."""
+    a = result.analysis()
+    return shape.EmbeddedStaircase.of(result.body(a), valid=a.valid, simulated=result.server.simulated, complete=result.complete)
 
 
 # ---------------------------------------------------------------- running
@@ -183,20 +184,20 @@ def run_one(
         def on_point(result: StaircaseResult) -> None:
             printer(result)
             if on_snapshot is not None:
-                on_snapshot(DemoRun(parallel, expected, result.document(), attempt, command, pid, log_path, None))
+                on_snapshot(DemoRun(parallel, expected, embedded(result), attempt, command, pid, log_path, None))
 
         attempt = 1
         seed = random.SystemRandom().randrange(2**32)
         result = asyncio.run(_staircase(open_driver, url, engine.api, tokens, prompt_tokens, seed, on_point))
-        doc = result.document()
-    say(f"{label} stopped; verdict {doc['verdict']}")
+        staircase = embedded(result)
+    say(f"{label} stopped; verdict {staircase.verdict}")
     audit = audit_log(log_path, command, engine.name, ask=(engine.batching_feature,))
-    return DemoRun(parallel, expected, doc, attempt, command, pid, log_path, audit)
+    return DemoRun(parallel, expected, staircase, attempt, command, pid, log_path, audit)
 
 
 def audit_log(
     log_path: Path, command: tuple[str, ...], engine: str = "llamacpp", ask: tuple[str, ...] = ()
-) -> dict[str, Any] | None:
+) -> shape.DemoLogAudit:
     """The server log audited by servecheck.logscan, the `log` document's body without `refused`. `ask`:
     features decided whatever the command line says (the demo asks whether each server batches:
     a one-at-a-time server's own configuration line then says so, whether or not a periodic line
@@ -204,8 +205,8 @@ def audit_log(
     try:
         result = scan_log(log_path, engine, shlex.join(command[1:]), ask=ask)
     except ServecheckError as exc:  # the audit is a bonus: its failure must not hide the two verdicts
-        return {"error": exc.one_line(), "findings": []}
-    return encode(result.body(), nulls=True)
+        return shape.LogAuditFailed(error=exc.one_line())
+    return shape.DemoLogAudit.of(result.body())
 
 
 @dataclass(frozen=True)
@@ -221,7 +222,8 @@ class DemoJob:
     open_driver: DriverFactory  # the driver each staircase is measured through (a user's: the pre-flight's CheckedDriver)
 
     def opening(self) -> dict[str, Any]:
-        return {"engine": self.engine.to_dict(), "model_path": str(self.engine.model_path), "runs": []}
+        """Before anything is measured: the engine and the model, no runs, no verdicts yet."""
+        return encode(shape.DemoBody(engine=self.engine.body(), model_path=str(self.engine.model_path)), nulls=True)
 
     def run(self, on_point: Callable[[list[DemoRun]], None]) -> list[DemoRun]:
         measured: dict[int, DemoRun] = {}  # by --parallel: finished runs and the latest snapshot of the one running
@@ -246,11 +248,11 @@ def demo_head(engine: DemoEngine, *, tokens: int, prompt_tokens: int) -> dict[st
 
 
 def demo_fields(engine: DemoEngine, runs: list[DemoRun]) -> dict[str, Any]:
-    return {
-        "engine": engine.to_dict(),
-        "model_path": str(engine.model_path),
-        "runs": [r.to_dict() for r in runs],
-        "verdicts": {f"parallel_{r.parallel}": r.doc["verdict"] for r in runs},
-        "as_expected": all(r.as_expected for r in runs),
-        "valid": all(r.doc["valid"] for r in runs),
-    }
+    """The demo's fields of the document: its body, and whether every staircase run was valid."""
+    return {**encode(demo_body(engine, runs), nulls=True), "valid": all(r.staircase.valid for r in runs)}
+
+
+def demo_body(engine: DemoEngine, runs: list[DemoRun]) -> shape.DemoBody:
+    return shape.DemoBody(engine=engine.body(), model_path=str(engine.model_path), runs=tuple(r.body() for r in runs),
+                          verdicts={f"parallel_{r.parallel}": r.verdict for r in runs},
+                          as_expected=all(r.as_expected for r in runs))

@@ -16,14 +16,13 @@ from typing import Any
 
 from servecheck.analysis import roofline as rl
 from servecheck.analysis.roofline import Span
-from servecheck.audit import AuditResult, audit_model
+from servecheck.audit import audit_model
 from servecheck.audit.options import options_from
 from servecheck.envinfo import environment
 from servecheck.errors import AuditError, UsageError
 from servecheck.experiments.roofline import URL_DECODE_TOKENS, URL_PROMPT_TOKENS, Bandwidth, Plan, RooflineResult, Weights
 from servecheck.inputs import check_input_file
 from servecheck.model.bodies.roofline import AuditSummary
-from servecheck.model.codec import encode, json_keys
 from servecheck.probe import GIB, measure_bandwidth, plan_sizes
 from servecheck.probe.bandwidth import available_memory_bytes
 from servecheck.results.jsonout import envelope, read_json
@@ -157,7 +156,7 @@ def resolve_weights(model: Path | None, bytes_text: str | None, kind: str, resid
         check_input_file(model, "model", allow_dir=True, error=AuditError)
         result = audit_model(model, options)
         return Weights(result.total_bytes_per_token, resident_bytes or result.resident_bytes,
-                       result.kind if kind == "auto" else kind, step=result.step_bytes(), audit_summary=_audit_summary(result),
+                       result.kind if kind == "auto" else kind, step=result.step_bytes(), audit_summary=AuditSummary.of(result.body()),
                        kv_counted=result.kv is not None)
     assert bytes_text is not None
     return Weights(_bytes(bytes_text, "--bytes-per-token"), resident_bytes, "dense" if kind == "auto" else kind)
@@ -185,7 +184,7 @@ def resolve_bandwidth(raw: str, resident: int | None, device: str, threads: int 
     result = measure_bandwidth([size], device=device, threads=threads)
     point = result.closest(resident or size)
     return Bandwidth(Span(min(point.low_gb_s, point.gb_s), point.gb_s), f"probed at {point.bytes / GIB:.2f} GiB ({note})",
-                     encode(result.body(), nulls=True), tuple(result.notes))
+                     result.body(), tuple(result.notes))
 
 
 def probe_size(resident: int | None) -> tuple[int, str]:
@@ -201,12 +200,6 @@ def probe_size(resident: int | None) -> tuple[int, str]:
     except UsageError:
         return defaults[-1], (f"resident {resident / GIB:.1f} GiB does not fit: the largest size that does, "
                               "so bandwidth reads high and utilization low")
-
-
-def _audit_summary(a: AuditResult) -> dict[str, Any]:
-    """The fields of the `audit` document that the roofline keeps (model.bodies.roofline.AuditSummary)."""
-    full = encode(a.body(), nulls=True)
-    return {k: full[k] for k in sorted(json_keys(AuditSummary))}
 
 
 def load_run(path: str) -> tuple[dict[int, float], list[str]]:

@@ -3,7 +3,7 @@
 A range is [lo, hi]; utilization is a fraction of measured bandwidth; GB = 10^9 bytes. `target`,
 `batch`, `audit`, `probe` and `measurement` are null unless --target, --batch, MODEL, --bandwidth
 auto and --url asked for them. A run interrupted after its --url measurement keeps only `tok_s`,
-`tok_s_source` and `measurement`.
+`tok_s_source` and `measurement` (`RooflineRate`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.audit import Experts, Format, Kind
+from servecheck.model.bodies.audit import AuditBody, Experts, Format, Kind
 from servecheck.model.bodies.bandwidth import BandwidthBody
 from servecheck.model.bodies.common import Server, ServerTimings
 from servecheck.model.codec import record
@@ -74,6 +74,12 @@ class AuditSummary:
     experts: Experts | None = None
     tied_head: bool | None = None
 
+    @classmethod
+    def of(cls, audit: AuditBody) -> AuditSummary:
+        return cls(path=audit.path, format=audit.format, architecture=audit.architecture, bytes_per_token=audit.bytes_per_token,
+                   kv_bytes_per_token=audit.kv_bytes_per_token, state_bytes_per_token=audit.state_bytes_per_token,
+                   resident_bytes=audit.resident_bytes, experts=audit.experts, tied_head=audit.tied_head)
+
 
 @record
 class Measurement:
@@ -85,6 +91,15 @@ class Measurement:
     decode_s: float | None = None
     ttft_s: float | None = None
     server_timings: ServerTimings | None = None
+
+
+@record
+class RooflineRate:
+    """The decode rate alone: what a --url run interrupted before its bandwidth was settled keeps."""
+
+    tok_s: float | None = None
+    tok_s_source: str | None = None
+    measurement: Measurement | None = None
 
 
 @record

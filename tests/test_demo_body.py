@@ -1,0 +1,115 @@
+"""The demo result is written from its body record (issue 25): the engine (llama.cpp's binary or vLLM's
+environment) with only its own keys, each run with the staircase document its server gave and its log
+audit (or why the audit failed), no verdicts before the first point, and a document that decodes back
+into the body it was written from. No engine is started: the pieces of a DemoJob are built here.
+
+The documents these replace were written by hand (`DemoEngine.to_dict`, `DemoRun.to_dict`,
+`EngineBinary.to_dict`, `VllmEnv.to_dict`, `demo_fields`, `DemoJob.opening` at 8b0f86f); the new writer
+gave the same JSON, byte for byte, over 188 demo documents of DemoJob runs against the simulator
+(llama.cpp and vLLM engines, audits found, failed and pending, verdicts as and not as expected,
+interrupted in either server; openings, partial and last documents)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from servecheck.engine.build import EngineBinary
+from servecheck.engine.local import LocalEngine
+from servecheck.engine.vllm import VllmEnv, VllmLocal
+from servecheck.experiments.staircase import StaircaseResult
+from servecheck.analysis.staircase import MeasuredBatch
+from servecheck.jobs import demo as job
+from servecheck.model.bodies.demo import DemoBody, DemoLogAudit, LogAuditFailed
+from servecheck.model.bodies.log import LogBody
+from servecheck.model.bodies.staircase import StaircaseBody
+from servecheck.model.codec import decode, encode, json_keys
+from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord, ServerInfo
+
+BINARY = EngineBinary(Path("/x/llama-server"), "0.5.0-dev (build 1, commit 0c1e570)", "cache")
+ENV = VllmEnv(Path("/c/vllm/k"), Path("/c/vllm/k/venv/bin/python"), "0.11.0", "2.8.0+cpu", 3_500_000_000, 412.5, "installed")
+LLAMA = job.DemoEngine("llamacpp", LocalEngine(BINARY, Path("/m/tiny.gguf"), "tiny"), 1)
+VLLM = job.DemoEngine("vllm", VllmLocal(ENV, Path("/m/hf-tiny"), "servecheck-tiny"), None)
+
+
+def written(doc: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(doc))
+
+
+def staircase(finish_s: dict[int, float], *, complete: bool = True) -> StaircaseResult:
+    """A run at N=1, 2, 4 whose requests all finish together at `finish_s[n]` (a cluster) or one after another."""
+    server = ServerInfo(url="http://127.0.0.1:1", dialect="llamacpp", model="m", simulated=True)
+
+    def batch(n: int) -> MeasuredBatch:
+        records = tuple(RequestRecord(index=i, nonce=f"n{n}{i}", status="ok", tokens_requested=8, send_ns=0, first_token_ns=10_000_000,
+                                      end_ns=int((i + 1 if finish_s[n] == 0 else finish_s[n]) * NS_PER_S), tokens=8, tokens_source="usage")
+                        for i in range(n))
+        return MeasuredBatch(n, 0, BatchResult(release_ns=0, in_flight=n, records=records, dispatch_skew_ns=0))
+
+    return StaircaseResult(server=server, ns=(1, 2, 4), tokens=8, prompt_tokens=8, reps=1, batches=tuple(batch(n) for n in (1, 2, 4)),
+                           complete=complete)
+
+
+def run(parallel: int, expected: str, result: StaircaseResult, audit: DemoLogAudit | None) -> job.DemoRun:
+    return job.DemoRun(parallel, expected, job.embedded(result), 1, ("llama-server", "-np", str(parallel)), 4242,
+                       Path(f"/l/np{parallel}.log"), audit)
+
+
+def test_each_engine_writes_its_own_keys() -> None:
+    assert encode(BINARY.body(), nulls=True) == {"name": "llamacpp", "path": "/x/llama-server", "version": BINARY.version,
+                                                 "origin": "cache", "source": None}
+    assert encode(VLLM.body(), nulls=True) == {"name": "vllm", "path": "/c/vllm/k/venv/bin/python", "folder": "/c/vllm/k",
+                                               "python": "/c/vllm/k/venv/bin/python", "vllm_version": "0.11.0",
+                                               "torch_version": "2.8.0+cpu", "size_bytes": 3_500_000_000, "install_s": 412.5,
+                                               "origin": "installed"}
+
+
+@pytest.mark.parametrize("engine", [LLAMA, VLLM], ids=["llamacpp", "vllm"])
+def test_the_first_document_has_no_runs_and_no_verdicts_yet(engine: job.DemoEngine, tmp_path: Path) -> None:
+    opening = job.DemoJob(engine, 16, 8, tmp_path, print, open_driver=None).opening()  # type: ignore[arg-type]
+    assert written(opening) == {"engine": encode(engine.body(), nulls=True), "model_path": str(engine.model_path), "runs": []}
+
+
+def test_a_run_embeds_its_staircase_document_and_the_verdicts_follow_it() -> None:
+    one, many = staircase({1: 0, 2: 0, 4: 0}), staircase({1: 1.0, 2: 1.0, 4: 1.0}, complete=False)
+    runs = [run(1, "staircase", one, None), run(4, "cluster", many, None)]
+    doc = written(job.demo_fields(LLAMA, runs))
+    assert set(doc) == json_keys(DemoBody) | {"valid"}
+    first, second = doc["runs"]
+    assert set(first) == {"parallel", "expected", "verdict", "as_expected", "attempts", "server_command", "server_pid", "log_path",
+                          "log_audit", "staircase"}
+    assert first["staircase"] == written(one.document()) and second["staircase"] == written(many.document())
+    assert doc["verdicts"] == {"parallel_1": first["verdict"], "parallel_4": second["verdict"]}
+    assert (first["verdict"], first["staircase"]["verdict"]) == (one.analysis().verdict, one.analysis().verdict)
+    assert second["as_expected"] is False and doc["as_expected"] is False  # an interrupted run proves nothing
+    assert first["server_command"] == ["llama-server", "-np", "1"] and first["log_path"] == "/l/np1.log"
+    assert first["log_audit"] is None and doc["valid"] is (one.analysis().valid and many.analysis().valid)
+
+
+def test_a_log_audit_writes_the_log_fields_or_only_why_it_failed() -> None:
+    log = LogBody(path="/l/np1.log", engine="llamacpp", lines_total=12, warnings=0, errors=0, notes=("n",))
+    found, failed = DemoLogAudit.of(log), LogAuditFailed(error="cannot read /l/np4.log")
+    runs = [run(1, "staircase", staircase({1: 0, 2: 0, 4: 0}), found), run(4, "cluster", staircase({1: 1.0, 2: 1.0, 4: 1.0}), failed)]
+    doc = written(job.demo_fields(LLAMA, runs))
+    assert doc["runs"][0]["log_audit"] == encode(log, nulls=True)  # the log command's fields, `refused` null, no `error`
+    assert "error" not in doc["runs"][0]["log_audit"] and doc["runs"][0]["log_audit"]["refused"] is None
+    assert doc["runs"][1]["log_audit"] == {"error": "cannot read /l/np4.log", "findings": []}
+    # a failed audit reads back as the audit record with its error, as the report reads it
+    back = decode(DemoBody, doc).runs[1].log_audit
+    assert isinstance(back, DemoLogAudit) and back.error == "cannot read /l/np4.log" and back.findings == ()
+
+
+def test_a_document_reads_back_into_the_body_it_was_written_from() -> None:
+    log = DemoLogAudit.of(LogBody(path="/l/np1.log", engine="vllm", lines_total=3))
+    runs = [run(1, "staircase", staircase({1: 0, 2: 0, 4: 0}), log), run(4, "cluster", staircase({1: 1.0, 2: 1.0, 4: 1.0}), log)]
+    doc = written(job.demo_fields(VLLM, runs))
+    body = decode(DemoBody, doc)
+    # the engine reads back as one record of every engine's keys (llama.cpp's null for vLLM): the rest as written
+    assert {k: v for k, v in encode(body, nulls=True).items() if k != "engine"} == {k: v for k, v in doc.items() if k not in ("valid", "engine")}
+    assert body.engine is not None and encode(body.engine) == doc["engine"] and body.engine.version is None
+    staircase_body = body.runs[0].staircase
+    assert staircase_body is not None and staircase_body.command == "staircase" and staircase_body.complete is True
+    assert set(json_keys(StaircaseBody)) < set(doc["runs"][0]["staircase"]) | {"log_audit"}
