@@ -4,8 +4,7 @@ it; experiments and reports only read it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from servecheck.model.bodies.arms import Thermal
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +21,11 @@ class ThermalSummary:
         count = "zero" if self.pressure_samples == 0 else str(self.pressure_samples)
         return f"thermal pressure in {count} of {self.samples} samples ({', '.join(self.sources)})"
 
-    def body(self) -> Thermal:
-        """As the arms document records it, with the summary in words."""
-        return Thermal(summary=self.describe(), sources=self.sources, samples=self.samples,
-                       pressure_samples=self.pressure_samples, max_temp_c=self.max_temp_c, examples=self.examples)
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sources": list(self.sources),
+            "samples": self.samples,
+            "pressure_samples": self.pressure_samples,
+            "max_temp_c": self.max_temp_c,
+            "examples": list(self.examples),
+        }
