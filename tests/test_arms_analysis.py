@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from servecheck.analysis import arms as A
+from servecheck.model.codec import encode
 from servecheck.model.records import NS_PER_S, RequestRecord, ServerTimings
 
 # --- helpers -------------------------------------------------------------------------------
@@ -123,11 +124,11 @@ def test_seed_generation_gain_equals_per_user_rate_times_mean_decoding() -> None
 
 
 def test_json_shape_uses_ratios_and_signed_fractions() -> None:
-    d = A.analyse(seed_cells()).to_dict()
-    four = next(a for a in d["arms"] if a["concurrency"] == 4)
+    analysis = A.analyse(seed_cells())
+    four = encode(analysis.arm(4).record(), nulls=True)
     assert set(four) >= {"concurrency", "aggregate_speedup", "generation_gain", "per_user_rate_change", "ttft_multiple", "efficiency", "label"}
     assert four["aggregate_speedup"] > 1 and four["per_user_rate_change"] < 0 and 0 < four["efficiency"] < 1
-    assert d["headline_refused"] is False and d["deviant_cells"] == []
+    assert analysis.headline_refused is False and analysis.deviant_cells == ()
 
 
 # --- the queue trap ------------------------------------------------------------------------
@@ -255,7 +256,6 @@ def test_order_statistic_interval_and_its_exact_level(n: int, k: int, level: flo
     est = A.median_interval([float(i) for i in range(1, n + 1)])
     assert (est.lo, est.hi) == (float(k), float(n + 1 - k))
     assert est.level == pytest.approx(level)
-    assert est.to_dict()["level"] == pytest.approx(level)
 
 
 def test_interval_level_of_the_arms_estimates() -> None:
@@ -443,7 +443,7 @@ def test_drift_names_the_run_that_lost_most() -> None:
     steady = seed_cells(6)
     heating = [replace(c, run=1) for c in drifting_cells(fixed=False, loss_per_cell=0.02)]
     d = A.analyse(steady + heating).drift
-    assert d is not None and d.run == 1 and d.loss > 0.2 and d.to_dict()["run"] == 1
+    assert d is not None and d.run == 1 and d.loss > 0.2 and d.record().run == 1
 
 
 def test_a_noisy_generation_gain_is_inconclusive_not_pipelining() -> None:

@@ -33,7 +33,7 @@ def local_engine() -> LocalEngine:
 async def _arms(url: str, seed: int) -> dict:
     async with LoadDriver(make_target(url, api="llamacpp", first_token_timeout_s=120)) as driver:
         run = await run_arms(driver, DESIGN, rng=random.Random(seed))
-    return run.to_doc()
+    return run.document()
 
 
 def _labels(engine: LocalEngine, parallel: int, tmp_path: Path, decided: Callable[[dict[int, str]], bool],

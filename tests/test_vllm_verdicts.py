@@ -168,7 +168,7 @@ def arms_labels(vllm: OneAtATime, parallel: int, decided: Callable[[dict[int, st
 
     async def once(seed: int) -> dict[str, Any]:
         async with CheckedDriver(_target(url, vllm.local.model_name), workers=MAX_WORKERS, auto=True) as driver:
-            return (await run_arms(driver, ARMS, rng=random.Random(seed))).to_doc()
+            return (await run_arms(driver, ARMS, rng=random.Random(seed))).document()
 
     tries = []
     for attempt in range(2):

@@ -12,10 +12,10 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import median, mode
+from servecheck.model.bodies import arms as shape
 from servecheck.model.bodies.arms import INTERVAL_LEVEL, BiasMethod, Label
 from servecheck.model.bodies.common import Finding
 from servecheck.model.records import NS_PER_S, OUTPUT_LENGTH_TOLERANCE, RequestRecord
@@ -93,27 +93,16 @@ class Cell:
         """Average number of requests decoding at once while any was."""
         return self.decoding_sum_s / self.decoding_union_s if self.decoding_union_s > 0 else None
 
-    def to_dict(self, *, deviant: bool = False) -> dict[str, Any]:
-        return {
-            "rep": self.rep,
-            "position": self.position,
-            "concurrency": self.concurrency,
-            "run": self.run,
-            "start_s": self.start_s,
-            "wall_s": self.wall_s,
-            "batch_wall_s": self.batch_wall_s,
-            "tokens": self.tokens,
-            "decode_tokens": self.decode_tokens,
-            "decoding_union_s": self.decoding_union_s,
-            "decoding_sum_s": self.decoding_sum_s,
-            "aggregate_tok_s": self.aggregate_tok_s,
-            "generation_tok_s": self.generation_tok_s,
-            "per_user_rate_tok_s": self.per_user_rate_tok_s,
-            "ttft_s": self.ttft_s,
-            "failed": self.failed,
-            "peak_running": self.peak_running,
-            "deviant": deviant,
-        }
+    def record(self, *, deviant: bool) -> shape.ArmsCell:
+        """The cell as the document records it (`deviant`: the analysis named it, `ArmsAnalysis.deviant`)."""
+        return shape.ArmsCell(
+            rep=self.rep, position=self.position, concurrency=self.concurrency, run=self.run, start_s=self.start_s,
+            wall_s=self.wall_s, batch_wall_s=self.batch_wall_s, tokens=self.tokens, decode_tokens=self.decode_tokens,
+            decoding_union_s=self.decoding_union_s, decoding_sum_s=self.decoding_sum_s,
+            aggregate_tok_s=self.aggregate_tok_s, generation_tok_s=self.generation_tok_s,
+            per_user_rate_tok_s=self.per_user_rate_tok_s, ttft_s=self.ttft_s, failed=self.failed,
+            peak_running=self.peak_running, deviant=deviant,
+        )
 
 
 # --- cells from request records ------------------------------------------------------------
@@ -226,9 +215,6 @@ class Estimate:
     def rises(self) -> bool:
         return self.n >= MIN_REPS_FOR_RISE and self.lo > RISE_INTERVAL_FLOOR and self.median >= MIN_RISE
 
-    def to_dict(self) -> dict[str, float | int]:
-        return {"median": self.median, "lo": self.lo, "hi": self.hi, "n": self.n, "level": self.level}
-
 
 @dataclass(frozen=True, slots=True)
 class ArmResult:
@@ -254,35 +240,27 @@ class ArmResult:
     def per_user_rate_change(self) -> float | None:
         return None if self.per_user_rate_ratio is None else self.per_user_rate_ratio.median - 1.0
 
-    def to_dict(self) -> dict[str, Any]:
-        def med(e: Estimate | None) -> float | None:
-            return None if e is None else e.median
+    def record(self) -> shape.Arm:
+        return shape.Arm(
+            concurrency=self.concurrency, cells=self.n_cells,
+            aggregate_speedup=_median(self.aggregate_speedup), aggregate_speedup_interval=_interval(self.aggregate_speedup),
+            generation_gain=_median(self.generation_gain), generation_gain_interval=_interval(self.generation_gain),
+            per_user_rate_change=self.per_user_rate_change,
+            per_user_rate_change_interval=None if self.per_user_rate_ratio is None
+            else (self.per_user_rate_ratio.lo - 1.0, self.per_user_rate_ratio.hi - 1.0),
+            ttft_multiple=_median(self.ttft_multiple), ttft_multiple_interval=_interval(self.ttft_multiple),
+            efficiency=self.efficiency, label=self.label, label_reason=self.label_reason,
+            aggregate_tok_s=self.aggregate_tok_s, generation_tok_s=self.generation_tok_s,
+            per_user_rate_tok_s=self.per_user_rate_tok_s, ttft_s=self.ttft_s, mean_decoding=self.mean_decoding,
+        )
 
-        def iv(e: Estimate | None) -> list[float] | None:
-            return None if e is None else [e.lo, e.hi]
 
-        return {
-            "concurrency": self.concurrency,
-            "cells": self.n_cells,
-            "aggregate_speedup": med(self.aggregate_speedup),
-            "aggregate_speedup_interval": iv(self.aggregate_speedup),
-            "generation_gain": med(self.generation_gain),
-            "generation_gain_interval": iv(self.generation_gain),
-            "per_user_rate_change": self.per_user_rate_change,
-            "per_user_rate_change_interval": None
-            if self.per_user_rate_ratio is None
-            else [self.per_user_rate_ratio.lo - 1.0, self.per_user_rate_ratio.hi - 1.0],
-            "ttft_multiple": med(self.ttft_multiple),
-            "ttft_multiple_interval": iv(self.ttft_multiple),
-            "efficiency": self.efficiency,
-            "label": self.label,
-            "label_reason": self.label_reason,
-            "aggregate_tok_s": self.aggregate_tok_s,
-            "generation_tok_s": self.generation_tok_s,
-            "per_user_rate_tok_s": self.per_user_rate_tok_s,
-            "ttft_s": self.ttft_s,
-            "mean_decoding": self.mean_decoding,
-        }
+def _median(e: Estimate | None) -> float | None:
+    return None if e is None else e.median
+
+
+def _interval(e: Estimate | None) -> tuple[float, float] | None:
+    return None if e is None else (e.lo, e.hi)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,13 +272,11 @@ class PositionBias:
     method: BiasMethod
     by_position: tuple[tuple[int, float], ...] = ()  # (position, median aggregate tok/s)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "concurrency": self.concurrency,
-            "spread": self.spread,
-            "method": self.method,
-            "by_position": [{"position": p, "aggregate_tok_s": v} for p, v in self.by_position],
-        }
+    def record(self) -> shape.PositionBias:
+        return shape.PositionBias(
+            concurrency=self.concurrency, spread=self.spread, method=self.method,
+            by_position=tuple(shape.PositionMedian(position=p, aggregate_tok_s=v) for p, v in self.by_position),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,14 +292,9 @@ class Drift:
     def loss(self) -> float:
         return 1.0 - self.last_tok_s / self.first_tok_s if self.first_tok_s > 0 else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "first_tok_s": self.first_tok_s,
-            "last_tok_s": self.last_tok_s,
-            "reps_each": self.reps_each,
-            "loss": self.loss,
-            "run": self.run,
-        }
+    def record(self) -> shape.ArmsDrift:
+        return shape.ArmsDrift(first_tok_s=self.first_tok_s, last_tok_s=self.last_tok_s, loss=self.loss,
+                               reps_each=self.reps_each, run=self.run)
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,15 +309,9 @@ class DeviantCell:
     def deviation(self) -> float:
         return (self.tokens - self.modal_tokens) / self.modal_tokens
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run": self.run,
-            "rep": self.rep,
-            "concurrency": self.concurrency,
-            "tokens": self.tokens,
-            "modal_tokens": self.modal_tokens,
-            "deviation": self.deviation,
-        }
+    def record(self) -> shape.DeviantCell:
+        return shape.DeviantCell(run=self.run, rep=self.rep, concurrency=self.concurrency, tokens=self.tokens,
+                                 modal_tokens=self.modal_tokens, deviation=self.deviation)
 
     def describe(self) -> str:
         return (
@@ -361,9 +326,6 @@ class Warning_:
 
     message: str
     hint: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"message": self.message, "hint": self.hint}
 
     def record(self) -> Finding:
         return Finding(message=self.message, hint=self.hint)
@@ -390,18 +352,9 @@ class ArmsAnalysis:
                 return a
         raise KeyError(concurrency)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "headline": self.headline,
-            "headline_refused": self.headline_refused,
-            "refusal": self.refusal,
-            "arms": [a.to_dict() for a in self.arms],
-            "position_bias": None if self.position_bias is None else self.position_bias.to_dict(),
-            "bias_limit": self.bias_limit,
-            "drift": None if self.drift is None else self.drift.to_dict(),
-            "deviant_cells": [d.to_dict() for d in self.deviant_cells],
-            "warnings": [w.to_dict() for w in self.warnings],
-        }
+    def deviant(self, cell: Cell) -> bool:
+        """Whether `cell` is one of the deviant cells (its output far from its run's modal output)."""
+        return any((d.run, d.rep, d.concurrency) == (cell.run, cell.rep, cell.concurrency) for d in self.deviant_cells)
 
 
 # --- statistics ----------------------------------------------------------------------------

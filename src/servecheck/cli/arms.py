@@ -30,6 +30,7 @@ from servecheck.envinfo import environment
 from servecheck.errors import UsageError
 from servecheck.experiments.arms import ArmsDesign, ArmsExperiment, ArmsRun, PooledArmsJob, pool_runs
 from servecheck.model.bodies.arms import ArmsBody
+from servecheck.model.codec import encode
 from servecheck.model.result import RunResult, from_doc
 from servecheck.probe.thermal import ThermalSampler
 from servecheck.report.lines.arms import report_lines
@@ -172,7 +173,7 @@ def cmd(
     docs, names = load_pool(pool, output.db_path)
     pooled = pool_runs(docs, names)
     prompt_seed = fresh_seed() if seed is None else seed
-    params = {"design": design.to_dict(), "bias_limit": bias_limit, "seed": prompt_seed, "pool": list(pool),
+    params = {"design": encode(design.record(), nulls=True), "bias_limit": bias_limit, "seed": prompt_seed, "pool": list(pool),
               "serve": serve_command}
     if url is None and serve_command is None:
         pooled_only = ArmsRun(pooled.design or design, pooled=pooled.cells, pooled_from=pooled.names,

@@ -42,7 +42,9 @@ from servecheck.experiments.common import (
 from servecheck.load.protocol import Driver
 from servecheck.model.client import FIX as CLIENT_FIX
 from servecheck.model.client import FIGURE_FRAC, ClientCheck
-from servecheck.model.bodies.arms import ArmsBody, ArmsCell
+from servecheck.model.bodies import arms as shape
+from servecheck.model.bodies.arms import ANALYSIS_KEYS, ArmsBody, ArmsCell
+from servecheck.model.codec import encode
 from servecheck.model.records import NS_PER_S, RequestRecord, ServerInfo
 from servecheck.model.result import RunResult, from_doc
 from servecheck.model.thermal import ThermalSummary
@@ -95,16 +97,10 @@ class ArmsDesign:
             out.append("--fixed-order: every arm runs in the same position in every rep (the control experiment)")
         return tuple(out)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "arms": list(self.arms),
-            "requests": self.requests,
-            "reps": self.reps,
-            "tokens": self.tokens,
-            "prompt_tokens": self.prompt_tokens,
-            "fixed_order": self.fixed_order,
-            "max_reps": self.rep_budget,
-        }
+    def record(self) -> shape.ArmsDesign:
+        """The design as the document and the run's parameters record it (max_reps: the rep budget)."""
+        return shape.ArmsDesign(arms=self.arms, requests=self.requests, reps=self.reps, tokens=self.tokens,
+                                prompt_tokens=self.prompt_tokens, fixed_order=self.fixed_order, max_reps=self.rep_budget)
 
 
 @dataclass(frozen=True)
@@ -113,13 +109,10 @@ class MeasuredCell:
     records: tuple[RequestRecord, ...]
     dispatch_skew_ns: int
 
-    def to_dict(self, *, deviant: bool) -> dict[str, Any]:
-        return {
-            **self.cell.to_dict(deviant=deviant),
-            "release_s": self.cell.start_s,
-            "dispatch_skew_s": self.dispatch_skew_ns / NS_PER_S,
-            "requests": [r.to_dict(with_token_times=False) for r in self.records],
-        }
+    def record(self, *, deviant: bool) -> ArmsCell:
+        return replace(self.cell.record(deviant=deviant), release_s=self.cell.start_s,
+                       dispatch_skew_s=self.dispatch_skew_ns / NS_PER_S,
+                       requests=tuple(r.body(with_token_times=False) for r in self.records))
 
 
 @dataclass(frozen=True)
@@ -196,36 +189,44 @@ class ArmsRun:
             )
         return out
 
-    def to_doc(self, *, bias_limit: float = DEFAULT_BIAS_LIMIT) -> dict[str, Any]:
-        """The arms fields of the JSON document (the CLI puts the envelope around them)."""
+    def body(self, a: ArmsAnalysis | None) -> ArmsBody:
+        """The arms body record (docs/schema.md); `a`: this run's analysis (None before a serial cell)."""
+        deviant = (lambda c: False) if a is None else a.deviant
+        return ArmsBody(
+            headline=None if a is None else a.headline, headline_refused=a is not None and a.headline_refused,
+            refusal=None if a is None else a.refusal, design=self.design.record(), reps_taken=self.reps_taken,
+            arms=() if a is None else tuple(arm.record() for arm in a.arms),
+            cells=(*(c.record(deviant=deviant(c)) for c in self.pooled),
+                   *(m.record(deviant=deviant(m.cell)) for m in self.measured)),
+            pooled_from=self.pooled_from,
+            position_bias=None if a is None or a.position_bias is None else a.position_bias.record(),
+            bias_limit=None if a is None else a.bias_limit,
+            drift=None if a is None or a.drift is None else a.drift.record(),
+            thermal=None if self.thermal is None else self.thermal.body(),
+            deviant_cells=() if a is None else tuple(d.record() for d in a.deviant_cells),
+            cached_prompt_requests=tuple(self.cached_suspects()),
+            server=None if self.server is None else self.server.body(),
+            warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
+            warnings=tuple(w.record() for w in self.warnings(a)), notes=self.notes,
+            calibration=self.calibration,  # type: ignore[arg-type]  # "on" | "off" | "none"
+            client_checks=tuple(c.body() for c in self.client_checks),
+        )
+
+    def document(self, *, bias_limit: float = DEFAULT_BIAS_LIMIT) -> dict[str, Any]:
+        """The arms fields of the JSON document (the runner puts the envelope around them)."""
         a = self.analysis(bias_limit=bias_limit)
-        deviant = set() if a is None else {(d.run, d.rep, d.concurrency) for d in a.deviant_cells}
-        failed = sum(c.failed for c in self.cells())
-        body = a.to_dict() if a is not None else {"headline": None, "headline_refused": False, "refusal": None, "arms": [], "deviant_cells": []}
-        return {
-            **body,
-            "command": "arms",
-            "valid": failed == 0 and not any(c.client_bound for c in self.client_checks),
-            "complete": self.complete,
-            "simulated": bool(self.server and self.server.simulated) or self.pooled_simulated,
-            "design": self.design.to_dict(),
-            "reps_taken": self.reps_taken,
-            "server": None if self.server is None else self.server.to_dict(),
-            "warmup": None if self.warmup is None else self.warmup.to_dict(with_token_times=False),
-            "cells": [_cell_doc(c, deviant) for c in self.pooled]
-            + [m.to_dict(deviant=(m.cell.run, m.cell.rep, m.cell.concurrency) in deviant) for m in self.measured],
-            "pooled_from": list(self.pooled_from),
-            "thermal": None if self.thermal is None else {**self.thermal.to_dict(), "summary": self.thermal.describe()},
-            "warnings": [w.to_dict() for w in self.warnings(a)],
-            "cached_prompt_requests": self.cached_suspects(),
-            "notes": list(self.notes),
-            "calibration": self.calibration,
-            "client_checks": [c.to_dict() for c in self.client_checks],
-        }
+        body = encode(self.body(a), nulls=True)
+        if a is None:
+            body = {k: v for k, v in body.items() if k not in ANALYSIS_KEYS}
+        return {"command": "arms", "valid": self.valid, "complete": self.complete, "simulated": self.simulated, **body}
 
+    @property
+    def valid(self) -> bool:
+        return not any(c.failed for c in self.cells()) and not any(c.client_bound for c in self.client_checks)
 
-def _cell_doc(c: Cell, deviant: set[tuple[int, int, int]]) -> dict[str, Any]:
-    return c.to_dict(deviant=(c.run, c.rep, c.concurrency) in deviant)
+    @property
+    def simulated(self) -> bool:
+        return bool(self.server and self.server.simulated) or self.pooled_simulated
 
 
 async def _warm_up(factory: RequestFactory | None, driver: Driver, design: ArmsDesign, rng: random.Random) -> RequestRecord:
@@ -440,7 +441,7 @@ class PooledArmsJob:
         return self.pooled
 
     def document(self, result: ArmsRun) -> dict[str, Any]:
-        return result.to_doc(bias_limit=self.bias_limit)
+        return result.document(bias_limit=self.bias_limit)
 
 
 @dataclass(frozen=True)
@@ -470,4 +471,4 @@ class ArmsExperiment:
         return self.document(run)
 
     def document(self, result: ArmsRun) -> dict[str, Any]:
-        return result.to_doc(bias_limit=self.bias_limit)
+        return result.document(bias_limit=self.bias_limit)

@@ -4,7 +4,8 @@ it; experiments and reports only read it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+
+from servecheck.model.bodies.arms import Thermal
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,11 +22,7 @@ class ThermalSummary:
         count = "zero" if self.pressure_samples == 0 else str(self.pressure_samples)
         return f"thermal pressure in {count} of {self.samples} samples ({', '.join(self.sources)})"
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sources": list(self.sources),
-            "samples": self.samples,
-            "pressure_samples": self.pressure_samples,
-            "max_temp_c": self.max_temp_c,
-            "examples": list(self.examples),
-        }
+    def body(self) -> Thermal:
+        """The summary as the arms document records it, with its sentence."""
+        return Thermal(summary=self.describe(), samples=self.samples, pressure_samples=self.pressure_samples,
+                       max_temp_c=self.max_temp_c, sources=self.sources, examples=self.examples)

@@ -10,7 +10,7 @@ from typing import Literal
 
 from servecheck.model.bodies import BODIES
 from servecheck.model.bodies.common import Calibrated, ClientCheck, LogAudit, Request, Server, Warning
-from servecheck.model.codec import record
+from servecheck.model.codec import only_when_recorded, record
 
 Label = Literal["batching", "pipelining", "none", "inconclusive"]
 BiasMethod = Literal["positions", "drift"]  # across the positions an arm held, or along the run
@@ -68,10 +68,10 @@ class ArmsCell:
     position: int | None = None
     concurrency: int | None = None
     start_s: float | None = None
-    release_s: float | None = None
+    release_s: float | None = only_when_recorded()  # measured cells only
     wall_s: float | None = None
     batch_wall_s: float | None = None
-    dispatch_skew_s: float | None = None
+    dispatch_skew_s: float | None = only_when_recorded()  # measured cells only
     tokens: int | None = None
     decode_tokens: int | None = None
     failed: int | None = None
@@ -83,7 +83,7 @@ class ArmsCell:
     decoding_union_s: float | None = None
     deviant: bool | None = None
     peak_running: int | None = None  # the most the server's gauges showed running at once
-    requests: tuple[Request, ...] | None = None
+    requests: tuple[Request, ...] | None = only_when_recorded()  # measured cells only
 
 
 @record
@@ -155,9 +155,13 @@ class ArmsBody:
     warmup: Request | None = None
     warnings: tuple[Warning, ...] = ()
     notes: tuple[str, ...] = ()
-    log_audit: LogAudit | None = None
+    log_audit: LogAudit | None = only_when_recorded()  # with --serve
     calibration: Calibrated | None = None  # the client's pre-flight; None: a document from before it
     client_checks: tuple[ClientCheck, ...] | None = None  # one per concurrency, before its first batch; None: from before it
 
+
+# Keys of the analysis a document has only once the serial arm has a cell: before it (the opening
+# document, a run interrupted in its first cell) they are absent, not null.
+ANALYSIS_KEYS = ("position_bias", "bias_limit", "drift")
 
 BODIES["arms"] = ArmsBody
