@@ -1,0 +1,66 @@
+"""Issue 25: a result has one shape. The body records of `model/` are written and read by
+`model.codec` alone, so no code outside `model/` may keep a serializer of its own: no `to_dict`,
+`to_doc`, `from_dict` or `from_doc`, and no `..._doc` / `..._dict` function that builds a document
+(returns a dict) by hand. A new one fails here, with where it is."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "servecheck"
+
+SERIALIZER_NAMES = frozenset({"to_dict", "to_doc", "from_dict", "from_doc"})
+
+# Functions the rule's names catch that write no result: each with why.
+NOT_RESULT_SHAPES = {
+    "client/base.py: public_dict": "the target's flags as the run's `params` record them: an opaque JSON object "
+    "the envelope keeps as given (model.result.Envelope.params), with secrets left out",
+    "results/fields.py: as_dict": "a lenient reader of a value taken from a document (a dict, else empty); writes nothing",
+    "sim/config.py: as_dict": "what the simulator says about itself on its own wire (/props): a server's JSON, not servecheck's",
+}
+
+
+def serializers(source: str) -> list[str]:
+    """The serializer-style functions `source` defines: by name, or a `*_doc`/`*_dict` returning a dict."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        returns = ast.unparse(node.returns) if node.returns is not None else ""
+        builds_doc = node.name.endswith(("_doc", "_dict")) and ("dict" in returns or "Doc" in returns)
+        if node.name in SERIALIZER_NAMES or builds_doc:
+            found.append((node.lineno, node.name))
+    return [f"{name} (line {line})" for line, name in sorted(found)]
+
+
+def test_the_rule_finds_each_kind_of_serializer() -> None:
+    source = (
+        "class A:\n"
+        "    def to_dict(self): ...\n"
+        "    @classmethod\n"
+        "    def from_dict(cls, d): ...\n"
+        "def audit_doc(r) -> dict[str, Any]: ...\n"
+        "def point_dict(p) -> Doc: ...\n"
+        "def render_doc(run) -> str: ...\n"  # a renderer named after a document: not a serializer
+        "def body(self) -> Body: ...\n"
+    )
+    assert serializers(source) == ["to_dict (line 2)", "from_dict (line 4)", "audit_doc (line 5)", "point_dict (line 6)"]
+
+
+def test_no_serializer_outside_model() -> None:
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC)
+        if rel.parts[0] == "model":
+            continue
+        found = (f"{rel}: {name.split(' (')[0]}" for name in serializers(path.read_text(encoding="utf-8")))
+        offenders += [name for name in found if name not in NOT_RESULT_SHAPES]
+    assert offenders == [], "write a model/bodies record and let model.codec encode it:\n" + "\n".join(offenders)
+
+
+def test_each_exception_still_exists() -> None:
+    """An exception whose function is gone (or renamed) would excuse a new serializer of the same name."""
+    for entry in NOT_RESULT_SHAPES:
+        rel, name = entry.split(": ")
+        assert any(found.startswith(name + " ") for found in serializers((SRC / rel).read_text(encoding="utf-8"))), entry
