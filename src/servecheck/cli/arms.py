@@ -5,27 +5,19 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import click
 
 from servecheck import exitcodes
-from servecheck.analysis.readings import read_run
 from servecheck.analysis.arms import DEFAULT_BIAS_LIMIT
-from servecheck.cli.common import (
-    SIMULATED_BANNER,  # noqa: F401 - callers read the banner from the command's module
-    ClientOptions,
-    OutputOptions,
-    check_concurrency,
-    check_url,
-    client_record,
-    output_record,
-    say,
-)
+from servecheck.analysis.readings import read_run
+from servecheck.cli.common import SIMULATED_BANNER  # noqa: F401 - callers read the banner from the command's module
+from servecheck.cli.common import ClientOptions, OutputOptions, check_url, client_record, output_record, say
 from servecheck.cli.context import AppContext
 from servecheck.cli.measure import Progress, interrupted, measure, show_report
 from servecheck.cli.serve import Served, serve_option, served
+from servecheck.cli.values import parse_arms
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
 from servecheck.experiments.arms import ArmsDesign, ArmsExperiment, ArmsRun, PooledArmsJob, pool_runs
@@ -34,66 +26,19 @@ from servecheck.model.codec import encode
 from servecheck.model.result import RunResult, from_doc
 from servecheck.probe.thermal import ThermalSampler
 from servecheck.report.lines.arms import report_lines
-from servecheck.results.jsonout import envelope, read_json
+from servecheck.results.jsonout import envelope
 from servecheck.results.runner import run_job
-from servecheck.store.db import open_store
+from servecheck.store.pool import load_pool
 
 
-def fresh_seed() -> int:
-    """A prompt seed no earlier run used: nonces derived from a fixed seed would repeat the previous
-    run's prompts, and a server that stayed up may still hold them in its prefix cache."""
-    return random.SystemRandom().getrandbits(32)
-
-
-def parse_arms(raw: str) -> tuple[int, ...]:
-    """'1,2,4' -> (1, 2, 4); anything else is a one-line usage error."""
-    try:
-        arms = tuple(int(part) for part in raw.split(",") if part.strip())
-    except ValueError:
-        raise UsageError(f"--arms {raw!r} is not a comma-separated list of integers", "for example --arms 1,2,4") from None
-    if not arms:
-        raise UsageError("--arms is empty", "for example --arms 1,2,4")
-    if max(arms) >= 1:
-        check_concurrency(max(arms), "--arms")
-    return tuple(sorted(arms))
-
-
-# ---------------------------------------------------------------- pooling: the saved documents (experiments.arms pools them)
-
-
-POOL_FILE_HINT = "pass a JSON file written by `servecheck arms --json`, or a run id"
-
-
-def load_pool(sources: tuple[str, ...], db_path: str | None) -> tuple[list[dict[str, Any]], list[str]]:
-    """Saved arms documents from JSON files, or from the history database by run id."""
-    docs, names = [], []
-    for src in sources:
-        if Path(src).exists() or not src.isdigit():
-            docs.append(read_json(src, flag="--pool", hint=POOL_FILE_HINT))
-        else:
-            docs.append(_load_run(int(src), db_path))
-        names.append(src)
-    return docs, names
-
-
-def _load_run(run_id: int, db_path: str | None) -> dict[str, Any]:
-    store = open_store(db_path, create=False)
-    try:
-        return store.get_run(run_id)
-    finally:
-        store.close()
-
-
-def exit_code(run: RunResult[ArmsBody]) -> int:
+def exit_code(doc: dict[str, Any]) -> int:
     """3 when the headline is refused, the run is invalid, or the --serve log audit found a refused feature."""
+    run: RunResult[ArmsBody] = from_doc(doc)
     body = run.body
     refused = body.log_audit is not None and bool(body.log_audit.refused)
     if body.headline_refused or run.valid is False or not body.arms or refused:
         return exitcodes.INVALID
     return exitcodes.OK
-
-
-# ---------------------------------------------------------------- running
 
 
 def progress_line(run: ArmsRun) -> str:
@@ -102,7 +47,8 @@ def progress_line(run: ArmsRun) -> str:
             f"{cell.wall_s:.2f} s  aggregate {cell.aggregate_tok_s or 0:.1f} tok/s")
 
 
-def _render(app: AppContext, run: RunResult[ArmsBody], json_to_stdout: bool, served_: Served | None = None) -> None:
+def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_: Served | None = None) -> None:
+    run: RunResult[ArmsBody] = from_doc(doc)
     show_report(app, report_lines(run, read_run(run)), simulated=run.simulated, json_to_stdout=json_to_stdout, served=served_)
 
 
@@ -114,49 +60,23 @@ def _render(app: AppContext, run: RunResult[ArmsBody], json_to_stdout: bool, ser
 @click.option("--tokens", type=int, default=128, show_default=True, help="Output tokens per request (pinned where the engine allows).")
 @click.option("--prompt-tokens", type=int, default=64, show_default=True, help="Prompt length in tokens (equal for every request).")
 @click.option("--fixed-order", is_flag=True, help="Run the arms in the same order every rep (the control experiment).")
-@click.option(
-    "--max-reps",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Reps in all while the headline is withheld for position bias or an arm's label is inconclusive; "
-    "reps are added a whole rotation at a time [default: twice --reps].",
-)
-@click.option(
-    "--bias-limit",
-    type=click.FloatRange(min=0.0, min_open=True),
-    default=DEFAULT_BIAS_LIMIT,
-    show_default=True,
-    help="Withhold the headline when an arm's median spreads more than this fraction across positions.",
-)
+@click.option("--max-reps", type=click.IntRange(min=1), default=None,
+              help="Reps in all while the headline is withheld for position bias or an arm's label is inconclusive; "
+              "reps are added a whole rotation at a time [default: twice --reps].")
+@click.option("--bias-limit", type=click.FloatRange(min=0.0, min_open=True), default=DEFAULT_BIAS_LIMIT, show_default=True,
+              help="Withhold the headline when an arm's median spreads more than this fraction across positions.")
 @click.option("--pool", multiple=True, metavar="RUN", help="Pool the cells of a saved run (arms JSON file or history run id); repeatable.")
-@click.option(
-    "--seed",
-    type=int,
-    default=None,
-    help="Seed for the prompts and nonces (default: fresh each run, recorded in the result). Reusing one "
-    "against a long-running server resends the same prompts, which its prefix cache may still hold.",
-)
+@click.option("--seed", type=int, default=None,
+              help="Seed for the prompts and nonces (default: fresh each run, recorded in the result). Reusing one "
+              "against a long-running server resends the same prompts, which its prefix cache may still hold.")
 @serve_option
 @client_record(batches=True)
 @output_record
 @click.pass_obj
 def cmd(
-    app: AppContext,
-    url: str | None,
-    n_requests: int,
-    arms_raw: str,
-    reps: int,
-    tokens: int,
-    prompt_tokens: int,
-    fixed_order: bool,
-    max_reps: int | None,
-    bias_limit: float,
-    pool: tuple[str, ...],
-    seed: int | None,
-    serve_command: str | None,
-    serve_log: str | None,
-    client: ClientOptions,
-    output: OutputOptions,
+    app: AppContext, url: str | None, n_requests: int, arms_raw: str, reps: int, tokens: int, prompt_tokens: int,
+    fixed_order: bool, max_reps: int | None, bias_limit: float, pool: tuple[str, ...], seed: int | None,
+    serve_command: str | None, serve_log: str | None, client: ClientOptions, output: OutputOptions,
 ) -> int:
     """Send the same requests 1, 2, 4 at a time (rotated order, fresh nonces) and report what
     concurrency buys the operator (aggregate throughput) and costs each user (generation rate,
@@ -166,25 +86,20 @@ def cmd(
                         max_reps if max_reps is not None else 2 * reps)
     design.check()
     if url is None and serve_command is None and not pool:
-        raise UsageError(
-            "give the server URL, --serve \"COMMAND\", or --pool saved runs to analyse",
-            "for example servecheck arms http://127.0.0.1:8080",
-        )
-    docs, names = load_pool(pool, output.db_path)
-    pooled = pool_runs(docs, names)
-    prompt_seed = fresh_seed() if seed is None else seed
-    params = {"design": encode(design.record(), nulls=True), "bias_limit": bias_limit, "seed": prompt_seed, "pool": list(pool),
-              "serve": serve_command}
+        raise UsageError("give the server URL, --serve \"COMMAND\", or --pool saved runs to analyse",
+                         "for example servecheck arms http://127.0.0.1:8080")
+    pooled = pool_runs(load_pool(pool, output.db_path), pool)
+    # fresh nonces every run: a server that stayed up may still hold a fixed seed's prompts in its prefix cache
+    prompt_seed = random.SystemRandom().getrandbits(32) if seed is None else seed
+    params = {"design": encode(design.record(), nulls=True), "bias_limit": bias_limit, "seed": prompt_seed,
+              "pool": list(pool), "serve": serve_command}
     if url is None and serve_command is None:
-        pooled_only = ArmsRun(pooled.design or design, pooled=pooled.cells, pooled_from=pooled.names,
-                              pooled_simulated=pooled.simulated, complete=True)
         # nothing measured, so nothing new for the history: the files only
-        pooled_run = run_job(PooledArmsJob(pooled_only, bias_limit), replace(output, no_save=True).sinks(),
+        pooled_run = run_job(PooledArmsJob(pooled, design, bias_limit), replace(output, no_save=True).sinks(),
                              head=envelope("arms", params, environment()))
         assert pooled_run.doc is not None  # a job with nothing to measure cannot be interrupted before its document
-        result = from_doc(pooled_run.doc)
-        _render(app, result, output.json_to_stdout)
-        return exit_code(result)
+        _render(app, pooled_run.doc, output.json_to_stdout)
+        return exit_code(pooled_run.doc)
     sinks = output.sinks()
     for note in design.notes():
         say(app.err, f"note: {note}", "yellow")
@@ -194,13 +109,11 @@ def cmd(
         watch = Progress(app, "arms: cells", progress_line, total=design.reps * len(design.arms))
         with ThermalSampler() as sampler:
             experiment = ArmsExperiment(design, random.Random(prompt_seed), pooled=pooled.cells, pooled_from=pooled.names,
-                                        pooled_simulated=pooled.simulated, bias_limit=bias_limit,
-                                        thermal=sampler.summary)
+                                        pooled_simulated=pooled.simulated, bias_limit=bias_limit, thermal=sampler.summary)
             run = measure(app, experiment, target, sinks, head=head, watch=watch, served=server,
                           workers=client.workers, calibrate=client.calibrate, ray=client.ray)
         if run.interrupted:
-            return interrupted(app, run, lambda doc: _render(app, from_doc(doc), output.json_to_stdout))
+            return interrupted(app, run, lambda doc: _render(app, doc, output.json_to_stdout))
     assert run.doc is not None  # a run that was not interrupted has finished its document
-    result = from_doc(run.doc)
-    _render(app, result, output.json_to_stdout, server)
-    return exit_code(result)
+    _render(app, run.doc, output.json_to_stdout, server)
+    return exit_code(run.doc)

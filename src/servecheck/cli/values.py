@@ -1,4 +1,4 @@
-"""Values of flags that take some parsing: a list of concurrencies, of context depths, a count that must be positive."""
+"""Values of flags that take some parsing: a list of concurrencies (--n, --arms), of context depths, a count that must be positive."""
 
 from __future__ import annotations
 
@@ -17,6 +17,19 @@ def parse_ns(raw: str) -> list[int]:
         raise UsageError(f"--n {raw!r}: every N must be >= 1", "for example --n 1,2,4,8")
     check_concurrency(max(ns), "--n")
     return ns
+
+
+def parse_arms(raw: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4); anything else is a one-line usage error."""
+    try:
+        arms = tuple(int(part) for part in raw.split(",") if part.strip())
+    except ValueError:
+        raise UsageError(f"--arms {raw!r} is not a comma-separated list of integers", "for example --arms 1,2,4") from None
+    if not arms:
+        raise UsageError("--arms is empty", "for example --arms 1,2,4")
+    if max(arms) >= 1:
+        check_concurrency(max(arms), "--arms")
+    return tuple(sorted(arms))
 
 
 def check_positive(name: str, value: int) -> None:

@@ -429,16 +429,19 @@ def _pooled_design(runs: Sequence[RunResult[ArmsBody]]) -> ArmsDesign | None:
 
 @dataclass(frozen=True)
 class PooledArmsJob:
-    """`arms --pool` alone: saved cells analysed, nothing measured; a job of `results.runner.run_job`."""
+    """`arms --pool` alone: saved cells analysed, nothing measured; a job of `results.runner.run_job`.
+    `design` stands in where the first pooled run did not record its own."""
 
-    pooled: ArmsRun
+    pool: Pool
+    design: ArmsDesign
     bias_limit: float = DEFAULT_BIAS_LIMIT
 
     def opening(self) -> dict[str, Any]:
         return {}
 
     def run(self, on_point: Callable[[ArmsRun], None]) -> ArmsRun:
-        return self.pooled
+        return ArmsRun(self.pool.design or self.design, pooled=self.pool.cells, pooled_from=self.pool.names,
+                       pooled_simulated=self.pool.simulated, complete=True)
 
     def document(self, result: ArmsRun) -> dict[str, Any]:
         return result.document(bias_limit=self.bias_limit)
