@@ -43,6 +43,18 @@ def only_when_recorded() -> Any:
     return field(default=None, metadata={"only_when_recorded": True})
 
 
+def until_finished() -> Any:
+    """A field that may be None and is then absent from a partial document but null in a finished
+    one: a key the run gains only once it is over (the `--serve` log audit: null when servecheck did
+    not start the server). `finished_nulls` names those keys for the writer of a finished document."""
+    return field(default=None, metadata={"only_when_recorded": True, "until_finished": True})
+
+
+def finished_nulls(value: Any) -> dict[str, None]:
+    """The keys of `value`'s `until_finished` fields that are None: a finished document writes them as null."""
+    return {_key(f): None for f in fields(value) if f.metadata.get("until_finished") and getattr(value, f.name) is None}
+
+
 @dataclass_transform(frozen_default=True, kw_only_default=True)
 def record(cls: type[T]) -> type[T]:
     """A frozen, keyword-only dataclass whose every field has a default (so any document decodes)."""

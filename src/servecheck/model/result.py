@@ -1,7 +1,8 @@
 """A typed result: the envelope every document has, and one body type per command.
 
-`from_doc` and `to_doc` are the only code that turns a result document into typed values and back
-(through `model.codec`); renderers, the history and diff read the typed values. `from_doc` reads
+`from_doc` and `written_doc` are the only code that turns a result document into typed values and
+back (through `model.codec`); experiments build the typed values (`measured`), and the run loop, the
+sinks, the history and the renderers pass them on. `from_doc` reads
 every `schema_version` this project has written, upgrading older ones on the way, and refuses a
 newer one with a message that says to upgrade servecheck.
 
@@ -14,14 +15,14 @@ add its upgrade to UPGRADES and say here what changed; adding a field is compati
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from dataclasses import fields as dataclass_fields
 from typing import Any, Generic, TypeVar
 
 from servecheck.errors import UsageError
 from servecheck.model.bodies import BODIES, Body, Other
 from servecheck.model.bodies.common import Environment, Finding, Server
-from servecheck.model.codec import JSON, decode, encode, json_keys, record
+from servecheck.model.codec import JSON, decode, encode, finished_nulls, json_keys, record
 
 SCHEMA_VERSION = 1
 
@@ -44,7 +45,7 @@ class Envelope:
     simulated: bool = False
     complete: bool = True  # false when the run stopped early; its points so far are kept
     valid: bool | None = None  # null for commands that do not judge validity
-    run_id: int | None = None  # the history row, when saved
+    run_id: int | None = None  # the history row, when saved (the key only then)
 
 
 ENVELOPE_KEYS = json_keys(Envelope)
@@ -68,6 +69,19 @@ class RunResult(Generic[B]):
     @property
     def command(self) -> str:
         return self.envelope.command
+
+    def headed(self, head: Envelope) -> RunResult[B]:
+        """This result under its run's head (version, start time, machine, parameters, run id): the
+        result keeps its own word on validity, simulation and completeness."""
+        own = self.envelope
+        return RunResult(replace(head, valid=own.valid, simulated=own.simulated, complete=own.complete), self.body)
+
+    def with_envelope(self, **changes: Any) -> RunResult[B]:
+        return RunResult(replace(self.envelope, **changes), self.body)
+
+    def with_body(self, **changes: Any) -> RunResult[B]:
+        """The same run with these body fields replaced (what a run gains once it is over: the log audit)."""
+        return RunResult(self.envelope, replace(self.body, **changes))
 
     @property
     def simulated(self) -> bool:
@@ -98,6 +112,12 @@ class RunResult(Generic[B]):
     @property
     def valid(self) -> bool | None:
         return self.envelope.valid
+
+
+def measured(command: str, body: B, *, valid: bool | None = None, simulated: bool = False,
+             complete: bool = False) -> RunResult[B]:
+    """A command's result as its experiment builds it; the run loop puts the run's head on it (`headed`)."""
+    return RunResult(Envelope(command=command, valid=valid, simulated=simulated, complete=complete), body)
 
 
 def run_findings(run: RunResult[Any]) -> tuple[tuple[Finding | str, ...], tuple[Finding | str, ...], tuple[str, ...]]:
@@ -144,6 +164,26 @@ def to_doc(result: RunResult[Any]) -> dict[str, Any]:
     body = result.body
     fields_ = dict(body.fields) if isinstance(body, Other) else encode(body)
     return {**encode(result.envelope), **fields_}
+
+
+def written_doc(result: RunResult[Any]) -> dict[str, Any]:
+    """The document servecheck writes for a result (the JSON file, the history): the envelope, with the
+    machine's record and the parameters whole (a probe that read nothing is null), beside every field
+    of the body, null where nothing was measured. Keys docs/schema.md names as the finished run's only
+    (the log audit) are null in a finished document and absent from a partial one; a body may leave
+    out keys it has not reached (`unrecorded`: arms before its serial cell). `to_doc` is the lean form
+    a report lists fields from."""
+    envelope, body = result.envelope, result.body
+    head = {**encode(envelope), "environment": encode(envelope.environment, nulls=True), "params": encode(envelope.params)}
+    if isinstance(body, Other):
+        return {**head, **body.fields}
+    fields_ = encode(body, nulls=True)
+    if envelope.complete:
+        fields_.update(finished_nulls(body))
+    unrecorded = getattr(body, "unrecorded", None)
+    for name in unrecorded() if unrecorded is not None else ():
+        fields_.pop(name, None)
+    return {**head, **fields_}
 
 
 def upgraded(doc: dict[str, Any]) -> dict[str, Any]:

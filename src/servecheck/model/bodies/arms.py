@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import Calibrated, ClientCheck, LogAudit, Request, Server, Warning
-from servecheck.model.codec import only_when_recorded, record
+from servecheck.model.bodies.common import Calibrated, ClientCheck, LogAudit, UnscannedLogAudit, Request, Server, Warning
+from servecheck.model.codec import only_when_recorded, record, until_finished
 
 Label = Literal["batching", "pipelining", "none", "inconclusive"]
 BiasMethod = Literal["positions", "drift"]  # across the positions an arm held, or along the run
@@ -155,9 +155,13 @@ class ArmsBody:
     warmup: Request | None = None
     warnings: tuple[Warning, ...] = ()
     notes: tuple[str, ...] = ()
-    log_audit: LogAudit | None = only_when_recorded()  # with --serve
+    log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
     calibration: Calibrated | None = None  # the client's pre-flight; None: a document from before it
     client_checks: tuple[ClientCheck, ...] | None = None  # one per concurrency, before its first batch; None: from before it
+
+    def unrecorded(self) -> tuple[str, ...]:
+        """The keys this document leaves out: the analysis's, before the serial arm has a cell."""
+        return ANALYSIS_KEYS if self.bias_limit is None else ()
 
 
 # Keys of the analysis a document has only once the serial arm has a cell: before it (the opening

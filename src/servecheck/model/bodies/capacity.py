@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import Calibrated, ClientCheck, LogAudit, Request, Server, Warning
-from servecheck.model.codec import only_when_recorded, record
+from servecheck.model.bodies.common import Calibrated, ClientCheck, LogAudit, UnscannedLogAudit, Request, Server, Warning
+from servecheck.model.codec import record, until_finished
 
 Status = Literal["pass", "fail", "uncertain"]
 Limit = Literal["user_rate", "ttft", "max_n", "undetermined"]
@@ -124,7 +124,7 @@ class CapacityBody:
     warmup: Request | None = None
     warnings: tuple[Warning, ...] = ()
     notes: tuple[str, ...] = ()
-    log_audit: LogAudit | None = only_when_recorded()  # with --serve
+    log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
     calibration: Calibrated | None = None  # the client's pre-flight; None: a document from before it
     client_checks: tuple[ClientCheck, ...] | None = None  # one per concurrency, before its first batch; None: from before it
 

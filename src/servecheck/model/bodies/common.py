@@ -156,6 +156,29 @@ class LogAudit:
 
 
 @record
+class UnscannedLogAudit:
+    """A --serve run's log audit whose scan failed (`error` says why): the command and the log, and no
+    findings, lines or refusals, not even empty ones. It reads back as a `LogAudit` that found nothing,
+    and reads as one here too (its findings, lines and refusals are empty, and are not fields)."""
+
+    command: str | None = None
+    log_path: str | None = None
+    error: str | None = None
+
+    @property
+    def findings(self) -> tuple[LogFinding, ...]:
+        return ()
+
+    @property
+    def lines(self) -> tuple[LogLine, ...]:
+        return ()
+
+    @property
+    def refused(self) -> tuple[str, ...]:
+        return ()
+
+
+@record
 class ClockOffset:
     """A Ray actor's monotonic clock against the driver's: it reads `offset_ns` ahead, +-`uncertainty_ns`."""
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import LogAudit, Request, Server, Warning
-from servecheck.model.codec import only_when_recorded, record
+from servecheck.model.bodies.common import LogAudit, UnscannedLogAudit, Request, Server, Warning
+from servecheck.model.codec import record, until_finished
 
 Effect = Literal["falls", "flat", "rises", "inconclusive"]
 
@@ -126,7 +126,7 @@ class ContextBody:
     invalid: tuple[Warning, ...] = ()
     warnings: tuple[Warning, ...] = ()
     notes: tuple[str, ...] = ()
-    log_audit: LogAudit | None = only_when_recorded()  # with --serve
+    log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
 
 
 BODIES["context"] = ContextBody

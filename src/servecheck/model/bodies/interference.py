@@ -7,8 +7,8 @@ from dataclasses import field
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import LogAudit, Request, Server
-from servecheck.model.codec import only_when_recorded, record
+from servecheck.model.bodies.common import LogAudit, UnscannedLogAudit, Request, Server
+from servecheck.model.codec import only_when_recorded, record, until_finished
 
 InterferenceVerdict = Literal["chunked", "blocking", "isolated", "inconclusive"]
 
@@ -119,7 +119,7 @@ class InterferenceBody:
     warmup: Request | None = None
     witness: InterferenceWitness | None = only_when_recorded()  # with --serve, once the run ended
     notes: tuple[str, ...] = ()
-    log_audit: LogAudit | None = only_when_recorded()  # with --serve
+    log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
 
 
 BODIES["interference"] = InterferenceBody

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import LogFinding, LogLine
+from servecheck.model.bodies.common import LogFinding, LogLine, UnscannedLogAudit
 from servecheck.model.codec import record
 
 
@@ -50,14 +50,6 @@ class LogBody:
     notes: tuple[str, ...] = ()
 
 
-@record
-class UnscannedLogAudit:
-    """A --serve run's log audit whose scan failed (`error` says why): the command and the log, and no
-    findings, lines or refusals, not even empty ones. It reads back as a `LogAudit` that found nothing."""
-
-    command: str | None = None
-    log_path: str | None = None
-    error: str | None = None
-
-
 BODIES["log"] = LogBody
+
+__all__ = ["LogBody", "UnscannedLogAudit"]

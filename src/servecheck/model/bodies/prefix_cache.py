@@ -7,8 +7,8 @@ from dataclasses import field
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import LogAudit, Request, Server
-from servecheck.model.codec import only_when_recorded, record
+from servecheck.model.bodies.common import LogAudit, UnscannedLogAudit, Request, Server
+from servecheck.model.codec import record, until_finished
 
 CacheVerdict = Literal["working", "inert", "unknown"]
 CacheSignal = Literal["counters", "timing", "none"]  # what decided the verdict
@@ -77,7 +77,7 @@ class PrefixCacheBody:
     sends: tuple[PrefixSend, ...] = ()
     server: Server | None = None
     notes: tuple[str, ...] = ()
-    log_audit: LogAudit | None = only_when_recorded()  # with --serve
+    log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
 
 
 BODIES["prefix-cache"] = PrefixCacheBody

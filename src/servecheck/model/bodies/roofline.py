@@ -14,7 +14,7 @@ from servecheck.model.bodies import BODIES
 from servecheck.model.bodies.audit import AuditBody, Experts, Format, Kind
 from servecheck.model.bodies.bandwidth import BandwidthBody
 from servecheck.model.bodies.common import Server, ServerTimings
-from servecheck.model.codec import record
+from servecheck.model.codec import json_keys, record
 
 Range = tuple[float, float]  # [lo, hi]
 Gate = Literal["close", "open", "straddle"]
@@ -123,6 +123,10 @@ class RooflineBody:
     probe: BandwidthBody | None = None  # the bandwidth probe's own result
     measurement: Measurement | None = None
     notes: tuple[str, ...] | None = None
+
+    def unrecorded(self) -> tuple[str, ...]:
+        """The keys this document leaves out: before the bandwidth is in, all but the rate's (`RooflineRate`)."""
+        return () if self.bandwidth_gb_s is not None else tuple(sorted(json_keys(RooflineBody) - json_keys(RooflineRate)))
 
 
 BODIES["roofline"] = RooflineBody

@@ -7,8 +7,8 @@ from dataclasses import field
 from typing import Literal, get_args
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import LogAudit, Request, Server
-from servecheck.model.codec import only_when_recorded, record
+from servecheck.model.bodies.common import LogAudit, UnscannedLogAudit, Request, Server
+from servecheck.model.codec import record, until_finished
 
 SpecVerdict = Literal["speculating", "not_speculating", "inconclusive"]
 PaysVerdict = Literal["pays", "costs", "inconclusive"]
@@ -61,7 +61,7 @@ class SpeculativeBody:
     stops_paying_reason: Mapping[str, str] = field(default_factory=dict)
     warmup: Request | None = None
     notes: tuple[str, ...] = ()
-    log_audit: LogAudit | None = only_when_recorded()  # with --serve
+    log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
 
 
 BODIES["speculative"] = SpeculativeBody

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import Calibrated, ClientCheck, Finding, LogAudit, Request, Server
-from servecheck.model.codec import only_when_recorded, record
+from servecheck.model.bodies.common import Calibrated, ClientCheck, Finding, LogAudit, UnscannedLogAudit, Request, Server
+from servecheck.model.codec import only_when_recorded, record, until_finished
 
 Verdict = Literal["baseline", "cluster", "staircase", "partial", "inconclusive"]
 Schedule = Literal["cluster", "staircase", "partial"]
@@ -172,7 +172,7 @@ class StaircaseBody:
     invalid: tuple[Finding, ...] = ()
     warnings: tuple[Finding, ...] = ()
     notes: tuple[str, ...] = ()
-    log_audit: LogAudit | None = only_when_recorded()  # with --serve
+    log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
     calibration: Calibrated | None = None  # the client's pre-flight; None: a document from before it
     client_checks: tuple[ClientCheck, ...] | None = None  # one per N, before its first batch; None: from before it
 
