@@ -215,8 +215,8 @@ def test_pooled_simulated_flag_survives_a_real_measurement() -> None:
 
     assert any_simulated([{"simulated": False}, {"simulated": True}])
     assert not any_simulated([{"simulated": False}, {}])
-    assert ArmsRun(ArmsDesign(), pooled_simulated=True).document()["simulated"] is True
-    assert ArmsRun(ArmsDesign()).document()["simulated"] is False
+    assert ArmsRun(ArmsDesign(), pooled_simulated=True).document().simulated is True
+    assert ArmsRun(ArmsDesign()).document().simulated is False
 
 
 @pytest.mark.parametrize(("x", "text"), [(-0.002, "+0%"), (0.004, "+0%"), (-0.65, "-65%"), (0.39, "+39%"), (None, "-")])

@@ -17,6 +17,7 @@ from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.process import LlamaServer, ctx_per_slot_for
 from servecheck.experiments.arms import ArmsDesign, run_arms
 from servecheck.load.driver import LoadDriver
+from written import fields_of
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
 
@@ -33,7 +34,7 @@ def local_engine() -> LocalEngine:
 async def _arms(url: str, seed: int) -> dict:
     async with LoadDriver(make_target(url, api="llamacpp", first_token_timeout_s=120)) as driver:
         run = await run_arms(driver, DESIGN, rng=random.Random(seed))
-    return run.document()
+    return fields_of(run.document())
 
 
 def _labels(engine: LocalEngine, parallel: int, tmp_path: Path, decided: Callable[[dict[int, str]], bool],

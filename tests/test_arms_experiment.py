@@ -13,6 +13,8 @@ from servecheck.errors import ServerError, UsageError
 from servecheck.experiments.arms import ArmsDesign, ArmsRun, pooled_cells, run_arms
 from servecheck.model.records import NS_PER_S, BatchResult, GenRequest, RequestRecord, ServerInfo, ServerTimings
 from servecheck.probe.thermal import ThermalSummary
+from written import fields_of
+from servecheck.model.result import written_doc
 
 MS = NS_PER_S // 1000
 
@@ -136,7 +138,7 @@ async def test_fixed_order_keeps_positions() -> None:
 async def test_document_shape_and_partial_thermal() -> None:
     summary = ThermalSummary(("linux thermal zones",), 7, 0)
     result = await run(QueueDriver(), ArmsDesign(arms=(1, 2), requests=2, reps=2, tokens=4), thermal=lambda: summary)
-    doc = result.document()
+    doc = fields_of(result.document())
     assert doc["command"] == "arms" and doc["valid"] and doc["complete"] and doc["simulated"]
     assert doc["headline_refused"] is False
     assert {a["concurrency"] for a in doc["arms"]} == {1, 2}
@@ -148,10 +150,10 @@ async def test_document_shape_and_partial_thermal() -> None:
 
 async def test_cached_prompt_tokens_warn_and_name_requests() -> None:
     result = await run(QueueDriver(cached=60), ArmsDesign(arms=(1, 2), requests=2, reps=2, tokens=4, prompt_tokens=64))
-    doc = result.document()
+    doc = fields_of(result.document())
     assert len(doc["cached_prompt_requests"]) == 8
     assert any("contaminated by the prefix cache" in w["message"] for w in doc["warnings"])
-    clean = (await run(QueueDriver(cached=1), ArmsDesign(arms=(1, 2), requests=2, reps=2, tokens=4, prompt_tokens=64))).document()
+    clean = fields_of((await run(QueueDriver(cached=1), ArmsDesign(arms=(1, 2), requests=2, reps=2, tokens=4, prompt_tokens=64))).document())
     assert clean["cached_prompt_requests"] == []
 
 
@@ -186,7 +188,7 @@ async def test_pooling_two_saved_runs(tmp_path: Path) -> None:
     for seed in (1, 2):
         r = await run_arms(QueueDriver(), ArmsDesign(arms=(1, 2), requests=2, reps=2, tokens=8), rng=random.Random(seed), requests_factory=factory)
         path = tmp_path / f"run{seed}.json"
-        path.write_text(json.dumps(r.document()))
+        path.write_text(json.dumps(written_doc(r.document())))
         docs.append(json.loads(path.read_text()))
     cells = pooled_cells(docs)
     assert len(cells) == 8 and {c.run for c in cells} == {1, 2}
@@ -194,7 +196,7 @@ async def test_pooling_two_saved_runs(tmp_path: Path) -> None:
     assert pooled is not None and pooled.arm(2).aggregate_speedup is not None
     assert pooled.arm(2).aggregate_speedup.n == 4
     # a pooled document pooled again keeps its runs apart
-    again = ArmsRun(ArmsDesign(arms=(1, 2)), pooled=tuple(cells), complete=True).document()
+    again = fields_of(ArmsRun(ArmsDesign(arms=(1, 2)), pooled=tuple(cells), complete=True).document())
     assert {c.run for c in pooled_cells([again])} == {1, 2}
 
 
@@ -221,14 +223,14 @@ async def test_a_ttft_the_client_cannot_resolve_leaves_the_headline_and_a_client
     from servecheck.model.client import ClientCheck
 
     result = await run(QueueDriver(), ArmsDesign(arms=(1, 4), requests=4, reps=3, tokens=32))
-    assert "time to first token" in result.document()["headline"]
+    assert "time to first token" in (result.document().body.headline or "")
     ok = tuple(ClientCheck(streams=n, tolerance_ms=8.0, basis="5% of the test's request", tried=(_calibration(n, 5.0),))
                for n in (1, 4))
-    doc = replace(result, client_checks=ok).document()
+    doc = fields_of(replace(result, client_checks=ok).document())
     assert doc["valid"] is True and "time to first token" not in doc["headline"], doc["headline"]
     assert any(w["message"].startswith("TTFT unresolved at 1-way, 4-way") for w in doc["warnings"])
     # a client error beyond the request bound at 4-way: the run is invalid and says where
     bound = (ok[0], ClientCheck(streams=4, tolerance_ms=8.0, basis="5% of the test's request", tried=(_calibration(4, 30.0),)))
-    doc = replace(result, client_checks=bound).document()
+    doc = fields_of(replace(result, client_checks=bound).document())
     assert doc["valid"] is False
     assert any(w["message"].startswith("client-bound: the client is the bottleneck at N=4") for w in doc["warnings"])

@@ -17,6 +17,7 @@ from servecheck.jobs.calibrate import CalibrateJob
 from servecheck.model.bodies.calibrate import CalibrateBody
 from servecheck.model.client import Calibration
 from servecheck.model.codec import decode
+from written import fields_of
 
 KEYS = {"streams", "gap_ms", "events", "workers", "stamp_delay_p50_ms", "stamp_delay_p99_ms", "stamp_delay_max_ms",
         "stamp_delay_frac", "dispatch_skew_ms", "error_ms", "loop_lag_p99_ms", "loop_lag_max_ms", "client_bound"}
@@ -29,8 +30,8 @@ def calibration(p99_ms: float, *, lag: bool = True) -> Calibration:
 
 
 def test_a_calibration_writes_every_figure_and_no_clock_fields_on_one_machine() -> None:
-    doc = CalibrateJob(4, 20.0, 10, 2).document(calibration(0.9))
-    assert set(doc) == {"calibration"} and set(doc["calibration"]) == KEYS
+    doc = fields_of(CalibrateJob(4, 20.0, 10, 2).document(calibration(0.9)))
+    assert set(doc) == {"command", "simulated", "complete", "calibration"} and set(doc["calibration"]) == KEYS
     cal = doc["calibration"]
     assert (cal["streams"], cal["gap_ms"], cal["events"], cal["workers"]) == (4, 20.0, 40, 2)
     assert cal["stamp_delay_frac"] == pytest.approx(0.9 / 20.0) and cal["error_ms"] == pytest.approx(1.3)
@@ -38,7 +39,7 @@ def test_a_calibration_writes_every_figure_and_no_clock_fields_on_one_machine() 
 
 
 def test_a_missing_lag_and_a_client_bound_are_written_as_values() -> None:
-    cal = CalibrateJob(4, 20.0, 10).document(calibration(5.0, lag=False))["calibration"]
+    cal = fields_of(CalibrateJob(4, 20.0, 10).document(calibration(5.0, lag=False)))["calibration"]
     assert cal["loop_lag_p99_ms"] is None and cal["loop_lag_max_ms"] is None and "loop_lag_p99_ms" in cal
     assert cal["client_bound"].startswith("the client is the bottleneck at 4 streams")
     assert decode(CalibrateBody, {"calibration": cal}).calibration == calibration(5.0, lag=False).body()

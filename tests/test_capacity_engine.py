@@ -23,6 +23,7 @@ from servecheck.engine.process import LlamaServer, ctx_per_slot_for
 from servecheck.experiments.capacity import CapacityDesign, run_capacity
 from servecheck.load.driver import LoadDriver
 from servecheck.load.prompts import make_requests
+from written import fields_of
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]
 
@@ -52,7 +53,7 @@ async def _request_time_s(url: str, rng: random.Random) -> float:
 async def _capacity(url: str, design: CapacityDesign, rng: random.Random) -> dict[str, Any]:
     async with LoadDriver(make_target(url, api="llamacpp", first_token_timeout_s=120)) as driver:
         run = await run_capacity(driver, design, rng=rng)
-    return run.document()
+    return fields_of(run.document())
 
 
 def test_two_slots_hold_two_users_under_a_ttft_ceiling(local_engine: LocalEngine, tmp_path: Path,

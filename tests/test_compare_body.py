@@ -18,6 +18,7 @@ from servecheck.jobs.compare import CompareJob, parse_entries
 from servecheck.model.bodies.compare import CompareBody
 from servecheck.model.codec import decode
 from servecheck.model.result import from_doc
+from written import fields_of
 
 ENGINE_KEYS = {"name", "bytes_per_token", "tok_s", "achieved_gb_s", "source"}
 COMPARISON_KEYS = {"a", "b", "measured_ratio", "bytes_ratio", "utilization_ratio", "product", "bytes_share", "utilization_share"}
@@ -59,7 +60,7 @@ def test_a_ratio_of_one_writes_its_shares_as_null_not_absent(tmp_path: Path) -> 
 def test_the_body_decodes_back_into_the_record_it_was_written_from() -> None:
     entries = parse_entries(["a=2.80GB@41.5", "b=1.849GB@97.83", "c=3.5GB@45"], AuditOptions())
     job = CompareJob(entries)
-    written = job.document(job.run(lambda _: None))
+    written = fields_of(job.document(job.run(lambda _: None)))
     body = decode(CompareBody, written)
     assert [e.name for e in body.engines] == ["a", "b", "c"] and [c.a for c in body.comparisons] == ["b", "c"]
     assert body == from_doc({"command": "compare", **written}).body

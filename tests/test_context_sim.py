@@ -11,6 +11,7 @@ from servecheck.client.base import Target
 from servecheck.experiments.context import run_context
 from servecheck.load.driver import LoadDriver
 from servecheck.sim import SimConfig, sim_in_thread
+from written import fields_of
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 
@@ -35,7 +36,7 @@ def law_tok_s(context_tokens: int) -> float:
 
 async def test_decode_rates_match_the_step_law_at_every_depth():
     config = SimConfig(token_s=TOKEN_S, per_seq_s=0.0, prompt_token_s=1e-5, context_token_s=PER_CONTEXT_TOKEN_S, n_ctx=16384)
-    doc = (await sweep(config)).document()
+    doc = fields_of((await sweep(config)).document())
     assert doc["simulated"] is True and doc["valid"] is True and doc["cache_prompt"] is False
     assert doc["order"] == [0, 2048, 8192, 0]
     by = {p["depth"]: p for p in doc["points"]}
@@ -55,7 +56,7 @@ async def test_decode_rates_match_the_step_law_at_every_depth():
 async def test_a_simulated_drift_does_not_appear_as_a_context_effect():
     """No context law at all, the server slows 12% a second: ratios stay at 1 and the verdict is not 'falls'."""
     config = SimConfig(token_s=TOKEN_S, per_seq_s=0.0, prompt_token_s=1e-5, heat_per_s=0.12, n_ctx=16384)
-    doc = (await sweep(config)).document()
+    doc = fields_of((await sweep(config)).document())
     assert doc["drift"]["change"] < -0.05  # the shallowest depth ran slower last than first
     assert any("drift" in w["message"] for w in doc["warnings"])
     for p in doc["points"]:
@@ -67,7 +68,7 @@ async def test_rotated_reps_weigh_a_drift_on_every_depth_alike():
     config = SimConfig(token_s=TOKEN_S, per_seq_s=0.0, prompt_token_s=1e-5, heat_per_s=0.08, n_ctx=16384)
     # Four reps, not two: the ratio is the median over a depth's samples, and with two one stream a busy
     # machine stalled moved it to 1.13 (CI, c86ec1b); with four, one stall is outvoted.
-    doc = (await sweep(config, depths=[0, 4096], reps=4)).document()
+    doc = fields_of((await sweep(config, depths=[0, 4096], reps=4)).document())
     assert doc["order"] == [0, 4096, 4096, 0, 0, 4096, 4096, 0]
     for p in doc["points"]:
         assert len(p["samples"]) == 4
@@ -79,7 +80,7 @@ async def test_rotated_reps_weigh_a_drift_on_every_depth_alike():
 async def test_depths_beyond_the_context_are_skipped_and_never_sent():
     config = SimConfig(token_s=0.002, per_seq_s=0.0, prompt_token_s=1e-5, n_ctx=4096)
     result = await sweep(config, depths=[0, 2048, 8192])
-    doc = result.document()
+    doc = fields_of(result.document())
     assert [p["depth"] for p in doc["points"]] == [0, 2048]
     assert doc["skipped"][0]["depth"] == 8192 and "exceed the server's context of 4096" in doc["skipped"][0]["reason"]
     assert all(r.prompt_tokens is None or r.prompt_tokens < 4096 for r in result.records)

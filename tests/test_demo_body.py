@@ -11,7 +11,6 @@ interrupted in either server; openings, partial and last documents)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from servecheck.model.bodies.demo import DemoBody, DemoLogAudit, LogAuditFailed
 from servecheck.model.bodies.log import LogBody
 from servecheck.model.bodies.staircase import StaircaseBody
 from servecheck.model.codec import decode, encode, json_keys
+from written import fields_of
 from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord, ServerInfo
 
 BINARY = EngineBinary(Path("/x/llama-server"), "0.5.0-dev (build 1, commit 0c1e570)", "cache")
@@ -35,8 +35,17 @@ LLAMA = job.DemoEngine("llamacpp", LocalEngine(BINARY, Path("/m/tiny.gguf"), "ti
 VLLM = job.DemoEngine("vllm", VllmLocal(ENV, Path("/m/hf-tiny"), "servecheck-tiny"), None)
 
 
-def written(doc: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(doc))
+HEAD = {"command", "valid", "simulated", "complete"}
+
+
+def demo_doc(engine: job.DemoEngine, runs: list[job.DemoRun]) -> dict[str, Any]:
+    """The demo's fields of the document its job writes for these runs."""
+    return fields_of(job.DemoJob(engine, 16, 8, Path("/l"), print, open_driver=None).document(runs))  # type: ignore[arg-type]
+
+
+def staircase_doc(result: StaircaseResult) -> dict[str, Any]:
+    """A staircase's document as a demo run embeds it: its fields, without the log audit a finished run of its own writes."""
+    return {k: v for k, v in fields_of(result.document()).items() if k != "log_audit"}
 
 
 def staircase(finish_s: dict[int, float], *, complete: bool = True) -> StaircaseResult:
@@ -70,18 +79,19 @@ def test_each_engine_writes_its_own_keys() -> None:
 @pytest.mark.parametrize("engine", [LLAMA, VLLM], ids=["llamacpp", "vllm"])
 def test_the_first_document_has_no_runs_and_no_verdicts_yet(engine: job.DemoEngine, tmp_path: Path) -> None:
     opening = job.DemoJob(engine, 16, 8, tmp_path, print, open_driver=None).opening()  # type: ignore[arg-type]
-    assert written(opening) == {"engine": encode(engine.body(), nulls=True), "model_path": str(engine.model_path), "runs": []}
+    assert fields_of(opening) == {"command": "demo", "simulated": False, "complete": False, "engine": encode(engine.body(), nulls=True),
+                                  "model_path": str(engine.model_path), "runs": []}
 
 
 def test_a_run_embeds_its_staircase_document_and_the_verdicts_follow_it() -> None:
     one, many = staircase({1: 0, 2: 0, 4: 0}), staircase({1: 1.0, 2: 1.0, 4: 1.0}, complete=False)
     runs = [run(1, "staircase", one, None), run(4, "cluster", many, None)]
-    doc = written(job.demo_fields(LLAMA, runs))
-    assert set(doc) == json_keys(DemoBody) | {"valid"}
+    doc = demo_doc(LLAMA, runs)
+    assert set(doc) == json_keys(DemoBody) | HEAD
     first, second = doc["runs"]
     assert set(first) == {"parallel", "expected", "verdict", "as_expected", "attempts", "server_command", "server_pid", "log_path",
                           "log_audit", "staircase"}
-    assert first["staircase"] == written(one.document()) and second["staircase"] == written(many.document())
+    assert first["staircase"] == staircase_doc(one) and second["staircase"] == staircase_doc(many)
     assert doc["verdicts"] == {"parallel_1": first["verdict"], "parallel_4": second["verdict"]}
     assert (first["verdict"], first["staircase"]["verdict"]) == (one.analysis().verdict, one.analysis().verdict)
     assert second["as_expected"] is False and doc["as_expected"] is False  # an interrupted run proves nothing
@@ -93,7 +103,7 @@ def test_a_log_audit_writes_the_log_fields_or_only_why_it_failed() -> None:
     log = LogBody(path="/l/np1.log", engine="llamacpp", lines_total=12, warnings=0, errors=0, notes=("n",))
     found, failed = DemoLogAudit.of(log), LogAuditFailed(error="cannot read /l/np4.log")
     runs = [run(1, "staircase", staircase({1: 0, 2: 0, 4: 0}), found), run(4, "cluster", staircase({1: 1.0, 2: 1.0, 4: 1.0}), failed)]
-    doc = written(job.demo_fields(LLAMA, runs))
+    doc = demo_doc(LLAMA, runs)
     assert doc["runs"][0]["log_audit"] == encode(log, nulls=True)  # the log command's fields, `refused` null, no `error`
     assert "error" not in doc["runs"][0]["log_audit"] and doc["runs"][0]["log_audit"]["refused"] is None
     assert doc["runs"][1]["log_audit"] == {"error": "cannot read /l/np4.log", "findings": []}
@@ -105,10 +115,10 @@ def test_a_log_audit_writes_the_log_fields_or_only_why_it_failed() -> None:
 def test_a_document_reads_back_into_the_body_it_was_written_from() -> None:
     log = DemoLogAudit.of(LogBody(path="/l/np1.log", engine="vllm", lines_total=3))
     runs = [run(1, "staircase", staircase({1: 0, 2: 0, 4: 0}), log), run(4, "cluster", staircase({1: 1.0, 2: 1.0, 4: 1.0}), log)]
-    doc = written(job.demo_fields(VLLM, runs))
+    doc = demo_doc(VLLM, runs)
     body = decode(DemoBody, doc)
     # the engine reads back as one record of every engine's keys (llama.cpp's null for vLLM): the rest as written
-    assert {k: v for k, v in encode(body, nulls=True).items() if k != "engine"} == {k: v for k, v in doc.items() if k not in ("valid", "engine")}
+    assert {k: v for k, v in encode(body, nulls=True).items() if k != "engine"} == {k: v for k, v in doc.items() if k not in HEAD | {"engine"}}
     assert body.engine is not None and encode(body.engine) == doc["engine"] and body.engine.version is None
     staircase_body = body.runs[0].staircase
     assert staircase_body is not None and staircase_body.command == "staircase" and staircase_body.complete is True

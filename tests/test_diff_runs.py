@@ -125,7 +125,7 @@ def test_cli_diff_of_three_saved_hand_built_runs(tmp_path: Path, capsys: pytest.
     db = tmp_path / "h.db"
     docs = [samples.staircase(serial=True), samples.staircase(serial=True, flag="--cb 8"), samples.staircase(serial=False)]
     with open_store(db) as store:
-        ids = [store.begin_run(d) for d in docs]
+        ids = [store.begin_run(from_doc(d)) for d in docs]
     assert run_cli(["diff", *map(str, ids), "--db", str(db)]) == 0
     out = capsys.readouterr().out
     assert f"verdict: only #{ids[2]} rises; flat: #{ids[0]}, #{ids[1]}" in out

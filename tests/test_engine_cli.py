@@ -17,6 +17,7 @@ from servecheck.model.result import from_doc
 from servecheck.report.lines import demo as report
 from servecheck.engine.build import EngineBinary
 from servecheck.engine.local import LocalEngine
+from servecheck.model.result import written_doc
 
 
 def run_cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
@@ -130,7 +131,8 @@ def test_demo_table_and_json_shape() -> None:
     assert "finish 2.00 / 4.00 / 6.00 / 8.00 s · 251 tok/s" in text
     engine = LocalEngine(EngineBinary(Path("/x/llama-server"), "1 (abc)", "cache"), Path("/m/tiny.gguf"), "tiny")
     demo_engine = demo_job.DemoEngine("llamacpp", engine, 1)
-    doc = {**demo_job.demo_head(demo_engine, tokens=512, prompt_tokens=32), **demo_job.demo_fields(demo_engine, runs)}
+    job = demo_job.DemoJob(demo_engine, 512, 32, Path("/l"), print, open_driver=None)  # type: ignore[arg-type]
+    doc = written_doc(job.document(runs).headed(demo_job.demo_head(demo_engine, tokens=512, prompt_tokens=32)))
     assert doc["command"] == "demo" and doc["as_expected"] is True and doc["params"]["threads"] == 1
     assert doc["verdicts"] == {"parallel_1": "staircase", "parallel_4": "cluster"}
     assert [r["parallel"] for r in doc["runs"]] == [1, 4]

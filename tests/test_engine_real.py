@@ -24,6 +24,7 @@ from servecheck.cli.common import MAX_WORKERS, make_target
 from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.process import LlamaServer, ctx_per_slot_for
 from servecheck.errors import EngineError
+from written import fields_of
 
 pytestmark = pytest.mark.engine
 
@@ -117,7 +118,7 @@ def test_staircase_verdict_on_the_real_engine(
     with _server(local_engine, parallel, tmp_path) as url:
         tries = []
         for attempt in range(2):
-            doc = asyncio.run(_staircase(url, seed=test_seed + attempt)).document()
+            doc = fields_of(asyncio.run(_staircase(url, seed=test_seed + attempt)).document())
             tries.append(doc["verdict"])
             print(f"attempt {attempt + 1} (seed {test_seed + attempt}): {doc['verdict']}/{doc['trend']} "
                   f"evidence {doc['evidence']}", [(p["n"], p["finish_s"], p["reps_taken"]) for p in doc["points"]])

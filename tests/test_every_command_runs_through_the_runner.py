@@ -30,6 +30,7 @@ import pytest
 from servecheck import exitcodes
 from servecheck.cli import main as main_mod
 from servecheck.load.fake import FakeDriver, FakeServer, flat
+from servecheck.model.result import written_doc
 from servecheck.results import runner
 from servecheck.results.jsonout import _finite
 
@@ -166,9 +167,9 @@ def test_the_document_is_the_one_the_runner_finished(name: str, tmp_path: Path, 
     assert seen.calls, f"{name} did not go through results.runner"
     assert code in (exitcodes.OK, exitcodes.INVALID)
     last = seen.outcomes[-1]
-    assert not last.interrupted and last.doc is not None
-    assert json.loads(path.read_text()) == json.loads(json.dumps(_finite(last.doc)))
-    assert last.doc["command"] == name and last.doc["complete"] is True
+    assert not last.interrupted and last.written is not None
+    assert json.loads(path.read_text()) == json.loads(json.dumps(_finite(written_doc(last.written))))
+    assert last.written.command == name and last.written.complete is True
 
 
 # ---------------------------------------------------------------- interrupts
@@ -227,10 +228,10 @@ def test_an_interrupt_after_the_first_point_saves_it_marked_incomplete(
     with watched_runner(monkeypatch, _Stop(interrupt)) as seen:
         assert _invoke(name, tmp_path, monkeypatch, path) == code
     last = seen.outcomes[-1]
-    assert last.interrupted and last.result is not None and last.doc is not None
+    assert last.interrupted and last.result is not None and last.written is not None
     saved = json.loads(path.read_text())
     assert saved["complete"] is False and saved["command"] == name
-    assert saved == json.loads(json.dumps(_finite(last.doc)))
+    assert saved == json.loads(json.dumps(_finite(written_doc(last.written))))
 
 
 def _stop_at_once(work: Any, is_job: bool) -> Any:
@@ -253,6 +254,6 @@ def test_a_one_shot_writer_interrupted_saves_nothing_and_exits_130(
     path = tmp_path / "out.json"
     with watched_runner(monkeypatch, _stop_at_once) as seen:
         assert _invoke(name, tmp_path, monkeypatch, path) == exitcodes.INTERRUPTED
-    assert seen.calls == ["run_job"] and seen.outcomes[-1].doc is None
+    assert seen.calls == ["run_job"] and seen.outcomes[-1].written is None
     assert not path.exists()
     assert "Interrupted" in capsys.readouterr().err

@@ -23,8 +23,9 @@ import pytest
 from servecheck.analysis import interference as inf
 from servecheck.experiments.interference import InterferenceResult, run_interference, with_witness
 from servecheck.load.fake import FakeDriver, FakeServer
-from servecheck.model.bodies.interference import InterferenceBody
-from servecheck.model.codec import decode, encode
+from servecheck.model.codec import encode
+from written import fields_of, reads_back
+from servecheck.model.result import from_doc
 
 HEADER = {"command", "simulated", "complete"}
 BODY_KEYS = {"verdict", "verdict_reason", "decided_by", "evidence", "sentence", "chunk_tokens", "chunk_interval",
@@ -48,15 +49,11 @@ def measured(sizes: tuple[int, ...] = (512, 2048, 8192)) -> InterferenceResult:
     return asyncio.run(go())
 
 
-def reads_back(doc: dict[str, Any]) -> None:
-    body = {k: v for k, v in doc.items() if k not in HEADER}
-    assert json.dumps(encode(decode(InterferenceBody, doc), nulls=True), sort_keys=True) == json.dumps(body, sort_keys=True)
-
-
 @pytest.mark.parametrize("expect", [None, "chunked"], ids=["no-expect", "expect"])
 def test_every_key_is_written_and_a_skipped_size_named(expect: str | None) -> None:
-    doc = json.loads(json.dumps(measured().document(expect)))
-    assert set(doc) == HEADER | BODY_KEYS  # no log_audit, no witness: those come with the finished --serve run
+    doc = fields_of(measured().document(expect))
+    assert set(doc) == HEADER | BODY_KEYS | {"log_audit"}  # the log audit a finished run's (null: no --serve); no witness
+    assert doc["log_audit"] is None
     assert (doc["command"], doc["complete"], doc["expect"], doc["streams"], doc["reps"]) == ("interference", True, expect, 2, 2)
     assert doc["prompt_sizes"] == [512, 2048, 8192] and sorted(doc["order"]) == [512, 512, 2048, 2048]
     assert doc["skipped"] == [{"prompt_tokens": 8192, "reason": "a 8192-token prompt exceeds the server's context of "
@@ -74,7 +71,7 @@ def test_every_key_is_written_and_a_skipped_size_named(expect: str | None) -> No
 
 def test_a_partial_run_writes_the_trials_so_far() -> None:
     whole = measured((512, 2048))
-    partial = json.loads(json.dumps(replace(whole, trials=whole.trials[:1], complete=False).document()))
+    partial = fields_of(replace(whole, trials=whole.trials[:1], complete=False).document())
     assert set(partial) == HEADER | BODY_KEYS and partial["complete"] is False
     assert [len(p["reps"]) for p in partial["points"]] == [1] and partial["verdict"] == "inconclusive"
     assert partial["evidence"] is None and partial["chunk_interval"] is None
@@ -95,7 +92,7 @@ def test_the_evidence_carries_the_thresholds_it_was_judged_against() -> None:
 
 def finished(verdict: str, chunk_tokens: float | None, findings: list[dict[str, Any]] | None) -> dict[str, Any]:
     """A finished document as the runner hands it to the amend hook: the body and the --serve log audit."""
-    doc = json.loads(json.dumps(measured((512, 2048)).document()))
+    doc = fields_of(measured((512, 2048)).document())
     for p in doc["points"]:
         p["valid"] = True
     audit = None if findings is None else {"command": "llama-server", "log_path": "s.log", "error": None,
@@ -123,6 +120,6 @@ def test_the_witness_is_written_beside_the_measured_chunk(verdict: str, chunk: f
                                                           findings: list[dict[str, Any]] | None,
                                                           witness: dict[str, Any]) -> None:
     doc = finished(verdict, chunk, findings)
-    out = with_witness(doc)
-    assert out == {**doc, "witness": witness}
+    out = fields_of(with_witness(from_doc(doc)))
+    assert out == {**fields_of(from_doc(doc)), "witness": witness}
     assert json.loads(json.dumps(out))["witness"] == witness

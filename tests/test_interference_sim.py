@@ -13,6 +13,7 @@ from servecheck.client.base import Target
 from servecheck.experiments.interference import plan_order, run_interference
 from servecheck.load.driver import LoadDriver
 from servecheck.sim import SimConfig, sim_in_thread
+from written import fields_of
 from test_sim_scheduler import MS, Arrival, simulate, words
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.timing]
@@ -67,7 +68,7 @@ async def measure(config: SimConfig, seed: int, *, reps: int = 1, tokens: int = 
     with sim_in_thread(config) as sim:
         async with LoadDriver(Target(sim.url, first_token_timeout_s=60)) as driver:
             result = await run_interference(driver, sizes=sizes, streams=2, tokens=tokens, reps=reps, rng=random.Random(seed))
-            return result.document()
+            return fields_of(result.document())
 
 
 @pytest.mark.parametrize(("kw", "verdict"), [

@@ -29,6 +29,7 @@ from servecheck.load.driver import LoadDriver
 from servecheck.load.witness import metric_totals
 from servecheck.logscan import scan_log
 from servecheck.sim import REFUSAL_LINES, SimConfig, sim_in_thread
+from written import fields_of
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 
@@ -51,7 +52,7 @@ async def measure(config: SimConfig, **kw):
 @pytest.mark.parametrize(("cache", "verdict"), [("on", "working"), ("inert", "inert"), ("off", "inert")])
 async def test_simulated_cache_modes(cache, verdict):
     result = await measure(SimConfig(prefix_cache=cache, **TIMING))
-    doc = result.document()
+    doc = fields_of(result.document())
     assert doc["verdict"] == verdict, doc["verdict_reason"]
     assert [s["kind"] for s in doc["sends"]] == ["repeat", "repeat", "repeat", "control", "floor"]
     assert doc["sends"][0]["cached_tokens"] == 0 and doc["control_cached_tokens"] == 0
@@ -65,14 +66,14 @@ async def test_simulated_cache_modes(cache, verdict):
 
 async def test_cache_prompt_false_per_request_makes_a_working_cache_inert():
     result = await measure(SimConfig(prefix_cache="on", **TIMING), cache_prompt=False)
-    assert result.document()["verdict"] == "inert"
+    assert result.document().body.verdict == "inert"
     assert result.cache_prompt is False
 
 
 async def test_prompt_capped_to_the_per_request_context():
     n_ctx = 800
     result = await measure(SimConfig(prefix_cache="on", n_ctx=n_ctx, **TIMING))
-    doc = result.document()
+    doc = fields_of(result.document())
     assert doc["capped"] and doc["prompt_tokens"] == n_ctx - DEFAULT_MAX_TOKENS - CTX_MARGIN_TOKENS
     assert doc["n_ctx_per_request"] == n_ctx and "/props" in doc["n_ctx_source"]
     assert any("prompt capped to" in n for n in doc["notes"])

@@ -14,29 +14,31 @@ import pytest
 from servecheck.errors import ServerError
 from servecheck.experiments.staircase import StaircaseExperiment
 from servecheck.load.fake import FakeDriver, FakeServer, flat
+from servecheck.model.bodies import Other
+from servecheck.model.result import Envelope, RunResult, measured, written_doc
 from servecheck.results.runner import run_experiment, run_job
 
 QUEUE = FakeServer(slots=1, ttft_s=flat(0.01), token_s=flat(0.001))
-HEAD = {"schema_version": 1, "command": "staircase", "params": {"n": [1, 2]}}
+HEAD = Envelope(command="staircase", params={"n": [1, 2]})
 
 
 class ListSink:
-    """Keeps every document it is given, by kind."""
+    """Keeps the document every result it is given writes, by kind."""
 
     def __init__(self, carries: Mapping[str, Any] | None = None) -> None:
         self.carries = dict(carries or {})
         self.seen: list[tuple[str, dict[str, Any]]] = []
         self.closed = False
 
-    def start(self, doc: dict[str, Any]) -> Mapping[str, Any]:
-        self.seen.append(("start", doc))
+    def start(self, run: RunResult[Any]) -> Mapping[str, Any]:
+        self.seen.append(("start", written_doc(run)))
         return self.carries
 
-    def partial(self, doc: dict[str, Any]) -> None:
-        self.seen.append(("partial", doc))
+    def partial(self, run: RunResult[Any]) -> None:
+        self.seen.append(("partial", written_doc(run)))
 
-    def finish(self, doc: dict[str, Any]) -> None:
-        self.seen.append(("finish", doc))
+    def finish(self, run: RunResult[Any]) -> None:
+        self.seen.append(("finish", written_doc(run)))
 
     def close(self) -> None:
         self.closed = True
@@ -53,22 +55,24 @@ def test_every_sink_gets_start_a_partial_per_point_and_the_finish() -> None:
     history, files = ListSink({"run_id": 7}), ListSink()
     driver = FakeDriver(QUEUE)
     run = run_experiment(experiment(), lambda: driver, [history, files], head=HEAD, epilogue=lambda: {"log_audit": None})
-    assert not run.interrupted and run.doc is not None and run.doc["complete"] is True
+    assert not run.interrupted and run.written is not None and run.written.complete is True
     for sink in (history, files):
         assert sink.kinds() == ["start", "partial", "partial", "partial", "finish"] and sink.closed
         assert sink.seen[0][1]["points"] == [] and sink.seen[0][1]["complete"] is False
         assert all(doc["complete"] is False for kind, doc in sink.seen if kind == "partial")
     # the history's run id reaches every later document of every sink
     assert all(doc.get("run_id") == 7 for kind, doc in files.seen if kind != "start")
-    assert run.doc["log_audit"] is None and run.doc["params"] == HEAD["params"]
+    last = files.seen[-1][1]
+    assert last["log_audit"] is None and last["params"] == HEAD.params and last == written_doc(run.written)
 
 
 def test_an_interrupt_saves_the_points_measured_as_incomplete() -> None:
     sink = ListSink()
     driver = FakeDriver(replace(QUEUE, ctrl_c_at_call=3))  # the warm-up, N=1, then Ctrl-C during N=2
     run = run_experiment(experiment(), lambda: driver, [sink], head=HEAD)
-    assert run.interrupted and run.doc is not None and run.doc["complete"] is False
-    assert [p["n"] for p in run.doc["points"]] == [1] and run.result is not None
+    assert run.interrupted and run.written is not None and run.written.complete is False
+    assert [p.n for p in run.written.body.points] == [1] and run.result is not None
+    assert "log_audit" not in sink.seen[-1][1]  # a key of the finished run only
     assert sink.kinds() == ["start", "partial", "finish"] and sink.closed
 
 
@@ -79,7 +83,7 @@ def test_an_interrupt_before_the_server_answered_saves_nothing() -> None:
 
     sink = ListSink()
     run = run_experiment(experiment(), lambda: Silent(QUEUE), [sink], head=HEAD)
-    assert run.interrupted and run.doc is None and run.result is None and sink.seen == []
+    assert run.interrupted and run.written is None and run.result is None and sink.seen == []
 
 
 def test_an_error_after_a_point_keeps_it_then_propagates() -> None:
@@ -111,8 +115,8 @@ class Counting:
     def __init__(self, fail_at: int | None = None, error: BaseException | None = None) -> None:
         self.fail_at, self.error = fail_at, error
 
-    def opening(self) -> dict[str, Any]:
-        return {"points": []}
+    def opening(self) -> RunResult[Other]:
+        return measured("count", Other(fields={"points": []}))
 
     def run(self, on_point: Any) -> tuple[int, ...]:
         done: tuple[int, ...] = ()
@@ -123,8 +127,8 @@ class Counting:
             on_point(done)
         return done
 
-    def document(self, result: tuple[int, ...]) -> dict[str, Any]:
-        return {"points": list(result)}
+    def document(self, result: tuple[int, ...]) -> RunResult[Other]:
+        return measured("count", Other(fields={"points": list(result)}))
 
 
 def test_a_job_writes_its_opening_a_partial_per_point_and_the_finish() -> None:
@@ -141,7 +145,7 @@ def test_a_job_interrupted_keeps_its_points_as_incomplete() -> None:
     sink = ListSink()
     run = run_job(Counting(fail_at=3, error=KeyboardInterrupt()), [sink], head=HEAD)
     assert run.interrupted and run.result == (1, 2)
-    assert run.doc is not None and run.doc["complete"] is False and run.doc["points"] == [1, 2]
+    assert run.written is not None and run.written.complete is False and run.written.body.fields["points"] == [1, 2]
     assert sink.kinds()[-1] == "finish" and sink.closed
 
 
@@ -161,5 +165,5 @@ def test_a_job_that_fails_or_is_interrupted_before_a_point_leaves_nothing() -> N
         except ServerError:
             pass
         else:
-            assert run.interrupted and run.doc is None and run.result is None
+            assert run.interrupted and run.written is None and run.result is None
         assert sink.seen == [] and sink.closed

@@ -10,7 +10,6 @@ audits, --batch, --run, --target, --ceiling, a faked and a real bandwidth probe;
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -23,13 +22,14 @@ from servecheck.model.bodies.bandwidth import BandwidthBody
 from servecheck.model.bodies.roofline import AuditSummary, RooflineBody, RooflineRate
 from servecheck.model.codec import decode, encode, json_keys
 from servecheck.model.records import RequestRecord, ServerInfo, ServerTimings
+from written import fields_of
 
 SEED_BW = Span(265.0, 315.0)
 SERVER = ServerInfo(url="http://127.0.0.1:8080", dialect="llamacpp", model="m", engine="llama.cpp", simulated=True)
 
 
 def written(result: RooflineResult, weights: Weights, plan: Plan) -> dict[str, Any]:
-    return json.loads(json.dumps(document(result, weights, plan)))
+    return fields_of(document(result, weights, plan))
 
 
 def stream(timings: ServerTimings | None) -> RequestRecord:
@@ -45,7 +45,7 @@ def test_a_given_rate_writes_every_key_with_the_seed_numbers() -> None:
     weights = Weights(1_849_000_000, None, "moe")
     plan = seed_plan(target_tok_s=125.0, kind_given=True)
     doc = written(RooflineResult(Rate(97.83), Bandwidth(SEED_BW, "given")), weights, plan)
-    assert set(doc) == json_keys(RooflineBody) | {"valid"}  # no "simulated": no server
+    assert set(doc) == json_keys(RooflineBody) | {"command", "valid", "simulated", "complete"} and doc["simulated"] is False
     assert doc["bytes_per_token"] == 1_849_000_000 and doc["kind"] == "moe" and doc["tok_s"] == 97.83
     assert doc["tok_s_source"] == "given" and doc["bandwidth_source"] == "given" and doc["bandwidth_gb_s"] == [265.0, 315.0]
     assert doc["achieved_gb_s"] == pytest.approx(97.83 * 1.849)
@@ -78,7 +78,7 @@ def test_batch_rows_carry_the_run_measured_only_where_it_was() -> None:
 def test_a_measured_rate_before_its_bandwidth_keeps_only_the_rate() -> None:
     rate = Rate(63.0, "measured: one 64-token stream", SERVER, stream(ServerTimings(generated_tokens=64, decode_s=0.99)))
     doc = written(RooflineResult(rate), Weights(10**9, None, "dense"), seed_plan())
-    assert set(doc) == json_keys(RooflineRate) | {"simulated"}
+    assert set(doc) == json_keys(RooflineRate) | {"command", "simulated", "complete"}  # no "valid": nothing judged yet
     assert doc["simulated"] is True and doc["tok_s"] == 63.0
     m = doc["measurement"]
     assert set(m) == {"server", "tokens", "tokens_source", "decode_s", "ttft_s", "server_timings"}
@@ -91,7 +91,7 @@ def test_a_server_without_timings_writes_them_null_and_the_run_is_marked_simulat
     rate = Rate(63.0, "measured", SERVER, stream(None))
     doc = written(RooflineResult(rate, Bandwidth(Span.point(400.0), "given")), Weights(10**9, None, "dense"), seed_plan())
     assert doc["measurement"]["server_timings"] is None and doc["simulated"] is True
-    assert set(doc) == json_keys(RooflineBody) | {"valid", "simulated"}
+    assert set(doc) == json_keys(RooflineBody) | {"command", "valid", "simulated", "complete"}
 
 
 def test_the_audit_summary_and_the_probe_are_the_records_written() -> None:
@@ -115,5 +115,5 @@ def test_a_document_reads_back_into_the_body_it_was_written_from() -> None:
     plan = seed_plan(target_tok_s=90.0, batches=(1, 2))
     doc = written(RooflineResult(Rate(63.0, "measured", SERVER, stream(None)), Bandwidth(SEED_BW, "given")), weights, plan)
     body = decode(RooflineBody, doc)
-    assert encode(body, nulls=True) == {k: v for k, v in doc.items() if k not in ("valid", "simulated")}
+    assert encode(body, nulls=True) == {k: v for k, v in doc.items() if k not in ("command", "valid", "simulated", "complete")}
     assert body.target is not None and body.target.within_reach is True and body.batch is not None and len(body.batch) == 2

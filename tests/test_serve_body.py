@@ -13,7 +13,7 @@ from pathlib import Path
 from servecheck.jobs.served import Served
 from servecheck.logscan.scan import scan_log
 from servecheck.model.bodies.common import LogAudit
-from servecheck.model.codec import decode
+from servecheck.model.codec import decode, encode
 
 FIXTURES = Path(__file__).parent / "fixtures"
 COMMAND = "llama-server -m m.gguf -np 4 --cache-reuse 256"
@@ -25,7 +25,9 @@ def test_a_server_servecheck_did_not_start_has_a_null_audit() -> None:
 
 def test_a_log_the_scan_could_not_read_names_no_findings_lines_or_refusals() -> None:
     served = Served(url="u", command=COMMAND, log_path=Path("/gone.log"), audit_error="cannot read /gone.log")
-    written = served.finished()["log_audit"]
+    audit = served.finished()["log_audit"]
+    assert audit is not None and (audit.findings, audit.lines, audit.refused) == ((), (), ())  # it reads as an audit that found nothing
+    written = encode(audit, nulls=True)  # as the document writes it
     assert written == {"command": COMMAND, "log_path": "/gone.log", "error": "cannot read /gone.log"}
     assert decode(LogAudit, written) == LogAudit(command=COMMAND, log_path="/gone.log", error="cannot read /gone.log")
 
@@ -33,7 +35,7 @@ def test_a_log_the_scan_could_not_read_names_no_findings_lines_or_refusals() -> 
 def test_a_scanned_log_writes_its_findings_lines_and_refusals() -> None:
     log = next(p for p in sorted((FIXTURES / "logs").glob("*.log")) if scan_log(p, "auto", COMMAND).refused)
     scanned = scan_log(log, "auto", COMMAND)
-    written = Served(url="u", command=COMMAND, log_path=log, audit=scanned).finished()["log_audit"]
+    written = encode(Served(url="u", command=COMMAND, log_path=log, audit=scanned).finished()["log_audit"], nulls=True)
     assert set(written) == {"command", "log_path", "error", "findings", "lines", "refused"}
     assert written["error"] is None and written["log_path"] == str(log)
     assert written["refused"] == [f.feature for f in scanned.refused] != []

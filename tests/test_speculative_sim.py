@@ -11,6 +11,7 @@ from servecheck.client.base import Target
 from servecheck.experiments.speculative import run_speculative
 from servecheck.load.driver import LoadDriver
 from servecheck.sim import SimConfig, sim_in_thread
+from written import fields_of
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.timing]
 
@@ -47,11 +48,11 @@ async def measure(config: SimConfig, *, ns=(1, 4), tokens: int = 256, reps: int 
         async with LoadDriver(target) as driver:
             if baseline is None:
                 result = await run_speculative(driver, ns=ns, tokens=tokens, reps=reps, rng=random.Random(seed))
-                return result.document()
+                return fields_of(result.document())
             with sim_in_thread(baseline) as base_sim:
                 result = await run_speculative(driver, ns=ns, tokens=tokens, reps=reps, rng=random.Random(seed),
                                                open_baseline=lambda: LoadDriver(Target(base_sim.url, first_token_timeout_s=60)))
-                return result.document()
+                return fields_of(result.document())
 
 
 

@@ -13,7 +13,8 @@ from servecheck.cli import main as main_mod
 from servecheck.cli import staircase as cli_sc
 from servecheck.load.fake import FakeDriver, FakeServer, flat
 from servecheck.load.protocol import DriverFactory
-from servecheck.model.result import from_doc
+from servecheck.model.bodies.staircase import StaircaseBody
+from servecheck.model.result import RunResult, from_doc, measured
 from servecheck.report.lines import staircase as lines_sc
 
 # A queue on a virtual clock: one request alone takes 20 ms to its first token and 20 ms per token
@@ -107,10 +108,12 @@ def test_bad_input_is_a_one_line_usage_error(args, capsys):
 
 
 def test_partial_result_exits_3_when_inconclusive():
-    doc = {"valid": True, "verdict": "inconclusive"}
-    assert cli_sc.exit_code(doc, None) == exitcodes.INVALID
-    assert cli_sc.exit_code({"valid": False, "verdict": "staircase"}, "cluster") == exitcodes.INVALID
-    assert cli_sc.exit_code({"valid": True, "verdict": "partial"}, "partial") == exitcodes.OK
+    def run(valid: bool, verdict: str) -> RunResult[StaircaseBody]:
+        return measured("staircase", StaircaseBody(verdict=verdict), valid=valid)  # type: ignore[arg-type]
+
+    assert cli_sc.exit_code(run(True, "inconclusive"), None) == exitcodes.INVALID
+    assert cli_sc.exit_code(run(False, "staircase"), "cluster") == exitcodes.INVALID
+    assert cli_sc.exit_code(run(True, "partial"), "partial") == exitcodes.OK
 
 
 def test_finish_format():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from servecheck.errors import ServerError, UsageError
 from servecheck.experiments.staircase import plan_ns, run_staircase
 from servecheck.model.records import NS_PER_S, BatchResult, GenRequest, RequestRecord, ServerInfo
+from written import fields_of
 
 SINGLE_S = 2.0
 
@@ -86,7 +86,7 @@ async def test_sequence_partials_and_document():
     assert not any(p.complete for p in partials) and result.complete
     assert result.notes  # says N=1 was added
 
-    doc = json.loads(json.dumps(result.document()))
+    doc = fields_of(result.document())
     assert doc["command"] == "staircase"
     assert doc["simulated"] is True and doc["valid"] is True and doc["complete"] is True
     assert doc["verdict"] == "staircase" and doc["trend"] == "flat"
@@ -108,7 +108,7 @@ async def test_partial_document_is_marked_incomplete():
         driver, ns=[1, 2], tokens=10, prompt_tokens=8, reps=1, rng=random.Random(0),
         on_point=partials.append, requests_factory=fake_requests,
     )
-    first = partials[0].document()
+    first = fields_of(partials[0].document())
     assert first["complete"] is False
     assert first["verdict"] == "inconclusive"  # only N=1 so far
 

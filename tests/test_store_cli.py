@@ -27,8 +27,8 @@ def db(tmp_path: Path) -> Path:
     path = tmp_path / "h.db"
     with open_store(path) as store:
         for doc in samples.all_kinds():
-            run_id = store.begin_run(doc)
-            store.update_run(run_id, doc, complete=doc["command"] != "log")  # the log run stays incomplete
+            run_id = store.begin_run(from_doc(doc))
+            store.update_run(run_id, from_doc(doc), complete=doc["command"] != "log")  # the log run stays incomplete
     return path
 
 
@@ -194,7 +194,7 @@ def test_history_keeps_one_line_per_run_on_a_narrow_terminal(tmp_path: Path, cap
     with open_store(path) as store:
         doc = samples.staircase(serial=True, model=hostile)
         doc["server"]["url"] = "http://127.0.0.1:65535/a/very/long/path/prefix/that/goes/on"
-        store.update_run(store.begin_run(doc), doc, complete=True)
+        store.update_run(store.begin_run(from_doc(doc)), from_doc(doc), complete=True)
     monkeypatch.setenv("COLUMNS", "80")
     assert run_cli(["history", "--db", str(path)]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -212,7 +212,7 @@ def test_results_are_not_folded_at_80_columns_in_a_pipe(tmp_path: Path, capsys: 
     with open_store(path) as store:
         doc = samples.staircase(serial=True, model="a-model-name-of-some-length-q4_k_m")
         doc["server"]["url"] = url
-        store.update_run(store.begin_run(doc), doc, complete=True)
+        store.update_run(store.begin_run(from_doc(doc)), from_doc(doc), complete=True)
     assert run_cli(["history", "--db", str(path)]) == 0
     row = capsys.readouterr().out.splitlines()[1]
     assert url in row and "a-model-name-of-some-length-q4_k_m" in row and "simulated" in row
@@ -283,7 +283,7 @@ def test_history_marks_an_invalid_run(tmp_path: Path, capsys: pytest.CaptureFixt
     path = tmp_path / "h.db"
     doc = {**samples.staircase(serial=False), "valid": False}
     with open_store(path) as store:
-        store.update_run(store.begin_run(doc), doc, complete=True)
+        store.update_run(store.begin_run(from_doc(doc)), from_doc(doc), complete=True)
     assert run_cli(["history", "--db", str(path)]) == 0
     assert "invalid simulated" in capsys.readouterr().out.splitlines()[1]
     assert run_cli(["history", "--db", str(path), "--json"]) == 0

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from servecheck.errors import StoreError
+from servecheck.model.result import from_doc
 from servecheck.store import db as store_db
 from servecheck.store.db import RunSummary, open_store
 from servecheck.store.migrations import LATEST_VERSION, MIGRATIONS
@@ -36,13 +37,13 @@ def make_doc(**extra: Any) -> dict[str, Any]:
 
 def test_run_round_trip_in_memory() -> None:
     with open_store(":memory:") as store:
-        run_id = store.begin_run(make_doc())
-        store.update_run(run_id, make_doc(points=[{"n": 1, "aggregate_tok_s": 93.0}]), complete=True)
+        run_id = store.begin_run(from_doc(make_doc()))
+        store.update_run(run_id, from_doc(make_doc(points=[{"n": 1, "aggregate_tok_s": 93.0}])), complete=True)
         doc = store.get_run(run_id)
         rows = store.list_runs()
     assert doc["run_id"] == run_id
     assert doc["complete"] is True
-    assert doc["points"] == [{"n": 1, "aggregate_tok_s": 93.0}]
+    assert [(p["n"], p["aggregate_tok_s"]) for p in doc["points"]] == [(1, 93.0)]
     assert rows == [
         RunSummary(
             id=run_id,
@@ -59,13 +60,13 @@ def test_run_round_trip_in_memory() -> None:
 
 def test_nan_is_stored_as_null() -> None:
     with open_store(":memory:") as store:
-        run_id = store.begin_run(make_doc(ratio=float("nan")))
-        assert store.get_run(run_id)["ratio"] is None
+        run_id = store.begin_run(from_doc(make_doc()).with_body(single_s=float("nan")))
+        assert store.get_run(run_id)["single_s"] is None
 
 
 def test_list_runs_filters_and_limits_newest_first(tmp_path: Path) -> None:
     with open_store(tmp_path / "h.db") as store:
-        ids = [store.begin_run(make_doc(command=c)) for c in ("staircase", "arms", "staircase", "log")]
+        ids = [store.begin_run(from_doc(make_doc(command=c))) for c in ("staircase", "arms", "staircase", "log")]
         assert [r.id for r in store.list_runs()] == ids[::-1]
         assert [r.id for r in store.list_runs(command="staircase")] == [ids[2], ids[0]]
         assert [r.id for r in store.list_runs(limit=2)] == [ids[3], ids[2]]
@@ -74,11 +75,11 @@ def test_list_runs_filters_and_limits_newest_first(tmp_path: Path) -> None:
 
 def test_verdict_column_for_other_commands() -> None:
     with open_store(":memory:") as store:
-        roof = store.begin_run({"command": "roofline", "gate": "close"})
-        arms = store.begin_run({"command": "arms", "headline_refused": True})
-        log = store.begin_run({"command": "log", "findings": [{"feature": "prefix_cache", "status": "refused"}]})
-        demo = store.begin_run({"command": "demo", "verdicts": {"parallel_1": "staircase", "parallel_4": "partial"},
-                                "as_expected": False})
+        roof = store.begin_run(from_doc({"command": "roofline", "gate": "close"}))
+        arms = store.begin_run(from_doc({"command": "arms", "headline_refused": True}))
+        log = store.begin_run(from_doc({"command": "log", "findings": [{"feature": "prefix_cache", "status": "refused"}]}))
+        demo = store.begin_run(from_doc({"command": "demo", "verdicts": {"parallel_1": "staircase", "parallel_4": "partial"},
+                                "as_expected": False}))
         verdicts = {r.id: r.verdict for r in store.list_runs()}
     assert verdicts == {roof: "close", arms: "refused", log: "refused", demo: "staircase, partial (not as expected)"}
 
@@ -155,7 +156,7 @@ def test_unknown_run_id() -> None:
         with pytest.raises(StoreError, match="no run 42"):
             store.get_run(42)
         with pytest.raises(StoreError, match="no run 42"):
-            store.update_run(42, make_doc(), complete=True)
+            store.update_run(42, from_doc(make_doc()), complete=True)
 
 
 def test_env_var_and_default_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -169,17 +170,18 @@ def test_env_var_and_default_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 WRITER = textwrap.dedent(
     """
     import sys, time
+    from servecheck.model.result import from_doc
     from servecheck.store.db import open_store
     path, tag, count, hang = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "hang"
     store = open_store(path)
     for i in range(count):
-        doc = {"command": "staircase", "tag": tag, "points": []}
-        run_id = store.begin_run(doc)
+        doc = {"command": "staircase", "params": {"tag": tag}, "points": []}
+        run_id = store.begin_run(from_doc(doc))
         for n in (1, 2, 4):
             doc["points"].append({"n": n, "aggregate_tok_s": float(n)})
-            store.update_run(run_id, doc, complete=False)
+            store.update_run(run_id, from_doc(doc), complete=False)
         if not hang:
-            store.update_run(run_id, doc, complete=True)
+            store.update_run(run_id, from_doc(doc), complete=True)
     if hang:
         print(run_id, flush=True)
         time.sleep(600)
@@ -208,7 +210,7 @@ def test_two_processes_write_at_once(tmp_path: Path) -> None:
         docs = [store.get_run(r.id) for r in rows]
     assert len(rows) == 60
     assert all(r.complete for r in rows)
-    assert sorted(d["tag"] for d in docs) == ["a"] * 30 + ["b"] * 30
+    assert sorted(d["params"]["tag"] for d in docs) == ["a"] * 30 + ["b"] * 30
     assert all([p["n"] for p in d["points"]] == [1, 2, 4] for d in docs)
 
 
@@ -244,17 +246,18 @@ def test_valid_column_is_filled_from_the_documents_of_an_older_database(tmp_path
     conn.close()
     with open_store(path) as store:
         assert [r.valid for r in sorted(store.list_runs(), key=lambda r: r.id)] == [False, True, None, None]
-        new = store.begin_run({"command": "staircase", "valid": False})
+        new = store.begin_run(from_doc({"command": "staircase", "valid": False}))
         assert store.list_runs(limit=1)[0].id == new and store.list_runs(limit=1)[0].valid is False
 
 
 OPENER = """
 import sys, time
+from servecheck.model.result import from_doc
 from servecheck.store.db import open_store
 start = float(sys.argv[2])
 time.sleep(max(0.0, start - time.time()))
 with open_store(sys.argv[1]) as store:
-    store.begin_run({"command": "staircase", "tag": sys.argv[3]})
+    store.begin_run(from_doc({"command": "staircase", "tag": sys.argv[3]}))
 """
 
 

@@ -47,6 +47,7 @@ from servecheck.experiments.arms import ArmsDesign, run_arms
 from servecheck.experiments.staircase import run_staircase
 from servecheck.load.driver import LoadDriver
 from servecheck.load.preflight import CheckedDriver
+from written import fields_of
 from test_lifeline import wait_gone
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
@@ -138,7 +139,7 @@ def staircase_doc(vllm: OneAtATime, parallel: int, seed: int, record: Callable[[
         async with CheckedDriver(_target(url, vllm.local.model_name), workers=MAX_WORKERS, auto=True) as driver:
             result = await run_staircase(driver, ns=NS, tokens=TOKENS, prompt_tokens=PROMPT_TOKENS, reps=1,
                                          max_reps=3, rng=random.Random(seed))
-        return result.document()
+        return fields_of(result.document())
 
     tries = []
     for attempt in range(2):
@@ -168,7 +169,7 @@ def arms_labels(vllm: OneAtATime, parallel: int, decided: Callable[[dict[int, st
 
     async def once(seed: int) -> dict[str, Any]:
         async with CheckedDriver(_target(url, vllm.local.model_name), workers=MAX_WORKERS, auto=True) as driver:
-            return (await run_arms(driver, ARMS, rng=random.Random(seed))).document()
+            return fields_of((await run_arms(driver, ARMS, rng=random.Random(seed))).document())
 
     tries = []
     for attempt in range(2):

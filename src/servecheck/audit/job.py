@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from servecheck.audit import AuditOptions, AuditResult, audit_model
-from servecheck.model.codec import encode
+from servecheck.model.bodies.audit import AuditBody
+from servecheck.model.result import RunResult, measured
 
 
 @dataclass(frozen=True)
@@ -17,11 +17,11 @@ class AuditJob:
     path: Path  # checked by the caller
     options: AuditOptions
 
-    def opening(self) -> dict[str, Any]:
-        return {}
+    def opening(self) -> RunResult[AuditBody]:
+        return measured("audit", AuditBody())
 
     def run(self, on_point: Callable[[AuditResult], None]) -> AuditResult:
         return audit_model(self.path, self.options)
 
-    def document(self, result: AuditResult) -> dict[str, Any]:
-        return encode(result.body(), nulls=True)
+    def document(self, result: AuditResult) -> RunResult[AuditBody]:
+        return measured("audit", result.body())

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
-from typing import Any
 
 import click
 
@@ -23,7 +22,7 @@ from servecheck.errors import UsageError
 from servecheck.experiments.arms import ArmsDesign, ArmsExperiment, ArmsRun, PooledArmsJob, pool_runs
 from servecheck.model.bodies.arms import ArmsBody
 from servecheck.model.codec import encode
-from servecheck.model.result import RunResult, from_doc
+from servecheck.model.result import RunResult
 from servecheck.probe.thermal import ThermalSampler
 from servecheck.report.lines.arms import report_lines
 from servecheck.results.jsonout import envelope
@@ -31,9 +30,8 @@ from servecheck.results.runner import run_job
 from servecheck.store.pool import load_pool
 
 
-def exit_code(doc: dict[str, Any]) -> int:
+def exit_code(run: RunResult[ArmsBody]) -> int:
     """3 when the headline is refused, the run is invalid, or the --serve log audit found a refused feature."""
-    run: RunResult[ArmsBody] = from_doc(doc)
     body = run.body
     refused = body.log_audit is not None and bool(body.log_audit.refused)
     if body.headline_refused or run.valid is False or not body.arms or refused:
@@ -47,8 +45,7 @@ def progress_line(run: ArmsRun) -> str:
             f"{cell.wall_s:.2f} s  aggregate {cell.aggregate_tok_s or 0:.1f} tok/s")
 
 
-def _render(app: AppContext, doc: dict[str, Any], json_to_stdout: bool, served_: Served | None = None) -> None:
-    run: RunResult[ArmsBody] = from_doc(doc)
+def _render(app: AppContext, run: RunResult[ArmsBody], json_to_stdout: bool, served_: Served | None = None) -> None:
     show_report(app, report_lines(run, read_run(run)), simulated=run.simulated, json_to_stdout=json_to_stdout, served=served_)
 
 
@@ -97,9 +94,9 @@ def cmd(
         # nothing measured, so nothing new for the history: the files only
         pooled_run = run_job(PooledArmsJob(pooled, design, bias_limit), replace(output, no_save=True).sinks(),
                              head=envelope("arms", params, environment()))
-        assert pooled_run.doc is not None  # a job with nothing to measure cannot be interrupted before its document
-        _render(app, pooled_run.doc, output.json_to_stdout)
-        return exit_code(pooled_run.doc)
+        assert pooled_run.written is not None  # a job with nothing to measure cannot be interrupted before its result
+        _render(app, pooled_run.written, output.json_to_stdout)
+        return exit_code(pooled_run.written)
     sinks = output.sinks()
     for note in design.notes():
         say(app.err, f"note: {note}", "yellow")
@@ -113,7 +110,7 @@ def cmd(
             run = measure(app, experiment, target, sinks, head=head, watch=watch, served=server,
                           workers=client.workers, calibrate=client.calibrate, ray=client.ray)
         if run.interrupted:
-            return interrupted(app, run, lambda doc: _render(app, doc, output.json_to_stdout))
-    assert run.doc is not None  # a run that was not interrupted has finished its document
-    _render(app, run.doc, output.json_to_stdout, server)
-    return exit_code(run.doc)
+            return interrupted(app, run, lambda written: _render(app, written, output.json_to_stdout))
+    assert run.written is not None  # a run that was not interrupted has finished its result
+    _render(app, run.written, output.json_to_stdout, server)
+    return exit_code(run.written)

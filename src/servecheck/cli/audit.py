@@ -16,7 +16,6 @@ from servecheck.envinfo import environment
 from servecheck.inputs import check_input_file
 from servecheck.errors import AuditError
 from servecheck.model.bodies.audit import AuditBody
-from servecheck.model.result import from_doc
 from servecheck.report.lines import audit as report
 from servecheck.results.jsonout import envelope
 from servecheck.results.runner import run_job
@@ -47,9 +46,9 @@ def cmd(
     params = {"model": str(model), "context": context, "kv_type": kv_type, "experts_used": experts_used}
     sinks = [JsonFileSink(json_path)] if json_path else []  # audit is never saved to the history
     run = run_job(AuditJob(model, options), sinks, head=envelope("audit", params, environment()))
-    if run.interrupted or run.result is None or run.doc is None:  # nothing to save before it ends; main says so, exits 130
+    if run.interrupted or run.result is None or run.written is None:  # nothing to save before it ends; main says so, exits 130
         raise KeyboardInterrupt
-    render(app.err if json_path == "-" else app.out, from_doc(run.doc).body, run.result if show_tensors else None)
+    render(app.err if json_path == "-" else app.out, run.written.body, run.result if show_tensors else None)
     return 0
 
 

@@ -12,7 +12,6 @@ from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
 from servecheck.model.bodies.bandwidth import BandwidthBody
-from servecheck.model.result import from_doc
 from servecheck.probe.job import BandwidthJob
 from servecheck.report.lines import bandwidth as report
 from servecheck.results.jsonout import envelope
@@ -71,7 +70,7 @@ def cmd(
                        progress=None if app.quiet else lambda s: app.err.print(f"probing {s}", style="dim", markup=False))
     sinks = output_sinks(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
     run = run_job(job, sinks, head=envelope("bandwidth", params, environment()))
-    body: BandwidthBody = from_doc(run.doc).body if run.doc is not None else BandwidthBody()
+    body: BandwidthBody = run.written.body if run.written is not None else BandwidthBody()
     if run.interrupted:
         measured = body.points or ()
         app.err.print(f"Interrupted: {len(measured)} size(s) measured and kept.", markup=False)

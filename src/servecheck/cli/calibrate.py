@@ -12,7 +12,6 @@ from servecheck.envinfo import environment
 from servecheck.jobs.calibrate import CalibrateJob
 from servecheck.load.calibrate import DEFAULT_EVENTS, check_design
 from servecheck.model.bodies.calibrate import CalibrateBody
-from servecheck.model.result import from_doc
 from servecheck.report.lines.calibrate import report_lines
 from servecheck.results.jsonout import envelope
 from servecheck.results.runner import run_job
@@ -34,9 +33,9 @@ def cmd(app: AppContext, streams: int, gap_ms: float, events: int, workers: int,
     sinks = [JsonFileSink(json_path)] if json_path is not None else []  # calibrate is never saved to the history
     params = {"streams": streams, "gap_ms": gap_ms, "events": events, "workers": workers}
     run = run_job(CalibrateJob(streams, gap_ms, events, workers), sinks, head=envelope("calibrate", params, environment()))
-    if run.interrupted or run.doc is None:  # one calibration: nothing to save before it ends; main says so, exits 130
+    if run.interrupted or run.written is None:  # one calibration: nothing to save before it ends; main says so, exits 130
         raise KeyboardInterrupt
-    body: CalibrateBody = from_doc(run.doc).body
+    body: CalibrateBody = run.written.body
     assert body.calibration is not None  # a finished job's document carries it
     console = app.err if json_path == "-" else app.out
     for line in report_lines(body.calibration):

@@ -18,7 +18,7 @@ from servecheck.errors import UsageError
 from servecheck.experiments.capacity import DEFAULT_REMEASURES, CapacityDesign, CapacityExperiment, CapacityRun
 from servecheck.model.bodies.capacity import CapacityBody
 from servecheck.model.codec import encode
-from servecheck.model.result import RunResult, from_doc
+from servecheck.model.result import RunResult
 from servecheck.report.lines.capacity import report_lines
 from servecheck.results.jsonout import envelope
 
@@ -106,8 +106,8 @@ def cmd(
                       watch=Progress(app, "capacity: probes", progress_line), served=server,
                       workers=client.workers, calibrate=client.calibrate, ray=client.ray)
         if run.interrupted:
-            return interrupted(app, run, lambda doc: _render(app, from_doc(doc), output.json_to_stdout))
-    assert run.doc is not None  # a run that was not interrupted has finished its document
-    result = from_doc(run.doc)
+            return interrupted(app, run, lambda written: _render(app, written, output.json_to_stdout))
+    assert run.written is not None  # a run that was not interrupted has finished its result
+    result = run.written
     _render(app, result, output.json_to_stdout, server)
     return exit_code(result, expect_at_least)

@@ -12,7 +12,6 @@ from servecheck.cli.context import AppContext
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
 from servecheck.jobs.compare import EXAMPLE, CompareJob, parse_entries
-from servecheck.model.result import from_doc
 from servecheck.report.lines.compare import report_lines
 from servecheck.results.jsonout import envelope
 from servecheck.results.runner import run_job
@@ -35,9 +34,9 @@ def cmd(app: AppContext, entries: tuple[str, ...], context: int | None, kv_type:
     sinks = [JsonFileSink(json_path)] if json_path else []  # compare is never saved to the history
     params = {"entries": list(entries), "context": context, "kv_type": kv_type}
     run = run_job(CompareJob(parsed), sinks, head=envelope("compare", params, environment()))
-    if run.interrupted or run.doc is None:  # nothing to save before it ends; main says so and exits 130
+    if run.interrupted or run.written is None:  # nothing to save before it ends; main says so and exits 130
         raise KeyboardInterrupt
     console = app.err if json_path == "-" else app.out
-    for line in report_lines(from_doc(run.doc).body):
+    for line in report_lines(run.written.body):
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     return 0

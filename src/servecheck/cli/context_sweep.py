@@ -21,7 +21,7 @@ from servecheck.jobs.context_model import load_model, with_bandwidth
 from servecheck.errors import UsageError
 from servecheck.experiments.context import ContextExperiment, ContextResult
 from servecheck.model.bodies.context import ContextBody
-from servecheck.model.result import RunResult, from_doc
+from servecheck.model.result import RunResult
 from servecheck.report.lines import context as context_report
 from servecheck.results.jsonout import envelope
 
@@ -103,8 +103,8 @@ def cmd(app: AppContext, url: str | None, depths_raw: str, tokens: int, reps: in
         run = measure(app, experiment, target, sinks, head=envelope("context", params, environment()), watch=watch,
                       served=server, settle=lambda result: with_bandwidth(result, bandwidth_raw, resident, device, dim))
         if run.interrupted:
-            return interrupted(app, run, lambda doc: _render(app, from_doc(doc), output.json_to_stdout))
-    assert run.doc is not None  # a run that was not interrupted has finished its document
-    result = from_doc(run.doc)
+            return interrupted(app, run, lambda written: _render(app, written, output.json_to_stdout))
+    assert run.written is not None  # a run that was not interrupted has finished its result
+    result = run.written
     _render(app, result, output.json_to_stdout, server)
     return exit_code(result)

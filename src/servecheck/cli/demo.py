@@ -21,7 +21,6 @@ from servecheck.engine.cache import EngineCache
 from servecheck.engine.model import DEFAULT_SIZE
 from servecheck.jobs.demo import DEFAULT_PROMPT_TOKENS, DEFAULT_TOKENS, DemoEngine, DemoJob, demo_head, provision_demo_engine
 from servecheck.load.preflight import CheckedDriver
-from servecheck.model.result import from_doc
 from servecheck.report.lines import demo as report
 from servecheck.results.runner import run_job
 
@@ -78,9 +77,9 @@ def cmd(
     run = run_job(job, sinks, head=demo_head(demo_engine, tokens=tokens, prompt_tokens=prompt_tokens))
     if run.interrupted:
         say("Interrupted: the servers are stopped; saved what was measured (complete: false)")
-    if run.doc is None:  # interrupted before the first point
+    if run.written is None:  # interrupted before the first point
         return exitcodes.INTERRUPTED
-    result = from_doc(run.doc)
+    result = run.written
     out = app.err if json_path == "-" else app.out
     out.print(header_line(demo_engine, tokens, prompt_tokens), markup=False, highlight=False, soft_wrap=True)
     if result.body.runs:

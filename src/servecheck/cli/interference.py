@@ -17,7 +17,7 @@ from servecheck.envinfo import environment
 from servecheck.errors import UsageError
 from servecheck.experiments.interference import MIN_TOKENS, InterferenceExperiment, InterferenceResult, with_witness
 from servecheck.model.bodies.interference import InterferenceBody
-from servecheck.model.result import RunResult, from_doc
+from servecheck.model.result import RunResult
 from servecheck.report.lines import interference as interference_report
 from servecheck.results.jsonout import envelope
 
@@ -97,9 +97,9 @@ def cmd(app: AppContext, url: str | None, streams: int, sizes_text: str, tokens:
         run = measure(app, experiment, target, sinks, head=envelope("interference", params, environment()), watch=watch,
                       served=server, workers=1, calibrate=False, amend=with_witness)
         if run.interrupted:
-            return interrupted(app, run, lambda doc: _render(app, from_doc(doc), output.json_to_stdout))
-    assert run.doc is not None
-    result = from_doc(run.doc)
+            return interrupted(app, run, lambda written: _render(app, written, output.json_to_stdout))
+    assert run.written is not None
+    result = run.written
     _render(app, result, output.json_to_stdout, server)
     return exit_code(result, expect)
 

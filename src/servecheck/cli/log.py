@@ -15,7 +15,6 @@ from servecheck.errors import LogScanError
 from servecheck.logscan.job import LogJob
 from servecheck.logscan.rules import ENGINE_CHOICES, load_rules
 from servecheck.model.bodies.log import LogBody
-from servecheck.model.result import from_doc
 from servecheck.report.lines import log as report
 from servecheck.results.jsonout import envelope
 from servecheck.results.runner import run_job
@@ -64,9 +63,9 @@ def cmd(
     params = {"file": file, "engine": engine, "flags": flags, "url": url, "rules": rules_path}
     sinks = output_sinks(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
     run = run_job(job, sinks, head=envelope("log", params, environment()))
-    if run.result is None or run.doc is None:  # interrupted during the scan
+    if run.result is None or run.written is None:  # interrupted during the scan
         say(app.err, "Interrupted before the scan finished: nothing saved", "bold yellow")
         return exitcodes.INTERRUPTED
-    body: LogBody = from_doc(run.doc).body
+    body: LogBody = run.written.body
     report.render(app.err if json_path == "-" else app.out, body)
     return exit_code(body)

@@ -18,7 +18,8 @@ from servecheck.load.preflight import CheckedDriver
 from servecheck.load.ray_lanes import RAY_MAX_WORKERS, RayPool, require_ray
 from servecheck.model.records import ServerInfo
 from servecheck.report.terminal import ProgressHandle, progress
-from servecheck.results.runner import Doc, Experiment, RunOutcome, Sink, run_experiment
+from servecheck.model.result import Envelope
+from servecheck.results.runner import Experiment, Run, RunOutcome, Sink, run_experiment
 
 R = TypeVar("R")
 
@@ -63,18 +64,18 @@ def measure(
     target: Target,
     sinks: Sequence[Sink],
     *,
-    head: Doc,
+    head: Envelope,
     watch: Progress[R],
     served: Served,
     settle: Callable[[R], R] | None = None,
     workers: int | None = None,
     calibrate: bool = True,
     ray: str | None = None,
-    amend: Callable[[Doc], Doc] | None = None,
+    amend: Callable[[Run], Run] | None = None,
 ) -> RunOutcome[R]:
     """Run `experiment` against `target` through the driver seam (`AppContext.open_driver`, or the
     real `CheckedDriver`: `workers` client processes, or with None as many as its pre-flight finds
-    needed, up to the cores; `calibrate` False skips the pre-flight); the finished document gains the
+    needed, up to the cores; `calibrate` False skips the pre-flight); the finished result gains the
     --serve log audit, taken once the server has stopped."""
     pool = None
     if ray is not None:
@@ -90,15 +91,15 @@ def measure(
                           epilogue=served.finished, amend=amend)
 
 
-def interrupted(app: AppContext, run: RunOutcome[Any], render: Callable[[Doc], None]) -> int:
+def interrupted(app: AppContext, run: RunOutcome[Any], render: Callable[[Run], None]) -> int:
     """Say what an interrupt kept, show the points it measured, and exit 130 (main maps SIGTERM and
     SIGHUP to 143 and 129)."""
-    if run.doc is None:  # still detecting: nothing was measured, so nothing is saved
+    if run.written is None:  # still detecting: nothing was measured, so nothing is saved
         say(app.err, "Interrupted before the server answered: nothing was measured, nothing saved", "bold yellow")
         return exitcodes.INTERRUPTED
     say(app.err, "Interrupted: saved the partial result (complete: false)", "bold yellow")
     if run.result is not None:
-        render(run.doc)
+        render(run.written)
     return exitcodes.INTERRUPTED
 
 

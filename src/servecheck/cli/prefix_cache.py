@@ -21,7 +21,7 @@ from servecheck.experiments.prefix_cache import (
     check_params,
 )
 from servecheck.model.bodies.prefix_cache import PrefixCacheBody
-from servecheck.model.result import RunResult, from_doc
+from servecheck.model.result import RunResult
 from servecheck.report.lines.prefix_cache import header_line, sends_table, verdict_lines
 from servecheck.results.jsonout import envelope
 
@@ -112,8 +112,8 @@ def cmd(
         run = measure(app, experiment, target, sinks, head=envelope("prefix-cache", params, environment()),
                       watch=watch, served=server)
         if run.interrupted:  # the table of the sends it did measure
-            return interrupted(app, run, lambda doc: render(app.err if json_to_stdout else app.out, from_doc(doc)))
-    assert run.doc is not None  # a run that was not interrupted has finished its document
-    result = from_doc(run.doc)
+            return interrupted(app, run, lambda written: render(app.err if json_to_stdout else app.out, written))
+    assert run.written is not None  # a run that was not interrupted has finished its result
+    result = run.written
     render(app.err if json_to_stdout else app.out, result, server)
     return exit_code(result, expect)

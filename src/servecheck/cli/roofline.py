@@ -19,7 +19,7 @@ from servecheck.experiments.roofline import URL_DECODE_TOKENS, URL_PROMPT_TOKENS
 from servecheck.jobs.roofline import RooflineOptions, prepare
 from servecheck.load.driver import LoadDriver
 from servecheck.model.bodies.roofline import RooflineBody
-from servecheck.model.result import RunResult, from_doc
+from servecheck.model.result import RunResult
 from servecheck.report.lines.roofline import report_lines
 from servecheck.results.runner import run_experiment, run_job
 
@@ -62,10 +62,10 @@ def cmd(app: AppContext, options: RooflineOptions, client: ClientOptions, output
         open_driver = app.open_driver or LoadDriver
         experiment = RooflineExperiment(setup.weights, setup.plan, tokens=options.tokens, prompt_tokens=URL_PROMPT_TOKENS)
         run = run_experiment(experiment, lambda: open_driver(target), sinks, head=setup.head, settle=settle)
-    if run.interrupted or run.doc is None:
+    if run.interrupted or run.written is None:
         app.err.print("Interrupted.", markup=False)
         return exitcodes.INTERRUPTED
-    return _report(app, from_doc(run.doc), output.json_to_stdout)
+    return _report(app, run.written, output.json_to_stdout)
 
 
 def _report(app: AppContext, run: RunResult[RooflineBody], json_to_stdout: bool) -> int:

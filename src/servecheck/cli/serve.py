@@ -4,8 +4,8 @@ the test against it, stops it on every exit path, and audits the log it wrote (`
     @serve_option
     def cmd(..., url, serve_command, serve_log, ...):
         with served(serve_command, url, say=...) as server:
-            ... measure against server.url ...
-            doc.update(server.finished())          # stops the server and audits its log: {"log_audit": ...}
+            measure(..., served=server)            # the runner's epilogue: server.finished() stops the server,
+                                                   # audits its log, and the finished result gains `log_audit`
 """
 
 from __future__ import annotations

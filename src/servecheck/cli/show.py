@@ -11,7 +11,7 @@ from rich.text import Text
 from servecheck.analysis.readings import read_run
 from servecheck.cli.context import AppContext
 from servecheck.results.jsonout import write_json
-from servecheck.model.result import from_doc
+from servecheck.model.result import RunResult, from_doc
 from servecheck.report.lines import REPORTS
 from servecheck.report.terminal import render_doc
 from servecheck.store.refs import load_runs
@@ -31,14 +31,14 @@ def cmd(app: AppContext, run: str, json_path: str | None, db_path: str | None) -
         write_json(json_path, doc)
         if json_path == "-":
             return 0
-    app.out.print(render_doc(doc, read_run(from_doc(doc)).verdict, command_report(doc)))
+    run_ = from_doc(doc)
+    app.out.print(render_doc(doc, read_run(run_).verdict, command_report(run_)))
     return 0
 
 
-def command_report(doc: dict[str, Any]) -> list[RenderableType] | None:
+def command_report(run: RunResult[Any]) -> list[RenderableType] | None:
     """The report the command itself printed, or None where a document is partial or from another
     version and lacks what that report needs (the short rendering copes with any document)."""
-    run = from_doc(doc)
     report = REPORTS.get(run.command)
     if report is None:
         return None

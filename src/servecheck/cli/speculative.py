@@ -25,7 +25,7 @@ from servecheck.errors import UsageError
 from servecheck.experiments.speculative import SpeculativeExperiment, SpeculativeResult
 from servecheck.load.preflight import CheckedDriver
 from servecheck.model.bodies.speculative import KIND_LABELS, SpeculativeBody
-from servecheck.model.result import RunResult, from_doc
+from servecheck.model.result import RunResult
 from servecheck.report.lines import speculative as spec_report
 from servecheck.results.jsonout import envelope
 
@@ -94,8 +94,8 @@ def cmd(app: AppContext, url: str | None, n_values: str, tokens: int, reps: int,
         run = measure(app, experiment, target, sinks, head=envelope("speculative", params, environment()), watch=watch,
                       served=server, workers=1, calibrate=False)
         if run.interrupted:
-            return interrupted(app, run, lambda doc: _render(app, from_doc(doc), output.json_to_stdout))
-    assert run.doc is not None
-    result = from_doc(run.doc)
+            return interrupted(app, run, lambda written: _render(app, written, output.json_to_stdout))
+    assert run.written is not None
+    result = run.written
     _render(app, result, output.json_to_stdout, server)
     return exit_code(result, expect)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from typing import Any
 
 import click
 
@@ -25,8 +24,7 @@ from servecheck.cli.values import check_positive, parse_ns
 from servecheck.envinfo import environment
 from servecheck.experiments.staircase import StaircaseExperiment, StaircaseResult, first_plan
 from servecheck.model.bodies.staircase import StaircaseBody
-from servecheck.model.codec import decode
-from servecheck.model.result import Envelope, RunResult, from_doc
+from servecheck.model.result import RunResult
 from servecheck.report.lines.staircase import fmt_finishes, report_lines
 from servecheck.results.jsonout import envelope
 
@@ -34,10 +32,10 @@ from servecheck.results.jsonout import envelope
 # ---------------------------------------------------------------- exit code
 
 
-def exit_code(doc: dict[str, Any], expect: str | None) -> int:
+def exit_code(run: RunResult[StaircaseBody], expect: str | None) -> int:
     """3 when invalid or inconclusive (its verdict cannot be trusted) or when the --serve log audit found
-    a refused feature; 4 when --expect names another verdict. `doc` is the staircase document, read typed."""
-    valid, body = decode(Envelope, doc).valid, decode(StaircaseBody, doc)
+    a refused feature; 4 when --expect names another verdict."""
+    valid, body = run.valid, run.body
     refused = body.log_audit is not None and bool(body.log_audit.refused)
     if not valid or body.verdict not in DEFINITE_VERDICTS or refused:
         return exitcodes.INVALID
@@ -113,7 +111,7 @@ def cmd(
         run = measure(app, experiment, target, sinks, head=envelope("staircase", params, environment()), watch=watch,
                       served=server, workers=client.workers, calibrate=client.calibrate, ray=client.ray)
         if run.interrupted:
-            return interrupted(app, run, lambda doc: _render(app, from_doc(doc), output.json_to_stdout))
-    assert run.doc is not None  # a run that was not interrupted has finished its document
-    _render(app, from_doc(run.doc), output.json_to_stdout, server)
-    return exit_code(run.doc, expect)
+            return interrupted(app, run, lambda written: _render(app, written, output.json_to_stdout))
+    assert run.written is not None  # a run that was not interrupted has finished its result
+    _render(app, run.written, output.json_to_stdout, server)
+    return exit_code(run.written, expect)

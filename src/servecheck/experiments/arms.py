@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from servecheck.analysis.arms import (
     DEFAULT_BIAS_LIMIT,
@@ -43,10 +43,9 @@ from servecheck.load.protocol import Driver
 from servecheck.model.client import FIX as CLIENT_FIX
 from servecheck.model.client import FIGURE_FRAC, ClientCheck
 from servecheck.model.bodies import arms as shape
-from servecheck.model.bodies.arms import ANALYSIS_KEYS, ArmsBody, ArmsCell
-from servecheck.model.codec import encode
+from servecheck.model.bodies.arms import ArmsBody, ArmsCell
 from servecheck.model.records import NS_PER_S, RequestRecord, ServerInfo
-from servecheck.model.result import RunResult, from_doc
+from servecheck.model.result import RunResult, from_doc, measured
 from servecheck.model.thermal import ThermalSummary
 
 OnCell = Callable[["ArmsRun"], None]
@@ -212,13 +211,11 @@ class ArmsRun:
             client_checks=tuple(c.body() for c in self.client_checks),
         )
 
-    def document(self, *, bias_limit: float = DEFAULT_BIAS_LIMIT) -> dict[str, Any]:
-        """The arms fields of the JSON document (the runner puts the envelope around them)."""
-        a = self.analysis(bias_limit=bias_limit)
-        body = encode(self.body(a), nulls=True)
-        if a is None:
-            body = {k: v for k, v in body.items() if k not in ANALYSIS_KEYS}
-        return {"command": "arms", "valid": self.valid, "complete": self.complete, "simulated": self.simulated, **body}
+    def document(self, *, bias_limit: float = DEFAULT_BIAS_LIMIT) -> RunResult[ArmsBody]:
+        """The arms run's typed result (the runner puts the run's head on it); before the serial arm has a
+        cell there is no analysis, and the document leaves its keys out (`ArmsBody.unrecorded`)."""
+        return measured("arms", self.body(self.analysis(bias_limit=bias_limit)), valid=self.valid,
+                        complete=self.complete, simulated=self.simulated)
 
     @property
     def valid(self) -> bool:
@@ -436,14 +433,14 @@ class PooledArmsJob:
     design: ArmsDesign
     bias_limit: float = DEFAULT_BIAS_LIMIT
 
-    def opening(self) -> dict[str, Any]:
-        return {}
+    def opening(self) -> RunResult[ArmsBody]:
+        return measured("arms", ArmsBody())
 
     def run(self, on_point: Callable[[ArmsRun], None]) -> ArmsRun:
         return ArmsRun(self.pool.design or self.design, pooled=self.pool.cells, pooled_from=self.pool.names,
                        pooled_simulated=self.pool.simulated, complete=True)
 
-    def document(self, result: ArmsRun) -> dict[str, Any]:
+    def document(self, result: ArmsRun) -> RunResult[ArmsBody]:
         return result.document(bias_limit=self.bias_limit)
 
 
@@ -468,10 +465,10 @@ class ArmsExperiment:
             requests_factory=self.requests_factory, bias_limit=self.bias_limit,
         )
 
-    def opening(self, server: ServerInfo) -> dict[str, Any]:
+    def opening(self, server: ServerInfo) -> RunResult[ArmsBody]:
         run = ArmsRun(self.design, server=server, pooled=self.pooled, pooled_from=self.pooled_from,
                       pooled_simulated=self.pooled_simulated, notes=self.design.notes())
         return self.document(run)
 
-    def document(self, result: ArmsRun) -> dict[str, Any]:
+    def document(self, result: ArmsRun) -> RunResult[ArmsBody]:
         return result.document(bias_limit=self.bias_limit)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from servecheck.analysis.capacity import (
     CapacityAnalysis,
@@ -45,7 +44,7 @@ from servecheck.model.client import FIX as CLIENT_FIX
 from servecheck.model.client import FIGURE_FRAC, ClientCheck
 from servecheck.model.bodies import capacity as shape
 from servecheck.model.bodies.common import Finding
-from servecheck.model.codec import encode
+from servecheck.model.result import RunResult, measured
 from servecheck.model.records import NS_PER_S, RequestRecord, ServerInfo
 
 OnProbe = Callable[["CapacityRun"], None]
@@ -174,12 +173,11 @@ class CapacityRun:
         rate = rate_unresolved_message(self.client_checks, self.warmup, lambda n: f"N={n}")
         return (*(() if ttft is None else (ttft,)), *(() if rate is None else (Finding(message=rate, hint=CLIENT_FIX),)))
 
-    def document(self) -> dict[str, Any]:
-        """The capacity fields of the JSON document (the runner puts the envelope around them)."""
+    def document(self) -> RunResult[shape.CapacityBody]:
+        """The capacity run's typed result (the runner puts the run's head on it)."""
         body = self.body()
-        return {"command": "capacity", "complete": self.complete, "simulated": bool(self.server and self.server.simulated),
-                "valid": length_valid([p.sample for p in self.probes]) and not self.client_bound(body.points),
-                **encode(body, nulls=True)}
+        return measured("capacity", body, complete=self.complete, simulated=bool(self.server and self.server.simulated),
+                        valid=length_valid([p.sample for p in self.probes]) and not self.client_bound(body.points))
 
 
 def ttft_fails_within_error(points: Sequence[shape.CapacityPoint], checks: tuple[ClientCheck, ...],
@@ -311,8 +309,8 @@ class CapacityExperiment:
         return await run_capacity(driver, self.design, rng=self.rng, on_probe=on_point, on_server=on_server,
                                   requests_factory=self.requests_factory)
 
-    def opening(self, server: ServerInfo) -> dict[str, Any]:
+    def opening(self, server: ServerInfo) -> RunResult[shape.CapacityBody]:
         return self.document(CapacityRun(self.design, server=server))
 
-    def document(self, result: CapacityRun) -> dict[str, Any]:
+    def document(self, result: CapacityRun) -> RunResult[shape.CapacityBody]:
         return result.document()

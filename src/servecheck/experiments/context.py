@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from servecheck.analysis import context as ctx
 from servecheck.analysis.roofline import Span
@@ -20,7 +19,7 @@ from servecheck.experiments.common import WARMUP_TOKENS
 from servecheck.load.prompts import fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
 from servecheck.model.bodies import context as shape
-from servecheck.model.codec import encode
+from servecheck.model.result import RunResult, measured
 from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
 
 OnPoint = Callable[["ContextResult"], None]
@@ -81,10 +80,10 @@ class ContextResult:
             invalid=tuple(f.record() for f in a.invalid), warnings=tuple(f.record() for f in a.warnings), notes=notes,
         )
 
-    def document(self) -> dict[str, Any]:
-        """The context fields of the JSON document (the runner puts the envelope around them)."""
-        return {"command": "context", "valid": self.analysis().valid, "simulated": self.server.simulated,
-                "complete": self.complete, **encode(self.body(), nulls=True)}
+    def document(self) -> RunResult[shape.ContextBody]:
+        """The context run's typed result (the runner puts the run's head on it)."""
+        return measured("context", self.body(), valid=self.analysis().valid, simulated=self.server.simulated,
+                        complete=self.complete)
 
 
 def _drift(d: ctx.Drift) -> shape.ContextDrift:
@@ -260,8 +259,8 @@ class ContextExperiment:
                                  on_point=on_point, on_server=on_server, model=self.model,
                                  model_summary=self.model_summary)
 
-    def opening(self, server: ServerInfo) -> dict[str, Any]:
-        return {"server": encode(server.body(), nulls=True), "simulated": server.simulated, "points": [], "roofline": None}
+    def opening(self, server: ServerInfo) -> RunResult[shape.ContextBody]:
+        return measured("context", shape.ContextBody(server=server.body()), simulated=server.simulated)
 
-    def document(self, result: ContextResult) -> dict[str, Any]:
+    def document(self, result: ContextResult) -> RunResult[shape.ContextBody]:
         return result.document()

@@ -10,7 +10,6 @@ import asyncio
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from servecheck.analysis import interference as inf
 from servecheck.analysis.stats import median
@@ -19,8 +18,8 @@ from servecheck.experiments.context import CONTEXT_MARGIN_TOKENS, distinct_nonce
 from servecheck.load.prompts import fixed_prompt
 from servecheck.load.protocol import Driver
 from servecheck.model.bodies import interference as shape
-from servecheck.model.bodies.common import LogAudit, LogFinding
-from servecheck.model.codec import decode, encode
+from servecheck.model.bodies.common import LogAudit, LogFinding, UnscannedLogAudit
+from servecheck.model.result import RunResult, measured
 from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
 
 OnPoint = Callable[["InterferenceResult"], None]
@@ -101,10 +100,9 @@ class InterferenceResult:
             notes=self.notes + tuple(f"{s:,} tokens skipped: {why}" for s, why in self.skipped),
         )
 
-    def document(self, expect: str | None = None) -> dict[str, Any]:
-        """The interference fields of the JSON document (the runner puts the envelope around them)."""
-        return {"command": "interference", "simulated": self.server.simulated, "complete": self.complete,
-                **encode(self.body(expect), nulls=True)}
+    def document(self, expect: str | None = None) -> RunResult[shape.InterferenceBody]:
+        """The interference run's typed result (the runner puts the run's head on it)."""
+        return measured("interference", self.body(expect), simulated=self.server.simulated, complete=self.complete)
 
 
 def _point(p: inf.Point, pairs: Sequence[tuple[Trial, inf.Reading]]) -> shape.InterferencePoint:
@@ -251,19 +249,19 @@ async def _warm_up(driver: Driver, rng: random.Random, cache_prompt: bool | None
     return record
 
 
-def with_witness(doc: dict[str, Any]) -> dict[str, Any]:
-    """The finished document plus the batch budget the --serve log stated, beside the measured chunk (the
-    runner's amend hook: the log audit joins the document only once the server has stopped)."""
-    body = decode(shape.InterferenceBody, doc)
+def with_witness(run: RunResult[shape.InterferenceBody]) -> RunResult[shape.InterferenceBody]:
+    """The finished result plus the batch budget the --serve log stated, beside the measured chunk (the
+    runner's amend hook: the log audit joins the result only once the server has stopped)."""
+    body = run.body
     found = stated_batch(body.log_audit)
     sizes = [p.prompt_tokens for p in body.points if p.valid and p.prompt_tokens is not None]
     check = inf.check_witness(body.verdict or "inconclusive", body.chunk_tokens,
                               None if found is None else found.value, None if found is None else found.rule,
                               max(sizes) if sizes else None)
-    return {**doc, "witness": encode(check.record(), nulls=True)}
+    return run.with_body(witness=check.record())
 
 
-def stated_batch(audit: LogAudit | None) -> LogFinding | None:
+def stated_batch(audit: LogAudit | UnscannedLogAudit | None) -> LogFinding | None:
     """The first prefill batch budget the audited log confirmed with a number, if any."""
     stated = [f for f in (() if audit is None else audit.findings)
               if f.feature == "prefill_batch" and f.value is not None and f.status == "confirmed"]
@@ -285,9 +283,8 @@ class InterferenceExperiment:
         return await run_interference(driver, sizes=self.sizes, streams=self.streams, tokens=self.tokens, reps=self.reps,
                                       rng=self.rng, on_point=on_point, on_server=on_server)
 
-    def opening(self, server: ServerInfo) -> dict[str, Any]:
-        return {"command": "interference", "server": encode(server.body(), nulls=True), "simulated": server.simulated,
-                "points": []}
+    def opening(self, server: ServerInfo) -> RunResult[shape.InterferenceBody]:
+        return measured("interference", shape.InterferenceBody(server=server.body()), simulated=server.simulated)
 
-    def document(self, result: InterferenceResult) -> dict[str, Any]:
+    def document(self, result: InterferenceResult) -> RunResult[shape.InterferenceBody]:
         return result.document(self.expect)

@@ -17,7 +17,7 @@ from servecheck.load.protocol import Driver
 from servecheck.load.witness import metric_totals
 from servecheck.model.bodies import prefix_cache as shape
 from servecheck.model.bodies.prefix_cache import SendKind
-from servecheck.model.codec import encode
+from servecheck.model.result import RunResult, measured
 from servecheck.model.records import GenRequest, RequestRecord, ServerInfo, ns_to_s
 
 # The floor: a short prompt sent warm last, what a request with almost no prefill costs (what a
@@ -117,10 +117,10 @@ class PrefixCacheResult:
             server=self.server.body(), notes=self.notes,
         )
 
-    def document(self) -> dict[str, Any]:
-        """The prefix-cache fields of the JSON document (the runner puts the envelope around them)."""
-        return {"command": "prefix-cache", "valid": self.valid, "simulated": self.server.simulated,
-                "complete": self.complete, **encode(self.body(), nulls=True)}
+    def document(self) -> RunResult[shape.PrefixCacheBody]:
+        """The prefix-cache's typed result (the runner puts the run's head on it)."""
+        return measured("prefix-cache", self.body(), valid=self.valid, simulated=self.server.simulated,
+                        complete=self.complete)
 
 
 async def run_prefix_cache(
@@ -320,8 +320,8 @@ class PrefixCacheExperiment:
                                       max_tokens=self.max_tokens, cache_prompt=self.cache_prompt, rng=self.rng,
                                       on_server=on_server, on_send=on_point)
 
-    def opening(self, server: ServerInfo) -> dict[str, Any]:
-        return {"server": encode(server.body(), nulls=True), "simulated": server.simulated, "sends": []}
+    def opening(self, server: ServerInfo) -> RunResult[shape.PrefixCacheBody]:
+        return measured("prefix-cache", shape.PrefixCacheBody(server=server.body()), simulated=server.simulated)
 
-    def document(self, result: PrefixCacheResult) -> dict[str, Any]:
+    def document(self, result: PrefixCacheResult) -> RunResult[shape.PrefixCacheBody]:
         return result.document()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, cast
+from typing import cast
 
 from servecheck.analysis import roofline as rl
 from servecheck.analysis.roofline import Span
@@ -20,7 +20,7 @@ from servecheck.load.protocol import Driver
 from servecheck.model.bodies import roofline as shape
 from servecheck.model.bodies.audit import Kind
 from servecheck.model.bodies.bandwidth import BandwidthBody
-from servecheck.model.codec import encode
+from servecheck.model.result import RunResult, measured
 from servecheck.model.records import RequestRecord, ServerInfo
 
 URL_DECODE_TOKENS = 256
@@ -45,8 +45,9 @@ class Rate:
                                  decode_s=(rec.end_ns - rec.first_token_ns) / 1e9, ttft_s=(rec.first_token_ns - rec.send_ns) / 1e9,
                                  server_timings=rec.server.body() if rec.server else None)
 
-    def record(self) -> shape.RooflineRate:
-        return shape.RooflineRate(tok_s=self.tok_s, tok_s_source=self.source, measurement=self.measurement())
+    def record(self) -> shape.RooflineBody:
+        """The rate alone, before its bandwidth is in (the document then holds `RooflineRate`'s keys)."""
+        return shape.RooflineBody(tok_s=self.tok_s, tok_s_source=self.source, measurement=self.measurement())
 
 
 @dataclass(frozen=True)
@@ -91,14 +92,14 @@ class RooflineResult:
     bandwidth: Bandwidth | None = None
 
 
-def document(result: RooflineResult, weights: Weights, plan: Plan) -> dict[str, Any]:
-    """The command's fields: the rate alone until the bandwidth is in, then the analysis of one against the other."""
+def document(result: RooflineResult, weights: Weights, plan: Plan) -> RunResult[shape.RooflineBody]:
+    """The command's typed result: the rate alone until the bandwidth is in, then the analysis of one against the other."""
     rate, bw = result.rate, result.bandwidth
-    measured_on = {} if rate.server is None else {"simulated": rate.server.simulated}
+    simulated = rate.server is not None and rate.server.simulated
     if bw is None:
-        return {**encode(rate.record(), nulls=True), **measured_on}
+        return measured("roofline", rate.record(), simulated=simulated)
     r = analyse(rate, bw, weights, plan)
-    return {**encode(body(r, rate, bw, weights, plan), nulls=True), "valid": r.valid, **measured_on}
+    return measured("roofline", body(r, rate, bw, weights, plan), valid=r.valid, simulated=simulated)
 
 
 def analyse(rate: Rate, bw: Bandwidth, weights: Weights, plan: Plan) -> rl.Roofline:
@@ -151,10 +152,10 @@ class RooflineExperiment:
         on_point(result)  # a Ctrl-C during the bandwidth probe keeps the measured rate
         return result
 
-    def opening(self, server: ServerInfo) -> dict[str, Any]:
-        return {"simulated": server.simulated}
+    def opening(self, server: ServerInfo) -> RunResult[shape.RooflineBody]:
+        return measured("roofline", shape.RooflineBody(), simulated=server.simulated)
 
-    def document(self, result: RooflineResult) -> dict[str, Any]:
+    def document(self, result: RooflineResult) -> RunResult[shape.RooflineBody]:
         return document(result, self.weights, self.plan)
 
 
@@ -167,11 +168,11 @@ class RooflineJob:
     tok_s: float
     settle: Callable[[RooflineResult], RooflineResult]
 
-    def opening(self) -> dict[str, Any]:
-        return {}
+    def opening(self) -> RunResult[shape.RooflineBody]:
+        return measured("roofline", shape.RooflineBody())
 
     def run(self, on_point: Callable[[RooflineResult], None]) -> RooflineResult:
         return self.settle(RooflineResult(Rate(self.tok_s)))
 
-    def document(self, result: RooflineResult) -> dict[str, Any]:
+    def document(self, result: RooflineResult) -> RunResult[shape.RooflineBody]:
         return document(result, self.weights, self.plan)

@@ -9,7 +9,6 @@ import random
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from servecheck.analysis import speculative as sp
 from servecheck.analysis.across import stream_rate
@@ -20,7 +19,7 @@ from servecheck.load.protocol import Driver
 from servecheck.load.witness import metric_totals
 from servecheck.model.bodies import speculative as shape
 from servecheck.model.bodies.speculative import PROMPT_KINDS
-from servecheck.model.codec import encode
+from servecheck.model.result import RunResult, measured
 from servecheck.model.records import (
     NS_PER_S,
     BatchResult,
@@ -100,10 +99,9 @@ class SpeculativeResult:
             warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
         )
 
-    def document(self, expect: str | None = None) -> dict[str, Any]:
-        """The speculative fields of the JSON document (the runner puts the envelope around them)."""
-        return {"command": "speculative", "simulated": self.server.simulated, "complete": self.complete,
-                **encode(self.body(expect), nulls=True)}
+    def document(self, expect: str | None = None) -> RunResult[shape.SpeculativeBody]:
+        """The speculative run's typed result (the runner puts the run's head on it)."""
+        return measured("speculative", self.body(expect), simulated=self.server.simulated, complete=self.complete)
 
     def _point(self, n: int, kind: str) -> sp.PointAnalysis:
         records = [r for r in self.records(n, kind) if r.ok]
@@ -261,9 +259,8 @@ class SpeculativeExperiment:
         return await run_speculative(driver, ns=self.ns, tokens=self.tokens, reps=self.reps, rng=self.rng,
                                      open_baseline=self.open_baseline, on_point=on_point, on_server=on_server)
 
-    def opening(self, server: ServerInfo) -> dict[str, Any]:
-        return {"command": "speculative", "server": encode(server.body(), nulls=True), "simulated": server.simulated,
-                "points": []}
+    def opening(self, server: ServerInfo) -> RunResult[shape.SpeculativeBody]:
+        return measured("speculative", shape.SpeculativeBody(server=server.body()), simulated=server.simulated)
 
-    def document(self, result: SpeculativeResult) -> dict[str, Any]:
+    def document(self, result: SpeculativeResult) -> RunResult[shape.SpeculativeBody]:
         return result.document(self.expect)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from servecheck.analysis.staircase import (
     BatchAnalysis,
@@ -33,7 +32,7 @@ from servecheck.experiments.common import (
 )
 from servecheck.load.protocol import Driver
 from servecheck.model.bodies import staircase as shape
-from servecheck.model.codec import encode
+from servecheck.model.result import RunResult, measured
 from servecheck.model.client import FIGURE_FRAC, ClientCheck
 from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord, ServerInfo
 
@@ -80,11 +79,10 @@ class StaircaseResult:
             client_checks=tuple(c.body() for c in self.client_checks),
         )
 
-    def document(self) -> dict[str, Any]:
-        """The staircase fields of the JSON document (the runner puts the envelope around them)."""
+    def document(self) -> RunResult[shape.StaircaseBody]:
+        """The staircase's typed result (the runner puts the run's head on it)."""
         a = self.analysis()
-        return {"command": "staircase", "valid": a.valid, "simulated": self.server.simulated, "complete": self.complete,
-                **encode(self.body(a), nulls=True)}
+        return measured("staircase", self.body(a), valid=a.valid, simulated=self.server.simulated, complete=self.complete)
 
 
 def _point(point: PointAnalysis, batches: Sequence[MeasuredBatch], error_frac: float | None = None) -> shape.Point:
@@ -250,8 +248,8 @@ class StaircaseExperiment:
             evidence_mode=self.evidence_mode,
         )
 
-    def opening(self, server: ServerInfo) -> dict[str, Any]:
-        return {"server": server.to_dict(), "simulated": server.simulated, "points": []}
+    def opening(self, server: ServerInfo) -> RunResult[shape.StaircaseBody]:
+        return measured("staircase", shape.StaircaseBody(server=server.body()), simulated=server.simulated)
 
-    def document(self, result: StaircaseResult) -> dict[str, Any]:
+    def document(self, result: StaircaseResult) -> RunResult[shape.StaircaseBody]:
         return result.document()

@@ -7,11 +7,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from servecheck.load.calibrate import Calibration, calibrate
 from servecheck.model.bodies.calibrate import CalibrateBody
-from servecheck.model.codec import encode
+from servecheck.model.result import RunResult, measured
 
 
 @dataclass(frozen=True)
@@ -21,11 +20,11 @@ class CalibrateJob:
     events: int
     workers: int = 1
 
-    def opening(self) -> dict[str, Any]:
-        return {}
+    def opening(self) -> RunResult[CalibrateBody]:
+        return measured("calibrate", CalibrateBody())
 
     def run(self, on_point: Callable[[Calibration], None]) -> Calibration:
         return asyncio.run(calibrate(self.streams, self.gap_ms, self.events, self.workers))
 
-    def document(self, result: Calibration) -> dict[str, Any]:
-        return encode(CalibrateBody(calibration=result.body()), nulls=True)
+    def document(self, result: Calibration) -> RunResult[CalibrateBody]:
+        return measured("calibrate", CalibrateBody(calibration=result.body()))

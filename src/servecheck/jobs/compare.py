@@ -7,14 +7,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from servecheck.analysis import roofline as rl
 from servecheck.audit import AuditOptions, audit_model
 from servecheck.errors import AuditError, UsageError
 from servecheck.inputs import check_input_file
 from servecheck.model.bodies.compare import CompareBody, Comparison, Engine
-from servecheck.model.codec import encode
+from servecheck.model.result import RunResult, measured
 
 EXAMPLE = "llama.cpp=2.80GB@41.5 new=1.849GB@97.83"
 # Figures no engine can mean. Inside them every ratio, share and product stays a finite number
@@ -104,13 +103,13 @@ def comparison_record(d: rl.Decomposition) -> Comparison:
 class CompareJob:
     entries: tuple[Entry, ...]  # read by `parse_entries`
 
-    def opening(self) -> dict[str, Any]:
-        return {}
+    def opening(self) -> RunResult[CompareBody]:
+        return measured("compare", CompareBody())
 
     def run(self, on_point: Callable[[tuple[rl.Decomposition, ...]], None]) -> tuple[rl.Decomposition, ...]:
         return comparisons(self.entries)
 
-    def document(self, result: tuple[rl.Decomposition, ...]) -> dict[str, Any]:
+    def document(self, result: tuple[rl.Decomposition, ...]) -> RunResult[CompareBody]:
         body = CompareBody(engines=tuple(e.record() for e in self.entries),
                            comparisons=tuple(comparison_record(d) for d in result))
-        return encode(body, nulls=True)
+        return measured("compare", body)

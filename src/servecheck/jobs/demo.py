@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from servecheck.client.base import Target
 from servecheck.engine.cache import EngineCache
@@ -33,7 +33,7 @@ from servecheck.logscan.scan import scan_log
 from servecheck.model.bodies import demo as shape
 from servecheck.model.bodies.demo import DEMO_NS
 from servecheck.model.bodies.staircase import Verdict
-from servecheck.model.codec import encode
+from servecheck.model.result import Envelope, RunResult, measured
 from servecheck.results.jsonout import envelope
 
 Say = Callable[[str], None]
@@ -221,9 +221,9 @@ class DemoJob:
     say: Say
     open_driver: DriverFactory  # the driver each staircase is measured through (a user's: the pre-flight's CheckedDriver)
 
-    def opening(self) -> dict[str, Any]:
+    def opening(self) -> RunResult[shape.DemoBody]:
         """Before anything is measured: the engine and the model, no runs, no verdicts yet."""
-        return encode(shape.DemoBody(engine=self.engine.body(), model_path=str(self.engine.model_path)), nulls=True)
+        return measured("demo", shape.DemoBody(engine=self.engine.body(), model_path=str(self.engine.model_path)))
 
     def run(self, on_point: Callable[[list[DemoRun]], None]) -> list[DemoRun]:
         measured: dict[int, DemoRun] = {}  # by --parallel: finished runs and the latest snapshot of the one running
@@ -237,19 +237,15 @@ class DemoJob:
                          log_dir=self.log_dir, say=self.say, on_snapshot=keep, open_driver=self.open_driver))
         return list(measured.values())
 
-    def document(self, runs: list[DemoRun]) -> dict[str, Any]:
-        return demo_fields(self.engine, runs)
+    def document(self, runs: list[DemoRun]) -> RunResult[shape.DemoBody]:
+        """The demo's typed result: its body, valid when every staircase run was."""
+        return measured("demo", demo_body(self.engine, runs), valid=all(r.staircase.valid for r in runs))
 
 
-def demo_head(engine: DemoEngine, *, tokens: int, prompt_tokens: int) -> dict[str, Any]:
+def demo_head(engine: DemoEngine, *, tokens: int, prompt_tokens: int) -> Envelope:
     params = {"tokens": tokens, "prompt_tokens": prompt_tokens, "threads": engine.threads, "n": list(DEMO_NS),
               "model": engine.model_name, "engine": engine.name}
     return envelope("demo", params, environment())
-
-
-def demo_fields(engine: DemoEngine, runs: list[DemoRun]) -> dict[str, Any]:
-    """The demo's fields of the document: its body, and whether every staircase run was valid."""
-    return {**encode(demo_body(engine, runs), nulls=True), "valid": all(r.staircase.valid for r in runs)}
 
 
 def demo_body(engine: DemoEngine, runs: list[DemoRun]) -> shape.DemoBody:

@@ -12,7 +12,6 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from servecheck.analysis import roofline as rl
 from servecheck.analysis.roofline import Span
@@ -23,6 +22,7 @@ from servecheck.errors import AuditError, UsageError
 from servecheck.experiments.roofline import URL_DECODE_TOKENS, URL_PROMPT_TOKENS, Bandwidth, Plan, RooflineResult, Weights
 from servecheck.inputs import check_input_file
 from servecheck.model.bodies.roofline import AuditSummary
+from servecheck.model.result import Envelope
 from servecheck.probe import GIB, measure_bandwidth, plan_sizes
 from servecheck.probe.bandwidth import available_memory_bytes
 from servecheck.results.jsonout import envelope, read_json
@@ -62,7 +62,7 @@ class RooflineSetup:
     options: RooflineOptions
     weights: Weights
     plan: Plan
-    head: dict[str, Any]
+    head: Envelope
 
     def settle(self, say: Say) -> Callable[[RooflineResult], RooflineResult]:
         """The last step of either run: the bandwidth the rate is held against (a probe prints what it does to `say`)."""

@@ -1,6 +1,6 @@
 """The server a load command tests: the URL given, or with `--serve` one servecheck starts, waits for,
 stops on every exit path and whose log it audits; the audit is the `log_audit` record the finished
-document gains. The flags and the rendering stay in `cli.serve`."""
+result gains. The flags and the rendering stay in `cli.serve`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.process import ManagedServer
@@ -17,7 +16,6 @@ from servecheck.errors import EngineError, ServecheckError, UsageError
 from servecheck.logscan.scan import LogScanResult, scan_log
 from servecheck.model.bodies.common import LogAudit
 from servecheck.model.bodies.log import UnscannedLogAudit
-from servecheck.model.codec import encode
 
 Say = Callable[[str], None]
 
@@ -40,12 +38,11 @@ class Served:
         if stopper is not None:
             stopper()
 
-    def finished(self) -> dict[str, Any]:
-        """Stop the server now: the field the finished document gains, `log_audit` (None for a server
+    def finished(self) -> dict[str, LogAudit | UnscannedLogAudit | None]:
+        """Stop the server now: the body field the finished result gains, `log_audit` (None for a server
         servecheck did not start), exists only once its log is complete."""
         self.stop()
-        audit = self.log_audit()
-        return {"log_audit": None if audit is None else encode(audit, nulls=True)}
+        return {"log_audit": self.log_audit()}
 
     @property
     def owned(self) -> bool:

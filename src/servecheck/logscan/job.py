@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from servecheck.errors import LogScanError
 from servecheck.logscan.live import live_evidence
 from servecheck.logscan.rules import Rule
 from servecheck.logscan.scan import LogScanResult, scan_log
-from servecheck.model.codec import encode
+from servecheck.model.bodies.log import LogBody
+from servecheck.model.result import RunResult, measured
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,8 @@ class LogJob:
     url: str | None = None  # checked by the caller
     rules: tuple[Rule, ...] | None = None
 
-    def opening(self) -> dict[str, Any]:
-        return {}
+    def opening(self) -> RunResult[LogBody]:
+        return measured("log", LogBody())
 
     def run(self, on_point: Callable[[LogScanResult], None]) -> LogScanResult:
         """One scan, so no point before the whole result."""
@@ -33,7 +33,7 @@ class LogJob:
             raise LogScanError(f"cannot read log file {self.file}: {exc.strerror or exc}", "give the server's text log") from exc
         return result.with_live(live_evidence(self.url, self.engine)) if self.url is not None else result
 
-    def document(self, result: LogScanResult) -> dict[str, Any]:
+    def document(self, result: LogScanResult) -> RunResult[LogBody]:
         """The scan's body with the features refused; a scan that ran is a valid run."""
         body = replace(result.body(), refused=tuple(f.feature for f in result.refused))
-        return {"valid": True, **encode(body, nulls=True)}
+        return measured("log", body, valid=True)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from servecheck.probe import BandwidthResult, ProbePoint, measure_bandwidth
-from servecheck.model.codec import encode
+from servecheck.model.bodies.bandwidth import BandwidthBody
+from servecheck.model.result import RunResult, measured
 from servecheck.probe.bandwidth import Progress, partial_body
 
 # What the probe has so far: the sizes measured, until the whole result is in.
@@ -24,8 +24,8 @@ class BandwidthJob:
     method: str = "auto"
     progress: Progress | None = None
 
-    def opening(self) -> dict[str, Any]:
-        return encode(partial_body(self.device, ()), nulls=True)
+    def opening(self) -> RunResult[BandwidthBody]:
+        return measured("bandwidth", partial_body(self.device, ()))
 
     def run(self, on_point: Callable[[Measured], None]) -> Measured:
         measured: list[ProbePoint] = []
@@ -37,9 +37,9 @@ class BandwidthJob:
         return measure_bandwidth(self.sizes, device=self.device, threads=self.threads, passes=self.passes,
                                  method=self.method, progress=self.progress, on_point=keep)
 
-    def document(self, result: Measured) -> dict[str, Any]:
+    def document(self, result: Measured) -> RunResult[BandwidthBody]:
         body = result.body() if isinstance(result, BandwidthResult) else partial_body(self.device, result)
-        return encode(body, nulls=True)
+        return measured("bandwidth", body)
 
 
 def points_of(result: Measured | None) -> tuple[ProbePoint, ...]:

@@ -6,10 +6,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from servecheck.model.readings import ReportReading
-from servecheck.model.result import RunResult, from_doc
+from servecheck.model.result import RunResult
 from servecheck.report.html import write_html
 from servecheck.results.jsonout import check_writable
-from servecheck.results.runner import Doc
+from servecheck.results.runner import Run
 
 
 class HtmlFileSink:
@@ -22,24 +22,24 @@ class HtmlFileSink:
         self.path = path
         self.read = read
 
-    def start(self, doc: Doc) -> Mapping[str, Any]:
+    def start(self, run: Run) -> Mapping[str, Any]:
         return {}
 
-    def partial(self, doc: Doc) -> None:
+    def partial(self, run: Run) -> None:
         if self.path == "-":
             return
         try:
-            self._write(doc)
+            self._write(run)
         except (KeyError, TypeError, ValueError, IndexError):
             # A partial the report cannot draw yet must never stop the measurement; the JSON
             # and the history row hold it, and the final write renders (or reports) it.
             pass
 
-    def finish(self, doc: Doc) -> None:
-        self._write(doc)
+    def finish(self, run: Run) -> None:
+        self._write(run)
 
-    def _write(self, doc: Doc) -> None:
-        runs = [from_doc(doc)]
+    def _write(self, run: Run) -> None:
+        runs = [run]
         write_html(self.path, runs, self.read(runs))
 
     def close(self) -> None:

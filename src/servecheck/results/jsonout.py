@@ -12,19 +12,20 @@ import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from servecheck import __version__
 from servecheck.errors import UsageError
-from servecheck.model.codec import encode
+from servecheck.model.bodies.common import Environment
+from servecheck.model.codec import decode
 from servecheck.model.result import Envelope, SchemaError, upgraded
 
-def envelope(command: str, params: dict[str, Any], environment: dict[str, Any]) -> dict[str, Any]:
-    """The common head of every result document (the typed `Envelope`, encoded); commands add their
-    own fields. The parameters and the machine's record go in as given: the codec would leave out
-    the null of each probe that could not read its value, and the document keeps it."""
-    head = Envelope(command=command, servecheck_version=__version__, created_at=datetime.now(UTC).isoformat(timespec="seconds"))
-    return {**encode(head), "params": params, "environment": environment}
+def envelope(command: str, params: Mapping[str, Any], environment: Mapping[str, Any]) -> Envelope:
+    """The head of a run's result, started now: the command's parameters as given, and the machine's
+    record (`envinfo.environment`) read into its record (the document writes every probe, null ones too)."""
+    return Envelope(command=command, servecheck_version=__version__, created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                    params=dict(params), environment=decode(Environment, environment))
 
 
 def dumps(doc: dict[str, Any]) -> str:

@@ -1,7 +1,7 @@
 """The one run loop of the measuring commands: open the driver, run the experiment, and write its
-document to every sink (JSON file, HTML file, history) when the server answers, after every
-measured point, and once at the end, or, on Ctrl-C, SIGTERM or SIGHUP, what was measured, marked
-`"complete": false`. Each command supplies the experiment (or, needing no server, the job: `run_job`);
+result (a typed `RunResult`) to every sink (JSON file, HTML file, history) when the server answers,
+after every measured point, and once at the end, or, on Ctrl-C, SIGTERM or SIGHUP, what was
+measured, marked `"complete": false`. Each command supplies the experiment (or, needing no server, the job: `run_job`);
 none writes its own copy of this.
 """
 
@@ -16,24 +16,25 @@ from typing import Any, Generic, Protocol, TypeVar
 from servecheck.errors import ServecheckError
 from servecheck.load.protocol import Driver
 from servecheck.model.records import ServerInfo
+from servecheck.model.result import Envelope, RunResult
 
 R = TypeVar("R")
 R_contra = TypeVar("R_contra", contravariant=True)
-Doc = dict[str, Any]  # a JSON document as the sinks write it
+Run = RunResult[Any]  # a result as the sinks take it: the envelope and the command's body record
 OpenDriver = Callable[[], AbstractAsyncContextManager[Driver]]
 
 
 class Sink(Protocol):
-    """Where a run's document goes. Every sink gets every document: the first (`start`), one after
-    every measured point (`partial`), the last (`finish`, which carries its `complete` flag)."""
+    """Where a run's result goes. Every sink gets every one: the first (`start`), one after every
+    measured point (`partial`), the last (`finish`, whose envelope carries its `complete` flag)."""
 
-    def start(self, doc: Doc) -> Mapping[str, Any]:
-        """Take the first document; return fields every later document carries (the history's run id)."""
+    def start(self, run: Run) -> Mapping[str, Any]:
+        """Take the first result; return envelope fields every later one carries (the history's run id)."""
         ...
 
-    def partial(self, doc: Doc) -> None: ...
+    def partial(self, run: Run) -> None: ...
 
-    def finish(self, doc: Doc) -> None: ...
+    def finish(self, run: Run) -> None: ...
 
     def close(self) -> None: ...
 
@@ -45,12 +46,12 @@ class Experiment(Protocol[R]):
         """Measure: `on_server` once the server answered, `on_point` with the result so far after every point."""
         ...
 
-    def opening(self, server: ServerInfo) -> Doc:
-        """The command's fields once the server answered and nothing is measured yet."""
+    def opening(self, server: ServerInfo) -> Run:
+        """The command's result once the server answered and nothing is measured yet."""
         ...
 
-    def document(self, result: R) -> Doc:
-        """The command's fields for a result, partial or whole (the envelope goes around them)."""
+    def document(self, result: R) -> Run:
+        """The command's typed result for a measurement, partial or whole (the loop puts the run's head on it)."""
         ...
 
 
@@ -62,12 +63,12 @@ class Job(Protocol[R]):
         """Work: `on_point` with the result so far after every point (a one-shot job calls it never)."""
         ...
 
-    def opening(self) -> Doc:
-        """The command's fields before anything is measured."""
+    def opening(self) -> Run:
+        """The command's result before anything is measured."""
         ...
 
-    def document(self, result: R) -> Doc:
-        """The command's fields for a result, partial or whole (the envelope goes around them)."""
+    def document(self, result: R) -> Run:
+        """The command's typed result for its work, partial or whole (the loop puts the run's head on it)."""
         ...
 
 
@@ -82,47 +83,47 @@ class Watch(Protocol[R_contra]):
 
 
 class Recording:
-    """One run's documents, fanned out to its sinks; keeps the latest, so an interrupt can save it."""
+    """One run's results, fanned out to its sinks; keeps the latest, so an interrupt can save it."""
 
     def __init__(self, sinks: Sequence[Sink]) -> None:
         self.sinks = tuple(sinks)
-        self.doc: Doc | None = None
+        self.run: Run | None = None
         self._carried: dict[str, Any] = {}
 
-    def start(self, doc: Doc) -> None:
-        self.doc = {**doc, "complete": False}
+    def start(self, run: Run) -> None:
+        self.run = run.with_envelope(complete=False)
         for sink in self.sinks:
-            self._carried.update(sink.start(self.doc))
+            self._carried.update(sink.start(self.run))
 
-    def partial(self, doc: Doc) -> None:
-        self.doc = self._stamped(doc, complete=False)
+    def partial(self, run: Run) -> None:
+        self.run = self._stamped(run, complete=False)
         for sink in self.sinks:
-            sink.partial(self.doc)
+            sink.partial(self.run)
 
-    def finish(self, doc: Doc, *, complete: bool = True) -> Doc:
-        self.doc = self._stamped(doc, complete=complete)
+    def finish(self, run: Run, *, complete: bool = True) -> Run:
+        self.run = self._stamped(run, complete=complete)
         for sink in self.sinks:
-            sink.finish(self.doc)
-        return self.doc
+            sink.finish(self.run)
+        return self.run
 
-    def interrupted(self) -> Doc | None:
+    def interrupted(self) -> Run | None:
         """Save whatever was measured before an interrupt, marked incomplete; None when nothing started."""
-        return None if self.doc is None else self.finish(self.doc, complete=False)
+        return None if self.run is None else self.finish(self.run, complete=False)
 
     def close(self) -> None:
         for sink in self.sinks:
             sink.close()
 
-    def _stamped(self, doc: Doc, *, complete: bool) -> Doc:
-        return {**doc, "complete": complete, **self._carried}
+    def _stamped(self, run: Run, *, complete: bool) -> Run:
+        return run.with_envelope(complete=complete, **self._carried)
 
 
 @dataclass(frozen=True)
 class RunOutcome(Generic[R]):
-    """How a run ended: its last document as written (None when the server never answered) and the
-    experiment's last result (None when no point was measured)."""
+    """How a run ended: its last result as written (None when the server never answered) and the
+    experiment's own last result (None when no point was measured)."""
 
-    doc: Doc | None
+    written: Run | None
     result: R | None
     interrupted: bool
 
@@ -146,16 +147,16 @@ def run_experiment(
     open_driver: OpenDriver,
     sinks: Sequence[Sink],
     *,
-    head: Doc,
+    head: Envelope,
     watch: Watch[R] | None = None,
     settle: Callable[[R], R] | None = None,
     epilogue: Callable[[], Mapping[str, Any]] | None = None,
-    amend: Callable[[Doc], Doc] | None = None,
+    amend: Callable[[Run], Run] | None = None,
 ) -> RunOutcome[R]:
-    """Run `experiment` on the driver `open_driver()` opens (an async context manager), writing
-    `head` + its document to every sink. `settle` finishes a measured result without the server
-    (context's bandwidth probe); `epilogue` gives the fields the last document gains once the
-    measurement is over (the --serve log audit); `amend` derives fields of the last document from
+    """Run `experiment` on the driver `open_driver()` opens (an async context manager), writing its
+    result under `head` to every sink. `settle` finishes a measured result without the server
+    (context's bandwidth probe); `epilogue` gives the body fields the last result gains once the
+    measurement is over (the --serve log audit); `amend` derives fields of the last result from
     the whole of it (interference: the batch budget the audited log stated, beside the measured
     chunk). An interrupt returns what was saved; a ServecheckError after a measured point saves it
     too, then propagates."""
@@ -166,13 +167,13 @@ def run_experiment(
         loop.recording.close()
 
 
-def run_job(job: Job[R], sinks: Sequence[Sink], *, head: Doc, watch: Watch[R] | None = None) -> RunOutcome[R]:
-    """Run `job`, writing `head` + its document to every sink before it starts, after every point and
+def run_job(job: Job[R], sinks: Sequence[Sink], *, head: Envelope, watch: Watch[R] | None = None) -> RunOutcome[R]:
+    """Run `job`, writing its result under `head` to every sink before it starts, after every point and
     at the end, or, on an interrupt, what it had, marked incomplete: `run_experiment` without a server."""
     # The first document goes out with the first point (or the last document): a job that fails or is
     # interrupted before it measured anything leaves no empty run behind, as a server that never answered.
     loop = _Loop(job.document, Recording(sinks), head, watch if watch is not None else Quiet(),
-                 opening=lambda: {**head, **job.opening()})
+                 opening=lambda: job.opening().headed(head))
     try:
         return loop.finish(lambda: job.run(loop.on_point), None, None)
     finally:
@@ -182,8 +183,8 @@ def run_job(job: Job[R], sinks: Sequence[Sink], *, head: Doc, watch: Watch[R] | 
 class _Loop(Generic[R]):
     """What every run shares: the document after each point, and the last, or on an interrupt what was saved."""
 
-    def __init__(self, document: Callable[[R], Doc], recording: Recording, head: Doc, watch: Watch[R],
-                 opening: Callable[[], Doc] | None = None) -> None:
+    def __init__(self, document: Callable[[R], Run], recording: Recording, head: Envelope, watch: Watch[R],
+                 opening: Callable[[], Run] | None = None) -> None:
         self.document = document
         self.recording = recording
         self.head = head
@@ -192,11 +193,11 @@ class _Loop(Generic[R]):
         self.last: R | None = None
 
     def start_if_due(self) -> None:
-        if self.opening is not None and self.recording.doc is None:
+        if self.opening is not None and self.recording.run is None:
             self.recording.start(self.opening())
 
-    def doc(self, result: R) -> Doc:
-        return {**self.head, **self.document(result)}
+    def doc(self, result: R) -> Run:
+        return self.document(result).headed(self.head)
 
     def on_point(self, result: R) -> None:
         self.start_if_due()
@@ -206,11 +207,11 @@ class _Loop(Generic[R]):
 
     def run(
         self, experiment: Experiment[R], open_driver: OpenDriver, settle: Callable[[R], R] | None,
-        epilogue: Callable[[], Mapping[str, Any]] | None, amend: Callable[[Doc], Doc] | None = None,
+        epilogue: Callable[[], Mapping[str, Any]] | None, amend: Callable[[Run], Run] | None = None,
     ) -> RunOutcome[R]:
         def on_server(server: ServerInfo) -> None:
             # The history row starts once a server answered, so an unreachable URL leaves no empty run behind.
-            self.recording.start({**self.head, **experiment.opening(server)})
+            self.recording.start(experiment.opening(server).headed(self.head))
             self.watch.server(server)
 
         async def measure() -> R:
@@ -224,7 +225,7 @@ class _Loop(Generic[R]):
         return self.finish(work, epilogue, amend)
 
     def finish(
-        self, work: Callable[[], R], epilogue: Callable[[], Mapping[str, Any]] | None, amend: Callable[[Doc], Doc] | None,
+        self, work: Callable[[], R], epilogue: Callable[[], Mapping[str, Any]] | None, amend: Callable[[Run], Run] | None,
     ) -> RunOutcome[R]:
         """Do the work under the watch; then write the last document, or on an interrupt what was saved."""
         try:
@@ -237,6 +238,6 @@ class _Loop(Generic[R]):
             if self.last is not None:  # a failure after some points still keeps them, marked incomplete
                 self.recording.interrupted()
             raise
-        last = {**self.doc(result), **extra}
+        last = self.doc(result).with_body(**extra) if extra else self.doc(result)
         self.start_if_due()
         return RunOutcome(self.recording.finish(amend(last) if amend is not None else last), result, interrupted=False)

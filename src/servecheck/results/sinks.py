@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from servecheck.model.result import written_doc
 from servecheck.results.jsonout import check_writable, write_json
-from servecheck.results.runner import Doc
+from servecheck.results.runner import Run
 
 
 class JsonFileSink:
@@ -18,15 +19,15 @@ class JsonFileSink:
             check_writable(path)  # refused before anything is measured
         self.path = path
 
-    def start(self, doc: Doc) -> Mapping[str, Any]:
+    def start(self, run: Run) -> Mapping[str, Any]:
         return {}
 
-    def partial(self, doc: Doc) -> None:
+    def partial(self, run: Run) -> None:
         if self.path != "-":
-            write_json(self.path, doc)
+            write_json(self.path, written_doc(run))
 
-    def finish(self, doc: Doc) -> None:
-        write_json(self.path, doc)
+    def finish(self, run: Run) -> None:
+        write_json(self.path, written_doc(run))
 
     def close(self) -> None:
         pass

@@ -18,7 +18,7 @@ import platformdirs
 
 from servecheck.errors import StoreError
 from servecheck.analysis.run_verdict import run_verdict
-from servecheck.model.result import from_doc
+from servecheck.model.result import RunResult, written_doc
 from servecheck.results.jsonout import dumps_compact
 from servecheck.store.migrations import BOOKKEEPING, LATEST_VERSION, MIGRATIONS, Migration
 
@@ -207,8 +207,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def _row_values(doc: dict[str, Any], complete: bool) -> dict[str, Any]:
-    run = from_doc(doc)
+def _row_values(run: RunResult[Any], complete: bool) -> dict[str, Any]:
     return {
         "command": run.command,
         "server_url": run.url,
@@ -217,7 +216,7 @@ def _row_values(doc: dict[str, Any], complete: bool) -> dict[str, Any]:
         "simulated": int(run.simulated),
         "complete": int(complete),
         "valid": None if run.valid is None else int(run.valid),
-        "doc": dumps_compact(doc),
+        "doc": dumps_compact(written_doc(run)),
         "updated_at": _now(),
     }
 
@@ -235,9 +234,9 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def begin_run(self, doc: dict[str, Any]) -> int:
-        values = _row_values(doc, complete=False)
-        values["created_at"] = from_doc(doc).envelope.created_at or _now()
+    def begin_run(self, run: RunResult[Any]) -> int:
+        values = _row_values(run, complete=False)
+        values["created_at"] = run.envelope.created_at or _now()
         columns = ", ".join(values)
         marks = ", ".join(f":{name}" for name in values)
         with translate_errors(self.path):
@@ -245,8 +244,8 @@ class Store:
         assert cursor.lastrowid is not None
         return int(cursor.lastrowid)
 
-    def update_run(self, run_id: int, doc: dict[str, Any], complete: bool) -> None:
-        values = _row_values(doc, complete=complete)
+    def update_run(self, run_id: int, run: RunResult[Any], complete: bool) -> None:
+        values = _row_values(run, complete=complete)
         assignments = ", ".join(f"{name} = :{name}" for name in values)
         with translate_errors(self.path):
             cursor = self._conn.execute(f"UPDATE runs SET {assignments} WHERE id = :id", {**values, "id": run_id})

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from servecheck.results.runner import Doc
+from servecheck.results.runner import Run
 from servecheck.store.db import Store, open_store
 
 
@@ -19,18 +19,18 @@ class HistorySink:
         self._store: Store | None = None
         self.run_id: int | None = None
 
-    def start(self, doc: Doc) -> Mapping[str, Any]:
+    def start(self, run: Run) -> Mapping[str, Any]:
         self._store = open_store(self.path)
-        self.run_id = self._store.begin_run(doc)
+        self.run_id = self._store.begin_run(run)
         return {"run_id": self.run_id}
 
-    def partial(self, doc: Doc) -> None:
+    def partial(self, run: Run) -> None:
         if self._store is not None and self.run_id is not None:
-            self._store.update_run(self.run_id, doc, complete=False)
+            self._store.update_run(self.run_id, run, complete=False)
 
-    def finish(self, doc: Doc) -> None:
+    def finish(self, run: Run) -> None:
         if self._store is not None and self.run_id is not None:
-            self._store.update_run(self.run_id, doc, complete=bool(doc.get("complete")))
+            self._store.update_run(self.run_id, run, complete=run.complete)
 
     def close(self) -> None:
         if self._store is not None:

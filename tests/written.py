@@ -1,0 +1,23 @@
+"""A command's typed result as the tests read it: the JSON the writer makes of it (`model.result.written_doc`),
+round-tripped through the JSON text, less the head the run loop puts on every result (schema and servecheck
+version, start time, machine, parameters, run id), which a test of one command's fields has no use for."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from servecheck.model.result import RunResult, from_doc, written_doc
+from servecheck.results.jsonout import dumps
+
+HEAD_ONLY = frozenset({"schema_version", "servecheck_version", "created_at", "environment", "params", "run_id"})
+
+
+def fields_of(run: RunResult[Any]) -> dict[str, Any]:
+    """The command's fields of the written document (its body, `command`, `valid`, `simulated`, `complete`)."""
+    return {k: v for k, v in json.loads(dumps(written_doc(run))).items() if k not in HEAD_ONLY}
+
+
+def reads_back(doc: dict[str, Any]) -> None:
+    """The document read into its typed result and written again is the same document, key for key."""
+    assert json.dumps(fields_of(from_doc(doc)), sort_keys=True) == json.dumps(doc, sort_keys=True)
