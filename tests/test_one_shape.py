@@ -64,3 +64,61 @@ def test_each_exception_still_exists() -> None:
     for entry in NOT_RESULT_SHAPES:
         rel, name = entry.split(": ")
         assert any(found.startswith(name + " ") for found in serializers((SRC / rel).read_text(encoding="utf-8"))), entry
+
+
+# ---------------------------------------------------------------- JSON values where results are built
+
+# The rooms that build, judge and show results: a document's JSON values have no business there (issue 25:
+# `dict[str, Any]` only where a command reads a server's JSON, and none of these reads one today).
+TYPED_ROOMS = ("analysis", "experiments", "cli")
+SERVER_JSON_READERS: dict[str, str] = {}  # "room/module.py: function": why it holds a server's JSON
+
+
+def json_value_annotations(source: str) -> list[str]:
+    """Where `source` annotates a value as JSON (`dict[str, Any]`, `Mapping[str, Any]`, `Dict[str, Any]`,
+    or the runner's old `Doc`), by the function it is in (or `<module>`) and line."""
+    found: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else where
+            for ann in _annotations(child):
+                text = ast.unparse(ann).replace(" ", "")
+                if any(f"{kind}[str,Any]" in text for kind in ("dict", "Dict", "Mapping")) or text == "Doc":
+                    found.append((ann.lineno, name))
+            visit(child, name)
+
+    visit(ast.parse(source), "<module>")
+    return [f"{name} (line {line})" for line, name in sorted(set(found))]
+
+
+def _annotations(node: ast.AST) -> list[ast.expr]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs, node.args.vararg, node.args.kwarg]
+        return [a.annotation for a in args if a is not None and a.annotation is not None] + (
+            [node.returns] if node.returns is not None else [])
+    if isinstance(node, ast.AnnAssign):
+        return [node.annotation]
+    return []
+
+
+def test_the_json_rule_finds_each_spelling() -> None:
+    source = (
+        "def a(doc: dict[str, Any]) -> int: ...\n"
+        "def b() -> Mapping[str, Any]: ...\n"
+        "x: Dict[str, Any] = {}\n"
+        "def c(run: RunResult[Any], n: dict[int, float]) -> Doc: ...\n"
+        "def d(counts: dict[str, int]) -> None: ...\n"
+    )
+    assert json_value_annotations(source) == ["a (line 1)", "b (line 2)", "<module> (line 3)", "c (line 4)"]
+
+
+def test_no_json_values_where_results_are_built_judged_or_shown() -> None:
+    offenders = []
+    for room in TYPED_ROOMS:
+        for path in sorted((SRC / room).rglob("*.py")):
+            rel = path.relative_to(SRC)
+            found = (f"{rel}: {name.split(' (')[0]}" for name in json_value_annotations(path.read_text(encoding="utf-8")))
+            offenders += [name for name in found if name not in SERVER_JSON_READERS]
+    assert offenders == [], ("an experiment returns a RunResult (model.result.measured) and a command reads one: "
+                             "no JSON values in analysis/, experiments/ or cli/:\n" + "\n".join(offenders))
