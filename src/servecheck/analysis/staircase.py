@@ -673,6 +673,19 @@ class StaircaseAnalysis:
     def valid(self) -> bool:
         return not self.invalid
 
+    def record(self) -> shape.StaircaseBody:
+        """The body fields this analysis decides; the run adds its own (design, server, points with their
+        raw requests: `experiments.staircase.StaircaseResult.body`). A new field of the analysis is written
+        here and in the body record, and nowhere else."""
+        return shape.StaircaseBody(
+            verdict=self.verdict, verdict_reason=self.verdict_reason, trend=self.trend, trend_reason=self.trend_reason,
+            trend_ratios={str(n): r for n, r in sorted(self.trend_ratios.items())},
+            single_s=self.single_s, single_times_s=self.single_times_s, single_spread=self.single_spread,
+            evidence=self.evidence, decided_by_witness=self.decided_by_witness, trend_by_schedule=self.trend_by_schedule,
+            prefill_gain_bound=self.prefill_gain_bound, modal_tokens=self.modal_tokens,
+            invalid=tuple(f.record() for f in self.invalid), warnings=tuple(f.record() for f in self.warnings),
+        )
+
 
 def _ok_by_finish(batch: BatchResult) -> list[RequestRecord]:
     return [r for r in batch.records_by_finish() if r.ok]

@@ -65,18 +65,12 @@ class StaircaseResult:
     def body(self, a: StaircaseAnalysis | None = None) -> shape.StaircaseBody:
         """The staircase body record (docs/schema.md); `a`: this result's analysis, when already made."""
         a = self.analysis() if a is None else a
-        return shape.StaircaseBody(
-            verdict=a.verdict, verdict_reason=a.verdict_reason, trend=a.trend, trend_reason=a.trend_reason,
-            trend_ratios={str(n): r for n, r in sorted(a.trend_ratios.items())},
-            single_s=a.single_s, single_times_s=a.single_times_s, single_spread=a.single_spread,
-            evidence=a.evidence, evidence_mode=self.evidence_mode,  # type: ignore[arg-type]  # "all" | "stopwatch"
-            decided_by_witness=a.decided_by_witness, trend_by_schedule=a.trend_by_schedule,
-            prefill_gain_bound=a.prefill_gain_bound, max_reps=self.max_reps, modal_tokens=a.modal_tokens,
-            server=self.server.body(), warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
+        return replace(
+            a.record(),  # what the analysis decided; the run's own fields below
+            evidence_mode=self.evidence_mode, max_reps=self.max_reps, server=self.server.body(),
+            warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
             points=tuple(_point(p, self.batches, a.aggregate_error_frac.get(p.n)) for p in a.points),
-            invalid=tuple(f.record() for f in a.invalid), warnings=tuple(f.record() for f in a.warnings),
-            notes=self.notes, calibration=self.calibration,  # type: ignore[arg-type]  # "on" | "off" | "none"
-            client_checks=tuple(c.body() for c in self.client_checks),
+            notes=self.notes, calibration=self.calibration, client_checks=tuple(c.body() for c in self.client_checks),
         )
 
     def document(self) -> RunResult[shape.StaircaseBody]:
