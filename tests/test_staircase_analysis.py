@@ -214,6 +214,8 @@ def test_seed_run():
     assert a.points[2].aggregate_tok_s == pytest.approx(4 * 512 / 22.5)  # 91.0 tok/s, seed 000
     assert a.trend == "flat"
     assert a.trend_ratios[4] == pytest.approx((4 * 512 / 22.5) / (512 / 5.51))
+    # 1.00x is below the rule the analysis judged by, and records: rising from 1.3x
+    assert a.trend_rising_ratio == 1.3 and a.record().trend_rising_ratio == 1.3
 
 
 def test_short_output_is_named_and_invalidates():

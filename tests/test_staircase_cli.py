@@ -43,6 +43,8 @@ def test_table_in_the_seed_shape(scripted, capsys):
     assert "N=1   finish at 2.00 s                       aggregate 50.0 tok/s (50.0-50.0)  baseline  (2 reps)" in out
     assert any(line.startswith("verdict  staircase") for line in out)
     assert any(line.startswith("trend    flat  agg(N)/agg(1): N=2 1.00x  N=4 1.00x") for line in out)
+    # the rule the trend was judged by is recorded with the run and shown (a saved run without it: the goldens)
+    assert any(line.startswith("trend    flat") and line.endswith("; rising from 1.30x)") for line in out)
     assert any("steps 1.00, 1.00, 1.00, 1.00 x single" in line for line in out)
     # the queue's first finish is one request alone; its last, four
     assert any("x single · first 1.00 · last 4.00 x single · group sizes 1+1+1+1" in line for line in out)

@@ -657,6 +657,8 @@ class StaircaseAnalysis:
     # overlapped, where hiding each request's prefill could gain at most `prefill_gain_bound`
     trend_by_schedule: tuple[int, ...] = ()
     prefill_gain_bound: float | None = None
+    # the agg(N)/agg(1) at or above which the trend reads rising: the rule travels with the run it judged
+    trend_rising_ratio: float = RISING_RATIO
 
     @property
     def decided_by_witness(self) -> bool:
@@ -683,7 +685,7 @@ class StaircaseAnalysis:
             single_s=self.single_s, single_times_s=self.single_times_s, single_spread=self.single_spread,
             evidence=self.evidence, decided_by_witness=self.decided_by_witness, trend_by_schedule=self.trend_by_schedule,
             prefill_gain_bound=self.prefill_gain_bound, modal_tokens=self.modal_tokens,
-            invalid=tuple(f.record() for f in self.invalid), warnings=tuple(f.record() for f in self.warnings),
+            trend_rising_ratio=self.trend_rising_ratio, invalid=tuple(f.record() for f in self.invalid), warnings=tuple(f.record() for f in self.warnings),
         )
 
 

@@ -156,6 +156,7 @@ class StaircaseBody:
     trend: Trend | None = None  # aggregate across N
     trend_reason: str | None = None
     trend_ratios: Mapping[str, float] | None = None  # "N" -> agg(N) / agg(1)
+    trend_rising_ratio: float | None = None  # the agg(N)/agg(1) at which the trend reads rising; None: from before it
     single_s: float | None = None  # the median of every N=1 measurement
     single_times_s: tuple[float, ...] = ()  # every N=1 measurement in run order
     single_spread: float | None = None  # slowest / fastest N=1 - 1
