@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from servecheck.model.result import RunResult, from_doc, written_doc
+from servecheck.model.result import ENVELOPE_KEYS, RunResult, from_doc, written_doc
 from servecheck.results.jsonout import dumps
 
-HEAD_ONLY = frozenset({"schema_version", "servecheck_version", "created_at", "environment", "params", "run_id"})
+# the envelope less the four keys a command's own result sets (`model.result.measured`)
+HEAD_ONLY = ENVELOPE_KEYS - {"command", "valid", "simulated", "complete"}
 
 
 def fields_of(run: RunResult[Any]) -> dict[str, Any]:

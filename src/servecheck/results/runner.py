@@ -238,6 +238,8 @@ class _Loop(Generic[R]):
             if self.last is not None:  # a failure after some points still keeps them, marked incomplete
                 self.recording.interrupted()
             raise
-        last = self.doc(result).with_body(**extra) if extra else self.doc(result)
+        last = self.doc(result)
+        if extra:
+            last = last.with_body(**extra)
         self.start_if_due()
         return RunOutcome(self.recording.finish(amend(last) if amend is not None else last), result, interrupted=False)
