@@ -33,7 +33,10 @@ from servecheck.client.sse import SseParser, loads_object
 from servecheck.client.tally import StreamTally, cutoff_tokens, plausibility_problem
 from servecheck.errors import ConnectError, ProtocolError, RequestTimeout, ServerError, UsageError
 from servecheck.load.detect import identify, list_models, pick_model, server_info
+from servecheck.load.inject import StallInjector
+from servecheck.load.lateness import LatenessMeter
 from servecheck.load.witness import GaugeSampler, GaugeSource, NoiseMeter, probe_source
+from servecheck.model.client import ClientLateness
 from servecheck.model.records import BatchResult, GenRequest, RequestRecord, RequestStatus, ServerInfo
 
 SIMULATED_HEADER = "X-Servecheck-Simulated"
@@ -76,6 +79,10 @@ class LoadDriver:
         self._gauge_source: GaugeSource | None | bool = False  # False: not looked for yet (or not answered)
         self._gauge_probes = 0
         self.witnesses = True  # sample the server's gauges and the client's noise during batches
+        # The client's own lateness, metered all run long whatever the witnesses (analysis.client_timing),
+        # and a late client on purpose where SERVECHECK_CLIENT_STALLS asks for one (load.inject).
+        self.lateness = LatenessMeter(self.clock.now_ns)
+        self.stalls = StallInjector.from_env()
         # Built once per driver (not per lane: loading CA certificates costs milliseconds), and at
         # run time so SSL_CERT_FILE / SSL_CERT_DIR name a private CA for https servers.
         self._ssl = ssl.create_default_context() if self.url.startswith("https:") else None
@@ -88,12 +95,22 @@ class LoadDriver:
         # connection left idle between calls may have been closed by the server, and writing a
         # request into it fails ("Can not write request body") instead of reaching the server.
         self._session = self._new_session(limit=0, force_close=True)
+        self.lateness.start()
+        if self.stalls is not None:
+            self.stalls.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self.stalls is not None:
+            await self.stalls.stop()
+        await self.lateness.stop()
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+    def client_lateness(self, lo_ns: int, hi_ns: int) -> ClientLateness | None:
+        """How late this client was over [lo_ns, hi_ns] of the run clock (None: not metered)."""
+        return self.lateness.record(lo_ns, hi_ns)
 
     # ---- sessions, headers, errors -------------------------------------------------------
 
@@ -388,7 +405,10 @@ class LoadDriver:
             measured_noise = None if noise is None else await noise.stop()
             await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
         ordered = tuple(sorted(records, key=lambda r: r.index))
-        return BatchResult(release_ns, lanes, ordered, max(first_sends) - min(first_sends), gauges, measured_noise)
+        ends = [r.end_ns for r in ordered if r.end_ns is not None]
+        late = self.client_lateness(release_ns, max(ends, default=self.clock.now_ns()))
+        return BatchResult(release_ns, lanes, ordered, max(first_sends) - min(first_sends), gauges, measured_noise,
+                           lateness=late)
 
     async def _warm(self, session: aiohttp.ClientSession, dialect: Dialect) -> None:
         """Open this lane's connection before the barrier, so TCP/TLS setup is not timed."""
@@ -459,6 +479,8 @@ class LoadDriver:
         send_ns = self.clock.now_ns()
         if first_sends is not None:
             first_sends.append(send_ns)
+        if self.stalls is not None:
+            self.stalls.on_send(req)
         outcome = await self._stream(session, dialect, body, tally, queue_wait_s, req.max_tokens)
         return self._record(req, send_ns, tally, outcome)
 
@@ -525,6 +547,8 @@ class LoadDriver:
         t_ns = self.clock.now_ns()
         while tally.final_ns is None:
             chunk = await resp.content.readany()
+            if self.stalls is not None:
+                self.stalls.after_read()  # a late reader on purpose: the stamp below is taken late
             t_ns = self.clock.now_ns()
             if not chunk:
                 break

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servecheck.client.base import Target
+from servecheck.model.client import ClientLateness
 from servecheck.model.records import NS_PER_S, BatchResult, GenRequest, RequestRecord, ServerInfo, ServerTimings
 
 # Seconds as a function of the requests in flight (a batching server's step grows with its batch).
@@ -91,6 +92,10 @@ class FakeDriver:
     async def probe(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         return 404, None
 
+    def client_lateness(self, lo_ns: int, hi_ns: int) -> ClientLateness | None:
+        """A scripted clock is never late: no windows, resolution 0, the whole stretch covered."""
+        return ClientLateness(tick_ns=0, floor_ns=0, from_ns=lo_ns, to_ns=hi_ns)
+
     async def generate(self, req: GenRequest) -> RequestRecord:
         self._count_call()
         if self.server.fail_warmup and self.calls == 1:
@@ -109,7 +114,8 @@ class FakeDriver:
         release = self.now_ns + RELEASE_DELAY_NS
         records = self._timeline(reqs, lanes, release)
         self.now_ns = max((r.end_ns or release) for r in records)
-        return BatchResult(release, lanes, tuple(sorted(records, key=lambda r: r.index)), (lanes - 1) * LANE_SKEW_NS)
+        return BatchResult(release, lanes, tuple(sorted(records, key=lambda r: r.index)), (lanes - 1) * LANE_SKEW_NS,
+                           lateness=self.client_lateness(release, self.now_ns))
 
     def _count_call(self) -> None:
         self.calls += 1

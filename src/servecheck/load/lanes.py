@@ -32,9 +32,11 @@ from typing import Any, Protocol
 
 from servecheck.client.base import RunClock, Target
 from servecheck.errors import ServecheckError, UsageError
+from servecheck.analysis.client_timing import merged as merged_lateness
 from servecheck.load.driver import GAUGE_PROBE_TIMEOUT_S, LoadDriver
 from servecheck.lifeline import die_with_parent
 from servecheck.load.witness import GaugeSampler, NoiseMeter
+from servecheck.model.client import ClientLateness
 from servecheck.model.records import BatchResult, ClientNoise, GenRequest, RequestRecord, ServerGauges, ServerInfo
 
 # How far ahead of "every worker is ready" the shared release instant lies: enough for the go
@@ -174,6 +176,9 @@ class LaneDriver:
     async def probe(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         return await self.local.probe(method, path, body)
 
+    def client_lateness(self, lo_ns: int, hi_ns: int) -> ClientLateness | None:
+        return self.local.client_lateness(lo_ns, hi_ns)
+
     # ---- batches: the workers ---------------------------------------------------------------
 
     def use(self, lanes: int, workers: int) -> None:
@@ -222,7 +227,8 @@ def merge_batch(reqs: Sequence[GenRequest], lanes: int, release_ns: int, results
     firsts = {r.index for r in reqs[:lanes]}
     first_sends = [r.send_ns for r in records if r.index in firsts]
     skew = max(first_sends) - min(first_sends) if first_sends else 0
-    return BatchResult(release_ns, lanes, records, skew, gauges, merge_noise([b.noise for b in results]), uncertainty_ns)
+    return BatchResult(release_ns, lanes, records, skew, gauges, merge_noise([b.noise for b in results]), uncertainty_ns,
+                       lateness=merged_lateness([b.lateness for b in results]))
 
 
 class ProcessPool:

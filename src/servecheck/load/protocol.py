@@ -12,7 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, runtime_checkable
 
 from servecheck.client.base import Target
-from servecheck.model.client import ClientCheck
+from servecheck.model.client import ClientCheck, ClientLateness
 from servecheck.model.records import BatchResult, GenRequest, RequestRecord, ServerInfo
 
 
@@ -51,6 +51,10 @@ class Driver(Tokenizer, Protocol):
 
     async def probe(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """(HTTP status, decoded JSON or None): an endpoint that may not exist."""
+        ...
+
+    def client_lateness(self, lo_ns: int, hi_ns: int) -> ClientLateness | None:
+        """How late the client itself was over a stretch of the run clock (analysis.client_timing)."""
         ...
 
 

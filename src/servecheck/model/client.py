@@ -196,3 +196,38 @@ class ClientCheck:
             dispatch_skew_ms=c.dispatch_skew_ms, client_bound=self.client_bound, reason=self.reason(),
             tried=tuple(t.body() for t in self.tried),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ClientLateness:
+    """When the client's own event loop could not have read a stream on time, over one stretch of a run.
+
+    A ticker re-armed every `tick_ns` on the run's loop proves the loop ran each time it fires. A tick
+    that fires more than `floor_ns` late leaves a window, from when it was armed to when it fired, in
+    which the loop may have been blocked (a descheduled process, a busy loop, a late reader): data that
+    reached the socket inside it was read, and stamped, as late as its end. Outside every window the
+    client read within `resolution_ns` (a tick plus the floor) of the data's arrival. `from_ns`..`to_ns`
+    is the span the ticker covered (run-clock ns); nothing outside it is vouched for. A scripted driver,
+    whose clock is virtual, is never late: resolution 0 and no windows.
+    """
+
+    tick_ns: int
+    floor_ns: int
+    from_ns: int
+    to_ns: int
+    late_ns: tuple[tuple[int, int], ...] = ()  # [armed, fired] of every late tick in the span, in time order
+    dropped: int = 0  # windows the meter could not keep (its memory bound): then nothing in the span is vouched for
+
+    @property
+    def resolution_ns(self) -> int:
+        return self.tick_ns + self.floor_ns
+
+    @property
+    def late_s(self) -> float:
+        return sum(b - a for a, b in self.late_ns) / 1e9
+
+    def body(self) -> common.ClientLateness:
+        return common.ClientLateness(
+            resolution_ms=self.resolution_ns / NS_PER_MS, covered_s=(self.to_ns - self.from_ns) / 1e9,
+            late_windows=len(self.late_ns), late_s=self.late_s,
+            longest_late_ms=max((b - a for a, b in self.late_ns), default=0) / NS_PER_MS, dropped=self.dropped)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from servecheck.model.bodies import common
+from servecheck.model.client import ClientLateness
 from servecheck.model.bodies import staircase as staircase_body
 
 Dialect = Literal["openai", "openai-chat", "llamacpp", "ollama"]
@@ -243,6 +244,9 @@ class BatchResult:
     # Lanes on Ray actors: the most two of these finish times can be off against each other, each
     # mapped from its actor's clock onto the run's (`model.client.gap_uncertainty_ns`); 0 on one machine.
     clock_uncertainty_ns: int = 0
+    # The client's own lateness from the release to the last finish (analysis.client_timing); None where
+    # it was not metered (a scripted fake is never late: its record has no windows and resolution 0).
+    lateness: ClientLateness | None = None
 
     def finish_s(self) -> list[float]:
         """Finish times of successful requests, seconds from release, in finishing order."""

@@ -13,8 +13,11 @@ proxy as processing and none as deferred: gauges that lie, injected in front of 
 `--no-cache-prompt` sets `cache_prompt: false` in every completion request (a prefix cache forced
 off from outside). `--hold K:SECONDS` keeps the K-th completion request through the proxy (counted from
 1) waiting SECONDS before it is forwarded: one send made slow from outside, by a known amount (the
-prefix cache's control send, for the test of the comparison that does without it). The proxy listens on 127.0.0.1 only, prints its URL as its first line, and exits
-when the process that started it is gone.
+prefix cache's control send, for the test of the comparison that does without it).
+`--burst LO-HI` holds a stream's events and passes them on in bursts, one every LO..HI ms (uniform,
+`--burst-seed` for a repeatable draw): a gateway that coalesces a stream in transit, so that tokens
+of several decode steps arrive together, as a speculative step's would. The proxy listens on
+127.0.0.1 only, prints its URL as its first line, and exits when the process that started it is gone.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -66,8 +70,11 @@ def strip_event_line(line: bytes) -> bytes:
 
 class Proxy:
     def __init__(self, upstream: str, *, lie_gauges: bool, no_cache_prompt: bool,
-                 hold: tuple[int, float] | None = None) -> None:
+                 hold: tuple[int, float] | None = None, burst: tuple[float, float] | None = None,
+                 burst_seed: int | None = None) -> None:
         self.upstream = upstream.rstrip("/")
+        self.burst = burst
+        self.rng = random.Random(burst_seed)
         self.lie_gauges = lie_gauges
         self.no_cache_prompt = no_cache_prompt
         self.hold = hold
@@ -134,7 +141,10 @@ class Proxy:
             response = web.StreamResponse(status=up.status, headers=out_headers)
             await response.prepare(request)
             try:
-                await _relay(up, response)
+                if self.burst is None:
+                    await _relay(up, response)
+                else:
+                    await _relay_in_bursts(up, response, self.burst, self.rng)
             except ConnectionResetError:
                 pass  # the client closed its stream (it had read what it needed): nothing to relay to
             return response
@@ -150,6 +160,40 @@ async def _relay(up: aiohttp.ClientResponse, response: web.StreamResponse) -> No
             await response.write(b"".join(strip_event_line(line) + b"\n" for line in lines))
     if pending:
         await response.write(strip_event_line(pending))
+    await response.write_eof()
+
+
+async def _relay_in_bursts(up: aiohttp.ClientResponse, response: web.StreamResponse, burst: tuple[float, float],
+                           rng: random.Random) -> None:
+    """The upstream's event stream held and written out in bursts, one every burst[0]..burst[1] ms."""
+    held: list[bytes] = []
+    pending = b""
+    done = asyncio.Event()
+
+    async def read() -> None:
+        nonlocal pending
+        try:
+            async for chunk in up.content.iter_any():
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                held.extend(strip_event_line(line) + b"\n" for line in lines)
+        finally:
+            done.set()
+
+    reader = asyncio.create_task(read())
+    try:
+        while not done.is_set():
+            try:
+                await asyncio.wait_for(done.wait(), rng.uniform(*burst) / 1e3)
+            except TimeoutError:
+                pass
+            if held and not done.is_set():
+                out, held[:] = b"".join(held), []
+                await response.write(out)
+        await reader
+    finally:
+        reader.cancel()
+    await response.write(b"".join(held) + (strip_event_line(pending) if pending else b""))
     await response.write_eof()
 
 
@@ -171,9 +215,11 @@ async def _watch_parent(parent: int) -> None:
 
 
 async def serve(upstream: str, port: int, *, lie_gauges: bool, no_cache_prompt: bool,
-                hold: tuple[int, float] | None = None) -> None:
+                hold: tuple[int, float] | None = None, burst: tuple[float, float] | None = None,
+                burst_seed: int | None = None) -> None:
     parent = os.getppid()
-    runner = web.AppRunner(build_app(Proxy(upstream, lie_gauges=lie_gauges, no_cache_prompt=no_cache_prompt, hold=hold)))
+    runner = web.AppRunner(build_app(Proxy(upstream, lie_gauges=lie_gauges, no_cache_prompt=no_cache_prompt, hold=hold,
+                                           burst=burst, burst_seed=burst_seed)))
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
@@ -213,6 +259,18 @@ def parse_hold(text: str) -> tuple[int, float]:
     return held
 
 
+def parse_burst(text: str) -> tuple[float, float]:
+    """`LO-HI` (ms) -> (LO, HI): bursts every LO..HI ms, 0 < LO <= HI <= 10000."""
+    lo, sep, hi = text.partition("-")
+    try:
+        span = (float(lo), float(hi or lo))
+    except ValueError:
+        span = (0.0, 0.0)
+    if not 0 < span[0] <= span[1] <= 10_000:
+        raise argparse.ArgumentTypeError(f"--burst takes LO-HI in ms (0 < LO <= HI <= 10000), not {text!r}")
+    return span
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m servecheck.sim.proxy", description=__doc__.splitlines()[0])
     parser.add_argument("upstream", help="the real server, http://127.0.0.1:PORT")
@@ -221,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-cache-prompt", action="store_true")
     parser.add_argument("--hold", type=parse_hold, default=None, metavar="K:SECONDS",
                         help="keep the K-th completion request waiting SECONDS before forwarding it")
+    parser.add_argument("--burst", type=parse_burst, default=None, metavar="LO-HI",
+                        help="pass stream events on in bursts, one every LO..HI ms (a gateway that buffers)")
+    parser.add_argument("--burst-seed", type=int, default=None, help="seed of the burst intervals")
     args = parser.parse_args(argv)
     host = args.upstream.split("//", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
     if host not in ("127.0.0.1", "localhost", "::1"):
@@ -228,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         asyncio.run(serve(args.upstream, args.port, lie_gauges=args.lie_gauges, no_cache_prompt=args.no_cache_prompt,
-                          hold=args.hold))
+                          hold=args.hold, burst=args.burst, burst_seed=args.burst_seed))
     except KeyboardInterrupt:
         pass
     return 0

@@ -227,3 +227,16 @@ class ClientCheck:
     client_bound: bool | None = None
     reason: str | None = None  # why every figure at this N would measure the client
     tried: tuple[Calibration, ...] = ()
+
+
+@record
+class ClientLateness:
+    """How late the client's own event loop was over a stretch of the run (model.client.ClientLateness):
+    moments inside a late window are not evidence."""
+
+    resolution_ms: float | None = None  # outside every late window the client read within this of an arrival
+    covered_s: float | None = None  # how long the ticker watched
+    late_windows: int | None = None  # windows in which the loop may have been blocked longer than the resolution
+    late_s: float | None = None  # their summed length
+    longest_late_ms: float | None = None
+    dropped: int | None = None  # windows the meter could not keep: then nothing is vouched for

@@ -7,7 +7,7 @@ from dataclasses import field
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import LogAudit, UnscannedLogAudit, Request, Server
+from servecheck.model.bodies.common import ClientLateness, LogAudit, Request, Server, UnscannedLogAudit
 from servecheck.model.codec import only_when_recorded, record, until_finished
 
 InterferenceVerdict = Literal["chunked", "blocking", "isolated", "inconclusive"]
@@ -33,6 +33,8 @@ class InterferenceRep:
     intruder_ttft_s: float | None = None
     prefill_tok_s: float | None = None
     chunk_tokens: float | None = None
+    client_late: bool | None = None  # the client could not vouch for the prefill window: repeated (analysis.client_timing)
+    client: ClientLateness | None = None  # the client's own lateness over this rep
     intruder: Request | None = None
     victims: tuple[Request, ...] = ()
 

@@ -44,6 +44,8 @@ class SpeculativePoint:
     pays_ratio: float | None = None
     pays_interval: tuple[float, float] | None = None
     pays_reason: str | None = None
+    client_late_groups: int | None = None  # groups left out: the client read them late (analysis.client_timing)
+    coalesced_streams: int | None = None  # streams whose groups were bursts made in transit, not steps
 
 
 @record

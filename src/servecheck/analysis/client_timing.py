@@ -1,0 +1,112 @@
+"""Whether the client could time a moment it judges, pure: one answer for every command.
+
+The stopwatch is only as good as the client that reads it. The driver's ticker (`load.lateness`)
+records each window in which the client's event loop may have been blocked (`ClientLateness`): data
+that arrived inside one was read, and stamped, at its end. A command asks here, for a stretch of time
+and the resolution its rule needs (the smallest lateness that could change what it reads), whether
+the client can vouch for it; a moment it cannot vouch for is never evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from servecheck.model.client import ClientLateness
+
+# After a late window ends the loop drains what queued up in it: reads this soon after its end
+# carry data that arrived inside it. One tick: the ticker fires in the same pass as the backlog's
+# first reads, and a backlog of stream events is parsed in well under a millisecond.
+DRAIN_TICKS = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Vouch:
+    """The client's word on one stretch: vouched for, or why not (a code and the numbers behind it)."""
+
+    ok: bool
+    code: str  # "on_time" | "no_meter" | "coarse" | "late" | "uncovered" | "dropped"
+    late_ms: float = 0.0  # the longest late window that overlapped the stretch
+    resolution_ms: float | None = None  # the meter's
+    needed_ms: float | None = None  # the resolution the rule asked for
+
+    def words(self) -> str:
+        """The reason in a sentence, for a problem list (the analysis' one sentence per code)."""
+        if self.code == "no_meter":
+            return "the client's own timing was not metered, so it cannot vouch for this stretch"
+        if self.code == "coarse":
+            return (f"the client can vouch for its reads only to {self.resolution_ms:.2f} ms, and this rule needs "
+                    f"{self.needed_ms:.2f} ms")
+        if self.code == "late":
+            return (f"the client itself was late by up to {self.late_ms:.0f} ms here (a busy machine or a late "
+                    f"reader; this rule tolerates {self.needed_ms:.2f} ms): no evidence")
+        if self.code == "uncovered":
+            return "the client's timing meter did not cover this stretch"
+        if self.code == "dropped":
+            return "the client's timing meter overflowed, so it cannot vouch for this stretch"
+        return "the client read on time"
+
+
+def vouch(lateness: ClientLateness | None, lo_ns: int, hi_ns: int, needed_ns: float) -> Vouch:
+    """Could the client time [lo_ns, hi_ns] to within `needed_ns`? Every late window longer than that
+    which overlaps the stretch (its drain included) says no, and so does a meter coarser than it."""
+    if lateness is None:
+        return Vouch(False, "no_meter", needed_ms=needed_ns / 1e6)
+    res_ms, need_ms = lateness.resolution_ns / 1e6, needed_ns / 1e6
+    if lateness.dropped:
+        return Vouch(False, "dropped", resolution_ms=res_ms, needed_ms=need_ms)
+    if lateness.resolution_ns > needed_ns:
+        return Vouch(False, "coarse", resolution_ms=res_ms, needed_ms=need_ms)
+    if lateness.tick_ns and (lo_ns < lateness.from_ns or hi_ns > lateness.to_ns):
+        return Vouch(False, "uncovered", resolution_ms=res_ms, needed_ms=need_ms)
+    drain = DRAIN_TICKS * lateness.tick_ns
+    worst = max((b - a for a, b in lateness.late_ns if a < hi_ns and b + drain > lo_ns and b - a > needed_ns),
+                default=0)
+    if worst:
+        return Vouch(False, "late", late_ms=worst / 1e6, resolution_ms=res_ms, needed_ms=need_ms)
+    return Vouch(True, "on_time", resolution_ms=res_ms, needed_ms=need_ms)
+
+
+def late_in(lateness: ClientLateness, lo_ns: int, hi_ns: int, longer_than_ns: float) -> tuple[int, int]:
+    """(longest, summed) time of the late windows longer than `longer_than_ns` inside [lo_ns, hi_ns], each
+    clipped to it: how much of a stretch the client's own stalls could have shaped."""
+    clipped_ns = [min(b, hi_ns) - max(a, lo_ns) for a, b in lateness.late_ns
+                  if a < hi_ns and b > lo_ns and b - a > longer_than_ns]
+    return max(clipped_ns, default=0), sum(clipped_ns)
+
+
+def late_reads(lateness: ClientLateness, reads_ns: Sequence[int], needed_ns: float) -> frozenset[int]:
+    """Indices of the reads the client may have made more than `needed_ns` after their data arrived: a
+    read inside a late window that long, or in the drain after one (reads in time order)."""
+    drain = DRAIN_TICKS * lateness.tick_ns
+    windows = [(a, b + drain) for a, b in lateness.late_ns if b - a > needed_ns]
+    out: set[int] = set()
+    k = 0
+    for i, t in enumerate(reads_ns):
+        while k < len(windows) and windows[k][1] < t:
+            k += 1
+        if any(a < t <= b for a, b in windows[k:k + 4]):  # windows can overlap by the drain, never more
+            out.add(i)
+    return frozenset(out)
+
+
+def clipped(lateness: ClientLateness | None, lo_ns: int, hi_ns: int) -> ClientLateness | None:
+    """The part of a record that a stretch needs (its late windows, the span it covered, left as is)."""
+    if lateness is None:
+        return None
+    keep = tuple((a, b) for a, b in lateness.late_ns if a < hi_ns and b > lo_ns)
+    return ClientLateness(lateness.tick_ns, lateness.floor_ns, lateness.from_ns, lateness.to_ns, keep, lateness.dropped)
+
+
+def merged(records: Sequence[ClientLateness | None]) -> ClientLateness | None:
+    """Several clients' records of one stretch as one: every window counts (a stall in any reader is a
+    stall of the batch), the coarsest meter and the narrowest common span; None if any is missing."""
+    if not records or any(r is None for r in records):
+        return None
+    got = [r for r in records if r is not None]
+    if len(got) == 1:
+        return got[0]
+    windows = tuple(sorted({w for r in got for w in r.late_ns}))
+    worst = max(got, key=lambda r: r.resolution_ns)
+    return ClientLateness(worst.tick_ns, worst.floor_ns, max(r.from_ns for r in got), min(r.to_ns for r in got),
+                          windows, sum(r.dropped for r in got))
