@@ -7,6 +7,13 @@ from __future__ import annotations
 import pytest
 
 from servecheck.analysis import interference as inf
+from functools import partial
+
+from servecheck.model.client import ClientLateness
+
+# A client that read every token on time (hand-built arrivals have no client to be late).
+ON_TIME = ClientLateness(tick_ns=0, floor_ns=0, from_ns=0, to_ns=0)
+Intrusion = partial(inf.Intrusion, lateness=ON_TIME)
 
 MS = 1_000_000
 STEP_MS = 10
@@ -24,7 +31,7 @@ def blocking(size: int, *, per_token_ms: float = 0.05, victims: int = 2) -> inf.
     before = steady(0, 22)  # 0 .. 210 ms
     after = steady(resume, 40)
     tracks = tuple(tuple(before + after) for _ in range(victims))
-    return inf.Intrusion(prompt_tokens=size, send_ns=205 * MS, first_token_ns=round(resume * MS),
+    return Intrusion(prompt_tokens=size, send_ns=205 * MS, first_token_ns=round(resume * MS),
                          end_ns=round((resume + STEP_MS) * MS), victims=tracks, sent_tokens=size, counted_tokens=size)
 
 
@@ -42,14 +49,14 @@ def chunked(size: int, chunk: int, *, per_token_ms: float = 0.05, victims: int =
     first = t + STEP_MS  # the intruder's first token comes with the next decode step
     times += steady(first, 40)
     tracks = tuple(tuple(times) for _ in range(victims))
-    return inf.Intrusion(prompt_tokens=size, send_ns=205 * MS, first_token_ns=round(first * MS),
+    return Intrusion(prompt_tokens=size, send_ns=205 * MS, first_token_ns=round(first * MS),
                          end_ns=round((first + STEP_MS) * MS), victims=tracks, sent_tokens=size, counted_tokens=size)
 
 
 def isolated(size: int, *, per_token_ms: float = 0.05) -> inf.Intrusion:
     first = 205 + size * per_token_ms + STEP_MS
     tracks = tuple(tuple(steady(0, 120)) for _ in range(2))
-    return inf.Intrusion(prompt_tokens=size, send_ns=205 * MS, first_token_ns=round(first * MS),
+    return Intrusion(prompt_tokens=size, send_ns=205 * MS, first_token_ns=round(first * MS),
                          end_ns=round((first + STEP_MS) * MS), victims=tracks, sent_tokens=size, counted_tokens=size)
 
 
@@ -126,7 +133,7 @@ def test_a_truncated_prompt_is_named_and_its_point_invalid() -> None:
 
 def test_victims_that_queued_behind_each_other_are_named() -> None:
     one, two = steady(0, 30), steady(400, 30)
-    r = inf.read_intrusion(inf.Intrusion(prompt_tokens=512, send_ns=100 * MS, first_token_ns=150 * MS, end_ns=160 * MS,
+    r = inf.read_intrusion(Intrusion(prompt_tokens=512, send_ns=100 * MS, first_token_ns=150 * MS, end_ns=160 * MS,
                                          victims=(tuple(one), tuple(two))))
     assert not r.valid and any("victims queued" in p for p in r.problems)
 
@@ -134,7 +141,7 @@ def test_victims_that_queued_behind_each_other_are_named() -> None:
 def test_an_intruder_that_waited_for_a_slot_is_named() -> None:
     """Victims run 0..300 ms undisturbed; the intruder's first token comes after they ended."""
     tracks = (tuple(steady(0, 31)), tuple(steady(0, 31)))
-    r = inf.read_intrusion(inf.Intrusion(prompt_tokens=512, send_ns=100 * MS, first_token_ns=340 * MS, end_ns=350 * MS,
+    r = inf.read_intrusion(Intrusion(prompt_tokens=512, send_ns=100 * MS, first_token_ns=340 * MS, end_ns=350 * MS,
                                          victims=tracks, server_slots=2))
     assert not r.valid
     assert any("the intruder waited for a slot" in p and "advertises 2 slots" in p for p in r.problems)
@@ -169,7 +176,7 @@ def test_two_freezes_beside_short_stretched_gaps_read_as_the_freeze() -> None:
 
     a, b = victim(3), victim(2)
     first = max(a[24], b[23])
-    i = inf.Intrusion(prompt_tokens=6144, send_ns=200 * MS, first_token_ns=first, end_ns=first + STEP_MS * MS,
+    i = Intrusion(prompt_tokens=6144, send_ns=200 * MS, first_token_ns=first, end_ns=first + STEP_MS * MS,
                       victims=(a, b), sent_tokens=6144, counted_tokens=6144)
     r = inf.read_intrusion(i)
     assert r.stretched == 7  # five short gaps and two freezes

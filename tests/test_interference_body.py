@@ -36,7 +36,7 @@ POINT_KEYS = {"prompt_tokens", "victim_max_gap_s", "victim_p99_gap_s", "victim_l
               "chunk_tokens", "valid", "problems", "reps"}
 REP_KEYS = {"rep", "order", "prompt_tokens", "sent_tokens", "valid", "problems", "baseline_interval_s",
             "victim_max_gap_s", "victim_p99_gap_s", "victim_lost_s", "step_gap_s", "stretched", "stretched_share",
-            "intruder_ttft_s", "prefill_tok_s", "chunk_tokens", "intruder", "victims"}
+            "intruder_ttft_s", "prefill_tok_s", "chunk_tokens", "client_late", "client", "intruder", "victims"}
 NO_WITNESS = {"configured_tokens": None, "source": None, "agrees": None,
               "note": "no witness: no batch budget was read from the engine's log (with --serve servecheck audits "
                       "the log of the server it started)"}

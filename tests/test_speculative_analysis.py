@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from functools import partial
+
 from servecheck.analysis import speculative as sp
+from servecheck.model.client import ClientLateness
+
+# A client that read every event on time (a hand-built stream has no client to be late).
+ON_TIME = ClientLateness(tick_ns=0, floor_ns=0, from_ns=0, to_ns=0)
+Stream = partial(sp.Stream, lateness=ON_TIME)
 
 STEP_NS = 10_000_000  # 10 ms per decode step
 WRITE_NS = 20_000  # 20 µs between the tokens of one step
@@ -23,7 +30,7 @@ def arrivals(steps: list[int], *, step_ns: int = STEP_NS, write_ns: int = WRITE_
 
 def stream(steps: list[int], **kw: object) -> sp.Stream:
     times = arrivals(steps, **kw)  # type: ignore[arg-type]
-    return sp.Stream(arrivals_ns=times, tokens=len(times))
+    return Stream(arrivals_ns=times, tokens=len(times))
 
 
 @pytest.mark.parametrize(
@@ -59,7 +66,7 @@ def test_slow_writes_inside_steps_do_not_become_the_step_time() -> None:
         for k in range(4):
             t += 20_000 if k % 2 else 500_000
             out.append(t)
-    g = sp.group_steps(sp.Stream(tuple(out), tokens=len(out)))
+    g = sp.group_steps(Stream(tuple(out), tokens=len(out)))
     assert g.problem is None and set(g.steps) == {5}
     assert g.step_ns == pytest.approx(STEP_NS, rel=0.01)
 
@@ -68,7 +75,7 @@ def test_two_client_stalls_are_not_taken_for_the_step_time() -> None:
     times = list(arrivals([1] * 40))
     for i in (10, 25):  # two 200 ms holes: a jump, but only two gaps above it
         times[i:] = [t + 200_000_000 for t in times[i:]]
-    g = sp.group_steps(sp.Stream(tuple(times), tokens=len(times)))
+    g = sp.group_steps(Stream(tuple(times), tokens=len(times)))
     assert g.problem is None
     assert set(g.steps) == {1}
 
@@ -79,7 +86,7 @@ def test_output_held_back_and_sent_with_the_next_token_is_not_a_step() -> None:
     times = list(arrivals([1] * 60))
     for i in range(10, 60, 10):
         times[i] = times[i + 1] - WRITE_NS
-    g = sp.group_steps(sp.Stream(tuple(times), tokens=len(times)))
+    g = sp.group_steps(Stream(tuple(times), tokens=len(times)))
     assert g.problem is None and set(g.steps) == {1}
     assert "5 group(s) after about as many step times as tokens read as held-back output" in g.method
 
@@ -98,7 +105,7 @@ def test_a_real_step_inside_a_slow_spell_is_not_held_back_output() -> None:
     """Two tokens a step; ten steps in the middle take 1.7 step times. Against the stream's step time they
     open late enough to look held back (1.7 >= 1.5); against their neighbours they are ordinary steps."""
     times = spell([2] * 40, range(15, 25), 1.7)
-    g = sp.group_steps(sp.Stream(tuple(times), tokens=len(times)))
+    g = sp.group_steps(Stream(tuple(times), tokens=len(times)))
     assert g.problem is None and set(g.steps) == {2}
     assert g.steps_stream_wide.count(1) >= 16  # the stream-wide reading took most of the spell apart
     est = sp.estimate([g])
@@ -113,7 +120,7 @@ def test_a_catch_up_inside_a_slow_spell_is_still_two_steps() -> None:
     pair opens after two of its neighbours' step times and reads as two steps of one."""
     times = spell([1] * 60, range(20, 35), 1.7)
     times[28] = times[29] - WRITE_NS
-    g = sp.group_steps(sp.Stream(tuple(times), tokens=len(times)))
+    g = sp.group_steps(Stream(tuple(times), tokens=len(times)))
     assert g.problem is None and set(g.steps) == {1} and set(g.steps_stream_wide) == {1}
     assert sp.estimate([g]).verdict == "not_speculating"
 
@@ -122,15 +129,15 @@ def test_several_tokens_per_event_come_from_the_stream() -> None:
     steps = [3] * 30
     times = tuple(arrivals([1] * 30))  # one event per step, each carrying three ids
     sizes = (1,) + (3,) * 30
-    g = sp.group_steps(sp.Stream(times, event_tokens=sizes, tokens=sum(sizes)))
+    g = sp.group_steps(Stream(times, event_tokens=sizes, tokens=sum(sizes)))
     assert g.problem is None and list(g.steps) == steps[:-1]
 
 
 @pytest.mark.parametrize(
     ("build", "problem"),
     [
-        (lambda: sp.Stream((5_000_000,), tokens=256), "1 event(s): the server does not stream tokens"),
-        (lambda: sp.Stream(arrivals([1] * 60)[:20:2], tokens=256), "does not say which event carried which"),
+        (lambda: Stream((5_000_000,), tokens=256), "1 event(s): the server does not stream tokens"),
+        (lambda: Stream(arrivals([1] * 60)[:20:2], tokens=256), "does not say which event carried which"),
         (lambda: stream([1] * 6), "too short to estimate"),
         (lambda: stream([1] * 40, step_ns=50_000, write_ns=10), "one burst"),
         # a 3 ms gap after a 10 ms one: no late arrival (those sum to two steps) and no write inside a step
@@ -171,16 +178,24 @@ def test_estimate_without_steps_names_why() -> None:
 
 
 @pytest.mark.parametrize(
-    ("words", "verdict"),
+    ("words", "kinds", "verdict", "because"),
     [
-        (["not_speculating", "speculating"], "speculating"),
-        (["not_speculating", "not_speculating"], "not_speculating"),
-        (["not_speculating", "inconclusive"], "inconclusive"),
+        # a draft that fails on open-ended text and works on repetition: speculating, from the kind that shows it
+        (["not_speculating", "speculating"], ["unpredictable", "predictable"], "speculating", "1 of 1 point(s) (predictable"),
+        (["speculating", "speculating"], ["predictable", "predictable"], "speculating", "2 of 2 point(s)"),
+        (["speculating", "inconclusive"], ["predictable", "predictable"], "speculating", "1 of 2 point(s)"),
+        # one point alone does not make the run: its kind's other points must not read one token per step
+        (["not_speculating", "speculating"], ["predictable", "predictable"], "inconclusive", "points disagree"),
+        # nor may it stand alone among undecided ones (less than half of its kind decided)
+        (["speculating", "inconclusive", "inconclusive"], ["predictable"] * 3, "inconclusive", "2 undecided"),
+        (["not_speculating", "not_speculating"], ["predictable", "unpredictable"], "not_speculating", "every point"),
+        (["not_speculating", "inconclusive"], ["predictable", "predictable"], "inconclusive", "reason inconclusive"),
     ],
 )
-def test_run_verdict(words: list[str], verdict: str) -> None:
+def test_run_verdict(words: list[str], kinds: list[str], verdict: str, because: str) -> None:
     ests = [sp.Estimate(1.0, (1.0, 1.0), 10, 1, 1, w, f"reason {w}") for w in words]  # type: ignore[arg-type]
-    assert sp.run_verdict(ests)[0] == verdict
+    got, reason = sp.run_verdict(ests, kinds)
+    assert got == verdict and because in reason
 
 
 @pytest.mark.parametrize(
@@ -215,7 +230,7 @@ def test_stops_paying(by_n: dict[int, str], n: int | None) -> None:
 
 def test_server_counters_give_one_plus_accepted_per_step() -> None:
     # 257 tokens: 256 after the first, in 128 steps of 2 -> 128 accepted draft tokens out of 512 drafted (draft 4).
-    s = sp.Stream((), tokens=257, draft_n=512, draft_accepted=128, server_generated=257)
+    s = Stream((), tokens=257, draft_n=512, draft_accepted=128, server_generated=257)
     tps, acceptance = sp.server_tokens_per_step([s])
     assert tps == pytest.approx(2.0) and acceptance == pytest.approx(0.25)
     est = sp.Estimate(1.9, (1.8, 2.0), 100, 1, 1, "speculating", "")
@@ -226,7 +241,7 @@ def test_server_counters_give_one_plus_accepted_per_step() -> None:
 
 
 def test_no_counters_is_said_not_guessed() -> None:
-    check = sp.check_counters([sp.Stream((), tokens=10)], sp.Estimate(1.0, (1.0, 1.0), 10, 1, 1, "not_speculating", ""))
+    check = sp.check_counters([Stream((), tokens=10)], sp.Estimate(1.0, (1.0, 1.0), 10, 1, 1, "not_speculating", ""))
     assert check.agrees is None and check.server_tokens_per_step is None
 
 
@@ -289,6 +304,6 @@ def test_a_speculative_steps_late_second_token_is_not_a_late_arrival() -> None:
         late = 3_000_000 if k % 4 == 0 else WRITE_NS
         out += [t, t + late]
         t += late
-    g = sp.group_steps(sp.Stream(arrivals_ns=tuple(out), tokens=len(out)))
+    g = sp.group_steps(Stream(arrivals_ns=tuple(out), tokens=len(out)))
     assert sp.late_arrivals([b - a for a, b in zip(out[1:], out[2:])], STEP_NS) == frozenset()
     assert g.problem is not None and "too noisy to group" in g.problem

@@ -31,7 +31,8 @@ BODY_KEYS = {"verdict", "verdict_reason", "expect", "server", "baseline", "ns", 
 POINT_KEYS = {"n", "prompt_kind", "tokens_per_step", "tokens_per_step_interval", "per_stream_tok_s", "aggregate_tok_s",
               "pays", "verdict", "reason", "steps", "streams", "grouped", "grouping", "problems", "failed",
               "server_tokens_per_step", "server_acceptance", "counters_agree", "counters_note",
-              "baseline_per_stream_tok_s", "pays_ratio", "pays_interval", "pays_reason"}
+              "baseline_per_stream_tok_s", "pays_ratio", "pays_interval", "pays_reason", "client_late_groups",
+              "coalesced_streams"}
 BASELINE_KEYS = {"pays", "pays_ratio", "pays_reason", "baseline_per_stream_tok_s"}
 
 

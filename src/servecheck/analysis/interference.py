@@ -17,8 +17,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from servecheck.analysis.client_timing import late_in, vouch
 from servecheck.analysis.stats import median
 from servecheck.model.bodies.interference import InterferenceEvidence, InterferenceVerdict, InterferenceWitness
+from servecheck.model.client import ClientLateness
 from servecheck.model.records import NS_PER_S
 
 # --- one intrusion ------------------------------------------------------------------------------
@@ -57,6 +59,10 @@ PROPORTIONAL = 0.5
 # hiccup, 4% of a 432 ms window.
 CHUNKED_SHARE = 0.5
 ISOLATED_SHARE = 0.2
+# The client's own stalls (analysis.client_timing) may fill at most this share of a prefill window, and
+# none of them span more, before the rep is no evidence: below ISOLATED_SHARE they cannot make a
+# window look chunked or blocked, nor push an isolated one past its rule.
+CLIENT_SHARE = ISOLATED_SHARE
 # Isolated: at every size the longest victim gap during the prefill stays below STRETCH_RATIO x baseline.
 # The user-facing sentence prices a blocking server's freeze against chunks of this many tokens (vLLM's
 # and SGLang's common chunk sizes are 512-8192; llama.cpp's default -b is 2048).
@@ -81,6 +87,7 @@ class Intrusion:
     sent_tokens: int | None = None  # the prompt by the server's tokenizer (None without one)
     counted_tokens: int | None = None  # the prompt tokens the server said it took
     server_slots: int | None = None  # what the server advertised it runs at once
+    lateness: ClientLateness | None = None  # the client's own lateness over the trial (analysis.client_timing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +114,7 @@ class Reading:
     window_gaps_s: tuple[float, ...] = ()
     problems: tuple[str, ...] = ()
     stretched_share: float | None = None  # CHUNKED_SHARE: the window's time in stretched gaps, median victim
+    client_late: bool = False  # the client could not vouch for the prefill window: the rep is repeated
 
     @property
     def valid(self) -> bool:
@@ -185,15 +193,20 @@ def intrusion_problems(i: Intrusion) -> list[str]:
     return problems
 
 
-def baseline_gaps(i: Intrusion) -> list[int]:
-    """Victim gaps while every victim was generating and the intruder was not in the server."""
+def baseline_spans(i: Intrusion) -> list[tuple[int, int]]:
+    """Victim gaps (as [from, to]) while every victim was generating and the intruder was not in the server."""
     live = [v for v in i.victims if v]
     if not live:
         return []
     start, stop = max(v[0] for v in live), min(v[-1] for v in live)
     busy_from, busy_to = i.send_ns, i.end_ns if i.end_ns is not None else (i.first_token_ns or i.send_ns)
-    return [b - a for v in live for a, b in gaps(v)
+    return [(a, b) for v in live for a, b in gaps(v)
             if a >= start and b <= stop and (b <= busy_from or a >= busy_to)]
+
+
+def baseline_gaps(i: Intrusion) -> list[int]:
+    """Victim gaps while every victim was generating and the intruder was not in the server."""
+    return [b - a for a, b in baseline_spans(i)]
 
 
 def window_gaps(i: Intrusion) -> list[int]:
@@ -213,6 +226,43 @@ def stretched_share(i: Intrusion, baseline_s: float | None) -> float | None:
     return median(shares)
 
 
+def client_problem(i: Intrusion, baseline_s: float | None) -> str | None:
+    """Why the client cannot vouch for the victims' gaps around the prefill window, or None.
+
+    Only a stall of the client's own longer than (STRETCH_RATIO - 1) x the baseline can stretch a
+    victim gap past the rule. Such stalls could pose as the server's freeze when one of them spans
+    CLIENT_SHARE of the window (a blocking step must cover BLOCKING_COVER of it), and as chunks when
+    together they fill CLIENT_SHARE of it (the tiling chunked needs is CHUNKED_SHARE, and ISOLATED_SHARE
+    is what isolated allows): then the rep is no evidence. Shorter or fewer stalls cannot reach either
+    rule, whatever the server did."""
+    live = [v for v in i.victims if v]
+    limit = (STRETCH_RATIO - 1) * (baseline_s or 0.0) * NS_PER_S
+    if i.lateness is not None and live:
+        lo, hi = min(v[0] for v in live), max(v[-1] for v in live)
+        _, total = late_in(i.lateness, lo, hi, limit)
+        if hi > lo and total > CLIENT_SHARE * (hi - lo):
+            return (f"the client itself was late for {total / (hi - lo):.0%} of the victims' streams (its own stalls, "
+                    f"{total / 1e6:.0f} ms of {(hi - lo) / 1e6:.0f} ms): neither their baseline nor their gaps are "
+                    "the server's; the rep is repeated")
+    if baseline_s is None or i.first_token_ns is None or i.first_token_ns <= i.send_ns:
+        return None
+    near = [(a, b) for v in i.victims for a, b in gaps(v) if b > i.send_ns and a < i.first_token_ns]
+    lo = min([i.send_ns, *(a for a, _ in near)])
+    hi = max([i.first_token_ns, *(b for _, b in near)])
+    word = vouch(i.lateness, lo, hi, limit)
+    if word.ok:
+        return None
+    window = i.first_token_ns - i.send_ns
+    if word.code == "late" and i.lateness is not None:
+        longest, total = late_in(i.lateness, lo, hi, limit)
+        if longest <= CLIENT_SHARE * window and total <= CLIENT_SHARE * window:
+            return None
+        return (f"the client itself was late inside the prefill window ({total / 1e6:.0f} ms of the "
+                f"{window / 1e6:.0f} ms in its own stalls, the longest {longest / 1e6:.0f} ms; at most "
+                f"{CLIENT_SHARE:.0%} of the window is no threat to the rules): no evidence, the rep is repeated")
+    return f"{word.words()} (the victims' gaps around the prefill window): the rep is repeated"
+
+
 def read_intrusion(i: Intrusion) -> Reading:
     problems = intrusion_problems(i)
     base = baseline_gaps(i)
@@ -223,6 +273,9 @@ def read_intrusion(i: Intrusion) -> Reading:
     if not window and not problems:
         problems.append("no victim token arrived during or right after the intruder's prefill")
     baseline = median([g / NS_PER_S for g in base]) if base else None
+    late = None if problems else client_problem(i, baseline)
+    if late is not None:
+        problems.append(late)
     ttft = None if i.first_token_ns is None else (i.first_token_ns - i.send_ns) / NS_PER_S
     size = i.sent_tokens if i.sent_tokens is not None else i.prompt_tokens
     window_s = tuple(g / NS_PER_S for g in window)
@@ -240,6 +293,7 @@ def read_intrusion(i: Intrusion) -> Reading:
         window_gaps_s=window_s,
         problems=tuple(problems),
         stretched_share=stretched_share(i, baseline),
+        client_late=late is not None,
     )
 
 

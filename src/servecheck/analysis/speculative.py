@@ -14,6 +14,9 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from servecheck.model.client import ClientLateness
+
+from servecheck.analysis.client_timing import late_reads, vouch
 from servecheck.analysis.stats import median
 from servecheck.model.bodies.speculative import PROMPT_KINDS, PaysVerdict, SpecVerdict, SpeculativePoint
 
@@ -67,6 +70,29 @@ HELD_LOCAL_STEPS = 4
 # Floor for a gap in the ratio test: two events stamped in the same nanosecond are one write.
 GAP_FLOOR_NS = 1_000
 
+# --- the client's own timing (analysis.client_timing) -----------------------------------------
+# A group counts as one step only when the client was on time for the read that opened it. Tokens
+# of two steps a step time S apart reach one read only when the reader was late by about S; a read
+# late by more than half of S could have caught the next step's token, so a group it opened is
+# no evidence and is left out (whatever its size: lateness does not choose the groups it opens).
+LATE_READ_FRACTION = 0.5
+# A stream whose reads were late for more than this share of its groups is not grouped at all: what
+# is left is what a busy client happened to catch, and the verdict names the client instead.
+MAX_LATE_SHARE = 0.5
+
+# --- coalesced in transit ------------------------------------------------------------------------
+# A hop that buffers the stream (a proxy, a gateway) releases tokens in bursts whose size follows the
+# time since the last burst: k tokens after k of the server's steps. A speculative step's size follows
+# its acceptance, not its length (the verify step takes about the same time whatever is accepted). So
+# where the bursts' lengths vary (COALESCE_MIN_CV) and their sizes track them (COALESCE_MIN_R, and
+# COALESCE_FIT of them within one token of the length over the stream's time per token), the groups
+# are bursts made in transit, not steps, and never read as speculation.
+COALESCE_MIN_CV = 0.15
+COALESCE_MIN_R = 0.7
+COALESCE_FIT = 0.8
+# Below this mean size there is nothing to mistake for speculation.
+COALESCE_MIN_MEAN = 1.15
+
 # --- the estimate and the verdict -------------------------------------------------------------
 # Two-sided 95% normal interval over the steps of a point (every stream and rep at one N and kind).
 Z_95 = 1.96
@@ -101,6 +127,7 @@ class Stream:
     draft_n: int | None = None  # llama.cpp timings.draft_n: draft tokens the server tested
     draft_accepted: int | None = None  # timings.draft_n_accepted
     server_generated: int | None = None  # timings.predicted_n / usage.completion_tokens
+    lateness: ClientLateness | None = None  # the client's own lateness over the stream (None: not metered)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +142,8 @@ class Grouping:
     threshold_ns: float | None = None
     method: str = ""
     problem: str | None = None
+    late_groups: int = 0  # groups left out: the client was late for the read that opened them
+    problem_code: str | None = None  # "client_late" | "client_coarse" | "coalesced" | ... where the client or a hop decided it
 
     @property
     def ok(self) -> bool:
@@ -150,22 +179,75 @@ def group_steps(stream: Stream) -> Grouping:
     step_ns, how = step_time(gaps)
     late = late_arrivals(gaps, step_ns)
     dead = [g for k, g in enumerate(gaps) if DEAD_LO * step_ns <= g <= DEAD_HI * step_ns and k not in late]
+    needed = LATE_READ_FRACTION * step_ns
+    word = vouch(stream.lateness, arrivals[0], arrivals[-1], needed)
+    if not word.ok and word.code != "late":
+        return Grouping(step_ns=step_ns, problem=f"cannot tell steps from late reads: {word.words()}",
+                        problem_code=f"client_{word.code}")
+    late_read = late_reads(stream.lateness, arrivals, needed) if stream.lateness is not None else frozenset()
     if len(dead) > NOISE_SHARE * len(gaps):
-        return Grouping(step_ns=step_ns, problem=(
+        client = len(late_read) > NOISE_SHARE * len(arrivals)
+        why = (f"; the client itself was late for {len(late_read)} of its {len(arrivals)} reads (by more than "
+               f"{needed / 1e6:.2f} ms): rerun on a quieter client" if client else "; rerun on a quiet machine")
+        return Grouping(step_ns=step_ns, problem_code="client_late" if client else "noisy", problem=(
             f"gaps too noisy to group: {len(dead)} of {len(gaps)} lie between {DEAD_LO:g} and {DEAD_HI:g} of the step "
-            f"time {step_ns / 1e6:.2f} ms (at most {NOISE_SHARE:.0%} allowed); rerun on a quiet machine"))
+            f"time {step_ns / 1e6:.2f} ms (at most {NOISE_SHARE:.0%} allowed){why}"))
     threshold = SPLIT_FRACTION * step_ns
     split = _split(sizes[1:], gaps, threshold, late)
-    steps, held = unhold(split, step_ns)
-    wide, _ = unhold(split, step_ns, local=False)
-    if len(steps) < 3:
-        return Grouping(step_ns=step_ns, problem=f"only {len(steps)} decode steps: too short to estimate")
+    opened_late = {i for i, (_, _, opener) in enumerate(split) if opener in late_read}
+    if len(opened_late) > MAX_LATE_SHARE * len(split):
+        return Grouping(step_ns=step_ns, late_groups=len(opened_late), problem_code="client_late", problem=(
+            f"the client was late for {len(opened_late)} of the {len(split)} reads that opened a group (by more than "
+            f"{needed / 1e6:.2f} ms, half the step time): its own lateness, not the server's steps, shaped them; "
+            "rerun on a quieter client"))
+    if (coalesced := in_transit([g for i, g in enumerate(split) if i not in opened_late])) is not None:
+        return Grouping(step_ns=step_ns, late_groups=len(opened_late), problem_code="coalesced", problem=coalesced)
+    steps, held, source = unhold(split, step_ns)
+    wide, _, wide_source = unhold(split, step_ns, local=False)
+    steps = [k for k, i in zip(steps[:-1], source[:-1]) if i not in opened_late]
+    wide = [k for k, i in zip(wide[:-1], wide_source[:-1]) if i not in opened_late]
+    if len(steps) < 2:
+        return Grouping(step_ns=step_ns, late_groups=len(opened_late),
+                        problem=f"only {len(steps) + 1} decode steps: too short to estimate")
     held_note = f"; {held} group(s) after about as many step times as tokens read as held-back output" if held else ""
     late_note = f"; {len(late)} late arrival(s) (a long gap, then a short one, two steps in all) read as steps" if late else ""
+    client_note = (f"; {len(opened_late)} group(s) left out, opened by a read the client made late" if opened_late
+                   else "")
     method = (f"{how}; split at gaps above {threshold / 1e6:.3g} ms ({SPLIT_FRACTION:g} of the step time "
-              f"{step_ns / 1e6:.3g} ms){late_note}{held_note}; first and last step left out")
-    return Grouping(steps=tuple(steps[:-1]), steps_stream_wide=tuple(wide[:-1]), step_ns=step_ns,
-                    threshold_ns=threshold, method=method)
+              f"{step_ns / 1e6:.3g} ms){late_note}{held_note}{client_note}; first and last step left out")
+    return Grouping(steps=tuple(steps), steps_stream_wide=tuple(wide), step_ns=step_ns,
+                    threshold_ns=threshold, method=method, late_groups=len(opened_late))
+
+
+def in_transit(groups: Sequence[tuple[int, int | None, int]]) -> str | None:
+    """Why these groups are bursts made in transit (see COALESCE_*), or None."""
+    pairs = [(size, gap) for size, gap, _ in groups if gap is not None]
+    if len(pairs) < MIN_STEPS:
+        return None
+    sizes = [float(k) for k, _ in pairs]
+    lengths = [float(g) for _, g in pairs]
+    if sum(sizes) / len(sizes) < COALESCE_MIN_MEAN:
+        return None
+    per_token = sum(lengths) / sum(sizes)
+    predicted = [g / per_token for g in lengths]
+    mean_len = sum(lengths) / len(lengths)
+    cv = math.sqrt(sum((g - mean_len) ** 2 for g in lengths) / (len(lengths) - 1)) / mean_len
+    r = _pearson(sizes, predicted)
+    fit = sum(abs(k - p) <= 1.0 for k, p in zip(sizes, predicted)) / len(sizes)
+    if cv < COALESCE_MIN_CV or r is None or r < COALESCE_MIN_R or fit < COALESCE_FIT:
+        return None
+    return (f"the groups' sizes follow the time since the group before (r = {r:.2f}; {fit:.0%} within one token of "
+            f"one per {per_token / 1e6:.3g} ms): bursts coalesced in transit (a proxy or gateway that buffers the "
+            "stream), not decode steps; measure without the hop")
+
+
+def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    syy = sum((y - my) ** 2 for y in ys)
+    if sxx <= 0 or syy <= 0:
+        return None
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / math.sqrt(sxx * syy)
 
 
 def step_time(gaps: Sequence[int]) -> tuple[float, str]:
@@ -194,37 +276,41 @@ def late_arrivals(gaps: Sequence[int], step_ns: float) -> frozenset[int]:
 
 
 def _split(sizes: Sequence[int], gaps: Sequence[int], threshold: float,
-           boundaries: frozenset[int] = frozenset()) -> list[tuple[int, int | None]]:
-    """(tokens, opening gap) per step: a gap above the threshold, or one of `boundaries` (late arrivals),
-    starts a new step; sizes[0] opens the first (its opening gap, from the prompt's token, is not a
-    decode step's: None)."""
-    steps: list[tuple[int, int | None]] = [(sizes[0], None)]
+           boundaries: frozenset[int] = frozenset()) -> list[tuple[int, int | None, int]]:
+    """(tokens, opening gap, the arrival that opened it) per step: a gap above the threshold, or one of
+    `boundaries` (late arrivals), starts a new step; sizes[0] (arrival 1) opens the first (its opening
+    gap, from the prompt's token, is not a decode step's: None)."""
+    steps: list[tuple[int, int | None, int]] = [(sizes[0], None, 1)]
     for k, (size, gap) in enumerate(zip(sizes[1:], gaps)):
         if gap > threshold or k in boundaries:
-            steps.append((size, gap))
+            steps.append((size, gap, k + 2))
         else:
-            steps[-1] = (steps[-1][0] + size, steps[-1][1])
+            steps[-1] = (steps[-1][0] + size, steps[-1][1], steps[-1][2])
     return steps
 
 
-def unhold(steps: Sequence[tuple[int, int | None]], step_ns: float, *, local: bool = True) -> tuple[list[int], int]:
+def unhold(steps: Sequence[tuple[int, int | None, int]], step_ns: float, *,
+           local: bool = True) -> tuple[list[int], int, list[int]]:
     """Tokens per step, a held-back group (see HELD_SLACK) read as that many single-token steps; and how many were.
 
     A group is held against the local step time (HELD_LOCAL_STEPS) where that is the longer, else
     against `step_ns` (always where `local` is False): a slow spell must not take real steps apart, and
     a step the server released in two parts (two short opening gaps) must not make its neighbour look
-    held back."""
-    opens = [gap for _, gap in steps]
+    held back. The third list names, for each step out, the group (index into `steps`) it came from."""
+    opens = [gap for _, gap, _ in steps]
     out: list[int] = []
+    source: list[int] = []
     held = 0
-    for i, (size, gap) in enumerate(steps):
+    for i, (size, gap, _) in enumerate(steps):
         ref = max(step_ns, _local_step(opens, i, step_ns)) if local else step_ns
         if size > 1 and gap is not None and gap >= (size - HELD_SLACK) * ref:
             out += [1] * size
+            source += [i] * size
             held += 1
         else:
             out.append(size)
-    return out, held
+            source.append(i)
+    return out, held, source
 
 
 def _local_step(opens: Sequence[int | None], i: int, step_ns: float) -> float:
@@ -288,15 +374,31 @@ def judge(lo: float, hi: float) -> tuple[SpecVerdict, str]:
                             f"{NOT_SPECULATING_HI:g}: more --reps or --tokens would narrow it")
 
 
-def run_verdict(estimates: Sequence[Estimate]) -> tuple[SpecVerdict, str]:
-    """Speculating when any point shows it (a draft may fail on open-ended text and still be on);
-    not speculating when every point reads 1 per step; else inconclusive."""
+def run_verdict(estimates: Sequence[Estimate], kinds: Sequence[str] | None = None) -> tuple[SpecVerdict, str]:
+    """Speculating on evidence that holds across a prompt kind's points: at least one point of the kind
+    speculating, at least half of its points decided, and none of them reading one token per step (a
+    draft may fail on open-ended text and still be on, so the kinds are judged apart). Not speculating
+    when every point reads 1 per step; else inconclusive. `kinds` names each estimate's prompt kind
+    (None: one kind)."""
     if not estimates:
         return "inconclusive", "no point was measured"
-    if any(e.verdict == "speculating" for e in estimates):
-        return "speculating", "at least one point delivers clearly more than one token per step"
+    labels = list(kinds) if kinds is not None else [""] * len(estimates)
+    disagree = ""
+    for kind in dict.fromkeys(labels):
+        mine = [e for e, k in zip(estimates, labels) if k == kind]
+        decided = [e for e in mine if e.verdict != "inconclusive"]
+        said = sum(e.verdict == "speculating" for e in decided)
+        if said and said == len(decided) and 2 * len(decided) >= len(mine):
+            where = f" ({kind} prompts)" if kind else ""
+            return "speculating", (f"{said} of {len(mine)} point(s){where} deliver clearly more than one token per step "
+                                   "and none reads one")
+        if said:
+            disagree = (f"the {kind + ' ' if kind else ''}points disagree: {said} speculating, "
+                        f"{len(decided) - said} one token per step, {len(mine) - len(decided)} undecided")
     if all(e.verdict == "not_speculating" for e in estimates):
         return "not_speculating", "every point delivers one token per step"
+    if disagree:
+        return "inconclusive", disagree
     open_ = [e.reason for e in estimates if e.verdict == "inconclusive"]
     return "inconclusive", open_[0]
 
@@ -454,6 +556,8 @@ class PointAnalysis:
     aggregate_tok_s: float | None
     baseline_per_stream_tok_s: float | None
     paid: Pays | None
+    late_groups: int = 0  # groups left out: the client was late for the read that opened them
+    coalesced: int = 0  # streams whose groups were bursts made in transit
 
     def record(self) -> SpeculativePoint:
         est, paid, counters = self.estimate, self.paid, self.counters
@@ -466,6 +570,7 @@ class PointAnalysis:
             server_acceptance=counters.acceptance, counters_agree=counters.agrees, counters_note=counters.note,
             baseline_per_stream_tok_s=self.baseline_per_stream_tok_s, pays_ratio=None if paid is None else paid.ratio,
             pays_interval=None if paid is None else paid.interval, pays_reason=None if paid is None else paid.reason,
+            client_late_groups=self.late_groups, coalesced_streams=self.coalesced,
         )
 
 
@@ -482,6 +587,8 @@ def analyse_point(n: int, kind: str, streams: Sequence[Stream], *, failed: int, 
         aggregate_tok_s=median(aggregates) if aggregates else None,
         baseline_per_stream_tok_s=median(baseline_rates) if baseline_rates else None,
         paid=None if baseline_rates is None else pays(rates, baseline_rates),
+        late_groups=sum(g.late_groups for g in groupings),
+        coalesced=sum(g.problem_code == "coalesced" for g in groupings),
     )
 
 
@@ -496,7 +603,7 @@ class RunAnalysis:
 
 
 def analyse_run(points: Sequence[PointAnalysis], *, with_baseline: bool) -> RunAnalysis:
-    verdict, reason = run_verdict([p.estimate for p in points])
+    verdict, reason = run_verdict([p.estimate for p in points], [p.kind for p in points])
     stops: dict[str, int | None] = {}
     stops_reason: dict[str, str] = {}
     if with_baseline:

@@ -19,6 +19,7 @@ from servecheck.load.prompts import fixed_prompt
 from servecheck.load.protocol import Driver
 from servecheck.model.bodies import interference as shape
 from servecheck.model.bodies.common import LogAudit, LogFinding, UnscannedLogAudit
+from servecheck.model.client import ClientLateness
 from servecheck.model.result import RunResult, measured
 from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
 
@@ -36,6 +37,9 @@ STEADY_STEPS = 8
 # --tokens below this cannot hold the steady steps, a window and a baseline after it.
 MIN_TOKENS = 32
 WARMUP_TOKENS = 4
+# A trial whose prefill window the client cannot vouch for (its own stall inside it) is run again, at
+# most this many times more: a busy spell passes in seconds, a client late all run long is named instead.
+CLIENT_RETRIES = 2
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,7 @@ class Trial:
     sent_tokens: int | None  # by the server's tokenizer
     intruder: RequestRecord
     victims: tuple[RequestRecord, ...]
+    lateness: ClientLateness | None = None  # the client's own, from the first victim's send to the last end
 
     def intrusion(self, dialect: str, slots: int | None) -> inf.Intrusion:
         r = self.intruder
@@ -56,7 +61,7 @@ class Trial:
             victims=tuple(v.token_ns if v.ok else () for v in self.victims),
             victim_errors=tuple(None if v.ok else (v.error or v.status) for v in self.victims),
             intruder_error=None if r.ok else (r.error or r.status), sent_tokens=self.sent_tokens,
-            counted_tokens=reported_prompt_tokens(r, dialect), server_slots=slots,
+            counted_tokens=reported_prompt_tokens(r, dialect), server_slots=slots, lateness=self.lateness,
         )
 
 
@@ -121,7 +126,8 @@ def _rep(t: Trial, r: inf.Reading) -> shape.InterferenceRep:
         problems=r.problems, baseline_interval_s=r.baseline_s, victim_max_gap_s=r.max_gap_s,
         victim_p99_gap_s=r.p99_gap_s, victim_lost_s=r.lost_s, step_gap_s=r.step_gap_s, stretched=r.stretched,
         stretched_share=r.stretched_share, intruder_ttft_s=r.ttft_s, prefill_tok_s=r.prefill_tok_s,
-        chunk_tokens=r.chunk_tokens, intruder=t.intruder.body(with_token_times=False),
+        chunk_tokens=r.chunk_tokens, client_late=r.client_late,
+        client=None if t.lateness is None else t.lateness.body(), intruder=t.intruder.body(with_token_times=False),
         victims=tuple(v.body() for v in t.victims),
     )
 
@@ -187,7 +193,9 @@ async def _trial(driver: Driver, rep: int, order: int, size: int, result: Interf
     finally:
         for task in running:
             task.cancel()
-    return Trial(rep, order, size, intruder.prompt_tokens, record, tuple(done))
+    spans = [(r.send_ns, r.end_ns) for r in (*done, record) if r.end_ns is not None]
+    late = driver.client_lateness(min(a for a, _ in spans), max(b for _, b in spans)) if spans else None
+    return Trial(rep, order, size, intruder.prompt_tokens, record, tuple(done), late)
 
 
 async def run_interference(
@@ -222,7 +230,8 @@ async def run_interference(
     plan = plan_order(fit, reps)
     result = InterferenceResult(server, tuple(sizes), tuple(fit), streams, tokens, reps, tuple(s for _, s in plan),
                                 cache_prompt, skipped=tuple(skipped), notes=notes)
-    nonces = distinct_nonces(1 + streams + len(plan) * (streams + 1), rng)  # no two requests of the run share one
+    # no two requests of the run share one, retried trials included
+    nonces = distinct_nonces(1 + streams + len(plan) * (1 + CLIENT_RETRIES) * (streams + 1), rng)
     result = replace(result, warmup=await _warm_up(driver, rng, cache_prompt, nonces[0]))
     calibration = await driver.run_batch(
         [await _prompt(driver, 1 + k, VICTIM_PROMPT_TOKENS, CALIBRATION_TOKENS, nonces[1 + k], rng, cache_prompt)
@@ -230,12 +239,16 @@ async def run_interference(
     result = replace(result, calibration=calibration.records)
     wait_s = steady_wait_s(calibration.records)
     index = 1 + streams
-    for order, (rep, size) in enumerate(plan):
-        trial = await _trial(driver, rep, order, size, result, rng, wait_s, index, nonces[index:index + streams + 1])
-        index += streams + 1
-        result = replace(result, trials=(*result.trials, trial))
-        if on_point is not None:
-            on_point(result)
+    for rep, size in plan:
+        for _ in range(1 + CLIENT_RETRIES):
+            trial = await _trial(driver, rep, len(result.trials), size, result, rng, wait_s, index,
+                                 nonces[index:index + streams + 1])
+            index += streams + 1
+            result = replace(result, trials=(*result.trials, trial))
+            if on_point is not None:
+                on_point(result)
+            if not inf.read_intrusion(trial.intrusion(server.dialect, server.total_slots)).client_late:
+                break
     return replace(result, complete=True)
 
 

@@ -19,6 +19,7 @@ from servecheck.load.protocol import Driver
 from servecheck.load.witness import metric_totals
 from servecheck.model.bodies import speculative as shape
 from servecheck.model.bodies.speculative import PROMPT_KINDS
+from servecheck.model.client import ClientLateness
 from servecheck.model.result import RunResult, measured
 from servecheck.model.records import (
     NS_PER_S,
@@ -103,24 +104,30 @@ class SpeculativeResult:
         """The speculative run's typed result (the runner puts the run's head on it)."""
         return measured("speculative", self.body(expect), simulated=self.server.simulated, complete=self.complete)
 
+    def streams(self, n: int, kind: str) -> list[sp.Stream]:
+        """The point's finished streams, each with the client's lateness over its batch."""
+        return [to_stream(r, b.result.lateness) for b in self.batches if (b.n, b.kind, b.side) == (n, kind, "target")
+                for r in b.result.records if r.ok]
+
     def _point(self, n: int, kind: str) -> sp.PointAnalysis:
         records = [r for r in self.records(n, kind) if r.ok]
         rates = [x for x in (record_rate(r) for r in records) if x is not None]
         aggregates = [a for a in (aggregate(b.result) for b in self.batches
                                   if (b.n, b.kind, b.side) == (n, kind, "target")) if a is not None]
         base_rates = [x for x in (record_rate(r) for r in self.records(n, kind, "baseline")) if x is not None]
-        return sp.analyse_point(n, kind, [to_stream(r) for r in records], failed=len(self.records(n, kind)) - len(records),
+        return sp.analyse_point(n, kind, self.streams(n, kind), failed=len(self.records(n, kind)) - len(records),
                                 rates=rates, aggregates=aggregates, metrics=self.metrics(n, kind),
                                 baseline_rates=base_rates if self.baseline is not None else None)
 
 
-def to_stream(record: RequestRecord) -> sp.Stream:
-    """A record as the analysis reads it: its arrivals, tokens per event where the stream said, the counters."""
+def to_stream(record: RequestRecord, lateness: ClientLateness | None = None) -> sp.Stream:
+    """A record as the analysis reads it: its arrivals, tokens per event where the stream said, the counters,
+    and how late the client was while it read them."""
     counts = record.event_tokens if record.event_tokens and all(k > 0 for k in record.event_tokens) else ()
     t = record.server
     return sp.Stream(arrivals_ns=record.token_ns, event_tokens=tuple(counts), tokens=record.tokens,
                      draft_n=None if t is None else t.draft_tokens, draft_accepted=None if t is None else t.draft_accepted,
-                     server_generated=None if t is None else t.generated_tokens)
+                     server_generated=None if t is None else t.generated_tokens, lateness=lateness)
 
 
 def record_rate(record: RequestRecord) -> float | None:
