@@ -111,6 +111,34 @@ def test_a_witness_with_an_impossible_duration_is_discarded_not_the_measurement(
     assert not any(f["code"] == "failed_requests" for f in doc["invalid"])
 
 
+@pytest.mark.parametrize("api", ["llamacpp", "openai"])
+def test_a_nan_cache_counter_leaves_the_request_measured(tmp_path, api) -> None:
+    """A cache counter is the server's witness of its cache: NaN in llama.cpp's timings.cache_n or in
+    usage.prompt_tokens_details.cached_tokens drops the counter (null), and the request whose every
+    token arrived is measured and ok, as with the Infinity duration above."""
+    import sys as _sys
+    _sys.path.insert(0, str(Path(__file__).parent))
+    from hostile import hostile
+    from test_fault_matrix import TOKENS as N_TOKENS
+    from test_fault_matrix import _final, _once_good, openai_stream, send
+
+    if api == "llamacpp":
+        payload = _final(timings={"cache_n": float("nan"), "prompt_n": 8, "predicted_n": N_TOKENS})
+    else:
+        payload = openai_stream(N_TOKENS, json.dumps({"completion_tokens": N_TOKENS, "prompt_tokens": 8,
+                                                      "prompt_tokens_details": {"cached_tokens": float("nan")}}).encode())
+    assert b"NaN" in payload
+    out = tmp_path / "run.json"
+    with hostile(_once_good(send(payload))) as server, pytest.raises(SystemExit):
+        main_mod.main(["staircase", server.url, "--api", api, "--n", "1", "--tokens", str(N_TOKENS),
+                       "--prompt-tokens", "8", "--no-save", "--no-calibrate", "--json", str(out)])
+    doc = json.loads(out.read_text())
+    requests = [r for p in doc["points"] for b in p["batches"] for r in b["requests"]]
+    assert requests and all(r["status"] == "ok" and r["tokens"] == N_TOKENS for r in requests)
+    assert all(r["server"]["cached_prompt_tokens"] is None and r["server"]["prompt_tokens"] == 8 for r in requests)
+    assert not any(f["code"] == "failed_requests" for f in doc["invalid"])
+
+
 def test_the_proxy_takes_the_servers_self_report_off_each_event() -> None:
     from servecheck.sim.proxy import strip_event_line
 
