@@ -66,6 +66,9 @@ class BatchVerdict:
     windows: Windows | None = None  # what the generation windows showed
     contradicted_by: tuple[Witness, ...] | None = None  # witnesses against a clean stopwatch verdict, which stood
     decided_by_witness: bool | None = None  # the stopwatch was ambiguous and the server's word decided
+    # the stopwatch verdicts of other batches ("N=4 rep 1 staircase") that set aside the schedule this
+    # batch's witnesses decided: the batch is undecided; None in documents before it
+    overruled_by: tuple[str, ...] | None = None
 
 
 @record
