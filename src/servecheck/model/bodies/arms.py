@@ -158,6 +158,7 @@ class ArmsBody:
     log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
     calibration: Calibrated | None = None  # the client's pre-flight; None: a document from before it
     client_checks: tuple[ClientCheck, ...] | None = None  # one per concurrency, before its first batch; None: from before it
+    evidence_mode: Literal["all", "stopwatch"] | None = None  # stopwatch: the gauges never decide a label; None: from before it
 
     def unrecorded(self) -> tuple[str, ...]:
         """The keys this document leaves out: the analysis's, before the serial arm has a cell."""
