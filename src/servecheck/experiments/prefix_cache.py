@@ -5,12 +5,14 @@ recorded per send; `analysis.cache` turns them into working / inert / unknown.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from servecheck.analysis.cache import CacheSend, CacheVerdict, decide_cache
+from servecheck.client.dialects import count_problem
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.load.prompts import Prompt, fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
@@ -284,7 +286,8 @@ async def _send(driver: Driver, info: ServerInfo, kind: SendKind, req: GenReques
     record = await driver.generate(req)
     after = await _counters(driver, info) if before else {}
     cached, source = _cached(record, before, after)
-    deltas = tuple((name, after[name] - before[name]) for name in sorted(before) if name in after)
+    # a counter that read NaN or Infinity is a witness that said nothing: left out, the send stands
+    deltas = tuple((name, d) for name in sorted(before) if name in after and math.isfinite(d := after[name] - before[name]))
     return PrefixSend(kind, record, req.prompt_tokens or record.prompt_tokens, cached, source, deltas)
 
 
@@ -293,8 +296,9 @@ def _cached(record: RequestRecord, before: dict[str, float], after: dict[str, fl
     if server is not None and server.cached_prompt_tokens is not None:
         return server.cached_prompt_tokens, "response (timings.cache_n / usage.prompt_tokens_details.cached_tokens)"
     for hits, _queries in CACHE_COUNTERS:
-        if hits in before and hits in after:
-            return int(after[hits] - before[hits]), f"/metrics {hits} delta"
+        if hits in before and hits in after and count_problem("", delta := after[hits] - before[hits]) is None:
+            # a delta that is no count (NaN, Infinity, negative after a reset) drops the witness, never the send
+            return int(delta), f"/metrics {hits} delta"
     return None, None
 
 
