@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import get_args
 
 import click
 
 from servecheck.analysis.readings import read_report
 from servecheck.cli.target_flags import F
 from servecheck.errors import UsageError
+from servecheck.model.bodies.common import EvidenceMode
 from servecheck.report.sinks import HtmlFileSink
 from servecheck.results.runner import Sink
 from servecheck.results.sinks import JsonFileSink
@@ -59,7 +61,7 @@ def ray_option(f: F) -> F:
     )(f)
 
 
-EVIDENCE_MODES = ("all", "stopwatch")
+EVIDENCE_MODES: tuple[str, ...] = get_args(EvidenceMode)
 
 
 def evidence_option(witnesses: str, decides: str) -> Callable[[F], F]:

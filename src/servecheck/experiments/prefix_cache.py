@@ -9,7 +9,7 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 from servecheck.analysis.cache import CacheSend, CacheVerdict, decide_cache
 from servecheck.client.dialects import count_problem
@@ -18,7 +18,7 @@ from servecheck.load.prompts import Prompt, fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
 from servecheck.load.witness import metric_totals
 from servecheck.model.bodies import prefix_cache as shape
-from servecheck.model.bodies.common import Finding
+from servecheck.model.bodies.common import EvidenceMode, Finding
 from servecheck.model.bodies.prefix_cache import SendKind
 from servecheck.model.result import RunResult, measured
 from servecheck.model.records import GenRequest, RequestRecord, ServerInfo, ns_to_s
@@ -343,7 +343,7 @@ class PrefixCacheExperiment:
                                       on_server=on_server, on_send=on_point, evidence_mode=self.evidence_mode)
 
     def opening(self, server: ServerInfo) -> RunResult[shape.PrefixCacheBody]:
-        mode: Literal["all", "stopwatch"] = "stopwatch" if self.evidence_mode == "stopwatch" else "all"
+        mode: EvidenceMode = "stopwatch" if self.evidence_mode == "stopwatch" else "all"
         return measured("prefix-cache", shape.PrefixCacheBody(server=server.body(), evidence_mode=mode),
                         simulated=server.simulated)
 

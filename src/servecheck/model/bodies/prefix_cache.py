@@ -7,7 +7,7 @@ from dataclasses import field
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import Finding, LogAudit, UnscannedLogAudit, Request, Server
+from servecheck.model.bodies.common import EvidenceMode, Finding, LogAudit, UnscannedLogAudit, Request, Server
 from servecheck.model.codec import only_when_recorded, record, until_finished
 
 CacheVerdict = Literal["working", "inert", "unknown"]
@@ -83,7 +83,7 @@ class PrefixCacheBody:
     # findings beside the verdict: `witness_contradicts` when the cache counters read otherwise than the
     # timing; the key only where there is one
     warnings: tuple[Finding, ...] | None = only_when_recorded()
-    evidence_mode: Literal["all", "stopwatch"] | None = None  # stopwatch: the counters never decide
+    evidence_mode: EvidenceMode | None = None  # stopwatch: the counters never decide
     notes: tuple[str, ...] = ()
     log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
 
