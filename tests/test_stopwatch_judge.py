@@ -248,6 +248,19 @@ def test_a_witness_decision_set_aside_at_the_top_leaves_only_its_own_point_undec
     assert sc.needs_more(run)[0] == [4]
 
 
+def test_a_cluster_the_client_could_have_faked_sets_no_witness_aside() -> None:
+    """As inside one batch: four finishes together with no stream to read windows from (a client stall
+    can fake that) are no clean verdict, so honest gauges that decided N=2 a queue still withhold it."""
+    together = [RequestRecord(index=i, nonce=f"n{i}", status="ok", tokens_requested=TOKENS, send_ns=0,
+                              first_token_ns=int(0.05 * NS_PER_S), end_ns=int((2.1 + 0.01 * i) * NS_PER_S),
+                              tokens=TOKENS, tokens_source="usage") for i in range(4)]
+    run = _run([*_singles(2.0), _ambiguous(2, [2.0, 3.0], _honest_queue(2, readings=30)), _mb(4, together)])
+    four = run.points[-1].batches[0].verdict
+    assert (four.verdict, four.stopwatch_clean) == ("cluster", False)
+    assert run.points[1].decided_by_witness and run.points[1].batches[0].verdict.overruled_by == ()
+    assert run.verdict == "inconclusive" and "the points disagree" in run.verdict_reason
+
+
 def test_stopwatch_verdicts_that_disagree_with_each_other_still_withhold_the_run() -> None:
     run = _run([*_singles(2.0), _mb(2, _batch_of(2, 2.1)), _mb(4, _queue([2.0] * 4))])
     assert run.verdict == "inconclusive" and "the points disagree" in run.verdict_reason

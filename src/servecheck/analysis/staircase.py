@@ -1029,14 +1029,22 @@ def _by_stopwatch(b: BatchAnalysis) -> bool:
     return b.verdict.verdict in DEFINITE_VERDICTS and not b.verdict.decided_by_witness
 
 
+def _clean_point(p: PointAnalysis) -> bool:
+    """The point's definite verdict rests on clean stopwatch verdicts alone (every definite rep's)."""
+    definite = [b for b in p.batches if b.verdict.verdict in DEFINITE_VERDICTS]
+    return p.verdict in DEFINITE_VERDICTS and bool(definite) and all(b.verdict.stopwatch_clean for b in definite)
+
+
 def set_aside_witness_decisions(batches: Sequence[BatchAnalysis]) -> list[BatchAnalysis]:
     """The stopwatch comes first across batches too: a schedule the server's witnesses decided (the
-    batch's own times were ambiguous) that no fixed number of slots reconciles with what the
-    stopwatch decided at another N or in another rep is set aside. Its batch is left undecided,
-    naming the stopwatch verdicts against it (`overruled_by`) and its witnesses (`contradicted_by`):
-    the run warns `witness_contradicts`, and the stopwatch's verdicts stand. When the stopwatch's
-    own verdicts disagree there is nothing to hold a witness to, and nothing is set aside."""
-    clocked = [b for b in batches if _by_stopwatch(b)]
+    batch's own times were ambiguous) that no fixed number of slots reconciles with a clean
+    stopwatch verdict (`BatchVerdict.stopwatch_clean`) at another N or in another rep is set aside.
+    Its batch is left undecided, naming the stopwatch verdicts against it (`overruled_by`) and its
+    witnesses (`contradicted_by`): the run warns `witness_contradicts`, and the stopwatch's verdicts
+    stand. A verdict the client could have faked (a cluster from the finishes alone) sets nothing
+    aside, as inside one batch: the disagreement then withholds the run (`contradiction`). When the
+    clean verdicts disagree there is nothing to hold a witness to, and nothing is set aside."""
+    clocked = [b for b in batches if b.verdict.stopwatch_clean]
     lo, hi, _ = _slot_range(clocked)
     if not clocked or lo > hi:
         return list(batches)
@@ -1060,13 +1068,14 @@ def contradiction(points: Sequence[PointAnalysis]) -> str | None:
     """Two definite verdicts no fixed number of slots can give (a staircase at N=2 beside a cluster
     at N=4): the schedule is not the one the verdict words assume, so no run verdict is named.
 
-    The stopwatch's verdicts are held to each other first. Witness decisions that disagree with
-    them were set aside batch by batch (`set_aside_witness_decisions`); those left can disagree only
-    with each other, and that withholds only a run verdict that itself rests on a witness."""
+    The stopwatch's verdicts are held to each other first. Witness decisions that disagree with a
+    clean one were set aside batch by batch (`set_aside_witness_decisions`); those left withhold a
+    run verdict only where it is not clean stopwatch evidence itself, so a witness never withholds
+    a clean stopwatch verdict."""
     batches = [b for p in points for b in p.batches]
     stages = [[b for b in batches if _by_stopwatch(b)]]
     top = max(points, key=lambda p: p.n, default=None)
-    if top is not None and top.decided_by_witness:
+    if top is not None and not _clean_point(top):
         stages.append(batches)
     for kept in stages:
         lo, hi, seen = _slot_range(kept)
