@@ -460,3 +460,29 @@ def test_a_noisy_generation_gain_is_inconclusive_not_pipelining() -> None:
     assert any("2-way is inconclusive" in w.message for w in result.warnings)
     clean = A.analyse(seed_cells())  # 0.94x: the generation stage is shown not to gain, clean pipelining
     assert clean.arm(2).label == "pipelining" and not any("inconclusive" in w.message for w in clean.warnings)
+
+
+# --- --evidence stopwatch: the gauges never decide a label -----------------------------------
+
+
+def _queue_behind_gauges() -> list[A.Cell]:
+    """A serial server under load: the 2-way aggregate wanders 0.95-1.14x (handoffs without a client
+    round trip, and noise), the generation stage is flat, and its gauges saw one request running in
+    every cell."""
+    noise = [0.95, 1.14, 0.99, 1.08, 0.97, 1.12, 1.02, 1.10, 0.96, 1.07, 1.00, 1.13]
+    cells = []
+    for rep, pos, c in A.schedule([1, 2], len(noise)):
+        agg = 100.0 * (noise[rep] if c == 2 else 1.0)
+        cell = make_cell(rep, pos, c, agg=agg, gen=100.0 * wobble(rep, c), per_user=100.0 / c, ttft=0.2 * c)
+        cells.append(replace(cell, peak_running=1))
+    return cells
+
+
+def test_evidence_stopwatch_keeps_the_gauges_from_deciding_none() -> None:
+    cells = _queue_behind_gauges()
+    by_gauges = A.analyse(cells).arm(2)
+    assert by_gauges.label == "none" and "the server's gauges showed one request running" in by_gauges.label_reason
+    stopwatch = A.analyse(cells, gauges_decide=False).arm(2)
+    assert stopwatch.label == "inconclusive", stopwatch.label_reason
+    assert "gauges" not in stopwatch.label_reason
+    assert stopwatch.aggregate_speedup == by_gauges.aggregate_speedup  # the same measurement, read without them

@@ -153,6 +153,7 @@ async def test_a_whole_run_decodes_back_into_the_body_it_was_written_from() -> N
     assert set(doc) == {
         "command", "valid", "complete", "simulated", "headline", "headline_refused", "refusal", "design", "reps_taken",
         "arms", "cells", "pooled_from", "position_bias", "bias_limit", "drift", "thermal", "deviant_cells",
-        "cached_prompt_requests", "server", "warmup", "warnings", "notes", "calibration", "client_checks", "log_audit"}
+        "cached_prompt_requests", "server", "warmup", "warnings", "notes", "calibration", "client_checks", "log_audit",
+        "evidence_mode"}
     assert [("requests" in c) for c in doc["cells"]] == [False, False, True, True, True, True]
     assert any(w["message"].startswith("thermal pressure in 1 of 7") for w in doc["warnings"])

@@ -92,6 +92,28 @@ def test_bias_limit_flag_reaches_the_analysis(scripted, tmp_path: Path) -> None:
     assert doc["bias_limit"] == 5 and doc["headline_refused"] is False and doc["headline"]
 
 
+def test_evidence_flag_reaches_the_analysis_measured_and_pooled(scripted, tmp_path: Path, monkeypatch) -> None:
+    """--evidence stopwatch is the analysis's `gauges_decide=False`, in a measured run and a pooled one."""
+    from servecheck.analysis import arms as analysis_arms
+
+    seen: list[bool] = []
+    real = analysis_arms.analyse
+
+    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(kwargs.get("gauges_decide", True))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("servecheck.experiments.arms.analyse", spy)
+    out, pooled = tmp_path / "a.json", tmp_path / "p.json"
+    assert run_main(["arms", URL, *SMALL, "--evidence", "stopwatch", "--json", str(out)], scripted.open) == exitcodes.OK
+    doc = json.loads(out.read_text())
+    assert (doc["evidence_mode"], doc["params"]["evidence"]) == ("stopwatch", "stopwatch")
+    assert seen and not any(seen)
+    seen.clear()
+    assert run_main(["arms", "--pool", str(out), "--json", str(pooled)], scripted.open) == exitcodes.OK
+    assert json.loads(pooled.read_text())["evidence_mode"] == "all" and seen and all(seen)
+
+
 def test_ctrl_c_saves_partial_result(scripted, tmp_path: Path) -> None:
     scripted.server = INTERRUPTED
     out, db = tmp_path / "partial.json", tmp_path / "history.db"

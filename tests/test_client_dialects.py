@@ -9,7 +9,7 @@ import pytest
 from servecheck.client.dialects import EventReading, get_dialect
 from servecheck.client.ndjson import NdjsonParser
 from servecheck.client.sse import SseParser
-from servecheck.client.tally import StreamTally
+from servecheck.client.tally import StreamTally, plausibility_problem
 from servecheck.model.records import GenRequest
 
 REQ = GenRequest(index=0, prompt="abc: the of", nonce="abc", max_tokens=64, seed=7)
@@ -225,3 +225,39 @@ def test_ollama_thinking_is_generated_output() -> None:
     assert thinking.carries_output and thinking.text == "Let me"
     assert not d.read({"model": "qwen3", "response": "", "thinking": "", "done": False}).carries_output
     assert d.read({"message": {"role": "assistant", "content": "Hi"}, "done": False}).text == "Hi"
+
+
+# ---- a cache counter is a witness: an implausible one is dropped, the request stands ------------------
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -5])
+def test_an_implausible_llamacpp_cache_n_drops_the_counter_not_the_request(bad: float) -> None:
+    """Every token arrived and the output counts are sound: only the cache witness is unreadable."""
+    final = {"content": "", "tokens": [], "stop": True, "tokens_predicted": 2, "stop_type": "limit",
+             "timings": {"cache_n": bad, "prompt_n": 5, "prompt_ms": 12.5, "predicted_n": 2, "predicted_ms": 40.0}}
+    chunks = [sse({"content": "Hi", "tokens": [101], "stop": False}), sse({"content": "!", "tokens": [7], "stop": False}),
+              sse(final)]
+    assert b"NaN" in chunks[-1] or b"Infinity" in chunks[-1] or b"-5" in chunks[-1]  # the raw bytes carry it
+    tally = run_sse("llamacpp", chunks)
+    assert tally.implausible is None and plausibility_problem(tally, 2) is None
+    assert (tally.count().tokens, tally.count().source) == (2, "timings")
+    assert tally.server is not None and tally.server.cached_prompt_tokens is None
+    assert tally.server.prompt_tokens == 5 and tally.server.prompt_s == pytest.approx(0.0125)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -5])
+def test_an_implausible_openai_cached_tokens_drops_the_counter_not_the_request(bad: float) -> None:
+    usage = {"prompt_tokens": 12, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": bad}}
+    chunks = [*CHAT_CHUNKS[:-2], sse({"choices": [], "usage": usage}), b"data: [DONE]\n\n"]
+    tally = run_sse("openai-chat", chunks)
+    assert tally.implausible is None and plausibility_problem(tally, 4) is None
+    assert (tally.count().tokens, tally.count().source) == (4, "usage")
+    assert tally.server is not None and tally.server.cached_prompt_tokens is None and tally.server.prompt_tokens == 12
+
+
+def test_an_implausible_output_count_still_fails_the_request() -> None:
+    """The line between a witness and a count: completion_tokens is what the aggregate divides."""
+    usage = {"prompt_tokens": 12, "completion_tokens": float("nan"), "prompt_tokens_details": {"cached_tokens": 3}}
+    tally = run_sse("openai-chat", [*CHAT_CHUNKS[:-2], sse({"choices": [], "usage": usage}), b"data: [DONE]\n\n"])
+    assert plausibility_problem(tally, 4) == (
+        "usage.completion_tokens = nan is not a plausible token count: 4 were requested and 3 events streamed")

@@ -1,4 +1,5 @@
-"""The prefix-cache verdict from hand-built sends: counters first, time only far beyond noise."""
+"""The prefix-cache verdict from hand-built sends: the timing first (only far beyond noise), the server's cache
+counters corroborating, deciding only what the timing leaves open, and named where they contradict it."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ CASES = [
     # (description, sends, verdict, signal)
     ("seed 000: 6.8 s every time, counter 0", run([6.8, 6.8, 6.8], [0, 0, 0]), "inert", "counters"),
     ("the local engine: 7.3 s then 0.19 s, cache_n rises", run([7.3, 0.19, 0.19], [0, 5999, 5999], 7.3, 1),
-     "working", "counters"),
+     "working", "timing"),
     ("counters show hits though the time did not drop (tiny model)", run([0.02, 0.02, 0.02], [0, 5999, 5999], 0.02, 1),
      "working", "counters"),
     ("BOS-only cache is flat", run([1.0, 1.0, 0.98], [0, 1, 1], 1.0, 1), "inert", "counters"),
@@ -42,7 +43,8 @@ CASES = [
     ("no counters, 0.7x: noise could explain it", run([1.0, 0.7, 0.7], [None] * 3, 1.0, None), "unknown", "none"),
     ("no counters, faster than the first but not than the control (first was a cold start)",
      run([7.0, 0.5, 0.5], [None] * 3, 0.6, None), "unknown", "none"),
-    ("flat counters but much faster: counters lie", run([7.3, 0.2, 0.2], [0, 0, 0], 7.3, 0), "unknown", "counters"),
+    ("flat counters but much faster: the timing decides, counters lie", run([7.3, 0.2, 0.2], [0, 0, 0], 7.3, 0),
+     "working", "timing"),
     ("control also cached: shared prefix", run([7.3, 0.2, 0.2], [0, 5999, 5999], 0.2, 5999), "unknown", "counters"),
     ("mixed counters fall back to time", run([7.3, 0.2, 7.3, 7.3], [0, 5999, 0, 0], 7.3, 0), "unknown", "none"),
     ("mixed counters, time says working", run([7.3, 0.2, 0.2, 0.2], [0, 5999, 0, 5999], 7.3, 0), "working", "timing"),
@@ -58,6 +60,42 @@ def test_verdicts(name, sends, verdict, signal):
     v = decide_cache(sends)
     assert (v.verdict, v.signal) == (verdict, signal), v.reason
     assert v.reason
+
+
+def _with_floor(ttfts: list[float], cached: list[int | None], control: float, floor: float) -> list[CacheSend]:
+    return [*run(ttfts, cached, control, 0), CacheSend("floor", floor, 0, 32)]
+
+
+def test_counters_that_claim_every_hit_on_repeats_as_slow_as_a_fresh_prompt_are_named_not_believed():
+    """The lying-counters server: cache_n says all but one token was cached, yet the repeats took as
+    long as a fresh prompt of equal length while a short prompt (what a hit costs) took 0.02x it."""
+    v = decide_cache(_with_floor([0.40, 0.41, 0.40], [5999, 5999, 5999], 0.40, 0.008))
+    assert (v.verdict, v.signal, v.decided_by_witness) == ("inert", "timing", False), v.reason
+    assert v.witness_contradicts == "every warm repeat had at least 100% of its prompt cached"
+    assert v.warm_cached_fraction == pytest.approx(5999 / P)
+    assert "nothing was served from the cache" in v.reason
+    assert "the server's cache counters contradict the timing" in v.reason
+    assert v.record().witness_contradicts == v.witness_contradicts
+    assert decide_cache(_with_floor([0.40, 0.41, 0.40], [5999, 5999, 5999], 0.40, 0.008), counters_decide=False) == v
+
+
+def test_counters_that_agree_with_the_timing_corroborate_it():
+    v = decide_cache(_with_floor([0.40, 0.01, 0.01], [0, 5999, 5999], 0.40, 0.008))
+    assert (v.verdict, v.signal, v.decided_by_witness, v.witness_contradicts) == ("working", "timing", False, None)
+    assert "the cache counters agree" in v.reason
+
+
+def test_counters_break_a_tie_the_timing_leaves_open_and_say_so():
+    """A tiny model: a hit saves nothing visible (the floor costs as much as the prompt), so the timing
+    cannot tell; the counters decide, labelled, and --evidence stopwatch forbids it."""
+    sends = _with_floor([0.02, 0.02, 0.02], [0, 5999, 5999], 0.02, 0.02)
+    v = decide_cache(sends)
+    assert (v.verdict, v.signal, v.decided_by_witness) == ("working", "counters", True), v.reason
+    assert v.reason.startswith("decided by the server's own cache counters; the timing alone was ambiguous")
+    assert v.record().decided_by_witness is True
+    stopwatch = decide_cache(sends, counters_decide=False)
+    assert (stopwatch.verdict, stopwatch.decided_by_witness) == ("unknown", False)
+    assert "with --evidence stopwatch the counters do not decide" in stopwatch.reason
 
 
 def test_ratios_reported():

@@ -19,7 +19,7 @@ from written import fields_of, reads_back
 HEADER = {"command", "valid", "simulated", "complete"}
 BODY_KEYS = {"verdict", "verdict_reason", "analysis", "ttft_s", "cached_tokens", "control_ttft_s",
              "control_cached_tokens", "sends", "prompt_tokens", "prompt_tokens_asked", "n_ctx_per_request",
-             "n_ctx_source", "capped", "repeats", "cache_prompt", "server", "notes"}
+             "n_ctx_source", "capped", "repeats", "cache_prompt", "server", "notes", "evidence_mode"}
 SEND_KEYS = {"kind", "index", "ttft_s", "cached_tokens", "cached_source", "counter_deltas", "prompt_tokens",
              "server_prompt_tokens", "server_prompt_s", "status", "error", "request"}
 PROMPT = 2000
@@ -64,7 +64,7 @@ def test_a_working_cache_writes_every_key_and_reads_back() -> None:
     assert all(set(s) == SEND_KEYS for s in doc["sends"])
     assert doc["sends"][1]["cached_source"] == SOURCE and doc["sends"][1]["server_prompt_tokens"] == PROMPT
     assert "token_s" not in doc["sends"][0]["request"]  # sends are written without their token times
-    assert doc["analysis"]["signal"] == "counters" and set(doc["analysis"]["thresholds"]) == {
+    assert doc["analysis"]["signal"] == "timing" and set(doc["analysis"]["thresholds"]) == {
         "working_ttft_ratio", "inert_ttft_ratio", "hit_fraction", "flat_fraction", "floor_max_ratio"}
     reads_back(doc)
 

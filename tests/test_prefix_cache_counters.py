@@ -50,3 +50,32 @@ def test_hit_delta_is_the_cached_tokens_and_both_deltas_are_kept() -> None:
 def test_flat_counters_read_zero_cached() -> None:
     send = send_with(MetricsDriver(hits=0, queries=2000))
     assert send.cached_tokens == 0 and encode(send.body(), nulls=True)["counter_deltas"]["vllm:prefix_cache_queries_total"] == 2000.0
+
+
+class NanAfterTheSend(MetricsDriver):
+    """A counter that reads NaN once the send is done: a witness with nothing to say."""
+
+    async def generate(self, req: GenRequest) -> RequestRecord:
+        record = await super().generate(req)
+        self.hits = float("nan")
+        return record
+
+
+class Reset(MetricsDriver):
+    """The hits counter went back to zero during the send (an engine restart): a negative delta is no count."""
+
+    async def generate(self, req: GenRequest) -> RequestRecord:
+        record = await super().generate(req)
+        self.hits = 0.0
+        return record
+
+
+def test_a_nan_or_reset_counter_drops_the_witness_not_the_send() -> None:
+    nan = send_with(NanAfterTheSend(hits=1984, queries=2000))
+    assert nan.record.ok and nan.cached_tokens is None and nan.cached_source is None
+    assert encode(nan.body(), nulls=True)["counter_deltas"] == {"vllm:prefix_cache_queries_total": 2000.0}
+    driver = Reset(hits=1984, queries=2000)
+    driver.hits = 5000.0
+    reset = send_with(driver)
+    assert reset.record.ok and reset.cached_tokens is None
+    assert encode(reset.body(), nulls=True)["counter_deltas"]["vllm:prefix_cache_hits_total"] == -5000.0

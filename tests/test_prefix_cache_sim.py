@@ -64,6 +64,27 @@ async def test_simulated_cache_modes(cache, verdict):
     assert doc["prompt_tokens"] == PROMPT and not doc["capped"] and doc["simulated"]
 
 
+async def test_lying_cache_counters_are_read_from_the_timing_and_the_contradiction_named():
+    """Ground truth: the simulator's cache is off, yet its counters claim every hit a working cache would
+    have had (cache_n on each repeat). The timing decides (inert); the counters are named as a lie."""
+    result = await measure(SimConfig(prefix_cache="off", lying_cache=True, **TIMING))
+    doc = fields_of(result.document())
+    assert all(c is not None and c >= PROMPT - 1 for c in doc["cached_tokens"][1:])  # the lie was read
+    assert doc["sends"][0]["cached_tokens"] == 0 and doc["control_cached_tokens"] == 0
+    analysis = doc["analysis"]
+    assert (doc["verdict"], analysis["signal"], analysis["decided_by_witness"]) == ("inert", "timing", False), \
+        doc["verdict_reason"]
+    assert analysis["witness_contradicts"].startswith("every warm repeat had at least")
+    assert [w["code"] for w in doc["warnings"]] == ["witness_contradicts"]
+    assert "contradict the timing" in doc["verdict_reason"]
+
+
+async def test_honest_counters_beside_the_same_timing_raise_no_finding():
+    doc = fields_of((await measure(SimConfig(prefix_cache="on", lying_cache=True, **TIMING))).document())
+    assert (doc["verdict"], doc["analysis"]["signal"], doc["analysis"]["witness_contradicts"]) == ("working", "timing", None)
+    assert "warnings" not in doc and "the cache counters agree" in doc["verdict_reason"]
+
+
 async def test_cache_prompt_false_per_request_makes_a_working_cache_inert():
     result = await measure(SimConfig(prefix_cache="on", **TIMING), cache_prompt=False)
     assert result.document().body.verdict == "inert"
@@ -137,6 +158,18 @@ def test_cli_inert_exit_codes(expect, code):
     extra = [] if expect is None else ["--expect", expect]
     with sim_in_thread(SimConfig(prefix_cache="inert", **TIMING)) as sim:
         assert run_main(["prefix-cache", sim.url, "--prompt-tokens", str(PROMPT), "--no-save", *extra]) == code
+
+
+def test_cli_evidence_stopwatch_with_lying_counters(tmp_path, capsys):
+    out = tmp_path / "pc.json"
+    with sim_in_thread(SimConfig(prefix_cache="inert", lying_cache=True, **TIMING)) as sim:
+        code = run_main(["prefix-cache", sim.url, "--prompt-tokens", str(PROMPT), "--evidence", "stopwatch",
+                         "--expect", "inert", "--json", str(out), "--no-save"])
+    doc = json.loads(out.read_text())
+    assert code == exitcodes.OK, doc["verdict_reason"]
+    assert (doc["evidence_mode"], doc["params"]["evidence"]) == ("stopwatch", "stopwatch")
+    assert doc["verdict"] == "inert" and [w["code"] for w in doc["warnings"]] == ["witness_contradicts"]
+    assert "warning: the server's own cache counters contradict the timing" in capsys.readouterr().out
 
 
 def test_cli_no_cache_prompt(tmp_path):

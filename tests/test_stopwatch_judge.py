@@ -174,6 +174,98 @@ def test_evidence_stopwatch_forbids_the_witness_from_deciding() -> None:
     assert run.points[-1].batches[0].verdict.witnesses  # still read and shown, only not deciding
 
 
+# --- a batch the witnesses decided never withholds the stopwatch's verdict elsewhere -----------
+
+
+def _ambiguous(n: int, finishes: list[float], gauges: ServerGauges, rep: int = 0) -> sc.MeasuredBatch:
+    """Finishes with a gap in the dead band and no stream to read windows from: the times cannot decide."""
+    records = [RequestRecord(index=i, nonce=f"n{i}", status="ok", tokens_requested=TOKENS, send_ns=0,
+                             first_token_ns=int(0.05 * NS_PER_S), end_ns=int(f * NS_PER_S), tokens=TOKENS,
+                             tokens_source="usage") for i, f in enumerate(finishes)]
+    return _mb(n, records, rep=rep, gauges=gauges)
+
+
+def _lying_run(**kw) -> sc.StaircaseAnalysis:
+    """A serial server whose gauges claim every admitted request runs: at N=2 the finishes are 0.5x
+    the single time apart (ambiguous) and the lying gauges decide `cluster`; at N=4 a clean queue."""
+    return _run([*_singles(2.0), _ambiguous(2, [2.0, 3.0], _lying(2, readings=30)),
+                 _mb(4, _queue([2.0] * 4), gauges=_lying(4)), *_singles(2.0)], **kw)
+
+
+def test_lying_gauges_that_decided_another_n_do_not_withhold_a_clean_staircase() -> None:
+    """Before: `inconclusive: the points disagree (N=2 cluster, N=4 staircase)`; with --evidence
+    stopwatch the same data read `staircase`. The gauges' cluster at N=2 is set aside and named."""
+    run = _lying_run()
+    assert run.verdict == "staircase", run.verdict_reason
+    assert run.evidence == ("completion_times", "generation_windows") and not run.decided_by_witness
+    two = run.points[1]
+    v = two.batches[0].verdict
+    assert (two.n, two.verdict, two.decided_by_witness) == (2, "inconclusive", False)
+    assert (v.verdict, v.times_verdict, v.decided_by_witness, v.evidence) == ("inconclusive", "inconclusive", False, ())
+    assert v.overruled_by == ("N=4 rep 1 staircase",)
+    assert [(w.source, w.schedule) for w in v.contradicted_by] == [("server_gauges", "cluster")]
+    assert "set aside" in v.reason and "decided by the server's own gauges" in v.reason
+    found = {f.code: f.message for f in run.warnings}
+    assert "N=2 rep 1" in found["witness_contradicts"] and "N=4 rep 1" in found["witness_contradicts"]
+    assert "they decided cluster where the completion times were ambiguous" in found["witness_contradicts"]
+    assert "set aside" in found["witness_contradicts"]
+    assert v.record().overruled_by == ("N=4 rep 1 staircase",)  # and so in the document
+    stopwatch = _lying_run(witnesses_decide=False)
+    assert (stopwatch.verdict, stopwatch.points[1].verdict) == (run.verdict, two.verdict)
+
+
+def test_a_rep_the_gauges_decided_does_not_withhold_the_points_stopwatch_verdict() -> None:
+    """Inside one point: rep 1 a clean queue, rep 2 ambiguous and decided `cluster` by lying gauges.
+    Before: `repetitions disagree`; now the rep is set aside and the point is the stopwatch's."""
+    run = _run([*_singles(2.0), _mb(4, _queue([2.0] * 4), gauges=_lying(4)),
+                _ambiguous(4, [2.0, 3.0, 5.0, 7.0], _lying(4, readings=30), rep=1)])
+    point = run.points[-1]
+    assert point.verdict == "staircase", point.reason
+    assert "1 of 2 reps staircase, the rest inconclusive" in point.reason
+    assert point.evidence == ("completion_times", "generation_windows")
+    assert point.batches[1].verdict.overruled_by == ("N=4 rep 1 staircase",)
+    assert run.verdict == "staircase" and "witness_contradicts" in {f.code for f in run.warnings}
+
+
+def test_a_witness_decision_the_stopwatch_agrees_with_stands() -> None:
+    """Honest gauges decide the ambiguous N=2 as a queue, which the N=4 stopwatch queue allows."""
+    run = _run([*_singles(2.0), _ambiguous(2, [2.0, 3.0], _honest_queue(2, readings=30)),
+                _mb(4, _queue([2.0] * 4), gauges=_honest_queue(4)), *_singles(2.0)])
+    two = run.points[1]
+    assert (two.verdict, two.decided_by_witness) == ("staircase", True)
+    assert two.batches[0].verdict.overruled_by == () and not two.batches[0].verdict.contradicted_by
+    assert run.verdict == "staircase" and "witness_contradicts" not in {f.code for f in run.warnings}
+
+
+def test_a_witness_decision_set_aside_at_the_top_leaves_only_its_own_point_undecided() -> None:
+    """The top N rests on lying gauges against a clean queue at N=2: the top point is undecided (more
+    reps may decide it), not `the points disagree`."""
+    run = _run([*_singles(2.0), _mb(2, _queue([2.0, 2.0]), gauges=_lying(2)),
+                _ambiguous(4, [2.0, 3.0, 5.0, 7.0], _lying(4, readings=30)), *_singles(2.0)])
+    assert run.verdict == "inconclusive" and "points disagree" not in run.verdict_reason, run.verdict_reason
+    assert "set aside" in run.verdict_reason
+    assert run.points[1].verdict == "staircase"
+    assert sc.needs_more(run)[0] == [4]
+
+
+def test_a_cluster_the_client_could_have_faked_sets_no_witness_aside() -> None:
+    """As inside one batch: four finishes together with no stream to read windows from (a client stall
+    can fake that) are no clean verdict, so honest gauges that decided N=2 a queue still withhold it."""
+    together = [RequestRecord(index=i, nonce=f"n{i}", status="ok", tokens_requested=TOKENS, send_ns=0,
+                              first_token_ns=int(0.05 * NS_PER_S), end_ns=int((2.1 + 0.01 * i) * NS_PER_S),
+                              tokens=TOKENS, tokens_source="usage") for i in range(4)]
+    run = _run([*_singles(2.0), _ambiguous(2, [2.0, 3.0], _honest_queue(2, readings=30)), _mb(4, together)])
+    four = run.points[-1].batches[0].verdict
+    assert (four.verdict, four.stopwatch_clean) == ("cluster", False)
+    assert run.points[1].decided_by_witness and run.points[1].batches[0].verdict.overruled_by == ()
+    assert run.verdict == "inconclusive" and "the points disagree" in run.verdict_reason
+
+
+def test_stopwatch_verdicts_that_disagree_with_each_other_still_withhold_the_run() -> None:
+    run = _run([*_singles(2.0), _mb(2, _batch_of(2, 2.1)), _mb(4, _queue([2.0] * 4))])
+    assert run.verdict == "inconclusive" and "the points disagree" in run.verdict_reason
+
+
 # --- the trend of a queue is measured inside its own batch ----------------------------------
 
 

@@ -76,6 +76,32 @@ def test_gauges_the_proxy_injects_are_named_as_lies(tmp_path) -> None:
     assert "witness_contradicts" in codes(doc)
 
 
+@pytest.mark.timing(seconds=15)
+def test_gauges_that_decided_another_n_do_not_withhold_the_clean_staircase(tmp_path) -> None:
+    """Ground truth: a serial simulator behind the proxy's lying gauges, two output tokens (too few events
+    for generation windows: the finishes alone speak), and the N=2 batch's second request held 1 s by the
+    proxy (the 4th completion: the warm-up, N=1, then the batch). Its finishes are 1.0 and 2.5 single
+    times after the release, which no schedule names, and the gauges, counting the held request as running,
+    decide `cluster`; the queue at N=4 is a clean staircase. Before, the run read `the points disagree`."""
+    config = SimConfig(mode="serial", token_s=0.012, per_seq_s=0.001, prompt_token_s=0.02)
+    out = tmp_path / "staircase.json"
+    with sim_in_thread(config) as sim, proxy(sim.url, "--lie-gauges", "--hold", "4:1.0") as url:
+        with pytest.raises(SystemExit) as info:
+            main_mod.main(["staircase", url, "--api", "openai-chat", "--tokens", "2", "--prompt-tokens", "32",
+                           "--n", "1,2,4", "--no-save", "--no-calibrate", "--timeout", "60", "--json", str(out)])
+    doc = json.loads(out.read_text())
+    assert info.value.code == exitcodes.OK, doc["verdict_reason"]
+    assert doc["verdict"] == "staircase" and doc["decided_by_witness"] is False
+    two = next(p for p in doc["points"] if p["n"] == 2)
+    held = two["batches"][0]["verdict"]
+    assert held["verdict"] == "inconclusive" and "N=4 rep 1 staircase" in held["overruled_by"], held["reason"]
+    assert held["times_verdict"] == "inconclusive" and held["decided_by_witness"] is False
+    assert two["verdict"] == "staircase", two["reason"]  # the re-measured rep (no hold) is a clean queue
+    assert [w["schedule"] for w in held["contradicted_by"]] == ["cluster"]
+    warning = next(f["message"] for f in doc["warnings"] if f["code"] == "witness_contradicts")
+    assert "N=2 rep 1" in warning and "set aside" in warning
+
+
 @pytest.mark.timing(seconds=10)
 def test_an_eos_stopping_servers_points_show_one_measured_batch(tmp_path) -> None:
     config = SimConfig(mode="batched", eos_ceiling=True, eos_short_fraction=0.5, **TIMING)
@@ -108,6 +134,34 @@ def test_a_witness_with_an_impossible_duration_is_discarded_not_the_measurement(
     requests = [r for p in doc["points"] for b in p["batches"] for r in b["requests"]]
     assert requests and all(r["status"] == "ok" for r in requests)
     assert all(r["server"]["decode_s"] is None and r["server"]["prompt_s"] is None for r in requests)
+    assert not any(f["code"] == "failed_requests" for f in doc["invalid"])
+
+
+@pytest.mark.parametrize("api", ["llamacpp", "openai"])
+def test_a_nan_cache_counter_leaves_the_request_measured(tmp_path, api) -> None:
+    """A cache counter is the server's witness of its cache: NaN in llama.cpp's timings.cache_n or in
+    usage.prompt_tokens_details.cached_tokens drops the counter (null), and the request whose every
+    token arrived is measured and ok, as with the Infinity duration above."""
+    import sys as _sys
+    _sys.path.insert(0, str(Path(__file__).parent))
+    from hostile import hostile
+    from test_fault_matrix import TOKENS as N_TOKENS
+    from test_fault_matrix import _final, _once_good, openai_stream, send
+
+    if api == "llamacpp":
+        payload = _final(timings={"cache_n": float("nan"), "prompt_n": 8, "predicted_n": N_TOKENS})
+    else:
+        payload = openai_stream(N_TOKENS, json.dumps({"completion_tokens": N_TOKENS, "prompt_tokens": 8,
+                                                      "prompt_tokens_details": {"cached_tokens": float("nan")}}).encode())
+    assert b"NaN" in payload
+    out = tmp_path / "run.json"
+    with hostile(_once_good(send(payload))) as server, pytest.raises(SystemExit):
+        main_mod.main(["staircase", server.url, "--api", api, "--n", "1", "--tokens", str(N_TOKENS),
+                       "--prompt-tokens", "8", "--no-save", "--no-calibrate", "--json", str(out)])
+    doc = json.loads(out.read_text())
+    requests = [r for p in doc["points"] for b in p["batches"] for r in b["requests"]]
+    assert requests and all(r["status"] == "ok" and r["tokens"] == N_TOKENS for r in requests)
+    assert all(r["server"]["cached_prompt_tokens"] is None and r["server"]["prompt_tokens"] == 8 for r in requests)
     assert not any(f["code"] == "failed_requests" for f in doc["invalid"])
 
 

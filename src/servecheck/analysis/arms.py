@@ -496,12 +496,14 @@ def _iv(e: Estimate) -> str:
     return f"x{e.median:.2f} [{e.lo:.2f}-{e.hi:.2f}]"
 
 
-def arm_result(cells: Sequence[Cell], concurrency: int) -> ArmResult:
+def arm_result(cells: Sequence[Cell], concurrency: int, *, gauges_decide: bool = True) -> ArmResult:
+    """One arm's figures and label; with `gauges_decide` off (--evidence stopwatch) the server's gauges
+    (each cell's `peak_running`, still recorded) never decide the label."""
     mine = [c for c in cells if c.concurrency == concurrency]
     agg = _estimate(cells, concurrency, "aggregate_tok_s")
     gen = _estimate(cells, concurrency, "generation_tok_s")
     peaks = [c.peak_running for c in mine]
-    peak = observed_peak(peaks)
+    peak = observed_peak(peaks) if gauges_decide else None
     read = (sum(p is not None for p in peaks), len(peaks))
     serial: tuple[Label, str] = ("none", "the serial arm is the baseline")
     label, reason = serial if concurrency == 1 else label_with_reason(agg, gen, peak, read)
@@ -725,12 +727,14 @@ def analyse(
     bias_limit: float = DEFAULT_BIAS_LIMIT,
     baseline: int = 1,
     ttft_unresolved: frozenset[int] = frozenset(),
+    gauges_decide: bool = True,
 ) -> ArmsAnalysis:
     """Everything `servecheck arms` reports, from cells alone; `ttft_unresolved` are the concurrencies
-    whose TTFT the client's own timing error swamps (the headline then says nothing of TTFT there)."""
+    whose TTFT the client's own timing error swamps (the headline then says nothing of TTFT there);
+    `gauges_decide` off (--evidence stopwatch): the server's gauges never decide a label."""
     if not any(c.concurrency == baseline for c in cells):
         raise ValueError("the serial arm (concurrency 1) is the baseline and has no cells")
-    results = tuple(arm_result(cells, a) for a in _arms(cells))
+    results = tuple(arm_result(cells, a, gauges_decide=gauges_decide) for a in _arms(cells))
     bias = position_bias(cells)
     refusal = refusal_text(bias, bias_limit) if bias is not None and bias.spread > bias_limit else None
     top = results[-1]

@@ -1,9 +1,10 @@
 """Is the prefix cache working, inert ("accepted and does nothing"), or can we not tell?
 
 Pure: the sends of one prefix-cache run in (the same prompt `repeats` times, then a control prompt
-of equal length with different bytes), a verdict out. Counters (cached prompt tokens per send)
-decide when the server reports them; time to first token decides only when the difference is
-far beyond noise.
+of equal length with different bytes, then a short floor prompt), a verdict out. Time to first token
+decides first, and only when the difference is far beyond noise; the server's cache counters (cached
+prompt tokens per send) are a witness: they corroborate, a contradiction is named, and they decide
+only what the timing leaves open, saying so.
 """
 
 from __future__ import annotations
@@ -63,13 +64,17 @@ class CacheVerdict:
     control_ttft_ratio: float | None = None  # median warm repeat TTFT / control TTFT
     warm_cached_fraction: float | None = None  # smallest cached share of the prompt over warm repeats
     floor_ttft_ratio: float | None = None  # the short floor prompt's TTFT / the control's TTFT
+    decided_by_witness: bool = False  # the timing left it open and the server's cache counters decided
+    # what the cache counters read, in words, where the timing decided otherwise: a finding of its own
+    witness_contradicts: str | None = None
 
     def record(self) -> CacheAnalysis:
         """As the `prefix-cache` document records it, with the thresholds it was decided against."""
         return CacheAnalysis(verdict=self.verdict, reason=self.reason, signal=self.signal,
                              warm_ttft_ratio=self.warm_ttft_ratio, control_ttft_ratio=self.control_ttft_ratio,
                              warm_cached_fraction=self.warm_cached_fraction, floor_ttft_ratio=self.floor_ttft_ratio,
-                             thresholds=thresholds())
+                             thresholds=thresholds(), decided_by_witness=self.decided_by_witness,
+                             witness_contradicts=self.witness_contradicts)
 
 
 def thresholds() -> CacheThresholds:
@@ -77,8 +82,24 @@ def thresholds() -> CacheThresholds:
                            flat_fraction=FLAT_FRACTION, floor_max_ratio=FLOOR_MAX_RATIO)
 
 
-def decide_cache(sends: Sequence[CacheSend]) -> CacheVerdict:
-    """The verdict for one run: `sends` in the order sent, repeats first, then the control."""
+@dataclass(frozen=True)
+class CounterReading:
+    """What the server's cache counters say about the warm repeats: a witness, weighed after the timing."""
+
+    says: CacheVerdictName  # working (hits), inert (flat), unknown (mixed, or the control was cached too)
+    description: str
+    lowest: float | None  # the smallest cached share over the warm repeats
+    shared_prefix: bool = False  # the control had as much cached: hits say nothing about repeats
+
+
+def decide_cache(sends: Sequence[CacheSend], *, counters_decide: bool = True) -> CacheVerdict:
+    """The verdict for one run: `sends` in the order sent, repeats first, then the control and the floor.
+
+    The timing decides first. The server's cache counters corroborate it; counters that read
+    otherwise are named (`witness_contradicts`) and never change a verdict the timing gave. Only
+    where the timing leaves it open may they decide, and the reason then says so
+    (`decided_by_witness`); `counters_decide` off (--evidence stopwatch) forbids even that.
+    """
     repeats = [s for s in sends if s.kind == "repeat"]
     control = next((s for s in sends if s.kind == "control"), None)
     floor = next((s for s in sends if s.kind == "floor" and s.ttft_s is not None), None)
@@ -87,73 +108,80 @@ def decide_cache(sends: Sequence[CacheSend]) -> CacheVerdict:
     if any(s.ttft_s is None for s in (*repeats, *([control] if control else []))):
         return CacheVerdict("unknown", "a send failed, so the sends cannot be compared", "none")
     timing = _timing(repeats, control)
-    fractions = _fractions(repeats[1:], repeats[0])
-    control_fraction = _fraction(control, repeats[0]) if control is not None else None
-    if control_fraction is not None and control_fraction >= HIT_FRACTION:
-        return CacheVerdict(
-            "unknown",
-            f"the control prompt also had {control_fraction:.0%} cached: the prompts share a prefix, so "
-            "hits say nothing about caching of repeated prompts",
-            "counters",
-            *timing,
-            None,
-        )
-    if fractions is not None:
-        return _by_counters(min(fractions), max(fractions), timing)
+    counters = read_counters(repeats, control)
     floor_ratio = floor_first_ratio = None
     if floor is not None and floor.ttft_s is not None and control is not None and control.ttft_s:
         floor_ratio = floor.ttft_s / control.ttft_s
     if floor is not None and floor.ttft_s is not None and repeats[0].ttft_s:
         floor_first_ratio = floor.ttft_s / repeats[0].ttft_s
-    decided = _by_timing(timing, floor_ratio=floor_ratio, floor_first_ratio=floor_first_ratio)
-    return replace(decided, floor_ttft_ratio=floor_ratio)
+    what = "no cache counters" if counters is None else None
+    clocked = _by_timing(timing, what, floor_ratio=floor_ratio, floor_first_ratio=floor_first_ratio)
+    clocked = replace(clocked, floor_ttft_ratio=floor_ratio, warm_cached_fraction=None if counters is None else counters.lowest)
+    if counters is None:
+        return clocked
+    if clocked.verdict != "unknown":
+        return _beside_counters(clocked, counters)
+    return _tie_break(clocked, counters, timing, counters_decide=counters_decide)
 
 
-def _by_counters(lowest: float, highest: float, timing: tuple[float | None, float | None]) -> CacheVerdict:
+def read_counters(repeats: Sequence[CacheSend], control: CacheSend | None) -> CounterReading | None:
+    """The counters' reading of the warm repeats; None unless every warm repeat has one."""
+    fractions = _fractions(list(repeats[1:]), repeats[0])
+    if fractions is None:
+        return None
+    lowest, highest = min(fractions), max(fractions)
+    control_fraction = _fraction(control, repeats[0]) if control is not None else None
+    if control_fraction is not None and control_fraction >= HIT_FRACTION:
+        return CounterReading("unknown", f"the control prompt also had {control_fraction:.0%} cached: the prompts "
+                              "share a prefix, so hits say nothing about caching of repeated prompts", lowest, True)
     if lowest >= HIT_FRACTION:
-        return CacheVerdict(
-            "working", f"every warm repeat had at least {lowest:.0%} of its prompt cached", "counters", *timing, lowest
-        )
+        return CounterReading("working", f"every warm repeat had at least {lowest:.0%} of its prompt cached", lowest)
     if highest <= FLAT_FRACTION:
-        if _faster(timing):
-            return CacheVerdict(
-                "unknown",
-                "the cache counters stayed flat, yet the repeats were much faster: the counters may not "
-                "count this engine's hits",
-                "counters",
-                *timing,
-                lowest,
-            )
-        if _as_slow(timing):
-            return CacheVerdict(
-                "inert",
-                f"the cache counters stayed flat (at most {highest:.0%} cached on warm repeats) and the repeats "
-                f"were {_ratio_text(timing[0])} the first send{_control_text(timing[1])}: accepted, and does nothing",
-                "counters",
-                *timing,
-                lowest,
-            )
-        return CacheVerdict(
-            "unknown",
-            f"the cache counters stayed flat, but the repeats were {_ratio_text(timing[0])} the first send"
-            f"{_control_text(timing[1])}: faster than noise explains, yet not a clear hit",
-            "counters",
-            *timing,
-            lowest,
-        )
-    decided = _by_timing(timing, f"cache counters mixed ({lowest:.0%}-{highest:.0%} cached on warm repeats)")
-    return CacheVerdict(decided.verdict, decided.reason, decided.signal, *timing, lowest)
+        return CounterReading("inert", f"the cache counters stayed flat (at most {highest:.0%} cached on warm repeats)",
+                              lowest)
+    return CounterReading("unknown", f"cache counters mixed ({lowest:.0%}-{highest:.0%} cached on warm repeats)", lowest)
+
+
+def _beside_counters(clocked: CacheVerdict, counters: CounterReading) -> CacheVerdict:
+    """A verdict the timing gave, with the counters beside it: they agree, say nothing, or contradict it."""
+    if counters.says == clocked.verdict:
+        return replace(clocked, reason=f"{clocked.reason}; the cache counters agree: {counters.description}")
+    if counters.says == "unknown" and not counters.shared_prefix:
+        return replace(clocked, reason=f"{clocked.reason}; {counters.description}")
+    return replace(clocked, witness_contradicts=counters.description,
+                   reason=f"{clocked.reason}; the server's cache counters contradict the timing: {counters.description}, "
+                   "so they do not describe its cache")
+
+
+def _tie_break(clocked: CacheVerdict, counters: CounterReading, timing: tuple[float | None, float | None], *,
+               counters_decide: bool) -> CacheVerdict:
+    """The timing left it open: the counters may decide it, labelled as such; never against the timing's
+    own lean (flat counters beside repeats faster than noise explains stay unknown)."""
+    says = counters.says
+    if says == "inert" and not _as_slow(timing):
+        says = "unknown"
+    if says == "unknown" or not counters_decide:
+        why = "" if counters_decide or counters.says == "unknown" else "; with --evidence stopwatch the counters do not decide"
+        signal: CacheSignal = "counters" if counters.shared_prefix or counters.says == "inert" else "none"
+        return replace(clocked, reason=f"{clocked.reason}; {counters.description}{why}", signal=signal)
+    return replace(
+        clocked, verdict=says, signal="counters", decided_by_witness=True,
+        reason=f"decided by the server's own cache counters; the timing alone was ambiguous ({clocked.reason}): "
+        f"{counters.description}",
+    )
 
 
 def _by_timing(
-    timing: tuple[float | None, float | None], what: str = "no cache counters", *, floor_ratio: float | None = None,
+    timing: tuple[float | None, float | None], what: str | None = "no cache counters", *, floor_ratio: float | None = None,
     floor_first_ratio: float | None = None,
 ) -> CacheVerdict:
+    """What the timing alone says; `what` opens the reason (None: the counters are weighed after it)."""
     warm, control = timing
+    but, and_ = (f"{what}, but ", f"{what}, and ") if what else ("", "")
     if _faster(timing):
         return CacheVerdict(
             "working",
-            f"{what}, but warm repeats took {warm:.2f}x the first send's time to first token"
+            f"{but}warm repeats took {warm:.2f}x the first send's time to first token"
             + ("" if control is None else f" and {control:.2f}x the control's"),
             "timing",
             *timing,
@@ -161,7 +189,7 @@ def _by_timing(
     if _as_slow(timing) and control is not None and floor_ratio is not None and floor_ratio <= FLOOR_MAX_RATIO:
         return CacheVerdict(
             "inert",
-            f"{what}, but warm repeats took {control:.2f}x the time to first token of a fresh prompt of equal "
+            f"{but}warm repeats took {control:.2f}x the time to first token of a fresh prompt of equal "
             f"length, while a short prompt (what a hit costs) took {floor_ratio:.2f}x it: nothing was served "
             "from the cache",
             "timing",
@@ -170,21 +198,21 @@ def _by_timing(
     if _slow_as_the_first(warm, floor_first_ratio):
         return CacheVerdict(
             "inert",
-            f"{what}, but warm repeats took {warm:.2f}x the time to first token of the first send of the same "
+            f"{but}warm repeats took {warm:.2f}x the time to first token of the first send of the same "
             f"prompt (a fresh prefill), while a short prompt (what a hit costs) took {floor_first_ratio:.2f}x it: "
             f"nothing was served from the cache{_control_aside(control)}",
             "timing",
             *timing,
         )
     if warm is not None and warm >= INERT_TTFT_RATIO:
-        reason = f"{what}, and the repeats were {_ratio_text(warm)} the first send"
+        reason = f"{and_}the repeats were {_ratio_text(warm)} the first send"
         if floor_first_ratio is None:
             reason += ", but no short prompt was timed to show what a hit would cost"
         else:
             reason += (f", but a short prompt took {floor_first_ratio:.2f}x the first send's time too (a hit would "
                        f"need <= {FLOOR_MAX_RATIO}x to show)")
     else:
-        reason = f"{what}, and a time difference ({_ratio_text(warm)} the first) that noise could explain"
+        reason = f"{and_}a time difference ({_ratio_text(warm)} the first) that noise could explain"
     return CacheVerdict("unknown", reason, "none", *timing)
 
 

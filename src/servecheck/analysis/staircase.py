@@ -151,6 +151,9 @@ class BatchVerdict:
     # witnesses that read another schedule than a clean stopwatch verdict, which stood: a finding
     contradicted_by: tuple[Reading, ...] = ()
     decided_by_witness: bool = False  # the times could not decide and the server's word did
+    # the stopwatch verdicts of other batches ("N=4 rep 1 staircase") that set aside the schedule this
+    # batch's witnesses decided: the batch is then undecided and its witnesses are in contradicted_by
+    overruled_by: tuple[str, ...] = ()
 
     @property
     def stopwatch_clean(self) -> bool:
@@ -170,6 +173,7 @@ class BatchVerdict:
             slots=self.slots,
             windows=None if w is None else shape.Windows(schedule=w.schedule, open_max=w.open_max, description=w.description),
             contradicted_by=tuple(r.record() for r in self.contradicted_by), decided_by_witness=self.decided_by_witness,
+            overruled_by=self.overruled_by,
             single_s=self.single_s, group_sizes=self.group_sizes, steps_s=self.steps_s, step_ratios=self.step_ratios,
             spread_s=self.spread_s, spread_ratio=self.spread_ratio, first_over_single=self.first_over_single,
             last_over_single=self.last_over_single,
@@ -1009,19 +1013,74 @@ def slots_implied(n: int, verdict: BatchVerdict) -> tuple[int, float] | None:
     return None
 
 
+def _slot_range(batches: Sequence[BatchAnalysis]) -> tuple[int, float, list[str]]:
+    """The slots every definite batch among `batches` allows together (lo > hi: none), and what each said."""
+    lo, hi, seen = 1, float("inf"), []
+    for b in batches:
+        implied = slots_implied(b.n, b.verdict)
+        if implied is None:
+            continue
+        seen.append(f"N={b.n} {b.verdict.verdict}")
+        lo, hi = max(lo, implied[0]), min(hi, implied[1])
+    return lo, hi, seen
+
+
+def _by_stopwatch(b: BatchAnalysis) -> bool:
+    return b.verdict.verdict in DEFINITE_VERDICTS and not b.verdict.decided_by_witness
+
+
+def _clean_point(p: PointAnalysis) -> bool:
+    """The point's definite verdict rests on clean stopwatch verdicts alone (every definite rep's)."""
+    definite = [b for b in p.batches if b.verdict.verdict in DEFINITE_VERDICTS]
+    return p.verdict in DEFINITE_VERDICTS and bool(definite) and all(b.verdict.stopwatch_clean for b in definite)
+
+
+def set_aside_witness_decisions(batches: Sequence[BatchAnalysis]) -> list[BatchAnalysis]:
+    """The stopwatch comes first across batches too: a schedule the server's witnesses decided (the
+    batch's own times were ambiguous) that no fixed number of slots reconciles with a clean
+    stopwatch verdict (`BatchVerdict.stopwatch_clean`) at another N or in another rep is set aside.
+    Its batch is left undecided, naming the stopwatch verdicts against it (`overruled_by`) and its
+    witnesses (`contradicted_by`): the run warns `witness_contradicts`, and the stopwatch's verdicts
+    stand. A verdict the client could have faked (a cluster from the finishes alone) sets nothing
+    aside, as inside one batch: the disagreement then withholds the run (`contradiction`). When the
+    clean verdicts disagree there is nothing to hold a witness to, and nothing is set aside."""
+    clocked = [b for b in batches if b.verdict.stopwatch_clean]
+    lo, hi, _ = _slot_range(clocked)
+    if not clocked or lo > hi:
+        return list(batches)
+    return [_set_aside(b, clocked, lo, hi) for b in batches]
+
+
+def _set_aside(b: BatchAnalysis, clocked: Sequence[BatchAnalysis], lo: int, hi: float) -> BatchAnalysis:
+    v = b.verdict
+    implied = slots_implied(b.n, v) if v.decided_by_witness else None
+    if implied is None or max(lo, implied[0]) <= min(hi, implied[1]):
+        return b
+    against = tuple(f"N={c.n} rep {c.rep + 1} {c.verdict.verdict}" for c in clocked
+                    if (s := slots_implied(c.n, c.verdict)) is not None and max(s[0], implied[0]) > min(s[1], implied[1]))
+    reason = (f"undecided: the stopwatch decided {', '.join(against)}, and no fixed number of slots gives both that "
+              f"and the {v.verdict} the server's witnesses read here, so their word is set aside (it was {v.reason})")
+    return replace(b, verdict=replace(v, verdict="inconclusive", evidence=(), slots=None, decided_by_witness=False,
+                                      contradicted_by=v.witnesses, overruled_by=against, reason=reason))
+
+
 def contradiction(points: Sequence[PointAnalysis]) -> str | None:
     """Two definite verdicts no fixed number of slots can give (a staircase at N=2 beside a cluster
-    at N=4): the schedule is not the one the verdict words assume, so no run verdict is named."""
-    lo, hi, seen = 1, float("inf"), []
-    for p in points:
-        for b in p.batches:
-            implied = slots_implied(p.n, b.verdict)
-            if implied is None:
-                continue
-            seen.append(f"N={p.n} {b.verdict.verdict}")
-            lo, hi = max(lo, implied[0]), min(hi, implied[1])
-            if lo > hi:
-                return f"the points disagree ({', '.join(dict.fromkeys(seen))}): no fixed number of slots gives both"
+    at N=4): the schedule is not the one the verdict words assume, so no run verdict is named.
+
+    The stopwatch's verdicts are held to each other first. Witness decisions that disagree with a
+    clean one were set aside batch by batch (`set_aside_witness_decisions`); those left withhold a
+    run verdict only where it is not clean stopwatch evidence itself, so a witness never withholds
+    a clean stopwatch verdict."""
+    batches = [b for p in points for b in p.batches]
+    stages = [[b for b in batches if _by_stopwatch(b)]]
+    top = max(points, key=lambda p: p.n, default=None)
+    if top is not None and not _clean_point(top):
+        stages.append(batches)
+    for kept in stages:
+        lo, hi, seen = _slot_range(kept)
+        if lo > hi:
+            return f"the points disagree ({', '.join(dict.fromkeys(seen))}): no fixed number of slots gives both"
     return None
 
 
@@ -1129,21 +1188,31 @@ def reference_disagreement_finding(points: Sequence[PointAnalysis], single_s: fl
 
 
 def witness_finding(points: Sequence[PointAnalysis]) -> Finding | None:
-    """Witnesses that contradicted a clean stopwatch verdict, which stood: the server's self-report
-    does not describe its schedule, and that is a finding of its own."""
+    """Witnesses that contradicted the stopwatch, which stood: the server's self-report does not
+    describe its schedule, and that is a finding of its own. Either they read another schedule than
+    a clean stopwatch verdict of their own batch, or they decided a batch the times left ambiguous
+    against what the stopwatch decided at another N or rep, and were set aside (`overruled_by`)."""
     seen = [(p, b) for p in points for b in p.batches if b.verdict.contradicted_by]
     if not seen:
         return None
-    p, b = seen[-1]  # the largest N shows the contradiction most plainly
+    stood = [(p, b) for p, b in seen if not b.verdict.overruled_by]
+    aside = [(p, b) for p, b in seen if b.verdict.overruled_by]
+    p, b = (stood or aside)[-1]  # the largest N shows the contradiction most plainly
     said = "; ".join(w.description for w in b.verdict.contradicted_by)
-    words = " and ".join(dict.fromkeys(WITNESS_WORDS.get(w.source, w.source) for w in b.verdict.contradicted_by))
+    words = " and ".join(dict.fromkeys(WITNESS_WORDS.get(w.source, w.source) for _, c in seen for w in c.verdict.contradicted_by))
     where = ", ".join(f"N={q.n} rep {c.rep + 1}" for q, c in seen)
+    message = f"the server's own {words} contradict the stopwatch ({where}): "
+    if stood:
+        message += f"at N={p.n} they said {said}, while {b.verdict.reason}"
+    if aside:
+        q, c = aside[-1]
+        message += "; " if stood else ""
+        message += (f"at N={q.n} rep {c.rep + 1} they decided {c.verdict.contradicted_by[0].schedule} where the "
+                    f"completion times were ambiguous ({'; '.join(w.description for w in c.verdict.contradicted_by)}), "
+                    f"while the stopwatch decided {', '.join(c.verdict.overruled_by)}: their word was set aside")
     return Finding(
         code="witness_contradicts",
-        message=(
-            f"the server's own {words} contradict the stopwatch ({where}): at N={p.n} they said {said}, while "
-            f"{b.verdict.reason}: its {words} do not describe its schedule"
-        ),
+        message=f"{message}: its {words} do not describe its schedule",
         hint="the verdict rests on the completion times; do not read this server's self-report as its schedule",
     )
 
@@ -1204,7 +1273,8 @@ def analyze_staircase(
     modal, length = length_finding(batches)
     singles = single_times_s(batches, modal)
     single = median(singles) if singles else None
-    analysed = [analyze_batch(mb, single, modal, witnesses_decide=witnesses_decide) for mb in batches]
+    analysed = set_aside_witness_decisions([analyze_batch(mb, single, modal, witnesses_decide=witnesses_decide)
+                                            for mb in batches])
     ns = sorted({b.n for b in analysed})
     noise = {n: [mb.batch.noise for mb in batches if mb.n == n] for n in ns}
     points = tuple(analyze_point(n, [b for b in analysed if b.n == n], noise[n]) for n in ns)

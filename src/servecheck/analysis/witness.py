@@ -2,8 +2,9 @@
 per-request timings (queue = client latency - prefill - decode).
 
 A witness reads as a schedule (`cluster`, `staircase`, or `partial` of K slots) or as nothing;
-the staircase analysis weighs it beside the completion times: it may decide a batch the times
-leave ambiguous, and a witness that contradicts the times makes the batch inconclusive.
+the staircase analysis weighs it after the completion times: it may decide a batch the times leave
+ambiguous (unless the stopwatch decided otherwise at another N or rep), and a witness that
+contradicts a clean stopwatch verdict is a finding beside it, never a reason to withhold it.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from servecheck.cli.common import SIMULATED_BANNER  # noqa: F401 - callers read 
 from servecheck.cli.common import ClientOptions, OutputOptions, check_url, client_record, output_record, say
 from servecheck.cli.context import AppContext
 from servecheck.cli.measure import Progress, interrupted, measure, show_report
+from servecheck.cli.run_flags import evidence_option
 from servecheck.cli.serve import Served, serve_option, served
 from servecheck.cli.values import parse_arms
 from servecheck.envinfo import environment
@@ -66,6 +67,7 @@ def _render(app: AppContext, run: RunResult[ArmsBody], json_to_stdout: bool, ser
 @click.option("--seed", type=int, default=None,
               help="Seed for the prompts and nonces (default: fresh each run, recorded in the result). Reusing one "
               "against a long-running server resends the same prompts, which its prefix cache may still hold.")
+@evidence_option("gauges", "an arm's label (none: one request running at a time in every cell)")
 @serve_option
 @client_record(batches=True)
 @output_record
@@ -73,7 +75,7 @@ def _render(app: AppContext, run: RunResult[ArmsBody], json_to_stdout: bool, ser
 def cmd(
     app: AppContext, url: str | None, n_requests: int, arms_raw: str, reps: int, tokens: int, prompt_tokens: int,
     fixed_order: bool, max_reps: int | None, bias_limit: float, pool: tuple[str, ...], seed: int | None,
-    serve_command: str | None, serve_log: str | None, client: ClientOptions, output: OutputOptions,
+    evidence_mode: str, serve_command: str | None, serve_log: str | None, client: ClientOptions, output: OutputOptions,
 ) -> int:
     """Send the same requests 1, 2, 4 at a time (rotated order, fresh nonces) and report what
     concurrency buys the operator (aggregate throughput) and costs each user (generation rate,
@@ -89,10 +91,10 @@ def cmd(
     # fresh nonces every run: a server that stayed up may still hold a fixed seed's prompts in its prefix cache
     prompt_seed = random.SystemRandom().getrandbits(32) if seed is None else seed
     params = {"design": encode(design.record(), nulls=True), "bias_limit": bias_limit, "seed": prompt_seed,
-              "pool": list(pool), "serve": serve_command}
+              "pool": list(pool), "serve": serve_command, "evidence": evidence_mode}
     if url is None and serve_command is None:
         # nothing measured, so nothing new for the history: the files only
-        pooled_run = run_job(PooledArmsJob(pooled, design, bias_limit), replace(output, no_save=True).sinks(),
+        pooled_run = run_job(PooledArmsJob(pooled, design, bias_limit, evidence_mode), replace(output, no_save=True).sinks(),
                              head=envelope("arms", params, environment()))
         assert pooled_run.written is not None  # a job with nothing to measure cannot be interrupted before its result
         _render(app, pooled_run.written, output.json_to_stdout)
@@ -106,7 +108,8 @@ def cmd(
         watch = Progress(app, "arms: cells", progress_line, total=design.reps * len(design.arms))
         with ThermalSampler() as sampler:
             experiment = ArmsExperiment(design, random.Random(prompt_seed), pooled=pooled.cells, pooled_from=pooled.names,
-                                        pooled_simulated=pooled.simulated, bias_limit=bias_limit, thermal=sampler.summary)
+                                        pooled_simulated=pooled.simulated, bias_limit=bias_limit, thermal=sampler.summary,
+                                        evidence_mode=evidence_mode)
             run = measure(app, experiment, target, sinks, head=head, watch=watch, served=server,
                           workers=client.workers, calibrate=client.calibrate, ray=client.ray)
         if run.interrupted:

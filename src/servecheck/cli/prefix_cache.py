@@ -12,6 +12,7 @@ from servecheck import exitcodes
 from servecheck.cli.common import SIMULATED_BANNER, ClientOptions, OutputOptions, client_record, output_record, say
 from servecheck.cli.context import AppContext
 from servecheck.cli.measure import Progress, interrupted, measure
+from servecheck.cli.run_flags import evidence_option
 from servecheck.cli.serve import Served, render_audit, resolve_url, serve_option, served
 from servecheck.envinfo import environment
 from servecheck.experiments.prefix_cache import (
@@ -77,6 +78,8 @@ def progress_line(result: PrefixCacheResult) -> str:
 @click.option("--seed", type=int, default=None,
               help="Seed for the prompt text and nonces (default: fresh each run, recorded in the JSON). A fixed "
               "seed resends the previous run's prompt, which a long-running server may still hold in its cache.")
+@evidence_option("the cache counters: timings.cache_n, usage cached_tokens, /metrics hits",
+                 "a verdict the time to first token leaves open")
 @serve_option
 @client_record()
 @output_record
@@ -89,6 +92,7 @@ def cmd(
     no_cache_prompt: bool,
     expect: str | None,
     seed: int | None,
+    evidence_mode: str,
     serve_command: str | None,
     serve_log: str | None,
     client: ClientOptions,
@@ -106,8 +110,10 @@ def cmd(
         target = client.target(server.url)
         cache_prompt = False if no_cache_prompt else None
         params = {**target.public_dict(), "prompt_tokens": prompt_tokens, "repeats": repeats,
-                  "cache_prompt": cache_prompt, "expect": expect, "seed": seed, "serve": serve_command}
-        experiment = PrefixCacheExperiment(prompt_tokens, repeats, cache_prompt, random.Random(seed))
+                  "cache_prompt": cache_prompt, "expect": expect, "seed": seed, "serve": serve_command,
+                  "evidence": evidence_mode}
+        experiment = PrefixCacheExperiment(prompt_tokens, repeats, cache_prompt, random.Random(seed),
+                                           evidence_mode=evidence_mode)
         watch = Progress(app, "prefix-cache: sends", progress_line, total=repeats + 1)
         run = measure(app, experiment, target, sinks, head=envelope("prefix-cache", params, environment()),
                       watch=watch, served=server)

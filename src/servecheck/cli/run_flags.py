@@ -5,12 +5,15 @@ concurrency ceiling, and the sinks the output flags ask for; every command write
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import get_args
 
 import click
 
 from servecheck.analysis.readings import read_report
 from servecheck.cli.target_flags import F
 from servecheck.errors import UsageError
+from servecheck.model.bodies.common import EvidenceMode
 from servecheck.report.sinks import HtmlFileSink
 from servecheck.results.runner import Sink
 from servecheck.results.sinks import JsonFileSink
@@ -56,6 +59,19 @@ def ray_option(f: F) -> F:
         "HOST:PORT names a head. Each actor's clock is bounded against this one's by round trips before every "
         "batch; --workers then counts actors.",
     )(f)
+
+
+EVIDENCE_MODES: tuple[str, ...] = get_args(EvidenceMode)
+
+
+def evidence_option(witnesses: str, decides: str) -> Callable[[F], F]:
+    """--evidence all|stopwatch, on every command whose verdict the server's own witnesses (`witnesses`,
+    in words) could decide: `decides` says what they may decide under `all`."""
+    return click.option(
+        "--evidence", "evidence_mode", type=click.Choice(EVIDENCE_MODES), default="all", show_default=True,
+        help=f"stopwatch: the server's own witnesses ({witnesses}) never decide a verdict; they are still read and "
+        f"any contradiction is shown. all: they may decide {decides}, and the verdict then says so.",
+    )
 
 
 def calibrate_option(f: F) -> F:

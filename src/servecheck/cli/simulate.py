@@ -88,6 +88,9 @@ from servecheck.sim.flags import SimFlags, serve_until_stopped
 @click.option("--refusal", is_flag=True, help="Log llama.cpp-like 'feature refused' lines at start-up.")
 @click.option("--lying-gauges", is_flag=True,
               help="/metrics counts every admitted request as processing and none as deferred (gauges that lie).")
+@click.option("--lying-cache", is_flag=True,
+              help="Report as cached the prefix a working cache would have served (timings.cache_n, usage "
+              "cached_tokens) whatever --prefix-cache serves: with off or inert, cache counters that lie.")
 @click.option("--hostile", is_flag=True, help="Put <script> and <img onerror> markup into the model name, text and log.")
 @click.option("--log", "log_path", default=None, metavar="PATH", help="Also write the server log to PATH.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")

@@ -19,6 +19,7 @@ from servecheck.cli.common import (
 )
 from servecheck.cli.context import AppContext
 from servecheck.cli.measure import Progress, interrupted, measure, show_report
+from servecheck.cli.run_flags import evidence_option
 from servecheck.cli.serve import Served, resolve_url, serve_option, served
 from servecheck.cli.values import check_positive, parse_ns
 from servecheck.envinfo import environment
@@ -74,12 +75,7 @@ def _render(app: AppContext, run: RunResult[StaircaseBody], json_to_stdout: bool
     help="Seed for the prompt text and nonces (default: fresh each run, recorded in the JSON). A fixed seed "
     "repeats the same prompts, which a prefix cache then serves from memory.",
 )
-@click.option(
-    "--evidence", "evidence_mode", type=click.Choice(["all", "stopwatch"]), default="all", show_default=True,
-    help="stopwatch: the server's own witnesses (gauges, per-request timings) never decide a verdict; they are "
-    "still read and any contradiction is shown. all: they may decide a batch the times leave ambiguous, "
-    "and the verdict then says so.",
-)
+@evidence_option("gauges, per-request timings", "a batch the times leave ambiguous")
 @serve_option
 @client_record(batches=True)
 @output_record

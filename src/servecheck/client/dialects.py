@@ -115,22 +115,25 @@ def first_problem(obj: dict[str, Any], prefix: str, counts: Iterable[str]) -> st
     return None
 
 
-_LLAMACPP_COUNTS = ("predicted_n", "prompt_n", "cache_n")
+# The counts an implausible value of fails the request: what the aggregate divides and what the
+# prompt's length is checked against. A cache counter (`cache_n`, `usage.prompt_tokens_details.
+# cached_tokens`) is not among them: it is only the server's witness of its cache, so an implausible
+# one (NaN, Infinity, negative) reads as not reported (`_int`) and the tokens that arrived are still
+# measured.
+_LLAMACPP_COUNTS = ("predicted_n", "prompt_n")
 
 
 def _timings_problem(timings: dict[str, Any] | None) -> str | None:
-    """An implausible count fails the request (counts are what the aggregate divides). A duration is
-    only the server's witness: an implausible one (Infinity, NaN, negative) reads as not reported
-    (`_num`), and the tokens that arrived are still measured."""
+    """An implausible count fails the request (counts are what the aggregate divides). A duration or
+    a cache counter is only the server's witness: an implausible one (Infinity, NaN, negative) reads
+    as not reported (`_num`, `_int`), and the tokens that arrived are still measured."""
     return None if timings is None else first_problem(timings, "timings.", _LLAMACPP_COUNTS)
 
 
 def _usage_problem(usage: dict[str, Any]) -> str | None:
-    details = usage.get("prompt_tokens_details")
-    problem = first_problem(usage, "usage.", ("completion_tokens", "prompt_tokens"))
-    if problem is None and isinstance(details, dict):
-        problem = first_problem(details, "usage.prompt_tokens_details.", ("cached_tokens",))
-    return problem
+    """The first implausible output or prompt count; `prompt_tokens_details.cached_tokens` is a
+    witness and never fails the request (see `_LLAMACPP_COUNTS`)."""
+    return first_problem(usage, "usage.", ("completion_tokens", "prompt_tokens"))
 
 
 def _scaled(value: Any, divisor: float) -> float | None:

@@ -130,6 +130,7 @@ class ArmsRun:
     notes: tuple[str, ...] = field(default=())
     calibration: str = CALIBRATION_NONE  # the pre-flight: "on" before each arm, "off" (--no-calibrate), "none"
     client_checks: tuple[ClientCheck, ...] = ()  # the pre-flight before each arm's first cell
+    evidence_mode: str = "all"  # "stopwatch": the server's gauges never decide a label (--evidence stopwatch)
 
     def cells(self) -> list[Cell]:
         return [*self.pooled, *(m.cell for m in self.measured)]
@@ -142,7 +143,8 @@ class ArmsRun:
         cells = self.cells()
         if not any(c.concurrency == 1 for c in cells):
             return None
-        return analyse(cells, bias_limit=bias_limit, ttft_unresolved=self.ttft_unresolved())
+        return analyse(cells, bias_limit=bias_limit, ttft_unresolved=self.ttft_unresolved(),
+                       gauges_decide=self.evidence_mode != "stopwatch")
 
     def ttft_unresolved(self) -> frozenset[int]:
         """The arms whose TTFT this client cannot resolve: its timing error there is above
@@ -209,6 +211,7 @@ class ArmsRun:
             warnings=tuple(w.record() for w in self.warnings(a)), notes=self.notes,
             calibration=self.calibration,  # type: ignore[arg-type]  # "on" | "off" | "none"
             client_checks=tuple(c.body() for c in self.client_checks),
+            evidence_mode="stopwatch" if self.evidence_mode == "stopwatch" else "all",
         )
 
     def document(self, *, bias_limit: float = DEFAULT_BIAS_LIMIT) -> RunResult[ArmsBody]:
@@ -252,6 +255,7 @@ async def run_arms(
     thermal: ThermalNow | None = None,
     requests_factory: RequestFactory | None = None,
     bias_limit: float = DEFAULT_BIAS_LIMIT,
+    evidence_mode: str = "all",
 ) -> ArmsRun:
     """Detect, warm up, then run every (rep, arm) cell with fresh nonces; while the headline is
     withheld for position bias or an arm's label is undecided, add whole rotations of reps up to
@@ -264,7 +268,7 @@ async def run_arms(
     notes = design.notes() + ((NOT_CALIBRATED,) if calibration == CALIBRATION_OFF else ())
     run = ArmsRun(
         design, pooled=tuple(pooled), pooled_from=tuple(pooled_from), pooled_simulated=pooled_simulated, notes=notes,
-        calibration=calibration,
+        calibration=calibration, evidence_mode=evidence_mode,
     )
     run = replace(run, server=await driver.detect())
     if on_server is not None and run.server is not None:
@@ -432,13 +436,14 @@ class PooledArmsJob:
     pool: Pool
     design: ArmsDesign
     bias_limit: float = DEFAULT_BIAS_LIMIT
+    evidence_mode: str = "all"  # "stopwatch": the pooled cells' gauges never decide a label
 
     def opening(self) -> RunResult[ArmsBody]:
         return measured("arms", ArmsBody())
 
     def run(self, on_point: Callable[[ArmsRun], None]) -> ArmsRun:
         return ArmsRun(self.pool.design or self.design, pooled=self.pool.cells, pooled_from=self.pool.names,
-                       pooled_simulated=self.pool.simulated, complete=True)
+                       pooled_simulated=self.pool.simulated, complete=True, evidence_mode=self.evidence_mode)
 
     def document(self, result: ArmsRun) -> RunResult[ArmsBody]:
         return result.document(bias_limit=self.bias_limit)
@@ -457,17 +462,18 @@ class ArmsExperiment:
     bias_limit: float = DEFAULT_BIAS_LIMIT
     thermal: ThermalNow | None = None
     requests_factory: RequestFactory | None = None
+    evidence_mode: str = "all"  # "stopwatch": the server's gauges never decide a label (--evidence stopwatch)
 
     async def run(self, driver: Driver, on_server: OnServer, on_point: OnCell) -> ArmsRun:
         return await run_arms(
             driver, self.design, rng=self.rng, pooled=self.pooled, pooled_from=self.pooled_from,
             pooled_simulated=self.pooled_simulated, on_cell=on_point, on_server=on_server, thermal=self.thermal,
-            requests_factory=self.requests_factory, bias_limit=self.bias_limit,
+            requests_factory=self.requests_factory, bias_limit=self.bias_limit, evidence_mode=self.evidence_mode,
         )
 
     def opening(self, server: ServerInfo) -> RunResult[ArmsBody]:
         run = ArmsRun(self.design, server=server, pooled=self.pooled, pooled_from=self.pooled_from,
-                      pooled_simulated=self.pooled_simulated, notes=self.design.notes())
+                      pooled_simulated=self.pooled_simulated, notes=self.design.notes(), evidence_mode=self.evidence_mode)
         return self.document(run)
 
     def document(self, result: ArmsRun) -> RunResult[ArmsBody]:

@@ -5,17 +5,20 @@ recorded per send; `analysis.cache` turns them into working / inert / unknown.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from servecheck.analysis.cache import CacheSend, CacheVerdict, decide_cache
+from servecheck.client.dialects import count_problem
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.load.prompts import Prompt, fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
 from servecheck.load.witness import metric_totals
 from servecheck.model.bodies import prefix_cache as shape
+from servecheck.model.bodies.common import EvidenceMode, Finding
 from servecheck.model.bodies.prefix_cache import SendKind
 from servecheck.model.result import RunResult, measured
 from servecheck.model.records import GenRequest, RequestRecord, ServerInfo, ns_to_s
@@ -93,9 +96,10 @@ class PrefixCacheResult:
     sends: tuple[PrefixSend, ...] = ()
     complete: bool = False
     notes: tuple[str, ...] = field(default=())
+    evidence_mode: str = "all"  # "stopwatch": the cache counters never decide (--evidence stopwatch)
 
     def analysis(self) -> CacheVerdict:
-        return decide_cache([s.for_verdict() for s in self.sends])
+        return decide_cache([s.for_verdict() for s in self.sends], counters_decide=self.evidence_mode != "stopwatch")
 
     @property
     def valid(self) -> bool:
@@ -114,13 +118,26 @@ class PrefixCacheResult:
             sends=tuple(s.body() for s in self.sends), prompt_tokens=self.fit.prompt_tokens,
             prompt_tokens_asked=self.fit.asked_tokens, n_ctx_per_request=self.fit.n_ctx, n_ctx_source=self.fit.source,
             capped=self.fit.note is not None, repeats=self.repeats, cache_prompt=self.cache_prompt,
-            server=self.server.body(), notes=self.notes,
+            server=self.server.body(), notes=self.notes, warnings=witness_warnings(verdict) or None,
+            evidence_mode="stopwatch" if self.evidence_mode == "stopwatch" else "all",
         )
 
     def document(self) -> RunResult[shape.PrefixCacheBody]:
         """The prefix-cache's typed result (the runner puts the run's head on it)."""
         return measured("prefix-cache", self.body(), valid=self.valid, simulated=self.server.simulated,
                         complete=self.complete)
+
+
+def witness_warnings(verdict: CacheVerdict) -> tuple[Finding, ...]:
+    """The counters the timing contradicted, as the finding staircase names a lying witness by."""
+    if verdict.witness_contradicts is None:
+        return ()
+    return (Finding(
+        code="witness_contradicts",
+        message=(f"the server's own cache counters contradict the timing: {verdict.witness_contradicts}, while the "
+                 f"timing read {verdict.verdict}: its counters do not describe its cache"),
+        hint="the verdict rests on the time to first token; do not read this server's cache counters as its cache",
+    ),)
 
 
 async def run_prefix_cache(
@@ -133,6 +150,7 @@ async def run_prefix_cache(
     rng: random.Random | None = None,
     on_server: OnServer | None = None,
     on_send: OnSend | None = None,
+    evidence_mode: str = "all",
 ) -> PrefixCacheResult:
     """Send the same prompt `repeats` times, then the control; the partial result after every send."""
     check_params(prompt_tokens, repeats, max_tokens)
@@ -142,7 +160,8 @@ async def run_prefix_cache(
         on_server(info)
     fit = fit_prompt(prompt_tokens, max_tokens, *await per_request_context(driver, info))
     prompt, control, floor = await _prompts(driver, fit.prompt_tokens, rng)
-    result = PrefixCacheResult(info, fit, repeats, max_tokens, cache_prompt, notes=_notes(fit, info, prompt))
+    result = PrefixCacheResult(info, fit, repeats, max_tokens, cache_prompt, notes=_notes(fit, info, prompt),
+                               evidence_mode=evidence_mode)
     plan: list[tuple[SendKind, GenRequest]] = [("repeat", _request(i, prompt, max_tokens, cache_prompt)) for i in range(repeats)]
     plan.append(("control", _request(repeats, control, max_tokens, cache_prompt)))
     plan.append(("floor", _request(repeats + 1, floor, max_tokens, cache_prompt)))
@@ -267,7 +286,8 @@ async def _send(driver: Driver, info: ServerInfo, kind: SendKind, req: GenReques
     record = await driver.generate(req)
     after = await _counters(driver, info) if before else {}
     cached, source = _cached(record, before, after)
-    deltas = tuple((name, after[name] - before[name]) for name in sorted(before) if name in after)
+    # a counter that read NaN or Infinity is a witness that said nothing: left out, the send stands
+    deltas = tuple((name, d) for name in sorted(before) if name in after and math.isfinite(d := after[name] - before[name]))
     return PrefixSend(kind, record, req.prompt_tokens or record.prompt_tokens, cached, source, deltas)
 
 
@@ -276,8 +296,9 @@ def _cached(record: RequestRecord, before: dict[str, float], after: dict[str, fl
     if server is not None and server.cached_prompt_tokens is not None:
         return server.cached_prompt_tokens, "response (timings.cache_n / usage.prompt_tokens_details.cached_tokens)"
     for hits, _queries in CACHE_COUNTERS:
-        if hits in before and hits in after:
-            return int(after[hits] - before[hits]), f"/metrics {hits} delta"
+        if hits in before and hits in after and count_problem("", delta := after[hits] - before[hits]) is None:
+            # a delta that is no count (NaN, Infinity, negative after a reset) drops the witness, never the send
+            return int(delta), f"/metrics {hits} delta"
     return None, None
 
 
@@ -314,14 +335,17 @@ class PrefixCacheExperiment:
     cache_prompt: bool | None
     rng: random.Random
     max_tokens: int = DEFAULT_MAX_TOKENS
+    evidence_mode: str = "all"  # "stopwatch": the cache counters never decide (--evidence stopwatch)
 
     async def run(self, driver: Driver, on_server: OnServer, on_point: OnSend) -> PrefixCacheResult:
         return await run_prefix_cache(driver, prompt_tokens=self.prompt_tokens, repeats=self.repeats,
                                       max_tokens=self.max_tokens, cache_prompt=self.cache_prompt, rng=self.rng,
-                                      on_server=on_server, on_send=on_point)
+                                      on_server=on_server, on_send=on_point, evidence_mode=self.evidence_mode)
 
     def opening(self, server: ServerInfo) -> RunResult[shape.PrefixCacheBody]:
-        return measured("prefix-cache", shape.PrefixCacheBody(server=server.body()), simulated=server.simulated)
+        mode: EvidenceMode = "stopwatch" if self.evidence_mode == "stopwatch" else "all"
+        return measured("prefix-cache", shape.PrefixCacheBody(server=server.body(), evidence_mode=mode),
+                        simulated=server.simulated)
 
     def document(self, result: PrefixCacheResult) -> RunResult[shape.PrefixCacheBody]:
         return result.document()

@@ -59,6 +59,11 @@ class SimConfig:
     # Gauges that lie: /metrics counts every admitted request as processing and none as deferred, so
     # a queue reads as a batch to anyone who trusts the server's self-report.
     lying_gauges: bool = False
+    # Cache counters that lie: each request reports as cached the prefix a working cache would have
+    # served (timings.cache_n, usage.prompt_tokens_details.cached_tokens) while the cache serves what
+    # prefix_cache says; with "off" or "inert", hits claimed that saved no time, to anyone who trusts
+    # the server's self-report.
+    lying_cache: bool = False
     log_path: str | None = None
     model: str = MODEL_PREFIX
     # Speculation law (spec_mean > 0): each decode step drafts spec_draft tokens per sequence and emits
@@ -143,6 +148,8 @@ class SimConfig:
             parts.append("hostile")
         if self.lying_gauges:
             parts.append("lying_gauges")
+        if self.lying_cache:
+            parts.append("lying_cache")
         return " ".join(parts)
 
 

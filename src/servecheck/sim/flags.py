@@ -36,6 +36,7 @@ class SimFlags:
     prefill_isolated: bool = False
     refusal: bool = False
     lying_gauges: bool = False
+    lying_cache: bool = False
     hostile: bool = False
     log_path: str | None = None
 
@@ -49,7 +50,8 @@ class SimFlags:
             n_ctx=self.n_ctx, default_max_tokens=min(128, self.n_ctx - 1), spec_mean=self.spec_mean,
             spec_draft=self.spec_draft, spec_draft_token_s=self.spec_draft_ms / 1e3, spec_seed=self.spec_seed,
             prefill_chunk=self.prefill_chunk, prefill_isolated=self.prefill_isolated, refusal=self.refusal,
-            hostile=self.hostile, lying_gauges=self.lying_gauges, log_path=self.log_path,
+            hostile=self.hostile, lying_gauges=self.lying_gauges, lying_cache=self.lying_cache,
+            log_path=self.log_path,
         )
 
     def resolved_mode(self) -> str:

@@ -9,7 +9,7 @@ cached-token counts. What servecheck then sees is what the seed's engines give: 
 stopwatch. A flag that ignores witnesses is no proof that the stopwatch suffices; this proxy is.
 
 `--lie-gauges` serves a llama.cpp-style /metrics that counts every request in flight through the
-proxy as processing and none as deferred: gauges that lie, injected in front of a real queue.
+proxy (a held one too) as processing and none as deferred: gauges that lie, injected in front of a real queue.
 `--no-cache-prompt` sets `cache_prompt: false` in every completion request (a prefix cache forced
 off from outside). `--hold K:SECONDS` keeps the K-th completion request through the proxy (counted from
 1) waiting SECONDS before it is forwarded: one send made slow from outside, by a known amount (the
@@ -101,10 +101,10 @@ class Proxy:
             except ValueError:
                 pass
         self.completions += 1
-        if self.hold is not None and self.completions == self.hold[0]:
-            await asyncio.sleep(self.hold[1])
-        self.in_flight += 1
+        self.in_flight += 1  # a held request is in flight through the proxy too: lying gauges count it
         try:
+            if self.hold is not None and self.completions == self.hold[0]:
+                await asyncio.sleep(self.hold[1])
             return await self._forward(request, "POST", body)
         finally:
             self.in_flight -= 1

@@ -107,6 +107,12 @@ class Job:
     draft_n: int = 0
     draft_accepted: int = 0
     prefilled: int = 0  # prompt tokens prefilled so far (chunked prefill)
+    claimed_cache_n: int | None = None  # what the server reports as cached when it lies (lying_cache)
+
+    @property
+    def reported_cache_n(self) -> int:
+        """The cached prompt tokens the server reports: the truth, unless its counters lie."""
+        return self.cache_n if self.claimed_cache_n is None else self.claimed_cache_n
 
     @property
     def prompt_n(self) -> int:
@@ -131,8 +137,8 @@ class Job:
         last = self.token_ns[-1] if self.token_ns else prefill_end
         decode_start = self.decode_start_ns if self.decode_start_ns is not None else last
         return JobTimings(
-            cache_n=self.cache_n,
-            prompt_n=self.prompt_n,
+            cache_n=self.reported_cache_n,
+            prompt_n=len(self.prompt_tokens) - self.reported_cache_n,
             prompt_ms=(prefill_end - prefill_start) * ms,
             predicted_n=self.produced,
             predicted_ms=(last - decode_start) * ms,
@@ -178,13 +184,19 @@ class PrefixCache:
 
     def lookup(self, tokens: tuple[int, ...], *, allowed: bool) -> int:
         """Cached tokens for this prompt. As llama.cpp, at least the last prompt token is re-evaluated."""
-        if self.mode != "on" or not allowed or not tokens:
+        return self.would_hit(tokens, allowed=allowed) if self.mode == "on" else 0
+
+    def would_hit(self, tokens: tuple[int, ...], *, allowed: bool) -> int:
+        """The tokens a working cache would serve this prompt, whatever the mode (what lying counters claim)."""
+        if not allowed or not tokens:
             return 0
         best = max((common_prefix_len(tokens, p) for p in self._prompts), default=0)
         return min(best, len(tokens) - 1)
 
     def store(self, tokens: tuple[int, ...]) -> None:
-        if self.mode == "on" and tokens:
+        # every prompt is remembered, so lying counters can claim the hits a working cache would have had;
+        # only mode "on" serves any (`lookup`)
+        if tokens:
             self._prompts.append(tokens)
 
 
@@ -237,6 +249,12 @@ class Scheduler:
 
     def now_ns(self) -> int:
         return self._clock()
+
+    def _look_up(self, job: Job) -> None:
+        """The prefix cache's hit for `job`, and what lying counters claim instead (lying_cache)."""
+        job.cache_n = self.cache.lookup(job.prompt_tokens, allowed=job.cache_prompt)
+        if self.config.lying_cache:
+            job.claimed_cache_n = self.cache.would_hit(job.prompt_tokens, allowed=job.cache_prompt)
 
     def submit(self, job: Job) -> None:
         self._waiting.append(job)
@@ -351,7 +369,7 @@ class Scheduler:
             if room <= 0:
                 break
             if job.prefill_start_ns is None:
-                job.cache_n = self.cache.lookup(job.prompt_tokens, allowed=job.cache_prompt)
+                self._look_up(job)
                 job.prefill_start_ns = start
             take = min(room, job.prompt_n - job.prefilled)
             chunk.append((job, take))
@@ -365,7 +383,7 @@ class Scheduler:
     def _prefill_elsewhere(self, jobs: list[Job]) -> None:
         """Isolated prefill: each admitted prompt is prefilled in turn on a track of its own."""
         for job in jobs:
-            job.cache_n = self.cache.lookup(job.prompt_tokens, allowed=job.cache_prompt)
+            self._look_up(job)
             begin = max(job.arrival_ns, self._prefill_free_ns)
             job.prefill_start_ns = begin
             job.prefill_end_ns = begin + self._prefill_ns([job], begin)
@@ -440,7 +458,7 @@ class Scheduler:
 
     def _begin_prefill(self, jobs: list[Job], start: int) -> _Step:
         for j in jobs:
-            j.cache_n = self.cache.lookup(j.prompt_tokens, allowed=j.cache_prompt)
+            self._look_up(j)
             j.prefill_start_ns = start
         return _Step("prefill", start, start + self._prefill_ns(jobs, start), jobs)
 

@@ -179,7 +179,7 @@ def usage_json(job: Job) -> dict[str, Any]:
         "completion_tokens": job.produced,
         "prompt_tokens": n_prompt,
         "total_tokens": n_prompt + job.produced,
-        "prompt_tokens_details": {"cached_tokens": job.cache_n},
+        "prompt_tokens_details": {"cached_tokens": job.reported_cache_n},
     }
 
 

@@ -117,6 +117,8 @@ class Finding:
 
 
 Warning = Finding | str  # older documents and some commands keep plain strings
+# --evidence: "stopwatch" keeps the server's own witnesses (gauges, timings, cache counters) from deciding
+EvidenceMode = Literal["all", "stopwatch"]
 
 
 @record

@@ -7,8 +7,8 @@ from dataclasses import field
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import LogAudit, UnscannedLogAudit, Request, Server
-from servecheck.model.codec import record, until_finished
+from servecheck.model.bodies.common import EvidenceMode, Finding, LogAudit, UnscannedLogAudit, Request, Server
+from servecheck.model.codec import only_when_recorded, record, until_finished
 
 CacheVerdict = Literal["working", "inert", "unknown"]
 CacheSignal = Literal["counters", "timing", "none"]  # what decided the verdict
@@ -38,6 +38,10 @@ class CacheAnalysis:
     warm_cached_fraction: float | None = None  # smallest cached share of the prompt over warm repeats
     floor_ttft_ratio: float | None = None  # the short floor prompt's TTFT / the control's TTFT
     thresholds: CacheThresholds | None = None
+    # the timing left it open and the server's cache counters decided; None in documents before it
+    decided_by_witness: bool | None = None
+    # what the cache counters read, in words, where the timing decided otherwise (the run warns witness_contradicts)
+    witness_contradicts: str | None = None
 
 
 @record
@@ -76,6 +80,10 @@ class PrefixCacheBody:
     control_cached_tokens: int | None = None
     sends: tuple[PrefixSend, ...] = ()
     server: Server | None = None
+    # findings beside the verdict: `witness_contradicts` when the cache counters read otherwise than the
+    # timing; the key only where there is one
+    warnings: tuple[Finding, ...] | None = only_when_recorded()
+    evidence_mode: EvidenceMode | None = None  # stopwatch: the counters never decide
     notes: tuple[str, ...] = ()
     log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
 

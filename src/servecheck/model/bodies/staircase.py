@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import Calibrated, ClientCheck, Finding, LogAudit, UnscannedLogAudit, Request, Server
+from servecheck.model.bodies.common import Calibrated, ClientCheck, EvidenceMode, Finding, LogAudit, UnscannedLogAudit, Request, Server
 from servecheck.model.codec import only_when_recorded, record, until_finished
 
 Verdict = Literal["baseline", "cluster", "staircase", "partial", "inconclusive"]
@@ -66,6 +66,9 @@ class BatchVerdict:
     windows: Windows | None = None  # what the generation windows showed
     contradicted_by: tuple[Witness, ...] | None = None  # witnesses against a clean stopwatch verdict, which stood
     decided_by_witness: bool | None = None  # the stopwatch was ambiguous and the server's word decided
+    # the stopwatch verdicts of other batches ("N=4 rep 1 staircase") that set aside the schedule this
+    # batch's witnesses decided: the batch is undecided; None in documents before it
+    overruled_by: tuple[str, ...] | None = None
 
 
 @record
@@ -161,7 +164,7 @@ class StaircaseBody:
     single_times_s: tuple[float, ...] = ()  # every N=1 measurement in run order
     single_spread: float | None = None  # slowest / fastest N=1 - 1
     evidence: tuple[Evidence, ...] = ()  # what decided the run's verdict
-    evidence_mode: Literal["all", "stopwatch"] | None = None  # stopwatch: witnesses never decide
+    evidence_mode: EvidenceMode | None = None  # stopwatch: witnesses never decide
     decided_by_witness: bool | None = None  # the run's verdict rests on the server's word alone
     trend_by_schedule: tuple[int, ...] | None = None  # N read as flat from their queue's windows
     prefill_gain_bound: float | None = None  # the most hiding prefill could gain a queue (N=1 latency / decode)

@@ -56,6 +56,7 @@ def header_line(body: PrefixCacheBody) -> str:
 def verdict_lines(run: RunResult[PrefixCacheBody]) -> list[str]:
     body = run.body
     lines = [f"verdict  {_given(body.verdict)}  ({_given(body.verdict_reason)})"]
+    lines += [f"warning: {_given(w.message)}" + (f" ({w.hint})" if w.hint else "") for w in body.warnings or ()]
     lines += [f"note: {n}" for n in body.notes]
     if not run.complete:
         lines.append("INCOMPLETE: interrupted; the sends above are all that was measured")
