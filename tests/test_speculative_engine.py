@@ -134,7 +134,8 @@ def test_an_unrelated_draft_costs_against_the_baseline(engine: LocalEngine, draf
                                                        request: pytest.FixtureRequest) -> None:
     expected = {"verdict": "not_speculating", "pays predictable": "costs", "pays unpredictable": "costs"}
     with serve(engine, tmp_path, "unrelated", spec_args(draft)) as url, serve(engine, tmp_path, "base", []) as base:
-        # four streams a side: with two, a t interval on one degree of freedom rarely decides
+        # four streams a side: with two, a t interval on one degree of freedom rarely decides; a point whose
+        # pays / costs four leave open is measured again up to eight (--max-reps defaults to twice --reps)
         code, doc = run(recorder(first_try, request, expected), url, tmp_path / "unrelated.json", "--baseline", base, reps=4)
     points = doc["points"]
     print(json.dumps([{k: p[k] for k in ("prompt_kind", "tokens_per_step", "pays", "pays_reason",

@@ -44,6 +44,7 @@ class SpeculativePoint:
     pays_ratio: float | None = None
     pays_interval: tuple[float, float] | None = None
     pays_reason: str | None = None
+    extra_reps: int | None = None  # reps beyond the planned ones, taken while pays / costs was undecided; None without a baseline
 
 
 @record
@@ -56,6 +57,7 @@ class SpeculativeBody:
     ns: tuple[int, ...] = ()
     tokens: int | None = None
     reps: int | None = None
+    max_reps: int | None = None  # reps in all an undecided pays / costs may take; None without a baseline
     points: tuple[SpeculativePoint, ...] = ()
     stops_paying_n: Mapping[str, int | None] = field(default_factory=dict)
     stops_paying_reason: Mapping[str, str] = field(default_factory=dict)
