@@ -18,8 +18,9 @@ import json
 import os
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import pytest
 
@@ -34,6 +35,7 @@ SEED_ENV = "SERVECHECK_TEST_SEED"
 FIRST_TRY_ENV = "SERVECHECK_FIRST_TRY_LOG"  # a JSON-lines file of every real-engine verdict's first try
 # `make test` sets it: every dependency is installed there, so only skips allowed everywhere pass.
 STRICT_ENV = "SERVECHECK_STRICT_SKIPS"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -152,11 +154,25 @@ def _count_engine_starts(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
 
 
+# The verdict words that decline to decide (model/bodies): a reading with one of them earns the retry
+# a test allows, and counts as inconclusive, not wrong.
+UNDECIDED = frozenset({"inconclusive", "unknown", "undetermined", "uncertain", "straddle"})
+# A reading of several words (a verdict and its trend) joins them with this; each is judged alone.
+PARTS = "/"
+
+
+def decided(reading: str) -> bool:
+    return not any(part in UNDECIDED for part in reading.split(PARTS))
+
+
 def outcome(expected: str, got: str) -> str:
-    """right, inconclusive (the verdict words that decline to decide) or wrong."""
+    """right, inconclusive (the verdict words that decline to decide) or wrong. A reading of several
+    words is wrong if any definite word is wrong, inconclusive if the rest only declined."""
     if got == expected:
         return "right"
-    return "inconclusive" if got in ("inconclusive", "unknown") else "wrong"
+    want, have = expected.split(PARTS), got.split(PARTS)
+    pairs = list(zip(want, have)) if len(want) == len(have) else [(expected, got)]
+    return "wrong" if any(g != w and g not in UNDECIDED for w, g in pairs) else "inconclusive"
 
 
 @dataclass
@@ -175,12 +191,48 @@ class FirstTries:
             with open(self.log_path, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
 
+    def record_tries(self, test_id: str, expected: str | Mapping[str, str], attempt: Callable[[int], T],
+                     read: Callable[[T], str | Mapping[str, str]], tries: int = 1, seed: int | None = None) -> T:
+        """The one way a real-engine verdict test measures (tests/test_suite_rules.py holds every such
+        test to it): `attempt(0)`, then `attempt(1)`... while what `read` takes from the result (the
+        words the test asserts) is undecided, at most `tries` times; the first reading and the final
+        one are recorded, one row per key of a mapping, and the final result is returned. A try that
+        raises reads `error`, and the exception goes on."""
+        readings: list[str | Mapping[str, str]] = []
+        try:
+            for i in range(tries):
+                result = attempt(i)
+                readings.append(read(result))
+                if all(decided(word) for word in _words(readings[-1], expected).values()):
+                    break
+        except BaseException:
+            readings.append("error")
+            raise
+        finally:
+            first, final = _words(readings[0], expected), _words(readings[-1], expected)
+            if isinstance(expected, str):
+                self.record(test_id, expected, first[""], final[""], seed)
+            else:
+                for key, want in expected.items():
+                    self.record(f"{test_id}[{key}]", want, first[key], final[key], seed)
+        return result
+
     def summary(self) -> str:
         def counts(key: str) -> str:
             got = [r[key] for r in self.rows]
             return f"{got.count('right')} right, {got.count('inconclusive')} inconclusive, {got.count('wrong')} wrong"
 
         return f"first try: {counts('first_outcome')} (after a retry: {counts('final_outcome')}; {len(self.rows)} verdicts)"
+
+
+def _words(reading: str | Mapping[str, str], expected: str | Mapping[str, str]) -> dict[str, str]:
+    """A reading by the keys of what was expected ("" for one word); `error` (a try that raised)
+    stands for every key, and a key the reading lacks reads `missing`."""
+    if isinstance(expected, str):
+        return {"": str(reading)}
+    if isinstance(reading, str):
+        return dict.fromkeys(expected, reading)
+    return {key: reading.get(key, "missing") for key in expected}
 
 
 @pytest.fixture(scope="session")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import random
 import sys
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,33 +37,37 @@ async def _arms(url: str, seed: int) -> dict:
     return fields_of(run.document())
 
 
-def _labels(engine: LocalEngine, parallel: int, tmp_path: Path, decided: Callable[[dict[int, str]], bool],
-            seed: int) -> dict[int, str]:
-    """The arm labels on a server with `parallel` slots; a run whose labels are not yet `decided`
-    (an inconclusive label) earns one retry (seed + 1), never more."""
+def _labels(engine: LocalEngine, parallel: int, tmp_path: Path, seed: int, first_try: Any, test_id: str,
+            expected: dict[int, str]) -> dict[int, str]:
+    """The arm labels on a server with `parallel` slots; a run whose `expected` arms are not yet
+    decided (an inconclusive label) earns one retry (seed + 1), never more, and the first try of each
+    is recorded (tests/conftest.py `first_try`)."""
     server = LlamaServer(
         engine.binary, engine.model_path, parallel=parallel,
         ctx_per_slot=ctx_per_slot_for(DESIGN.prompt_tokens, DESIGN.tokens), log_path=tmp_path / f"np{parallel}.log",
     )
     with server as url:
-        for attempt in range(2):
-            doc = asyncio.run(_arms(url, seed + attempt))
+        def attempt(i: int) -> dict[int, str]:
+            doc = asyncio.run(_arms(url, seed + i))
             assert doc["valid"], doc.get("warnings")
             assert doc["simulated"] is False
             arms = {a["concurrency"]: a for a in doc["arms"]}
-            labels = {c: a["label"] for c, a in arms.items()}
-            print(f"attempt {attempt + 1}, {doc['reps_taken']} reps:",
+            print(f"attempt {i + 1}, {doc['reps_taken']} reps:",
                   {c: (a["label"], a["aggregate_speedup_interval"], a["generation_gain_interval"]) for c, a in arms.items()})
-            if decided(labels):
-                break
-    return labels
+            return {c: a["label"] for c, a in arms.items()}
+
+        return first_try.record_tries(test_id, {f"arm {c}": label for c, label in expected.items()}, attempt,
+                                      lambda got: {f"arm {c}": got[c] for c in expected}, tries=2, seed=seed)
 
 
-def test_four_slots_batch_at_four_way(local_engine: LocalEngine, tmp_path: Path, test_seed: int) -> None:
-    labels = _labels(local_engine, 4, tmp_path, lambda got: got[4] != "inconclusive", test_seed)
+def test_four_slots_batch_at_four_way(local_engine: LocalEngine, tmp_path: Path, test_seed: int, first_try: Any,
+                                      request: pytest.FixtureRequest) -> None:
+    labels = _labels(local_engine, 4, tmp_path, test_seed, first_try, request.node.nodeid, {4: "batching"})
     assert labels[4] == "batching"
 
 
-def test_one_slot_buys_nothing_at_any_arm(local_engine: LocalEngine, tmp_path: Path, test_seed: int) -> None:
-    labels = _labels(local_engine, 1, tmp_path, lambda got: "inconclusive" not in got.values(), test_seed)
+def test_one_slot_buys_nothing_at_any_arm(local_engine: LocalEngine, tmp_path: Path, test_seed: int, first_try: Any,
+                                          request: pytest.FixtureRequest) -> None:
+    # recorded at the arms where batching could show; arm 1 is the reference, `none` by definition
+    labels = _labels(local_engine, 1, tmp_path, test_seed, first_try, request.node.nodeid, {2: "none", 4: "none"})
     assert set(labels.values()) == {"none"}

@@ -56,8 +56,14 @@ async def _capacity(url: str, design: CapacityDesign, rng: random.Random) -> dic
     return fields_of(run.document())
 
 
-def test_two_slots_hold_two_users_under_a_ttft_ceiling(local_engine: LocalEngine, tmp_path: Path,
-                                                       rng: random.Random) -> None:
+def answer(doc: dict[str, Any]) -> str:
+    """The users held and what bound them, as the test asserts them; `undetermined` alone where the
+    limit is (the users held are then a lower bound, not an answer)."""
+    return "undetermined" if doc["limit"] == "undetermined" else f"{doc['max_concurrency']}/{doc['limit']}"
+
+
+def test_two_slots_hold_two_users_under_a_ttft_ceiling(local_engine: LocalEngine, tmp_path: Path, rng: random.Random,
+                                                       first_try: Any, request: pytest.FixtureRequest) -> None:
     server = LlamaServer(local_engine.binary, local_engine.model_path, parallel=2,
                          ctx_per_slot=ctx_per_slot_for(PROMPT_TOKENS, TOKENS), log_path=tmp_path / "np2.log")
     with server as url:
@@ -66,14 +72,16 @@ def test_two_slots_hold_two_users_under_a_ttft_ceiling(local_engine: LocalEngine
         # 90% of users: at N=3 every other request queues for a whole request, the 90th percentile sees it
         design = CapacityDesign(Criteria(min_user_rate_tok_s=1.0, max_ttft_s=ceiling, percentile=90), max_n=3,
                                 tokens=TOKENS, prompt_tokens=PROMPT_TOKENS, remeasures=1)
-        for attempt in range(2):
+        def attempt(i: int) -> dict[str, Any]:
             doc = _wait(_capacity(url, design, rng))
-            print(f"attempt {attempt + 1}: one request {one_request_s:.3f} s, ceiling {ceiling} s: {doc['answer']}")
+            print(f"attempt {i + 1}: one request {one_request_s:.3f} s, ceiling {ceiling} s: {doc['answer']}")
             for p in doc["points"]:
                 print(f"  N={p['n']} {p['status']} per-user {p['per_user_tok_s']:.1f} tok/s TTFT {p['ttft_s']:.3f} "
                       f"{p['ttft_interval']} aggregate {p['aggregate_tok_s']:.1f} tok/s")
-            if doc["limit"] != "undetermined":
-                break
+            return doc
+
+        # an undetermined limit earns one retry (the same generator, drawn on), never more
+        doc = first_try.record_tries(request.node.nodeid, "2/ttft", attempt, answer, tries=2)
     assert doc["simulated"] is False and doc["valid"], doc["warnings"]
     assert (doc["max_concurrency"], doc["limit"]) == (2, "ttft"), doc["answer"]
     assert "n_slots = 2" in (tmp_path / "np2.log").read_text()

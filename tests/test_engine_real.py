@@ -116,15 +116,13 @@ def test_staircase_verdict_on_the_real_engine(
     `inconclusive` earns one retry (seed + 1), never more, the first try is recorded, and only the
     right verdict passes."""
     with _server(local_engine, parallel, tmp_path) as url:
-        tries = []
-        for attempt in range(2):
-            doc = fields_of(asyncio.run(_staircase(url, seed=test_seed + attempt)).document())
-            tries.append(doc["verdict"])
-            print(f"attempt {attempt + 1} (seed {test_seed + attempt}): {doc['verdict']}/{doc['trend']} "
+        def attempt(i: int) -> dict[str, Any]:
+            doc = fields_of(asyncio.run(_staircase(url, seed=test_seed + i)).document())
+            print(f"attempt {i + 1} (seed {test_seed + i}): {doc['verdict']}/{doc['trend']} "
                   f"evidence {doc['evidence']}", [(p["n"], p["finish_s"], p["reps_taken"]) for p in doc["points"]])
-            if doc["verdict"] != "inconclusive":
-                break
-    first_try.record(request.node.nodeid, expected, tries[0], tries[-1], seed=test_seed)
+            return doc
+
+        doc = first_try.record_tries(request.node.nodeid, expected, attempt, lambda d: d["verdict"], tries=2, seed=test_seed)
     assert doc["verdict"] == expected, doc["verdict_reason"]
     assert doc["trend"] != wrong_trend, doc["trend_reason"]
     assert_decided_by_the_stopwatch(doc)

@@ -215,6 +215,34 @@ def test_pays(rates: list[float], base: list[float], verdict: str) -> None:
         assert p.ratio == pytest.approx(sum(rates) / len(rates) / (sum(base) / len(base)))
 
 
+def _point(rates: list[float], base: list[float] | None, extra_reps: int = 0) -> sp.PointAnalysis:
+    return sp.analyse_point(1, "predictable", [], failed=0, rates=rates, aggregates=[], baseline_rates=base,
+                            extra_reps=extra_reps)
+
+
+@pytest.mark.parametrize(
+    ("rates", "base", "extra", "undecided", "note"),
+    [
+        ([82, 81, 83], [100, 101, 99], 0, False, None),  # decided at the planned reps: nothing added
+        ([150, 60, 120], [100, 101, 99], 0, True, None),  # straddles: another pair could decide it
+        ([150], [100, 101], 0, True, None),  # one stream: no interval yet
+        ([82, 81, 83], [100, 101, 99], 2, False, "decided after 2 more rep(s): the planned reps left it open"),
+        ([150, 60, 120], [100, 101, 99], 3, True, "still open after 3 more rep(s), the most --max-reps allowed"),
+        ([82, 81, 83], None, 0, False, None),  # no baseline: no pays / costs to repeat
+    ],
+)
+def test_an_undecided_pays_is_the_analysis_answer_and_its_reason_counts_the_extra_reps(
+        rates: list[float], base: list[float] | None, extra: int, undecided: bool, note: str | None) -> None:
+    point = _point(rates, base, extra)
+    assert sp.pays_undecided(point) is undecided
+    record = point.record()
+    assert record.extra_reps == (None if base is None else extra)
+    if note is None:
+        assert record.pays_reason is None or "more rep(s)" not in record.pays_reason
+    else:
+        assert record.pays_reason is not None and record.pays_reason.endswith(f"({note})")
+
+
 @pytest.mark.parametrize(
     ("by_n", "n"),
     [

@@ -26,14 +26,14 @@ from servecheck.model.codec import encode
 from written import fields_of, reads_back
 
 HEADER = {"command", "simulated", "complete"}
-BODY_KEYS = {"verdict", "verdict_reason", "expect", "server", "baseline", "ns", "tokens", "reps", "points",
+BODY_KEYS = {"verdict", "verdict_reason", "expect", "server", "baseline", "ns", "tokens", "reps", "max_reps", "points",
              "stops_paying_n", "stops_paying_reason", "warmup", "notes"}
 POINT_KEYS = {"n", "prompt_kind", "tokens_per_step", "tokens_per_step_interval", "per_stream_tok_s", "aggregate_tok_s",
               "pays", "verdict", "reason", "steps", "streams", "grouped", "grouping", "problems", "failed",
               "server_tokens_per_step", "server_acceptance", "counters_agree", "counters_note",
               "baseline_per_stream_tok_s", "pays_ratio", "pays_interval", "pays_reason", "client_late_groups",
-              "coalesced_streams"}
-BASELINE_KEYS = {"pays", "pays_ratio", "pays_reason", "baseline_per_stream_tok_s"}
+              "coalesced_streams", "extra_reps"}
+BASELINE_KEYS = {"pays", "pays_ratio", "pays_reason", "baseline_per_stream_tok_s", "extra_reps"}
 
 
 def measured(*, baseline: bool) -> SpeculativeResult:
@@ -53,7 +53,7 @@ def test_without_a_baseline_its_keys_are_null_or_empty(expect: str | None) -> No
     doc = written(measured(baseline=False), expect)
     assert set(doc) == HEADER | BODY_KEYS | {"log_audit"} and doc["log_audit"] is None  # a finished run's: null without --serve
     assert (doc["command"], doc["complete"], doc["expect"], doc["baseline"]) == ("speculative", True, expect, None)
-    assert (doc["ns"], doc["tokens"], doc["reps"]) == ([1, 2], 32, 2)
+    assert (doc["ns"], doc["tokens"], doc["reps"], doc["max_reps"]) == ([1, 2], 32, 2, None)
     assert [(p["n"], p["prompt_kind"]) for p in doc["points"]] == [
         (1, "predictable"), (2, "predictable"), (1, "unpredictable"), (2, "unpredictable")]
     for p in doc["points"]:
@@ -71,7 +71,7 @@ def test_with_a_baseline_every_point_pays_or_not_and_each_kind_has_its_n() -> No
     for p in doc["points"]:
         assert set(p) == POINT_KEYS
         assert p["pays"] in ("pays", "costs", "inconclusive") and p["pays_reason"]
-        assert isinstance(p["baseline_per_stream_tok_s"], float)
+        assert isinstance(p["baseline_per_stream_tok_s"], float) and isinstance(p["extra_reps"], int)
     assert set(doc["stops_paying_n"]) == set(doc["stops_paying_reason"]) == {"predictable", "unpredictable"}
     reads_back(doc)
 

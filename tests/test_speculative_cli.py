@@ -97,10 +97,12 @@ def test_expect_the_other_verdict_exits_4_and_diff_sets_runs_side_by_side(tmp_pa
     assert first[(1, "predictable")] == pytest.approx(1.0) and second[(1, "predictable")] == pytest.approx(3.0, rel=0.2)
 
 
-@pytest.mark.timing(seconds=28)
+@pytest.mark.timing(seconds=38)
 def test_costs_against_the_baseline_in_the_seed_shape(tmp_path: Path) -> None:
     """Mean 2 with a draft of 4 at 8 ms a draft token: alone 24+4+32 = 60 ms for 2 tokens against 28 ms for
-    one (about even); at N=2 24+8+64 = 96 ms for 2 against 32 ms for one: it costs a third."""
+    one (0.93 of the rate: it costs 7%, close to the 2% rule); at N=2 24+8+64 = 96 ms for 2 against 32 ms for
+    one: it costs a third. The headline names the first N that costs: N=1 where its repetition (up to
+    twice --reps) decided it, else N=2; N=1 never reads `pays`."""
     slow_draft = {**SLOW_BASE, "spec_mean": 2.0, "spec_draft": 4, "spec_draft_token_s": 0.008}
     code, doc = spec_run(tmp_path, slow_draft, baseline=SLOW_BASE)
     assert code == exitcodes.OK
@@ -109,7 +111,10 @@ def test_costs_against_the_baseline_in_the_seed_shape(tmp_path: Path) -> None:
     assert by[(2, "predictable")]["pays_ratio"] == pytest.approx(8 / 12, rel=0.12)
     line = headline(from_doc(doc).body)
     assert "prose: 2.0 tokens per step" in line or "prose: 1.9 tokens per step" in line or "prose: 2.1 tokens per step" in line
-    assert "; at N=2 it costs " in line and line.endswith("against the baseline")
+    alone = by[(1, "predictable")]
+    assert alone["pays"] in ("costs", "inconclusive"), alone["pays_reason"]
+    first_cost = 1 if alone["pays"] == "costs" else 2
+    assert f"; at N={first_cost} it costs " in line and line.endswith("against the baseline"), (line, alone["pays_reason"])
 
 
 def test_a_baseline_of_another_model_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -42,7 +42,7 @@ def plain(token_s: float = TOKEN_S) -> SimConfig:
 
 
 async def measure(config: SimConfig, *, ns=(1, 4), tokens: int = 256, reps: int = 2, seed: int = 7,
-                  baseline: SimConfig | None = None) -> dict:
+                  baseline: SimConfig | None = None, max_reps: int | None = None) -> dict:
     with sim_in_thread(config) as sim:
         target = Target(sim.url, first_token_timeout_s=60)
         async with LoadDriver(target) as driver:
@@ -51,7 +51,8 @@ async def measure(config: SimConfig, *, ns=(1, 4), tokens: int = 256, reps: int 
                 return fields_of(result.document())
             with sim_in_thread(baseline) as base_sim:
                 result = await run_speculative(driver, ns=ns, tokens=tokens, reps=reps, rng=random.Random(seed),
-                                               open_baseline=lambda: LoadDriver(Target(base_sim.url, first_token_timeout_s=60)))
+                                               open_baseline=lambda: LoadDriver(Target(base_sim.url, first_token_timeout_s=60)),
+                                               max_reps=max_reps)
                 return fields_of(result.document())
 
 
@@ -115,6 +116,21 @@ async def test_speculation_pays_alone_and_costs_at_four() -> None:
         assert by[(4, kind)]["pays_ratio"] == pytest.approx(10 / 13, rel=0.1)
     assert doc["stops_paying_n"] == {"predictable": 4, "unpredictable": 4}
     assert doc["baseline"]["model"] == doc["server"]["model"]
+
+
+@pytest.mark.timing(seconds=8)
+async def test_an_undecided_cost_is_measured_again_until_it_decides() -> None:
+    """Law: a draft that is never accepted (mean 1) makes each step 6+1+4 ms against the baseline's 7 ms, so
+    it costs (7/11 of the rate). One planned rep is one stream a side at N=1, no interval at all: undecided
+    by construction. Only that figure is measured again, a target + baseline pair at a time, and it decides
+    `costs` within the bound."""
+    doc = await measure(law(1.0), ns=(1,), tokens=64, reps=1, max_reps=6, baseline=plain())
+    assert doc["reps"] == 1 and doc["max_reps"] == 6
+    for p in doc["points"]:
+        assert p["pays"] == "costs", p["pays_reason"]
+        assert 1 <= p["extra_reps"] <= 5 and p["streams"] == 1 + p["extra_reps"], p["pays_reason"]
+        assert p["pays_interval"][1] < 0.98 and f"decided after {p['extra_reps']} more rep(s)" in p["pays_reason"]
+        assert p["pays_ratio"] == pytest.approx(7 / 11, rel=0.1)
 
 
 def test_the_law_refuses_a_mean_its_draft_cannot_reach_and_names_itself() -> None:

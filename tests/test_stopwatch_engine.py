@@ -4,15 +4,17 @@ routes, no timings, no cache counts), servecheck's command decides from the clie
 One `--parallel 1` server serves every test here (module scope): a queue whose gauges the proxy
 makes lie, and its prefix cache read from timing alone, on and forced off by the proxy (once with
 the control send held 3 s, so that only the first send can show the cache inert). Each test
-runs the command once and keeps that first try; only an `inconclusive` first try is measured once
-more, and both tries are printed (the campaign in benchmarks/truth_campaign.py counts first tries)."""
+runs the command once and keeps that first try; only an undecided first try is measured once
+more, both tries are printed, and the first is recorded (tests/conftest.py `first_try`; the campaign
+in benchmarks/truth_campaign.py counts first tries too)."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -42,21 +44,23 @@ def servecheck(*args: str) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout)
 
 
-def first_try(run, decided) -> dict:
-    doc = run()
-    print("first try:", doc.get("verdict"), doc.get("trend"), doc.get("verdict_reason"))
-    if not decided(doc):
+def once(run: Callable[[], dict]) -> Callable[[int], dict]:
+    """`run` as a try of first_try.record_tries (tests/conftest.py), its verdict printed."""
+    def attempt(i: int) -> dict:
         doc = run()
-        print("second try:", doc.get("verdict"), doc.get("trend"), doc.get("verdict_reason"))
-    return doc
+        print(f"try {i + 1}:", doc.get("verdict"), doc.get("trend"), doc.get("verdict_reason"))
+        return doc
+    return attempt
 
 
-def test_a_real_queue_behind_lying_gauges_reads_staircase_and_flat(serial_url: str) -> None:
+def test_a_real_queue_behind_lying_gauges_reads_staircase_and_flat(serial_url: str, first_try: Any,
+                                                                   request: pytest.FixtureRequest) -> None:
     with proxy(serial_url, "--lie-gauges") as url:
         def run() -> dict:
             return servecheck("staircase", url, "--api", "openai-chat", "--n", "1,2,4", "--tokens", str(TOKENS),
                               "--prompt-tokens", "32")[1]
-        doc = first_try(run, lambda d: "inconclusive" not in (d["verdict"], d["trend"]))
+        doc = first_try.record_tries(request.node.nodeid, "staircase/flat", once(run),
+                                     lambda d: f"{d['verdict']}/{d['trend']}", tries=2)
     assert doc["valid"] and doc["simulated"] is False
     assert (doc["verdict"], doc["trend"]) == ("staircase", "flat"), doc["verdict_reason"] + " / " + doc["trend_reason"]
     assert "witness_contradicts" in {f["code"] for f in doc["warnings"]}
@@ -67,17 +71,19 @@ def test_a_real_queue_behind_lying_gauges_reads_staircase_and_flat(serial_url: s
 
 
 @pytest.mark.parametrize(("flags", "truth"), [((), "working"), (("--no-cache-prompt",), "inert")])
-def test_the_prefix_cache_from_timing_alone_behind_the_proxy(serial_url: str, flags: tuple[str, ...], truth: str) -> None:
+def test_the_prefix_cache_from_timing_alone_behind_the_proxy(serial_url: str, flags: tuple[str, ...], truth: str,
+                                                              first_try: Any, request: pytest.FixtureRequest) -> None:
     with proxy(serial_url, *flags) as url:
         def run() -> dict:
             return servecheck("prefix-cache", url, "--api", "openai-chat", "--prompt-tokens", str(CACHE_PROMPT_TOKENS))[1]
-        doc = first_try(run, lambda d: d["verdict"] != "unknown")
+        doc = first_try.record_tries(request.node.nodeid, truth, once(run), lambda d: d["verdict"], tries=2)
     assert doc["verdict"] == truth, doc["verdict_reason"]
     assert doc["analysis"]["signal"] == "timing"  # the proxy took every counter off the wire
     assert all(s.get("cached_tokens") is None for s in doc["sends"])
 
 
-def test_a_slow_control_leaves_inert_to_the_first_send_behind_the_proxy(serial_url: str) -> None:
+def test_a_slow_control_leaves_inert_to_the_first_send_behind_the_proxy(serial_url: str, first_try: Any,
+                                                                        request: pytest.FixtureRequest) -> None:
     """The cache forced off and the control send (the fourth completion) held 3 s by the proxy: the
     control can be no reference, and `inert` must come from the first send of the same prompt, a
     fresh prefill too. The path a busy machine took when the one control send came out slow, here
@@ -85,7 +91,7 @@ def test_a_slow_control_leaves_inert_to_the_first_send_behind_the_proxy(serial_u
     with proxy(serial_url, "--no-cache-prompt", "--hold", "4:3") as url:
         def run() -> dict:
             return servecheck("prefix-cache", url, "--api", "openai-chat", "--prompt-tokens", str(CACHE_PROMPT_TOKENS))[1]
-        doc = first_try(run, lambda d: d["verdict"] != "unknown")
+        doc = first_try.record_tries(request.node.nodeid, "inert", once(run), lambda d: d["verdict"], tries=2)
     control = next(s["ttft_s"] for s in doc["sends"] if s["kind"] == "control")
     assert control > 3.0  # it was held
     assert doc["verdict"] == "inert", doc["verdict_reason"]

@@ -14,8 +14,9 @@ generated tiny model). The ground truth is what the test tells vLLM's scheduler:
 
 The staircase and arms runs go through the driver every user gets (the pre-flight, `CheckedDriver`),
 must be valid, and every definite staircase point must name the completion times in its evidence.
-On a noisy machine `inconclusive` (or `unknown`) earns one retry (the test's seed + 1), never more,
-and the first try is recorded (tests/conftest.py `first_try`); only the right verdict passes.
+On a noisy machine `inconclusive` (or `unknown`) earns the staircase, arms and prefix-cache runs one
+retry (the test's seed + 1), never more; every verdict's first try is recorded (tests/conftest.py
+`first_try.record_tries`), retried or not; only the right verdict passes.
 
 One vLLM runs at a time (a start takes about 30 s here in eager mode), reused by every test of its
 configuration, and the tests are in configuration order so that the module starts five: one, two, four
@@ -33,7 +34,7 @@ import random
 import sys
 import tempfile
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -129,10 +130,9 @@ def _target(url: str, model: str) -> Any:
     return make_target(url, api="openai", model=model, first_token_timeout_s=120)
 
 
-def staircase_doc(vllm: OneAtATime, parallel: int, seed: int, record: Callable[[str, str], None]) -> dict[str, Any]:
+def staircase_doc(vllm: OneAtATime, parallel: int, seed: int, first_try: Any, test_id: str, expected: str) -> dict[str, Any]:
     """A staircase run through the driver every user gets (the pre-flight before each N); an
-    `inconclusive` verdict or trend earns one retry (seed + 1), and `record(first, final)` keeps
-    the first try's verdict."""
+    `inconclusive` verdict earns one retry (seed + 1), and the first try is recorded."""
     url, _ = vllm.get(parallel, *config_of(parallel))
 
     async def once(seed: int) -> dict[str, Any]:
@@ -141,15 +141,13 @@ def staircase_doc(vllm: OneAtATime, parallel: int, seed: int, record: Callable[[
                                          max_reps=3, rng=random.Random(seed))
         return fields_of(result.document())
 
-    tries = []
-    for attempt in range(2):
-        doc = asyncio.run(once(seed + attempt))
-        tries.append(doc["verdict"])
-        print(f"--max-num-seqs {parallel} attempt {attempt + 1} (seed {seed + attempt}): {doc['verdict']}/{doc['trend']}",
+    def attempt(i: int) -> dict[str, Any]:
+        doc = asyncio.run(once(seed + i))
+        print(f"--max-num-seqs {parallel} attempt {i + 1} (seed {seed + i}): {doc['verdict']}/{doc['trend']}",
               [(p["n"], p["finish_s"], p["reps_taken"], p["evidence"]) for p in doc["points"]])
-        if "inconclusive" not in (doc["verdict"], doc["trend"]):
-            break
-    record(tries[0], tries[-1])
+        return doc
+
+    doc = first_try.record_tries(test_id, expected, attempt, lambda d: d["verdict"], tries=2, seed=seed)
     assert_decided_by_the_stopwatch(doc)
     return doc
 
@@ -163,27 +161,27 @@ def assert_decided_by_the_stopwatch(doc: dict[str, Any]) -> None:
             assert "completion_times" in point["evidence"], (point["n"], point["verdict"], point["evidence"])
 
 
-def arms_labels(vllm: OneAtATime, parallel: int, decided: Callable[[dict[int, str]], bool], seed: int,
-                record: Callable[[dict[int, str], dict[int, str]], None]) -> dict[int, str]:
+def arms_labels(vllm: OneAtATime, parallel: int, seed: int, first_try: Any, test_id: str,
+                expected: dict[int, str]) -> dict[int, str]:
+    """The arm labels; a run whose `expected` arms are not yet decided earns one retry (seed + 1),
+    and the first try of each is recorded."""
     url, _ = vllm.get(parallel, *config_of(parallel))
 
     async def once(seed: int) -> dict[str, Any]:
         async with CheckedDriver(_target(url, vllm.local.model_name), workers=MAX_WORKERS, auto=True) as driver:
             return fields_of((await run_arms(driver, ARMS, rng=random.Random(seed))).document())
 
-    tries = []
-    for attempt in range(2):
-        doc = asyncio.run(once(seed + attempt))
+    def attempt(i: int) -> dict[int, str]:
+        doc = asyncio.run(once(seed + i))
         assert doc["valid"], doc.get("warnings")
         assert doc["simulated"] is False
         labels = {a["concurrency"]: a["label"] for a in doc["arms"]}
-        tries.append(labels)
-        print(f"--max-num-seqs {parallel} arms attempt {attempt + 1} (seed {seed + attempt}), {doc['reps_taken']} reps: "
+        print(f"--max-num-seqs {parallel} arms attempt {i + 1} (seed {seed + i}), {doc['reps_taken']} reps: "
               f"{labels}", {a["concurrency"]: a["label_reason"] for a in doc["arms"] if a["label"] == "inconclusive"})
-        if decided(labels):
-            break
-    record(tries[0], tries[-1])
-    return labels
+        return labels
+
+    return first_try.record_tries(test_id, {f"arm {c}": label for c, label in expected.items()}, attempt,
+                                  lambda got: {f"arm {c}": got[c] for c in expected}, tries=2, seed=seed)
 
 
 def cli(args: list[str]) -> int:
@@ -198,20 +196,13 @@ def gauges_at_n4(doc: dict[str, Any]) -> dict[str, Any]:
     return top["gauges"]
 
 
-def recorder(first_try: Any, request: pytest.FixtureRequest, expected: str, seed: int) -> Callable[[str, str], None]:
-    return lambda first, final: first_try.record(request.node.nodeid, expected, first, final, seed=seed)
-
-
 # ---------------------------------------------------------------- one sequence at a time
 
 
 def test_one_sequence_buys_nothing_at_any_arm(vllm: OneAtATime, test_seed: int, first_try: Any,
                                               request: pytest.FixtureRequest) -> None:
-    def record(first: dict[int, str], final: dict[int, str]) -> None:
-        for arm in (2, 4):  # the arms where batching could show; arm 1 is the reference
-            first_try.record(f"{request.node.nodeid}[arm {arm}]", "none", first[arm], final[arm], seed=test_seed)
-
-    labels = arms_labels(vllm, 1, lambda got: "inconclusive" not in got.values(), test_seed, record)
+    # recorded at the arms where batching could show; arm 1 is the reference, `none` by definition
+    labels = arms_labels(vllm, 1, test_seed, first_try, request.node.nodeid, {2: "none", 4: "none"})
     assert set(labels.values()) == {"none"}, labels
 
 
@@ -220,7 +211,7 @@ def test_one_sequence_buys_nothing_at_any_arm(vllm: OneAtATime, test_seed: int, 
 
 def test_two_sequences_pair_up_at_four(vllm: OneAtATime, test_seed: int, first_try: Any,
                                        request: pytest.FixtureRequest) -> None:
-    doc = staircase_doc(vllm, 2, test_seed, recorder(first_try, request, "partial", test_seed))
+    doc = staircase_doc(vllm, 2, test_seed, first_try, request.node.nodeid, "partial")
     assert doc["verdict"] == "partial", doc["verdict_reason"]
     gauges = gauges_at_n4(doc)
     assert gauges["peak_running"] == 2 and gauges["peak_waiting"] == 2, gauges
@@ -275,30 +266,31 @@ def assert_gone(procs: list[Any]) -> None:
 
 def test_four_sequences_batch_at_four_way(vllm: OneAtATime, test_seed: int, first_try: Any,
                                           request: pytest.FixtureRequest) -> None:
-    def record(first: dict[int, str], final: dict[int, str]) -> None:
-        first_try.record(f"{request.node.nodeid}[arm 4]", "batching", first[4], final[4], seed=test_seed)
-
-    labels = arms_labels(vllm, 4, lambda got: got[4] != "inconclusive", test_seed, record)
+    labels = arms_labels(vllm, 4, test_seed, first_try, request.node.nodeid, {4: "batching"})
     assert labels[4] == "batching", labels
 
 
-def prefix_cache(vllm: OneAtATime, tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+def prefix_cache(vllm: OneAtATime, tmp_path: Path, first_try: Any, test_id: str, expected: str,
+                 *extra: str) -> tuple[int, dict[str, Any]]:
+    """An `unknown` verdict earns one retry, never more, and the first try is recorded."""
     url, _ = vllm.get(4, *extra)
     out = tmp_path / "pc.json"
     args = ["prefix-cache", url, "--api", "openai", "--model", vllm.local.model_name, "--prompt-tokens",
             str(PREFIX_PROMPT), "--json", str(out), "--no-save", "--timeout", "120"]
-    for _attempt in range(2):
+
+    def attempt(_: int) -> tuple[int, dict[str, Any]]:
         code = cli(args)
         doc = json.loads(out.read_text())
         print("prefix-cache", extra, doc["verdict"], doc["verdict_reason"], doc.get("cached_tokens"))
-        if doc["verdict"] != "unknown":
-            break
-    return code, doc
+        return code, doc
+
+    return first_try.record_tries(test_id, expected, attempt, lambda got: got[1]["verdict"], tries=2)
 
 
-def test_prefix_cache_is_working_by_default(vllm: OneAtATime, tmp_path: Path) -> None:
+def test_prefix_cache_is_working_by_default(vllm: OneAtATime, tmp_path: Path, first_try: Any,
+                                            request: pytest.FixtureRequest) -> None:
     """vLLM's default prefix cache (on), here beside chunked prefill."""
-    code, doc = prefix_cache(vllm, tmp_path, *FOUR_CHUNKED)
+    code, doc = prefix_cache(vllm, tmp_path, first_try, request.node.nodeid, "working", *FOUR_CHUNKED)
     assert doc["verdict"] == "working", doc["verdict_reason"]
     assert code == exitcodes.OK
 
@@ -308,23 +300,28 @@ def test_prefix_cache_is_working_by_default(vllm: OneAtATime, tmp_path: Path) ->
 INTERFERENCE_SIZES = "256,1024,3072"  # within the tiny model's 4096-token max-model-len, with the victims' 96
 
 
-def interference(vllm: OneAtATime, tmp_path: Path, seed: int, *extra: str) -> dict[str, Any]:
+def interference(vllm: OneAtATime, tmp_path: Path, seed: int, first_try: Any, test_id: str, expected: str,
+                 *extra: str) -> dict[str, Any]:
+    """One run, as a user's: no retry; its verdict is recorded as a first try."""
     url, _ = vllm.get(4, *extra)
     out = tmp_path / "interference.json"
-    cli(["interference", url, "--streams", "2", "--prompt-sizes", INTERFERENCE_SIZES, "--tokens", "96", "--reps", "1",
-         "--api", "openai", "--model", vllm.local.model_name, "--timeout", "120", "--no-save", "--seed", str(seed),
-         "--json", str(out)])
-    doc = json.loads(out.read_text())
-    print(json.dumps({k: doc[k] for k in ("verdict", "verdict_reason", "chunk_tokens")}), file=sys.stderr)
-    return doc
+
+    def attempt(_: int) -> dict[str, Any]:
+        cli(["interference", url, "--streams", "2", "--prompt-sizes", INTERFERENCE_SIZES, "--tokens", "96", "--reps", "1",
+             "--api", "openai", "--model", vllm.local.model_name, "--timeout", "120", "--no-save", "--seed", str(seed),
+             "--json", str(out)])
+        doc = json.loads(out.read_text())
+        print(json.dumps({k: doc[k] for k in ("verdict", "verdict_reason", "chunk_tokens")}), file=sys.stderr)
+        return doc
+
+    return first_try.record_tries(test_id, expected, attempt, lambda d: d["verdict"], seed=seed)
 
 
 def test_chunked_prefill_with_a_small_budget_reads_chunked(vllm: OneAtATime, tmp_path: Path, test_seed: int,
                                                           first_try: Any, request: pytest.FixtureRequest) -> None:
     """`--max-num-batched-tokens 256` with chunked prefill: every step carries the victims' tokens and at most
     254 prompt tokens, so the victims' longest gap stays bounded while the intruder's TTFT grows."""
-    doc = interference(vllm, tmp_path, test_seed, *FOUR_CHUNKED)
-    first_try.record(request.node.nodeid, "chunked", doc["verdict"], doc["verdict"], seed=test_seed)
+    doc = interference(vllm, tmp_path, test_seed, first_try, request.node.nodeid, "chunked", *FOUR_CHUNKED)
     assert doc["verdict"] == "chunked", doc["verdict_reason"]
     assert 128 <= doc["chunk_tokens"] <= 512
     e = doc["evidence"]
@@ -343,13 +340,18 @@ def test_ngram_speculation_reads_speculating_and_its_counters_agree(vllm: OneAtA
     many), and vLLM's spec-decode counters on /metrics agree within 15% where every batch had them."""
     url, _ = vllm.get(4, "--speculative-config", NGRAM)
     out = tmp_path / "spec.json"
-    code = cli(["speculative", url, "--n", "1", "--tokens", "128", "--reps", "2", "--api", "openai", "--model",
-                vllm.local.model_name, "--timeout", "120", "--no-save", "--seed", str(test_seed), "--json", str(out)])
-    doc = json.loads(out.read_text())
+
+    def attempt(_: int) -> tuple[int, dict[str, Any]]:
+        code = cli(["speculative", url, "--n", "1", "--tokens", "128", "--reps", "2", "--api", "openai", "--model",
+                    vllm.local.model_name, "--timeout", "120", "--no-save", "--seed", str(test_seed), "--json", str(out)])
+        return code, json.loads(out.read_text())
+
+    # one run, as a user's: no retry; its verdict is recorded as a first try
+    code, doc = first_try.record_tries(request.node.nodeid, "speculating", attempt, lambda got: got[1]["verdict"],
+                                       seed=test_seed)
     points = doc["points"]
     print(json.dumps([{k: p[k] for k in ("prompt_kind", "tokens_per_step", "server_tokens_per_step", "counters_note",
                                          "problems")} for p in points]), file=sys.stderr)
-    first_try.record(request.node.nodeid, "speculating", doc["verdict"], doc["verdict"], seed=test_seed)
     assert doc["verdict"] == "speculating", [p["reason"] for p in points]
     assert code == exitcodes.OK
     # a verbatim repeat is drafted; read where the noise guard left an estimate (in a fresh-clone run one
@@ -371,8 +373,9 @@ def test_ngram_speculation_reads_speculating_and_its_counters_agree(vllm: OneAtA
 
 # ---------------------------------------------------------------- four, whole prompts, no prefix cache
 
-def test_prefix_cache_is_inert_when_switched_off(vllm: OneAtATime, tmp_path: Path) -> None:
-    code, doc = prefix_cache(vllm, tmp_path, *FOUR_WHOLE)
+def test_prefix_cache_is_inert_when_switched_off(vllm: OneAtATime, tmp_path: Path, first_try: Any,
+                                                 request: pytest.FixtureRequest) -> None:
+    code, doc = prefix_cache(vllm, tmp_path, first_try, request.node.nodeid, "inert", *FOUR_WHOLE)
     assert doc["verdict"] == "inert", doc["verdict_reason"]
     assert code == exitcodes.INVALID  # an inert cache is a refused feature
 
@@ -381,8 +384,7 @@ def test_unchunked_prefill_with_room_for_the_prompt_reads_blocking(vllm: OneAtAT
                                                                    first_try: Any, request: pytest.FixtureRequest) -> None:
     """`--no-enable-chunked-prefill --max-num-batched-tokens 4096`: the whole prompt in one step, the victims
     frozen for all of it."""
-    doc = interference(vllm, tmp_path, test_seed, *FOUR_WHOLE)
-    first_try.record(request.node.nodeid, "blocking", doc["verdict"], doc["verdict"], seed=test_seed)
+    doc = interference(vllm, tmp_path, test_seed, first_try, request.node.nodeid, "blocking", *FOUR_WHOLE)
     assert doc["verdict"] == "blocking", doc["verdict_reason"]
     gaps = [p["victim_max_gap_s"] for p in doc["points"]]
     assert gaps == sorted(gaps) and gaps[-1] > 4 * gaps[0]

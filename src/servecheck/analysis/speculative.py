@@ -558,6 +558,7 @@ class PointAnalysis:
     paid: Pays | None
     late_groups: int = 0  # groups left out: the client was late for the read that opened them
     coalesced: int = 0  # streams whose groups were bursts made in transit
+    extra_reps: int = 0  # reps taken beyond the planned ones because pays / costs was undecided
 
     def record(self) -> SpeculativePoint:
         est, paid, counters = self.estimate, self.paid, self.counters
@@ -571,25 +572,45 @@ class PointAnalysis:
             baseline_per_stream_tok_s=self.baseline_per_stream_tok_s, pays_ratio=None if paid is None else paid.ratio,
             pays_interval=None if paid is None else paid.interval, pays_reason=None if paid is None else paid.reason,
             client_late_groups=self.late_groups, coalesced_streams=self.coalesced,
+            extra_reps=None if paid is None else self.extra_reps,
         )
 
 
 def analyse_point(n: int, kind: str, streams: Sequence[Stream], *, failed: int, rates: Sequence[float],
                   aggregates: Sequence[float], baseline_rates: Sequence[float] | None,
-                  metrics: MetricDeltas | None = None) -> PointAnalysis:
+                  metrics: MetricDeltas | None = None, extra_reps: int = 0) -> PointAnalysis:
     """A point from its streams (the requests that finished), their decode rates, the batches' aggregates
-    and, with a baseline, its streams' rates (None without one)."""
+    and, with a baseline, its streams' rates (None without one); `extra_reps` of its reps were taken
+    because the planned ones left pays / costs undecided."""
     groupings = [group_steps(s) for s in streams]
     est = estimate(groupings)
+    paid = None if baseline_rates is None else repeated(pays(rates, baseline_rates), extra_reps)
     return PointAnalysis(
         n=n, kind=kind, estimate=est, grouping=tuple(sorted({g.method for g in groupings if g.ok})), failed=failed,
         counters=check_counters(streams, est, metrics), per_stream_tok_s=median(rates) if rates else None,
         aggregate_tok_s=median(aggregates) if aggregates else None,
         baseline_per_stream_tok_s=median(baseline_rates) if baseline_rates else None,
-        paid=None if baseline_rates is None else pays(rates, baseline_rates),
+        paid=paid, extra_reps=extra_reps,
         late_groups=sum(g.late_groups for g in groupings),
         coalesced=sum(g.problem_code == "coalesced" for g in groupings),
     )
+
+
+def pays_undecided(point: PointAnalysis) -> bool:
+    """Whether the point's pays / costs is still open against a baseline: the one figure another pair of
+    target and baseline batches could decide (the experiment repeats such a point, up to its bound)."""
+    return point.paid is not None and point.paid.verdict == "inconclusive"
+
+
+def repeated(paid: Pays, extra_reps: int) -> Pays:
+    """The verdict's reason with the reps a still-open figure took beyond the planned ones."""
+    if extra_reps <= 0:
+        return paid
+    if paid.verdict == "inconclusive":
+        note = f" (still open after {extra_reps} more rep(s), the most --max-reps allowed)"
+    else:
+        note = f" (decided after {extra_reps} more rep(s): the planned reps left it open)"
+    return Pays(paid.verdict, paid.ratio, paid.interval, paid.reason + note)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from servecheck.cli.serve import Served, resolve_url, serve_option, served
 from servecheck.cli.staircase import parse_ns
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
-from servecheck.experiments.speculative import SpeculativeExperiment, SpeculativeResult
+from servecheck.experiments.speculative import SpeculativeExperiment, SpeculativeResult, rep_budget
 from servecheck.load.preflight import CheckedDriver
 from servecheck.model.bodies.speculative import KIND_LABELS, SpeculativeBody
 from servecheck.model.result import RunResult
@@ -60,6 +60,9 @@ def _render(app: AppContext, run: RunResult[SpeculativeBody], json_to_stdout: bo
 @click.option("--reps", type=int, default=3, show_default=True, help="Batches per N and prompt kind.")
 @click.option("--baseline", "baseline_url", default=None, metavar="URL",
               help="The same model served without speculation: each N is judged pays / costs against it.")
+@click.option("--max-reps", type=click.IntRange(min=1), default=None,
+              help="With --baseline, reps in all for a point whose pays / costs is still undecided after --reps; it "
+              "is measured again one rep at a time until it decides [default: twice --reps].")
 @click.option("--expect", type=click.Choice(DEFINITE), default=None,
               help="Exit 4 when the run's verdict is the other definite verdict (for CI gates).")
 @click.option("--seed", type=int, default=None, help="Seed for the prompts and nonces (default: fresh each run, recorded).")
@@ -68,7 +71,7 @@ def _render(app: AppContext, run: RunResult[SpeculativeBody], json_to_stdout: bo
 @output_record
 @click.pass_obj
 def cmd(app: AppContext, url: str | None, n_values: str, tokens: int, reps: int, baseline_url: str | None,
-        expect: str | None, seed: int | None, serve_command: str | None, serve_log: str | None,
+        max_reps: int | None, expect: str | None, seed: int | None, serve_command: str | None, serve_log: str | None,
         client: ClientOptions, output: OutputOptions) -> int:
     """Group each stream's token arrivals into decode steps (tokens of one step arrive microseconds apart,
     steps a step-time apart): mean tokens per step with an interval, for predictable and open-ended prompts
@@ -86,10 +89,12 @@ def cmd(app: AppContext, url: str | None, n_values: str, tokens: int, reps: int,
     with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
         target = client.target(server.url)
         base_target = None if baseline_url is None else client.target(baseline_url)
+        budget = rep_budget(reps, max_reps)
         params = {**target.public_dict(), "n": ns, "tokens": tokens, "reps": reps, "baseline": baseline_url,
-                  "expect": expect, "seed": seed, "serve": serve_command}
+                  "max_reps": budget if baseline_url is not None else None, "expect": expect, "seed": seed,
+                  "serve": serve_command}
         opener = None if base_target is None else (lambda: open_driver(base_target))
-        experiment = SpeculativeExperiment(tuple(ns), tokens, reps, random.Random(seed), opener, expect)
+        experiment = SpeculativeExperiment(tuple(ns), tokens, reps, random.Random(seed), opener, expect, budget)
         watch = Progress(app, "speculative: batches", progress_line, total=len(ns) * 2 * reps * (2 if opener else 1))
         run = measure(app, experiment, target, sinks, head=envelope("speculative", params, environment()), watch=watch,
                       served=server, workers=1, calibrate=False)

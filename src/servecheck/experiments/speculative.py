@@ -29,6 +29,22 @@ from servecheck.model.records import (
     ServerInfo,
 )
 
+# An undecided pays / costs (its interval straddles the rule) is measured again, one target + baseline pair
+# at a time, up to this many times the planned reps in all (the default of --max-reps): the point at most
+# doubles its time, the bound arms takes too. A 95% t interval on k streams is t(k-1) / sqrt(k) standard
+# deviations wide, so doubling the streams narrows each side's interval to about half (0.53 of it from 4
+# to 8, 0.42 from the default 3 to 6); a figure that still straddles then lies close to the rule, where
+# more reps buy little per minute and `inconclusive` is the honest word.
+MAX_REPS_FACTOR = 2
+
+
+
+def rep_budget(reps: int, max_reps: int | None) -> int:
+    """Reps in all an undecided pays / costs may take: `max_reps` (never below the planned reps), else
+    MAX_REPS_FACTOR x reps."""
+    return max(reps, max_reps if max_reps is not None else MAX_REPS_FACTOR * reps)
+
+
 OnPoint = Callable[["SpeculativeResult"], None]
 OnServer = Callable[[ServerInfo], None]
 OpenDriver = Callable[[], AbstractAsyncContextManager[Driver]]
@@ -68,6 +84,7 @@ class SpeculativeResult:
     reps: int
     baseline: ServerInfo | None = None
     batches: tuple[Batch, ...] = ()
+    max_reps: int | None = None  # reps in all an undecided pays / costs may take (None: the planned reps)
     warmup: RequestRecord | None = None
     complete: bool = False
     notes: tuple[str, ...] = field(default=())
@@ -86,7 +103,11 @@ class SpeculativeResult:
 
     def points(self) -> list[sp.PointAnalysis]:
         """Every N and prompt kind measured, predictable prompts first."""
-        return [self._point(n, kind) for kind in PROMPT_KINDS for n in self.ns if self.records(n, kind)]
+        return [self.point(n, kind) for kind in PROMPT_KINDS for n in self.ns if self.records(n, kind)]
+
+    def extra_reps(self, n: int, kind: str) -> int:
+        """The reps the point took beyond the planned ones (an undecided pays / costs measured again)."""
+        return len({b.rep for b in self.batches if (b.n, b.kind, b.side) == (n, kind, "target") and b.rep >= self.reps})
 
     def body(self, expect: str | None = None) -> shape.SpeculativeBody:
         """The speculative body record (docs/speculative.md)."""
@@ -95,7 +116,7 @@ class SpeculativeResult:
         return shape.SpeculativeBody(
             verdict=run.verdict, verdict_reason=run.reason, expect=expect, server=self.server.body(),
             baseline=None if self.baseline is None else self.baseline.body(), ns=self.ns, tokens=self.tokens,
-            reps=self.reps, points=tuple(p.record() for p in points), stops_paying_n=run.stops_paying_n,
+            reps=self.reps, max_reps=self.max_reps, points=tuple(p.record() for p in points), stops_paying_n=run.stops_paying_n,
             stops_paying_reason=run.stops_paying_reason, notes=self.notes,
             warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
         )
@@ -109,7 +130,8 @@ class SpeculativeResult:
         return [to_stream(r, b.result.lateness) for b in self.batches if (b.n, b.kind, b.side) == (n, kind, "target")
                 for r in b.result.records if r.ok]
 
-    def _point(self, n: int, kind: str) -> sp.PointAnalysis:
+    def point(self, n: int, kind: str) -> sp.PointAnalysis:
+        """One N and prompt kind from the batches so far."""
         records = [r for r in self.records(n, kind) if r.ok]
         rates = [x for x in (record_rate(r) for r in records) if x is not None]
         aggregates = [a for a in (aggregate(b.result) for b in self.batches
@@ -117,7 +139,8 @@ class SpeculativeResult:
         base_rates = [x for x in (record_rate(r) for r in self.records(n, kind, "baseline")) if x is not None]
         return sp.analyse_point(n, kind, self.streams(n, kind), failed=len(self.records(n, kind)) - len(records),
                                 rates=rates, aggregates=aggregates, metrics=self.metrics(n, kind),
-                                baseline_rates=base_rates if self.baseline is not None else None)
+                                baseline_rates=base_rates if self.baseline is not None else None,
+                                extra_reps=self.extra_reps(n, kind))
 
 
 def to_stream(record: RequestRecord, lateness: ClientLateness | None = None) -> sp.Stream:
@@ -218,11 +241,15 @@ async def run_speculative(
     open_baseline: OpenDriver | None = None,
     on_point: OnPoint | None = None,
     on_server: OnServer | None = None,
+    max_reps: int | None = None,
 ) -> SpeculativeResult:
     """Detect both servers (refusing a baseline of another model), warm up, then for every N, kind and rep
-    a batch against the target and one against the baseline."""
+    a batch against the target and one against the baseline; with a baseline, a point whose pays / costs
+    the analysis leaves undecided takes another pair of batches until it decides or has `max_reps` reps
+    (default MAX_REPS_FACTOR x reps)."""
     if not ns or any(n < 1 for n in ns) or tokens < 16 or reps < 1:
         raise UsageError("--n needs values >= 1, --tokens >= 16 and --reps >= 1", "for example --n 1,2,4 --tokens 256")
+    budget = rep_budget(reps, max_reps)
     server = await driver.detect()
     async with (open_baseline() if open_baseline is not None else _none()) as base:
         baseline = await base.detect() if base is not None else None
@@ -232,23 +259,37 @@ async def run_speculative(
             on_server(server)
         notes = ("client pre-flight calibration not taken: step grouping has its own noise guard",)
         result = SpeculativeResult(server, tuple(ns), tokens, reps, baseline=baseline, notes=notes,
+                                   max_reps=budget if base is not None else None,
                                    warmup=await _warm(driver, rng, "target"))
         if base is not None:
             await _warm(base, rng, "baseline")
-        index = 1
         for n in ns:
             for kind in PROMPT_KINDS:
-                for rep in range(reps):
-                    sides = [("target", driver)] + ([("baseline", base)] if base is not None else [])
-                    for side, d in sides if rep % 2 == 0 else reversed(sides):
-                        before = await _spec_counters(d, server) if side == "target" else {}
-                        batch = await d.run_batch(requests(kind, n, tokens, rng, index))
-                        deltas = metric_deltas(before, await _spec_counters(d, server)) if before else None
-                        index += n
-                        result = replace(result, batches=(*result.batches, Batch(n, kind, rep, side, batch, deltas)))
+                rep = 0
+                while rep < reps or (base is not None and rep < budget and sp.pays_undecided(result.point(n, kind))):
+                    result = await _rep(result, driver, base, n, kind, rep, rng)
+                    rep += 1
                 if on_point is not None:
                     on_point(result)
     return replace(result, complete=True)
+
+
+async def _rep(result: SpeculativeResult, driver: Driver, base: Driver | None, n: int, kind: str, rep: int,
+               rng: random.Random) -> SpeculativeResult:
+    """One rep of a point: a batch against the target and one against the baseline, in turn first (the
+    target on even reps), so both see the same drift."""
+    sides = [("target", driver)] + ([("baseline", base)] if base is not None else [])
+    for side, d in sides if rep % 2 == 0 else reversed(sides):
+        before = await _spec_counters(d, result.server) if side == "target" else {}
+        batch = await d.run_batch(requests(kind, n, result.tokens, rng, _next_index(result)))
+        deltas = metric_deltas(before, await _spec_counters(d, result.server)) if before else None
+        result = replace(result, batches=(*result.batches, Batch(n, kind, rep, side, batch, deltas)))
+    return result
+
+
+def _next_index(result: SpeculativeResult) -> int:
+    """The index of the next request: 1 after the warm-up, then on from the last batch's."""
+    return 1 + sum(len(b.result.records) for b in result.batches)
 
 
 @dataclass(frozen=True)
@@ -261,10 +302,12 @@ class SpeculativeExperiment:
     rng: random.Random
     open_baseline: OpenDriver | None = None
     expect: str | None = None
+    max_reps: int | None = None
 
     async def run(self, driver: Driver, on_server: OnServer, on_point: OnPoint) -> SpeculativeResult:
         return await run_speculative(driver, ns=self.ns, tokens=self.tokens, reps=self.reps, rng=self.rng,
-                                     open_baseline=self.open_baseline, on_point=on_point, on_server=on_server)
+                                     open_baseline=self.open_baseline, on_point=on_point, on_server=on_server,
+                                     max_reps=self.max_reps)
 
     def opening(self, server: ServerInfo) -> RunResult[shape.SpeculativeBody]:
         return measured("speculative", shape.SpeculativeBody(server=server.body()), simulated=server.simulated)

@@ -46,6 +46,7 @@ class SpeculativePoint:
     pays_reason: str | None = None
     client_late_groups: int | None = None  # groups left out: the client read them late (analysis.client_timing)
     coalesced_streams: int | None = None  # streams whose groups were bursts made in transit, not steps
+    extra_reps: int | None = None  # reps beyond the planned ones, taken while pays / costs was undecided; None without a baseline
 
 
 @record
@@ -58,6 +59,7 @@ class SpeculativeBody:
     ns: tuple[int, ...] = ()
     tokens: int | None = None
     reps: int | None = None
+    max_reps: int | None = None  # reps in all an undecided pays / costs may take; None without a baseline
     points: tuple[SpeculativePoint, ...] = ()
     stops_paying_n: Mapping[str, int | None] = field(default_factory=dict)
     stops_paying_reason: Mapping[str, str] = field(default_factory=dict)

@@ -33,8 +33,11 @@ def header_lines(body: SpeculativeBody) -> list[str]:
     if body.baseline is not None:
         lines.append(f"baseline     {body.baseline.url or '?'}  model {body.baseline.model or '?'}")
     ns = ",".join(str(n) for n in body.ns) or "?"
-    lines.append(f"N {ns}; {body.tokens if body.tokens is not None else '?'} tokens per stream (fixed length); "
-                 f"{body.reps if body.reps is not None else '?'} rep(s) per N and prompt kind")
+    reps = f"{body.reps if body.reps is not None else '?'} rep(s) per N and prompt kind"
+    if body.max_reps is not None and body.reps is not None and body.max_reps > body.reps:
+        again = sum(1 for p in body.points if p.extra_reps)
+        reps += f", up to {body.max_reps} while pays / costs is undecided ({again} point(s) measured again)"
+    lines.append(f"N {ns}; {body.tokens if body.tokens is not None else '?'} tokens per stream (fixed length); {reps}")
     return lines
 
 
