@@ -385,7 +385,10 @@ class MlxServer(LocalServer):
         self.server: ManagedServer | None = None
 
     def command(self, port: int) -> list[str]:
-        cmd = [str(self.python), *SERVER_MODULE, "--model", str(self.model), "--host", LOCALHOST, "--port", str(port)]
+        # The resolved path: /v1/models names the model by it and servecheck sends that name back,
+        # which mlx-lm takes for another model (and loads again) unless it is the --model it was given.
+        model = str(self.model.resolve())
+        cmd = [str(self.python), *SERVER_MODULE, "--model", model, "--host", LOCALHOST, "--port", str(port)]
         return cmd + parallel_args(self.parallel) + list(self.extra_args)
 
     def check_inputs(self) -> None:
