@@ -65,7 +65,8 @@ def cmd(
     if engine == "mlx":
         given = [f for f, v in (("--threads", threads), ("--llama-server", llama_server), ("--ctx", ctx)) if v is not None]
         if given:
-            raise UsageError(f"{given[0]} is not for --engine mlx", "mlx-lm sizes its cache to each request; drop the flag")
+            raise UsageError(f"{given[0]} is not for --engine mlx",
+                             "drop the flag: mlx-lm takes no thread count, binary or context size")
         return _serve_mlx(app, parallel, model, port, log_path, extra)
     if engine == "vllm":
         if threads is not None or llama_server is not None:
