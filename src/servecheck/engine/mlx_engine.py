@@ -35,9 +35,9 @@ from typing import Literal, TextIO
 from servecheck.engine import steps
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.mlx_model import DEFAULT_MLX_SIZE, MLX_SIZES, MlxModel, last_json, resolve_mlx_model
-from servecheck.engine.process import LOCALHOST, LocalServer, ManagedServer
+from servecheck.engine.process import DEFAULT_STARTUP_TIMEOUT_S, LOCALHOST, STOP_GRACE_S, LocalServer, ManagedServer
 from servecheck.engine.running import RunningRecords
-from servecheck.engine.vllm import PipProgress, tree_size
+from servecheck.engine.vllm import EnvOrigin, PipProgress, tree_size
 from servecheck.errors import EngineError, UsageError
 from servecheck.model.bodies.demo import MlxEngine
 
@@ -45,8 +45,8 @@ Progress = Callable[[str], None]
 
 MLX_VERSION = "0.32.4"
 MLX_LM_VERSION = "0.32.2"
-# Bump when the install steps below change, so an old environment is not reused.
-INSTALL_RECIPE = 1
+# Bump when the install steps below change, so an old environment is not reused (vLLM has its own).
+MLX_INSTALL_RECIPE = 1
 PIP_VERSION = "26.3"
 Backend = Literal["cpu", "metal"]
 IMPORT_CHECK = """
@@ -59,7 +59,6 @@ MIN_GLIBC = (2, 35)
 # About 380 MB installed; refuse to start an install that cannot finish.
 MIN_FREE_BYTES = 10**9
 IMPORT_CHECK_TIMEOUT_S = 120.0
-EnvOrigin = Literal["cache", "installed"]
 
 
 def _noop(_: str) -> None:
@@ -128,7 +127,7 @@ def check_glibc(version: tuple[str, str] | None = None) -> None:
 def mlx_key(backend: Backend | None = None) -> str:
     """One environment per pin pair, recipe, backend, Python minor version and machine."""
     py = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return f"mlx-{MLX_VERSION}-lm-{MLX_LM_VERSION}-{backend or backend_for()}-r{INSTALL_RECIPE}-{py}-{platform.machine()}"
+    return f"mlx-{MLX_VERSION}-lm-{MLX_LM_VERSION}-{backend or backend_for()}-r{MLX_INSTALL_RECIPE}-{py}-{platform.machine()}"
 
 
 def mlx_folder(cache: EngineCache, backend: Backend | None = None) -> Path:
@@ -145,7 +144,7 @@ def read_stamp(folder: Path) -> dict[str, object] | None:
         stamp = json.loads((folder / "stamp.json").read_text())
     except (OSError, ValueError):
         return None
-    pins = (MLX_VERSION, MLX_LM_VERSION, INSTALL_RECIPE)
+    pins = (MLX_VERSION, MLX_LM_VERSION, MLX_INSTALL_RECIPE)
     if not isinstance(stamp, dict) or (stamp.get("version"), stamp.get("mlx_lm_pin"), stamp.get("recipe")) != pins:
         return None
     return stamp
@@ -269,7 +268,7 @@ def _stamp(folder: Path, backend: Backend, versions: dict[str, str | None], inst
     size = tree_size(folder)
     shutil.copy2(log_path, folder / "install.log")
     stamp = {
-        "version": MLX_VERSION, "mlx_lm_pin": MLX_LM_VERSION, "recipe": INSTALL_RECIPE, "backend": backend,
+        "version": MLX_VERSION, "mlx_lm_pin": MLX_LM_VERSION, "recipe": MLX_INSTALL_RECIPE, "backend": backend,
         "requirements": install_requirements(backend), "mlx_version": versions.get("mlx"),
         "mlx_lm_version": versions.get("mlx_lm"), "device": versions.get("device"),
         "transformers_version": versions.get("transformers"), "tokenizers_version": versions.get("tokenizers"),
@@ -317,10 +316,9 @@ def provision_mlx_local(
 
 # -- running ---------------------------------------------------------------------------------------
 
-# mlx-lm loads the tiny model and answers /health within seconds; a big model from a slow disk, minutes.
-DEFAULT_STARTUP_TIMEOUT_S = 180.0
-# It has nothing to hand over at exit: SIGTERM ends it at once (Python's default handler).
-STOP_GRACE_S = 5.0
+# mlx-lm loads the tiny model and answers /health within seconds (llama-server's start-up limit,
+# DEFAULT_STARTUP_TIMEOUT_S, covers a big model from a slow disk), and SIGTERM ends it at once
+# (Python's default handler), well within llama-server's STOP_GRACE_S.
 SERVER_MODULE = ("-m", "mlx_lm", "server")  # `python -m mlx_lm.server` is deprecated in 0.32
 RUNTIME_ENV = {
     "HF_HUB_OFFLINE": "1",
