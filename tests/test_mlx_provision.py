@@ -11,7 +11,7 @@ import pytest
 
 from servecheck.cli.main import main
 from servecheck.engine import mlx_engine, mlx_model
-from servecheck.engine.cache import EngineCache, list_entries
+from servecheck.engine.cache import EngineCache, clear, list_entries
 from servecheck.engine.mlx_engine import (
     MlxServer,
     backend_for,
@@ -289,6 +289,14 @@ def test_cache_show_lists_the_mlx_env_and_model(tmp_path: Path, fake_base: Path)
     assert "MLX 0.32.4, mlx-lm 0.32.2 (cpu backend)" in lines["mlx"]
     models = [e.line() for e in list_entries(cache) if e.kind == "model"]
     assert any("MLX checkpoint" in line for line in models)
+
+
+def test_cache_clear_removes_the_mlx_env(tmp_path: Path, fake_base: Path) -> None:
+    cache = EngineCache(tmp_path / "cache")
+    provision_mlx(cache, base_python=fake_base)
+    with cache.all_locks():  # the MLX lock among them: a clear waits for an install
+        assert clear(cache) > 0
+    assert not (cache.root / "mlx").exists() and cached_mlx(cache, "cpu") is None
 
 
 def test_flags_for_other_engines_are_refused(
