@@ -35,8 +35,8 @@ lint: setup
 # the suite could not fit issue 23's 25 minutes: 1777-2132 s, benchmarks/results/suite_times.jsonl), then
 # the real engines one test at a time, with the machine to themselves. docs/testing.md
 WORKERS := -n 2
-NO_ENGINE := -m "not engine and not vllm and not alone"
-ENGINES := -m "engine or vllm or alone"
+NO_ENGINE := -m "not engine and not vllm and not mlx and not alone"
+ENGINES := -m "engine or vllm or mlx or alone"
 
 # `make check` (everything but the real engines) splits them to fit 5 minutes on 2 cores. Most of their
 # time is the simulator's sleeps: the `timing` tests (149 of them, 640 test-seconds, a tenth of it CPU)
@@ -49,14 +49,15 @@ TIMING_WORKERS := -n 8 --maxschedchunk 1 --longest-first
 TIMING_FILES = $(shell grep -l 'pytest.mark.timing' tests/test_*.py)
 
 check: setup lint
-	$(PY) -m pytest -q -ra $(CHECK_WORKERS) -m "not engine and not vllm and not alone and not timing"; first=$$?; \
-	$(PY) -m pytest -q -ra $(TIMING_WORKERS) -m "timing and not engine and not vllm and not alone" $(TIMING_FILES); second=$$?; \
-	$(PY) -m pytest -q -ra -m "alone and not engine and not vllm"; third=$$?; \
+	$(PY) -m pytest -q -ra $(CHECK_WORKERS) -m "not engine and not vllm and not mlx and not alone and not timing"; first=$$?; \
+	$(PY) -m pytest -q -ra $(TIMING_WORKERS) -m "timing and not engine and not vllm and not mlx and not alone" $(TIMING_FILES); second=$$?; \
+	$(PY) -m pytest -q -ra -m "alone and not engine and not vllm and not mlx"; third=$$?; \
 	test $$first -eq 0 && test $$second -eq 0 && test $$third -eq 0
 
 # Everything, real engines included; every skip must be a platform fact (tests/conftest.py).
 test: setup $(VENV)/.ray-installed test-deps lint
 	$(SC) cache build --vllm
+	$(SC) cache build --engines mlx
 	# both runs always run (a failure in the first must not hide the engines'); either failing fails the target
 	SERVECHECK_STRICT_SKIPS=1 $(PY) -m pytest -q -ra $(WORKERS) $(NO_ENGINE) --durations=10; first=$$?; \
 	SERVECHECK_STRICT_SKIPS=1 $(PY) -m pytest -q -ra $(ENGINES) --durations=25; second=$$?; \

@@ -127,7 +127,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if starts and any(starts.values()):
         terminalreporter.write_line(
             f"engine starts in this process: llama-server {starts['llama-server']}, vLLM {starts['vllm']}, "
-            f"other {starts['other']} (the CLI subprocesses the tests run, demo and serve-local, start their own)"
+            f"mlx-lm {starts['mlx-lm']}, other {starts['other']} (the CLI subprocesses the tests run, demo and serve-local, start their own)"
         )
 
 
@@ -139,13 +139,14 @@ def _count_engine_starts(request: pytest.FixtureRequest) -> Iterator[None]:
     except ImportError:  # the suite's rules tested on their own, without servecheck
         yield
         return
-    starts = {"llama-server": 0, "vllm": 0, "other": 0}
+    starts = {"llama-server": 0, "vllm": 0, "mlx-lm": 0, "other": 0}
     request.config._servecheck_engine_starts = starts
     spawn = ManagedServer._spawn
 
     def counted(self: ManagedServer) -> None:
         kind = "vllm" if type(self).__name__ == "_VllmProcess" else (
-            "llama-server" if "llama-server" in os.path.basename(str(self.cmd[0])) else "other")
+            "llama-server" if "llama-server" in os.path.basename(str(self.cmd[0])) else
+            "mlx-lm" if self.cmd[1:4] == ["-m", "mlx_lm", "server"] else "other")
         starts[kind] += 1
         spawn(self)
 

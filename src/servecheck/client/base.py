@@ -24,6 +24,9 @@ class Target:
     # A server that sends no token for this long is declared stuck (the error names the wait).
     first_token_timeout_s: float = 300.0
     request_timeout_s: float = 1800.0
+    # Token ids every request is kept from ending on, by a `logit_bias` where the API has no
+    # `ignore_eos` (mlx-lm): the EOS ids of a model servecheck generated. () lets detection look.
+    eos_token_ids: tuple[int, ...] = ()
 
     def public_dict(self) -> dict[str, object]:
         return {

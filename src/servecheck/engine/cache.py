@@ -4,9 +4,11 @@ Layout under the cache root (platformdirs user cache, or $SERVECHECK_CACHE_DIR):
     sdist/    llama-cpp-python source distribution (fetched once with pip)
     vocab/    the SentencePiece vocabulary GGUF copied out of the sdist
     engine/   one folder per build key: llama-server, stamp.json, build.log
-    models/   generated GGUF models, named by size and generator version, and Hugging Face model
-              folders for vLLM (servecheck-hf-<size>-v<N>/, stamped)
+    models/   generated GGUF models, named by size and generator version, Hugging Face model
+              folders for vLLM (servecheck-hf-<size>-v<N>/, stamped) and MLX model folders for
+              mlx-lm (servecheck-mlx-<size>-v<N>/, stamped)
     vllm/     one folder per vLLM install key: venv/, stamp.json (written last), install.log
+    mlx/      one folder per MLX install key: venv/, stamp.json (written last), install.log, runtime/
     logs/     build, install and server logs, kept on failure too
 """
 
@@ -69,16 +71,16 @@ class EngineCache:
 
     @contextmanager
     def all_locks(self, on_wait: Callable[[str], None] | None = None) -> Iterator[None]:
-        """Every lock: clearing waits for a llama.cpp build and a vLLM install or model generation to finish."""
+        """Every lock: clearing waits for a llama.cpp build and a vLLM or MLX install or model generation to finish."""
         with ExitStack() as stack:
-            for name in ("build", "vllm"):
+            for name in ("build", "vllm", "mlx"):
                 stack.enter_context(self.lock(name, on_wait=on_wait))
             yield
 
 
 @dataclass(frozen=True)
 class CacheEntry:
-    kind: str  # "engine", "vllm", "model", "sdist", "vocab", "log"
+    kind: str  # "engine", "vllm", "mlx", "model", "sdist", "vocab", "log"
     path: Path
     size_bytes: int
 
@@ -90,7 +92,7 @@ class CacheEntry:
 
     def _stamp_note(self) -> str | None:
         """What the stamp says: the version and date of a build, install or generated model."""
-        if not self.path.is_dir() or self.kind not in ("engine", "vllm", "model"):
+        if not self.path.is_dir() or self.kind not in ("engine", "vllm", "mlx", "model"):
             return None
         stamp = self.path / "stamp.json"
         if not stamp.is_file():
@@ -104,6 +106,11 @@ class CacheEntry:
         if self.kind == "vllm":
             return (f"{info.get('dist')} {info.get('version')}: vLLM {info.get('vllm_version')}, torch "
                     f"{info.get('torch_version')}, installed {info.get('installed_at')} in {info.get('install_s')} s")
+        if self.kind == "mlx":
+            return (f"MLX {info.get('mlx_version')}, mlx-lm {info.get('mlx_lm_version')} ({info.get('backend')} backend), "
+                    f"installed {info.get('installed_at')} in {info.get('install_s')} s")
+        if info.get("format") == "mlx":
+            return f"MLX checkpoint, {info.get('params')} parameters, vocabulary {info.get('vocab_size')}"
         return f"Hugging Face checkpoint, {info.get('params')} parameters, vocabulary {info.get('vocab_size')}"
 
 
@@ -115,7 +122,7 @@ def fmt_size(size_bytes: int) -> str:
     return f"{size_bytes} B"
 
 
-_KINDS = {"engine": "engine", "vllm": "vllm", "models": "model", "sdist": "sdist", "vocab": "vocab", "logs": "log"}
+_KINDS = {"engine": "engine", "vllm": "vllm", "mlx": "mlx", "models": "model", "sdist": "sdist", "vocab": "vocab", "logs": "log"}
 
 
 def list_entries(cache: EngineCache) -> list[CacheEntry]:

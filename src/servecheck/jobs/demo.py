@@ -1,6 +1,7 @@
 """`servecheck demo` as a job of the run loop: one engine started twice, allowed one request at a time
-(llama.cpp `-np 1`, vLLM `--max-num-seqs 1`: requests queue, a staircase) and four (requests are
-batched: a cluster), the staircase test against each, and each server log audited.
+(llama.cpp `-np 1`, vLLM `--max-num-seqs 1`, MLX `--decode-concurrency 1 --prompt-concurrency 1`:
+requests queue, a staircase) and four (requests are batched: a cluster), the staircase test against
+each, and each server log audited.
 
 This layer composes what the layers below keep apart (an engine, an experiment, the log scan) into a
 job `results.runner.run_job` drives; the command (`cli.demo`) parses, runs it and renders.
@@ -20,6 +21,8 @@ from typing import cast
 from servecheck.client.base import Target
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.local import LocalEngine, provision_local
+from servecheck.engine.mlx_engine import MlxLocal, MlxServer, provision_mlx_local
+from servecheck.engine.mlx_model import DEFAULT_MLX_SIZE
 from servecheck.engine.model import DEFAULT_SIZE
 from servecheck.engine.process import LlamaServer, ctx_per_slot_for, default_threads
 from servecheck.engine.running import RunningRecords
@@ -53,18 +56,23 @@ class DemoEngine:
     """What the demo needs of either engine: how to start it with `parallel` requests at once, the
     API it speaks, the rules its log is audited with and the words for its header."""
 
-    name: str  # "llamacpp" or "vllm"
-    local: LocalEngine | VllmLocal
-    threads: int | None  # llama.cpp's -t; vLLM picks its own
+    name: str  # "llamacpp", "vllm" or "mlx"
+    local: LocalEngine | VllmLocal | MlxLocal
+    threads: int | None  # llama.cpp's -t; vLLM and MLX pick their own
     records: RunningRecords | None = None  # where each server is recorded while it runs
 
     @property
     def server_name(self) -> str:
-        return "llama-server" if self.name == "llamacpp" else "vLLM"
+        return {"llamacpp": "llama-server", "vllm": "vLLM", "mlx": "mlx-lm"}[self.name]
 
     @property
     def slots_flag(self) -> str:
-        return "--parallel" if self.name == "llamacpp" else "--max-num-seqs"
+        return {"llamacpp": "--parallel", "vllm": "--max-num-seqs", "mlx": "--decode/--prompt-concurrency"}[self.name]
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """The generated MLX model's EOS ids, biased away in every request (mlx-lm has no ignore_eos)."""
+        return self.local.model.eos_token_ids if isinstance(self.local, MlxLocal) else ()
 
     @property
     def batching_feature(self) -> str:
@@ -89,22 +97,31 @@ class DemoEngine:
     def body(self) -> shape.DemoEngine:
         return self.local.binary.body() if isinstance(self.local, LocalEngine) else self.local.env.body()
 
-    def server(self, parallel: int, *, tokens: int, prompt_tokens: int, log_path: Path) -> LlamaServer | VllmServer:
+    def server(
+        self, parallel: int, *, tokens: int, prompt_tokens: int, log_path: Path
+    ) -> LlamaServer | VllmServer | MlxServer:
         if isinstance(self.local, LocalEngine):
             return LlamaServer(
                 self.local.binary, self.local.model_path, parallel=parallel, threads=self.threads,
                 ctx_per_slot=ctx_per_slot_for(prompt_tokens, tokens), log_path=log_path, records=self.records,
             )
+        if isinstance(self.local, MlxLocal):
+            return MlxServer(self.local.env, self.local.model_path, parallel=parallel, log_path=log_path,
+                             records=self.records)
         return VllmServer(self.local.env, self.local.model_path, max_num_seqs=parallel, extra_args=EAGER_ARGS,
                           served_model_name=self.local.model_name, log_path=log_path, records=self.records)
 
 
 def provision_demo_engine(engine: str, model: str | None, llama_server: str | None, threads: int | None,
                           cache: EngineCache, say: Say) -> DemoEngine:
-    if engine == "vllm":
+    if engine in ("vllm", "mlx"):
         if llama_server is not None or threads is not None:
             flag = "--llama-server" if llama_server is not None else "--threads"
-            raise UsageError(f"{flag} is for --engine llamacpp", "vLLM picks its own threads; drop the flag")
+            name = "vLLM" if engine == "vllm" else "MLX"
+            raise UsageError(f"{flag} is for --engine llamacpp", f"{name} picks its own threads; drop the flag")
+    if engine == "mlx":
+        return DemoEngine("mlx", provision_mlx_local(model or DEFAULT_MLX_SIZE, cache=cache, progress=say), None)
+    if engine == "vllm":
         return DemoEngine("vllm", provision_vllm_local(model or "tiny", cache=cache, progress=say), None)
     local = provision_local(llama_server, model or DEFAULT_SIZE, cache=cache, progress=say)
     return DemoEngine("llamacpp", local, threads or default_threads())
@@ -147,8 +164,8 @@ def embedded(result: StaircaseResult) -> shape.EmbeddedStaircase:
 
 
 async def _staircase(open_driver: DriverFactory, url: str, api: str, tokens: int, prompt_tokens: int, seed: int,
-                     on_point: Callable[[StaircaseResult], None]) -> StaircaseResult:
-    target = Target(url=url, api=api, first_token_timeout_s=FIRST_TOKEN_TIMEOUT_S)
+                     on_point: Callable[[StaircaseResult], None], eos_token_ids: tuple[int, ...] = ()) -> StaircaseResult:
+    target = Target(url=url, api=api, first_token_timeout_s=FIRST_TOKEN_TIMEOUT_S, eos_token_ids=eos_token_ids)
     async with open_driver(target) as driver:
         return await run_demo_staircase(driver, tokens=tokens, prompt_tokens=prompt_tokens, rng=random.Random(seed),
                                         on_point=on_point)
@@ -188,7 +205,8 @@ def run_one(
 
         attempt = 1
         seed = random.SystemRandom().randrange(2**32)
-        result = asyncio.run(_staircase(open_driver, url, engine.api, tokens, prompt_tokens, seed, on_point))
+        result = asyncio.run(_staircase(open_driver, url, engine.api, tokens, prompt_tokens, seed, on_point,
+                                        engine.eos_token_ids))
         staircase = embedded(result)
     say(f"{label} stopped; verdict {staircase.verdict}")
     audit = audit_log(log_path, command, engine.name, ask=(engine.batching_feature,))

@@ -1,7 +1,8 @@
 """Which engine and dialect a server speaks, which models it serves, and its per-request context.
 
 Probes, in order (engine_apis.md §8): llama.cpp `/props`, Ollama `/api/version`, vLLM `/version`,
-OpenAI `/v1/models`, then llama.cpp without `/props` (`/health` + a zero-token `/completion`).
+mlx-lm (`/v1/models` from Python's http.server), OpenAI `/v1/models`, then llama.cpp without `/props`
+(`/health` + a zero-token `/completion`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
 # not import sim/): a simulated result stays marked even behind a proxy that drops its header.
 SIM_MODEL_PREFIX = "servecheck-sim"
 # /v1/models `owned_by` values that name the engine behind an OpenAI-compatible API.
+MLX_LM = "mlx-lm"
+# mlx-lm's server (0.32) is Python's http.server: every answer carries `Server: BaseHTTP/0.6 Python/3.x`.
+_PYTHON_HTTP_SERVER = "BaseHTTP/"
 _OWNERS = {"servecheck-sim": "simulator", "llamacpp": "llama.cpp", "vllm": "vllm", "sglang": "sglang", "library": "ollama", "ollama": "ollama"}
 
 
@@ -34,7 +38,7 @@ class Identity:
 
 
 async def identify(driver: LoadDriver) -> Identity | None:
-    for probe in (_llamacpp_props, _ollama, _vllm, _openai_models, _llamacpp_bare):
+    for probe in (_llamacpp_props, _ollama, _vllm, _mlx_lm, _openai_models, _llamacpp_bare):
         found = await probe(driver)
         if found is not None:
             return found
@@ -69,6 +73,27 @@ async def _vllm(driver: LoadDriver) -> Identity | None:
     if status != 200 or not isinstance(data, dict) or "version" not in data:
         return None
     return Identity("vllm", "openai", "/version", _str(data.get("version")), data)
+
+
+async def _mlx_lm(driver: LoadDriver) -> Identity | None:
+    """mlx-lm's /v1/models: Python's http.server answering 200 with entries that name no `owned_by`
+    (every other engine's do), or with an empty body: mlx-lm 0.32.2 scans the Hugging Face cache for
+    the list and, where that folder does not exist, fails after sending the status line."""
+    status, data = await driver.probe("GET", "/v1/models")
+    if status != 200 or not (driver.server_header or "").startswith(_PYTHON_HTTP_SERVER):
+        return None
+    if data is None:
+        status, health = await driver.probe("GET", "/health")
+        if status != 200 or not isinstance(health, dict) or health.get("status") != "ok":
+            return None
+        via = "/v1/models (empty answer) + /health from Python's http.server"
+    elif isinstance(data, dict) and data.get("object") == "list" and isinstance(data.get("data"), list):
+        if any(isinstance(m, dict) and "owned_by" in m for m in data["data"]):
+            return None
+        via = "/v1/models from Python's http.server, no owned_by"
+    else:
+        return None
+    return Identity(MLX_LM, "openai", via, None, {})
 
 
 async def _openai_models(driver: LoadDriver) -> Identity | None:
@@ -127,6 +152,7 @@ async def server_info(
     model: str | None,
     models: tuple[str, ...],
     saw_simulated: bool,
+    eos_bias_ids: tuple[int, ...] = (),
 ) -> ServerInfo:
     props = found.props if found is not None else {}
     engine = found.engine if found is not None else None
@@ -144,7 +170,8 @@ async def server_info(
         n_ctx_per_request=n_ctx,
         total_slots=slots,
         props=props,
-        notes=(_note(driver.target.api, found, dialect, slots, n_ctx, simulated),),
+        notes=(_note(driver.target.api, found, dialect, slots, n_ctx, simulated, eos_bias_ids),),
+        eos_bias_ids=eos_bias_ids,
     )
 
 
@@ -184,7 +211,8 @@ async def _ollama_n_ctx(driver: LoadDriver, model: str) -> int | None:
     return _count(int(match.group(1)[:12])) if match else None
 
 
-def _note(api: str, found: Identity | None, dialect: str, slots: int | None, n_ctx: int | None, sim: bool) -> str:
+def _note(api: str, found: Identity | None, dialect: str, slots: int | None, n_ctx: int | None, sim: bool,
+          eos_bias_ids: tuple[int, ...] = ()) -> str:
     how = f"--api {api} (forced)" if api != "auto" else f"detected via {found.via}" if found else "auto"
     engine = (found.engine if found else None) or "an OpenAI-compatible server"
     parts = [f"{engine}, dialect {dialect}, {how}"]
@@ -192,6 +220,10 @@ def _note(api: str, found: Identity | None, dialect: str, slots: int | None, n_c
         parts.append(f"{slots} slots")
     if n_ctx is not None:
         parts.append(f"{n_ctx} tokens of context per request")
+    if eos_bias_ids:
+        parts.append(f"lengths pinned by logit_bias against EOS id(s) {', '.join(map(str, eos_bias_ids))}")
+    elif found is not None and found.engine == MLX_LM:
+        parts.append("no ignore_eos and no EOS ids known: a request may stop short at its EOS")
     if sim:
         parts.append("SIMULATED server")
     return "; ".join(parts)

@@ -32,7 +32,8 @@ from servecheck.client.ndjson import NdjsonParser
 from servecheck.client.sse import SseParser, loads_object
 from servecheck.client.tally import StreamTally, cutoff_tokens, plausibility_problem
 from servecheck.errors import ConnectError, ProtocolError, RequestTimeout, ServerError, UsageError
-from servecheck.load.detect import identify, list_models, pick_model, server_info
+from servecheck.load.detect import MLX_LM, identify, list_models, pick_model, server_info
+from servecheck.load.eos import local_model_eos_ids, with_eos_bias
 from servecheck.load.inject import StallInjector
 from servecheck.load.lateness import LatenessMeter
 from servecheck.load.witness import GaugeSampler, GaugeSource, NoiseMeter, probe_source
@@ -75,6 +76,7 @@ class LoadDriver:
         self._dialect: Dialect | None = None if target.api == "auto" else get_dialect(target.api)
         self._session: aiohttp.ClientSession | None = None
         self._saw_simulated = False
+        self.server_header: str | None = None  # the `Server` header of the latest control answer (detection reads it)
         self._can_tokenize: bool | None = None
         self._gauge_source: GaugeSource | None | bool = False  # False: not looked for yet (or not answered)
         self._gauge_probes = 0
@@ -148,6 +150,7 @@ class LoadDriver:
         return text
 
     def _note_headers(self, resp: aiohttp.ClientResponse) -> None:
+        self.server_header = resp.headers.get("Server")
         if resp.headers.get(SIMULATED_HEADER, "").strip() == "1":
             self._saw_simulated = True
 
@@ -315,7 +318,10 @@ class LoadDriver:
         self._dialect = get_dialect(dialect)
         models = await list_models(self, found)
         model = pick_model(self.url, self.target.model, models, found)
-        self.info = await server_info(self, found, dialect, model, models, self._saw_simulated)
+        eos_ids = self.target.eos_token_ids
+        if not eos_ids and found is not None and found.engine == MLX_LM:
+            eos_ids = local_model_eos_ids(self.url, model)
+        self.info = await server_info(self, found, dialect, model, models, self._saw_simulated, eos_ids)
         return self.info
 
     async def _ready(self) -> Dialect:
@@ -474,7 +480,8 @@ class LoadDriver:
         queue_wait_s: float = 0.0,
     ) -> RequestRecord:
         # Encoded before the send stamp: only the HTTP write itself lies between stamp and wire.
-        body = json.dumps(dialect.body(req, self.info.model if self.info else self.target.model)).encode()
+        model, eos_ids = (self.info.model, self.info.eos_bias_ids) if self.info else (self.target.model, self.target.eos_token_ids)
+        body = json.dumps(with_eos_bias(dialect.body(req, model), dialect, req, eos_ids)).encode()
         tally = StreamTally()
         send_ns = self.clock.now_ns()
         if first_sends is not None:

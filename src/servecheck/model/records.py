@@ -282,6 +282,9 @@ class ServerInfo:
     total_slots: int | None = None
     props: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    # Token ids each request biases away (`logit_bias`) where the API has no `ignore_eos` (mlx-lm);
+    # the notes say so.
+    eos_bias_ids: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -21,9 +21,9 @@ DEMO_NS = (1, 2, 4)
 
 @record
 class DemoEngine:
-    """The engine both servers ran: llama.cpp's binary, or vLLM's environment."""
+    """The engine both servers ran: llama.cpp's binary, or vLLM's or MLX's environment."""
 
-    name: str | None = None  # llamacpp | vllm
+    name: str | None = None  # llamacpp | vllm | mlx
     path: str | None = None  # the program the server command starts (vLLM: its python)
     version: str | None = None
     origin: str | None = None
@@ -34,6 +34,9 @@ class DemoEngine:
     torch_version: str | None = None
     size_bytes: int | None = None
     install_s: float | None = None
+    mlx_version: str | None = None  # MLX: the environment's mlx and mlx-lm, and the backend (cpu | metal)
+    mlx_lm_version: str | None = None
+    backend: str | None = None
 
 
 @record
@@ -47,14 +50,31 @@ class LlamaServerEngine(DemoEngine):
     torch_version: str | None = only_when_recorded()
     size_bytes: int | None = only_when_recorded()
     install_s: float | None = only_when_recorded()
+    mlx_version: str | None = only_when_recorded()
+    mlx_lm_version: str | None = only_when_recorded()
+    backend: str | None = only_when_recorded()
 
 
 @record
 class VllmEngine(DemoEngine):
-    """vLLM's environment as the demo writes it: llama.cpp's `version` and `source` are left out."""
+    """vLLM's environment as the demo writes it: llama.cpp's `version` and `source` and MLX's keys are left out."""
 
     version: str | None = only_when_recorded()
     source: str | None = only_when_recorded()
+    mlx_version: str | None = only_when_recorded()
+    mlx_lm_version: str | None = only_when_recorded()
+    backend: str | None = only_when_recorded()
+
+
+@record
+class MlxEngine(DemoEngine):
+    """MLX's environment as the demo writes it: llama.cpp's `version` and `source` and vLLM's
+    versions are left out."""
+
+    version: str | None = only_when_recorded()
+    source: str | None = only_when_recorded()
+    vllm_version: str | None = only_when_recorded()
+    torch_version: str | None = only_when_recorded()
 
 
 @record
