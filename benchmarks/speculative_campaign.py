@@ -44,6 +44,7 @@ from servecheck.engine.local import provision_local
 from servecheck.engine.model import ModelSpec, write_model
 from servecheck.engine.process import LlamaServer
 from servecheck.envinfo import environment
+from servecheck.sim.proxy import running_proxy
 
 HERE = Path(__file__).resolve().parent
 DRAFT_MAX = 4
@@ -53,6 +54,7 @@ TOLERANCE = 0.15  # issue 27's bound on the mean tokens per step
 # The suite's draft (tests/test_speculative_engine.py): the target's vocabulary, random weights.
 DRAFT_SPEC = ModelSpec("draft", n_embd=128, n_layer=2, n_head=2, n_ff=256)
 CELLS = ("plain", "synth2", "synth4", "copy", "unrelated")
+PROXY_BURST_MS = "35-105"  # the issue's buffering hop
 
 
 def spec_args(draft: Path, *more: str) -> list[str]:
@@ -105,9 +107,9 @@ def judge(cell: str, doc: dict[str, Any]) -> tuple[str, str]:
     return ("right" if verdict == truth else "inconclusive"), detail
 
 
-def one_run(cell: str, url: str, baseline: str | None, seed: int) -> dict[str, Any]:
+def one_run(cell: str, url: str, baseline: str | None, seed: int, api: str = "llamacpp") -> dict[str, Any]:
     cmd = [sys.executable, "-m", "servecheck", "--quiet", "speculative", url, "--n", "1", "--tokens", str(TOKENS),
-           "--reps", str(REPS * 2 if baseline else REPS), "--api", "llamacpp", "--timeout", "300", "--no-save",
+           "--reps", str(REPS * 2 if baseline else REPS), "--api", api, "--timeout", "300", "--no-save",
            "--seed", str(seed), "--json", "-", *(["--baseline", baseline] if baseline else [])]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
@@ -153,8 +155,13 @@ def main() -> int:
                 baseline = stack.enter_context(LlamaServer(local.binary, local.model_path,
                                                            log_path=log_dir / "spec-baseline.log"))
             for condition in args.conditions.split(","):
-                outcomes, load = measure_cell(cell, condition, args.runs,
-                                              lambda c=cell, u=url, b=baseline: one_run(c, u, b, rng.randrange(2**32)))
+                with ExitStack() as hop:
+                    # "proxy": a gateway that passes the stream on in bursts every 35-105 ms (sim/proxy.py)
+                    where, api = ((hop.enter_context(running_proxy(url, "--burst", PROXY_BURST_MS)), "openai")
+                                  if "proxy" in condition.split("+") else (url, "llamacpp"))
+                    outcomes, load = measure_cell(
+                        cell, condition, args.runs,
+                        lambda c=cell, u=where, b=baseline, a=api: one_run(c, u, b, rng.randrange(2**32), a))
                 save_cell(doc, args.out, cell, condition, outcomes, campaign_seed=seed, load=load, tokens=TOKENS)
     print(cell_table(doc["cells"]))
     return 1 if any(c["first_try"]["wrong"] for c in doc["cells"]) else 0

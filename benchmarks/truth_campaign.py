@@ -154,19 +154,40 @@ def proxied(url: str, cell: Cell) -> Iterator[str]:
         yield proxy_url
 
 
+# The "late" condition: the client made late on purpose (load/inject.py), an exponential delay after every
+# read of 8 ms on average, about 1.3 decode steps of the tiny model here: the reader the issue describes.
+LATE_PATTERN = "exp:8"
+
+
 @contextmanager
 def busy(condition: str) -> Iterator[str | None]:
-    if condition != "busy":
-        yield None
-        return
-    proc = subprocess.Popen([sys.executable, str(SHARED_BUSY), "--seconds", "3600"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
+    """The cell's machine: "quiet", "busy" (busy.py beside it), "late" (the client late on purpose), or
+    several joined by "+" ("busy+late"); "proxy" is the campaign's own (a hop that buffers the stream)."""
+    parts = set(condition.split("+"))
+    unknown = parts - {"quiet", "busy", "late", "proxy"}
+    if unknown:
+        raise SystemExit(f"unknown condition {sorted(unknown)}: use quiet, busy, late or proxy, joined by +")
+    said: list[str] = []
+    before = os.environ.get("SERVECHECK_CLIENT_STALLS")
+    proc = None
+    if "late" in parts:
+        os.environ["SERVECHECK_CLIENT_STALLS"] = LATE_PATTERN
+        said.append(f"SERVECHECK_CLIENT_STALLS={LATE_PATTERN}")
+    if "busy" in parts:
+        proc = subprocess.Popen([sys.executable, str(SHARED_BUSY), "--seconds", "3600"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
         time.sleep(3)  # let the load reach its stride before the first measurement
-        yield f"{SHARED_BUSY.name} --seconds 3600 (pid {proc.pid})"
+        said.append(f"{SHARED_BUSY.name} --seconds 3600 (pid {proc.pid})")
+    try:
+        yield "; ".join(said) or None
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=10)
+        if before is None:
+            os.environ.pop("SERVECHECK_CLIENT_STALLS", None)
+        else:
+            os.environ["SERVECHECK_CLIENT_STALLS"] = before
 
 
 def engine_server(engine: str, parallel: int, log: Path, size: str = "tiny") -> tuple[Any, str | None]:

@@ -173,9 +173,11 @@ async def test_a_client_stall_inside_the_prefill_window_is_no_freeze(monkeypatch
         result, body = await interference(sim.url, 1)
     assert body.verdict in ("isolated", "inconclusive") and body.verdict != "blocking", body.verdict_reason
     big = [r for p in body.points if p.prompt_tokens == 8192 for r in p.reps]
-    assert len(big) == 3 and all(r.client_late and not r.valid for r in big)  # the planned rep and two repeats
-    assert all("the client itself was late" in r.problems[-1] for r in big)
-    assert [t.prompt_tokens for t in result.trials].count(8192) == 3
+    assert big and not any(r.valid for r in big)  # no rep of the stalled size is evidence
+    late = [r for r in big if r.client_late]
+    assert late and all("the client itself was late" in r.problems[-1] for r in late)
+    assert len(big) == 1 + sum(r.client_late for r in big[:-1])  # each client-late rep but the last was repeated
+    assert [t.prompt_tokens for t in result.trials].count(8192) == len(big) <= 3
 
 
 @pytest.mark.timing(seconds=40)
@@ -187,5 +189,4 @@ async def test_periodic_starvation_gives_no_phantom_chunk(monkeypatch: pytest.Mo
         _, body = await interference(sim.url, 2)
     assert body.verdict == "inconclusive" and body.chunk_tokens is None, body.verdict_reason
     problems = [q for p in body.points for q in p.problems]
-    assert problems and all("the client itself was late" in q for q in problems if "client" in q)
-    assert any("the client itself was late" in q for q in problems)
+    assert any("the client itself" in q for q in problems), problems

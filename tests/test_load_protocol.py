@@ -18,7 +18,7 @@ from servecheck.load.protocol import Driver, Tokenizer
 from servecheck.model.records import NS_PER_S, GenRequest
 
 # Exactly what the experiments call on a driver; a new call must be added to the protocol first.
-PROTOCOL_METHODS = {"detect", "tokenize", "generate", "run_batch", "get_json", "get_text", "probe"}
+PROTOCOL_METHODS = {"detect", "tokenize", "generate", "run_batch", "get_json", "get_text", "probe", "client_lateness"}
 
 
 def _drivers() -> list[object]:

@@ -75,6 +75,14 @@ def late_in(lateness: ClientLateness, lo_ns: int, hi_ns: int, longer_than_ns: fl
     return max(clipped_ns, default=0), sum(clipped_ns)
 
 
+def delayed_since(lateness: ClientLateness, t_ns: int, longer_than_ns: float) -> int | None:
+    """Where a read at `t_ns` may have been held since: the start of the earliest late window longer than
+    `longer_than_ns` that the read falls in (or drains), or None when it was read on time."""
+    drain = DRAIN_TICKS * lateness.tick_ns
+    starts = [a for a, b in lateness.late_ns if b - a > longer_than_ns and a < t_ns <= b + drain]
+    return min(starts) if starts else None
+
+
 def late_reads(lateness: ClientLateness, reads_ns: Sequence[int], needed_ns: float) -> frozenset[int]:
     """Indices of the reads the client may have made more than `needed_ns` after their data arrived: a
     read inside a late window that long, or in the drain after one (reads in time order)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from servecheck.analysis.client_timing import late_in, vouch
+from servecheck.analysis.client_timing import delayed_since, vouch
 from servecheck.analysis.stats import median
 from servecheck.model.bodies.interference import InterferenceEvidence, InterferenceVerdict, InterferenceWitness
 from servecheck.model.client import ClientLateness
@@ -63,6 +63,10 @@ ISOLATED_SHARE = 0.2
 # none of them span more, before the rep is no evidence: below ISOLATED_SHARE they cannot make a
 # window look chunked or blocked, nor push an isolated one past its rule.
 CLIENT_SHARE = ISOLATED_SHARE
+# The victims' baseline is a median of their gaps: it is theirs while fewer than half of those gaps were
+# read late by the client (a stall lengthens one gap and shortens the next: the median holds until the
+# late ones are the middle); 40% leaves a margin.
+CLIENT_BASELINE_SHARE = 0.4
 # Isolated: at every size the longest victim gap during the prefill stays below STRETCH_RATIO x baseline.
 # The user-facing sentence prices a blocking server's freeze against chunks of this many tokens (vLLM's
 # and SGLang's common chunk sizes are 512-8192; llama.cpp's default -b is 2048).
@@ -227,40 +231,46 @@ def stretched_share(i: Intrusion, baseline_s: float | None) -> float | None:
 
 
 def client_problem(i: Intrusion, baseline_s: float | None) -> str | None:
-    """Why the client cannot vouch for the victims' gaps around the prefill window, or None.
+    """Why the client cannot vouch for this rep, or None. A gap is lengthened by the client only where its
+    closing token was read late (it fell in, or in the drain of, a stall of the client's own longer than
+    (STRETCH_RATIO - 1) x the baseline, analysis.client_timing); a stall inside a gap that ends on time
+    changes nothing. So:
 
-    Only a stall of the client's own longer than (STRETCH_RATIO - 1) x the baseline can stretch a
-    victim gap past the rule. Such stalls could pose as the server's freeze when one of them spans
-    CLIENT_SHARE of the window (a blocking step must cover BLOCKING_COVER of it), and as chunks when
-    together they fill CLIENT_SHARE of it (the tiling chunked needs is CHUNKED_SHARE, and ISOLATED_SHARE
-    is what isolated allows): then the rep is no evidence. Shorter or fewer stalls cannot reach either
-    rule, whatever the server did."""
-    live = [v for v in i.victims if v]
-    limit = (STRETCH_RATIO - 1) * (baseline_s or 0.0) * NS_PER_S
-    if i.lateness is not None and live:
-        lo, hi = min(v[0] for v in live), max(v[-1] for v in live)
-        _, total = late_in(i.lateness, lo, hi, limit)
-        if hi > lo and total > CLIENT_SHARE * (hi - lo):
-            return (f"the client itself was late for {total / (hi - lo):.0%} of the victims' streams (its own stalls, "
-                    f"{total / 1e6:.0f} ms of {(hi - lo) / 1e6:.0f} ms): neither their baseline nor their gaps are "
-                    "the server's; the rep is repeated")
+    * the baseline (a median) is the server's while at most CLIENT_BASELINE_SHARE of its gaps have an end
+      the client read late;
+    * a stretched gap in the prefill window is the server's when it stays stretched even if its token
+      arrived as early as the stall began; stretched gaps that may be the client's may fill at most
+      CLIENT_SHARE of the window (the rules read stretched time: BLOCKING_COVER, CHUNKED_SHARE).
+    """
     if baseline_s is None or i.first_token_ns is None or i.first_token_ns <= i.send_ns:
-        return None
-    near = [(a, b) for v in i.victims for a, b in gaps(v) if b > i.send_ns and a < i.first_token_ns]
-    lo = min([i.send_ns, *(a for a, _ in near)])
-    hi = max([i.first_token_ns, *(b for _, b in near)])
-    word = vouch(i.lateness, lo, hi, limit)
-    if word.ok:
-        return None
-    window = i.first_token_ns - i.send_ns
-    if word.code == "late" and i.lateness is not None:
-        longest, total = late_in(i.lateness, lo, hi, limit)
-        if longest <= CLIENT_SHARE * window and total <= CLIENT_SHARE * window:
-            return None
-        return (f"the client itself was late inside the prefill window ({total / 1e6:.0f} ms of the "
-                f"{window / 1e6:.0f} ms in its own stalls, the longest {longest / 1e6:.0f} ms; at most "
-                f"{CLIENT_SHARE:.0%} of the window is no threat to the rules): no evidence, the rep is repeated")
-    return f"{word.words()} (the victims' gaps around the prefill window): the rep is repeated"
+        return None  # unreadable for a reason of its own, named by intrusion_problems
+    limit = (STRETCH_RATIO - 1) * baseline_s * NS_PER_S
+    if i.lateness is not None:  # a client late for most gaps makes its own baseline (collapsed reads): first
+        floor = max(limit, i.lateness.resolution_ns)
+        base = baseline_spans(i)
+        held = [(a, b) for a, b in base if delayed_since(i.lateness, b, floor) is not None
+                or delayed_since(i.lateness, a, floor) is not None]
+        if base and len(held) > CLIENT_BASELINE_SHARE * len(base):
+            return (f"the client itself read {len(held)} of the victims' {len(base)} baseline gaps late (its own "
+                    f"stalls; at most {CLIENT_BASELINE_SHARE:.0%} leave the median the server's): the rep is repeated")
+    word = vouch(i.lateness, i.send_ns, i.first_token_ns, limit)
+    if i.lateness is None or (not word.ok and word.code != "late"):
+        return f"{word.words()} (the victims' gaps around the prefill window): the rep is repeated"
+    lo, hi, stretched = i.send_ns, i.first_token_ns, STRETCH_RATIO * baseline_s * NS_PER_S
+    doubtful = 0
+    for v in i.victims:
+        for a, b in gaps(v):
+            if b <= lo or a >= hi or b - a <= stretched:
+                continue
+            since = delayed_since(i.lateness, b, limit)
+            if since is not None and max(0, since - a) <= stretched:
+                doubtful += min(b, hi) - max(a, lo)
+    window = hi - lo
+    if doubtful > CLIENT_SHARE * window * max(1, len(i.victims)):
+        return (f"the client itself was late inside the prefill window: {doubtful / 1e6:.0f} ms of the victims' "
+                f"stretched gaps in its {window / 1e6:.0f} ms may be its own stalls (at most {CLIENT_SHARE:.0%} of the "
+                "window is no threat to the rules): no evidence, the rep is repeated")
+    return None
 
 
 def read_intrusion(i: Intrusion) -> Reading:

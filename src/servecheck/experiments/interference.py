@@ -194,7 +194,7 @@ async def _trial(driver: Driver, rep: int, order: int, size: int, result: Interf
         for task in running:
             task.cancel()
     spans = [(r.send_ns, r.end_ns) for r in (*done, record) if r.end_ns is not None]
-    late = driver.client_lateness(min(a for a, _ in spans), max(b for _, b in spans)) if spans else None
+    late = await driver.client_lateness(min(a for a, _ in spans), max(b for _, b in spans)) if spans else None
     return Trial(rep, order, size, intruder.prompt_tokens, record, tuple(done), late)
 
 

@@ -110,7 +110,7 @@ class LoadDriver:
             await self._session.close()
             self._session = None
 
-    def client_lateness(self, lo_ns: int, hi_ns: int) -> ClientLateness | None:
+    async def client_lateness(self, lo_ns: int, hi_ns: int) -> ClientLateness | None:
         """How late this client was over [lo_ns, hi_ns] of the run clock (None: not metered)."""
         return self.lateness.record(lo_ns, hi_ns)
 
@@ -412,7 +412,7 @@ class LoadDriver:
             await asyncio.gather(*(s.close() for s in sessions), return_exceptions=True)
         ordered = tuple(sorted(records, key=lambda r: r.index))
         ends = [r.end_ns for r in ordered if r.end_ns is not None]
-        late = self.client_lateness(release_ns, max(ends, default=self.clock.now_ns()))
+        late = self.lateness.record(release_ns, max(ends, default=self.clock.now_ns()))
         return BatchResult(release_ns, lanes, ordered, max(first_sends) - min(first_sends), gauges, measured_noise,
                            lateness=late)
 

@@ -92,7 +92,7 @@ class FakeDriver:
     async def probe(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         return 404, None
 
-    def client_lateness(self, lo_ns: int, hi_ns: int) -> ClientLateness | None:
+    async def client_lateness(self, lo_ns: int, hi_ns: int) -> ClientLateness | None:
         """A scripted clock is never late: no windows, resolution 0, the whole stretch covered."""
         return ClientLateness(tick_ns=0, floor_ns=0, from_ns=lo_ns, to_ns=hi_ns)
 
@@ -115,7 +115,7 @@ class FakeDriver:
         records = self._timeline(reqs, lanes, release)
         self.now_ns = max((r.end_ns or release) for r in records)
         return BatchResult(release, lanes, tuple(sorted(records, key=lambda r: r.index)), (lanes - 1) * LANE_SKEW_NS,
-                           lateness=self.client_lateness(release, self.now_ns))
+                           lateness=ClientLateness(tick_ns=0, floor_ns=0, from_ns=release, to_ns=self.now_ns))
 
     def _count_call(self) -> None:
         self.calls += 1

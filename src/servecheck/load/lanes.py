@@ -176,8 +176,8 @@ class LaneDriver:
     async def probe(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         return await self.local.probe(method, path, body)
 
-    def client_lateness(self, lo_ns: int, hi_ns: int) -> ClientLateness | None:
-        return self.local.client_lateness(lo_ns, hi_ns)
+    async def client_lateness(self, lo_ns: int, hi_ns: int) -> ClientLateness | None:
+        return await self.local.client_lateness(lo_ns, hi_ns)
 
     # ---- batches: the workers ---------------------------------------------------------------
 

@@ -53,7 +53,7 @@ class Driver(Tokenizer, Protocol):
         """(HTTP status, decoded JSON or None): an endpoint that may not exist."""
         ...
 
-    def client_lateness(self, lo_ns: int, hi_ns: int) -> ClientLateness | None:
+    async def client_lateness(self, lo_ns: int, hi_ns: int) -> ClientLateness | None:
         """How late the client itself was over a stretch of the run clock (analysis.client_timing)."""
         ...
 
