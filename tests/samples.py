@@ -136,5 +136,25 @@ def log(*, line: str = "WARNING: continuous batching is unavailable for this mod
     return doc
 
 
+PREFLIGHT_NOTE = "client pre-flight calibration not taken: step grouping has its own noise guard"
+
+
+def speculative() -> dict[str, Any]:
+    """A speculative run on the simulator, with the texts its checks carry: the server's counters (an
+    apostrophe), a reason a stream was not grouped, and the pre-flight note every run writes."""
+    doc = _envelope("speculative", n=[1, 2], tokens=48, reps=2)
+    doc.update(verdict="speculating", verdict_reason="2 of 2 point(s) (verbatim repetition prompts) deliver clearly "
+               "more than one token per step and none reads one", ns=[1, 2], tokens=48, reps=2, notes=[PREFLIGHT_NOTE],
+               stops_paying_n={"predictable": 2}, stops_paying_reason={"predictable": "pays at N=1, costs from N=2"})
+    doc["points"] = [
+        {"n": n, "prompt_kind": kind, "tokens_per_step": tps, "tokens_per_step_interval": [tps - 0.2, tps + 0.2],
+         "per_stream_tok_s": 40.0 / n, "aggregate_tok_s": 40.0, "verdict": "speculating", "streams": n, "grouped": n,
+         "steps": 20, "counters_note": f"the server's counters give {tps:.2f} tokens per step: within the interval",
+         "problems": ["stream 1's arrivals came <2 ms apart"] if n == 2 else []}
+        for n in (1, 2) for kind, tps in (("predictable", 3.0), ("unpredictable", 1.4))
+    ]
+    return doc
+
+
 def all_kinds() -> list[dict[str, Any]]:
     return [staircase(serial=True), staircase(serial=False), arms(), prefix_cache(), roofline(), log()]

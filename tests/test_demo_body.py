@@ -20,6 +20,7 @@ from servecheck.engine.build import EngineBinary
 from servecheck.engine.local import LocalEngine
 from servecheck.engine.vllm import VllmEnv, VllmLocal
 from servecheck.experiments.staircase import StaircaseResult
+from servecheck.analysis.logaudit import audit_word
 from servecheck.analysis.staircase import MeasuredBatch
 from servecheck.jobs import demo as job
 from servecheck.model.bodies.demo import DemoBody, DemoLogAudit, LogAuditFailed
@@ -28,6 +29,7 @@ from servecheck.model.bodies.staircase import StaircaseBody
 from servecheck.model.codec import decode, encode, json_keys
 from written import fields_of
 from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord, ServerInfo
+from servecheck.report.lines.demo import audit_cell
 
 BINARY = EngineBinary(Path("/x/llama-server"), "0.5.0-dev (build 1, commit 0c1e570)", "cache")
 ENV = VllmEnv(Path("/c/vllm/k"), Path("/c/vllm/k/venv/bin/python"), "0.11.0", "2.8.0+cpu", 3_500_000_000, 412.5, "installed")
@@ -123,3 +125,35 @@ def test_a_document_reads_back_into_the_body_it_was_written_from() -> None:
     staircase_body = body.runs[0].staircase
     assert staircase_body is not None and staircase_body.command == "staircase" and staircase_body.complete is True
     assert set(json_keys(StaircaseBody)) < set(doc["runs"][0]["staircase"]) | {"log_audit"}
+
+
+SLOTS_LINE = "0.00.563.963 I srv    load_model: initializing, n_slots = {n}, n_ctx_slot = 512, kv_unified = 'false'\n"
+
+
+@pytest.mark.parametrize(("flag", "slots", "status", "word"), [
+    ("1", 1, "not asked", "no refusals"),  # --parallel 1 asks for no second slot: nothing was declined
+    ("4", 1, "refused", "refused"),        # four asked, one made: a request declined
+    ("4", 4, "confirmed", "no refusals"),
+], ids=["np1-one-slot", "np4-one-slot", "np4-four-slots"])
+def test_the_demo_audit_refuses_only_the_slots_its_server_was_asked_for(
+        tmp_path: Path, flag: str, slots: int, status: str, word: str) -> None:
+    """Issue 41: the demo's --parallel 1 column said `parallel_slots: refused` where nobody asked for a
+    second slot. What was asked is what the command servecheck started asks (`-np 1`: nothing)."""
+    log = tmp_path / "np.log"
+    log.write_text(SLOTS_LINE.format(n=slots), encoding="utf-8")
+    audit = job.audit_log(log, ("llama-server", "-m", "/m/tiny.gguf", "-np", flag), "llamacpp",
+                          listed=(LLAMA.batching_feature,))
+    [finding] = audit.findings
+    assert (finding.feature, finding.status, finding.value) == ("parallel_slots", status, float(slots))
+    assert finding.requested is (flag != "1")
+    assert audit_word(audit.findings) == word
+    cell = audit_cell(run(int(flag), "staircase", staircase({1: 0, 2: 0, 4: 0}), audit))
+    assert f"parallel_slots: {status}" in cell
+    assert ("refused" in cell) is (status == "refused")
+
+
+def test_a_one_at_a_time_server_whose_log_says_nothing_is_not_asked(tmp_path: Path) -> None:
+    log = tmp_path / "quiet.log"
+    log.write_text("nothing about slots\n", encoding="utf-8")
+    audit = job.audit_log(log, ("llama-server", "-np", "1"), "llamacpp", listed=("parallel_slots",))
+    assert [(f.feature, f.status, f.line) for f in audit.findings] == [("parallel_slots", "not asked", None)]

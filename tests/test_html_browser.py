@@ -152,3 +152,19 @@ def test_report_renders_and_hostile_strings_stay_text(tmp_path: Path) -> None:
     keep = os.environ.get("SERVECHECK_KEEP_SCREENSHOT")
     if keep:
         shutil.copy(tmp_path / "report.png", keep)
+
+
+def test_the_speculative_report_reads_once_in_a_browser(tmp_path: Path) -> None:
+    """Issue 41, as seen in Chromium: the checks escaped twice (`the server&#x27;s counters`), the
+    pre-flight note twice, and two names per prompt kind. The text a reader sees, once each."""
+    report = tmp_path / "speculative.html"
+    write_html(report, *samples.typed([samples.speculative()]))
+    seen = open_report(report, tmp_path)
+    text = seen["text"]
+    assert "&#x27;" not in text and "&#39;" not in text and "&amp;" not in text and "&lt;" not in text
+    assert "N=1 verbatim repetition: the server's counters give 3.00 tokens per step" in text
+    assert "stream 1's arrivals came <2 ms apart" in text
+    assert text.count(samples.PREFLIGHT_NOTE) == 1
+    assert "unpredictable" not in text and "predictable" not in text.replace("unpredictable", "")
+    assert [c["kind"] for c in seen["charts"]] == ["chart lines", "chart lines"]
+    assert seen["dialogs"] == [] and seen["requests"] == []

@@ -390,3 +390,32 @@ def test_several_staircase_and_arms_runs_are_laid_side_by_side() -> None:
     assert overview["circle"] == 9  # three runs x N = 1, 2, 4
     assert page.index("Side by side") < page.index('id="run-0"')
     assert "Side by side" not in parse([serial, samples.roofline()])[0]  # one diffable run: nothing to compare
+
+
+def test_the_speculative_section_reads_as_a_person_reads_it() -> None:
+    """Issue 41: in a browser the checks printed `the server&#x27;s counters` (escaped twice), the
+    pre-flight note twice, and the legend said "prose" / "verbatim repetition" where the table said
+    "unpredictable" / "predictable". Escaped once, the note once, one name per prompt kind."""
+    page, c = parse([samples.speculative()])
+    text = "".join(c.text)  # the page as a reader sees it: every entity unescaped once
+    for twice in ("&#x27;", "&#39;", "&amp;", "&lt;", "&gt;", "&quot;"):
+        assert twice not in text, twice
+    assert "&amp;#" not in page and "&amp;lt;" not in page
+    assert "the server's counters give 3.00 tokens per step" in text
+    assert "stream 1's arrivals came <2 ms apart" in text
+    assert text.count(samples.PREFLIGHT_NOTE) == 1
+    table = page[page.index("<h3>By N and prompt kind</h3>"):]
+    table = table[:table.index("</table>")]
+    assert "verbatim repetition" in table and "prose" in table
+    assert ">predictable<" not in table and ">unpredictable<" not in table
+    legend = page[page.index("<svg"):page.index("<h3>By N and prompt kind</h3>")]
+    assert "verbatim repetition" in legend and "prose" in legend and "predictable" not in legend.replace("unpredictable", "")
+    checks = page[page.index("<h3>Checks</h3>"):]
+    assert "N=2 verbatim repetition: the server's counters" in "".join(_visible(checks))
+    assert "N=1 prose:" in "".join(_visible(checks)) and "unpredictable" not in checks
+
+
+def _visible(fragment: str) -> list[str]:
+    collector = Collector()
+    collector.feed(fragment)
+    return collector.text

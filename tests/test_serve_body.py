@@ -43,3 +43,15 @@ def test_a_scanned_log_writes_its_findings_lines_and_refusals() -> None:
     audit = decode(LogAudit, written)
     assert audit.findings == tuple(f.record() for f in scanned.findings)
     assert audit.lines == tuple(ln.record() for ln in scanned.lines)
+
+
+def test_the_serve_audit_refuses_only_what_the_command_asked_for() -> None:
+    """--serve "vllm serve M --max-num-seqs 1": the queue its log shows is what was asked (`not asked`,
+    no refusal, so no exit 3); the same log under --max-num-seqs 4 is a request declined."""
+    log = FIXTURES / "logs" / "vllm_seqs1.log"
+    for command, status, refused in (("vllm serve /m --max-num-seqs 1", "not asked", []),
+                                     ("vllm serve /m --max-num-seqs 4", "refused", ["continuous_batching"])):
+        served = Served(url="u", command=command, log_path=log, audit=scan_log(log, "auto", command))
+        written = encode(served.finished()["log_audit"], nulls=True)
+        assert {f["feature"]: f["status"] for f in written["findings"]}["continuous_batching"] == status
+        assert written["refused"] == refused and served.refused is bool(refused)

@@ -18,7 +18,7 @@ from servecheck.model.client import ClientLateness
 
 from servecheck.analysis.client_timing import late_reads, vouch
 from servecheck.analysis.stats import median
-from servecheck.model.bodies.speculative import PROMPT_KINDS, PaysVerdict, SpecVerdict, SpeculativePoint
+from servecheck.model.bodies.speculative import PROMPT_KINDS, PaysVerdict, SpecVerdict, SpeculativePoint, kind_label
 
 
 # --- grouping arrivals into steps -------------------------------------------------------------
@@ -624,7 +624,8 @@ class RunAnalysis:
 
 
 def analyse_run(points: Sequence[PointAnalysis], *, with_baseline: bool) -> RunAnalysis:
-    verdict, reason = run_verdict([p.estimate for p in points], [p.kind for p in points])
+    # the reason names each kind as the reports do ("prose", "verbatim repetition"), not by its JSON value
+    verdict, reason = run_verdict([p.estimate for p in points], [kind_label(p.kind) for p in points])
     stops: dict[str, int | None] = {}
     stops_reason: dict[str, str] = {}
     if with_baseline:

@@ -209,19 +209,19 @@ def run_one(
                                         engine.eos_token_ids))
         staircase = embedded(result)
     say(f"{label} stopped; verdict {staircase.verdict}")
-    audit = audit_log(log_path, command, engine.name, ask=(engine.batching_feature,))
+    audit = audit_log(log_path, command, engine.name, listed=(engine.batching_feature,))
     return DemoRun(parallel, expected, staircase, attempt, command, pid, log_path, audit)
 
 
 def audit_log(
-    log_path: Path, command: tuple[str, ...], engine: str = "llamacpp", ask: tuple[str, ...] = ()
+    log_path: Path, command: tuple[str, ...], engine: str = "llamacpp", listed: tuple[str, ...] = ()
 ) -> shape.DemoLogAudit:
-    """The server log audited by servecheck.logscan, the `log` document's body without `refused`. `ask`:
-    features decided whatever the command line says (the demo asks whether each server batches:
-    a one-at-a-time server's own configuration line then says so, whether or not a periodic line
-    happened to catch a request waiting)."""
+    """The server log audited by servecheck.logscan, the `log` document's body without `refused`. `listed`:
+    features reported whatever the command line says (the demo shows whether each server batches).
+    What was asked is what the command servecheck started asks: `--parallel 1` asks for no second
+    slot, so its `n_slots = 1` reads `not asked`, never `refused`."""
     try:
-        result = scan_log(log_path, engine, shlex.join(command[1:]), ask=ask)
+        result = scan_log(log_path, engine, shlex.join(command[1:]), listed=listed)
     except ServecheckError as exc:  # the audit is a bonus: its failure must not hide the two verdicts
         return shape.LogAuditFailed(error=exc.one_line())
     return shape.DemoLogAudit.of(result.body())

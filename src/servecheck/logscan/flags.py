@@ -27,9 +27,9 @@ class FeatureRequest:
         return FeatureAsk(feature=self.feature, asked=self.asked, value=self.value)
 
 
-# (which option, the request) when a flag switches its feature on; (which option, None) when it
-# switches it off. The option is a flag spec's first name or an environment variable.
-Switch = tuple[str, "FeatureRequest | None"]
+# (which option, its feature, the request) when a flag switches its feature on; (which option, its
+# feature, None) when it switches it off. The option is a flag spec's first name or an environment variable.
+Switch = tuple[str, str, "FeatureRequest | None"]
 # A flag's value -> (is the feature on, the number to compare with the log). None: no value taken.
 Decide = Callable[[str | None], tuple[bool, float | None]]
 
@@ -212,13 +212,23 @@ def guess_engine(tokens: list[str]) -> str | None:
 
 def parse_flags(text: str | None, engine: str) -> tuple[FeatureRequest, ...]:
     """The features a server command line (or environment) asks for. `engine` must not be "auto"."""
+    return _dedupe(_switches(text, engine))
+
+
+def switched_off(text: str | None, engine: str) -> tuple[str, ...]:
+    """The features the command line names and leaves off (`--parallel 1`, `--max-num-seqs 1`, `-nocb`):
+    not asked for, in so many words. A feature another of its options still switches on is not listed."""
+    switches = _switches(text, engine)
+    on = {r.feature for r in _dedupe(switches)}
+    return tuple(dict.fromkeys(feature for _, feature, _req in switches if feature not in on))
+
+
+def _switches(text: str | None, engine: str) -> list[Switch]:
     check_engine(engine)
     if not text or not text.strip():
-        return ()
+        return []
     tokens = split_flags(text)
-    requests = _parse_env(tokens, ENV_TABLES.get(engine, {}))
-    requests += _parse_argv(tokens, FLAG_TABLES.get(engine, _GENERIC))
-    return _dedupe(requests)
+    return _parse_env(tokens, ENV_TABLES.get(engine, {})) + _parse_argv(tokens, FLAG_TABLES.get(engine, _GENERIC))
 
 
 def _parse_env(tokens: list[str], table: dict[str, tuple[str, Decide]]) -> list[Switch]:
@@ -228,7 +238,7 @@ def _parse_env(tokens: list[str], table: dict[str, tuple[str, Decide]]) -> list[
         if sep and name in table:
             feature, decide = table[name]
             on, number = decide(value)
-            out.append((name, FeatureRequest(feature, token, number) if on else None))
+            out.append((name, feature, FeatureRequest(feature, token, number) if on else None))
     return out
 
 
@@ -250,7 +260,7 @@ def _parse_argv(tokens: list[str], table: tuple[FlagSpec, ...]) -> list[Switch]:
             continue  # a flag missing its value: the server would have refused to start
         on, number = spec.decide(value)
         asked = name if value is None else f"{name} {value}"
-        out.append((spec.off_of or spec.names[0], FeatureRequest(spec.feature, asked, number) if on else None))
+        out.append((spec.off_of or spec.names[0], spec.feature, FeatureRequest(spec.feature, asked, number) if on else None))
     return out
 
 
@@ -265,7 +275,7 @@ def _dedupe(switches: list[Switch]) -> tuple[FeatureRequest, ...]:
     `-fa on ... -fa off` or `-cb ... -nocb` asks for nothing; a feature two options switch on
     (`-ctk q8_0 -ctv f16`) is asked for when either is still on, in the words of the later one."""
     last_per_option: dict[str, FeatureRequest | None] = {}
-    for option, req in switches:
+    for option, _feature, req in switches:
         last_per_option.pop(option, None)
         last_per_option[option] = req
     last: dict[str, FeatureRequest] = {}

@@ -1,5 +1,6 @@
 """`scan_log`: stream a server log through the rule table and say, per feature the user switched on,
-whether the log confirms it, refuses it, or says nothing."""
+whether the log confirms it, refuses it, or says nothing; a feature the user did not ask for is never
+`refused` (`decide_findings` holds the rule)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
-from servecheck.logscan.flags import FeatureRequest, guess_engine, parse_flags, split_flags
+from servecheck.logscan.flags import FeatureRequest, guess_engine, parse_flags, split_flags, switched_off
 from servecheck.logscan.reader import Level, RawLine, iter_log
 from servecheck.logscan.rules import Rule, RuleStatus, check_engine, load_rules, rules_for
 from servecheck.model.bodies import log as body_
 from servecheck.model.bodies.common import LogFinding
 from servecheck.model.bodies.common import LogLine as LogLineRecord
 
-FindingStatus = Literal["confirmed", "refused", "unconfirmed"]
+FindingStatus = Literal["confirmed", "refused", "unconfirmed", "not asked"]
+# A feature the server shows off that nobody asked it to switch on: the server declined nothing.
+NOT_ASKED: FindingStatus = "not asked"
 
 # WARNING/ERROR lines kept for the report; a log with more is still scanned to the end.
 MAX_KEPT_LINES = 2000
@@ -106,6 +109,8 @@ class LogScanResult:
     lines_dropped: int = 0  # WARNING/ERROR lines beyond MAX_KEPT_LINES
     evidence_repeated: int = 0  # matching lines that repeated a reading already in `evidence`
     notes: tuple[str, ...] = field(default=())
+    switched_off: tuple[str, ...] = ()  # features the flags name and leave off (`--parallel 1`)
+    listed: tuple[str, ...] = ()  # features decided even when nothing asked for them (the demo's)
 
     @property
     def refused(self) -> tuple[Finding, ...]:
@@ -114,7 +119,8 @@ class LogScanResult:
     def with_live(self, live: Sequence[Evidence]) -> LogScanResult:
         """The same scan with live evidence from the running server added."""
         evidence = (*self.evidence, *live)
-        return replace(self, evidence=evidence, findings=decide_findings(self.requests, evidence))
+        return replace(self, evidence=evidence,
+                       findings=decide_findings(self.requests, evidence, self.switched_off, self.listed))
 
     def body(self) -> body_.LogBody:
         """The `log` document's body, all but `refused` (the command lists it; a demo's audit does not)."""
@@ -132,13 +138,13 @@ def scan_log(
     flags: str | None = None,
     *,
     rules: tuple[Rule, ...] | None = None,
-    ask: Sequence[str] = (),
+    listed: Sequence[str] = (),
 ) -> LogScanResult:
     """Scan one log file. `flags` is the server's command line (Ollama: its environment).
 
-    `ask` names features to decide whether or not the flags switched them on: the demo asks
-    whether each of its two servers batches, and a `--max-num-seqs 1` server's own configuration
-    line then answers `refused` even when no periodic line caught a request waiting."""
+    `listed` names features to report whether or not the flags switched them on: the demo shows
+    whether each of its two servers batches, and a `--parallel 1` server's own `n_slots = 1` line
+    then answers `not asked` (no request was declined), a `--parallel 4` one's `confirmed`."""
     check_engine(engine)
     all_rules = load_rules() if rules is None else rules
     scan = _Scan(rules_for(all_rules, engine))
@@ -146,14 +152,14 @@ def scan_log(
         scan.feed(raw)
     flag_engine = _flag_engine(engine, flags, scan.detected)
     requests = parse_flags(flags, flag_engine)
-    switched = {r.feature for r in requests}
-    requests += tuple(FeatureRequest(f, asked="(asked)") for f in dict.fromkeys(ask) if f not in switched)
+    off = switched_off(flags, flag_engine)
+    listed = tuple(dict.fromkeys(listed))
     notes = _notes(engine, flag_engine, flags)
     return LogScanResult(
         path=str(path),
         engine=_reported_engine(engine, flags, flag_engine, scan.detected),
         requests=requests,
-        findings=decide_findings(requests, scan.evidence),
+        findings=decide_findings(requests, scan.evidence, off, listed),
         evidence=tuple(scan.evidence),
         lines=tuple(scan.kept),
         lines_total=scan.total,
@@ -162,6 +168,8 @@ def scan_log(
         lines_dropped=scan.dropped,
         evidence_repeated=scan.repeated_evidence,
         notes=notes,
+        switched_off=off,
+        listed=listed,
     )
 
 
@@ -252,29 +260,46 @@ def excerpt(line: str, matched: str) -> str:
     return ("... " if lo > 0 else "") + line[lo:hi] + (" ..." if hi < len(line) else "")
 
 
-def decide_findings(requests: Sequence[FeatureRequest], evidence: Sequence[Evidence]) -> tuple[Finding, ...]:
+def decide_findings(
+    requests: Sequence[FeatureRequest],
+    evidence: Sequence[Evidence],
+    off: Sequence[str] = (),
+    listed: Sequence[str] = (),
+) -> tuple[Finding, ...]:
     """Per feature: refused if any line refuses it, else confirmed if any line confirms it, else
     refused if a line refuses it that only a confirmation overrides, else unconfirmed (asked for,
-    nothing either way). Features nobody asked for appear only with evidence."""
+    nothing either way).
+
+    Only a request can be refused. A feature is asked for when the flags switch it on; when they do
+    not, a line the engine prints only in answer to a request (`--gpu-layers option will be ignored`:
+    a rule without `requires_request`) still shows one, unless the flags name the feature and leave
+    it off (`off`: `--max-num-seqs 1`, then a request queued is what was asked). Any other refusal of
+    a feature nobody asked for reads `not asked`. Features nobody asked for appear only with evidence
+    that speaks without a request, or when `listed`."""
     asked = {r.feature: r for r in requests}
-    features = list(asked)
+    features = list(dict.fromkeys((*asked, *listed)))
     for ev in evidence:
         if ev.feature not in asked and ev.status != "info" and ev.feature not in features:
             features.append(ev.feature)
-    findings = [_decide(f, asked.get(f), [e for e in evidence if e.feature == f]) for f in features]
+    findings = [_decide(f, asked.get(f), [e for e in evidence if e.feature == f], f in off, f in listed)
+                for f in features]
     return tuple(f for f in findings if f is not None)
 
 
-def _decide(feature: str, request: FeatureRequest | None, evidence: list[Evidence]) -> Finding | None:
-    usable = [_against_request(e, request) for e in evidence if request is not None or not e.requires_request]
+def _decide(feature: str, request: FeatureRequest | None, evidence: list[Evidence], off: bool,
+            listed: bool) -> Finding | None:
+    usable = [_against_request(e, request) for e in evidence
+              if request is not None or listed or not e.requires_request]
     strong = [e for e in usable if not e.yields_to_confirmed]
     weak = [e for e in usable if e.yields_to_confirmed]
     for status, pool in (("refused", strong), ("confirmed", strong), ("refused", weak)):
         hit = next((e for e in pool if e.status == status), None)
         if hit is not None:
+            if status == "refused" and request is None and (off or hit.requires_request):
+                return _finding(feature, NOT_ASKED, request, hit)
             return _finding(feature, status, request, hit)  # type: ignore[arg-type]
     if request is None:
-        return None
+        return Finding(feature, NOT_ASKED, None, False) if listed else None
     return Finding(feature, "unconfirmed", None, True, asked=request.asked)
 
 

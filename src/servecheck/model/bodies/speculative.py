@@ -17,6 +17,11 @@ PROMPT_KINDS: tuple[PromptKind, ...] = get_args(PromptKind)
 KIND_LABELS: dict[str, str] = {"predictable": "verbatim repetition", "unpredictable": "prose"}  # as a reader says it
 
 
+def kind_label(kind: str | None) -> str:
+    """A prompt kind as every report names it (the JSON keeps `predictable` / `unpredictable`)."""
+    return KIND_LABELS.get(kind or "", kind or "?")
+
+
 @record
 class SpeculativePoint:
     """One N and prompt kind: tokens per step from the streams' arrivals, the rates, and against the baseline."""

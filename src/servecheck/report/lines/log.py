@@ -23,7 +23,7 @@ from servecheck.report.lines.log_html import section
 
 # WARNING/ERROR lines printed in the terminal; the JSON has all of them (up to the scan's cap).
 SHOWN_LINES = 20
-STATUS_STYLE = {"refused": "bold red", "confirmed": "green", "unconfirmed": "yellow"}
+STATUS_STYLE = {"refused": "bold red", "confirmed": "green", "unconfirmed": "yellow", "not asked": "dim"}
 
 
 def refused(body: LogBody) -> tuple[LogFinding, ...]:

@@ -26,7 +26,7 @@ def log_findings(findings: Sequence[LogFinding], lines: Sequence[LogLine], word:
     with_value = any(f.value is not None for f in findings)
     with_provenance = any(f.provenance for f in findings)
     rows = [
-        [fmt(f.feature), f'<span class="status-{esc(f.status or "")}">{fmt(f.status)}</span>',
+        [fmt(f.feature), f'<span class="status-{esc((f.status or "").replace(" ", "-"))}">{fmt(f.status)}</span>',
          *([fmt(f.value)] if with_value else []), excerpt(f.line), fmt(f.meaning),
          *([fmt(f.provenance)] if with_provenance else [])]
         for f in findings

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import RenderableType
 
 from servecheck.model.bodies.common import Server
-from servecheck.model.bodies.speculative import KIND_LABELS, SpeculativeBody, SpeculativePoint
+from servecheck.model.bodies.speculative import SpeculativeBody, SpeculativePoint, kind_label
 from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
 from servecheck.report.lines import register
@@ -46,7 +46,7 @@ def _at(body: SpeculativeBody, n: int | None, kind: str) -> SpeculativePoint | N
 
 
 def _kind_clause(p: SpeculativePoint) -> str:
-    label = KIND_LABELS.get(p.prompt_kind or "", p.prompt_kind or "?")
+    label = kind_label(p.prompt_kind)
     if p.tokens_per_step is None:
         return f"{label}: no tokens per step ({p.reason or 'not grouped'}), {_f(p.per_stream_tok_s, 0)} tok/s"
     return f"{label}: {p.tokens_per_step:.1f} tokens per step, {_f(p.per_stream_tok_s, 0)} tok/s"
@@ -97,7 +97,7 @@ def table_lines(body: SpeculativeBody) -> list[str]:
             f"{'baseline':>9} {'pays':>12} {'server t/step':>13}")
     lines = [head + "   (rates in tok/s)"]
     for p in body.points:
-        label = KIND_LABELS.get(p.prompt_kind or "", p.prompt_kind or "?")
+        label = kind_label(p.prompt_kind)
         lines.append(f"{p.n if p.n is not None else '?':>3} {label:<20} {_f(p.tokens_per_step, 2):>11} "
                      f"{_span(p.tokens_per_step_interval):>12} {_f(p.per_stream_tok_s):>10} {_f(p.aggregate_tok_s):>10} "
                      f"{_f(p.baseline_per_stream_tok_s):>9} {p.pays or '-':>12} {_f(p.server_tokens_per_step, 2):>13}")
@@ -107,7 +107,7 @@ def table_lines(body: SpeculativeBody) -> list[str]:
 def detail_lines(body: SpeculativeBody) -> list[str]:
     lines: list[str] = []
     for p in body.points:
-        where = f"N={p.n} {KIND_LABELS.get(p.prompt_kind or '', p.prompt_kind or '?')}"
+        where = f"N={p.n} {kind_label(p.prompt_kind)}"
         lines.append(f"{where}: {p.verdict or '?'} ({p.reason or '-'}); {p.grouped}/{p.streams} streams grouped, {p.steps} steps")
         lines += [f"  grouping: {m}" for m in p.grouping[:1]]
         lines += [f"  not grouped: {why}" for why in p.problems]
@@ -116,7 +116,7 @@ def detail_lines(body: SpeculativeBody) -> list[str]:
         if p.pays_reason:
             lines.append(f"  against the baseline: {p.pays_reason}")
     for kind, why in body.stops_paying_reason.items():
-        lines.append(f"{KIND_LABELS.get(kind, kind)}: {why}")
+        lines.append(f"{kind_label(kind)}: {why}")
     return lines
 
 
