@@ -136,7 +136,7 @@ def log(*, line: str = "WARNING: continuous batching is unavailable for this mod
     return doc
 
 
-PREFLIGHT_NOTE = "client pre-flight calibration not taken: step grouping has its own noise guard"
+PREFLIGHT_NOTE = "client pre-flight calibration not taken: the client's own lateness is metered instead, and groups it read late are left out"
 
 
 def speculative() -> dict[str, Any]:

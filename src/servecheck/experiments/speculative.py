@@ -257,7 +257,7 @@ async def run_speculative(
             raise UsageError(why, "pass --baseline the URL of the same model served without a draft")
         if on_server is not None:
             on_server(server)
-        notes = ("client pre-flight calibration not taken: step grouping has its own noise guard",)
+        notes = ("client pre-flight calibration not taken: the client's own lateness is metered instead, and groups it read late are left out",)
         result = SpeculativeResult(server, tuple(ns), tokens, reps, baseline=baseline, notes=notes,
                                    max_reps=budget if base is not None else None,
                                    warmup=await _warm(driver, rng, "target"))
