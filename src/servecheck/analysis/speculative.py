@@ -90,6 +90,10 @@ MAX_LATE_SHARE = 0.5
 COALESCE_MIN_CV = 0.15
 COALESCE_MIN_R = 0.7
 COALESCE_FIT = 0.8
+# "Within" a burst's predicted size: one token, or this share of it where bursts are several steps of a
+# speculating server (sizes come in multiples of its step, 3 tokens a step read through a 35-105 ms hop
+# are bursts of 6-15: each within half a step of the length's share, a third of the size or less).
+COALESCE_FIT_SHARE = 0.35
 # Below this mean size there is nothing to mistake for speculation.
 COALESCE_MIN_MEAN = 1.15
 
@@ -176,11 +180,19 @@ def group_steps(stream: Stream) -> Grouping:
     if max(gaps) < BURST_NS:
         return Grouping(problem=f"every event arrived within {max(gaps) / 1e3:.0f} µs of the one before: one burst "
                                 "(a buffered stream), no step time shows, nothing to group")
+    if (apart := sum(g >= BURST_NS for g in gaps)) < MIN_STEPS:
+        return Grouping(problem_code="too_few_groups", problem=(
+            f"the events arrived in {apart + 1} bursts (at most {apart} gaps of 100 µs or more): a stream buffered on its "
+            f"way (a proxy, a gateway) or very long steps; at least {MIN_STEPS} steps are needed to group"))
     step_ns, how = step_time(gaps)
     late = late_arrivals(gaps, step_ns)
     dead = [g for k, g in enumerate(gaps) if DEAD_LO * step_ns <= g <= DEAD_HI * step_ns and k not in late]
     needed = LATE_READ_FRACTION * step_ns
     word = vouch(stream.lateness, arrivals[0], arrivals[-1], needed)
+    if not word.ok and word.code == "coarse":
+        return Grouping(step_ns=step_ns, problem_code="client_coarse", problem=(
+            f"the stream's step time ({step_ns / 1e6:.3g} ms) is finer than the client can vouch for: it reads on time "
+            f"to {word.resolution_ms:.2f} ms and needs half a step; cannot tell steps from late reads"))
     if not word.ok and word.code != "late":
         return Grouping(step_ns=step_ns, problem=f"cannot tell steps from late reads: {word.words()}",
                         problem_code=f"client_{word.code}")
@@ -201,7 +213,7 @@ def group_steps(stream: Stream) -> Grouping:
             f"{needed / 1e6:.2f} ms, half the step time): its own lateness, not the server's steps, shaped them; "
             "rerun on a quieter client"))
     if (coalesced := in_transit([g for i, g in enumerate(split) if i not in opened_late])) is not None:
-        return Grouping(step_ns=step_ns, late_groups=len(opened_late), problem_code="coalesced", problem=coalesced)
+        return Grouping(step_ns=step_ns, late_groups=len(opened_late), problem_code=coalesced[0], problem=coalesced[1])
     steps, held, source = unhold(split, step_ns)
     wide, _, wide_source = unhold(split, step_ns, local=False)
     steps = [k for k, i in zip(steps[:-1], source[:-1]) if i not in opened_late]
@@ -219,10 +231,13 @@ def group_steps(stream: Stream) -> Grouping:
                     threshold_ns=threshold, method=method, late_groups=len(opened_late))
 
 
-def in_transit(groups: Sequence[tuple[int, int | None, int]]) -> str | None:
-    """Why these groups are bursts made in transit (see COALESCE_*), or None."""
+def in_transit(groups: Sequence[tuple[int, int | None, int]]) -> tuple[str, str] | None:
+    """Why these groups are (or may be) bursts made in transit (see COALESCE_*), a code and words; or None."""
     pairs = [(size, gap) for size, gap, _ in groups if gap is not None]
     if len(pairs) < MIN_STEPS:
+        if sum(k for k, _ in pairs) > COALESCE_MIN_MEAN * len(pairs):
+            return "too_few_groups", (f"only {len(pairs)} groups of {sum(k for k, _ in pairs)} tokens: too few to tell decode steps "
+                    f"from bursts coalesced in transit (at least {MIN_STEPS} needed); raise --tokens")
         return None
     sizes = [float(k) for k, _ in pairs]
     lengths = [float(g) for _, g in pairs]
@@ -233,11 +248,11 @@ def in_transit(groups: Sequence[tuple[int, int | None, int]]) -> str | None:
     mean_len = sum(lengths) / len(lengths)
     cv = math.sqrt(sum((g - mean_len) ** 2 for g in lengths) / (len(lengths) - 1)) / mean_len
     r = _pearson(sizes, predicted)
-    fit = sum(abs(k - p) <= 1.0 for k, p in zip(sizes, predicted)) / len(sizes)
+    fit = sum(abs(k - p) <= max(1.0, COALESCE_FIT_SHARE * p) for k, p in zip(sizes, predicted)) / len(sizes)
     if cv < COALESCE_MIN_CV or r is None or r < COALESCE_MIN_R or fit < COALESCE_FIT:
         return None
-    return (f"the groups' sizes follow the time since the group before (r = {r:.2f}; {fit:.0%} within one token of "
-            f"one per {per_token / 1e6:.3g} ms): bursts coalesced in transit (a proxy or gateway that buffers the "
+    return "coalesced", (f"the groups' sizes follow the time since the group before (r = {r:.2f}; {fit:.0%} within a token or a "
+            f"third of one per {per_token / 1e6:.3g} ms): bursts coalesced in transit (a proxy or gateway that buffers the "
             "stream), not decode steps; measure without the hop")
 
 
@@ -626,6 +641,13 @@ class RunAnalysis:
 def analyse_run(points: Sequence[PointAnalysis], *, with_baseline: bool) -> RunAnalysis:
     # the reason names each kind as the reports do ("prose", "verbatim repetition"), not by its JSON value
     verdict, reason = run_verdict([p.estimate for p in points], [kind_label(p.kind) for p in points])
+    hop = sum(p.coalesced for p in points)
+    if hop and verdict != "inconclusive":
+        # a hop that buffers does so for every stream: where it showed, the other streams' groups may be bursts too
+        verdict, reason = "inconclusive", (
+            f"{hop} stream(s) arrived in bursts coalesced in transit (a proxy or gateway that buffers the stream), so "
+            f"no stream's groups can be trusted as decode steps (the points alone read: {reason}); measure without "
+            "the hop")
     stops: dict[str, int | None] = {}
     stops_reason: dict[str, str] = {}
     if with_baseline:
