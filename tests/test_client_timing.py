@@ -197,3 +197,16 @@ async def test_periodic_starvation_gives_no_phantom_chunk(monkeypatch: pytest.Mo
     assert body.verdict == "inconclusive" and body.chunk_tokens is None, body.verdict_reason
     problems = [q for p in body.points for q in p.problems]
     assert any("the client itself" in q for q in problems), problems
+
+
+@pytest.mark.timing(seconds=20)
+async def test_interference_behind_a_buffering_hop_names_the_hop() -> None:
+    """Victims' tokens released in bursts have no decode interval: before, the client was blamed for
+    reading them late (or the intruder for arriving early); now the hop is named."""
+    with sim_in_thread(prefill_law()) as sim, running_proxy(sim.url, "--burst", "35-105", "--burst-seed", "5") as url:
+        async with LoadDriver(Target(url, first_token_timeout_s=60)) as driver:
+            result = await run_interference(driver, sizes=(512, 2048), streams=2, tokens=200, reps=1,
+                                            rng=random.Random(3))
+    body = result.body()
+    assert body.verdict == "inconclusive", body.verdict_reason
+    assert all(any("buffered on its way" in q for q in p.problems) for p in body.points), [p.problems for p in body.points]

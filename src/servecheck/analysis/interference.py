@@ -59,6 +59,9 @@ PROPORTIONAL = 0.5
 # hiccup, 4% of a 432 ms window.
 CHUNKED_SHARE = 0.5
 ISOLATED_SHARE = 0.2
+# A victims' median gap this short is no decode step (a loopback write takes microseconds, no engine
+# decodes in a tenth of a millisecond): the stream was buffered on its way and released in bursts.
+BURST_S = 0.0001
 # The client's own stalls (analysis.client_timing) may fill at most this share of a prefill window, and
 # none of them span more, before the rep is no evidence: below ISOLATED_SHARE they cannot make a
 # window look chunked or blocked, nor push an isolated one past its rule.
@@ -181,6 +184,12 @@ def intrusion_problems(i: Intrusion) -> list[str]:
     live = [v for v in i.victims if v]
     if len(live) < len(i.victims):
         problems.append("a victim produced no tokens")
+        return problems
+    every_gap = [b - a for v in live for a, b in gaps(v)]
+    if every_gap and median(every_gap) < BURST_S * NS_PER_S:
+        problems.append(f"the victims' tokens arrived in bursts (their median gap is {median(every_gap) / 1e3:.0f} µs): a "
+                        "stream buffered on its way (a proxy or gateway), no decode interval to measure against; "
+                        "measure without the hop")
         return problems
     firsts, ends = [v[0] for v in live], [v[-1] for v in live]
     if live and max(firsts) >= min(ends):
