@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from servecheck.model.client import ClientLateness
 
 # After a late window ends the loop drains what queued up in it: reads this soon after its end
-# carry data that arrived inside it. One tick: the ticker fires in the same pass as the backlog's
-# first reads, and a backlog of stream events is parsed in well under a millisecond.
-DRAIN_TICKS = 1
+# carry data that arrived inside it. Two ticks: the ticker fires in the same pass as the backlog's
+# first reads, and a catch-up longer than that leaves a late tick of its own (see chains()).
+DRAIN_TICKS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,20 @@ class Vouch:
         return "the client read on time"
 
 
+def chains(lateness: ClientLateness) -> list[tuple[int, int]]:
+    """The late windows joined where the loop never fired on time between them: after a long stall the
+    loop catches up (parses what piled up), its next ticks are late too, and a read in that catch-up was
+    held since the first window began. A window that starts within a tick of the last one's end (the
+    ticker re-arms as soon as it fires) continues its chain."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(lateness.late_ns):
+        if out and a <= out[-1][1] + lateness.tick_ns:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
 def vouch(lateness: ClientLateness | None, lo_ns: int, hi_ns: int, needed_ns: float) -> Vouch:
     """Could the client time [lo_ns, hi_ns] to within `needed_ns`? Every late window longer than that
     which overlaps the stretch (its drain included) says no, and so does a meter coarser than it."""
@@ -60,7 +74,7 @@ def vouch(lateness: ClientLateness | None, lo_ns: int, hi_ns: int, needed_ns: fl
     if lateness.tick_ns and (lo_ns < lateness.from_ns or hi_ns > lateness.to_ns):
         return Vouch(False, "uncovered", resolution_ms=res_ms, needed_ms=need_ms)
     drain = DRAIN_TICKS * lateness.tick_ns
-    worst = max((b - a for a, b in lateness.late_ns if a < hi_ns and b + drain > lo_ns and b - a > needed_ns),
+    worst = max((b - a for a, b in chains(lateness) if a < hi_ns and b + drain > lo_ns and b - a > needed_ns),
                 default=0)
     if worst:
         return Vouch(False, "late", late_ms=worst / 1e6, resolution_ms=res_ms, needed_ms=need_ms)
@@ -70,7 +84,7 @@ def vouch(lateness: ClientLateness | None, lo_ns: int, hi_ns: int, needed_ns: fl
 def late_in(lateness: ClientLateness, lo_ns: int, hi_ns: int, longer_than_ns: float) -> tuple[int, int]:
     """(longest, summed) time of the late windows longer than `longer_than_ns` inside [lo_ns, hi_ns], each
     clipped to it: how much of a stretch the client's own stalls could have shaped."""
-    clipped_ns = [min(b, hi_ns) - max(a, lo_ns) for a, b in lateness.late_ns
+    clipped_ns = [min(b, hi_ns) - max(a, lo_ns) for a, b in chains(lateness)
                   if a < hi_ns and b > lo_ns and b - a > longer_than_ns]
     return max(clipped_ns, default=0), sum(clipped_ns)
 
@@ -79,7 +93,7 @@ def delayed_since(lateness: ClientLateness, t_ns: int, longer_than_ns: float) ->
     """Where a read at `t_ns` may have been held since: the start of the earliest late window longer than
     `longer_than_ns` that the read falls in (or drains), or None when it was read on time."""
     drain = DRAIN_TICKS * lateness.tick_ns
-    starts = [a for a, b in lateness.late_ns if b - a > longer_than_ns and a < t_ns <= b + drain]
+    starts = [a for a, b in chains(lateness) if b - a > longer_than_ns and a < t_ns <= b + drain]
     return min(starts) if starts else None
 
 
@@ -87,7 +101,7 @@ def late_reads(lateness: ClientLateness, reads_ns: Sequence[int], needed_ns: flo
     """Indices of the reads the client may have made more than `needed_ns` after their data arrived: a
     read inside a late window that long, or in the drain after one (reads in time order)."""
     drain = DRAIN_TICKS * lateness.tick_ns
-    windows = [(a, b + drain) for a, b in lateness.late_ns if b - a > needed_ns]
+    windows = [(a, b + drain) for a, b in chains(lateness) if b - a > needed_ns]
     out: set[int] = set()
     k = 0
     for i, t in enumerate(reads_ns):

@@ -62,14 +62,19 @@ ISOLATED_SHARE = 0.2
 # A victims' median gap this short is no decode step (a loopback write takes microseconds, no engine
 # decodes in a tenth of a millisecond): the stream was buffered on its way and released in bursts.
 BURST_S = 0.0001
-# The client's own stalls (analysis.client_timing) may fill at most this share of a prefill window, and
-# none of them span more, before the rep is no evidence: below ISOLATED_SHARE they cannot make a
-# window look chunked or blocked, nor push an isolated one past its rule.
-CLIENT_SHARE = ISOLATED_SHARE
+CLIENT_BURSTS = "the victims' tokens were read in bursts because the client itself was late"
+# Bursts are the client's doing where its stalls last a quarter of the time between bursts or more (120 ms
+# of every 200 ms starved: 0.6); a hop's bursts 35-105 ms apart beside a busy client's 2-3 ms stalls: 0.04.
+CLIENT_BURST_FRACTION = 0.25
 # The victims' baseline is a median of their gaps: it is theirs while fewer than half of those gaps were
 # read late by the client (a stall lengthens one gap and shortens the next: the median holds until the
 # late ones are the middle); 40% leaves a margin.
 CLIENT_BASELINE_SHARE = 0.4
+# Likewise the victims' step during the prefill is the time-weighted median of their stretched gaps: the
+# part of those gaps that may be the client's own stalls (from where a stall began to a closing token it
+# read late) must stay under half of their time for that step to be the server's; 40% leaves a margin.
+# A 1.2 s stall inside a chunked server's window made 65% of it; busy.py's 6 ms stalls at chunk ends 30%.
+CLIENT_STRETCHED_SHARE = 0.4
 # Isolated: at every size the longest victim gap during the prefill stays below STRETCH_RATIO x baseline.
 # The user-facing sentence prices a blocking server's freeze against chunks of this many tokens (vLLM's
 # and SGLang's common chunk sizes are 512-8192; llama.cpp's default -b is 2048).
@@ -185,11 +190,20 @@ def intrusion_problems(i: Intrusion) -> list[str]:
     if len(live) < len(i.victims):
         problems.append("a victim produced no tokens")
         return problems
-    every_gap = [b - a for v in live for a, b in gaps(v)]
-    if every_gap and median(every_gap) < BURST_S * NS_PER_S:
-        problems.append(f"the victims' tokens arrived in bursts (their median gap is {median(every_gap) / 1e3:.0f} µs): a "
-                        "stream buffered on its way (a proxy or gateway), no decode interval to measure against; "
-                        "measure without the hop")
+    every_gap = [(a, b) for v in live for a, b in gaps(v)]
+    if every_gap and median([b - a for a, b in every_gap]) < BURST_S * NS_PER_S:
+        # the client collapsed the reads only where it was late for a good part of the time between bursts
+        apart = [b - a for a, b in every_gap if b - a >= BURST_S * NS_PER_S]
+        floor = CLIENT_BURST_FRACTION * median(apart) if apart else 0.0
+        held = 0 if i.lateness is None else sum(
+            delayed_since(i.lateness, b, max(floor, i.lateness.resolution_ns)) is not None for _, b in every_gap)
+        if held > CLIENT_BASELINE_SHARE * len(every_gap):
+            problems.append(f"{CLIENT_BURSTS} for {held} of their {len(every_gap)} reads (its own stalls): no decode "
+                            "interval to measure against; the rep is repeated")
+        else:
+            problems.append("the victims' tokens arrived in bursts (their median gap under 100 µs) while the client read "
+                            "on time: a stream buffered on its way (a proxy or gateway), no decode interval to measure "
+                            "against; measure without the hop")
         return problems
     firsts, ends = [v[0] for v in live], [v[-1] for v in live]
     if live and max(firsts) >= min(ends):
@@ -247,9 +261,9 @@ def client_problem(i: Intrusion, baseline_s: float | None) -> str | None:
 
     * the baseline (a median) is the server's while at most CLIENT_BASELINE_SHARE of its gaps have an end
       the client read late;
-    * a stretched gap in the prefill window is the server's when it stays stretched even if its token
-      arrived as early as the stall began; stretched gaps that may be the client's may fill at most
-      CLIENT_SHARE of the window (the rules read stretched time: BLOCKING_COVER, CHUNKED_SHARE).
+    * the stretched gaps in the prefill window are the server's while at most CLIENT_STRETCHED_SHARE of
+      their time lies between a stall's start and a closing token the client read late in it (a gap that
+      stretched only by a stall is doubtful all but its first normal step).
     """
     if baseline_s is None or i.first_token_ns is None or i.first_token_ns <= i.send_ns:
         return None  # unreadable for a reason of its own, named by intrusion_problems
@@ -266,19 +280,20 @@ def client_problem(i: Intrusion, baseline_s: float | None) -> str | None:
     if i.lateness is None or (not word.ok and word.code != "late"):
         return f"{word.words()} (the victims' gaps around the prefill window): the rep is repeated"
     lo, hi, stretched = i.send_ns, i.first_token_ns, STRETCH_RATIO * baseline_s * NS_PER_S
-    doubtful = 0
+    doubtful = total = 0
     for v in i.victims:
         for a, b in gaps(v):
             if b <= lo or a >= hi or b - a <= stretched:
                 continue
+            total += min(b, hi) - max(a, lo)
             since = delayed_since(i.lateness, b, limit)
-            if since is not None and max(0, since - a) <= stretched:
-                doubtful += min(b, hi) - max(a, lo)
-    window = hi - lo
-    if doubtful > CLIENT_SHARE * window * max(1, len(i.victims)):
+            if since is not None:  # the closing token may have arrived as early as the stall began
+                doubtful += min(b, hi) - max(a, since, lo)
+    if total and doubtful > CLIENT_STRETCHED_SHARE * total:
         return (f"the client itself was late inside the prefill window: {doubtful / 1e6:.0f} ms of the victims' "
-                f"stretched gaps in its {window / 1e6:.0f} ms may be its own stalls (at most {CLIENT_SHARE:.0%} of the "
-                "window is no threat to the rules): no evidence, the rep is repeated")
+                f"{total / 1e6:.0f} ms of stretched gaps in it may be its own stalls (at most "
+                f"{CLIENT_STRETCHED_SHARE:.0%} leave the step the rules read the server's): no evidence, the rep is "
+                "repeated")
     return None
 
 
@@ -312,7 +327,7 @@ def read_intrusion(i: Intrusion) -> Reading:
         window_gaps_s=window_s,
         problems=tuple(problems),
         stretched_share=stretched_share(i, baseline),
-        client_late=late is not None,
+        client_late=late is not None or any(p.startswith(CLIENT_BURSTS) for p in problems),
     )
 
 
