@@ -166,7 +166,7 @@ def prefill_law(**kw: object) -> SimConfig:
 
 async def interference(url: str, seed: int):
     async with LoadDriver(Target(url, first_token_timeout_s=60)) as driver:
-        result = await run_interference(driver, sizes=(512, 2048, 8192), streams=2, tokens=400, reps=1,
+        result = await run_interference(driver, sizes=(512, 8192), streams=2, tokens=320, reps=1,
                                         rng=random.Random(seed))
     return result, result.body()
 
