@@ -144,8 +144,8 @@ async def test_bursts_from_a_buffering_hop_are_named_and_never_read_as_steps(ste
         body = await speculative(url, 1, tokens=128)
     assert body.verdict == "inconclusive", body.verdict_reason
     assert "transit" in body.verdict_reason or "buffered on its way" in body.verdict_reason, body.verdict_reason
-    for p in body.points:
-        assert p.verdict != "speculating" or mean > 0, (p.n, p.reason)
+    for p in body.points:  # no point stands alone behind a hop either, even one whose own streams looked clean
+        assert p.verdict != "speculating", (p.n, p.reason)
     if step_s == 0.02 and mean == 0.0:
         assert all(p.coalesced_streams for p in body.points), [(p.n, p.reason) for p in body.points]
 

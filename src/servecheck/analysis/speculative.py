@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from servecheck.model.client import ClientLateness
 
@@ -636,6 +636,19 @@ class RunAnalysis:
     reason: str
     stops_paying_n: dict[str, int | None]
     stops_paying_reason: dict[str, str]
+
+
+def behind_a_hop(points: Sequence[PointAnalysis]) -> list[PointAnalysis]:
+    """The points as the run can stand by them: where any stream arrived coalesced in transit, a hop buffered
+    the run's streams, so no point's groups are steps and every decided point is left undecided, named."""
+    hop = sum(p.coalesced for p in points)
+    if not hop:
+        return list(points)
+    why = (f"{hop} stream(s) of the run arrived in bursts coalesced in transit (a proxy or gateway that buffers "
+           "the stream): this point's groups may be bursts too, not decode steps; measure without the hop")
+    return [p if p.estimate.verdict == "inconclusive" else
+            replace(p, estimate=replace(p.estimate, verdict="inconclusive", reason=f"{why} (alone it read: {p.estimate.reason})"))
+            for p in points]
 
 
 def analyse_run(points: Sequence[PointAnalysis], *, with_baseline: bool) -> RunAnalysis:

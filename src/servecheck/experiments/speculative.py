@@ -111,7 +111,7 @@ class SpeculativeResult:
 
     def body(self, expect: str | None = None) -> shape.SpeculativeBody:
         """The speculative body record (docs/speculative.md)."""
-        points = self.points()
+        points = sp.behind_a_hop(self.points())
         run = sp.analyse_run(points, with_baseline=self.baseline is not None)
         return shape.SpeculativeBody(
             verdict=run.verdict, verdict_reason=run.reason, expect=expect, server=self.server.body(),
