@@ -112,14 +112,6 @@ def late_reads(lateness: ClientLateness, reads_ns: Sequence[int], needed_ns: flo
     return frozenset(out)
 
 
-def clipped(lateness: ClientLateness | None, lo_ns: int, hi_ns: int) -> ClientLateness | None:
-    """The part of a record that a stretch needs (its late windows, the span it covered, left as is)."""
-    if lateness is None:
-        return None
-    keep = tuple((a, b) for a, b in lateness.late_ns if a < hi_ns and b > lo_ns)
-    return ClientLateness(lateness.tick_ns, lateness.floor_ns, lateness.from_ns, lateness.to_ns, keep, lateness.dropped)
-
-
 def merged(records: Sequence[ClientLateness | None]) -> ClientLateness | None:
     """Several clients' records of one stretch as one: every window counts (a stall in any reader is a
     stall of the batch), the coarsest meter and the narrowest common span; None if any is missing."""
