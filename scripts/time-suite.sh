@@ -2,7 +2,7 @@
 # Times CI's command (`CI=true bash .ci/run`, which is `make test`) on fresh clones of this repository's
 # HEAD, one after another, with the engine cache as it is (warm after one `make test`). Each run appends
 # one JSON line to benchmarks/results/suite_times.jsonl: the commit, the wall-clock seconds, the exit
-# code, pytest's two summary lines (the no-engine phase on workers, then the engines) and the real-engine
+# code, pytest's summary lines (the no-engine phases on workers, then the engines) and the real-engine
 # first tries. Run it on a quiet machine: the point is the time a user's and CI's run takes.
 #
 #   scripts/time-suite.sh [RUNS]      # default 3
