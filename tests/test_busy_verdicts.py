@@ -7,6 +7,8 @@ builds (a queue, a batch, K slots), never what the classifier said before.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from servecheck.analysis import arms as A
 from servecheck.analysis import staircase as sc
 from servecheck.analysis import witness as W
+from servecheck.model.client import ClientLateness
 from servecheck.model.records import (
     NS_PER_S,
     BatchResult,
@@ -362,6 +365,39 @@ def test_a_queue_read_at_the_end_of_a_client_stall_is_never_a_cluster() -> None:
 def test_without_the_stall_record_the_same_times_read_as_a_cluster() -> None:
     """The control: the stall record, and nothing else, is what withholds the (wrong) cluster."""
     run = [_batch(1, [2.08]), _batch(2, [3.9457, 3.9505]), _batch(4, [7.7108, 7.7163, 7.7209, 7.7256])]
+    assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "cluster"
+
+
+def _late(*windows_s: tuple[float, float], to_s: float = 30.0) -> ClientLateness:
+    """The ticker's record (1 ms ticks, 0.5 ms floor) with late windows [armed, fired] in seconds."""
+    return ClientLateness(tick_ns=1_000_000, floor_ns=500_000, from_ns=0, to_ns=int(to_s * NS_PER_S),
+                          late_ns=tuple((int(a * NS_PER_S), int(b * NS_PER_S)) for a, b in windows_s))
+
+
+def _late_batch(n: int, finishes: list[float], lateness: ClientLateness) -> sc.MeasuredBatch:
+    b = _batch(n, finishes)
+    return replace(b, batch=replace(b.batch, lateness=lateness))
+
+
+def test_the_ticker_judges_a_queue_read_as_the_client_caught_up() -> None:
+    """The same measured queue with the ticker's record instead of the noise record: the client's
+    lateness judge (analysis.client_timing) withholds the cluster, naming the client. The ticker, 1 ms
+    fine, sees the catch-up too: its window runs until the loop fired on time again, after the reads."""
+    run = [_late_batch(1, [2.08], _late()),
+           _late_batch(2, [3.9457, 3.9505], _late((0.05, 3.951))),
+           _late_batch(4, [7.7108, 7.7163, 7.7209, 7.7256], _late((0.06, 7.726)))]
+    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    top = a.points[-1].batches[-1].verdict
+    assert top.verdict == "inconclusive" and "client itself was late by up to 7.67 s" in top.reason
+    assert "4 of the finishes" in top.reason and "cluster" in top.reason
+
+
+def test_a_ticker_record_without_long_windows_leaves_the_cluster_standing() -> None:
+    """The control: ticks late by 1-3 ms all through the batch (a busy machine, not a stalled reader)
+    are far below 25% of the single time, so the finishes stand and the verdict is the times'."""
+    jitter = _late(*[(t / 100, t / 100 + 0.003) for t in range(0, 780, 7)])
+    run = [_late_batch(1, [2.08], _late()), _late_batch(2, [2.09, 2.1], jitter),
+           _late_batch(4, [2.1, 2.11, 2.12, 2.13], jitter)]
     assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "cluster"
 
 

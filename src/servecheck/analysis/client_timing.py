@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servecheck.model.client import ClientLateness
+from servecheck.model.records import RequestRecord
 
 # After a late window ends the loop drains what queued up in it: reads this soon after its end
 # carry data that arrived inside it. Two ticks: the ticker fires in the same pass as the backlog's
@@ -79,6 +80,38 @@ def vouch(lateness: ClientLateness | None, lo_ns: int, hi_ns: int, needed_ns: fl
     if worst:
         return Vouch(False, "late", late_ms=worst / 1e6, resolution_ms=res_ms, needed_ms=need_ms)
     return Vouch(True, "on_time", resolution_ms=res_ms, needed_ms=need_ms)
+
+
+def vouch_reads(lateness: ClientLateness | None, reads_ns: Sequence[int], needed_ns: float) -> Vouch:
+    """Could the client have made each of `reads_ns` within `needed_ns` of its data's arrival? A figure
+    timed from a few reads (a send, a first token, an end) is as good as its worst read: the longest late
+    window that held one of them says no, and so does a meter that cannot tell (missing, coarse, full)."""
+    if lateness is None:
+        return Vouch(False, "no_meter", needed_ms=needed_ns / 1e6)
+    res_ms, need_ms = lateness.resolution_ns / 1e6, needed_ns / 1e6
+    if lateness.dropped:
+        return Vouch(False, "dropped", resolution_ms=res_ms, needed_ms=need_ms)
+    if lateness.resolution_ns > needed_ns:
+        return Vouch(False, "coarse", resolution_ms=res_ms, needed_ms=need_ms)
+    if lateness.tick_ns and any(t < lateness.from_ns or t > lateness.to_ns for t in reads_ns):
+        return Vouch(False, "uncovered", resolution_ms=res_ms, needed_ms=need_ms)
+    drain = DRAIN_TICKS * lateness.tick_ns
+    worst = max((b - a for a, b in chains(lateness) if b - a > needed_ns and any(a < t <= b + drain for t in reads_ns)),
+                default=0)
+    if worst:
+        return Vouch(False, "late", late_ms=worst / 1e6, resolution_ms=res_ms, needed_ms=need_ms)
+    return Vouch(True, "on_time", resolution_ms=res_ms, needed_ms=need_ms)
+
+
+def request_reads(record: RequestRecord) -> tuple[int, ...]:
+    """The stamps a request's figures are timed from: its send (a loop blocked right after it holds the
+    request back), its first token and its end."""
+    return tuple(t for t in (record.send_ns, record.first_token_ns, record.end_ns) if t is not None)
+
+
+def vouch_requests(lateness: ClientLateness | None, records: Sequence[RequestRecord], needed_ns: float) -> Vouch:
+    """`vouch_reads` over every stamp the requests' figures are timed from."""
+    return vouch_reads(lateness, [t for r in records for t in request_reads(r)], needed_ns)
 
 
 def late_in(lateness: ClientLateness, lo_ns: int, hi_ns: int, longer_than_ns: float) -> tuple[int, int]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, get_args
 
 from servecheck.analysis.cache import record_contaminated
+from servecheck.analysis.client_timing import late_reads, vouch_reads
 from servecheck.analysis.stats import Summary, median, mode, ratio
 from servecheck.analysis.witness import (
     MIN_GAUGE_SAMPLES,
@@ -740,16 +741,30 @@ def batch_doubt(mb: MeasuredBatch, single_s: float | None, modal: int | None) ->
 
 
 def stall_doubt(batch: BatchResult, single_s: float | None) -> str | None:
-    """Why the client's own stalls leave this batch's finish times unknown, or None.
+    """Why the client's own lateness leaves this batch's finish times unknown, or None.
 
-    A stall matters when it is at least STALL_DOUBT_FRAC of the single time and a finish was
-    read during it or just after it ended: that finish may have happened anywhere inside it."""
-    if batch.noise is None or not single_s or single_s <= 0:
+    A late window matters when it is at least STALL_DOUBT_FRAC of the single time and a finish was
+    read in it or as it drained: that finish may have happened anywhere inside it. The judge is
+    `analysis.client_timing` over the driver's ticker; a batch recorded without one (a record made
+    before it) is judged from the coarser stall list of its noise record."""
+    if not single_s or single_s <= 0:
         return None
-    min_ns = int(STALL_DOUBT_FRAC * single_s * NS_PER_S)
+    min_ns = STALL_DOUBT_FRAC * single_s * NS_PER_S
+    ends = sorted(r.end_ns for r in batch.records if r.ok and r.end_ns is not None)
+    if batch.lateness is not None:
+        read = len(late_reads(batch.lateness, ends, min_ns))
+        if read:
+            worst = vouch_reads(batch.lateness, ends, min_ns)
+            return (
+                f"the client itself was late by up to {worst.late_ms / 1e3:.2f} s "
+                f"({STALL_DOUBT_FRAC:.0%} of the single time or more), and {read} of the finishes were read as it caught up: "
+                "they may have happened any time during it"
+            )
+        return None
+    if batch.noise is None:
+        return None
     slack_ns = int(STALL_READ_FRAC * single_s * NS_PER_S)
-    ends = [r.end_ns for r in batch.records if r.ok and r.end_ns is not None]
-    for a, b in batch.noise.stalls_over(min_ns):
+    for a, b in batch.noise.stalls_over(int(min_ns)):
         read = sum(1 for e in ends if a <= e <= b + slack_ns)
         if read:
             return (
