@@ -486,3 +486,36 @@ def test_evidence_stopwatch_keeps_the_gauges_from_deciding_none() -> None:
     assert stopwatch.label == "inconclusive", stopwatch.label_reason
     assert "gauges" not in stopwatch.label_reason
     assert stopwatch.aggregate_speedup == by_gauges.aggregate_speedup  # the same measurement, read without them
+
+
+# --- the client's own lateness -------------------------------------------------------------
+
+
+def test_a_rep_the_client_read_late_is_left_out_of_every_ratio() -> None:
+    """One 4-way cell read late (the client stalled past its last token) and made to look 3x slower:
+    its rep, serial arm included, leaves the ratios, so the estimates are the other reps' alone."""
+    cells = seed_cells(10)
+    clean = A.analyse(cells)
+    spoiled = [replace(c, wall_s=c.wall_s * 3, client_late_ms=900.0) if (c.rep, c.concurrency) == (3, 4) else c
+               for c in cells]
+    result = A.analyse(spoiled)
+    four = result.arm(4)
+    assert four.aggregate_speedup is not None and four.aggregate_speedup.n == 9
+    assert four.label == clean.arm(4).label == "batching"
+    assert any("1 rep(s) left out: the client itself was late by up to 900 ms" in w.message for w in result.warnings)
+    # the control: the same slow cell without the lateness record is counted
+    assert A.analyse([replace(c, client_late_ms=0.0) for c in spoiled]).arm(4).aggregate_speedup.n == 10
+
+
+def test_an_arm_left_without_reps_by_the_client_names_it() -> None:
+    """Three reps, one read late: two paired reps are too few to label, and the reason says why."""
+    cells = [replace(c, client_late_ms=40.0) if (c.rep, c.concurrency) == (0, 2) else c for c in seed_cells(3)]
+    two = A.analyse(cells).arm(2)
+    assert two.label == "inconclusive"
+    assert "only 2 paired rep(s)" in two.label_reason and "client itself was late" in two.label_reason
+
+
+def test_the_cell_records_its_lateness_only_when_late() -> None:
+    c = seed_cells(1)[0]
+    assert encode(c.record(deviant=False)).get("client_late_ms") is None
+    assert encode(replace(c, client_late_ms=12.5).record(deviant=False))["client_late_ms"] == 12.5

@@ -106,7 +106,7 @@ def test_heat_with_rotated_order_keeps_estimates(tmp_path: Path) -> None:
     for c in (2, 4):
         truth = c * (TOKEN_S + PER_SEQ_S) / (TOKEN_S + c * PER_SEQ_S)
         assert truth * 0.7 < arm(doc, c)["generation_gain"] < truth * 1.3
-        assert arm(doc, c)["label"] == "batching"
+        assert arm(doc, c)["label"] == "batching", (arm(doc, c)["label_reason"], [w["message"] for w in doc["warnings"]])
     assert doc["drift"]["loss"] > 0.1
 
 

@@ -4,6 +4,7 @@ verdicts per N, the search, the answer, marginals, drift and non-monotone curves
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,7 @@ from servecheck.analysis.capacity import (
     ProbeSample,
     analyse,
     assess,
+    steady_records,
     coverage,
     held,
     interval_ranks,
@@ -285,3 +287,17 @@ def test_probe_names_failures_and_length_off() -> None:
     s = probe_from_records(records, n=1, tokens_asked=11)
     assert s.failed == 1 and s.failure == "1 of 4 requests failed (error: HTTP 503: busy)"
     assert len(s.length_off) == 1 and "8 tokens for 11 asked" in s.length_off[0]
+
+
+def test_a_request_the_client_read_late_leaves_the_samples_and_is_named() -> None:
+    """One steady request the client read 300 ms late: left out of the rates and TTFTs and named with
+    how late; an N it leaves undecided says why. The control: the same records without the record of
+    lateness keep all five."""
+    records = closed_loop(n=2, per_lane=4, ttft_ms=20, tokens=11, step_ms=10)
+    steady = steady_records(records, 2)[0][0]
+    with_late = probe_from_records(records, n=2, tokens_asked=11, late={steady.index: 300.0})
+    assert with_late.measured == 4 and len(with_late.ttfts_s) == 4
+    assert with_late.client_late == (f"request {steady.index} ({steady.nonce}): 300 ms",)
+    assert probe_from_records(records, n=2, tokens_asked=11).measured == 5
+    point = assess(2, [replace(with_late, rates_tok_s=())], Criteria(min_user_rate_tok_s=50.0))
+    assert point.status == "uncertain" and "client itself was late" in point.reason

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.stats import median, mode
@@ -78,6 +78,9 @@ class Cell:
     # The most requests the server's own gauges showed running at once during the cell (None when
     # it has no gauges or the cell was too short for enough readings).
     peak_running: int | None = None
+    # The longest late window of the client's own that held one of the cell's stamps, beyond the rule's
+    # tolerance (analysis.client_timing); 0 where the client vouched for it. A late cell's rep is no evidence.
+    client_late_ms: float = 0.0
 
     @property
     def aggregate_tok_s(self) -> float | None:
@@ -101,7 +104,7 @@ class Cell:
             decoding_union_s=self.decoding_union_s, decoding_sum_s=self.decoding_sum_s,
             aggregate_tok_s=self.aggregate_tok_s, generation_tok_s=self.generation_tok_s,
             per_user_rate_tok_s=self.per_user_rate_tok_s, ttft_s=self.ttft_s, failed=self.failed,
-            peak_running=self.peak_running, deviant=deviant,
+            peak_running=self.peak_running, deviant=deviant, client_late_ms=self.client_late_ms or None,
         )
 
 
@@ -734,11 +737,14 @@ def analyse(
     `gauges_decide` off (--evidence stopwatch): the server's gauges never decide a label."""
     if not any(c.concurrency == baseline for c in cells):
         raise ValueError("the serial arm (concurrency 1) is the baseline and has no cells")
-    results = tuple(arm_result(cells, a, gauges_decide=gauges_decide) for a in _arms(cells))
-    bias = position_bias(cells)
+    late = late_reps(cells)
+    timed = [c for c in cells if _rep_key(c) not in late]
+    results = tuple(_client_named(arm_result(timed, a, gauges_decide=gauges_decide), len(late))
+                    for a in _arms(cells))
+    bias = position_bias(timed)
     refusal = refusal_text(bias, bias_limit) if bias is not None and bias.spread > bias_limit else None
     top = results[-1]
-    drift_ = drift(cells, baseline)
+    drift_ = drift(timed, baseline)
     deviants = tuple(deviant_cells(cells))
     return ArmsAnalysis(
         arms=results,
@@ -750,6 +756,20 @@ def analyse(
         refusal=refusal,
         warnings=tuple(_warnings(cells, results, drift_, deviants)),
     )
+
+
+def late_reps(cells: Sequence[Cell]) -> set[tuple[int, int]]:
+    """The reps (run, rep) with a cell the client read late: a within-rep ratio needs both of its cells
+    timed, so the whole rep is no evidence."""
+    return {_rep_key(c) for c in cells if c.client_late_ms > 0}
+
+
+def _client_named(arm: ArmResult, late: int) -> ArmResult:
+    """An undecided arm whose evidence the client's own lateness thinned says so."""
+    if not late or arm.label != "inconclusive":
+        return arm
+    return replace(arm, label_reason=f"{arm.label_reason}; {late} rep(s) were left out because the client itself "
+                                     "was late reading them")
 
 
 def _warnings(
@@ -769,6 +789,16 @@ def _warnings(
                 f"the serial arm gained {-drift_.loss:.1%} throughput between the first and last reps: the server or "
                 "the machine got faster during the run",
                 "a load that ended mid-run or a warming cache moves every ratio; rerun on a settled machine, or add reps",
+            )
+        )
+    late = [c for c in cells if c.client_late_ms > 0]
+    if late:
+        out.append(
+            Warning_(
+                f"{len(late_reps(cells))} rep(s) left out: the client itself was late by up to "
+                f"{max(c.client_late_ms for c in late):.0f} ms reading {len(late)} cell(s) of them (a busy machine or "
+                "a late reader), so their times are no evidence",
+                "measure on a quieter machine, or raise --max-reps so the run repeats what it lost",
             )
         )
     for d in deviants:

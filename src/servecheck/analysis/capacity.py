@@ -156,6 +156,9 @@ class ProbeSample:
     failure: str | None  # the first failure's reason, in the server's words
     length_off: tuple[str, ...] = ()  # measured requests more than 5% off the asked length, named
     contaminated: tuple[str, ...] = ()  # measured requests the prefix cache partly served, named
+    # Steady requests whose stamps the client itself read late (analysis.client_timing), named: their
+    # rate and TTFT are no evidence and are left out of the samples.
+    client_late: tuple[str, ...] = ()
 
     @property
     def measured(self) -> int:
@@ -204,13 +207,17 @@ def _length_off(records: Sequence[RequestRecord], asked: int) -> tuple[str, ...]
     )
 
 
-def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked: int) -> ProbeSample:
-    """Reduce one probe's request records to the samples the verdict reads."""
+def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked: int,
+                       late: Mapping[int, float] | None = None) -> ProbeSample:
+    """Reduce one probe's request records to the samples the verdict reads; `late` maps the index of
+    each request the client read late to how late (ms): its rate and TTFT are left out."""
     if len(records) < n or n < 1:
         raise ValueError(f"a probe at N={n} needs at least {n} requests, got {len(records)}")
     kept, start, end = steady_records(records, n)
-    rates = [x for x in (per_user_rate_tok_s(r) for r in kept) if x is not None]
-    ttfts = [r.ttft_ns / NS_PER_S for r in kept if r.ttft_ns is not None]
+    late = late or {}
+    timed = [r for r in kept if r.index not in late]
+    rates = [x for x in (per_user_rate_tok_s(r) for r in timed) if x is not None]
+    ttfts = [r.ttft_ns / NS_PER_S for r in timed if r.ttft_ns is not None]
     window = (start, end) if end is not None and end > start else None
     aggregate = tokens_in_window(records, *window) * NS_PER_S / (window[1] - window[0]) if window else None
     return ProbeSample(
@@ -219,6 +226,7 @@ def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked
         requests=len(records), discarded=n, failed=sum(1 for r in records if not r.ok), failure=_failure(records),
         length_off=_length_off(kept, tokens_asked),
         contaminated=tuple(f"request {r.index} ({r.nonce})" for r in kept if record_contaminated(r)),
+        client_late=tuple(f"request {r.index} ({r.nonce}): {late[r.index]:.0f} ms" for r in kept if r.index in late),
     )
 
 
@@ -293,8 +301,12 @@ def assess(n: int, probes: Sequence[ProbeSample], c: Criteria) -> Point:
     if failure:
         rate_status = "fail"
     status = combine(rate_status, ttft_status)
+    reason = failure or _reason(rate, ttft, rate_status, ttft_status, c)
+    late = sum(len(p.client_late) for p in probes)
+    if late and status == "uncertain" and not failure:
+        reason = f"{reason}; {late} measured request(s) left out because the client itself was late reading them"
     return Point(n, len(probes), rate, ttft, median(aggs) if aggs else None, status, rate_status, ttft_status,
-                 failure or _reason(rate, ttft, rate_status, ttft_status, c), failed)
+                 reason, failed)
 
 
 def _reason(rate: Interval | None, ttft: Interval | None, rs: Status, ts: Status | None, c: Criteria) -> str:
@@ -551,6 +563,11 @@ def _warnings(
     if off:
         out.append(Warning_(f"output-length trap: {len(off)} measured request(s) off the asked length: {'; '.join(off[:4])}",
                             "the engine does not pin the output length; rates use the tokens actually produced"))
+    late = [name for s in samples for name in s.client_late]
+    if late:
+        out.append(Warning_(f"the client itself was late reading {len(late)} measured request(s), left out of the "
+                            f"samples: {'; '.join(late[:4])}",
+                            "measure on a quieter machine, or raise --remeasures so an undecided N is probed again"))
     dirty = [name for s in samples for name in s.contaminated]
     if dirty:
         out.append(Warning_(f"contaminated by the prefix cache: {len(dirty)} measured request(s) had cached prompt tokens",

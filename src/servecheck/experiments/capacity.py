@@ -33,6 +33,7 @@ from servecheck.experiments.common import (
     calibration_mode,
     check_once,
     client_bound_messages,
+    late_requests,
     latency_s,
     make,
     queue_wait_s,
@@ -112,7 +113,7 @@ class MeasuredProbe:
             dispatch_skew_s=self.dispatch_skew_ns / NS_PER_S, window_s=s.window_s, requests_sent=s.requests,
             discarded=s.discarded, measured=s.measured, failed=s.failed, failure=s.failure,
             aggregate_tok_s=s.aggregate_tok_s, per_user_rates_tok_s=s.rates_tok_s, ttfts_s=s.ttfts_s,
-            length_off=s.length_off, requests=tuple(r.body(with_token_times=False) for r in self.records),
+            length_off=s.length_off, client_late=s.client_late, requests=tuple(r.body(with_token_times=False) for r in self.records),
         )
 
 
@@ -248,13 +249,20 @@ class _Prober:
         self.driver, self.design, self.rng, self.factory = driver, design, rng, factory
         self.next_index = 1  # 0 is the warm-up
 
+    def reference_s(self, warmup: RequestRecord | None) -> float | None:
+        """The time the client's lateness is judged against: one warm-up request, or the TTFT ceiling
+        where that is shorter (a TTFT read late by 5% of it could cross it)."""
+        times = [t for t in (latency_s(warmup), self.design.criteria.max_ttft_s) if t]
+        return min(times) if times else None
+
     async def probe(self, n: int, purpose: shape.Purpose, warmup: RequestRecord | None) -> MeasuredProbe:
         count = self.design.requests_at(n)
         reqs = await make(self.factory, self.driver, count, self.design.prompt_tokens, self.design.tokens, self.rng,
                           self.next_index)
         self.next_index += count
         batch = await self.driver.run_batch(reqs, in_flight=n, queue_wait_s=queue_wait_s(warmup, n))
-        sample = probe_from_records(batch.records, n=n, tokens_asked=self.design.tokens)
+        late = late_requests(batch, self.reference_s(warmup))
+        sample = probe_from_records(batch.records, n=n, tokens_asked=self.design.tokens, late=late)
         return MeasuredProbe(n, purpose, sample, batch.release_ns, batch.dispatch_skew_ns, tuple(batch.records))
 
 

@@ -7,10 +7,12 @@ import inspect
 import random
 from collections.abc import Awaitable, Callable, Sequence
 
+from servecheck.analysis.client_timing import vouch_requests
 from servecheck.load.prompts import make_requests
 from servecheck.load.protocol import Driver, SelfChecking
 from servecheck.model.client import CLIENT_ERROR_FRAC, FIGURE_FRAC, ClientCheck
-from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord
+from servecheck.model.client import ClientLateness
+from servecheck.model.records import NS_PER_S, BatchResult, GenRequest, RequestRecord
 
 # How an experiment gets its requests: `load.prompts.make_requests` (driver, n, prompt_tokens,
 # max_tokens, rng[, start_index]) or a test's own, which may return them or an awaitable of them.
@@ -142,3 +144,20 @@ def client_bound_messages(checks: tuple[ClientCheck, ...]) -> list[str]:
 
 NOT_CALIBRATED = ("not calibrated (--no-calibrate): the client's own timing error at each concurrency was not "
                   "measured, so nothing here shows the times are the server's rather than this client's")
+
+
+def client_late_ms(lateness: ClientLateness | None, records: Sequence[RequestRecord], reference_s: float | None) -> float:
+    """How late the client itself was, in ms, reading a stamp its figures are timed from (a send, a first
+    token, an end) of `records`, beyond CLIENT_ERROR_FRAC of `reference_s` (the time the command judges,
+    the pre-flight's tolerance): 0 where it vouched for every one. A driver without the ticker (lanes on
+    Ray actors) has only its pre-flight to go on, and gives 0 too (analysis.client_timing)."""
+    if lateness is None or not reference_s or reference_s <= 0:
+        return 0.0
+    v = vouch_requests(lateness, records, CLIENT_ERROR_FRAC * reference_s * NS_PER_S)
+    return v.late_ms if v.code == "late" else 0.0
+
+
+def late_requests(batch: BatchResult, reference_s: float | None) -> dict[int, float]:
+    """The batch's requests the client read late (`client_late_ms` of each alone), by index: how late, ms."""
+    late = {r.index: client_late_ms(batch.lateness, (r,), reference_s) for r in batch.records}
+    return {i: ms for i, ms in late.items() if ms > 0}

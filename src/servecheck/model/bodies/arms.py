@@ -83,6 +83,10 @@ class ArmsCell:
     decoding_union_s: float | None = None
     deviant: bool | None = None
     peak_running: int | None = None  # the most the server's gauges showed running at once
+    # The longest late window of the client's own that held one of the cell's stamps (a send, a first
+    # token, an end), beyond what the rule tolerates (analysis.client_timing); present only where it was
+    # late: the cell's whole rep is then left out of the ratios.
+    client_late_ms: float | None = only_when_recorded()
     requests: tuple[Request, ...] | None = only_when_recorded()  # measured cells only
 
 

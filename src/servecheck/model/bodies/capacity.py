@@ -105,6 +105,8 @@ class CapacityProbe:
     per_user_rates_tok_s: tuple[float, ...] = ()
     ttfts_s: tuple[float, ...] = ()
     length_off: tuple[str, ...] = ()
+    # steady requests the client itself read late, named with how late: left out of the samples
+    client_late: tuple[str, ...] = ()
     requests: tuple[Request, ...] = ()
 
 
