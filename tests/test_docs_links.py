@@ -71,3 +71,24 @@ def test_the_readme_opens_with_the_two_setup_commands() -> None:
     head = README.read_text(encoding="utf-8").splitlines()[:8]
     commands = [line.split("#", 1)[0].strip() for line in head if line.startswith("make ")]
     assert commands == ["make demo", "make test"]
+
+
+# Issue 42: a newcomer reading top-down reaches the section that measures their own server early.
+POINT_IT_BY_LINE = 40
+
+
+def test_the_readme_reaches_point_it_at_your_server_within_40_lines() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    at = [n for n, line in enumerate(lines, 1) if line.lower().startswith("## point it at your server")]
+    assert at and at[0] <= POINT_IT_BY_LINE, f"'## Point it at your server' at line {at[:1]}, after line {POINT_IT_BY_LINE}"
+
+
+def test_the_readme_lists_every_command_and_exit_code() -> None:
+    from servecheck import exitcodes
+    from servecheck.cli.main import COMMANDS
+
+    text = README.read_text(encoding="utf-8")
+    missing = [name for name in COMMANDS if f"| `{name}" not in text and f"`{name} " not in text]
+    assert missing == [], f"README.md's commands table lacks {missing}"
+    codes = [v for k, v in vars(exitcodes).items() if k.isupper() and isinstance(v, int)]
+    assert [c for c in codes if f"| {c} |" not in text] == []
