@@ -3,6 +3,8 @@ counters corroborating, deciding only what the timing leaves open, and named whe
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -170,3 +172,37 @@ def test_cached_chat_template_head_is_not_contamination() -> None:
 
     assert record_contaminated(rec(10)) is False  # all inside the 26-token template
     assert record_contaminated(rec(36)) is True  # 10 of the prompt's own 16 tokens came from the cache
+
+
+# --- the client's own lateness -------------------------------------------------------------
+
+
+def _late(sends: list[CacheSend], kind: str, ms: float, nth: int = 0) -> list[CacheSend]:
+    """`sends` with the nth send of `kind` read late by `ms`."""
+    at = [i for i, s in enumerate(sends) if s.kind == kind][nth]
+    return [replace(s, client_late_ms=ms) if i == at else s for i, s in enumerate(sends)]
+
+
+def test_a_first_send_read_late_is_no_reference():
+    """An inert cache (1.0 s every time, no counters) whose first send and control the client read 1.5 s
+    late: the ratios alone call the repeats a hit (0.40x both); neither late send is a reference, so unknown."""
+    sends = _late(_late(run([2.5, 1.0, 1.0], [None] * 3, 2.5, None), "repeat", 1500.0), "control", 1500.0)
+    blind = decide_cache([replace(s, client_late_ms=0.0) for s in sends])
+    assert (blind.verdict, blind.warm_ttft_ratio) == ("working", 0.4)  # what the record prevents
+    v = decide_cache(sends)
+    assert (v.verdict, v.signal) == ("unknown", "none")
+    assert "late by up to 1500 ms reading the first send and the control" in v.reason
+
+
+def test_a_control_read_late_is_no_reference_either():
+    v = decide_cache(_late(run([1.0, 0.4, 0.4], [None] * 3, 2.5, None), "control", 1500.0))
+    assert v.verdict == "unknown" and "reading the control" in v.reason
+
+
+def test_a_warm_repeat_read_late_is_left_out_and_the_rest_decide():
+    """A working cache (7.3 s, then 0.2 s) with one warm repeat read 7 s late: that repeat is left out,
+    the other still shows the hit."""
+    sends = _late(run([7.3, 0.2, 7.2], [None] * 3, 7.3, None), "repeat", 7000.0, nth=2)
+    v = decide_cache(sends)
+    assert (v.verdict, v.signal) == ("working", "timing"), v.reason
+    assert v.warm_ttft_ratio == pytest.approx(0.2 / 7.3, rel=0.01)

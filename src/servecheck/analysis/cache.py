@@ -53,6 +53,7 @@ class CacheSend:
     ttft_s: float | None  # None when the request failed
     cached_tokens: int | None  # None when the server reports no cache counter
     prompt_tokens: int | None  # the prompt's full length in tokens, when known
+    client_late_ms: float = 0.0  # how late the client itself read it, beyond the rule's tolerance (0: on time)
 
 
 @dataclass(frozen=True)
@@ -100,11 +101,16 @@ def decide_cache(sends: Sequence[CacheSend], *, counters_decide: bool = True) ->
     where the timing leaves it open may they decide, and the reason then says so
     (`decided_by_witness`); `counters_decide` off (--evidence stopwatch) forbids even that.
     """
-    repeats = [s for s in sends if s.kind == "repeat"]
+    late = client_late(sends)
+    if late is not None:
+        return CacheVerdict("unknown", late, "none")
+    # a warm repeat or the floor the client read late is left out; the rest still compare
+    repeats = [s for i, s in enumerate(r for r in sends if r.kind == "repeat") if i == 0 or not s.client_late_ms]
     control = next((s for s in sends if s.kind == "control"), None)
-    floor = next((s for s in sends if s.kind == "floor" and s.ttft_s is not None), None)
+    floor = next((s for s in sends if s.kind == "floor" and s.ttft_s is not None and not s.client_late_ms), None)
     if len(repeats) < 2:
-        return CacheVerdict("unknown", "need at least two sends of the same prompt", "none")
+        why = " (the client itself was late reading the others)" if any(s.client_late_ms for s in sends) else ""
+        return CacheVerdict("unknown", f"need at least two sends of the same prompt{why}", "none")
     if any(s.ttft_s is None for s in (*repeats, *([control] if control else []))):
         return CacheVerdict("unknown", "a send failed, so the sends cannot be compared", "none")
     timing = _timing(repeats, control)
@@ -122,6 +128,19 @@ def decide_cache(sends: Sequence[CacheSend], *, counters_decide: bool = True) ->
     if clocked.verdict != "unknown":
         return _beside_counters(clocked, counters)
     return _tie_break(clocked, counters, timing, counters_decide=counters_decide)
+
+
+def client_late(sends: Sequence[CacheSend]) -> str | None:
+    """Why the sends every ratio is taken of cannot be compared, or None: the first send of the prompt
+    or the control read late looks slower than it was, which makes any repeat look like a hit."""
+    first = next((s for s in sends if s.kind == "repeat"), None)
+    control = next((s for s in sends if s.kind == "control"), None)
+    late = [s for s in (first, control) if s is not None and s.client_late_ms]
+    if not late:
+        return None
+    names = " and ".join("the first send" if s is first else "the control" for s in late)
+    return (f"the client itself was late by up to {max(s.client_late_ms for s in late):.0f} ms reading {names} "
+            "(a busy machine or a late reader), so its time to first token is no reference")
 
 
 def read_counters(repeats: Sequence[CacheSend], control: CacheSend | None) -> CounterReading | None:

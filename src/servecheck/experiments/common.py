@@ -3,6 +3,7 @@ server may wait for its first token."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import random
 from collections.abc import Awaitable, Callable, Sequence
@@ -161,3 +162,16 @@ def late_requests(batch: BatchResult, reference_s: float | None) -> dict[int, fl
     """The batch's requests the client read late (`client_late_ms` of each alone), by index: how late, ms."""
     late = {r.index: client_late_ms(batch.lateness, (r,), reference_s) for r in batch.records}
     return {i: ms for i, ms in late.items() if ms > 0}
+
+
+# After a read the ticker may not have fired yet for the window that held it (both wake in the same
+# pass of the loop): a few ticks' wait lets it record that window before the stretch is asked about.
+SETTLE_S = 0.003
+
+
+async def request_late_ms(driver: Driver, record: RequestRecord, reference_s: float | None) -> float:
+    """`client_late_ms` of one request sent alone (`driver.generate`), once the ticker has caught up."""
+    if record.end_ns is None:
+        return 0.0
+    await asyncio.sleep(SETTLE_S)
+    return client_late_ms(await driver.client_lateness(record.send_ns, record.end_ns), (record,), reference_s)

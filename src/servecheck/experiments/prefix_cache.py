@@ -15,6 +15,7 @@ from servecheck.analysis.cache import CacheSend, CacheVerdict, decide_cache
 from servecheck.client.dialects import count_problem
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.load.prompts import Prompt, fixed_prompt, new_nonce
+from servecheck.experiments.common import request_late_ms
 from servecheck.load.protocol import Driver
 from servecheck.load.witness import metric_totals
 from servecheck.model.bodies import prefix_cache as shape
@@ -56,13 +57,15 @@ class PrefixSend:
     cached_tokens: int | None
     cached_source: str | None  # "timings.cache_n / usage", "/metrics vllm:prefix_cache_hits_total", ...
     counter_deltas: tuple[tuple[str, float], ...] = ()  # every /metrics cache counter's change over the send
+    # how late the client itself read the send's stamps, beyond 5% of the first send's TTFT (0: on time)
+    client_late_ms: float = 0.0
 
     @property
     def ttft_s(self) -> float | None:
         return ns_to_s(self.record.ttft_ns) if self.record.ok else None
 
     def for_verdict(self) -> CacheSend:
-        return CacheSend(self.kind, self.ttft_s, self.cached_tokens, self.prompt_tokens)
+        return CacheSend(self.kind, self.ttft_s, self.cached_tokens, self.prompt_tokens, self.client_late_ms)
 
     def body(self) -> shape.PrefixSend:
         server = self.record.server
@@ -72,6 +75,7 @@ class PrefixSend:
             server_prompt_tokens=None if server is None else server.prompt_tokens,
             server_prompt_s=None if server is None else server.prompt_s, status=self.record.status,
             error=self.record.error, request=self.record.body(with_token_times=False),
+            client_late_ms=self.client_late_ms or None,
         )
 
 
@@ -166,7 +170,11 @@ async def run_prefix_cache(
     plan.append(("control", _request(repeats, control, max_tokens, cache_prompt)))
     plan.append(("floor", _request(repeats + 1, floor, max_tokens, cache_prompt)))
     for kind, req in plan:
-        result = replace(result, sends=(*result.sends, await _send(driver, info, kind, req)))
+        send = await _send(driver, info, kind, req)
+        # the client's own lateness is judged against the fresh prefill every ratio is taken of
+        first = result.sends[0].ttft_s if result.sends else send.ttft_s
+        send = replace(send, client_late_ms=await request_late_ms(driver, send.record, first))
+        result = replace(result, sends=(*result.sends, send))
         if on_send is not None:
             on_send(result)
     return replace(result, complete=True)

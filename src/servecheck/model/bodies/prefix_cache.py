@@ -59,6 +59,9 @@ class PrefixSend:
     server_prompt_tokens: int | None = None
     server_prompt_s: float | None = None
     counter_deltas: Mapping[str, float] = field(default_factory=dict)  # /metrics cache counters' change over the send
+    # how late the client itself read the send (ms beyond 5% of the first send's TTFT); present only where
+    # it was: the send is then no evidence (analysis.client_timing)
+    client_late_ms: float | None = only_when_recorded()
     request: Request | None = None
 
 
