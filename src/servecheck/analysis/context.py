@@ -137,6 +137,8 @@ class Sample:
     decode_s: float | None  # first to last token
     mid_s: float | None  # middle of the decode, for drift interpolation
     error: str | None = None  # a failed request, with its reason
+    client_late_ms: float = 0.0  # how late the client itself read it beyond the rule's tolerance (0: on time)
+    resent: int = 0  # earlier sends of this depth and rep, resent because the client read them late
 
     @property
     def decode_tok_s(self) -> float | None:
@@ -157,7 +159,8 @@ class Sample:
 
 
 def sample_problem(s: Sample) -> str | None:
-    """Why a sample cannot stand for its depth: failed, truncated by the server, or off the asked length."""
+    """Why a sample cannot stand for its depth: failed, truncated by the server, off the asked length, or
+    read late by the client itself (analysis.client_timing) on every send of it."""
     if s.error is not None:
         return f"depth {s.depth} rep {s.rep + 1}: the request failed ({s.error})"
     sent, reported = s.prompt_tokens, s.reported_prompt_tokens
@@ -168,6 +171,10 @@ def sample_problem(s: Sample) -> str | None:
         return f"depth {s.depth} rep {s.rep + 1}: {s.tokens} tokens generated, {s.tokens_requested} asked (more than {OUTPUT_LENGTH_TOLERANCE:.0%} off)"
     if s.decode_tok_s is None:
         return f"depth {s.depth} rep {s.rep + 1}: no decode interval (fewer than two tokens timed)"
+    if s.client_late_ms:
+        return (f"depth {s.depth} rep {s.rep + 1}: the client itself was late by up to {s.client_late_ms:.0f} ms reading "
+                f"it{f' and the {s.resent} send(s) before it' if s.resent else ''} (a busy machine or a late reader), so "
+                "its times are no evidence")
     return None
 
 

@@ -164,6 +164,10 @@ def late_requests(batch: BatchResult, reference_s: float | None) -> dict[int, fl
     return {i: ms for i, ms in late.items() if ms > 0}
 
 
+# A stream or trial the client read late is sent again at most this many times (context, interference):
+# a busy spell passes in seconds, a client late all run long is named instead.
+CLIENT_RETRIES = 2
+
 # After a read the ticker may not have fired yet for the window that held it (both wake in the same
 # pass of the loop): a few ticks' wait lets it record that window before the stretch is asked about.
 SETTLE_S = 0.003

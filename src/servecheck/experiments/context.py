@@ -9,13 +9,13 @@ After each stream the caller gets the partial result, so nothing measured is los
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from servecheck.analysis import context as ctx
 from servecheck.analysis.roofline import Span
 from servecheck.errors import ServerError, UsageError
-from servecheck.experiments.common import WARMUP_TOKENS
+from servecheck.experiments.common import CLIENT_RETRIES, WARMUP_TOKENS, latency_s, request_late_ms
 from servecheck.load.prompts import fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
 from servecheck.model.bodies import context as shape
@@ -104,7 +104,7 @@ def _sample(s: ctx.Sample, record: RequestRecord | None) -> shape.ContextSample:
     return shape.ContextSample(
         rep=s.rep, order=s.order, prompt_tokens=s.prompt_tokens, reported_prompt_tokens=s.reported_prompt_tokens,
         tokens=s.tokens, ttft_s=s.ttft_s, decode_s=s.decode_s, decode_tok_s=s.decode_tok_s, prefill_tok_s=s.prefill_tok_s,
-        mid_s=s.mid_s, problem=ctx.sample_problem(s),
+        mid_s=s.mid_s, problem=ctx.sample_problem(s), client_late_ms=s.client_late_ms or None, resent=s.resent or None,
         request=None if record is None else record.body(with_token_times=False),
     )
 
@@ -223,13 +223,31 @@ async def run_context(
     result = replace(result, warmup=await _warm_up(driver, nonces[0], rng, cache_prompt))
     for order, depth in enumerate(plan):
         rep = sum(1 for s in result.samples if s.depth == depth)
-        req = await _request(driver, order + 1, depth, tokens, nonces[order + 1], rng, cache_prompt)
-        record = await driver.generate(req)
-        sample = to_sample(record, depth, rep, order, server.dialect, req.prompt_tokens)
+        async def make(nonce: str, depth: int = depth, order: int = order) -> GenRequest:
+            return await _request(driver, order + 1, depth, tokens, nonce, rng, cache_prompt)
+
+        req, record, late, resent = await _timed(driver, make, nonces[order + 1], rng)
+        sample = replace(to_sample(record, depth, rep, order, server.dialect, req.prompt_tokens), client_late_ms=late,
+                         resent=resent)
         result = replace(result, samples=(*result.samples, sample), records=(*result.records, record))
         if on_point is not None:
             on_point(result)
     return replace(result, complete=True)
+
+
+async def _timed(driver: Driver, make: Callable[[str], Awaitable[GenRequest]], nonce: str,
+                 rng: random.Random) -> tuple[GenRequest, RequestRecord, float, int]:
+    """One stream, sent again with a new nonce (so no cache serves it) while the client read it late, at
+    most CLIENT_RETRIES times: the last request and record, how late the client read it (ms beyond 5% of
+    its own time, 0 when on time) and how many sends went before it."""
+    resent = 0
+    while True:
+        req = await make(nonce)
+        record = await driver.generate(req)
+        late = await request_late_ms(driver, record, latency_s(record)) if record.ok else 0.0
+        if not late or resent == CLIENT_RETRIES:
+            return req, record, late, resent
+        resent, nonce = resent + 1, new_nonce(rng)
 
 
 async def _warm_up(driver: Driver, nonce: str, rng: random.Random, cache_prompt: bool | None) -> RequestRecord:

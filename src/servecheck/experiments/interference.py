@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from servecheck.analysis import interference as inf
 from servecheck.analysis.stats import median
 from servecheck.errors import ServerError, UsageError
+from servecheck.experiments.common import CLIENT_RETRIES
 from servecheck.experiments.context import CONTEXT_MARGIN_TOKENS, distinct_nonces, reported_prompt_tokens, takes_cache_prompt
 from servecheck.load.prompts import fixed_prompt
 from servecheck.load.protocol import Driver
@@ -38,8 +39,8 @@ STEADY_STEPS = 8
 MIN_TOKENS = 32
 WARMUP_TOKENS = 4
 # A trial whose prefill window the client cannot vouch for (its own stall inside it) is run again, at
-# most this many times more: a busy spell passes in seconds, a client late all run long is named instead.
-CLIENT_RETRIES = 2
+# most CLIENT_RETRIES times more (experiments.common): a busy spell passes in seconds, a client late all
+# run long is named instead.
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import Literal
 
 from servecheck.model.bodies import BODIES
 from servecheck.model.bodies.common import LogAudit, UnscannedLogAudit, Request, Server, Warning
-from servecheck.model.codec import record, until_finished
+from servecheck.model.codec import only_when_recorded, record, until_finished
 
 Effect = Literal["falls", "flat", "rises", "inconclusive"]
 
@@ -38,6 +38,11 @@ class ContextSample:
     prefill_tok_s: float | None = None
     mid_s: float | None = None
     problem: str | None = None  # why it cannot stand for its depth
+    # how late the client itself read it, ms beyond 5% of its own time; present only where it was (the
+    # sample then stands for nothing: `problem` says so)
+    client_late_ms: float | None = only_when_recorded()
+    # sends of this depth and rep before this one, resent because the client read them late
+    resent: int | None = only_when_recorded()
     request: Request | None = None
 
 
