@@ -7,7 +7,9 @@ Each configuration's server starts once (seconds) and is measured through the dr
 length with a `logit_bias` against the EOS ids it reads from the model folder, since mlx-lm has no
 `ignore_eos` (the model's EOS row is random, so a request can end early without it). On a noisy
 machine `inconclusive` earns one retry (the test's seed + 1), and the first try is recorded
-(tests/conftest.py `first_try`); only the right verdict passes. The environment is installed on first
+(tests/conftest.py `first_try.record_tries`); only the right verdict passes. The same default server
+reads `staircase` once every request carries a seed (`--request-param seed=7`): mlx-lm serves such a
+request alone. The environment is installed on first
 use (about a minute; `servecheck cache build --mlx` does it ahead of time).
 """
 
@@ -23,6 +25,7 @@ from typing import Any
 import pytest
 
 from servecheck.cli.common import MAX_WORKERS, make_target
+from servecheck.client.request_params import RequestParams, parse_request_params
 from servecheck.engine.mlx_engine import MlxLocal, MlxServer, provision_mlx_local
 from servecheck.experiments.staircase import run_staircase
 from servecheck.load.detect import MLX_LM
@@ -58,23 +61,25 @@ def _serving(local: MlxLocal, parallel: int | None, log: Path) -> Iterator[str]:
         yield url
 
 
-def staircase_doc(url: str, seed: int, record: Any) -> dict[str, Any]:
-    async def once(seed: int) -> dict[str, Any]:
-        target = make_target(url, api="auto", first_token_timeout_s=120)
+def measure(url: str, seed: int, request_params: RequestParams = ()) -> dict[str, Any]:
+    """One staircase through the pre-flight driver with --api auto, as a user runs it."""
+    async def once() -> dict[str, Any]:
+        target = make_target(url, api="auto", first_token_timeout_s=120, request_params=request_params)
         async with CheckedDriver(target, workers=MAX_WORKERS, auto=True) as driver:
             result = await run_staircase(driver, ns=NS, tokens=TOKENS, prompt_tokens=PROMPT_TOKENS, reps=1,
                                          max_reps=3, rng=random.Random(seed))
         return fields_of(result.document())
 
-    tries = []
-    for attempt in range(2):
-        doc = asyncio.run(once(seed + attempt))
-        tries.append(doc["verdict"])
-        print(f"attempt {attempt + 1} (seed {seed + attempt}): {doc['verdict']}/{doc['trend']}",
-              [(p["n"], p["finish_s"], p["reps_taken"]) for p in doc["points"]])
-        if doc["verdict"] != "inconclusive":
-            break
-    record(tries[0], tries[-1])
+    doc = asyncio.run(once())
+    print(f"seed {seed}, request_params {dict(request_params)}: {doc['verdict']}/{doc['trend']}",
+          [(p["n"], p["finish_s"], p["reps_taken"]) for p in doc["points"]])
+    return doc
+
+
+def staircase_doc(url: str, expected: str, seed: int, first_try: Any, test_id: str) -> dict[str, Any]:
+    """The staircase on `url`, measured again (seed + 1) while inconclusive, at most twice."""
+    doc = first_try.record_tries(test_id, expected, lambda i: measure(url, seed + i), lambda d: d["verdict"],
+                                 tries=2, seed=seed)
     assert doc["valid"], doc["invalid"]
     assert_recognised_and_pinned(doc)
     return doc
@@ -93,13 +98,30 @@ def assert_recognised_and_pinned(doc: dict[str, Any]) -> None:
 
 def test_one_at_a_time_is_a_staircase(one_at_a_time: str, test_seed: int, first_try: Any,
                                       request: pytest.FixtureRequest) -> None:
-    doc = staircase_doc(one_at_a_time, test_seed,
-                        lambda first, final: first_try.record(request.node.nodeid, "staircase", first, final, seed=test_seed))
+    doc = staircase_doc(one_at_a_time, "staircase", test_seed, first_try, request.node.nodeid)
     assert doc["verdict"] == "staircase", doc["verdict_reason"]
 
 
 def test_the_default_batch_is_a_cluster(default_batch: str, test_seed: int, first_try: Any,
                                         request: pytest.FixtureRequest) -> None:
-    doc = staircase_doc(default_batch, test_seed,
-                        lambda first, final: first_try.record(request.node.nodeid, "cluster", first, final, seed=test_seed))
+    doc = staircase_doc(default_batch, "cluster", test_seed, first_try, request.node.nodeid)
     assert doc["verdict"] == "cluster", doc["verdict_reason"]
+
+
+def test_a_seed_in_every_request_makes_the_default_batch_a_staircase(default_batch: str, test_seed: int, first_try: Any,
+                                                                    request: pytest.FixtureRequest) -> None:
+    """mlx-lm serves a request carrying a seed alone (issue 40): the server that batches plain requests
+    reads staircase once every request carries seed=7 (--request-param), and cluster without it."""
+    seeded_params = parse_request_params(("seed=7",))
+    truth = {"seed=7": "staircase", "plain": "cluster"}
+
+    def both(i: int) -> dict[str, dict[str, Any]]:
+        return {"seed=7": measure(default_batch, test_seed + i, seeded_params), "plain": measure(default_batch, test_seed + i)}
+
+    docs = first_try.record_tries(request.node.nodeid, truth, both, lambda got: {k: d["verdict"] for k, d in got.items()},
+                                  tries=2, seed=test_seed)
+    for doc in docs.values():
+        assert doc["valid"], doc["invalid"]
+        assert_recognised_and_pinned(doc)
+    assert docs["seed=7"]["verdict"] == "staircase", docs["seed=7"]["verdict_reason"]
+    assert docs["plain"]["verdict"] == "cluster", docs["plain"]["verdict_reason"]

@@ -50,16 +50,18 @@ def test_cli_stops_cleanly_on_ctrl_c() -> None:
 @pytest.mark.timeout(60)
 def test_cli_prints_url_first_and_stops_cleanly(tmp_path: Path) -> None:
     log = tmp_path / "sim.log"
-    proc = start("--mode", "slots", "--slots", "2", "--refusal", "--log", str(log))
+    proc = start("--mode", "slots", "--slots", "2", "--refusal", "--serialize-on", "seed", "--log", str(log))
     try:
         url = read_url(proc)
         assert proc.stdout is not None
-        assert "SIMULATED" in proc.stdout.readline()
+        said = proc.stdout.readline()
+        assert "SIMULATED" in said and "serialize_on=seed (a request carrying it is served alone)" in said
         with urllib.request.urlopen(url + "/health", timeout=10) as r:
             assert r.headers["X-Servecheck-Simulated"] == "1"
             assert json.loads(r.read()) == {"status": "ok"}
         with urllib.request.urlopen(url + "/props", timeout=10) as r:
-            assert json.loads(r.read())["total_slots"] == 2
+            props = json.loads(r.read())
+            assert props["total_slots"] == 2 and props["servecheck_sim"]["serialize_on"] == ["seed"]
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=START_TIMEOUT_S)

@@ -18,6 +18,7 @@ class Arrival:
     prompt: tuple[int, ...]
     tokens: int
     cache_prompt: bool = True
+    alone: bool = False  # carries a field of SimConfig.serialize_on
 
 
 def words(n: int, first: int = 0) -> tuple[int, ...]:
@@ -31,7 +32,7 @@ def simulate(config: SimConfig, arrivals: list[Arrival], *, late_ms: float = 0.0
     sched = Scheduler(config, log=lambda _: None, clock=lambda: now)
     jobs = [
         Job(task_id=i, prompt_tokens=a.prompt, target_tokens=a.tokens, max_tokens=a.tokens,
-            cache_prompt=a.cache_prompt, arrival_ns=round(a.at_ms * MS))
+            cache_prompt=a.cache_prompt, arrival_ns=round(a.at_ms * MS), alone=a.alone)
         for i, a in enumerate(arrivals)
     ]
     pending = sorted(jobs, key=lambda j: j.arrival_ns)
@@ -81,6 +82,26 @@ def test_timeline(config: SimConfig, arrivals: list[Arrival], expected_ends_ms: 
     assert ends_ms(jobs) == pytest.approx(expected_ends_ms)
     assert sched.peak_decoding == peak
     assert sched.completed == len(arrivals)
+
+
+@pytest.mark.parametrize(
+    "arrivals, expected_ends_ms",
+    [
+        # each alone: one after another, as serial (10 ms prefill + 5 x 10 ms decode)
+        ([Arrival(0, words(10, i), 5, alone=True) for i in range(3)], [60, 120, 180]),
+        # the two before it batch (20 ms prefill + 50 ms); it waits for them and runs alone
+        ([Arrival(0, words(10, 0), 5), Arrival(0, words(10, 1), 5), Arrival(0, words(10, 2), 5, alone=True)], [70, 70, 130]),
+        # first in line: it runs alone, and the one behind it waits (FIFO) though the server batches
+        ([Arrival(0, words(10, 0), 5, alone=True), Arrival(0, words(10, 1), 5)], [60, 120]),
+        # arriving into a running batch it waits for the batch to empty; a later arrival waits for it
+        ([Arrival(0, words(10, 0), 5), Arrival(25, words(10, 1), 5, alone=True), Arrival(70, words(10, 2), 5)], [60, 120, 180]),
+    ],
+)
+def test_a_request_carrying_a_serializing_field_is_served_alone(arrivals: list[Arrival], expected_ends_ms: list[float]) -> None:
+    jobs, sched = simulate(cfg("batched", serialize_on=("seed",)), arrivals)
+    assert ends_ms(jobs) == pytest.approx(expected_ends_ms)
+    if all(a.alone for a in arrivals):
+        assert sched.peak_decoding == 1
 
 
 def test_events_reach_the_handler_queue_in_order() -> None:

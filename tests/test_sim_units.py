@@ -28,6 +28,8 @@ from servecheck.sim.wire import HttpProblem, check_context, parse_request
         ({"eos_short_range": (0.8, 0.2)}, "eos_short_range"),
         ({"model": "llama3"}, "must start with 'servecheck-sim'"),
         ({"n_ctx": 100, "default_max_tokens": 100}, "default_max_tokens"),
+        ({"mode": "pipelined", "serialize_on": ("seed",)}, "serialize_on applies to modes serial, slots and batched"),
+        ({"mode": "batched", "serialize_on": ("",)}, "serialize_on must name request fields"),
     ],
 )
 def test_bad_config_is_a_usage_error(kwargs: dict[str, Any], fragment: str) -> None:
@@ -44,6 +46,8 @@ def test_bad_config_is_a_usage_error(kwargs: dict[str, Any], fragment: str) -> N
         (SimConfig(mode="batched"), BATCHED_CAPACITY, ["mode=batched"]),
         (SimConfig(mode="pipelined"), 2, ["mode=pipelined"]),
         (SimConfig(heat_per_s=0.5, eos_ceiling=True, prefix_cache="inert"), 1, ["heat=0.5/s", "eos_ceiling", "inert"]),
+        (SimConfig(mode="batched", serialize_on=("seed", "logprobs")), BATCHED_CAPACITY,
+         ["serialize_on=seed,logprobs (a request carrying it is served alone)"]),
     ],
 )
 def test_capacity_and_describe(config: SimConfig, capacity: int, words: list[str]) -> None:

@@ -219,3 +219,25 @@ def test_a_queue_slower_than_the_first_token_timeout_still_reads_as_a_staircase(
     doc = json.loads(json_path.read_text())
     assert not doc["invalid"], doc["invalid"]
     assert info.value.code == exitcodes.OK and doc["verdict"] == "staircase", doc["verdict_reason"]
+
+
+@pytest.mark.timing(seconds=8)
+def test_a_seed_in_every_request_serializes_a_server_that_serves_seeded_requests_alone(tmp_path, capsys):
+    """mlx-lm's seed, with the simulator as the truth (--serialize-on seed): the same batching server reads
+    cluster for plain requests and staircase once every request carries seed=7 (--request-param), both
+    decided by the finish times: one group of four against four groups of one."""
+    config = SimConfig(mode="batched", serialize_on=("seed",), **TIMING)
+    # openai-chat: the llama.cpp dialect sends a seed of its own in every request
+    args = ("--n", "1,2,4", "--api", "openai-chat", "--tokens", "32", "--no-calibrate")
+    plain_code, plain = staircase(config, tmp_path, *args)
+    seeded_code, seeded = staircase(config, tmp_path, *args, "--request-param", "seed=7")
+    assert (plain_code, plain["verdict"]) == (exitcodes.OK, "cluster"), plain["verdict_reason"]
+    assert (seeded_code, seeded["verdict"]) == (exitcodes.OK, "staircase"), seeded["verdict_reason"]
+    for doc, groups in ((plain, [4]), (seeded, [1, 1, 1, 1])):
+        top = doc["points"][-1]
+        assert doc["evidence"][0] == "completion_times" and top["evidence"][0] == "completion_times"
+        assert top["batches"][-1]["verdict"]["group_sizes"] == groups
+    assert (plain["params"]["request_params"], seeded["params"]["request_params"]) == ({}, {"seed": 7})
+    out = capsys.readouterr().out
+    assert out.count("requests carried: seed=7") == 1
+    assert "verdict  staircase" in out.split("requests carried: seed=7")[0].splitlines()[-1]

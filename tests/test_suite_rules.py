@@ -252,7 +252,7 @@ def test_every_timing_test_is_found_by_the_makefile() -> None:
 
 # ---------------------------------------------------------------- every real-engine verdict's first try counts
 
-ENGINE_MARKS = ("pytest.mark.engine", "pytest.mark.vllm")
+ENGINE_MARKS = ("pytest.mark.engine", "pytest.mark.vllm", "pytest.mark.mlx")
 # The body fields that hold a verdict word, read where the word itself is not spelled (a parameter,
 # a table of truths): staircase verdict and trend, the demo's verdicts, an arm's label, pays, the
 # capacity limit, the context effect, the roofline gate.

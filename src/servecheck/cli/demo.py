@@ -16,12 +16,15 @@ from servecheck import exitcodes
 from servecheck.cli.common import MAX_WORKERS, output_options, output_sinks
 from servecheck.cli.context import AppContext
 from servecheck.cli.serve_local import enable_ctrl_c, engine_option, llama_server_option, progress_printer, running_records
+from servecheck.cli.target_flags import request_options
 from servecheck.client.base import Target
+from servecheck.client.request_params import parse_request_params
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.model import DEFAULT_SIZE
 from servecheck.jobs.demo import DEFAULT_PROMPT_TOKENS, DEFAULT_TOKENS, DemoEngine, DemoJob, demo_head, provision_demo_engine
 from servecheck.load.preflight import CheckedDriver
 from servecheck.report.lines import demo as report
+from servecheck.report.lines.text import carried_lines
 from servecheck.results.runner import run_job
 
 
@@ -50,6 +53,7 @@ def header_line(engine: DemoEngine, tokens: int, prompt_tokens: int) -> str:
 @click.option("--model", default=None,
               help=f"Generated model size or a GGUF path [default: {DEFAULT_SIZE}]; vLLM: tiny or a Hugging Face model folder.")
 @llama_server_option
+@request_options
 @click.pass_obj
 def cmd(
     app: AppContext,
@@ -62,9 +66,12 @@ def cmd(
     threads: int | None,
     model: str | None,
     llama_server: str | None,
+    request_params: tuple[str, ...],
+    extra_body: str | None,
 ) -> int:
     """Show staircase and cluster on a real local server: --parallel 1 against --parallel 4
     (llama.cpp -np; vLLM --max-num-seqs)."""
+    carried = parse_request_params(request_params, extra_body)  # before any engine is provisioned
     enable_ctrl_c()
     say = progress_printer(app)
     cache = EngineCache.default()
@@ -72,9 +79,10 @@ def cmd(
     demo_engine = replace(provision_demo_engine(engine, model, llama_server, threads, cache, say), records=records)
     prompt_tokens = DEFAULT_PROMPT_TOKENS
     job = DemoJob(demo_engine, tokens=tokens, prompt_tokens=prompt_tokens, log_dir=cache.dir("logs"), say=say,
-                  open_driver=app.open_driver or checked_driver)
+                  open_driver=app.open_driver or checked_driver, request_params=carried)
     sinks = output_sinks(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
-    run = run_job(job, sinks, head=demo_head(demo_engine, tokens=tokens, prompt_tokens=prompt_tokens))
+    run = run_job(job, sinks, head=demo_head(demo_engine, tokens=tokens, prompt_tokens=prompt_tokens,
+                                                    request_params=carried))
     if run.interrupted:
         say("Interrupted: the servers are stopped; saved what was measured (complete: false)")
     if run.written is None:  # interrupted before the first point
@@ -88,4 +96,6 @@ def cmd(
         out.print("INCOMPLETE: interrupted; the table holds what was measured", markup=False, style="bold yellow")
         return exitcodes.INTERRUPTED
     out.print(report.lesson(result.body.runs), markup=False, highlight=False, soft_wrap=True)
+    for line in carried_lines(result.envelope.params):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
     return exitcodes.OK if result.body.as_expected else exitcodes.INVALID

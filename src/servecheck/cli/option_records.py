@@ -10,12 +10,14 @@ from servecheck.cli.collect import collected
 from servecheck.cli.run_flags import calibrate_option, output_options, output_sinks, ray_option, workers_option
 from servecheck.cli.target_flags import F, target_options_as, make_target
 from servecheck.client.base import Target
+from servecheck.client.request_params import RequestParams, parse_request_params
 from servecheck.results.runner import Sink
 
 
 @dataclass(frozen=True)
 class ClientOptions:
-    """--api, --model (context: --served-model), --api-key, --header and --timeout: how to talk to the server."""
+    """--api, --model (context: --served-model), --api-key, --header and --timeout: how to talk to the server;
+    --request-param and --extra-body: what every request carries besides servecheck's own fields."""
 
     api: str = "auto"
     model: str | None = None
@@ -25,6 +27,14 @@ class ClientOptions:
     workers: int | None = None  # --workers: client processes that read a batch; None: as the pre-flight chooses
     calibrate: bool = True  # --no-calibrate: False
     ray: str | None = None  # --ray: the Ray cluster whose actors read the batches; None: this machine
+    request_params: tuple[str, ...] = ()  # --request-param KEY=VALUE, as typed
+    extra_body: str | None = None  # --extra-body JSON, as typed
+
+    def __post_init__(self) -> None:
+        self.body_params()  # a malformed or reserved field stops the command before any server starts
+
+    def body_params(self) -> RequestParams:
+        return parse_request_params(self.request_params, self.extra_body)
 
     @property
     def workers_param(self) -> int | str:
@@ -40,7 +50,7 @@ class ClientOptions:
 
     def target(self, url: str) -> Target:
         return make_target(url, api=self.api, model=self.model, api_key=self.api_key, headers=self.headers,
-                           first_token_timeout_s=self.first_token_timeout_s)
+                           first_token_timeout_s=self.first_token_timeout_s, request_params=self.body_params())
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ The flags become `jobs.roofline.RooflineOptions`; `jobs.roofline.prepare` checks
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -61,7 +62,8 @@ def cmd(app: AppContext, options: RooflineOptions, client: ClientOptions, output
         target = client.target(options.url)
         open_driver = app.open_driver or LoadDriver
         experiment = RooflineExperiment(setup.weights, setup.plan, tokens=options.tokens, prompt_tokens=URL_PROMPT_TOKENS)
-        run = run_experiment(experiment, lambda: open_driver(target), sinks, head=setup.head, settle=settle)
+        head = replace(setup.head, params={**setup.head.params, "request_params": dict(target.request_params)})
+        run = run_experiment(experiment, lambda: open_driver(target), sinks, head=head, settle=settle)
     if run.interrupted or run.written is None:
         app.err.print("Interrupted.", markup=False)
         return exitcodes.INTERRUPTED

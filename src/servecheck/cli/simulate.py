@@ -85,6 +85,9 @@ from servecheck.sim.flags import SimFlags, serve_until_stopped
               "(chunked prefill); 0: a new prompt is prefilled whole in a step that stalls every stream.")
 @click.option("--prefill-isolated", is_flag=True,
               help="Prefill prompts elsewhere (as disaggregated serving): running streams never wait for a prefill.")
+@click.option("--serialize-on", multiple=True, metavar="FIELD",
+              help="Serve a request whose body carries FIELD alone, batching the rest (repeatable), as mlx-lm's server "
+              "does with seed. Modes slots and batched.")
 @click.option("--refusal", is_flag=True, help="Log llama.cpp-like 'feature refused' lines at start-up.")
 @click.option("--lying-gauges", is_flag=True,
               help="/metrics counts every admitted request as processing and none as deferred (gauges that lie).")

@@ -1,5 +1,6 @@
 """The flags that say which server and how to reach it (--api, --model, --api-key, --header, --timeout),
-and the checks their values pass before any request is sent."""
+what every request carries besides servecheck's own fields (--request-param, --extra-body), and the
+checks their values pass before any request is sent."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from urllib.parse import urlsplit
 import click
 
 from servecheck.client.base import Target
+from servecheck.client.request_params import RequestParams
 from servecheck.errors import UsageError
 from servecheck.model.records import DIALECTS
 
@@ -29,13 +31,15 @@ class Seconds(click.FloatRange):
 
 
 def target_options(f: F) -> F:
-    """--api, --model, --api-key, --header, --timeout for commands that talk to a server."""
+    """--api, --model, --api-key, --header, --timeout, --request-param, --extra-body for commands that
+    talk to a server."""
     return target_options_as(f, "--model")
 
 
 def target_options_as(f: F, model_flag: str) -> F:
     """The model name may sit under another flag, for a command whose `--model` names a weight file
     (`context`); the value still arrives as `model`."""
+    f = request_options(f)
     f = click.option(
         "--timeout", "first_token_timeout_s", type=Seconds(min=0.1), default=300.0, show_default=True,
         help="Seconds to wait for a first token before declaring a request stuck; a request that may be "
@@ -53,6 +57,21 @@ def target_options_as(f: F, model_flag: str) -> F:
                      help="API dialect; auto detects it from the server and says what it found.")(f)
     return f
 
+
+def request_options(f: F) -> F:
+    """--request-param and --extra-body: fields every request body carries, as the user's clients send them."""
+    f = click.option(
+        "--extra-body", default=None, metavar="JSON",
+        help="A JSON object whose fields every request body carries (merged as --request-param's are).",
+    )(f)
+    return click.option(
+        "--request-param", "request_params", multiple=True, metavar="KEY=VALUE",
+        help="A field every request body carries, as your users' clients send it (repeatable): VALUE is JSON "
+        "where it parses, else a string, e.g. seed=7, logprobs=true, 'response_format={\"type\":\"json_object\"}'. "
+        "Some servers schedule such requests differently (mlx-lm serves a request with a seed alone). Fields "
+        "servecheck sets to measure (stream, max_tokens, ignore_eos, the prompt, model, ...) are refused; "
+        "the run records the fields and its report names them beside the verdict.",
+    )(f)
 
 
 # Header names are RFC 9110 tokens; a value may hold any visible character, space or tab, never CR/LF.
@@ -101,6 +120,7 @@ def check_url(url: str) -> str:
 
 
 def make_target(url: str, *, api: str = "auto", model: str | None = None, api_key: str | None = None,
-                headers: tuple[str, ...] = (), first_token_timeout_s: float = 300.0) -> Target:
+                headers: tuple[str, ...] = (), first_token_timeout_s: float = 300.0,
+                request_params: RequestParams = ()) -> Target:
     return Target(url=check_url(url), api=api, model=model, api_key=api_key or None, headers=parse_headers(headers),
-                  first_token_timeout_s=first_token_timeout_s)
+                  first_token_timeout_s=first_token_timeout_s, request_params=request_params)

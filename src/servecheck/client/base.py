@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from servecheck.client.request_params import RequestParams
 from servecheck.errors import ProtocolError
 
 Clock = Callable[[], int]  # monotonic nanoseconds
@@ -27,6 +28,9 @@ class Target:
     # Token ids every request is kept from ending on, by a `logit_bias` where the API has no
     # `ignore_eos` (mlx-lm): the EOS ids of a model servecheck generated. () lets detection look.
     eos_token_ids: tuple[int, ...] = ()
+    # Fields added to every request body, as a user's client sends them (--request-param, --extra-body;
+    # `client.request_params`): a seed, logprobs, a response format.
+    request_params: RequestParams = ()
 
     def public_dict(self) -> dict[str, object]:
         return {
@@ -35,6 +39,7 @@ class Target:
             "model": self.model,
             "headers": [name for name, _ in self.headers],  # names only: values may be secrets
             "api_key_given": self.api_key is not None,
+            "request_params": dict(self.request_params),
         }
 
 

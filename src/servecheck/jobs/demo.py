@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import cast
 
 from servecheck.client.base import Target
+from servecheck.client.request_params import RequestParams
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.mlx_engine import MlxLocal, MlxServer, provision_mlx_local
@@ -164,8 +165,10 @@ def embedded(result: StaircaseResult) -> shape.EmbeddedStaircase:
 
 
 async def _staircase(open_driver: DriverFactory, url: str, api: str, tokens: int, prompt_tokens: int, seed: int,
-                     on_point: Callable[[StaircaseResult], None], eos_token_ids: tuple[int, ...] = ()) -> StaircaseResult:
-    target = Target(url=url, api=api, first_token_timeout_s=FIRST_TOKEN_TIMEOUT_S, eos_token_ids=eos_token_ids)
+                     on_point: Callable[[StaircaseResult], None], eos_token_ids: tuple[int, ...] = (),
+                     request_params: RequestParams = ()) -> StaircaseResult:
+    target = Target(url=url, api=api, first_token_timeout_s=FIRST_TOKEN_TIMEOUT_S, eos_token_ids=eos_token_ids,
+                    request_params=request_params)
     async with open_driver(target) as driver:
         return await run_demo_staircase(driver, tokens=tokens, prompt_tokens=prompt_tokens, rng=random.Random(seed),
                                         on_point=on_point)
@@ -183,6 +186,7 @@ def _point_printer(parallel: int, say: Say) -> Callable[[StaircaseResult], None]
 def run_one(
     engine: DemoEngine, parallel: int, expected: str, *, tokens: int, prompt_tokens: int,
     log_dir: Path, say: Say, open_driver: DriverFactory, on_snapshot: Callable[[DemoRun], None] | None = None,
+    request_params: RequestParams = (),
 ) -> DemoRun:
     """Start the engine with `parallel` requests at once, run the staircase test (an undecided point
     measured again, up to experiments.demo.MAX_REPS), stop it.
@@ -206,7 +210,7 @@ def run_one(
         attempt = 1
         seed = random.SystemRandom().randrange(2**32)
         result = asyncio.run(_staircase(open_driver, url, engine.api, tokens, prompt_tokens, seed, on_point,
-                                        engine.eos_token_ids))
+                                        engine.eos_token_ids, request_params))
         staircase = embedded(result)
     say(f"{label} stopped; verdict {staircase.verdict}")
     audit = audit_log(log_path, command, engine.name, listed=(engine.batching_feature,))
@@ -238,6 +242,7 @@ class DemoJob:
     log_dir: Path
     say: Say
     open_driver: DriverFactory  # the driver each staircase is measured through (a user's: the pre-flight's CheckedDriver)
+    request_params: RequestParams = ()  # --request-param / --extra-body: what every request carries
 
     def opening(self) -> RunResult[shape.DemoBody]:
         """Before anything is measured: the engine and the model, no runs, no verdicts yet."""
@@ -252,7 +257,8 @@ class DemoJob:
 
         for parallel, expected in EXPECTED:
             keep(run_one(self.engine, parallel, expected, tokens=self.tokens, prompt_tokens=self.prompt_tokens,
-                         log_dir=self.log_dir, say=self.say, on_snapshot=keep, open_driver=self.open_driver))
+                         log_dir=self.log_dir, say=self.say, on_snapshot=keep, open_driver=self.open_driver,
+                         request_params=self.request_params))
         return list(measured.values())
 
     def document(self, runs: list[DemoRun]) -> RunResult[shape.DemoBody]:
@@ -260,9 +266,9 @@ class DemoJob:
         return measured("demo", demo_body(self.engine, runs), valid=all(r.staircase.valid for r in runs))
 
 
-def demo_head(engine: DemoEngine, *, tokens: int, prompt_tokens: int) -> Envelope:
+def demo_head(engine: DemoEngine, *, tokens: int, prompt_tokens: int, request_params: RequestParams = ()) -> Envelope:
     params = {"tokens": tokens, "prompt_tokens": prompt_tokens, "threads": engine.threads, "n": list(DEMO_NS),
-              "model": engine.model_name, "engine": engine.name}
+              "model": engine.model_name, "engine": engine.name, "request_params": dict(request_params)}
     return envelope("demo", params, environment())
 
 

@@ -28,6 +28,7 @@ from yarl import URL
 
 from servecheck.client.base import RunClock, StreamParseError, Target, shorten
 from servecheck.client.dialects import MAX_PLAUSIBLE_TOKENS, Dialect, EventReading, count_problem, get_dialect
+from servecheck.client.request_params import check_eos_bias, with_request_params
 from servecheck.client.ndjson import NdjsonParser
 from servecheck.client.sse import SseParser, loads_object
 from servecheck.client.tally import StreamTally, cutoff_tokens, plausibility_problem
@@ -321,6 +322,7 @@ class LoadDriver:
         eos_ids = self.target.eos_token_ids
         if not eos_ids and found is not None and found.engine == MLX_LM:
             eos_ids = local_model_eos_ids(self.url, model)
+        check_eos_bias(self.target.request_params, eos_ids)
         self.info = await server_info(self, found, dialect, model, models, self._saw_simulated, eos_ids)
         return self.info
 
@@ -481,7 +483,8 @@ class LoadDriver:
     ) -> RequestRecord:
         # Encoded before the send stamp: only the HTTP write itself lies between stamp and wire.
         model, eos_ids = (self.info.model, self.info.eos_bias_ids) if self.info else (self.target.model, self.target.eos_token_ids)
-        body = json.dumps(with_eos_bias(dialect.body(req, model), dialect, req, eos_ids)).encode()
+        pinned = with_eos_bias(dialect.body(req, model), dialect, req, eos_ids)
+        body = json.dumps(with_request_params(pinned, self.target.request_params)).encode()
         tally = StreamTally()
         send_ns = self.clock.now_ns()
         if first_sends is not None:

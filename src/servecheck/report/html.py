@@ -26,6 +26,7 @@ from servecheck.results.jsonout import write_text_atomic
 from servecheck.report.html_kit import DASH, MAX_SERIES, SERIES_STYLES, finding, fmt, fmt_field, fmt_ratio, kv_table, mark_charts_simulated, table, verdict_line
 from servecheck.report.lines import SECTIONS
 from servecheck.report.lines.log_html import log_findings
+from servecheck.report.lines.text import carried_words
 from servecheck.report.svg import (
     Series,
     esc,
@@ -146,6 +147,7 @@ def render_doc(run: RunResult[Any], reading: RunReading, index: int = 0) -> str:
         f"<h2>{esc(_run_title(run))}</h2>",
         _meta_line(run),
         _banners(run),
+        _carried(run),
         body,
         _serve_log_audit(run, reading),
         _client_checks(run),
@@ -183,6 +185,12 @@ def _banners(run: RunResult[Any]) -> str:
     if run.valid is False:
         out.append('<div class="banner invalid">INVALID: the run completed but failed a validity check (see the warnings).</div>')
     return "\n".join(out)
+
+
+def _carried(run: RunResult[Any]) -> str:
+    """What every request carried besides servecheck's own fields, just above the section's verdict."""
+    words = carried_words(run.envelope.params)
+    return f'<p class="carried">requests carried: <b>{esc(words)}</b></p>' if words else ""
 
 
 def _serve_log_audit(run: RunResult[Any], reading: RunReading) -> str:

@@ -81,6 +81,10 @@ class SimConfig:
     # own; decoding never waits for them.
     prefill_chunk: int = 0
     prefill_isolated: bool = False
+    # Request fields that turn batching off for the request that carries them: such a request is admitted
+    # only when nothing else runs, and nothing joins it until it is done (mlx-lm's server serves a request
+    # with a `seed` alone and batches the rest; modes slots and batched, serial serves alone anyway).
+    serialize_on: tuple[str, ...] = ()
 
     @property
     def speculating(self) -> bool:
@@ -111,6 +115,7 @@ class SimConfig:
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["eos_short_range"] = list(self.eos_short_range)
+        d["serialize_on"] = list(self.serialize_on)
         d["capacity"] = self.capacity
         d["model"] = self.model_name
         return d
@@ -142,6 +147,8 @@ class SimConfig:
             parts.append(f"prefill_chunk={self.prefill_chunk}")
         if self.prefill_isolated:
             parts.append("prefill_isolated")
+        if self.serialize_on:
+            parts.append(f"serialize_on={','.join(self.serialize_on)} (a request carrying it is served alone)")
         if self.refusal:
             parts.append("refusal")
         if self.hostile:
@@ -190,6 +197,10 @@ def _problems(c: SimConfig) -> list[str]:
                         "isolated prefill shares none)")
     if (c.prefill_chunk or c.prefill_isolated) and c.mode == "pipelined":
         problems.append("the prefill law applies to modes serial, slots and batched (pipelined has its own stages)")
+    if c.serialize_on and c.mode == "pipelined":
+        problems.append("serialize_on applies to modes serial, slots and batched (pipelined never batches its decode)")
+    if any(not isinstance(f, str) or not f for f in c.serialize_on):
+        problems.append(f"serialize_on must name request fields, got {c.serialize_on!r}")
     if not c.model.startswith(MODEL_PREFIX):
         problems.append(f"model name must start with {MODEL_PREFIX!r} so the simulation is obvious, got {c.model!r}")
     return problems

@@ -34,6 +34,7 @@ class SimFlags:
     spec_seed: int = 0
     prefill_chunk: int = 0
     prefill_isolated: bool = False
+    serialize_on: tuple[str, ...] = ()
     refusal: bool = False
     lying_gauges: bool = False
     lying_cache: bool = False
@@ -49,7 +50,7 @@ class SimFlags:
             prefix_cache=self.prefix_cache,  # type: ignore[arg-type]  # a Choice of PREFIX_CACHE_MODES
             n_ctx=self.n_ctx, default_max_tokens=min(128, self.n_ctx - 1), spec_mean=self.spec_mean,
             spec_draft=self.spec_draft, spec_draft_token_s=self.spec_draft_ms / 1e3, spec_seed=self.spec_seed,
-            prefill_chunk=self.prefill_chunk, prefill_isolated=self.prefill_isolated, refusal=self.refusal,
+            prefill_chunk=self.prefill_chunk, prefill_isolated=self.prefill_isolated, serialize_on=self.serialize_on, refusal=self.refusal,
             hostile=self.hostile, lying_gauges=self.lying_gauges, lying_cache=self.lying_cache,
             log_path=self.log_path,
         )

@@ -33,6 +33,7 @@ def generate_route(dialect: str) -> Handler:
             max_tokens=req.max_tokens,
             cache_prompt=req.cache_prompt,
             arrival_ns=sim.scheduler.now_ns(),
+            alone=not req.fields.isdisjoint(sim.config.serialize_on),
         )
         sim.scheduler.submit(job)
         try:

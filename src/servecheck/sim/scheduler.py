@@ -15,6 +15,9 @@ Modes (see SimConfig):
                                the running streams' next tokens (chunked, as llama.cpp's n_batch);
                                with prefill_isolated prompts are prefilled on a track of their own
                                and decoding never waits (disaggregated).
+                               A request carrying a field of serialize_on is
+                               admitted only into an empty server, and nothing joins
+                               it until it is done (mlx-lm and its seed).
   pipelined                    two stages that overlap: one request prefills while another
                                decodes; decode never batches (one sequence at a time).
 """
@@ -108,6 +111,7 @@ class Job:
     draft_accepted: int = 0
     prefilled: int = 0  # prompt tokens prefilled so far (chunked prefill)
     claimed_cache_n: int | None = None  # what the server reports as cached when it lies (lying_cache)
+    alone: bool = False  # carries a field of SimConfig.serialize_on: served with nothing beside it
 
     @property
     def reported_cache_n(self) -> int:
@@ -441,7 +445,10 @@ class Scheduler:
         """Take up to `room` queued requests, FIFO, that had arrived by `by_ns`."""
         admitted: list[Job] = []
         while self._waiting and len(admitted) < room and self._waiting[0].arrival_ns <= by_ns:
-            job = self._waiting.popleft()
+            job = self._waiting[0]
+            if not job.cancelled and self._must_wait(job, admitted):
+                break  # FIFO: the requests behind it wait too
+            self._waiting.popleft()
             if job.cancelled:
                 continue
             job.slot = self._free_slot()
@@ -449,6 +456,11 @@ class Scheduler:
             self._log(f"slot launch_slot_: id {job.slot:>2} | task {job.task_id} | processing task")
             admitted.append(job)
         return admitted
+
+    def _must_wait(self, job: Job, admitted: list[Job]) -> bool:
+        """A request served alone waits for the server to empty; while one runs, nothing joins it."""
+        beside = [j for j in (*self._active, *admitted) if not j.cancelled]
+        return bool(beside) and (job.alone or any(j.alone for j in beside))
 
     def _free_slot(self) -> int:
         i = 0

@@ -37,6 +37,7 @@ class SimRequest:
     cache_prompt: bool
     model: str | None
     logprobs: bool = False  # OpenAI routes: one logprob entry per generated token
+    fields: frozenset[str] = frozenset()  # the body's top-level keys (SimConfig.serialize_on reads them)
 
 
 # ------------------------------------------------------------------ parsing
@@ -63,6 +64,7 @@ def parse_request(dialect: str, body: Any, config: SimConfig) -> SimRequest:
         cache_prompt=body.get("cache_prompt", True) is not False,
         model=model,
         logprobs=dialect in ("openai", "openai-chat") and bool(body.get("logprobs")),
+        fields=frozenset(body),
     )
 
 

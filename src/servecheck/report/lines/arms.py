@@ -16,7 +16,7 @@ from servecheck.report.lines.short import DASH, num, pct, table
 from servecheck.report.lines.arms_html import section
 from servecheck.report.lines.text import num as _num
 from servecheck.report.lines.text import signed_pct as _pct
-from servecheck.report.lines.text import client_lines, warning_line
+from servecheck.report.lines.text import carried_lines, client_lines, warning_line
 
 
 def _ratio(x: float | None, interval: Interval | None = None) -> str:
@@ -133,6 +133,7 @@ def report_lines(run: RunResult[ArmsBody], reading: RunReading) -> list[str]:
         lines.append(f"REFUSED: {body.refusal or '-'}")
     elif body.headline:
         lines.append(body.headline)
+    lines += carried_lines(run.envelope.params)
     if body.arms:
         lines += ["", *arm_table(body.arms), "", *decomposition_table(body.arms, reading.arms.interval_level), ""]
     else:

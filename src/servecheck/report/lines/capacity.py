@@ -13,7 +13,7 @@ from servecheck.report.lines import register
 from servecheck.report.lines.capacity_html import section
 from servecheck.report.lines.text import num as _num
 from servecheck.report.lines.text import signed_pct as _pct
-from servecheck.report.lines.text import client_lines, warning_line
+from servecheck.report.lines.text import carried_lines, client_lines, warning_line
 
 
 def _interval(iv: Interval | None, fmt: str) -> str:
@@ -81,6 +81,7 @@ def report_lines(run: RunResult[CapacityBody]) -> list[str]:
     prefix = "" if body.determined else "UNDETERMINED: "
     lines.append(f"{prefix}{body.answer or '-'}")
     lines.append(f"limit: {body.limit or '-'}")
+    lines += carried_lines(run.envelope.params)
     lines += check_lines(body)
     lines += client_lines(body.client_checks)
     lines += [warning_line(w) for w in body.warnings]

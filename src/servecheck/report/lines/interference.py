@@ -14,6 +14,7 @@ from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
 from servecheck.report.lines import register
 from servecheck.report.lines.interference_html import section
+from servecheck.report.lines.text import carried_lines
 
 
 def _f(value: float | None, digits: int = 3) -> str:
@@ -59,6 +60,7 @@ def report_lines(run: RunResult[InterferenceBody]) -> list[str]:
     lines = header_lines(body) + ["", body.sentence or "no point measured", ""] + table_lines(body) + [""]
     lines += detail_lines(body)
     lines.append(f"verdict  {body.verdict or '-'}  (decided by {body.decided_by or '-'}: {body.verdict_reason or '-'})")
+    lines += carried_lines(run.envelope.params)
     if body.expect:
         lines.append(f"expected {body.expect}")
     lines += [f"note: {n}" for n in body.notes]

@@ -12,6 +12,7 @@ from servecheck.report.lines import register
 from servecheck.report.lines.short import DASH, num, span, table
 from servecheck.report.lines.roofline_html import section
 from servecheck.report.lines.audit import fmt_bytes
+from servecheck.report.lines.text import carried_lines
 
 UNITS_LINE = "GB = 10^9 bytes, GB/s = 10^9 bytes per second, GiB = 2^30 bytes; utilization is a fraction of measured bandwidth"
 GATE_MEANING = {
@@ -42,6 +43,7 @@ def report_lines(run: RunResult[RooflineBody]) -> list[RenderableType]:
         f"measured bandwidth   {_gbs(b.bandwidth_gb_s)} GB/s ({b.bandwidth_source})",
         f"utilization          {_pct(b.utilization)} of measured bandwidth",
         f"gate {b.gate_threshold:.2f}            {b.gate.upper()}: {GATE_MEANING[b.gate]}",
+        *carried_lines(run.envelope.params),
         _headroom_line(b.headroom),
     ]
     lines += _target_lines(b.target)

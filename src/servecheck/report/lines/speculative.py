@@ -14,6 +14,7 @@ from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
 from servecheck.report.lines import register
 from servecheck.report.lines.speculative_html import section
+from servecheck.report.lines.text import carried_lines
 
 HEADLINE_ORDER = ("unpredictable", "predictable")  # the seed names prose first
 BASELINE_ORDER = ("predictable", "unpredictable")  # the kind speculation is for decides the baseline clause
@@ -124,6 +125,7 @@ def report_lines(run: RunResult[SpeculativeBody]) -> list[str]:
     body = run.body
     lines = header_lines(body) + ["", headline(body), ""] + table_lines(body) + [""] + detail_lines(body)
     lines.append(f"verdict  {body.verdict or '-'}  ({body.verdict_reason or '-'})")
+    lines += carried_lines(run.envelope.params)
     if body.expect:
         lines.append(f"expected {body.expect}")
     lines += [f"note: {n}" for n in body.notes]

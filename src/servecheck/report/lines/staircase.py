@@ -20,7 +20,7 @@ from servecheck.model.result import RunResult
 from servecheck.report.lines import register
 from servecheck.report.lines.short import DASH, num, table
 from servecheck.report.lines.staircase_html import section
-from servecheck.report.lines.text import client_lines
+from servecheck.report.lines.text import carried_lines, client_lines
 
 T = TypeVar("T")
 
@@ -193,7 +193,7 @@ def report_lines(run: RunResult[StaircaseBody], reading: RunReading) -> list[str
         if (extra := deciding_line(point)) is not None:
             lines.append(extra)
     lines += ["", f"verdict  {_need(body.verdict, 'verdict')}  ({_need(body.verdict_reason, 'verdict_reason')})",
-              trend_line(body)]
+              *carried_lines(run.envelope.params), trend_line(body)]
     lines += witness_lines(body, reading)
     lines += queue_lines(body, reading) + trap_lines(body, reading) + client_lines(body.client_checks)
     lines += finding_lines(body) + [f"note: {note}" for note in body.notes]

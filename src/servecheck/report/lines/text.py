@@ -1,8 +1,13 @@
-"""Small formatters the terminal reports share: a dash for what was not recorded."""
+"""Small formatters the terminal reports share: a dash for what was not recorded, the client's
+pre-flight, and the fields every request carried."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from servecheck.client.request_params import json_or_text
 
 from servecheck.model.bodies.common import ClientCheck, Warning
 
@@ -49,3 +54,24 @@ def client_lines(checks: Sequence[ClientCheck] | None) -> list[str]:
         lines.append(f"clocks   each actor's clock bounded against this one's by round trips: to +-{worst:.2f} ms at worst, "
                      f"before every batch · nodes {', '.join(nodes) or '?'}")
     return lines
+
+
+def carried_words(params: Mapping[str, Any]) -> str | None:
+    """'seed=7, logprobs=true' for a run whose requests carried fields of the user's (`request_params`,
+    --request-param / --extra-body), each as it would be typed again; None when they carried none."""
+    fields = params.get("request_params")
+    if not isinstance(fields, Mapping) or not fields:
+        return None
+    return ", ".join(f"{key}={_typed(value)}" for key, value in fields.items())
+
+
+def _typed(value: Any) -> str:
+    if isinstance(value, str) and json_or_text(value) == value:
+        return value  # a string that reads back as itself
+    return json.dumps(value, separators=(",", ":"))
+
+
+def carried_lines(params: Mapping[str, Any]) -> list[str]:
+    """The line beside a verdict that says what every request carried besides servecheck's own fields."""
+    words = carried_words(params)
+    return [] if words is None else [f"requests carried: {words}"]
