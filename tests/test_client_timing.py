@@ -80,6 +80,31 @@ async def test_the_meter_sees_a_blocked_loop_where_it_was_blocked() -> None:
     assert not ct.vouch(got, t0, t1, 10 * MS).ok
 
 
+async def test_a_meter_moved_onto_another_clock_keeps_its_windows_on_it() -> None:
+    """A Ray actor's driver is moved onto the run's clock (its start mapped there) before its batch: the
+    ticker must stamp its windows on that clock too, or they land where no request was."""
+    shift = 10_000 * MS
+    meter = LatenessMeter(time.perf_counter_ns)
+    meter.start()
+    time.sleep(0.02)  # a window on the old clock, which the move drops
+    await asyncio.sleep(0.005)
+
+    def moved() -> int:
+        return time.perf_counter_ns() - shift
+
+    meter.rebase(moved)
+    await asyncio.sleep(0.005)
+    t0 = moved()
+    time.sleep(0.04)
+    t1 = moved()
+    await asyncio.sleep(0.01)
+    await meter.stop()
+    got = meter.record(t0 - 5 * MS, t1 + 5 * MS)
+    assert got is not None and got.from_ns <= t0 and got.to_ns >= t1
+    assert any(a <= t0 + MS and b >= t1 for a, b in got.late_ns), got.late_ns
+    assert all(a >= t0 - 10 * MS for a, _ in meter.record(-shift, t1).late_ns)  # nothing left from before the move
+
+
 @pytest.mark.parametrize(("text", "want"), [
     ("wake:3-5.4", StallPattern("wake", 3.0, 5.4)),
     ("exp:4.5@7", StallPattern("exp", 4.5, seed=7)),

@@ -37,6 +37,7 @@ class LatenessMeter:
         self._from_ns: int | None = None
         self._to_ns: int | None = None  # when it stopped
         self._task: asyncio.Task[None] | None = None
+        self._epoch = 0  # bumped by rebase(): a tick armed on the old clock leaves no window
 
     def start(self) -> None:
         if self._task is None:
@@ -50,13 +51,23 @@ class LatenessMeter:
             self._task = None
             self._to_ns = self.now_ns()
 
+    def rebase(self, now_ns: Callable[[], int]) -> None:
+        """Read a new clock from now on (a Ray actor's driver is moved onto the run's clock before its
+        batch): the windows and the span kept so far were on the old one, so they go."""
+        self.now_ns = now_ns
+        self._epoch += 1
+        self._late.clear()
+        self._dropped_until = -1
+        if self._from_ns is not None:
+            self._from_ns = now_ns()
+
     async def _tick(self) -> None:
         tick_s, limit = self.tick_ns / 1e9, self.tick_ns + self.floor_ns
         while True:
-            armed = self.now_ns()
+            epoch, armed = self._epoch, self.now_ns()
             await asyncio.sleep(tick_s)
             fired = self.now_ns()
-            if fired - armed > limit:
+            if fired - armed > limit and epoch == self._epoch:
                 if len(self._late) >= MAX_WINDOWS:
                     self._dropped_until = self._late.popleft()[1]
                 self._late.append((armed, fired))

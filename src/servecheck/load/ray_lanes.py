@@ -100,6 +100,7 @@ class _LaneActor:
         start, mapped here); return once the gate is all that holds them."""
         assert self.driver is not None
         self.driver.clock = RunClock(start_ns=start_ns, wall_anchor_s=time.time(), source=self._now)
+        self.driver.lateness.rebase(self.driver.clock.now_ns)  # the ticker's windows on the run's clock too
         loop = asyncio.get_running_loop()
         go: asyncio.Future[int] = loop.create_future()
         ready = asyncio.Event()
