@@ -5,21 +5,32 @@ code at 58cc6f7, before anything moved, over a grid of inputs."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from servecheck.analysis import arms as A, capacity as C, context as X, speculative as S
+from servecheck.analysis import arms as A, context as X, speculative as S, stats
 from servecheck.experiments import interference as I
 
 PINS: dict[str, Any] = json.loads((Path(__file__).parent / "fixtures" / "pins" / "intervals_orders.json").read_text())
 
 
+def ulps(a: float, b: float) -> float:
+    return abs(a - b) / math.ulp(max(abs(a), abs(b)))
+
+
 @pytest.mark.parametrize("pin", PINS["median_interval"], ids=lambda p: f"n{p['n']}")
 def test_median_interval(pin: dict[str, Any]) -> None:
     e = A.median_interval(pin["values"])
-    assert (e.median, e.lo, e.hi, e.n, e.level) == (pin["median"], pin["lo"], pin["hi"], pin["n"], pin["level"])
+    assert (e.median, e.lo, e.hi, e.n) == (pin["median"], pin["lo"], pin["hi"], pin["n"])
+    if e.n <= 53:
+        assert e.level == pin["level"]
+    else:
+        # arms summed the binomial in integers, capacity in floats; both are exact up to 53 values (every
+        # term and partial sum a dyadic fraction that fits a double) and one ulp or so apart beyond.
+        assert ulps(e.level, pin["level"]) <= 4
 
 
 def test_interval_level() -> None:
@@ -28,15 +39,15 @@ def test_interval_level() -> None:
 
 @pytest.mark.parametrize("pin", PINS["quantile_interval"], ids=lambda p: f"q{p['q']}-l{p['level']}-n{p['n']}")
 def test_quantile_interval(pin: dict[str, Any]) -> None:
-    iv = C.quantile_interval(pin["values"], pin["q"], pin["level"])
+    iv = stats.quantile_interval(pin["values"], pin["q"], pin["level"])
     assert (iv.estimate, iv.lo, iv.hi, iv.n, iv.quantile, iv.level) == (
         pin["estimate"], pin["lo"], pin["hi"], pin["n"], pin["quantile"], pin["reached"])
-    assert list(C.interval_ranks(pin["n"], pin["q"], pin["level"])) == pin["ranks"]
+    assert list(stats.interval_ranks(pin["n"], pin["q"], pin["level"])) == pin["ranks"]
 
 
 def test_samples_needed_and_coverage() -> None:
-    assert [[q, lv, C.samples_needed(q, lv)] for q, lv, _ in PINS["samples_needed"]] == PINS["samples_needed"]
-    assert [[n, q, lo, hi, C.coverage(n, q, lo, hi)] for n, q, lo, hi, _ in PINS["coverage"]] == PINS["coverage"]
+    assert [[q, lv, stats.samples_needed(q, lv)] for q, lv, _ in PINS["samples_needed"]] == PINS["samples_needed"]
+    assert [[n, q, lo, hi, stats.coverage(n, q, lo, hi)] for n, q, lo, hi, _ in PINS["coverage"]] == PINS["coverage"]
 
 
 def test_normal_interval_of_steps() -> None:
@@ -45,9 +56,15 @@ def test_normal_interval_of_steps() -> None:
 
 
 def test_t_interval_of_rates() -> None:
+    """speculative's t interval wrote its half-width t * s / sqrt(n), the normal one z * sqrt(s^2 / n); one
+    function spells it the second way, so the t interval's ends may move by an ulp or two (the mean not)."""
     for pin in PINS["t_interval"]:
-        got = S.mean_interval(pin["values"])
-        assert (None if got is None else list(got)) == pin["interval"], len(pin["values"])
+        got = stats.mean_interval(pin["values"], stats.student_t_95)
+        if pin["interval"] is None:
+            assert got is None
+            continue
+        assert got is not None and got.mean == pin["interval"][0], len(pin["values"])
+        assert ulps(got.lo, pin["interval"][1]) <= 4 and ulps(got.hi, pin["interval"][2]) <= 4, len(pin["values"])
 
 
 def test_arms_rotation() -> None:

@@ -9,21 +9,18 @@ import pytest
 
 from servecheck.analysis.arms import median_interval
 from servecheck.analysis.capacity import (
-    DRIFT_LIMIT,
     Criteria,
     ProbeSample,
     analyse,
     assess,
-    coverage,
     held,
-    interval_ranks,
     limit_of,
     next_n,
     ordinal,
     probe_from_records,
-    quantile_interval,
-    samples_needed,
 )
+from servecheck.analysis.rules import DRIFT_LIMIT
+from servecheck.analysis.stats import coverage, interval_ranks, quantile_interval, samples_needed
 from servecheck.model.records import NS_PER_S, RequestRecord
 
 MS = 1_000_000

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from servecheck.analysis.cache import record_contaminated
-from servecheck.analysis.stats import median, mode
+from servecheck.analysis.stats import median, mode, quantile_interval
 from servecheck.model.bodies import arms as shape
 from servecheck.model.bodies.arms import INTERVAL_LEVEL, BiasMethod, Label
 from servecheck.model.bodies.common import Finding
@@ -361,27 +361,17 @@ class ArmsAnalysis:
 
 
 def median_interval(values: Sequence[float]) -> Estimate:
-    """The median with the order-statistic interval [x(k), x(n+1-k)] for the largest k that keeps
-    its coverage at INTERVAL_LEVEL or more (k = 1, the whole range, when fewer reps cannot reach it).
-    One value gives a zero-width interval of level 0."""
-    if not values:
-        raise ValueError("median_interval of no values")
-    xs = sorted(float(v) for v in values)
-    n = len(xs)
-    k = 1
-    while k + 1 <= (n + 1) // 2 and 1.0 - 2.0 * _below(n, k + 1) >= INTERVAL_LEVEL:
-        k += 1
-    return Estimate(median(xs), xs[k - 1], xs[n - k], n, 1.0 - 2.0 * _below(n, k))
+    """The median with its order-statistic interval (`stats.quantile_interval` at INTERVAL_LEVEL: for the
+    median, [x(k), x(n+1-k)] for the largest k that keeps the coverage; k = 1, the whole range, when fewer
+    reps cannot reach it). One value gives a zero-width interval of level 0. The point is `stats.median`,
+    as it always was: the interpolated quantile can differ from it in the last bit."""
+    iv = quantile_interval(values, 0.5, INTERVAL_LEVEL)
+    return Estimate(median(values), iv.lo, iv.hi, iv.n, iv.level)
 
 
 def interval_level(n: int) -> float:
     """The coverage `median_interval` reaches with n within-rep ratios."""
     return median_interval([float(i) for i in range(n)]).level if n > 0 else 0.0
-
-
-def _below(n: int, k: int) -> float:
-    """P(fewer than k of n values fall below the median) = P(Binomial(n, 1/2) < k)."""
-    return sum(math.comb(n, i) for i in range(k)) / 2.0**n
 
 
 def within_rep_ratios(
