@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from servecheck.analysis.cache import record_contaminated
+from servecheck.analysis.rules import DRIFT_LIMIT, FIGURE_FRAC
 from servecheck.analysis.stats import median, mode, quantile_interval
 from servecheck.model.bodies import arms as shape
 from servecheck.model.bodies.arms import INTERVAL_LEVEL, BiasMethod, Label
@@ -38,11 +39,9 @@ NO_GAIN_CEILING = 1.10
 DEFAULT_BIAS_LIMIT = 0.10
 # A cell whose total output is more than OUTPUT_LENGTH_TOLERANCE (5%) away from the run's modal
 # output did not do the same work: it is named (deviant_cells) so nobody compares its wall clock.
-# Burst-to-plateau loss of the serial arm worth a warning: the seed's 8.2% was the same order as
-# the effect looked for, so anything above 5% deserves the reader's attention.
-DRIFT_WARN_LOSS = 0.05  # either way: a server that speeds up during the run moves ratios too
-# A per-user rate change under 2% rounds to "0%" or "1%" in words; calling that a cost misleads.
-UNCHANGED_RATE = 0.02
+# Burst-to-plateau loss of the serial arm beyond DRIFT_LIMIT (analysis.rules), either way, is warned of.
+# A per-user rate change under FIGURE_FRAC (analysis.rules, 2%) rounds to "0%" or "1%" in words;
+# calling that a cost misleads.
 # Below three within-rep ratios there is no interval to speak of: one ratio gives a zero-width
 # "interval" and two give [min, max], which covers the median only half the time. A rise needs at
 # least this many reps behind it; fewer label every arm `none` and say why.
@@ -689,7 +688,7 @@ def headline(arm: ArmResult, *, with_ttft: bool = True) -> str | None:
 
 
 def _user_rate_words(change: float) -> str:
-    if abs(change) < UNCHANGED_RATE:
+    if abs(change) < FIGURE_FRAC:
         return "leaves each user's generation rate about unchanged"
     if change < 0:
         return f"costs each user {-change:.0%} of their generation rate"
@@ -746,14 +745,14 @@ def _warnings(
     cells: Sequence[Cell], results: Sequence[ArmResult], drift_: Drift | None, deviants: Sequence[DeviantCell]
 ) -> list[Warning_]:
     out = []
-    if drift_ is not None and drift_.loss > DRIFT_WARN_LOSS:
+    if drift_ is not None and drift_.loss > DRIFT_LIMIT:
         out.append(
             Warning_(
                 f"the serial arm lost {drift_.loss:.1%} of its throughput between the first and last reps",
                 "let the machine settle (or cool) before measuring, or add reps so the rotation averages it out",
             )
         )
-    elif drift_ is not None and -drift_.loss > DRIFT_WARN_LOSS:
+    elif drift_ is not None and -drift_.loss > DRIFT_LIMIT:
         out.append(
             Warning_(
                 f"the serial arm gained {-drift_.loss:.1%} throughput between the first and last reps: the server or "

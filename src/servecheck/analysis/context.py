@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from servecheck.analysis.roofline import GB, Span
+from servecheck.analysis.rules import drifted
 from servecheck.analysis.stats import median
 from servecheck.model.bodies import common
 from servecheck.model.bodies.context import Effect
@@ -21,9 +22,9 @@ from servecheck.model.records import OUTPUT_LENGTH_TOLERANCE
 # Tokenizing the prompt alone and inside a request may differ by a special token at the boundary
 # (BOS, a template head); a server that counts fewer than this below what was sent cut the prompt.
 TRUNCATION_SLACK_TOKENS = 1
-# The shallowest depth is measured first and last; a change above 5% between the two is drift worth
-# saying, in either direction (a warming server, another job on the machine, a thermal limit).
-DRIFT_WARN = 0.05
+# The shallowest depth is measured first and last; a change between the two beyond DRIFT_LIMIT
+# (analysis.rules) is drift worth saying, in either direction (a warming server, another job on the
+# machine, a thermal limit).
 # Within 5% of the shallowest depth the decode rate is "flat": the run-to-run spread of one stream on
 # a quiet machine is a few percent.
 FLAT_TOLERANCE = 0.05
@@ -302,7 +303,7 @@ def _drift(base: list[Sample]) -> Drift | None:
 
 
 def _drift_warnings(drift: Drift | None) -> tuple[Finding, ...]:
-    if drift is None or abs(drift.change) <= DRIFT_WARN:
+    if drift is None or not drifted(drift.change):
         return ()
     return (Finding(
         f"drift: the shallowest depth ran at {drift.first_tok_s:.1f} tok/s first and {drift.last_tok_s:.1f} tok/s last "
@@ -325,7 +326,7 @@ def judge_effect(points: Sequence[PointAnalysis], drift: Drift | None) -> tuple[
     what = f"depth {deepest.depth}: {r:.2f}x the shallowest depth's decode rate, drift {drift.change:+.1%}"
     if gap > FLAT_TOLERANCE and gap > swing:
         return ("falls" if r < 1 else "rises"), what
-    if gap <= FLAT_TOLERANCE and swing <= DRIFT_WARN:
+    if gap <= FLAT_TOLERANCE and not drifted(drift.change):
         return "flat", what
     return "inconclusive", what + ": the change is within the drift; rerun on a quiet machine or with --reps 2"
 

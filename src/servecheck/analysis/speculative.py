@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from servecheck.model.client import ClientLateness
 
 from servecheck.analysis.client_timing import late_reads, vouch
+from servecheck.analysis.rules import FIGURE_FRAC
 from servecheck.analysis.stats import mean_interval, median, normal_95, student_t_95
 from servecheck.model.bodies.speculative import PROMPT_KINDS, PaysVerdict, SpecVerdict, SpeculativePoint, kind_label
 
@@ -109,9 +110,8 @@ NOT_SPECULATING_HI = 1.1
 
 # --- pays or costs -----------------------------------------------------------------------------
 # The per-stream decode rate against the baseline's: pays when the interval of the ratio lies above
-# 1 + PAY_MARGIN, costs when it lies below 1 - PAY_MARGIN. 2% is the schema's rule for figures: a
-# difference smaller than that is not one servecheck reports.
-PAY_MARGIN = 0.02
+# 1 + FIGURE_FRAC, costs when it lies below 1 - FIGURE_FRAC. 2% is the schema's rule for figures
+# (analysis.rules): a difference smaller than that is not one servecheck reports.
 
 # --- the server's counters ----------------------------------------------------------------------
 # The estimate and llama.cpp's own account agree when within 15% of each other (the bound).
@@ -438,12 +438,12 @@ def pays(rates: Sequence[float], baseline: Sequence[float]) -> Pays:
         return Pays("inconclusive", ratio, None, "the baseline's rate interval reaches zero: more --reps")
     lo, hi = a.lo / b.hi, a.hi / b.lo
     span = f"{ratio:.2f}x [{lo:.2f}, {hi:.2f}]"
-    if lo > 1 + PAY_MARGIN:
-        return Pays("pays", ratio, (lo, hi), f"per-stream rate {span} of the baseline's: above {1 + PAY_MARGIN:g}")
-    if hi < 1 - PAY_MARGIN:
-        return Pays("costs", ratio, (lo, hi), f"per-stream rate {span} of the baseline's: below {1 - PAY_MARGIN:g}")
+    if lo > 1 + FIGURE_FRAC:
+        return Pays("pays", ratio, (lo, hi), f"per-stream rate {span} of the baseline's: above {1 + FIGURE_FRAC:g}")
+    if hi < 1 - FIGURE_FRAC:
+        return Pays("costs", ratio, (lo, hi), f"per-stream rate {span} of the baseline's: below {1 - FIGURE_FRAC:g}")
     return Pays("inconclusive", ratio, (lo, hi), f"per-stream rate {span} of the baseline's straddles "
-                f"{1 - PAY_MARGIN:g}..{1 + PAY_MARGIN:g}: more --reps would decide it")
+                f"{1 - FIGURE_FRAC:g}..{1 + FIGURE_FRAC:g}: more --reps would decide it")
 
 
 def stops_paying(by_n: Mapping[int, PaysVerdict]) -> tuple[int | None, str]:
