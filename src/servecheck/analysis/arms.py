@@ -14,12 +14,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from servecheck.analysis.cache import record_contaminated
-from servecheck.analysis.rules import DRIFT_LIMIT, FIGURE_FRAC
+from servecheck.analysis.rules import DRIFT_LIMIT, FIGURE_FRAC, OUTPUT_LENGTH_TOLERANCE
 from servecheck.analysis.stats import median, mode, quantile_interval
 from servecheck.model.bodies import arms as shape
 from servecheck.model.bodies.arms import INTERVAL_LEVEL, BiasMethod, Label
 from servecheck.model.bodies.common import Finding
-from servecheck.model.records import NS_PER_S, OUTPUT_LENGTH_TOLERANCE, RequestRecord
+from servecheck.model.records import NS_PER_S, RequestRecord
 
 
 # A rise counts only when the whole interval of the within-rep ratio lies above 1: a median above

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 from servecheck.analysis.arms import Warning_, per_user_rate_tok_s
 from servecheck.analysis.cache import record_contaminated
-from servecheck.analysis.rules import DRIFT_LIMIT, INTERVAL_LEVEL, drifted
+from servecheck.analysis.rules import DRIFT_LIMIT, INTERVAL_LEVEL, OUTPUT_LENGTH_TOLERANCE, drifted
 from servecheck.analysis.stats import QuantileInterval, median, quantile_interval, samples_needed
 from servecheck.model.bodies import capacity as body
 from servecheck.model.bodies.capacity import Limit, NonMonotoneKind, Status
-from servecheck.model.records import NS_PER_S, OUTPUT_LENGTH_TOLERANCE, RequestRecord
+from servecheck.model.records import NS_PER_S, RequestRecord
 
 
 # A verdict needs an interval that covers the true percentile with at least INTERVAL_LEVEL

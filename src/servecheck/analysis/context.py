@@ -12,11 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from servecheck.analysis.roofline import GB, Span
-from servecheck.analysis.rules import drifted
+from servecheck.analysis.rules import OUTPUT_LENGTH_TOLERANCE, drifted
 from servecheck.analysis.stats import median
 from servecheck.model.bodies import common
 from servecheck.model.bodies.context import Effect
-from servecheck.model.records import OUTPUT_LENGTH_TOLERANCE
 
 # Output lengths more than OUTPUT_LENGTH_TOLERANCE (5%) from what was asked make a point invalid.
 # Tokenizing the prompt alone and inside a request may differ by a special token at the boundary

@@ -8,10 +8,10 @@ names are listed there as different rules that happen to share a value."""
 from __future__ import annotations
 
 from servecheck.model.bodies.arms import INTERVAL_LEVEL
-from servecheck.model.client import FIGURE_FRAC
+from servecheck.model.client import CLIENT_ERROR_FRAC, FIGURE_FRAC
 from servecheck.model.records import OUTPUT_LENGTH_TOLERANCE
 
-__all__ = ["DRIFT_LIMIT", "FIGURE_FRAC", "INTERVAL_LEVEL", "OUTPUT_LENGTH_TOLERANCE", "drifted"]
+__all__ = ["CLIENT_ERROR_FRAC", "DRIFT_LIMIT", "FIGURE_FRAC", "INTERVAL_LEVEL", "OUTPUT_LENGTH_TOLERANCE", "drifted"]
 
 # OUTPUT_LENGTH_TOLERANCE (model.records, 5%): output more than this far from what was asked (or
 # from the run's modal length) did not do the same work. In `model` because the client's tally
@@ -24,6 +24,10 @@ __all__ = ["DRIFT_LIMIT", "FIGURE_FRAC", "INTERVAL_LEVEL", "OUTPUT_LENGTH_TOLERA
 # error may be at most this much of a figure called the server's, and for the same reason a
 # difference smaller than this is not one servecheck claims: a speculative rate that pays or costs,
 # a per-user rate that changed. In `model` because the client's pre-flight judges against it.
+
+# CLIENT_ERROR_FRAC (model.client, 5%): the client's timing error at N streams may be at most this
+# much of the time a command measures for its verdict to stand (the figure beside it answers to
+# FIGURE_FRAC). In `model` because the client's pre-flight judges against it.
 
 # A reference measured again at the end of a run (arms' serial arm, capacity's serial baseline,
 # context's shallowest depth) that moved more than this, either way, means the machine drifted

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, get_args
 
 from servecheck.analysis.cache import record_contaminated
+from servecheck.analysis.rules import CLIENT_ERROR_FRAC, FIGURE_FRAC, OUTPUT_LENGTH_TOLERANCE
 from servecheck.analysis.stats import Summary, median, mode, ratio
 from servecheck.analysis.witness import (
     MIN_GAUGE_SAMPLES,
@@ -25,10 +26,9 @@ from servecheck.analysis.witness import (
 from servecheck.model.bodies import common
 from servecheck.model.bodies import staircase as shape
 from servecheck.model.bodies.staircase import RISING_RATIO, Evidence, Schedule, Trend, Verdict
-from servecheck.model.client import CLIENT_ERROR_FRAC, FIGURE_FRAC
 from servecheck.model.client import FIX as CLIENT_FIX
 from servecheck.model.client import ClientCheck
-from servecheck.model.records import NS_PER_S, OUTPUT_LENGTH_TOLERANCE, BatchResult, RequestRecord
+from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord
 
 DEFINITE_VERDICTS: frozenset[Verdict] = frozenset(get_args(Schedule))  # the verdicts that claim a schedule
 
