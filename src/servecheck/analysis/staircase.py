@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, get_args
 
 from servecheck.analysis.cache import record_contaminated
-from servecheck.analysis.rules import CLIENT_ERROR_FRAC, FIGURE_FRAC, OUTPUT_LENGTH_TOLERANCE
+from servecheck.analysis.rules import CLIENT_ERROR_FRAC, FIGURE_FRAC, OUTPUT_LENGTH_TOLERANCE, STAIRCASE_STEP_TOL
 from servecheck.analysis.stats import Summary, median, mode, ratio
 from servecheck.analysis.witness import (
     MIN_GAUGE_SAMPLES,
@@ -43,10 +43,8 @@ LARGE_GAP_FRAC = 0.5
 # One group is a cluster only if its whole spread is small too: many small gaps can add up to a
 # slow drift that is neither batching nor a queue (a quarter of T1 is far beyond prefill stagger).
 CLUSTER_SPREAD_FRAC = 0.25
-# Staircase: each step (release -> first finish, then finish -> finish) within +-25% of T1. A
-# queue hands over with some overhead (seed 000: steps of 5.5-5.7 s against T1 = 5.51 s, under 4%),
-# so 25% is wide for noise yet far from the 50% steps of a two-way batch.
-STAIRCASE_STEP_TOL = 0.25
+# Staircase: each step (release -> first finish, then finish -> finish) within STAIRCASE_STEP_TOL
+# (analysis.rules, +-25%) of T1.
 # Evenly spaced: (largest step - smallest step) / mean step at most this. A queue of equal requests
 # is even to a few percent on a quiet machine; a schedule that is not even is not one we know how
 # to name. A staircase's finishes are already separated by gaps of more than half a single time
