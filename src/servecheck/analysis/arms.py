@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from servecheck.analysis.cache import record_contaminated
+from servecheck.analysis.design import rotation
 from servecheck.analysis.rules import DRIFT_LIMIT, FIGURE_FRAC, OUTPUT_LENGTH_TOLERANCE
 from servecheck.analysis.stats import median, mode, quantile_interval
 from servecheck.model.bodies import arms as shape
@@ -181,10 +182,7 @@ def cell_from_records(
 
 def rotated_order(arms: Sequence[int], rep: int, *, fixed: bool = False) -> tuple[int, ...]:
     """The arm order of one rep: cyclic rotation by rep, so each arm takes each position in turn."""
-    if fixed or not arms:
-        return tuple(arms)
-    k = rep % len(arms)
-    return tuple(arms[k:]) + tuple(arms[:k])
+    return tuple(arms) if fixed else rotation(arms, rep)
 
 
 def schedule(arms: Sequence[int], reps: int, *, fixed: bool = False) -> list[tuple[int, int, int]]:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from servecheck.analysis.roofline import GB, Span
+from servecheck.analysis.design import mirrored
 from servecheck.analysis.rules import OUTPUT_LENGTH_TOLERANCE, drifted
 from servecheck.analysis.stats import median
 from servecheck.model.bodies import common
@@ -102,7 +103,7 @@ def plan_order(depths: Sequence[int], reps: int) -> list[int]:
     asc = sorted(depths)
     plan: list[int] = []
     for rep in range(reps):
-        plan += asc if rep % 2 == 0 else asc[::-1]
+        plan += mirrored(asc, rep)
     if plan[-1] != asc[0]:
         plan.append(asc[0])
     return plan
