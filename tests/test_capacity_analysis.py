@@ -10,22 +10,19 @@ import pytest
 
 from servecheck.analysis.arms import median_interval
 from servecheck.analysis.capacity import (
-    DRIFT_LIMIT,
     Criteria,
     ProbeSample,
     analyse,
     assess,
-    steady_records,
-    coverage,
     held,
-    interval_ranks,
     limit_of,
     next_n,
     ordinal,
     probe_from_records,
-    quantile_interval,
-    samples_needed,
+    steady_records,
 )
+from servecheck.analysis.rules import DRIFT_LIMIT
+from servecheck.analysis.stats import coverage, interval_ranks, quantile_interval, samples_needed
 from servecheck.model.records import NS_PER_S, RequestRecord
 
 MS = 1_000_000

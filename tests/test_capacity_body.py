@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from servecheck.analysis.capacity import Criteria, Drift, Interval, Marginal, NonMonotone, Point, least_words
+from servecheck.analysis.capacity import Criteria, Drift, Marginal, NonMonotone, Point, least_words
+from servecheck.analysis.stats import QuantileInterval as Interval
 from servecheck.experiments.capacity import CapacityDesign, CapacityRun, run_capacity
 from servecheck.experiments.common import NOT_CALIBRATED
 from servecheck.load.fake import FakeDriver, FakeServer

@@ -20,6 +20,7 @@ import pytest
 
 from servecheck.analysis import context as ctx
 from servecheck.analysis.roofline import Span
+from servecheck.analysis.rules import DRIFT_LIMIT
 from servecheck.experiments.context import ContextExperiment, ContextResult, to_sample
 from servecheck.jobs.context_model import load_model
 from servecheck.model.bodies.context import ModelBytesSummary
@@ -104,7 +105,7 @@ def test_points_and_samples_write_the_analysis_and_the_driver_records() -> None:
     assert "token_s" not in sample["request"] and "token_s" not in doc["warmup"]  # token times are not kept here
     assert doc["warmup"]["prompt_tokens"] == 16
     assert doc["drift"] == {"first_tok_s": pytest.approx(100.0), "last_tok_s": pytest.approx(100.0), "first_s": 0.285,
-                            "last_s": 0.685, "change": 0.0, "warn_above": ctx.DRIFT_WARN}
+                            "last_s": 0.685, "change": 0.0, "warn_above": DRIFT_LIMIT}
     assert doc["effect"] == "flat" and doc["effect_reason"].startswith("depth 512: 1.00x")
 
 

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from servecheck.analysis.cache import (
-    FLAT_FRACTION,
+    TEMPLATE_HEAD_FRACTION,
     HIT_FRACTION,
     INERT_TTFT_RATIO,
     WORKING_TTFT_RATIO,
@@ -113,7 +113,7 @@ def test_threshold_edges():
     just_hit = int(HIT_FRACTION * P)
     assert decide_cache(run([1.0, 1.0, 1.0], [0, just_hit, just_hit])).verdict == "working"
     assert decide_cache(run([1.0, 1.0, 1.0], [0, just_hit - 1, just_hit])).verdict == "unknown"  # mixed
-    flat = int(FLAT_FRACTION * P)
+    flat = int(TEMPLATE_HEAD_FRACTION * P)
     assert decide_cache(run([1.0, 1.0, 1.0], [0, flat, flat], 1.0)).verdict == "inert"
     assert decide_cache(run([1.0, WORKING_TTFT_RATIO * 0.99] * 1 + [0.4], [None] * 3, 1.0, None)).verdict == "working"
     assert decide_cache(run([1.0, WORKING_TTFT_RATIO, WORKING_TTFT_RATIO], [None] * 3, 1.0, None)).verdict == "unknown"

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from servecheck.analysis import speculative as sp
+from servecheck.analysis.rules import FIGURE_FRAC
 from servecheck.experiments.speculative import MAX_REPS_FACTOR, SpeculativeResult, run_speculative
 from servecheck.load.fake import FakeDriver, FakeServer, Law, flat
 from servecheck.report.lines.speculative import header_lines
@@ -59,7 +60,7 @@ def test_only_the_undecided_point_is_measured_again_until_it_decides() -> None:
     pred = points["predictable"]
     assert pred.paid is not None and pred.paid.verdict == "costs"
     assert pred.extra_reps == 1 and pred.estimate.streams == 3
-    assert pred.paid.interval is not None and pred.paid.interval[1] < 1 - sp.PAY_MARGIN  # what decided it
+    assert pred.paid.interval is not None and pred.paid.interval[1] < 1 - FIGURE_FRAC  # what decided it
     assert "decided after 1 more rep(s)" in pred.paid.reason
     # the extra rep keeps the alternation: the target first on even reps
     assert reps_run(result, "predictable") == [(0, "target"), (0, "baseline"), (1, "baseline"), (1, "target"),

@@ -14,11 +14,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from servecheck.analysis.cache import record_contaminated
-from servecheck.analysis.stats import median, mode
+from servecheck.analysis.design import rotation
+from servecheck.analysis.rules import DRIFT_LIMIT, FIGURE_FRAC, OUTPUT_LENGTH_TOLERANCE
+from servecheck.analysis.stats import median, mode, quantile_interval
 from servecheck.model.bodies import arms as shape
 from servecheck.model.bodies.arms import INTERVAL_LEVEL, BiasMethod, Label
 from servecheck.model.bodies.common import Finding
-from servecheck.model.records import NS_PER_S, OUTPUT_LENGTH_TOLERANCE, RequestRecord
+from servecheck.model.records import NS_PER_S, RequestRecord
 
 
 # A rise counts only when the whole interval of the within-rep ratio lies above 1: a median above
@@ -38,11 +40,9 @@ NO_GAIN_CEILING = 1.10
 DEFAULT_BIAS_LIMIT = 0.10
 # A cell whose total output is more than OUTPUT_LENGTH_TOLERANCE (5%) away from the run's modal
 # output did not do the same work: it is named (deviant_cells) so nobody compares its wall clock.
-# Burst-to-plateau loss of the serial arm worth a warning: the seed's 8.2% was the same order as
-# the effect looked for, so anything above 5% deserves the reader's attention.
-DRIFT_WARN_LOSS = 0.05  # either way: a server that speeds up during the run moves ratios too
-# A per-user rate change under 2% rounds to "0%" or "1%" in words; calling that a cost misleads.
-UNCHANGED_RATE = 0.02
+# Burst-to-plateau loss of the serial arm beyond DRIFT_LIMIT (analysis.rules), either way, is warned of.
+# A per-user rate change under FIGURE_FRAC (analysis.rules, 2%) rounds to "0%" or "1%" in words;
+# calling that a cost misleads.
 # Below three within-rep ratios there is no interval to speak of: one ratio gives a zero-width
 # "interval" and two give [min, max], which covers the median only half the time. A rise needs at
 # least this many reps behind it; fewer label every arm `none` and say why.
@@ -185,10 +185,7 @@ def cell_from_records(
 
 def rotated_order(arms: Sequence[int], rep: int, *, fixed: bool = False) -> tuple[int, ...]:
     """The arm order of one rep: cyclic rotation by rep, so each arm takes each position in turn."""
-    if fixed or not arms:
-        return tuple(arms)
-    k = rep % len(arms)
-    return tuple(arms[k:]) + tuple(arms[:k])
+    return tuple(arms) if fixed else rotation(arms, rep)
 
 
 def schedule(arms: Sequence[int], reps: int, *, fixed: bool = False) -> list[tuple[int, int, int]]:
@@ -364,27 +361,17 @@ class ArmsAnalysis:
 
 
 def median_interval(values: Sequence[float]) -> Estimate:
-    """The median with the order-statistic interval [x(k), x(n+1-k)] for the largest k that keeps
-    its coverage at INTERVAL_LEVEL or more (k = 1, the whole range, when fewer reps cannot reach it).
-    One value gives a zero-width interval of level 0."""
-    if not values:
-        raise ValueError("median_interval of no values")
-    xs = sorted(float(v) for v in values)
-    n = len(xs)
-    k = 1
-    while k + 1 <= (n + 1) // 2 and 1.0 - 2.0 * _below(n, k + 1) >= INTERVAL_LEVEL:
-        k += 1
-    return Estimate(median(xs), xs[k - 1], xs[n - k], n, 1.0 - 2.0 * _below(n, k))
+    """The median with its order-statistic interval (`stats.quantile_interval` at INTERVAL_LEVEL: for the
+    median, [x(k), x(n+1-k)] for the largest k that keeps the coverage; k = 1, the whole range, when fewer
+    reps cannot reach it). One value gives a zero-width interval of level 0. The point is `stats.median`,
+    as it always was: the interpolated quantile can differ from it in the last bit."""
+    iv = quantile_interval(values, 0.5, INTERVAL_LEVEL)
+    return Estimate(median(values), iv.lo, iv.hi, iv.n, iv.level)
 
 
 def interval_level(n: int) -> float:
     """The coverage `median_interval` reaches with n within-rep ratios."""
     return median_interval([float(i) for i in range(n)]).level if n > 0 else 0.0
-
-
-def _below(n: int, k: int) -> float:
-    """P(fewer than k of n values fall below the median) = P(Binomial(n, 1/2) < k)."""
-    return sum(math.comb(n, i) for i in range(k)) / 2.0**n
 
 
 def within_rep_ratios(
@@ -702,7 +689,7 @@ def headline(arm: ArmResult, *, with_ttft: bool = True) -> str | None:
 
 
 def _user_rate_words(change: float) -> str:
-    if abs(change) < UNCHANGED_RATE:
+    if abs(change) < FIGURE_FRAC:
         return "leaves each user's generation rate about unchanged"
     if change < 0:
         return f"costs each user {-change:.0%} of their generation rate"
@@ -776,14 +763,14 @@ def _warnings(
     cells: Sequence[Cell], results: Sequence[ArmResult], drift_: Drift | None, deviants: Sequence[DeviantCell]
 ) -> list[Warning_]:
     out = []
-    if drift_ is not None and drift_.loss > DRIFT_WARN_LOSS:
+    if drift_ is not None and drift_.loss > DRIFT_LIMIT:
         out.append(
             Warning_(
                 f"the serial arm lost {drift_.loss:.1%} of its throughput between the first and last reps",
                 "let the machine settle (or cool) before measuring, or add reps so the rotation averages it out",
             )
         )
-    elif drift_ is not None and -drift_.loss > DRIFT_WARN_LOSS:
+    elif drift_ is not None and -drift_.loss > DRIFT_LIMIT:
         out.append(
             Warning_(
                 f"the serial arm gained {-drift_.loss:.1%} throughput between the first and last reps: the server or "

@@ -30,9 +30,10 @@ INERT_TTFT_RATIO = 0.8
 # A working cache serves all of it but the last token or so; half tolerates engines that cache
 # whole blocks only (vLLM's 16-token blocks) on short prompts.
 HIT_FRACTION = 0.5
-# Counters are flat when no warm repeat had more than 5% cached: a BOS token and a chat
-# template's fixed head are shared by any two prompts and may be "cached" without a working cache.
-FLAT_FRACTION = 0.05
+# Counters are flat when no warm repeat had more than TEMPLATE_HEAD_FRACTION of its prompt cached: a
+# BOS token and a chat template's fixed head are shared by any two prompts and may be "cached"
+# without a working cache (the same allowance as a load test's contamination, below).
+TEMPLATE_HEAD_FRACTION = 0.05
 # Without counters, `inert` needs the timing to show that a hit would have been visible: a short
 # prompt sent warm (the floor: a request with almost no prefill, which is what a hit costs) must
 # take at most this share of the control's time to first token. Then repeats as slow as the
@@ -80,7 +81,7 @@ class CacheVerdict:
 
 def thresholds() -> CacheThresholds:
     return CacheThresholds(working_ttft_ratio=WORKING_TTFT_RATIO, inert_ttft_ratio=INERT_TTFT_RATIO, hit_fraction=HIT_FRACTION,
-                           flat_fraction=FLAT_FRACTION, floor_max_ratio=FLOOR_MAX_RATIO)
+                           flat_fraction=TEMPLATE_HEAD_FRACTION, floor_max_ratio=FLOOR_MAX_RATIO)
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def read_counters(repeats: Sequence[CacheSend], control: CacheSend | None) -> Co
                               "share a prefix, so hits say nothing about caching of repeated prompts", lowest, True)
     if lowest >= HIT_FRACTION:
         return CounterReading("working", f"every warm repeat had at least {lowest:.0%} of its prompt cached", lowest)
-    if highest <= FLAT_FRACTION:
+    if highest <= TEMPLATE_HEAD_FRACTION:
         return CounterReading("inert", f"the cache counters stayed flat (at most {highest:.0%} cached on warm repeats)",
                               lowest)
     return CounterReading("unknown", f"cache counters mixed ({lowest:.0%}-{highest:.0%} cached on warm repeats)", lowest)
@@ -292,11 +293,10 @@ def _ratio_text(ratio: float | None) -> str:
 
 
 # --- contamination of load tests --------------------------------------------------------------
-# Cached prompt tokens up to this share of the prompt are a BOS token or a chat template's fixed
+# Cached prompt tokens up to TEMPLATE_HEAD_FRACTION of the prompt (or the tokens below) are a BOS token or a chat template's fixed
 # head, which every request has and which cannot fake a concurrency win (llama.cpp reports 1-2
 # cached tokens on every request for the BOS it keeps in the slot); more means the prefix cache
 # served part of a measured prompt.
-CONTAMINATION_ALLOWANCE_FRACTION = 0.05
 CONTAMINATION_ALLOWANCE_TOKENS = 4
 
 
@@ -306,7 +306,7 @@ def contaminated(cached_tokens: int | None, prompt_tokens: int | None) -> bool:
         return False
     allowance = float(CONTAMINATION_ALLOWANCE_TOKENS)
     if prompt_tokens:
-        allowance = max(allowance, CONTAMINATION_ALLOWANCE_FRACTION * prompt_tokens)
+        allowance = max(allowance, TEMPLATE_HEAD_FRACTION * prompt_tokens)
     return cached_tokens > allowance
 
 

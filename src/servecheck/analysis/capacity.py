@@ -12,91 +12,23 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from servecheck.analysis.arms import DRIFT_WARN_LOSS, Warning_, per_user_rate_tok_s
+from servecheck.analysis.arms import Warning_, per_user_rate_tok_s
 from servecheck.analysis.cache import record_contaminated
-from servecheck.analysis.stats import median
+from servecheck.analysis.rules import DRIFT_LIMIT, INTERVAL_LEVEL, OUTPUT_LENGTH_TOLERANCE, drifted
+from servecheck.analysis.stats import QuantileInterval, median, quantile_interval, samples_needed
 from servecheck.model.bodies import capacity as body
 from servecheck.model.bodies.capacity import Limit, NonMonotoneKind, Status
-from servecheck.model.records import NS_PER_S, OUTPUT_LENGTH_TOLERANCE, RequestRecord
+from servecheck.model.records import NS_PER_S, RequestRecord
 
 
-# A verdict needs an interval that covers the true percentile with at least this probability
-# (exact, from the binomial: no resampling, no seed). A probe too small to reach it is `uncertain`.
-DECISION_LEVEL = 0.95
+# A verdict needs an interval that covers the true percentile with at least INTERVAL_LEVEL
+# (analysis.rules; exact, from the binomial). A probe too small to reach it is `uncertain`.
 # Each lane's measured requests after its discarded first one. Two, so that every lane contributes
 # a request that started and ended while all N were in flight, and the aggregate window holds at
 # least one whole round of the loop.
 MIN_MEASURED_PER_LANE = 2
-# The serial baseline is measured again at the end; a change beyond this, either way, means the
-# machine drifted while the search ran (the seed's burst-to-plateau 8.2% is the order of the
-# effects looked for). One rule, shared with `arms`.
-DRIFT_LIMIT = DRIFT_WARN_LOSS
-
-
-# --- order statistics ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Interval:
-    """A sample percentile with its distribution-free interval [x(lo_rank), x(hi_rank)]."""
-
-    estimate: float
-    lo: float
-    hi: float
-    n: int
-    quantile: float  # 0.5 is the median
-    level: float  # the exact chance the interval covers the true quantile
-
-
-def _binomial_cdf(n: int, q: float) -> list[float]:
-    """cdf[k] = P(Binomial(n, q) < k), for k = 0 .. n + 1."""
-    out, total = [0.0], 0.0
-    for i in range(n + 1):
-        total += math.comb(n, i) * q**i * (1.0 - q) ** (n - i)
-        out.append(total)
-    return out
-
-
-def coverage(n: int, q: float, lo_rank: int, hi_rank: int) -> float:
-    """P(x(lo_rank) <= true q-quantile <= x(hi_rank)) = P(lo_rank <= Binomial(n, q) < hi_rank)."""
-    cdf = _binomial_cdf(n, q)
-    return cdf[hi_rank] - cdf[lo_rank]
-
-
-def interval_ranks(n: int, q: float, level: float = DECISION_LEVEL) -> tuple[int, int, float]:
-    """Equal-tailed ranks (1-based): x(lo) lies above the true quantile, and x(hi) below it, each
-    with chance at most (1 - level) / 2, so each one-sided verdict errs that rarely. Where n is too
-    small for a tail, that end is the extreme value and the level falls short (reported as it is)."""
-    cdf = _binomial_cdf(n, q)
-    tail = (1.0 - level) / 2.0
-    lo = max([k for k in range(1, n + 1) if cdf[k] <= tail], default=1)
-    hi = min([k for k in range(lo, n + 1) if 1.0 - cdf[k] <= tail], default=n)
-    return lo, hi, (cdf[hi] - cdf[lo]) if hi > lo else 0.0
-
-
-def sample_quantile(ordered: Sequence[float], q: float) -> float:
-    """Linear interpolation between order statistics (the median for q = 0.5)."""
-    pos = q * (len(ordered) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
-def quantile_interval(values: Sequence[float], q: float, level: float = DECISION_LEVEL) -> Interval:
-    """The q-quantile of `values` with its order-statistic interval; one value gives level 0."""
-    if not values:
-        raise ValueError("quantile_interval of no values")
-    xs = sorted(float(v) for v in values)
-    lo, hi, reached = interval_ranks(len(xs), q, level)
-    return Interval(sample_quantile(xs, q), xs[lo - 1], xs[hi - 1], len(xs), q, reached)
-
-
-def samples_needed(q: float, level: float = DECISION_LEVEL) -> int:
-    """The fewest samples whose interval covers the q-quantile with `level`."""
-    n = 2
-    while interval_ranks(n, q, level)[2] < level:
-        n += 1
-    return n
+# The serial baseline is measured again at the end; a change beyond DRIFT_LIMIT (analysis.rules),
+# either way, means the machine drifted while the search ran.
 
 
 # --- what is judged --------------------------------------------------------------------------
@@ -112,7 +44,7 @@ class Criteria:
     min_user_rate_tok_s: float
     max_ttft_s: float | None = None
     percentile: float = 50.0
-    level: float = DECISION_LEVEL
+    level: float = INTERVAL_LEVEL
 
     @property
     def rate_quantile(self) -> float:
@@ -239,8 +171,8 @@ class Point:
 
     n: int
     probes: int
-    rate: Interval | None
-    ttft: Interval | None
+    rate: QuantileInterval | None
+    ttft: QuantileInterval | None
     aggregate_tok_s: float | None  # median over the probes
     status: Status
     rate_status: Status
@@ -272,7 +204,7 @@ class Point:
         )
 
 
-def side(interval: Interval | None, bound: float, *, above: bool, level: float) -> Status:
+def side(interval: QuantileInterval | None, bound: float, *, above: bool, level: float) -> Status:
     """pass when the interval lies wholly on the good side of `bound`, fail when wholly on the bad one."""
     if interval is None or interval.level < level:
         return "uncertain"
@@ -309,7 +241,7 @@ def assess(n: int, probes: Sequence[ProbeSample], c: Criteria) -> Point:
                  reason, failed)
 
 
-def _reason(rate: Interval | None, ttft: Interval | None, rs: Status, ts: Status | None, c: Criteria) -> str:
+def _reason(rate: QuantileInterval | None, ttft: QuantileInterval | None, rs: Status, ts: Status | None, c: Criteria) -> str:
     if rate is None:
         return "no measured request produced a per-user rate"
     if rate.level < c.level:
@@ -374,7 +306,7 @@ class Drift:
 
     def record(self) -> body.CapacityDrift:
         return body.CapacityDrift(start_tok_s=self.start_tok_s, end_tok_s=self.end_tok_s, change=self.change,
-                                  limit=DRIFT_LIMIT, exceeded=abs(self.change) > DRIFT_LIMIT)
+                                  limit=DRIFT_LIMIT, exceeded=drifted(self.change))
 
 
 @dataclass(frozen=True, slots=True)
@@ -552,7 +484,7 @@ def _warnings(
     samples: Sequence[ProbeSample], drift: Drift | None, odd: Sequence[NonMonotone], points: Sequence[Point], c: Criteria
 ) -> list[Warning_]:
     out = []
-    if drift is not None and abs(drift.change) > DRIFT_LIMIT:
+    if drift is not None and drifted(drift.change):
         out.append(Warning_(
             f"drift: the serial baseline moved {drift.change:+.1%} between the start and the end of the search "
             f"({drift.start_tok_s:.1f} -> {drift.end_tok_s:.1f} tok/s), beyond the {DRIFT_LIMIT:.0%} limit",

@@ -12,18 +12,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from servecheck.analysis.roofline import GB, Span
+from servecheck.analysis.design import mirrored
+from servecheck.analysis.rules import OUTPUT_LENGTH_TOLERANCE, drifted
 from servecheck.analysis.stats import median
 from servecheck.model.bodies import common
 from servecheck.model.bodies.context import Effect
-from servecheck.model.records import OUTPUT_LENGTH_TOLERANCE
 
 # Output lengths more than OUTPUT_LENGTH_TOLERANCE (5%) from what was asked make a point invalid.
 # Tokenizing the prompt alone and inside a request may differ by a special token at the boundary
 # (BOS, a template head); a server that counts fewer than this below what was sent cut the prompt.
 TRUNCATION_SLACK_TOKENS = 1
-# The shallowest depth is measured first and last; a change above 5% between the two is drift worth
-# saying, in either direction (a warming server, another job on the machine, a thermal limit).
-DRIFT_WARN = 0.05
+# The shallowest depth is measured first and last; a change between the two beyond DRIFT_LIMIT
+# (analysis.rules) is drift worth saying, in either direction (a warming server, another job on the
+# machine, a thermal limit).
 # Within 5% of the shallowest depth the decode rate is "flat": the run-to-run spread of one stream on
 # a quiet machine is a few percent.
 FLAT_TOLERANCE = 0.05
@@ -102,7 +103,7 @@ def plan_order(depths: Sequence[int], reps: int) -> list[int]:
     asc = sorted(depths)
     plan: list[int] = []
     for rep in range(reps):
-        plan += asc if rep % 2 == 0 else asc[::-1]
+        plan += mirrored(asc, rep)
     if plan[-1] != asc[0]:
         plan.append(asc[0])
     return plan
@@ -309,7 +310,7 @@ def _drift(base: list[Sample]) -> Drift | None:
 
 
 def _drift_warnings(drift: Drift | None) -> tuple[Finding, ...]:
-    if drift is None or abs(drift.change) <= DRIFT_WARN:
+    if drift is None or not drifted(drift.change):
         return ()
     return (Finding(
         f"drift: the shallowest depth ran at {drift.first_tok_s:.1f} tok/s first and {drift.last_tok_s:.1f} tok/s last "
@@ -332,7 +333,7 @@ def judge_effect(points: Sequence[PointAnalysis], drift: Drift | None) -> tuple[
     what = f"depth {deepest.depth}: {r:.2f}x the shallowest depth's decode rate, drift {drift.change:+.1%}"
     if gap > FLAT_TOLERANCE and gap > swing:
         return ("falls" if r < 1 else "rises"), what
-    if gap <= FLAT_TOLERANCE and swing <= DRIFT_WARN:
+    if gap <= FLAT_TOLERANCE and not drifted(drift.change):
         return "flat", what
     return "inconclusive", what + ": the change is within the drift; rerun on a quiet machine or with --reps 2"
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 from servecheck.model.client import ClientLateness
 
 from servecheck.analysis.client_timing import late_reads, vouch
-from servecheck.analysis.stats import median
+from servecheck.analysis.rules import FIGURE_FRAC
+from servecheck.analysis.stats import mean_interval, median, normal_95, student_t_95
 from servecheck.model.bodies.speculative import PROMPT_KINDS, PaysVerdict, SpecVerdict, SpeculativePoint, kind_label
 
 
@@ -98,8 +99,8 @@ COALESCE_FIT_SHARE = 0.35
 COALESCE_MIN_MEAN = 1.15
 
 # --- the estimate and the verdict -------------------------------------------------------------
-# Two-sided 95% normal interval over the steps of a point (every stream and rep at one N and kind).
-Z_95 = 1.96
+# The mean tokens per step over every step of a point (every stream and rep at one N and kind) has a
+# two-sided 95% normal interval (`stats.mean_interval` with `normal_95`): a point pools many steps.
 # Tokens per step clearly above 1: the interval's lower end at least 1.15. The smallest speculation
 # worth a flag (a draft accepted one step in six) clears it; grouping errors on a single-token stream
 # (a slow write split off, a stall that bunched steps) stay below a few percent.
@@ -109,12 +110,8 @@ NOT_SPECULATING_HI = 1.1
 
 # --- pays or costs -----------------------------------------------------------------------------
 # The per-stream decode rate against the baseline's: pays when the interval of the ratio lies above
-# 1 + PAY_MARGIN, costs when it lies below 1 - PAY_MARGIN. 2% is the schema's rule for figures: a
-# difference smaller than that is not one servecheck reports.
-PAY_MARGIN = 0.02
-# Two-sided 95% Student t quantiles by degrees of freedom (1..30); beyond, the normal one.
-_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-        2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+# 1 + FIGURE_FRAC, costs when it lies below 1 - FIGURE_FRAC. 2% is the schema's rule for figures
+# (analysis.rules): a difference smaller than that is not one servecheck reports.
 
 # --- the server's counters ----------------------------------------------------------------------
 # The estimate and llama.cpp's own account agree when within 15% of each other (the issue's bound).
@@ -372,10 +369,9 @@ def estimate(groupings: Sequence[Grouping]) -> Estimate:
 
 
 def _normal_interval(steps: Sequence[int]) -> tuple[float, float, float]:
-    mean = sum(steps) / len(steps)
-    var = sum((s - mean) ** 2 for s in steps) / (len(steps) - 1)
-    half = Z_95 * math.sqrt(var / len(steps))
-    return mean, mean - half, mean + half
+    iv = mean_interval(steps, normal_95)
+    assert iv is not None  # MIN_STEPS or more
+    return iv.mean, iv.lo, iv.hi
 
 
 def judge(lo: float, hi: float) -> tuple[SpecVerdict, str]:
@@ -431,35 +427,23 @@ class Pays:
     reason: str
 
 
-def mean_interval(values: Sequence[float]) -> tuple[float, float, float] | None:
-    """Mean and its 95% t interval; None below two values."""
-    if len(values) < 2:
-        return None
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    df = len(values) - 1
-    t = _T95[df - 1] if df <= len(_T95) else Z_95
-    half = t * sd / math.sqrt(len(values))
-    return mean, mean - half, mean + half
-
-
 def pays(rates: Sequence[float], baseline: Sequence[float]) -> Pays:
     """pays / costs / inconclusive from two sets of per-stream rates (tok/s), each with its interval."""
-    a, b = mean_interval(rates), mean_interval(baseline)
+    a, b = mean_interval(rates, student_t_95), mean_interval(baseline, student_t_95)
     if a is None or b is None:
         return Pays("inconclusive", None, None, f"{len(rates)} stream(s) and {len(baseline)} baseline stream(s): "
                     "at least two of each needed (more --reps)")
-    ratio = a[0] / b[0] if b[0] > 0 else None
-    if ratio is None or b[1] <= 0:
+    ratio = a.mean / b.mean if b.mean > 0 else None
+    if ratio is None or b.lo <= 0:
         return Pays("inconclusive", ratio, None, "the baseline's rate interval reaches zero: more --reps")
-    lo, hi = a[1] / b[2], a[2] / b[1]
+    lo, hi = a.lo / b.hi, a.hi / b.lo
     span = f"{ratio:.2f}x [{lo:.2f}, {hi:.2f}]"
-    if lo > 1 + PAY_MARGIN:
-        return Pays("pays", ratio, (lo, hi), f"per-stream rate {span} of the baseline's: above {1 + PAY_MARGIN:g}")
-    if hi < 1 - PAY_MARGIN:
-        return Pays("costs", ratio, (lo, hi), f"per-stream rate {span} of the baseline's: below {1 - PAY_MARGIN:g}")
+    if lo > 1 + FIGURE_FRAC:
+        return Pays("pays", ratio, (lo, hi), f"per-stream rate {span} of the baseline's: above {1 + FIGURE_FRAC:g}")
+    if hi < 1 - FIGURE_FRAC:
+        return Pays("costs", ratio, (lo, hi), f"per-stream rate {span} of the baseline's: below {1 - FIGURE_FRAC:g}")
     return Pays("inconclusive", ratio, (lo, hi), f"per-stream rate {span} of the baseline's straddles "
-                f"{1 - PAY_MARGIN:g}..{1 + PAY_MARGIN:g}: more --reps would decide it")
+                f"{1 - FIGURE_FRAC:g}..{1 + FIGURE_FRAC:g}: more --reps would decide it")
 
 
 def stops_paying(by_n: Mapping[int, PaysVerdict]) -> tuple[int | None, str]:

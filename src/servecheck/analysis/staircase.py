@@ -13,6 +13,7 @@ from typing import Any, get_args
 
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.client_timing import late_reads, vouch_reads
+from servecheck.analysis.rules import CLIENT_ERROR_FRAC, FIGURE_FRAC, OUTPUT_LENGTH_TOLERANCE, STAIRCASE_STEP_TOL
 from servecheck.analysis.stats import Summary, median, mode, ratio
 from servecheck.analysis.witness import (
     MIN_GAUGE_SAMPLES,
@@ -26,10 +27,9 @@ from servecheck.analysis.witness import (
 from servecheck.model.bodies import common
 from servecheck.model.bodies import staircase as shape
 from servecheck.model.bodies.staircase import RISING_RATIO, Evidence, Schedule, Trend, Verdict
-from servecheck.model.client import CLIENT_ERROR_FRAC, FIGURE_FRAC
 from servecheck.model.client import FIX as CLIENT_FIX
 from servecheck.model.client import ClientCheck
-from servecheck.model.records import NS_PER_S, OUTPUT_LENGTH_TOLERANCE, BatchResult, RequestRecord
+from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord
 
 DEFINITE_VERDICTS: frozenset[Verdict] = frozenset(get_args(Schedule))  # the verdicts that claim a schedule
 
@@ -44,10 +44,8 @@ LARGE_GAP_FRAC = 0.5
 # One group is a cluster only if its whole spread is small too: many small gaps can add up to a
 # slow drift that is neither batching nor a queue (a quarter of T1 is far beyond prefill stagger).
 CLUSTER_SPREAD_FRAC = 0.25
-# Staircase: each step (release -> first finish, then finish -> finish) within +-25% of T1. A
-# queue hands over with some overhead (seed 000: steps of 5.5-5.7 s against T1 = 5.51 s, under 4%),
-# so 25% is wide for noise yet far from the 50% steps of a two-way batch.
-STAIRCASE_STEP_TOL = 0.25
+# Staircase: each step (release -> first finish, then finish -> finish) within STAIRCASE_STEP_TOL
+# (analysis.rules, +-25%) of T1.
 # Evenly spaced: (largest step - smallest step) / mean step at most this. A queue of equal requests
 # is even to a few percent on a quiet machine; a schedule that is not even is not one we know how
 # to name. A staircase's finishes are already separated by gaps of more than half a single time

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from servecheck.analysis.rules import STAIRCASE_STEP_TOL
 from servecheck.analysis.stats import median
 from servecheck.model.bodies.staircase import Schedule, Witness, WitnessSource
 from servecheck.model.records import NS_PER_S, ClientNoise, RequestRecord, ServerGauges
@@ -20,8 +21,7 @@ from servecheck.model.records import NS_PER_S, ClientNoise, RequestRecord, Serve
 # Fewer readings than this cannot show a batch's peak: at 5 Hz, a batch shorter than ~0.6 s.
 MIN_GAUGE_SAMPLES = 3
 # Server timings: a request that waited for k whole requests ahead of it queued k service times;
-# each within a quarter of one service time (the staircase's own step tolerance) counts as k.
-QUEUE_LEVEL_TOL = 0.25
+# each within STAIRCASE_STEP_TOL of one service time (the staircase's own step tolerance) counts as k.
 # Services of one batch that differ by more than this are not equal requests: no reading.
 SERVICE_SPREAD_TOL = 0.5
 # The client machine counts as busy from this load per core, this much CPU stolen, or this much
@@ -95,7 +95,7 @@ def timing_reading(records: Sequence[RequestRecord], n: int) -> Reading | None:
     if (max(services) - min(services)) / service > SERVICE_SPREAD_TOL:
         return None
     levels = [round(q / service) for q in queues]
-    if any(lv < 0 or abs(q - lv * service) > QUEUE_LEVEL_TOL * service for q, lv in zip(queues, levels)):
+    if any(lv < 0 or abs(q - lv * service) > STAIRCASE_STEP_TOL * service for q, lv in zip(queues, levels)):
         return None
     sizes = [levels.count(lv) for lv in range(max(levels) + 1)]
     shown = " / ".join(f"{q:.2f}" for q in queues)

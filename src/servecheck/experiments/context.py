@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from servecheck.analysis import context as ctx
 from servecheck.analysis.roofline import Span
+from servecheck.analysis.rules import DRIFT_LIMIT
 from servecheck.errors import ServerError, UsageError
 from servecheck.experiments.common import CLIENT_RETRIES, WARMUP_TOKENS, latency_s, request_late_ms
 from servecheck.load.prompts import fixed_prompt, new_nonce
@@ -88,7 +89,7 @@ class ContextResult:
 
 def _drift(d: ctx.Drift) -> shape.ContextDrift:
     return shape.ContextDrift(first_tok_s=d.first_tok_s, last_tok_s=d.last_tok_s, first_s=d.first_s, last_s=d.last_s,
-                              change=d.change, warn_above=ctx.DRIFT_WARN)
+                              change=d.change, warn_above=DRIFT_LIMIT)
 
 
 def _point(p: ctx.PointAnalysis, by_sample: Mapping[ctx.Sample, RequestRecord]) -> shape.ContextPoint:

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from servecheck.analysis import interference as inf
+from servecheck.analysis.design import rotation
 from servecheck.analysis.stats import median
 from servecheck.errors import ServerError, UsageError
 from servecheck.experiments.common import CLIENT_RETRIES
@@ -156,8 +157,7 @@ def fit_sizes(sizes: Sequence[int], server: ServerInfo) -> tuple[list[int], list
 def plan_order(sizes: Sequence[int], reps: int) -> list[tuple[int, int]]:
     """(rep, size) in run order: ascending on the first rep, each later rep rotated by one, so no size is
     always first or always last."""
-    ordered = sorted(sizes)
-    return [(rep, ordered[(rep + k) % len(ordered)]) for rep in range(reps) for k in range(len(ordered))]
+    return [(rep, size) for rep in range(reps) for size in rotation(sorted(sizes), rep)]
 
 
 # ---------------------------------------------------------------- running

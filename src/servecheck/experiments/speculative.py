@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from servecheck.analysis import speculative as sp
 from servecheck.analysis.across import stream_rate
+from servecheck.analysis.design import rotation
 from servecheck.errors import ServecheckError, ServerError, UsageError
 from servecheck.experiments.common import WARMUP_TOKENS
 from servecheck.load.prompts import new_nonce
@@ -279,7 +280,7 @@ async def _rep(result: SpeculativeResult, driver: Driver, base: Driver | None, n
     """One rep of a point: a batch against the target and one against the baseline, in turn first (the
     target on even reps), so both see the same drift."""
     sides = [("target", driver)] + ([("baseline", base)] if base is not None else [])
-    for side, d in sides if rep % 2 == 0 else reversed(sides):
+    for side, d in rotation(sides, rep):
         before = await _spec_counters(d, result.server) if side == "target" else {}
         batch = await d.run_batch(requests(kind, n, result.tokens, rng, _next_index(result)))
         deltas = metric_deltas(before, await _spec_counters(d, result.server)) if before else None
