@@ -95,12 +95,18 @@ def vouch_reads(lateness: ClientLateness | None, reads_ns: Sequence[int], needed
         return Vouch(False, "coarse", resolution_ms=res_ms, needed_ms=need_ms)
     if lateness.tick_ns and any(t < lateness.from_ns or t > lateness.to_ns for t in reads_ns):
         return Vouch(False, "uncovered", resolution_ms=res_ms, needed_ms=need_ms)
-    drain = DRAIN_TICKS * lateness.tick_ns
-    worst = max((b - a for a, b in chains(lateness) if b - a > needed_ns and any(a < t <= b + drain for t in reads_ns)),
-                default=0)
+    worst = longest_holding(lateness, reads_ns, needed_ns)
     if worst:
         return Vouch(False, "late", late_ms=worst / 1e6, resolution_ms=res_ms, needed_ms=need_ms)
     return Vouch(True, "on_time", resolution_ms=res_ms, needed_ms=need_ms)
+
+
+def longest_holding(lateness: ClientLateness, reads_ns: Sequence[int], needed_ns: float) -> int:
+    """The longest chain of late windows, longer than `needed_ns`, that held one of `reads_ns` (the read
+    fell inside it or in its drain), in ns; 0 when none did."""
+    drain = DRAIN_TICKS * lateness.tick_ns
+    return max((b - a for a, b in chains(lateness) if b - a > needed_ns and any(a < t <= b + drain for t in reads_ns)),
+               default=0)
 
 
 def request_reads(record: RequestRecord) -> tuple[int, ...]:

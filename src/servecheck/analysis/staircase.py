@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, get_args
 
 from servecheck.analysis.cache import record_contaminated
-from servecheck.analysis.client_timing import late_reads, vouch_reads
+from servecheck.analysis.client_timing import late_reads, longest_holding
 from servecheck.analysis.rules import CLIENT_ERROR_FRAC, FIGURE_FRAC, OUTPUT_LENGTH_TOLERANCE, STAIRCASE_STEP_TOL
 from servecheck.analysis.stats import Summary, median, mode, ratio
 from servecheck.analysis.witness import (
@@ -752,9 +752,9 @@ def stall_doubt(batch: BatchResult, single_s: float | None) -> str | None:
     if batch.lateness is not None:
         read = len(late_reads(batch.lateness, ends, min_ns))
         if read:
-            worst = vouch_reads(batch.lateness, ends, min_ns)
+            worst_s = longest_holding(batch.lateness, ends, min_ns) / NS_PER_S
             return (
-                f"the client itself was late by up to {worst.late_ms / 1e3:.2f} s "
+                f"the client itself was late by up to {worst_s:.2f} s "
                 f"({STALL_DOUBT_FRAC:.0%} of the single time or more), and {read} of the finishes were read as it caught up: "
                 "they may have happened any time during it"
             )
