@@ -132,7 +132,7 @@ def cli_run(cell: str, url: str, seed: int) -> dict[str, Any]:
     if kind == "capacity":
         verdict = doc.get("max_concurrency") if doc.get("determined") else "inconclusive"
         return {"verdict": verdict, "reason": doc.get("answer"), "tokens_per_step": [],
-                "late_requests": sum(len(p.get("client_late") or ()) for p in doc.get("probes", []))}
+                "late_requests": sum(len(p.get("client_late") or []) for p in doc.get("probes", []))}
     if kind == "prefix-cache":
         verdict = "inconclusive" if doc.get("verdict") == "unknown" else doc.get("verdict")
         return {"verdict": verdict, "reason": doc.get("verdict_reason"), "tokens_per_step": [],

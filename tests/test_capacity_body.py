@@ -35,7 +35,7 @@ POINT_KEYS = {"n", "per_user_tok_s", "ttft_s", "aggregate_tok_s", "status", "per
               "interval_level", "samples", "probes", "failed", "rate_status", "ttft_status", "reason", "prev_n",
               "marginal_gain_tok_s_per_user", "marginal_aggregate_gain", "marginal_per_user_change"}
 PROBE_KEYS = {"n", "purpose", "release_s", "dispatch_skew_s", "window_s", "requests_sent", "discarded", "measured",
-              "failed", "failure", "aggregate_tok_s", "per_user_rates_tok_s", "ttfts_s", "length_off", "client_late", "requests"}
+              "failed", "failure", "aggregate_tok_s", "per_user_rates_tok_s", "ttfts_s", "length_off", "requests"}
 
 
 def step_rate(n: int) -> float:

@@ -113,7 +113,7 @@ class MeasuredProbe:
             dispatch_skew_s=self.dispatch_skew_ns / NS_PER_S, window_s=s.window_s, requests_sent=s.requests,
             discarded=s.discarded, measured=s.measured, failed=s.failed, failure=s.failure,
             aggregate_tok_s=s.aggregate_tok_s, per_user_rates_tok_s=s.rates_tok_s, ttfts_s=s.ttfts_s,
-            length_off=s.length_off, client_late=s.client_late, requests=tuple(r.body(with_token_times=False) for r in self.records),
+            length_off=s.length_off, client_late=s.client_late or None, requests=tuple(r.body(with_token_times=False) for r in self.records),
         )
 
 

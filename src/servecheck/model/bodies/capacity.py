@@ -6,7 +6,7 @@ from typing import Literal
 
 from servecheck.model.bodies import BODIES
 from servecheck.model.bodies.common import Calibrated, ClientCheck, LogAudit, UnscannedLogAudit, Request, Server, Warning
-from servecheck.model.codec import record, until_finished
+from servecheck.model.codec import only_when_recorded, record, until_finished
 
 Status = Literal["pass", "fail", "uncertain"]
 Limit = Literal["user_rate", "ttft", "max_n", "undetermined"]
@@ -105,8 +105,9 @@ class CapacityProbe:
     per_user_rates_tok_s: tuple[float, ...] = ()
     ttfts_s: tuple[float, ...] = ()
     length_off: tuple[str, ...] = ()
-    # steady requests the client itself read late, named with how late: left out of the samples
-    client_late: tuple[str, ...] = ()
+    # steady requests the client itself read late, named with how late: left out of the samples (present
+    # only where there were some, so a document written before the field reads back to itself)
+    client_late: tuple[str, ...] | None = only_when_recorded()
     requests: tuple[Request, ...] = ()
 
 
