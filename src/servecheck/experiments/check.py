@@ -14,7 +14,7 @@ from servecheck.analysis import check as judge
 from servecheck.analysis.staircase import MeasuredBatch
 from servecheck.client.dialects import get_dialect
 from servecheck.errors import ServerError, ServecheckError, UsageError
-from servecheck.experiments.common import WARMUP_TOKENS, make, queue_wait_s
+from servecheck.experiments.common import CALIBRATION_ON, WARMUP_TOKENS, calibration_mode, make, queue_wait_s
 from servecheck.experiments.interference import INTRUDER_TOKENS, MIN_TOKENS, run_interference
 from servecheck.experiments.prefix_cache import CTX_MARGIN_TOKENS, per_request_context, run_prefix_cache
 from servecheck.experiments.speculative import run_speculative
@@ -54,16 +54,25 @@ def probes(dialect: str) -> tuple[Probe, ...]:
     )
 
 
-def carried_already(probe: Probe, own: dict[str, Any], user: Sequence[str]) -> str | None:
+def own_fields(dialect: str, model: str | None) -> frozenset[str]:
+    """The fields servecheck's own requests carry on `dialect`, as KEY and OBJECT.KEY paths."""
+    body = get_dialect(dialect).body(GenRequest(0, "x", "x", 1), model)
+    inner = {f"{k}.{sub}" for k, v in body.items() if isinstance(v, dict) for sub in v}
+    return frozenset({*body, *inner})
+
+
+def probe_paths(probe: Probe) -> set[str]:
+    return {f"{k}.{sub}" if isinstance(v, dict) else k for k, v in probe.body for sub in (v if isinstance(v, dict) else (k,))}
+
+
+def carried_already(probe: Probe, own: frozenset[str], user: Sequence[str]) -> str | None:
     """Why a presence probe cannot be asked: servecheck's own requests or the user's --request-param
     carry the field already, so the concurrency card was measured with it."""
-    for key, value in probe.body:
-        inner = own.get(key)
-        keys = set(value) if isinstance(value, dict) else set()
-        if key in user or keys & set(user):
-            return f"every request carries {probe.name} already (--request-param): the concurrency card was measured with it"
-        if probe.presence and (key in own and not keys or isinstance(inner, dict) and keys & set(inner)):
-            return f"servecheck's own requests on this API carry {probe.name} already: the concurrency card was measured with it"
+    paths = probe_paths(probe)
+    if paths & set(user) or {p.partition(".")[0] for p in paths} & set(user):
+        return f"every request carries {probe.name} already (--request-param): the concurrency card was measured with it"
+    if probe.presence and paths & own:
+        return f"servecheck's own requests on this API carry {probe.name} already: the concurrency card was measured with it"
     return None
 
 
@@ -180,7 +189,8 @@ async def _step(step: Step, driver: Driver, result: CheckResult, rng: random.Ran
 
 async def concurrency(driver: Driver, result: CheckResult, rng: random.Random, left_s: float) -> tuple[shape.Card, CheckResult]:
     assert result.costs is not None
-    estimate = judge.CONCURRENCY_SINGLES * result.costs.single_s + 3 * judge.PREFLIGHT_COST_S
+    preflights = 3 if calibration_mode(driver) == CALIBRATION_ON else 0
+    estimate = judge.CONCURRENCY_SINGLES * result.costs.single_s + preflights * judge.PREFLIGHT_COST_S
     if not judge.fits(estimate, left_s):
         return judge.not_run("concurrency", "staircase", estimate, left_s), result
     t = time.monotonic()
@@ -201,7 +211,7 @@ async def request_params(driver: Driver, result: CheckResult, rng: random.Random
                else f"the concurrency card is {conc.verdict if conc else 'missing'}: nothing to compare a field's batch with")
         return judge.cannot_ask("request_params", "staircase --request-param KEY=VALUE", why), result
     t = time.monotonic()
-    own = get_dialect(result.server.dialect).body(GenRequest(0, "x", "x", 1), result.server.model)
+    own = own_fields(result.server.dialect, result.server.model)
     each = result.plan.param_n * costs.single_s  # the batch served one at a time
     found: list[shape.ParamProbe] = []
     for probe in probes(result.server.dialect):
