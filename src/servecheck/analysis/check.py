@@ -253,7 +253,13 @@ def lesson(cards: Sequence[Card]) -> str:
     worst = [f"{c.claim} {c.verdict}" for c in cards
              if c.verdict in ("serial", "serialized", "inert", "blocking", "client-bound", "less than advertised", "truncated")]
     open_ = [c.claim or "?" for c in cards if c.verdict in (*UNDECIDED, "inconclusive", "unknown")]
-    head = "; ".join(worst) if worst else f"concurrency {said.get('concurrency', '?')}, nothing found that a claim hides"
+    decided = [c for c in cards if c.verdict not in (*UNDECIDED, "inconclusive", "unknown", "not calibrated")]
+    if worst:
+        head = "; ".join(worst)
+    elif decided:
+        head = f"concurrency {said.get('concurrency', '?')}; no decided card found a claim the server does not keep"
+    else:
+        head = "no card decided: give a larger --budget, or run the commands the cards name"
     return head + (f"; undecided: {', '.join(open_)}" if open_ else "")
 
 

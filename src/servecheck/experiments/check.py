@@ -216,9 +216,9 @@ async def request_params(driver: Driver, result: CheckResult, rng: random.Random
     found: list[shape.ParamProbe] = []
     for probe in probes(result.server.dialect):
         spent = time.monotonic() - t
-        why = carried_already(probe, own, result.plan.user_fields)
-        if why is not None:
-            found.append(shape.ParamProbe(name=probe.name, body=dict(probe.body), verdict=shape.CANNOT_ASK, reason=why))
+        carried = carried_already(probe, own, result.plan.user_fields)
+        if carried is not None:
+            found.append(shape.ParamProbe(name=probe.name, body=dict(probe.body), verdict=shape.CANNOT_ASK, reason=carried))
         elif not judge.fits(each, left_s - spent):
             found.append(shape.ParamProbe(name=probe.name, body=dict(probe.body), verdict=shape.NOT_RUN, reason=(
                 f"the budget left too little: run servecheck staircase URL --n 1,{result.plan.param_n} "
@@ -243,8 +243,8 @@ async def _param(driver: Driver, sc: StaircaseResult, probe: Probe, baseline: st
         with_field = replace(sc, ns=(1, n), batches=(*ones, MeasuredBatch(n=n, rep=0, batch=batch)), complete=True,
                              notes=(*sc.notes, f"N={n} carried {probe.name}; N=1 is the concurrency card's, without it"))
         body = with_field.body()
-        word = "batched" if baseline == "batched" else "partial"
-        out = replace(judge.param_verdict(probe.name, word, body), staircase=body)  # type: ignore[arg-type]
+        word: shape.ConcurrencyWord = "batched" if baseline == "batched" else "partial"
+        out = replace(judge.param_verdict(probe.name, word, body), staircase=body)
     return replace(out, body=dict(probe.body), seconds=round(time.monotonic() - t, 3))
 
 
