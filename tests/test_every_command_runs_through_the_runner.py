@@ -80,6 +80,7 @@ def _fake_demo(mp: pytest.MonkeyPatch) -> None:
 
 
 WRITERS = {
+    "check": Writer(lambda tmp: [URL, "--budget", "60", "--tokens", "8"]),
     "staircase": Writer(lambda tmp: [URL, "--n", "1,2", "--tokens", "8", "--reps", "1"]),
     "arms": Writer(lambda tmp: [URL, "--arms", "1,2", "--reps", "2", "--max-reps", "2", "--requests", "2",
                                 "--tokens", "8", "--prompt-tokens", "16"]),

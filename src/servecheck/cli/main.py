@@ -20,6 +20,7 @@ from servecheck.load.protocol import DriverFactory
 # command name -> module; each module defines `cmd`, a click.Command. Imported lazily so
 # `servecheck --help` stays fast and one command's heavy imports never slow another.
 COMMANDS: dict[str, str] = {
+    "check": "servecheck.cli.check",
     "staircase": "servecheck.cli.staircase",
     "arms": "servecheck.cli.arms",
     "capacity": "servecheck.cli.capacity",

@@ -484,7 +484,7 @@ class LoadDriver:
         # Encoded before the send stamp: only the HTTP write itself lies between stamp and wire.
         model, eos_ids = (self.info.model, self.info.eos_bias_ids) if self.info else (self.target.model, self.target.eos_token_ids)
         pinned = with_eos_bias(dialect.body(req, model), dialect, req, eos_ids)
-        body = json.dumps(with_request_params(pinned, self.target.request_params)).encode()
+        body = json.dumps(with_request_params(pinned, (*self.target.request_params, *req.request_params))).encode()
         tally = StreamTally()
         send_ns = self.clock.now_ns()
         if first_sends is not None:

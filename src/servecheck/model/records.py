@@ -76,6 +76,9 @@ class GenRequest:
     # Ask OpenAI-style servers for one logprob entry per token, so each streamed event says how many tokens
     # it carried (vLLM sends a speculative step's tokens in one event); the native dialects say it anyway.
     token_counts: bool = False
+    # Fields this request carries beyond the target's (--request-param), merged after them: `check` sends
+    # one batch with a field and one without through the same driver, to see whether it changes the schedule.
+    request_params: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,6 +85,9 @@ class SimConfig:
     # only when nothing else runs, and nothing joins it until it is done (mlx-lm's server serves a request
     # with a `seed` alone and batches the rest; modes slots and batched, serial serves alone anyway).
     serialize_on: tuple[str, ...] = ()
+    # Request fields the server refuses: a request carrying one is answered 400 with a message naming it,
+    # as a server that does not implement a field (response_format, logprobs) refuses it.
+    reject_on: tuple[str, ...] = ()
 
     @property
     def speculating(self) -> bool:
@@ -116,6 +119,7 @@ class SimConfig:
         d = asdict(self)
         d["eos_short_range"] = list(self.eos_short_range)
         d["serialize_on"] = list(self.serialize_on)
+        d["reject_on"] = list(self.reject_on)
         d["capacity"] = self.capacity
         d["model"] = self.model_name
         return d
@@ -149,6 +153,8 @@ class SimConfig:
             parts.append("prefill_isolated")
         if self.serialize_on:
             parts.append(f"serialize_on={','.join(self.serialize_on)} (a request carrying it is served alone)")
+        if self.reject_on:
+            parts.append(f"reject_on={','.join(self.reject_on)} (a request carrying it is refused, 400)")
         if self.refusal:
             parts.append("refusal")
         if self.hostile:
@@ -201,6 +207,8 @@ def _problems(c: SimConfig) -> list[str]:
         problems.append("serialize_on applies to modes serial, slots and batched (pipelined never batches its decode)")
     if any(not isinstance(f, str) or not f for f in c.serialize_on):
         problems.append(f"serialize_on must name request fields, got {c.serialize_on!r}")
+    if any(not isinstance(f, str) or not f for f in c.reject_on):
+        problems.append(f"reject_on must name request fields, got {c.reject_on!r}")
     if not c.model.startswith(MODEL_PREFIX):
         problems.append(f"model name must start with {MODEL_PREFIX!r} so the simulation is obvious, got {c.model!r}")
     return problems

@@ -49,6 +49,9 @@ def parse_request(dialect: str, body: Any, config: SimConfig) -> SimRequest:
     stream = body.get("stream", stream_default)
     if not isinstance(stream, bool):
         raise HttpProblem(400, "'stream' must be a boolean")
+    refused = sorted(set(body) & set(config.reject_on))
+    if refused:
+        raise HttpProblem(400, f"unsupported field {refused[0]!r}: this server does not implement it")
     options = body.get("stream_options") or {}
     model = body.get("model")
     if dialect == "ollama" and not model:

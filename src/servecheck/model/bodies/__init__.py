@@ -28,6 +28,7 @@ from servecheck.model.bodies import (  # noqa: E402,F401
     bandwidth,
     calibrate,
     capacity,
+    check,
     compare,
     context,
     demo,

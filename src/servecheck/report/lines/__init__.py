@@ -42,6 +42,7 @@ from servecheck.report.lines import (  # noqa: E402,F401
     bandwidth,
     calibrate,
     capacity,
+    check,
     compare,
     context,
     demo,

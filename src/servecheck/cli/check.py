@@ -1,0 +1,107 @@
+"""`servecheck check URL`: every claim the server can be asked about, within a time budget, one card each."""
+
+from __future__ import annotations
+
+import random
+
+import click
+
+from servecheck import exitcodes
+from servecheck.analysis.check import CLAIM_ALIASES, expect_outcome
+from servecheck.cli.common import ClientOptions, OutputOptions, client_record, output_record, say
+from servecheck.cli.context import AppContext
+from servecheck.cli.measure import Progress, interrupted, measure, show_report
+from servecheck.cli.serve import served
+from servecheck.cli.target_flags import Seconds, check_url
+from servecheck.cli.values import check_positive
+from servecheck.envinfo import environment
+from servecheck.errors import UsageError
+from servecheck.experiments.check import STEPS, CheckExperiment, CheckPlan, CheckResult
+from servecheck.model.bodies.check import CheckBody
+from servecheck.model.result import RunResult
+from servecheck.report.lines.check import card_rows, report_lines
+from servecheck.results.jsonout import envelope
+
+CLAIMS = tuple(step.__name__ for step in STEPS)
+
+
+def parse_expect(pairs: tuple[str, ...]) -> dict[str, str]:
+    """--expect CLAIM=VERDICT, repeatable; `request_params.FIELD=serialized` names one field's probe."""
+    out: dict[str, str] = {}
+    for raw in pairs:
+        claim, sep, verdict = raw.partition("=")
+        claim, verdict = claim.strip(), verdict.strip()
+        head = CLAIM_ALIASES.get(claim.partition(".")[0], claim.partition(".")[0])
+        if not sep or not claim or not verdict or head not in CLAIMS or ("." in claim and head != "request_params"):
+            raise UsageError(f"--expect {raw!r} is not CLAIM=VERDICT with a claim of {', '.join(CLAIMS)}",
+                             "e.g. --expect concurrency=batched --expect prefix_cache=working --expect request_params.seed=serialized")
+        out[claim] = verdict
+    return out
+
+
+def exit_code(run: RunResult[CheckBody], expect: dict[str, str]) -> tuple[int, list[str]]:
+    """0 without --expect (the cards are the answer); with it, 4 when a card says another verdict, else 3
+    when a named card is undecided (not run, cannot ask, inconclusive), else 0."""
+    if not expect:
+        return exitcodes.OK, []
+    mismatches, undecided = expect_outcome(run.body.cards, expect)
+    if mismatches:
+        return exitcodes.EXPECT_MISMATCH, [f"EXPECTED otherwise: {m}" for m in mismatches + undecided]
+    if undecided:
+        return exitcodes.INVALID, [f"UNDETERMINED: {u}" for u in undecided]
+    return exitcodes.OK, []
+
+
+def progress_line(result: CheckResult) -> str:
+    return card_rows(result.cards[-1])[0]
+
+
+@click.command("check")
+@click.argument("url")
+@click.option("--budget", "budget_s", type=Seconds(min=1), default=180.0, show_default=True,
+              help="Seconds the check may take after the server answered; a claim whose estimate (from the "
+              "warm-up request) does not fit what is left is not run, and its card names the command that decides it.")
+@click.option("--model-file", type=click.Path(exists=True, dir_okay=True), default=None,
+              help="The served model's weights (GGUF, safetensors or MLX), for the roofline card. Not --model: "
+              "--model names the served model, as on every command that talks to a server.")
+@click.option("--expect", "expects", multiple=True, metavar="CLAIM=VERDICT",
+              help="Exit 4 when that card says another verdict, 3 when it is undecided (repeatable), e.g. "
+              "concurrency=batched, prefix_cache=working, request_params.seed='batched as before'.")
+@click.option("--tokens", type=int, default=64, show_default=True,
+              help="Output tokens per request of the concurrency and request-field batches.")
+@click.option("--seed", type=int, default=None, help="Seed for the prompts and nonces (default: fresh each run, recorded).")
+@client_record(batches=True)
+@output_record
+@click.pass_obj
+def cmd(app: AppContext, url: str, budget_s: float, model_file: str | None, expects: tuple[str, ...], tokens: int,
+        seed: int | None, client: ClientOptions, output: OutputOptions) -> int:
+    """Check every claim the server can be asked about, in the order a user needs them: concurrency,
+    request fields that change the schedule, prefix cache, chunked prefill, speculation, the client's
+    own timing, roofline, context per request; one card each, within --budget seconds."""
+    expect = parse_expect(expects)
+    check_positive("--tokens", tokens)
+    check_url(url)
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**32)
+    sinks = output.sinks()
+    with served(None, url, say=lambda line: say(app.err, line)) as server:
+        target = client.target(server.url)
+        plan = CheckPlan(budget_s=budget_s, tokens=tokens, model_file=model_file,
+                         user_fields=tuple(k for k, _ in target.request_params))
+        params = {**target.public_dict(), **client.client_params(), "budget_s": budget_s, "tokens": tokens,
+                  "model_file": model_file, "expect": expect, "seed": seed}
+        watch = Progress(app, "check: cards", progress_line, total=len(STEPS))
+        run = measure(app, CheckExperiment(plan, random.Random(seed)), target, sinks,
+                      head=envelope("check", params, environment()), watch=watch, served=server,
+                      workers=client.workers, calibrate=client.calibrate, ray=client.ray)
+        if run.interrupted:
+            return interrupted(app, run, lambda written: _render(app, written, output.json_to_stdout, []))
+    assert run.written is not None  # a run that was not interrupted has finished its result
+    code, verdicts = exit_code(run.written, expect)
+    _render(app, run.written, output.json_to_stdout, verdicts)
+    return code
+
+
+def _render(app: AppContext, run: RunResult[CheckBody], json_to_stdout: bool, verdicts: list[str]) -> None:
+    show_report(app, [*report_lines(run), *verdicts], simulated=run.envelope.simulated, json_to_stdout=json_to_stdout)
+
