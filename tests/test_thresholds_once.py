@@ -89,7 +89,7 @@ DISTINCT = {
     "analysis.staircase.MISLEADING_SUM_FRAC": "the sum of self-reported rates against the true aggregate",
     # 0.15
     "analysis.roofline.LOW_UTILIZATION": "share of measured bandwidth: a wrong device or fallback below it",
-    "analysis.speculative.COALESCE_MIN_CV": "the spread of burst sizes a buffering hop leaves",
+    "analysis.transit.COALESCE_MIN_CV": "the spread of burst sizes a buffering hop leaves",
     "analysis.speculative.COUNTER_TOLERANCE": "the estimate against llama.cpp's own draft counters",
     "analysis.staircase.SMALL_GAP_FRAC": "a finish gap against T1 that stays inside one group",
     # 0.25
@@ -130,7 +130,7 @@ DISTINCT = {
     "analysis.witness.BUSY_LOAD_PER_CPU": "load per core that makes the client machine busy",
     # 0.8
     "analysis.cache.INERT_TTFT_RATIO": "a warm repeat's TTFT kept against the first send's: inert",
-    "analysis.speculative.COALESCE_FIT": "share of bursts whose size the time since the last one predicts",
+    "analysis.transit.COALESCE_FIT": "share of bursts whose size the time since the last one predicts",
     # 0.95
     "model.bodies.arms.INTERVAL_LEVEL": "the coverage every order-statistic interval aims at",
     "analysis.roofline.SHORT_STREAM_FRACTION": "share of the asked length below which EOS cut a stream",
@@ -145,7 +145,7 @@ DISTINCT = {
     "analysis.speculative.NOT_SPECULATING_HI": "tokens per step: clearly one",
     # 1.15
     "analysis.speculative.SPECULATING_LO": "tokens per step: clearly speculating",
-    "analysis.speculative.COALESCE_MIN_MEAN": "mean burst size below which nothing passes for speculation",
+    "analysis.transit.COALESCE_MIN_MEAN": "mean burst size below which nothing passes for speculation",
     "analysis.staircase.FLAT_HI_RATIO": "aggregate against the reference: upper end of flat",
     # 2
     "analysis.capacity.MIN_MEASURED_PER_LANE": "requests measured per lane of a probe",
@@ -160,6 +160,10 @@ DISTINCT = {
     "analysis.cache.CONTAMINATION_ALLOWANCE_TOKENS": "cached tokens a template head explains",
     "analysis.speculative.BIMODAL_RATIO": "the jump between sorted gaps that separates two modes",
     "analysis.speculative.HELD_LOCAL_STEPS": "steps on each side of a group for its local step time",
+    "analysis.check.PREFIX_PREFILLS": "the full prefills a prefix-cache card is budgeted for",
+    # 1.5
+    "analysis.check.PREFLIGHT_COST_S": "seconds a pre-flight is budgeted at in a check",
+    "analysis.interference.STRETCH_RATIO": "a victim gap this many baselines long is stretched",
     # 1e9
     "model.records.NS_PER_S": "a unit, nanoseconds per second",
     "analysis.roofline.GB": "a unit, bytes per gigabyte",

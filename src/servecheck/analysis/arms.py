@@ -81,6 +81,9 @@ class Cell:
     # The longest late window of the client's own that held one of the cell's stamps, beyond the rule's
     # tolerance (analysis.client_timing); 0 where the client vouched for it. A late cell's rep is no evidence.
     client_late_ms: float = 0.0
+    # How long a hop that buffers the stream may have held one of its events, beyond the same tolerance
+    # (analysis.transit); 0 where every stream arrived as the server wrote it. Such a rep is no evidence either.
+    hop_held_ms: float = 0.0
 
     @property
     def aggregate_tok_s(self) -> float | None:
@@ -105,6 +108,7 @@ class Cell:
             aggregate_tok_s=self.aggregate_tok_s, generation_tok_s=self.generation_tok_s,
             per_user_rate_tok_s=self.per_user_rate_tok_s, ttft_s=self.ttft_s, failed=self.failed,
             peak_running=self.peak_running, deviant=deviant, client_late_ms=self.client_late_ms or None,
+            hop_held_ms=self.hop_held_ms or None,
         )
 
 
@@ -746,9 +750,9 @@ def analyse(
 
 
 def late_reps(cells: Sequence[Cell]) -> set[tuple[int, int]]:
-    """The reps (run, rep) with a cell the client read late: a within-rep ratio needs both of its cells
-    timed, so the whole rep is no evidence."""
-    return {_rep_key(c) for c in cells if c.client_late_ms > 0}
+    """The reps (run, rep) with a cell the client read late, or a hop may have held: a within-rep ratio
+    needs both of its cells timed, so the whole rep is no evidence."""
+    return {_rep_key(c) for c in cells if c.client_late_ms > 0 or c.hop_held_ms > 0}
 
 
 def _client_named(arm: ArmResult, late: int) -> ArmResult:
@@ -756,7 +760,7 @@ def _client_named(arm: ArmResult, late: int) -> ArmResult:
     if not late or arm.label != "inconclusive":
         return arm
     return replace(arm, label_reason=f"{arm.label_reason}; {late} rep(s) were left out because the client itself "
-                                     "was late reading them")
+                                     "was late reading them, or a hop that buffers the stream held them")
 
 
 def _warnings(
@@ -778,11 +782,21 @@ def _warnings(
                 "a load that ended mid-run or a warming cache moves every ratio; rerun on a settled machine, or add reps",
             )
         )
+    held = [c for c in cells if c.hop_held_ms > 0]
+    if held:
+        out.append(
+            Warning_(
+                f"{len({_rep_key(c) for c in held})} rep(s) left out: the streams of {len(held)} cell(s) arrived in bursts "
+                f"coalesced in transit, which a hop that buffers the stream (a proxy, a gateway) may have held up to "
+                f"{max(c.hop_held_ms for c in held):.0f} ms, so their times are the hop's, not the server's",
+                "point servecheck at the server itself, not through the hop",
+            )
+        )
     late = [c for c in cells if c.client_late_ms > 0]
     if late:
         out.append(
             Warning_(
-                f"{len(late_reps(cells))} rep(s) left out: the client itself was late by up to "
+                f"{len({_rep_key(c) for c in late})} rep(s) left out: the client itself was late by up to "
                 f"{max(c.client_late_ms for c in late):.0f} ms reading {len(late)} cell(s) of them (a busy machine or "
                 "a late reader), so their times are no evidence",
                 "measure on a quieter machine, or raise --max-reps so the run repeats what it lost",

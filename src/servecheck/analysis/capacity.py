@@ -91,6 +91,9 @@ class ProbeSample:
     # Steady requests whose stamps the client itself read late (analysis.client_timing), named: their
     # rate and TTFT are no evidence and are left out of the samples.
     client_late: tuple[str, ...] = ()
+    # Steady requests whose stream arrived in bursts a hop that buffers it may have held beyond the same
+    # tolerance (analysis.transit), named: left out of the samples too.
+    hop_held: tuple[str, ...] = ()
 
     @property
     def measured(self) -> int:
@@ -140,14 +143,15 @@ def _length_off(records: Sequence[RequestRecord], asked: int) -> tuple[str, ...]
 
 
 def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked: int,
-                       late: Mapping[int, float] | None = None) -> ProbeSample:
+                       late: Mapping[int, float] | None = None, held: Mapping[int, float] | None = None) -> ProbeSample:
     """Reduce one probe's request records to the samples the verdict reads; `late` maps the index of
-    each request the client read late to how late (ms): its rate and TTFT are left out."""
+    each request the client read late to how late (ms), `held` of each a hop may have held to how long:
+    their rates and TTFTs are left out."""
     if len(records) < n or n < 1:
         raise ValueError(f"a probe at N={n} needs at least {n} requests, got {len(records)}")
     kept, start, end = steady_records(records, n)
-    late = late or {}
-    timed = [r for r in kept if r.index not in late]
+    late, held = late or {}, held or {}
+    timed = [r for r in kept if r.index not in late and r.index not in held]
     rates = [x for x in (per_user_rate_tok_s(r) for r in timed) if x is not None]
     ttfts = [r.ttft_ns / NS_PER_S for r in timed if r.ttft_ns is not None]
     window = (start, end) if end is not None and end > start else None
@@ -159,6 +163,7 @@ def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked
         length_off=_length_off(kept, tokens_asked),
         contaminated=tuple(f"request {r.index} ({r.nonce})" for r in kept if record_contaminated(r)),
         client_late=tuple(f"request {r.index} ({r.nonce}): {late[r.index]:.0f} ms" for r in kept if r.index in late),
+        hop_held=tuple(f"request {r.index} ({r.nonce}): {held[r.index]:.0f} ms" for r in kept if r.index in held),
     )
 
 
@@ -237,6 +242,9 @@ def assess(n: int, probes: Sequence[ProbeSample], c: Criteria) -> Point:
     late = sum(len(p.client_late) for p in probes)
     if late and status == "uncertain" and not failure:
         reason = f"{reason}; {late} measured request(s) left out because the client itself was late reading them"
+    held = sum(len(p.hop_held) for p in probes)
+    if held and status == "uncertain" and not failure:
+        reason = f"{reason}; {held} measured request(s) left out because a hop that buffers the stream may have held them"
     return Point(n, len(probes), rate, ttft, median(aggs) if aggs else None, status, rate_status, ttft_status,
                  reason, failed)
 
@@ -500,6 +508,11 @@ def _warnings(
         out.append(Warning_(f"the client itself was late reading {len(late)} measured request(s), left out of the "
                             f"samples: {'; '.join(late[:4])}",
                             "measure on a quieter machine, or raise --remeasures so an undecided N is probed again"))
+    held = [name for s in samples for name in s.hop_held]
+    if held:
+        out.append(Warning_(f"{len(held)} measured request(s) arrived in bursts coalesced in transit, which a hop that "
+                            f"buffers the stream (a proxy, a gateway) may have held: left out of the samples: "
+                            f"{'; '.join(held[:4])}", "point servecheck at the server itself, not through the hop"))
     dirty = [name for s in samples for name in s.contaminated]
     if dirty:
         out.append(Warning_(f"contaminated by the prefix cache: {len(dirty)} measured request(s) had cached prompt tokens",

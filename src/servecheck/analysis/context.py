@@ -139,6 +139,7 @@ class Sample:
     mid_s: float | None  # middle of the decode, for drift interpolation
     error: str | None = None  # a failed request, with its reason
     client_late_ms: float = 0.0  # how late the client itself read it beyond the rule's tolerance (0: on time)
+    hop_held_ms: float = 0.0  # how long a hop that buffers the stream may have held it beyond the same (analysis.transit)
     resent: int = 0  # earlier sends of this depth and rep, resent because the client read them late
 
     @property
@@ -176,6 +177,10 @@ def sample_problem(s: Sample) -> str | None:
         return (f"depth {s.depth} rep {s.rep + 1}: the client itself was late by up to {s.client_late_ms:.0f} ms reading "
                 f"it{f' and the {s.resent} send(s) before it' if s.resent else ''} (a busy machine or a late reader), so "
                 "its times are no evidence")
+    if s.hop_held_ms:
+        return (f"depth {s.depth} rep {s.rep + 1}: its stream arrived in bursts coalesced in transit, which a hop that "
+                f"buffers the stream (a proxy, a gateway) may have held up to {s.hop_held_ms:.0f} ms, so its times are "
+                "the hop's, not the server's")
     return None
 
 
@@ -325,7 +330,11 @@ def judge_effect(points: Sequence[PointAnalysis], drift: Drift | None) -> tuple[
     correction can make it); flat: within 5% with the drift within 5% too; else inconclusive."""
     valid = [p for p in points if p.valid and p.ratio is not None]
     if len(valid) < 2 or drift is None:
-        return "inconclusive", "fewer than two valid depths, or the shallowest depth has no second measurement to check drift"
+        samples = [x for p in points for x in p.samples]
+        why = ("; the client itself was late reading some of them" if any(x.client_late_ms for x in samples) else "")
+        why += ("; a hop that buffers the stream held some of them" if any(x.hop_held_ms for x in samples) else "")
+        return "inconclusive", ("fewer than two valid depths, or the shallowest depth has no second measurement to check "
+                                f"drift{why}")
     deepest = max(valid, key=lambda p: p.depth)
     r = deepest.ratio
     assert r is not None

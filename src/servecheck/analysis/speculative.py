@@ -10,7 +10,6 @@ corroborate, never decide.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -19,6 +18,7 @@ from servecheck.model.client import ClientLateness
 from servecheck.analysis.client_timing import late_reads, vouch
 from servecheck.analysis.rules import FIGURE_FRAC
 from servecheck.analysis.stats import mean_interval, median, normal_95, student_t_95
+from servecheck.analysis.transit import BURST_NS, MIN_STEPS, in_transit
 from servecheck.model.bodies.speculative import PROMPT_KINDS, PaysVerdict, SpecVerdict, SpeculativePoint, kind_label
 
 
@@ -28,9 +28,9 @@ from servecheck.model.bodies.speculative import PROMPT_KINDS, PaysVerdict, SpecV
 # apart (a millisecond or more even for a tiny model on a GPU). A jump of 4x is far below that
 # separation and far above the swing of one mode's gaps on a quiet machine.
 BIMODAL_RATIO = 4.0
-# The larger mode must hold at least this many gaps: two client stalls in a stream of single-token
-# steps are a jump too, and taking them for the step time would call every real step "within a step".
-MIN_STEPS = 8
+# The larger mode must hold at least MIN_STEPS gaps (analysis.transit): two client stalls in a stream of
+# single-token steps are a jump too, and taking them for the step time would call every real step
+# "within a step".
 # Against the step time S (the median gap of the larger mode): a gap below DEAD_LO x S is inside a
 # step, one above DEAD_HI x S starts a new step. A gap in between is neither a back-to-back write
 # nor a forward pass; a few are jitter, more than NOISE_SHARE of them and the stream is too noisy to
@@ -49,10 +49,8 @@ LATE_PAIR_TOLERANCE = 0.3
 # Inside the dead band a gap is split at this fraction of S (the brief midpoint of the band, on the
 # step side: a slow write is likelier than a step at a third of the usual time).
 SPLIT_FRACTION = 0.3
-# No gap above this: every event arrived in one burst (a server that buffered the stream), so no
-# step time shows. A loopback write takes microseconds; no engine completes a forward pass and its
-# HTTP write in a tenth of a millisecond.
-BURST_NS = 100_000
+# No gap above BURST_NS (analysis.transit): every event arrived in one burst (a server that buffered
+# the stream), so no step time shows.
 # A group of k tokens that opens after about k step times is not one step: the server held output back
 # (llama.cpp holds text that may begin a stop string or ends inside a UTF-8 character) and sent it with
 # the next token. A real k-token step opens one step time after the last (its verify step is the step
@@ -81,22 +79,6 @@ LATE_READ_FRACTION = 0.5
 # is left is what a busy client happened to catch, and the verdict names the client instead.
 MAX_LATE_SHARE = 0.5
 
-# --- coalesced in transit ------------------------------------------------------------------------
-# A hop that buffers the stream (a proxy, a gateway) releases tokens in bursts whose size follows the
-# time since the last burst: k tokens after k of the server's steps. A speculative step's size follows
-# its acceptance, not its length (the verify step takes about the same time whatever is accepted). So
-# where the bursts' lengths vary (COALESCE_MIN_CV) and their sizes track them (COALESCE_MIN_R, and
-# COALESCE_FIT of them within one token of the length over the stream's time per token), the groups
-# are bursts made in transit, not steps, and never read as speculation.
-COALESCE_MIN_CV = 0.15
-COALESCE_MIN_R = 0.7
-COALESCE_FIT = 0.8
-# "Within" a burst's predicted size: one token, or this share of it where bursts are several steps of a
-# speculating server (sizes come in multiples of its step, 3 tokens a step read through a 35-105 ms hop
-# are bursts of 6-15: each within half a step of the length's share, a third of the size or less).
-COALESCE_FIT_SHARE = 0.35
-# Below this mean size there is nothing to mistake for speculation.
-COALESCE_MIN_MEAN = 1.15
 
 # --- the estimate and the verdict -------------------------------------------------------------
 # The mean tokens per step over every step of a point (every stream and rep at one N and kind) has a
@@ -226,40 +208,6 @@ def group_steps(stream: Stream) -> Grouping:
               f"{step_ns / 1e6:.3g} ms){late_note}{held_note}{client_note}; first and last step left out")
     return Grouping(steps=tuple(steps), steps_stream_wide=tuple(wide), step_ns=step_ns,
                     threshold_ns=threshold, method=method, late_groups=len(opened_late))
-
-
-def in_transit(groups: Sequence[tuple[int, int | None, int]]) -> tuple[str, str] | None:
-    """Why these groups are (or may be) bursts made in transit (see COALESCE_*), a code and words; or None."""
-    pairs = [(size, gap) for size, gap, _ in groups if gap is not None]
-    if len(pairs) < MIN_STEPS:
-        if sum(k for k, _ in pairs) > COALESCE_MIN_MEAN * len(pairs):
-            return "too_few_groups", (f"only {len(pairs)} groups of {sum(k for k, _ in pairs)} tokens: too few to tell decode steps "
-                    f"from bursts coalesced in transit (at least {MIN_STEPS} needed); raise --tokens")
-        return None
-    sizes = [float(k) for k, _ in pairs]
-    lengths = [float(g) for _, g in pairs]
-    if sum(sizes) / len(sizes) < COALESCE_MIN_MEAN:
-        return None
-    per_token = sum(lengths) / sum(sizes)
-    predicted = [g / per_token for g in lengths]
-    mean_len = sum(lengths) / len(lengths)
-    cv = math.sqrt(sum((g - mean_len) ** 2 for g in lengths) / (len(lengths) - 1)) / mean_len
-    r = _pearson(sizes, predicted)
-    fit = sum(abs(k - p) <= max(1.0, COALESCE_FIT_SHARE * p) for k, p in zip(sizes, predicted)) / len(sizes)
-    if cv < COALESCE_MIN_CV or r is None or r < COALESCE_MIN_R or fit < COALESCE_FIT:
-        return None
-    return "coalesced", (f"the groups' sizes follow the time since the group before (r = {r:.2f}; {fit:.0%} within a token or a "
-            f"third of one per {per_token / 1e6:.3g} ms): bursts coalesced in transit (a proxy or gateway that buffers the "
-            "stream), not decode steps; measure without the hop")
-
-
-def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    syy = sum((y - my) ** 2 for y in ys)
-    if sxx <= 0 or syy <= 0:
-        return None
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / math.sqrt(sxx * syy)
 
 
 def step_time(gaps: Sequence[int]) -> tuple[float, str]:

@@ -33,6 +33,7 @@ from servecheck.experiments.common import (
     calibration_mode,
     check_once,
     client_late_ms,
+    hop_held_ms,
     client_bound_messages,
     latency_s,
     make,
@@ -320,7 +321,8 @@ async def _measure_cell(
     cell = cell_from_records(
         batch.records, rep=rep, position=position, concurrency=concurrency, release_ns=batch.release_ns, run=run_index
     )
-    cell = replace(cell, client_late_ms=client_late_ms(batch.lateness, batch.records, latency_s(run.warmup)))
+    cell = replace(cell, client_late_ms=client_late_ms(batch.lateness, batch.records, latency_s(run.warmup)),
+                   hop_held_ms=hop_held_ms(batch.records, latency_s(run.warmup)))
     gauges = batch.gauges
     if gauges is not None and len(gauges.samples) >= MIN_GAUGE_SAMPLES:
         cell = replace(cell, peak_running=gauges.peak_running)
@@ -411,6 +413,7 @@ def _analysed_cell(saved: ArmsCell, *, run: int) -> Cell:
         failed=saved.failed or 0,
         peak_running=saved.peak_running,
         client_late_ms=saved.client_late_ms or 0.0,
+        hop_held_ms=saved.hop_held_ms or 0.0,
     )
 
 

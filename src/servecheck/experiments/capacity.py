@@ -33,6 +33,7 @@ from servecheck.experiments.common import (
     calibration_mode,
     check_once,
     client_bound_messages,
+    held_requests,
     late_requests,
     latency_s,
     make,
@@ -113,7 +114,8 @@ class MeasuredProbe:
             dispatch_skew_s=self.dispatch_skew_ns / NS_PER_S, window_s=s.window_s, requests_sent=s.requests,
             discarded=s.discarded, measured=s.measured, failed=s.failed, failure=s.failure,
             aggregate_tok_s=s.aggregate_tok_s, per_user_rates_tok_s=s.rates_tok_s, ttfts_s=s.ttfts_s,
-            length_off=s.length_off, client_late=s.client_late or None, requests=tuple(r.body(with_token_times=False) for r in self.records),
+            length_off=s.length_off, client_late=s.client_late or None,
+            hop_held=s.hop_held or None, requests=tuple(r.body(with_token_times=False) for r in self.records),
         )
 
 
@@ -261,8 +263,9 @@ class _Prober:
                           self.next_index)
         self.next_index += count
         batch = await self.driver.run_batch(reqs, in_flight=n, queue_wait_s=queue_wait_s(warmup, n))
-        late = late_requests(batch, self.reference_s(warmup))
-        sample = probe_from_records(batch.records, n=n, tokens_asked=self.design.tokens, late=late)
+        reference = self.reference_s(warmup)
+        sample = probe_from_records(batch.records, n=n, tokens_asked=self.design.tokens,
+                                    late=late_requests(batch, reference), held=held_requests(batch, reference))
         return MeasuredProbe(n, purpose, sample, batch.release_ns, batch.dispatch_skew_ns, tuple(batch.records))
 
 

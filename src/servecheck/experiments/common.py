@@ -9,6 +9,7 @@ import random
 from collections.abc import Awaitable, Callable, Sequence
 
 from servecheck.analysis.client_timing import vouch_requests
+from servecheck.analysis.transit import hop_hold_ns
 from servecheck.load.prompts import make_requests
 from servecheck.load.protocol import Driver, SelfChecking
 from servecheck.model.client import CLIENT_ERROR_FRAC, FIGURE_FRAC, ClientCheck
@@ -158,10 +159,26 @@ def client_late_ms(lateness: ClientLateness | None, records: Sequence[RequestRec
     return v.late_ms if v.code == "late" else 0.0
 
 
+def hop_held_ms(records: Sequence[RequestRecord], reference_s: float | None) -> float:
+    """How long a hop that buffers the stream (a proxy, a gateway) may have held an event of `records`,
+    in ms, where that is more than CLIENT_ERROR_FRAC of `reference_s`: 0 where every stream arrived as the
+    server wrote it (analysis.transit). The client reads such bursts on time, so only their shape tells."""
+    if not reference_s or reference_s <= 0:
+        return 0.0
+    held = max((hop_hold_ns(r.token_ns) for r in records if r.ok), default=0) / 1e6
+    return held if held > CLIENT_ERROR_FRAC * reference_s * 1e3 else 0.0
+
+
 def late_requests(batch: BatchResult, reference_s: float | None) -> dict[int, float]:
     """The batch's requests the client read late (`client_late_ms` of each alone), by index: how late, ms."""
     late = {r.index: client_late_ms(batch.lateness, (r,), reference_s) for r in batch.records}
     return {i: ms for i, ms in late.items() if ms > 0}
+
+
+def held_requests(batch: BatchResult, reference_s: float | None) -> dict[int, float]:
+    """The batch's requests a hop may have held (`hop_held_ms` of each alone), by index: how long, ms."""
+    held = {r.index: hop_held_ms((r,), reference_s) for r in batch.records}
+    return {i: ms for i, ms in held.items() if ms > 0}
 
 
 # A stream or trial the client read late is sent again at most this many times (context, interference):

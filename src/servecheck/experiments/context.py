@@ -16,7 +16,7 @@ from servecheck.analysis import context as ctx
 from servecheck.analysis.roofline import Span
 from servecheck.analysis.rules import DRIFT_LIMIT
 from servecheck.errors import ServerError, UsageError
-from servecheck.experiments.common import CLIENT_RETRIES, WARMUP_TOKENS, latency_s, request_late_ms
+from servecheck.experiments.common import CLIENT_RETRIES, WARMUP_TOKENS, hop_held_ms, latency_s, request_late_ms
 from servecheck.load.prompts import fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
 from servecheck.model.bodies import context as shape
@@ -106,6 +106,7 @@ def _sample(s: ctx.Sample, record: RequestRecord | None) -> shape.ContextSample:
         rep=s.rep, order=s.order, prompt_tokens=s.prompt_tokens, reported_prompt_tokens=s.reported_prompt_tokens,
         tokens=s.tokens, ttft_s=s.ttft_s, decode_s=s.decode_s, decode_tok_s=s.decode_tok_s, prefill_tok_s=s.prefill_tok_s,
         mid_s=s.mid_s, problem=ctx.sample_problem(s), client_late_ms=s.client_late_ms or None, resent=s.resent or None,
+        hop_held_ms=s.hop_held_ms or None,
         request=None if record is None else record.body(with_token_times=False),
     )
 
@@ -229,7 +230,7 @@ async def run_context(
 
         req, record, late, resent = await _timed(driver, make, nonces[order + 1], rng)
         sample = replace(to_sample(record, depth, rep, order, server.dialect, req.prompt_tokens), client_late_ms=late,
-                         resent=resent)
+                         resent=resent, hop_held_ms=hop_held_ms((record,), latency_s(record)))
         result = replace(result, samples=(*result.samples, sample), records=(*result.records, record))
         if on_point is not None:
             on_point(result)

@@ -87,6 +87,9 @@ class ArmsCell:
     # token, an end), beyond what the rule tolerates (analysis.client_timing); present only where it was
     # late: the cell's whole rep is then left out of the ratios.
     client_late_ms: float | None = only_when_recorded()
+    # how long a hop that buffers the stream may have held an event of the cell, where beyond the same
+    # tolerance (analysis.transit): its rep is left out too
+    hop_held_ms: float | None = only_when_recorded()
     requests: tuple[Request, ...] | None = only_when_recorded()  # measured cells only
 
 

@@ -108,6 +108,9 @@ class CapacityProbe:
     # steady requests the client itself read late, named with how late: left out of the samples (present
     # only where there were some, so a document written before the field reads back to itself)
     client_late: tuple[str, ...] | None = only_when_recorded()
+    # steady requests whose stream arrived coalesced in transit, which a hop may have held beyond the same
+    # tolerance, named with how long: left out of the samples (present only where there were some)
+    hop_held: tuple[str, ...] | None = only_when_recorded()
     requests: tuple[Request, ...] = ()
 
 

@@ -43,6 +43,9 @@ class ContextSample:
     client_late_ms: float | None = only_when_recorded()
     # sends of this depth and rep before this one, resent because the client read them late
     resent: int | None = only_when_recorded()
+    # how long a hop that buffers the stream may have held it, ms beyond 5% of its own time; present only
+    # where so (the sample then stands for nothing; such a stream is not resent: a hop holds every send)
+    hop_held_ms: float | None = only_when_recorded()
     request: Request | None = None
 
 
