@@ -136,7 +136,7 @@ def log(*, line: str = "WARNING: continuous batching is unavailable for this mod
     return doc
 
 
-PREFLIGHT_NOTE = "client pre-flight calibration not taken: the client's own lateness is metered instead, and groups it read late are left out"
+LATENESS_NOTE = "the client's own lateness is metered all run long, and groups it read late are left out"
 
 
 def speculative() -> dict[str, Any]:
@@ -144,7 +144,7 @@ def speculative() -> dict[str, Any]:
     apostrophe), a reason a stream was not grouped, and the pre-flight note every run writes."""
     doc = _envelope("speculative", n=[1, 2], tokens=48, reps=2)
     doc.update(verdict="speculating", verdict_reason="2 of 2 point(s) (verbatim repetition prompts) deliver clearly "
-               "more than one token per step and none reads one", ns=[1, 2], tokens=48, reps=2, notes=[PREFLIGHT_NOTE],
+               "more than one token per step and none reads one", ns=[1, 2], tokens=48, reps=2, notes=[LATENESS_NOTE],
                stops_paying_n={"predictable": 2}, stops_paying_reason={"predictable": "pays at N=1, costs from N=2"})
     doc["points"] = [
         {"n": n, "prompt_kind": kind, "tokens_per_step": tps, "tokens_per_step_interval": [tps - 0.2, tps + 0.2],

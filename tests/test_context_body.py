@@ -36,7 +36,7 @@ STEP_MS = 10  # between tokens: 7 steps of 10 ms, 100 tok/s
 HEADER = {"command", "valid", "simulated", "complete"}
 BODY_KEYS = {"server", "tokens", "reps", "order", "cache_prompt", "effect", "effect_reason", "drift", "points",
              "skipped", "roofline", "model_bytes", "bandwidth_gb_s", "bandwidth_source", "warmup", "invalid",
-             "warnings", "notes"}
+             "warnings", "notes", "calibration", "client_checks"}
 POINT_KEYS = {"depth", "context_tokens", "ttft_s", "prefill_tok_s", "decode_tok_s", "decode_range_tok_s", "tokens",
               "ratio", "ratio_raw", "valid", "problems", "samples"}
 SAMPLE_KEYS = {"rep", "order", "prompt_tokens", "reported_prompt_tokens", "tokens", "ttft_s", "decode_s",

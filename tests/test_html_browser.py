@@ -164,7 +164,7 @@ def test_the_speculative_report_reads_once_in_a_browser(tmp_path: Path) -> None:
     assert "&#x27;" not in text and "&#39;" not in text and "&amp;" not in text and "&lt;" not in text
     assert "N=1 verbatim repetition: the server's counters give 3.00 tokens per step" in text
     assert "stream 1's arrivals came <2 ms apart" in text
-    assert text.count(samples.PREFLIGHT_NOTE) == 1
+    assert text.count(samples.LATENESS_NOTE) == 1
     assert "unpredictable" not in text and "predictable" not in text.replace("unpredictable", "")
     assert [c["kind"] for c in seen["charts"]] == ["chart lines", "chart lines"]
     assert seen["dialogs"] == [] and seen["requests"] == []

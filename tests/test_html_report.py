@@ -403,7 +403,7 @@ def test_the_speculative_section_reads_as_a_person_reads_it() -> None:
     assert "&amp;#" not in page and "&amp;lt;" not in page
     assert "the server's counters give 3.00 tokens per step" in text
     assert "stream 1's arrivals came <2 ms apart" in text
-    assert text.count(samples.PREFLIGHT_NOTE) == 1
+    assert text.count(samples.LATENESS_NOTE) == 1
     table = page[page.index("<h3>By N and prompt kind</h3>"):]
     table = table[:table.index("</table>")]
     assert "verbatim repetition" in table and "prose" in table

@@ -28,7 +28,7 @@ from servecheck.model.bodies import common
 from servecheck.model.bodies import staircase as shape
 from servecheck.model.bodies.staircase import RISING_RATIO, Evidence, Schedule, Trend, Verdict
 from servecheck.model.client import FIX as CLIENT_FIX
-from servecheck.model.client import ClientCheck
+from servecheck.model.client import ClientCheck, client_bound_message
 from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord
 
 DEFINITE_VERDICTS: frozenset[Verdict] = frozenset(get_args(Schedule))  # the verdicts that claim a schedule
@@ -1233,15 +1233,8 @@ def witness_finding(points: Sequence[PointAnalysis]) -> Finding | None:
 def client_finding(checks: Sequence[ClientCheck]) -> Finding | None:
     """The run is invalid when the pre-flight found the client itself the bottleneck at some N: its
     finish times there would be the client's as much as the server's."""
-    bound = [c for c in checks if c.client_bound]
-    if not bound:
-        return None
-    where = ", ".join(f"N={c.streams}" for c in bound)
-    return Finding(
-        code="client_bound",
-        message=f"{bound[0].reason()}" + (f"; client-bound at {where}" if len(bound) > 1 else ""),
-        hint=CLIENT_FIX,
-    )
+    message = client_bound_message(checks)
+    return None if message is None else Finding(code="client_bound", message=message, hint=CLIENT_FIX)
 
 
 def aggregate_error_fracs(points: Sequence[PointAnalysis], checks: Sequence[ClientCheck]) -> dict[int, float]:

@@ -69,7 +69,7 @@ def _render(app: AppContext, run: RunResult[ContextBody], json_to_stdout: bool, 
 @click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True, help="Where to probe bandwidth.")
 @click.option("--seed", type=int, default=None, help="Seed for the prompt text and nonces (default: fresh each run, recorded).")
 @serve_option
-@client_record("--served-model")
+@client_record("--served-model", preflight=True)
 @output_record
 @click.pass_obj
 def cmd(app: AppContext, url: str | None, depths_raw: str, tokens: int, reps: int, model_path: Path | None, kv_type: str,
@@ -97,11 +97,12 @@ def cmd(app: AppContext, url: str | None, depths_raw: str, tokens: int, reps: in
         target = client.target(server.url)
         params = {**target.public_dict(), "depths": depths, "tokens": tokens, "reps": reps,
                   "model_file": None if model_path is None else str(model_path), "kv_type": kv_type,
-                  "bandwidth": bandwidth_raw, "seed": seed, "serve": serve_command}
+                  "bandwidth": bandwidth_raw, "seed": seed, "serve": serve_command, "calibrate": client.calibrate}
         experiment = ContextExperiment(tuple(depths), tokens, reps, random.Random(seed), model_bytes_, summary)
         watch = Progress(app, "context: depths", progress_line, total=len(ctx.plan_order(depths, reps)))
         run = measure(app, experiment, target, sinks, head=envelope("context", params, environment()), watch=watch,
-                      served=server, settle=lambda result: with_bandwidth(result, bandwidth_raw, resident, device, dim))
+                      served=server, settle=lambda result: with_bandwidth(result, bandwidth_raw, resident, device, dim),
+                      workers=1, calibrate=client.calibrate)
         if run.interrupted:
             return interrupted(app, run, lambda written: _render(app, written, output.json_to_stdout))
     assert run.written is not None  # a run that was not interrupted has finished its result

@@ -25,11 +25,11 @@ DEFINITE = ("chunked", "blocking", "isolated")
 
 
 def exit_code(run: RunResult[InterferenceBody], expect: str | None) -> int:
-    """3 when the verdict is inconclusive or the --serve log audit found a refused feature; 4 when --expect
-    names another definite verdict; 0 otherwise."""
+    """3 when the run is invalid (a client-bound pre-flight), the verdict is inconclusive or the --serve log
+    audit found a refused feature; 4 when --expect names another definite verdict; 0 otherwise."""
     body = run.body
     refused = body.log_audit is not None and bool(body.log_audit.refused)
-    if body.verdict not in DEFINITE or refused:
+    if run.valid is False or body.verdict not in DEFINITE or refused:
         return exitcodes.INVALID
     if expect is not None and body.verdict != expect:
         return exitcodes.EXPECT_MISMATCH
@@ -66,7 +66,7 @@ def _render(app: AppContext, run: RunResult[InterferenceBody], json_to_stdout: b
               help="Exit 4 when the run's verdict is another definite verdict (for CI gates).")
 @click.option("--seed", type=int, default=None, help="Seed for the prompts and nonces (default: fresh each run, recorded).")
 @serve_option
-@client_record()
+@client_record(preflight=True)
 @output_record
 @click.pass_obj
 def cmd(app: AppContext, url: str | None, streams: int, sizes_text: str, tokens: int, reps: int, expect: str | None,
@@ -91,11 +91,11 @@ def cmd(app: AppContext, url: str | None, streams: int, sizes_text: str, tokens:
     with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
         target = client.target(server.url)
         params = {**target.public_dict(), "streams": streams, "prompt_sizes": sizes, "tokens": tokens, "reps": reps,
-                  "expect": expect, "seed": seed, "serve": serve_command}
+                  "expect": expect, "seed": seed, "serve": serve_command, "calibrate": client.calibrate}
         experiment = InterferenceExperiment(tuple(sizes), streams, tokens, reps, random.Random(seed), expect)
         watch = Progress(app, "interference: intruders", progress_line, total=len(sizes) * reps)
         run = measure(app, experiment, target, sinks, head=envelope("interference", params, environment()), watch=watch,
-                      served=server, workers=1, calibrate=False, amend=with_witness)
+                      served=server, workers=1, calibrate=client.calibrate, amend=with_witness)
         if run.interrupted:
             return interrupted(app, run, lambda written: _render(app, written, output.json_to_stdout))
     assert run.written is not None

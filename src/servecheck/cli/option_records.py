@@ -70,13 +70,16 @@ class OutputOptions:
         return output_sinks(json_path=self.json_path, html_path=self.html_path, db_path=self.db_path, no_save=self.no_save)
 
 
-def client_record(model_flag: str = "--model", *, batches: bool = False) -> Callable[[F], F]:
+def client_record(model_flag: str = "--model", *, batches: bool = False, preflight: bool = False) -> Callable[[F], F]:
     """The target options, handed to the command as one `client: ClientOptions` (the model name under
-    `model_flag`); a command that releases batches (`batches`) also takes --workers and --no-calibrate."""
+    `model_flag`); a command that releases batches (`batches`) also takes --workers, --no-calibrate and
+    --ray; one whose streams this process reads itself (`preflight`) takes --no-calibrate alone."""
 
     def wrap(f: F) -> F:
         f = target_options_as(collected(f, "client", ClientOptions), model_flag)
-        return ray_option(calibrate_option(workers_option(f, auto=True))) if batches else f
+        if batches:
+            return ray_option(calibrate_option(workers_option(f, auto=True)))
+        return calibrate_option(f) if preflight else f
 
     return wrap
 

@@ -81,7 +81,7 @@ def progress_line(result: PrefixCacheResult) -> str:
 @evidence_option("the cache counters: timings.cache_n, usage cached_tokens, /metrics hits",
                  "a verdict the time to first token leaves open")
 @serve_option
-@client_record()
+@client_record(preflight=True)
 @output_record
 @click.pass_obj
 def cmd(
@@ -111,12 +111,12 @@ def cmd(
         cache_prompt = False if no_cache_prompt else None
         params = {**target.public_dict(), "prompt_tokens": prompt_tokens, "repeats": repeats,
                   "cache_prompt": cache_prompt, "expect": expect, "seed": seed, "serve": serve_command,
-                  "evidence": evidence_mode}
+                  "evidence": evidence_mode, "calibrate": client.calibrate}
         experiment = PrefixCacheExperiment(prompt_tokens, repeats, cache_prompt, random.Random(seed),
                                            evidence_mode=evidence_mode)
         watch = Progress(app, "prefix-cache: sends", progress_line, total=repeats + 1)
         run = measure(app, experiment, target, sinks, head=envelope("prefix-cache", params, environment()),
-                      watch=watch, served=server)
+                      watch=watch, served=server, workers=1, calibrate=client.calibrate)
         if run.interrupted:  # the table of the sends it did measure
             return interrupted(app, run, lambda written: render(app.err if json_to_stdout else app.out, written))
     assert run.written is not None  # a run that was not interrupted has finished its result

@@ -81,8 +81,8 @@ def calibrate_option(f: F) -> F:
         default=True,
         help="Before each concurrency, stream that many requests from a loopback stamp server of servecheck's "
         "own at the warm-up's token rate and measure what this client adds (p99 stamp delay + dispatch "
-        "skew); a concurrency where that exceeds 5% of what the command judges is client-bound and the "
-        "run invalid. --no-calibrate skips it (about 0.5 s per concurrency) and the result says so.",
+        "skew); a concurrency where that exceeds the command's bound (5% of what it judges; half a decode step "
+        "where it reads steps) is client-bound and the run invalid. --no-calibrate skips it (about 0.5 s per concurrency) and the result says so.",
     )(f)
 
 

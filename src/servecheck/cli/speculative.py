@@ -33,11 +33,11 @@ DEFINITE = ("not_speculating", "speculating")
 
 
 def exit_code(run: RunResult[SpeculativeBody], expect: str | None) -> int:
-    """3 when the verdict is inconclusive or the --serve log audit found a refused feature; 4 when --expect
-    names the other definite verdict; 0 otherwise."""
+    """3 when the run is invalid (a client-bound pre-flight), the verdict is inconclusive or the --serve log
+    audit found a refused feature; 4 when --expect names the other definite verdict; 0 otherwise."""
     body = run.body
     refused = body.log_audit is not None and bool(body.log_audit.refused)
-    if body.verdict not in DEFINITE or refused:
+    if run.valid is False or body.verdict not in DEFINITE or refused:
         return exitcodes.INVALID
     if expect is not None and body.verdict != expect:
         return exitcodes.EXPECT_MISMATCH
@@ -67,7 +67,7 @@ def _render(app: AppContext, run: RunResult[SpeculativeBody], json_to_stdout: bo
               help="Exit 4 when the run's verdict is the other definite verdict (for CI gates).")
 @click.option("--seed", type=int, default=None, help="Seed for the prompts and nonces (default: fresh each run, recorded).")
 @serve_option
-@client_record()
+@client_record(preflight=True)
 @output_record
 @click.pass_obj
 def cmd(app: AppContext, url: str | None, n_values: str, tokens: int, reps: int, baseline_url: str | None,
@@ -92,12 +92,12 @@ def cmd(app: AppContext, url: str | None, n_values: str, tokens: int, reps: int,
         budget = rep_budget(reps, max_reps)
         params = {**target.public_dict(), "n": ns, "tokens": tokens, "reps": reps, "baseline": baseline_url,
                   "max_reps": budget if baseline_url is not None else None, "expect": expect, "seed": seed,
-                  "serve": serve_command}
+                  "serve": serve_command, "calibrate": client.calibrate}
         opener = None if base_target is None else (lambda: open_driver(base_target))
         experiment = SpeculativeExperiment(tuple(ns), tokens, reps, random.Random(seed), opener, expect, budget)
         watch = Progress(app, "speculative: batches", progress_line, total=len(ns) * 2 * reps * (2 if opener else 1))
         run = measure(app, experiment, target, sinks, head=envelope("speculative", params, environment()), watch=watch,
-                      served=server, workers=1, calibrate=False)
+                      served=server, workers=1, calibrate=client.calibrate)
         if run.interrupted:
             return interrupted(app, run, lambda written: _render(app, written, output.json_to_stdout))
     assert run.written is not None

@@ -12,7 +12,9 @@ from servecheck.analysis.client_timing import vouch_requests
 from servecheck.analysis.transit import hop_hold_ns
 from servecheck.load.prompts import make_requests
 from servecheck.load.protocol import Driver, SelfChecking
-from servecheck.model.client import CLIENT_ERROR_FRAC, FIGURE_FRAC, ClientCheck
+from servecheck.model.bodies.common import Finding
+from servecheck.model.client import CLIENT_ERROR_FRAC, FIGURE_FRAC, ClientCheck, client_bound_message
+from servecheck.model.client import FIX as CLIENT_FIX
 from servecheck.model.client import ClientLateness
 from servecheck.model.records import NS_PER_S, BatchResult, GenRequest, RequestRecord
 
@@ -76,28 +78,53 @@ def token_gap_ms(record: RequestRecord | None) -> float | None:
 
 
 async def check_client(driver: Driver, streams: int, warmup: RequestRecord | None, reference_s: float | None,
-                       what: str) -> ClientCheck | None:
-    """The pre-flight before `streams` streams: the client's timing error may be CLIENT_ERROR_FRAC of
-    `reference_s`, the time the command judges (`what` names it); at the warm-up's token rate. None
-    when the driver cannot check itself, calibration is off, or there is nothing to scale from."""
+                       what: str, frac: float | None = None) -> ClientCheck | None:
+    """The pre-flight before `streams` streams: the client's timing error may be CLIENT_ERROR_FRAC (or
+    `frac`, where a command's rule allows another share) of `reference_s`, the time the command judges
+    (`what` names it); at the warm-up's token rate. None when the driver cannot check itself,
+    calibration is off, or there is nothing to scale from."""
     gap_ms = token_gap_ms(warmup)
     if not isinstance(driver, SelfChecking) or gap_ms is None or not reference_s or reference_s <= 0:
         return None
-    tolerance_ms = CLIENT_ERROR_FRAC * reference_s * 1e3
-    basis = f"{CLIENT_ERROR_FRAC:.0%} of the {reference_s * 1e3:.0f} ms {what}"
+    share = CLIENT_ERROR_FRAC if frac is None else frac
+    tolerance_ms = share * reference_s * 1e3
+    ms = reference_s * 1e3
+    basis = f"{share:.0%} of the {ms:.{0 if ms >= 10 else 1}f} ms {what}"  # a decode step of a few ms keeps its tenths
     # the verdicts need the 5%; the figures beside them (a rate, a TTFT) are best within 2%, so an
-    # automatic worker count keeps adding processes until that holds, if any count can
-    return await driver.preflight(streams, max(gap_ms, 1e-3), tolerance_ms, basis, aim_ms=FIGURE_FRAC * reference_s * 1e3)
-
+    # automatic worker count keeps adding processes until that holds, if any count can (a rule of its
+    # own share has no figure beside it)
+    aim_ms = FIGURE_FRAC * reference_s * 1e3 if frac is None else None
+    return await driver.preflight(streams, max(gap_ms, 1e-3), tolerance_ms, basis, aim_ms=aim_ms)
 
 
 async def check_once(driver: Driver, checks: tuple[ClientCheck, ...], streams: int, warmup: RequestRecord | None,
-                     reference_s: float | None, what: str) -> tuple[ClientCheck, ...]:
+                     reference_s: float | None, what: str, frac: float | None = None) -> tuple[ClientCheck, ...]:
     """`checks` with the pre-flight before `streams` streams added, unless it was taken already."""
     if any(c.streams == streams for c in checks) or calibration_mode(driver) != CALIBRATION_ON:
         return checks
-    check = await check_client(driver, streams, warmup, reference_s, what)
+    check = await check_client(driver, streams, warmup, reference_s, what, frac)
     return checks if check is None else (*checks, check)
+
+
+def client_bound_finding(checks: Sequence[ClientCheck]) -> Finding | None:
+    """The finding that makes a run invalid when its pre-flight found the client the bottleneck at some
+    concurrency (code `client_bound`, as the staircase's), with the fix; None where none was."""
+    message = client_bound_message(checks)
+    return None if message is None else Finding(code="client_bound", message=message, hint=CLIENT_FIX)
+
+
+def calibration_notes(calibration: str) -> tuple[str, ...]:
+    """The note a run without its pre-flight (--no-calibrate) carries."""
+    return (NOT_CALIBRATED,) if calibration == CALIBRATION_OFF else ()
+
+
+def stream_time_s(record: RequestRecord | None, tokens: int) -> float | None:
+    """How long a stream of `tokens` output tokens takes at `record`'s pace (the warm-up's): its time to
+    first token, then its gap between tokens for every token after the first."""
+    gap_ms = token_gap_ms(record)
+    if record is None or record.ttft_ns is None or gap_ms is None:
+        return None
+    return record.ttft_ns / NS_PER_S + (tokens - 1) * gap_ms / 1e3
 
 
 def latency_s(record: RequestRecord | None) -> float | None:

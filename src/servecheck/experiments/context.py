@@ -16,10 +16,23 @@ from servecheck.analysis import context as ctx
 from servecheck.analysis.roofline import Span
 from servecheck.analysis.rules import DRIFT_LIMIT
 from servecheck.errors import ServerError, UsageError
-from servecheck.experiments.common import CLIENT_RETRIES, WARMUP_TOKENS, hop_held_ms, latency_s, request_late_ms
+from servecheck.experiments.common import (
+    CALIBRATION_NONE,
+    CLIENT_RETRIES,
+    WARMUP_TOKENS,
+    calibration_mode,
+    calibration_notes,
+    check_once,
+    client_bound_finding,
+    hop_held_ms,
+    latency_s,
+    request_late_ms,
+    stream_time_s,
+)
 from servecheck.load.prompts import fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
 from servecheck.model.bodies import context as shape
+from servecheck.model.client import ClientCheck
 from servecheck.model.result import RunResult, measured
 from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
 
@@ -52,6 +65,12 @@ class ContextResult:
     model_summary: shape.ModelBytesSummary | None = None
     bandwidth_gb_s: Span | None = None
     bandwidth_source: str | None = None
+    calibration: str = CALIBRATION_NONE  # the pre-flight: "on" before the first stream, "off" (--no-calibrate), "none"
+    client_checks: tuple[ClientCheck, ...] = ()
+
+    @property
+    def valid(self) -> bool:
+        return self.analysis().valid and client_bound_finding(self.client_checks) is None
 
     def analysis(self) -> ctx.ContextAnalysis:
         return ctx.analyze_context(self.samples, self.measured)
@@ -65,7 +84,7 @@ class ContextResult:
         """The context body record (docs/schema.md)."""
         a = self.analysis()
         rows = self.roofline(a)
-        notes = self.notes + tuple(f"depth {d} skipped: {why}" for d, why in self.skipped)
+        notes = self.notes + tuple(f"depth {d} skipped: {why}" for d, why in self.skipped) + calibration_notes(self.calibration)
         if rows and (steep := ctx.steeper_note(rows)) is not None:
             notes += (steep,)
         by_sample = dict(zip(self.samples, self.records))
@@ -78,12 +97,15 @@ class ContextResult:
             bandwidth_gb_s=None if self.bandwidth_gb_s is None else (self.bandwidth_gb_s.lo, self.bandwidth_gb_s.hi),
             bandwidth_source=self.bandwidth_source,
             warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
-            invalid=tuple(f.record() for f in a.invalid), warnings=tuple(f.record() for f in a.warnings), notes=notes,
+            invalid=(*(f.record() for f in a.invalid), *(f for f in (client_bound_finding(self.client_checks),) if f)),
+            warnings=tuple(f.record() for f in a.warnings), notes=notes,
+            calibration=self.calibration,  # type: ignore[arg-type]  # "on" | "off" | "none"
+            client_checks=tuple(c.body() for c in self.client_checks),
         )
 
     def document(self) -> RunResult[shape.ContextBody]:
         """The context run's typed result (the runner puts the run's head on it)."""
-        return measured("context", self.body(), valid=self.analysis().valid, simulated=self.server.simulated,
+        return measured("context", self.body(), valid=self.valid, simulated=self.server.simulated,
                         complete=self.complete)
 
 
@@ -222,7 +244,14 @@ async def run_context(
     result = ContextResult(server, tuple(depths), tuple(fit), tokens, reps, tuple(plan), cache_prompt,
                            skipped=tuple(skipped), notes=notes, model=model, model_summary=model_summary)
     nonces = distinct_nonces(len(plan) + 1, rng)
-    result = replace(result, warmup=await _warm_up(driver, nonces[0], rng, cache_prompt))
+    warmup = await _warm_up(driver, nonces[0], rng, cache_prompt)
+    # The pre-flight before the one stream, bounded as the client-timing judge bounds each stream: 5% of
+    # the stream's own time. The shortest the sweep sends is a `tokens` stream at the shallowest depth,
+    # about the warm-up's pace over `tokens`; the warm-up's own 8 tokens would hold the client to a bound
+    # `tokens` / 8 times tighter than anything the sweep reads.
+    checks = await check_once(driver, (), 1, warmup, stream_time_s(warmup, tokens),
+                              f"{tokens}-token stream at the warm-up's pace")
+    result = replace(result, warmup=warmup, calibration=calibration_mode(driver), client_checks=checks)
     for order, depth in enumerate(plan):
         rep = sum(1 for s in result.samples if s.depth == depth)
         async def make(nonce: str, depth: int = depth, order: int = order) -> GenRequest:

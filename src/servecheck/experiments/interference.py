@@ -15,13 +15,20 @@ from servecheck.analysis import interference as inf
 from servecheck.analysis.design import rotation
 from servecheck.analysis.stats import median
 from servecheck.errors import ServerError, UsageError
-from servecheck.experiments.common import CLIENT_RETRIES
+from servecheck.experiments.common import (
+    CALIBRATION_NONE,
+    CLIENT_RETRIES,
+    calibration_mode,
+    calibration_notes,
+    check_once,
+    client_bound_finding,
+)
 from servecheck.experiments.context import CONTEXT_MARGIN_TOKENS, distinct_nonces, reported_prompt_tokens, takes_cache_prompt
 from servecheck.load.prompts import fixed_prompt
 from servecheck.load.protocol import Driver
 from servecheck.model.bodies import interference as shape
 from servecheck.model.bodies.common import LogAudit, LogFinding, UnscannedLogAudit
-from servecheck.model.client import ClientLateness
+from servecheck.model.client import ClientCheck, ClientLateness
 from servecheck.model.result import RunResult, measured
 from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
 
@@ -83,6 +90,8 @@ class InterferenceResult:
     trials: tuple[Trial, ...] = ()
     complete: bool = False
     notes: tuple[str, ...] = field(default=())
+    preflight: str = CALIBRATION_NONE  # the client's pre-flight: "on" before the first trial, "off" (--no-calibrate), "none"
+    client_checks: tuple[ClientCheck, ...] = ()
 
     def readings(self) -> list[tuple[Trial, inf.Reading]]:
         return [(t, inf.read_intrusion(t.intrusion(self.server.dialect, self.server.total_slots))) for t in self.trials]
@@ -104,12 +113,19 @@ class InterferenceResult:
             skipped=tuple(shape.SkippedSize(prompt_tokens=s, reason=why) for s, why in self.skipped),
             calibration=tuple(r.body(with_token_times=False) for r in self.calibration),
             warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
-            notes=self.notes + tuple(f"{s:,} tokens skipped: {why}" for s, why in self.skipped),
+            notes=self.notes + tuple(f"{s:,} tokens skipped: {why}" for s, why in self.skipped)
+            + calibration_notes(self.preflight),
+            invalid=tuple(f for f in (client_bound_finding(self.client_checks),) if f is not None),
+            preflight=self.preflight,  # type: ignore[arg-type]  # "on" | "off" | "none"
+            client_checks=tuple(c.body() for c in self.client_checks),
         )
 
     def document(self, expect: str | None = None) -> RunResult[shape.InterferenceBody]:
-        """The interference run's typed result (the runner puts the run's head on it)."""
-        return measured("interference", self.body(expect), simulated=self.server.simulated, complete=self.complete)
+        """The interference run's typed result (the runner puts the run's head on it): invalid where the
+        pre-flight found the client the bottleneck; it judges no other validity (null)."""
+        valid = False if client_bound_finding(self.client_checks) is not None else None
+        return measured("interference", self.body(expect), valid=valid, simulated=self.server.simulated,
+                        complete=self.complete)
 
 
 def _point(p: inf.Point, pairs: Sequence[tuple[Trial, inf.Reading]]) -> shape.InterferencePoint:
@@ -177,8 +193,12 @@ def steady_wait_s(calibration: Sequence[RequestRecord]) -> float:
         raise ServerError("the victims' calibration batch produced no stream to time",
                           "check the URL, --model and --api; every victim must stream its tokens")
     ttft = max(r.ttft_ns or 0 for r in ok) / NS_PER_S
-    interval = median([(b - a) / NS_PER_S for r in ok for a, b in zip(r.token_ns, r.token_ns[1:])])
-    return ttft + STEADY_STEPS * interval
+    return ttft + STEADY_STEPS * victims_step_s(ok)
+
+
+def victims_step_s(calibration: Sequence[RequestRecord]) -> float:
+    """The victims' decode step alone: the median gap between tokens over their calibration batch."""
+    return median([(b - a) / NS_PER_S for r in calibration if r.ok for a, b in zip(r.token_ns, r.token_ns[1:])])
 
 
 async def _trial(driver: Driver, rep: int, order: int, size: int, result: InterferenceResult, rng: random.Random,
@@ -239,6 +259,14 @@ async def run_interference(
          for k in range(streams)])
     result = replace(result, calibration=calibration.records)
     wait_s = steady_wait_s(calibration.records)
+    # The pre-flight before the trials' streams (the victims and the intruder in flight together), at the
+    # victims' own pace, bounded as the rules read their gaps: a token stamped late by more than
+    # (STRETCH_RATIO - 1) of the victims' step turns a plain step into a stretched gap, the limit
+    # `analysis.interference.client_problem` holds the client's stalls to.
+    pace = max(calibration.records, key=lambda r: len(r.token_ns) if r.ok else -1)
+    checks = await check_once(driver, (), streams + 1, pace, victims_step_s(calibration.records), "victims' decode step",
+                              frac=inf.STRETCH_RATIO - 1)
+    result = replace(result, preflight=calibration_mode(driver), client_checks=checks)
     index = 1 + streams
     for rep, size in plan:
         for _ in range(1 + CLIENT_RETRIES):

@@ -15,12 +15,20 @@ from servecheck.analysis.cache import CacheSend, CacheVerdict, decide_cache
 from servecheck.client.dialects import count_problem
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.load.prompts import Prompt, fixed_prompt, new_nonce
-from servecheck.experiments.common import request_late_ms
+from servecheck.experiments.common import (
+    CALIBRATION_NONE,
+    calibration_mode,
+    calibration_notes,
+    check_once,
+    client_bound_finding,
+    request_late_ms,
+)
 from servecheck.load.protocol import Driver
 from servecheck.load.witness import metric_totals
 from servecheck.model.bodies import prefix_cache as shape
 from servecheck.model.bodies.common import EvidenceMode, Finding
 from servecheck.model.bodies.prefix_cache import SendKind
+from servecheck.model.client import ClientCheck
 from servecheck.model.result import RunResult, measured
 from servecheck.model.records import GenRequest, RequestRecord, ServerInfo, ns_to_s
 
@@ -101,13 +109,16 @@ class PrefixCacheResult:
     complete: bool = False
     notes: tuple[str, ...] = field(default=())
     evidence_mode: str = "all"  # "stopwatch": the cache counters never decide (--evidence stopwatch)
+    warmup: RequestRecord | None = None
+    calibration: str = CALIBRATION_NONE  # the pre-flight: "on" before the first send, "off" (--no-calibrate), "none"
+    client_checks: tuple[ClientCheck, ...] = ()
 
     def analysis(self) -> CacheVerdict:
         return decide_cache([s.for_verdict() for s in self.sends], counters_decide=self.evidence_mode != "stopwatch")
 
     @property
     def valid(self) -> bool:
-        return all(s.record.ok for s in self.sends)
+        return all(s.record.ok for s in self.sends) and client_bound_finding(self.client_checks) is None
 
     def body(self) -> shape.PrefixCacheBody:
         """The prefix-cache body record (docs/schema.md)."""
@@ -122,8 +133,13 @@ class PrefixCacheResult:
             sends=tuple(s.body() for s in self.sends), prompt_tokens=self.fit.prompt_tokens,
             prompt_tokens_asked=self.fit.asked_tokens, n_ctx_per_request=self.fit.n_ctx, n_ctx_source=self.fit.source,
             capped=self.fit.note is not None, repeats=self.repeats, cache_prompt=self.cache_prompt,
-            server=self.server.body(), notes=self.notes, warnings=witness_warnings(verdict) or None,
+            server=self.server.body(), notes=self.notes + calibration_notes(self.calibration),
+            warnings=witness_warnings(verdict) or None,
             evidence_mode="stopwatch" if self.evidence_mode == "stopwatch" else "all",
+            invalid=tuple(f for f in (client_bound_finding(self.client_checks),) if f is not None),
+            warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
+            calibration=self.calibration,  # type: ignore[arg-type]  # "on" | "off" | "none"
+            client_checks=tuple(c.body() for c in self.client_checks),
         )
 
     def document(self) -> RunResult[shape.PrefixCacheBody]:
@@ -164,8 +180,17 @@ async def run_prefix_cache(
         on_server(info)
     fit = fit_prompt(prompt_tokens, max_tokens, *await per_request_context(driver, info))
     prompt, control, floor = await _prompts(driver, fit.prompt_tokens, rng)
+    warm = await _warm_prompt(driver, fit.prompt_tokens, rng, (prompt, control, floor))
+    warmup = await driver.generate(_request(repeats + 2, warm, max_tokens, cache_prompt))  # numbered after the floor
     result = PrefixCacheResult(info, fit, repeats, max_tokens, cache_prompt, notes=_notes(fit, info, prompt),
-                               evidence_mode=evidence_mode)
+                               evidence_mode=evidence_mode, warmup=warmup, calibration=calibration_mode(driver))
+    # The pre-flight before the one stream: its bound is 5% of what the verdict judges, a fresh prefill's time
+    # to first token (every ratio is taken of the first send's, and the client-timing judge allows 5% of
+    # it). The first send is not sent yet, so the warm-up is a fresh prefill of the same length (its own
+    # nonce: it shares no prefix with any send) whose TTFT stands for it; a short warm-up's time would
+    # hold the client to a bound tens of times tighter than anything the verdict reads.
+    result = replace(result, client_checks=await check_once(driver, (), 1, warmup, ns_to_s(warmup.ttft_ns),
+                                                            "warm-up's time to first token (a fresh prefill of the prompt)"))
     plan: list[tuple[SendKind, GenRequest]] = [("repeat", _request(i, prompt, max_tokens, cache_prompt)) for i in range(repeats)]
     plan.append(("control", _request(repeats, control, max_tokens, cache_prompt)))
     plan.append(("floor", _request(repeats + 1, floor, max_tokens, cache_prompt)))
@@ -276,6 +301,15 @@ async def _prompts(driver: Driver, tokens: int, rng: random.Random) -> tuple[Pro
     control = await fixed_prompt(driver, tokens, random.Random(rng.getrandbits(32)), other)
     floor = await fixed_prompt(driver, FLOOR_PROMPT_TOKENS, random.Random(rng.getrandbits(32)), third)
     return prompt, control, floor
+
+
+async def _warm_prompt(driver: Driver, tokens: int, rng: random.Random, taken: tuple[Prompt, ...]) -> Prompt:
+    """The warm-up's prompt: as long as the repeated one, with a nonce whose first two characters no send's
+    share (drawn after theirs, so a seed still sends the prompts it sent before the warm-up existed)."""
+    nonce = new_nonce(rng)
+    while nonce[:2] in {p.nonce[:2] for p in taken}:
+        nonce = new_nonce(rng)
+    return await fixed_prompt(driver, tokens, random.Random(rng.getrandbits(32)), nonce)
 
 
 def _request(index: int, prompt: Prompt, max_tokens: int, cache_prompt: bool | None) -> GenRequest:

@@ -14,13 +14,21 @@ from servecheck.analysis import speculative as sp
 from servecheck.analysis.across import stream_rate
 from servecheck.analysis.design import rotation
 from servecheck.errors import ServecheckError, ServerError, UsageError
-from servecheck.experiments.common import WARMUP_TOKENS
+from servecheck.experiments.common import (
+    CALIBRATION_NONE,
+    WARMUP_TOKENS,
+    calibration_mode,
+    calibration_notes,
+    check_once,
+    client_bound_finding,
+    token_gap_ms,
+)
 from servecheck.load.prompts import new_nonce
 from servecheck.load.protocol import Driver
 from servecheck.load.witness import metric_totals
 from servecheck.model.bodies import speculative as shape
 from servecheck.model.bodies.speculative import PROMPT_KINDS
-from servecheck.model.client import ClientLateness
+from servecheck.model.client import ClientCheck, ClientLateness
 from servecheck.model.result import RunResult, measured
 from servecheck.model.records import (
     NS_PER_S,
@@ -29,6 +37,9 @@ from servecheck.model.records import (
     RequestRecord,
     ServerInfo,
 )
+
+# What every run says of its client beside the pre-flight: the ticker's word on each group it reads.
+LATENESS_NOTE = "the client's own lateness is metered all run long, and groups it read late are left out"
 
 # An undecided pays / costs (its interval straddles the rule) is measured again, one target + baseline pair
 # at a time, up to this many times the planned reps in all (the default of --max-reps): the point at most
@@ -89,6 +100,8 @@ class SpeculativeResult:
     warmup: RequestRecord | None = None
     complete: bool = False
     notes: tuple[str, ...] = field(default=())
+    calibration: str = CALIBRATION_NONE  # the pre-flight: "on" before each N's first batch, "off" (--no-calibrate), "none"
+    client_checks: tuple[ClientCheck, ...] = ()
 
     def records(self, n: int, kind: str, side: str = "target") -> list[RequestRecord]:
         return [r for b in self.batches if (b.n, b.kind, b.side) == (n, kind, side) for r in b.result.records]
@@ -118,13 +131,19 @@ class SpeculativeResult:
             verdict=run.verdict, verdict_reason=run.reason, expect=expect, server=self.server.body(),
             baseline=None if self.baseline is None else self.baseline.body(), ns=self.ns, tokens=self.tokens,
             reps=self.reps, max_reps=self.max_reps, points=tuple(p.record() for p in points), stops_paying_n=run.stops_paying_n,
-            stops_paying_reason=run.stops_paying_reason, notes=self.notes,
+            stops_paying_reason=run.stops_paying_reason, notes=self.notes + calibration_notes(self.calibration),
             warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
+            invalid=tuple(f for f in (client_bound_finding(self.client_checks),) if f is not None),
+            calibration=self.calibration,  # type: ignore[arg-type]  # "on" | "off" | "none"
+            client_checks=tuple(c.body() for c in self.client_checks),
         )
 
     def document(self, expect: str | None = None) -> RunResult[shape.SpeculativeBody]:
-        """The speculative run's typed result (the runner puts the run's head on it)."""
-        return measured("speculative", self.body(expect), simulated=self.server.simulated, complete=self.complete)
+        """The speculative run's typed result (the runner puts the run's head on it): invalid where the
+        pre-flight found the client the bottleneck; it judges no other validity (null)."""
+        valid = False if client_bound_finding(self.client_checks) is not None else None
+        return measured("speculative", self.body(expect), valid=valid, simulated=self.server.simulated,
+                        complete=self.complete)
 
     def streams(self, n: int, kind: str) -> list[sp.Stream]:
         """The point's finished streams, each with the client's lateness over its batch."""
@@ -258,13 +277,13 @@ async def run_speculative(
             raise UsageError(why, "pass --baseline the URL of the same model served without a draft")
         if on_server is not None:
             on_server(server)
-        notes = ("client pre-flight calibration not taken: the client's own lateness is metered instead, and groups it read late are left out",)
-        result = SpeculativeResult(server, tuple(ns), tokens, reps, baseline=baseline, notes=notes,
+        result = SpeculativeResult(server, tuple(ns), tokens, reps, baseline=baseline, notes=(LATENESS_NOTE,),
                                    max_reps=budget if base is not None else None,
-                                   warmup=await _warm(driver, rng, "target"))
+                                   warmup=await _warm(driver, rng, "target"), calibration=calibration_mode(driver))
         if base is not None:
             await _warm(base, rng, "baseline")
         for n in ns:
+            result = replace(result, client_checks=await _check(driver, result, n))
             for kind in PROMPT_KINDS:
                 rep = 0
                 while rep < reps or (base is not None and rep < budget and sp.pays_undecided(result.point(n, kind))):
@@ -273,6 +292,18 @@ async def run_speculative(
                 if on_point is not None:
                     on_point(result)
     return replace(result, complete=True)
+
+
+async def _check(driver: Driver, result: SpeculativeResult, n: int) -> tuple[ClientCheck, ...]:
+    """The pre-flight before N's first batch against the target (the streams whose steps are read), at
+    the warm-up's pace, bounded as the grouping bounds a read: late by more than LATE_READ_FRACTION of a
+    step, a read could have caught the next step's token. The warm-up's mean gap between tokens is the
+    step: no longer than any batch's (a step only grows with N) and, where a draft delivers several
+    tokens a step, shorter still, so the bound errs strict."""
+    gap_ms = token_gap_ms(result.warmup)
+    step_s = None if gap_ms is None else gap_ms / 1e3
+    return await check_once(driver, result.client_checks, n, result.warmup, step_s, "decode step (the warm-up's)",
+                            frac=sp.LATE_READ_FRACTION)
 
 
 async def _rep(result: SpeculativeResult, driver: Driver, base: Driver | None, n: int, kind: str, rep: int,

@@ -198,6 +198,16 @@ class ClientCheck:
         )
 
 
+def client_bound_message(checks: Sequence[ClientCheck]) -> str | None:
+    """Why a run is invalid when its pre-flight found the client the bottleneck at some concurrency:
+    the first such check's reason, and every concurrency where it was; None where none was."""
+    bound = [c for c in checks if c.client_bound]
+    if not bound:
+        return None
+    where = ", ".join(f"N={c.streams}" for c in bound)
+    return f"{bound[0].reason()}" + (f"; client-bound at {where}" if len(bound) > 1 else "")
+
+
 @dataclass(frozen=True, slots=True)
 class ClientLateness:
     """When the client's own event loop could not have read a stream on time, over one stretch of a run.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import LogAudit, UnscannedLogAudit, Request, Server, Warning
+from servecheck.model.bodies.common import Calibrated, ClientCheck, LogAudit, UnscannedLogAudit, Request, Server, Warning
 from servecheck.model.codec import only_when_recorded, record, until_finished
 
 Effect = Literal["falls", "flat", "rises", "inconclusive"]
@@ -135,6 +135,8 @@ class ContextBody:
     warnings: tuple[Warning, ...] = ()
     notes: tuple[str, ...] = ()
     log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
+    calibration: Calibrated | None = None  # the client's pre-flight; None: a document from before it
+    client_checks: tuple[ClientCheck, ...] | None = None  # the one before the first stream; None: from before it
 
 
 BODIES["context"] = ContextBody

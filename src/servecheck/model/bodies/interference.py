@@ -7,7 +7,16 @@ from dataclasses import field
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import ClientLateness, LogAudit, Request, Server, UnscannedLogAudit
+from servecheck.model.bodies.common import (
+    Calibrated,
+    ClientCheck,
+    ClientLateness,
+    Finding,
+    LogAudit,
+    Request,
+    Server,
+    UnscannedLogAudit,
+)
 from servecheck.model.codec import only_when_recorded, record, until_finished
 
 InterferenceVerdict = Literal["chunked", "blocking", "isolated", "inconclusive"]
@@ -120,8 +129,13 @@ class InterferenceBody:
     calibration: tuple[Request, ...] = ()
     warmup: Request | None = None
     witness: InterferenceWitness | None = only_when_recorded()  # with --serve, once the run ended
+    invalid: tuple[Finding, ...] = ()  # why the run is invalid: `client_bound` (the pre-flight)
     notes: tuple[str, ...] = ()
     log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
+    # the client's pre-flight ("on|off|none", staircase's `calibration`: that key here is the victims' batch);
+    # None: a document from before it
+    preflight: Calibrated | None = None
+    client_checks: tuple[ClientCheck, ...] | None = None  # the one before the first trial; None: from before it
 
 
 BODIES["interference"] = InterferenceBody

@@ -14,7 +14,7 @@ from servecheck.model.result import RunResult
 from servecheck.report.lines import register
 from servecheck.report.lines.context_html import section
 from servecheck.report.lines.audit import fmt_bytes
-from servecheck.report.lines.text import carried_lines
+from servecheck.report.lines.text import carried_lines, client_lines
 
 DASH = "—"  # a field the document does not record
 CACHE_PROMPT = {False: "cache_prompt false", None: "cache_prompt not sent (the engine does not take it)"}
@@ -135,7 +135,7 @@ def report_lines(run: RunResult[ContextBody]) -> list[str]:
     lines = header_lines(body) + [""] + table_lines(body) + [""]
     lines += model_lines(body)
     lines.append(f"context effect  {_given(body.effect)}  ({_given(body.effect_reason)})")
-    lines += carried_lines(run.envelope.params)
+    lines += carried_lines(run.envelope.params) + client_lines(body.client_checks)
     lines += finding_lines(body) + [f"note: {n}" for n in body.notes]
     if not run.complete:
         lines.append("INCOMPLETE: interrupted; the depths above are all that was measured")

@@ -14,7 +14,7 @@ from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
 from servecheck.report.lines import register
 from servecheck.report.lines.interference_html import section
-from servecheck.report.lines.text import carried_lines
+from servecheck.report.lines.text import carried_lines, client_lines, invalid_lines
 
 
 def _f(value: float | None, digits: int = 3) -> str:
@@ -63,6 +63,7 @@ def report_lines(run: RunResult[InterferenceBody]) -> list[str]:
     lines += carried_lines(run.envelope.params)
     if body.expect:
         lines.append(f"expected {body.expect}")
+    lines += client_lines(body.client_checks) + invalid_lines(body.invalid)
     lines += [f"note: {n}" for n in body.notes]
     if not run.complete:
         lines.append("INCOMPLETE: interrupted; the points above are all that was measured")

@@ -15,7 +15,7 @@ from servecheck.model.result import RunResult
 from servecheck.report.lines import register
 from servecheck.report.lines.short import num, table
 from servecheck.report.lines.prefix_cache_html import section
-from servecheck.report.lines.text import carried_lines
+from servecheck.report.lines.text import carried_lines, client_lines, invalid_lines
 
 DASH = "—"  # a field the document does not record
 CACHE_PROMPT = {None: "server default", True: "cache_prompt: true", False: "cache_prompt: false"}
@@ -57,6 +57,8 @@ def header_line(body: PrefixCacheBody) -> str:
 def verdict_lines(run: RunResult[PrefixCacheBody]) -> list[str]:
     body = run.body
     lines = [f"verdict  {_given(body.verdict)}  ({_given(body.verdict_reason)})", *carried_lines(run.envelope.params)]
+    lines += client_lines(body.client_checks)
+    lines += invalid_lines(body.invalid)
     lines += [f"warning: {_given(w.message)}" + (f" ({w.hint})" if w.hint else "") for w in body.warnings or ()]
     lines += [f"note: {n}" for n in body.notes]
     if not run.complete:

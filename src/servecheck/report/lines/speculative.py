@@ -14,7 +14,7 @@ from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
 from servecheck.report.lines import register
 from servecheck.report.lines.speculative_html import section
-from servecheck.report.lines.text import carried_lines
+from servecheck.report.lines.text import carried_lines, client_lines, invalid_lines
 
 HEADLINE_ORDER = ("unpredictable", "predictable")  # the seed names prose first
 BASELINE_ORDER = ("predictable", "unpredictable")  # the kind speculation is for decides the baseline clause
@@ -128,6 +128,7 @@ def report_lines(run: RunResult[SpeculativeBody]) -> list[str]:
     lines += carried_lines(run.envelope.params)
     if body.expect:
         lines.append(f"expected {body.expect}")
+    lines += client_lines(body.client_checks) + invalid_lines(body.invalid)
     lines += [f"note: {n}" for n in body.notes]
     if not run.complete:
         lines.append("INCOMPLETE: interrupted; the points above are all that was measured")

@@ -27,6 +27,12 @@ def warning_line(w: Warning) -> str:
     return f"warning: {w.message or '-'}" + (f" ({w.hint})" if w.hint else "")
 
 
+def invalid_lines(findings: Sequence[Warning]) -> list[str]:
+    """One INVALID line per finding that makes the run invalid (a client-bound pre-flight), with its fix."""
+    return [f"INVALID: {w}" if isinstance(w, str) else f"INVALID: {w.message or '-'}" + (f" ({w.hint})" if w.hint else "")
+            for w in findings]
+
+
 def client_lines(checks: Sequence[ClientCheck] | None) -> list[str]:
     """The pre-flight in one line: each N's client timing error against the command's bound, and the
     client processes it ran on; nothing for a run that recorded no checks."""
