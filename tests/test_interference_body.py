@@ -30,7 +30,7 @@ from servecheck.model.result import from_doc
 HEADER = {"command", "simulated", "complete"}
 BODY_KEYS = {"verdict", "verdict_reason", "decided_by", "evidence", "sentence", "chunk_tokens", "chunk_interval",
              "baseline_interval_s", "expect", "server", "streams", "tokens", "reps", "prompt_sizes", "order",
-             "cache_prompt", "points", "skipped", "calibration", "warmup", "notes", "invalid", "preflight",
+             "cache_prompt", "points", "skipped", "calibration", "warmup", "notes", "preflight",
              "client_checks"}
 POINT_KEYS = {"prompt_tokens", "victim_max_gap_s", "victim_p99_gap_s", "victim_lost_s", "intruder_ttft_s",
               "baseline_interval_s", "step_gap_s", "stretched", "stretched_share", "prefill_tok_s", "cover",

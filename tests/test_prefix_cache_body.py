@@ -19,7 +19,7 @@ from written import fields_of, reads_back
 HEADER = {"command", "valid", "simulated", "complete"}
 BODY_KEYS = {"verdict", "verdict_reason", "analysis", "ttft_s", "cached_tokens", "control_ttft_s",
              "control_cached_tokens", "sends", "prompt_tokens", "prompt_tokens_asked", "n_ctx_per_request",
-             "n_ctx_source", "capped", "repeats", "cache_prompt", "server", "notes", "evidence_mode", "invalid",
+             "n_ctx_source", "capped", "repeats", "cache_prompt", "server", "notes", "evidence_mode",
              "warmup", "calibration", "client_checks"}
 SEND_KEYS = {"kind", "index", "ttft_s", "cached_tokens", "cached_source", "counter_deltas", "prompt_tokens",
              "server_prompt_tokens", "server_prompt_s", "status", "error", "request"}

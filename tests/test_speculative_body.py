@@ -27,7 +27,7 @@ from written import fields_of, reads_back
 
 HEADER = {"command", "simulated", "complete"}
 BODY_KEYS = {"verdict", "verdict_reason", "expect", "server", "baseline", "ns", "tokens", "reps", "max_reps", "points",
-             "stops_paying_n", "stops_paying_reason", "warmup", "notes", "invalid", "calibration", "client_checks"}
+             "stops_paying_n", "stops_paying_reason", "warmup", "notes", "calibration", "client_checks"}
 POINT_KEYS = {"n", "prompt_kind", "tokens_per_step", "tokens_per_step_interval", "per_stream_tok_s", "aggregate_tok_s",
               "pays", "verdict", "reason", "steps", "streams", "grouped", "grouping", "problems", "failed",
               "server_tokens_per_step", "server_acceptance", "counters_agree", "counters_note",

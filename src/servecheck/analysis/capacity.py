@@ -9,7 +9,7 @@ TTFT interval wholly below it); `max_concurrency` is never an N that was not sho
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from servecheck.analysis.arms import Warning_, per_user_rate_tok_s
@@ -143,17 +143,18 @@ def _length_off(records: Sequence[RequestRecord], asked: int) -> tuple[str, ...]
 
 
 def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked: int,
-                       late: Mapping[int, float] | None = None, held: Mapping[int, float] | None = None) -> ProbeSample:
+                       late: Mapping[int, float] | None = None, held: Mapping[int, float] | None = None,
+                       late_ttfts: Collection[int] = frozenset()) -> ProbeSample:
     """Reduce one probe's request records to the samples the verdict reads; `late` maps the index of
     each request the client read late to how late (ms), `held` of each a hop may have held to how long:
-    their rates and TTFTs are left out."""
+    their rates and TTFTs are left out; `late_ttfts` only their TTFTs (read late, and above the ceiling)."""
     if len(records) < n or n < 1:
         raise ValueError(f"a probe at N={n} needs at least {n} requests, got {len(records)}")
     kept, start, end = steady_records(records, n)
     late, held = late or {}, held or {}
     timed = [r for r in kept if r.index not in late and r.index not in held]
     rates = [x for x in (per_user_rate_tok_s(r) for r in timed) if x is not None]
-    ttfts = [r.ttft_ns / NS_PER_S for r in timed if r.ttft_ns is not None]
+    ttfts = [r.ttft_ns / NS_PER_S for r in timed if r.ttft_ns is not None and r.index not in late_ttfts]
     window = (start, end) if end is not None and end > start else None
     aggregate = tokens_in_window(records, *window) * NS_PER_S / (window[1] - window[0]) if window else None
     return ProbeSample(
@@ -162,7 +163,8 @@ def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked
         requests=len(records), discarded=n, failed=sum(1 for r in records if not r.ok), failure=_failure(records),
         length_off=_length_off(kept, tokens_asked),
         contaminated=tuple(f"request {r.index} ({r.nonce})" for r in kept if record_contaminated(r)),
-        client_late=tuple(f"request {r.index} ({r.nonce}): {late[r.index]:.0f} ms" for r in kept if r.index in late),
+        client_late=tuple(f"request {r.index} ({r.nonce}): {late[r.index]:.0f} ms" for r in kept if r.index in late)
+        + tuple(f"request {r.index} ({r.nonce}): its TTFT" for r in timed if r.index in late_ttfts),
         hop_held=tuple(f"request {r.index} ({r.nonce}): {held[r.index]:.0f} ms" for r in kept if r.index in held),
     )
 

@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from servecheck.analysis.client_timing import request_reads, vouch_reads
 from servecheck.analysis.capacity import (
     CapacityAnalysis,
     Criteria,
@@ -43,11 +44,11 @@ from servecheck.experiments.common import (
 )
 from servecheck.load.protocol import Driver
 from servecheck.model.client import FIX as CLIENT_FIX
-from servecheck.model.client import FIGURE_FRAC, ClientCheck
+from servecheck.model.client import CLIENT_ERROR_FRAC, FIGURE_FRAC, ClientCheck
 from servecheck.model.bodies import capacity as shape
 from servecheck.model.bodies.common import Finding
 from servecheck.model.result import RunResult, measured
-from servecheck.model.records import NS_PER_S, RequestRecord, ServerInfo
+from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord, ServerInfo
 
 OnProbe = Callable[["CapacityRun"], None]
 OnServer = Callable[[ServerInfo], None]
@@ -251,11 +252,16 @@ class _Prober:
         self.driver, self.design, self.rng, self.factory = driver, design, rng, factory
         self.next_index = 1  # 0 is the warm-up
 
-    def reference_s(self, warmup: RequestRecord | None) -> float | None:
-        """The time the client's lateness is judged against: one warm-up request, or the TTFT ceiling
-        where that is shorter (a TTFT read late by 5% of it could cross it)."""
-        times = [t for t in (latency_s(warmup), self.design.criteria.max_ttft_s) if t]
-        return min(times) if times else None
+    def late_ttfts(self, batch: BatchResult) -> frozenset[int]:
+        """The requests whose TTFT is above the ceiling and whose send or first token the client read late
+        by more than 5% of it: lateness only lengthens a TTFT, so one under the ceiling passed in spite of
+        it and stands; one above may be the client's."""
+        ceiling = self.design.criteria.max_ttft_s
+        if not ceiling or batch.lateness is None:
+            return frozenset()
+        needed = CLIENT_ERROR_FRAC * ceiling * NS_PER_S
+        return frozenset(r.index for r in batch.records if r.ttft_ns is not None and r.ttft_ns > ceiling * NS_PER_S
+                         and (v := vouch_reads(batch.lateness, request_reads(r)[:2], needed)).code == "late" and v.late_ms)
 
     async def probe(self, n: int, purpose: shape.Purpose, warmup: RequestRecord | None) -> MeasuredProbe:
         count = self.design.requests_at(n)
@@ -263,9 +269,9 @@ class _Prober:
                           self.next_index)
         self.next_index += count
         batch = await self.driver.run_batch(reqs, in_flight=n, queue_wait_s=queue_wait_s(warmup, n))
-        reference = self.reference_s(warmup)
-        sample = probe_from_records(batch.records, n=n, tokens_asked=self.design.tokens,
-                                    late=late_requests(batch, reference), held=held_requests(batch, reference))
+        # a per-user rate is judged against its own request's time (5% of it), a TTFT against the ceiling
+        sample = probe_from_records(batch.records, n=n, tokens_asked=self.design.tokens, late=late_requests(batch),
+                                    held=held_requests(batch), late_ttfts=self.late_ttfts(batch))
         return MeasuredProbe(n, purpose, sample, batch.release_ns, batch.dispatch_skew_ns, tuple(batch.records))
 
 

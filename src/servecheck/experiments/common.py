@@ -196,15 +196,17 @@ def hop_held_ms(records: Sequence[RequestRecord], reference_s: float | None) -> 
     return held if held > CLIENT_ERROR_FRAC * reference_s * 1e3 else 0.0
 
 
-def late_requests(batch: BatchResult, reference_s: float | None) -> dict[int, float]:
-    """The batch's requests the client read late (`client_late_ms` of each alone), by index: how late, ms."""
-    late = {r.index: client_late_ms(batch.lateness, (r,), reference_s) for r in batch.records}
+def late_requests(batch: BatchResult, reference_s: float | None = None) -> dict[int, float]:
+    """The batch's requests the client read late (`client_late_ms` of each alone, against `reference_s`
+    or, by default, its own time), by index: how late, ms."""
+    late = {r.index: client_late_ms(batch.lateness, (r,), reference_s or latency_s(r)) for r in batch.records}
     return {i: ms for i, ms in late.items() if ms > 0}
 
 
-def held_requests(batch: BatchResult, reference_s: float | None) -> dict[int, float]:
-    """The batch's requests a hop may have held (`hop_held_ms` of each alone), by index: how long, ms."""
-    held = {r.index: hop_held_ms((r,), reference_s) for r in batch.records}
+def held_requests(batch: BatchResult, reference_s: float | None = None) -> dict[int, float]:
+    """The batch's requests a hop may have held (`hop_held_ms` of each alone, against `reference_s` or its
+    own time), by index: how long, ms."""
+    held = {r.index: hop_held_ms((r,), reference_s or latency_s(r)) for r in batch.records}
     return {i: ms for i, ms in held.items() if ms > 0}
 
 

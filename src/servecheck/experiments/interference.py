@@ -115,7 +115,7 @@ class InterferenceResult:
             warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
             notes=self.notes + tuple(f"{s:,} tokens skipped: {why}" for s, why in self.skipped)
             + calibration_notes(self.preflight),
-            invalid=tuple(f for f in (client_bound_finding(self.client_checks),) if f is not None),
+            invalid=tuple(f for f in (client_bound_finding(self.client_checks),) if f is not None) or None,
             preflight=self.preflight,  # type: ignore[arg-type]  # "on" | "off" | "none"
             client_checks=tuple(c.body() for c in self.client_checks),
         )

@@ -136,7 +136,7 @@ class PrefixCacheResult:
             server=self.server.body(), notes=self.notes + calibration_notes(self.calibration),
             warnings=witness_warnings(verdict) or None,
             evidence_mode="stopwatch" if self.evidence_mode == "stopwatch" else "all",
-            invalid=tuple(f for f in (client_bound_finding(self.client_checks),) if f is not None),
+            invalid=tuple(f for f in (client_bound_finding(self.client_checks),) if f is not None) or None,
             warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
             calibration=self.calibration,  # type: ignore[arg-type]  # "on" | "off" | "none"
             client_checks=tuple(c.body() for c in self.client_checks),

@@ -133,7 +133,7 @@ class SpeculativeResult:
             reps=self.reps, max_reps=self.max_reps, points=tuple(p.record() for p in points), stops_paying_n=run.stops_paying_n,
             stops_paying_reason=run.stops_paying_reason, notes=self.notes + calibration_notes(self.calibration),
             warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
-            invalid=tuple(f for f in (client_bound_finding(self.client_checks),) if f is not None),
+            invalid=tuple(f for f in (client_bound_finding(self.client_checks),) if f is not None) or None,
             calibration=self.calibration,  # type: ignore[arg-type]  # "on" | "off" | "none"
             client_checks=tuple(c.body() for c in self.client_checks),
         )

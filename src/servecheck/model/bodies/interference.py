@@ -129,7 +129,7 @@ class InterferenceBody:
     calibration: tuple[Request, ...] = ()
     warmup: Request | None = None
     witness: InterferenceWitness | None = only_when_recorded()  # with --serve, once the run ended
-    invalid: tuple[Finding, ...] = ()  # why the run is invalid: `client_bound` (the pre-flight)
+    invalid: tuple[Finding, ...] | None = only_when_recorded()  # present only when not empty; why the run is invalid: `client_bound` (the pre-flight)
     notes: tuple[str, ...] = ()
     log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
     # the client's pre-flight ("on|off|none", staircase's `calibration`: that key here is the victims' batch);

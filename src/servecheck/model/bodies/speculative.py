@@ -8,7 +8,7 @@ from typing import Literal, get_args
 
 from servecheck.model.bodies import BODIES
 from servecheck.model.bodies.common import Calibrated, ClientCheck, Finding, LogAudit, UnscannedLogAudit, Request, Server
-from servecheck.model.codec import record, until_finished
+from servecheck.model.codec import only_when_recorded, record, until_finished
 
 SpecVerdict = Literal["speculating", "not_speculating", "inconclusive"]
 PaysVerdict = Literal["pays", "costs", "inconclusive"]
@@ -69,7 +69,7 @@ class SpeculativeBody:
     stops_paying_n: Mapping[str, int | None] = field(default_factory=dict)
     stops_paying_reason: Mapping[str, str] = field(default_factory=dict)
     warmup: Request | None = None
-    invalid: tuple[Finding, ...] = ()  # why the run is invalid: `client_bound` (the pre-flight)
+    invalid: tuple[Finding, ...] | None = only_when_recorded()  # present only when not empty; why the run is invalid: `client_bound` (the pre-flight)
     notes: tuple[str, ...] = ()
     log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
     calibration: Calibrated | None = None  # the client's pre-flight; None: a document from before it

@@ -27,10 +27,10 @@ def warning_line(w: Warning) -> str:
     return f"warning: {w.message or '-'}" + (f" ({w.hint})" if w.hint else "")
 
 
-def invalid_lines(findings: Sequence[Warning]) -> list[str]:
+def invalid_lines(findings: Sequence[Warning] | None) -> list[str]:
     """One INVALID line per finding that makes the run invalid (a client-bound pre-flight), with its fix."""
     return [f"INVALID: {w}" if isinstance(w, str) else f"INVALID: {w.message or '-'}" + (f" ({w.hint})" if w.hint else "")
-            for w in findings]
+            for w in findings or ()]
 
 
 def client_lines(checks: Sequence[ClientCheck] | None) -> list[str]:
