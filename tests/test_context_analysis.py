@@ -3,6 +3,8 @@ the context-effect verdict and the roofline at depth."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from servecheck.analysis import context as ctx
@@ -221,3 +223,22 @@ def test_invalid_points_are_left_out_of_the_roofline():
     bad = ctx.PointAnalysis(2048, 2048, 128, 0.1, 1.0, 40.0, (40.0, 40.0), None, None, False, ("truncated",), ())
     rows = ctx.roofline_at_depth([point(0, 50.0, 1.0), bad], model, 128, None)
     assert [r.depth for r in rows] == [0]
+
+
+def test_a_stream_read_late_is_kept_where_the_effect_cannot_turn_on_it():
+    """Decode falls 45% at 8192 tokens; one deep stream read 10 ms late (of a 1.8 s decode) cannot turn
+    that, so it stays, and a warning says so. The same stream read 1.5 s late could make the deepest
+    depth as fast as the shallowest: it is a problem of its point, and the run is invalid."""
+    plan = ctx.plan_order(DEPTHS, 1)
+    base = samples_for(plan, lambda d, t: law_rate(d))
+
+    def late(ms: float) -> list[ctx.Sample]:
+        return [replace(s, client_late_ms=ms) if s.depth == 8192 else s for s in base]
+
+    kept = ctx.analyze_context(late(10.0), DEPTHS)
+    assert kept.effect == "falls" and kept.valid and kept.late_kept
+    assert any("kept: the effect is the same" in w.message for w in kept.warnings)
+    lost = ctx.analyze_context(late(1500.0), DEPTHS)
+    assert not lost.late_kept and not lost.valid
+    deep = next(p for p in lost.points if p.depth == 8192)
+    assert not deep.valid and "client itself was late by up to 1500 ms" in deep.problems[0]

@@ -195,8 +195,21 @@ def test_a_first_send_read_late_is_no_reference():
 
 
 def test_a_control_read_late_is_no_reference_either():
-    v = decide_cache(_late(run([1.0, 0.4, 0.4], [None] * 3, 2.5, None), "control", 1500.0))
+    """A cold first send (7.0 s) and repeats at 0.5 s, as slow as a fresh prompt truly is (0.6 s), but the
+    control read 1.4 s late: against 2.0 s the repeats look like hits. At the control's true time they
+    do not, so the late control is no reference and the verdict is unknown."""
+    sends = _late(run([7.0, 0.5, 0.5], [None] * 3, 2.0, None), "control", 1400.0)
+    assert decide_cache([replace(s, client_late_ms=0.0) for s in sends]).verdict == "working"  # what the record prevents
+    v = decide_cache(sends)
     assert v.verdict == "unknown" and "reading the control" in v.reason
+
+
+def test_a_late_send_that_cannot_change_the_verdict_stands():
+    """A working cache (7.3 s, then 0.2 s) whose first send was read 300 ms late: at 7.0 s the repeats
+    are hits all the same, so the verdict stands and says what was read late."""
+    v = decide_cache(_late(run([7.3, 0.2, 0.2], [None] * 3, 7.3, None), "repeat", 300.0))
+    assert (v.verdict, v.signal) == ("working", "timing")
+    assert "read some sends late (up to 300 ms)" in v.reason
 
 
 def test_a_warm_repeat_read_late_is_left_out_and_the_rest_decide():

@@ -52,7 +52,11 @@ def test_an_arms_rep_a_hop_held_is_left_out_and_named() -> None:
                     decoding_union_s=3.9 / (3 if c == 4 else 1), decoding_sum_s=3.9 * (1.33 if c == 4 else 1),
                     per_user_rate_tok_s=100.0, ttft_s=0.02, start_s=10.0 * r + p)
              for r in range(4) for p, c in enumerate((1, 4) if r % 2 else (4, 1))]
-    held = [replace(c, hop_held_ms=80.0) if (c.rep, c.concurrency) == (1, 4) else c for c in cells]
+    held = [replace(c, hop_held_ms=3000.0) if (c.rep, c.concurrency) == (1, 4) else c for c in cells]
     result = A.analyse(held)
     assert result.arm(4).aggregate_speedup is not None and result.arm(4).aggregate_speedup.n == 3
-    assert any("coalesced in transit" in w.message and "80 ms" in w.message for w in result.warnings)
+    assert any("coalesced in transit" in w.message and "3000 ms" in w.message for w in result.warnings)
+    # a hold no label can feel is kept, and said
+    small = A.analyse([replace(c, hop_held_ms=5.0) if (c.rep, c.concurrency) == (1, 4) else c for c in cells])
+    assert small.arm(4).aggregate_speedup is not None and small.arm(4).aggregate_speedup.n == 4
+    assert any("held by a hop" in w.message and "kept" in w.message for w in small.warnings)

@@ -729,6 +729,9 @@ def analyse(
     if not any(c.concurrency == baseline for c in cells):
         raise ValueError("the serial arm (concurrency 1) is the baseline and has no cells")
     late = late_reps(cells)
+    kept = bool(late) and labels_stand(cells, baseline, gauges_decide=gauges_decide)
+    if kept:
+        late = set()
     timed = [c for c in cells if _rep_key(c) not in late]
     results = tuple(_client_named(arm_result(timed, a, gauges_decide=gauges_decide), len(late))
                     for a in _arms(cells))
@@ -745,8 +748,40 @@ def analyse(
         deviant_cells=deviants,
         headline=None if refusal else headline(top, with_ttft=not ({top.concurrency, baseline} & ttft_unresolved)),
         refusal=refusal,
-        warnings=tuple(_warnings(cells, results, drift_, deviants)),
+        warnings=tuple(_warnings(cells, results, drift_, deviants, late_kept=kept)),
     )
+
+
+def _untimed_s(c: Cell) -> float:
+    """How far the cell's times may be from the server's: the client's lateness or a hop's hold, s."""
+    return (c.client_late_ms + c.hop_held_ms) / 1e3
+
+
+def shifted(c: Cell, sign: int) -> Cell:
+    """The cell with every span it was timed over moved by its whole untimed margin, `sign` x: the far
+    end of what its late reads could have been (a read late at either end of a span moves it either way)."""
+    d = sign * _untimed_s(c)
+    if not d:
+        return c
+    union = max(c.decoding_union_s + d, 1e-9)
+    rate = None if c.per_user_rate_tok_s is None else c.per_user_rate_tok_s * c.decoding_union_s / union
+    return replace(c, wall_s=max(c.wall_s + d, 1e-9), decoding_union_s=union,
+                   decoding_sum_s=max(c.decoding_sum_s + d, 1e-9), per_user_rate_tok_s=rate,
+                   ttft_s=None if c.ttft_s is None else max(c.ttft_s + d, 0.0))
+
+
+def labels_stand(cells: Sequence[Cell], baseline: int = 1, *, gauges_decide: bool = True) -> bool:
+    """Whether every arm's label is the same for any time the late cells' reads could have had: the serial
+    arm's late cells moved one way and the others' the other, both ways round, and all alike. Then the
+    labels rest on nothing the client could not vouch for, and the late reps stay in."""
+    arms = _arms(cells)
+
+    def labels(serial: int, other: int) -> tuple[Label, ...]:
+        moved = [shifted(c, serial if c.concurrency == baseline else other) for c in cells]
+        return tuple(arm_result(moved, a, gauges_decide=gauges_decide).label for a in arms)
+
+    seen = {labels(a, b) for a, b in ((0, 0), (1, -1), (-1, 1), (1, 1), (-1, -1))}
+    return len(seen) == 1
 
 
 def late_reps(cells: Sequence[Cell]) -> set[tuple[int, int]]:
@@ -764,9 +799,19 @@ def _client_named(arm: ArmResult, late: int) -> ArmResult:
 
 
 def _warnings(
-    cells: Sequence[Cell], results: Sequence[ArmResult], drift_: Drift | None, deviants: Sequence[DeviantCell]
+    cells: Sequence[Cell], results: Sequence[ArmResult], drift_: Drift | None, deviants: Sequence[DeviantCell],
+    *, late_kept: bool = False,
 ) -> list[Warning_]:
     out = []
+    if late_kept:
+        untimed = [c for c in cells if _untimed_s(c) > 0]
+        out.append(Warning_(
+            f"{len(late_reps(cells))} rep(s) had cells read late by the client or held by a hop (up to "
+            f"{max(_untimed_s(c) for c in untimed) * 1e3:.0f} ms), kept: every arm's label is the same whatever "
+            "those reads' true times were within that",
+            "the figures beside the labels carry that error; measure on a quieter machine for them",
+        ))
+        cells = [c for c in cells if _untimed_s(c) == 0]
     if drift_ is not None and drift_.loss > DRIFT_LIMIT:
         out.append(
             Warning_(

@@ -102,6 +102,37 @@ def decide_cache(sends: Sequence[CacheSend], *, counters_decide: bool = True) ->
     where the timing leaves it open may they decide, and the reason then says so
     (`decided_by_witness`); `counters_decide` off (--evidence stopwatch) forbids even that.
     """
+    if any(s.client_late_ms for s in sends):
+        return _decided_despite_lateness(sends, counters_decide=counters_decide)
+    return _decide(sends, counters_decide=counters_decide)
+
+
+def _decided_despite_lateness(sends: Sequence[CacheSend], *, counters_decide: bool) -> CacheVerdict:
+    """A read late by L only lengthens a time to first token: the true one lies in [ttft - L, ttft]. Where
+    the verdict is the same at every end of that (the references' late sends earlier, the others', both,
+    neither), the late sends stand, and the reason says so; else they are no evidence (`client_late`)."""
+    first = next((s for s in sends if s.kind == "repeat"), None)
+    refs = {id(s) for s in sends if s is first or s.kind == "control"}
+
+    def earlier(s: CacheSend) -> CacheSend:
+        if s.ttft_s is None or not s.client_late_ms:
+            return s
+        return replace(s, ttft_s=max(s.ttft_s - s.client_late_ms / 1e3, 0.0), client_late_ms=0.0)
+
+    bare = [replace(s, client_late_ms=0.0) for s in sends]
+    ends = [bare, [earlier(s) if id(s) in refs else replace(s, client_late_ms=0.0) for s in sends],
+            [replace(s, client_late_ms=0.0) if id(s) in refs else earlier(s) for s in sends], [earlier(s) for s in sends]]
+    verdicts = [_decide(e, counters_decide=counters_decide) for e in ends]
+    worst = max(s.client_late_ms for s in sends)
+    if len({v.verdict for v in verdicts}) == 1 and verdicts[0].verdict != "unknown":
+        return replace(verdicts[0], reason=f"{verdicts[0].reason}; the client read some sends late (up to {worst:.0f} ms), "
+                       "and the verdict is the same whatever their true times within that")
+    return _decide(sends, counters_decide=counters_decide)
+
+
+def _decide(sends: Sequence[CacheSend], *, counters_decide: bool) -> CacheVerdict:
+    """decide_cache's rules, with the sends the client read late left out (or, reading a reference late,
+    no verdict)."""
     late = client_late(sends)
     if late is not None:
         return CacheVerdict("unknown", late, "none")

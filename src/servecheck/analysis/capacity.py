@@ -94,6 +94,9 @@ class ProbeSample:
     # Steady requests whose stream arrived in bursts a hop that buffers it may have held beyond the same
     # tolerance (analysis.transit), named: left out of the samples too.
     hop_held: tuple[str, ...] = ()
+    # The left-out requests' rates, each with the share of its decode span that is untimed (how late, or
+    # how long held, over the span): `assess` keeps them where the status is the same whatever their truth.
+    untimed_rates: tuple[tuple[float, float], ...] = ()
 
     @property
     def measured(self) -> int:
@@ -154,6 +157,9 @@ def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked
     late, held = late or {}, held or {}
     timed = [r for r in kept if r.index not in late and r.index not in held]
     rates = [x for x in (per_user_rate_tok_s(r) for r in timed) if x is not None]
+    untimed = [(x, (late.get(r.index, 0.0) + held.get(r.index, 0.0)) / 1e3 / span)
+               for r in kept if r.index in late or r.index in held
+               if (x := per_user_rate_tok_s(r)) is not None and (span := _decode_span_s(r))]
     ttfts = [r.ttft_ns / NS_PER_S for r in timed if r.ttft_ns is not None and r.index not in late_ttfts]
     window = (start, end) if end is not None and end > start else None
     aggregate = tokens_in_window(records, *window) * NS_PER_S / (window[1] - window[0]) if window else None
@@ -166,7 +172,14 @@ def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked
         client_late=tuple(f"request {r.index} ({r.nonce}): {late[r.index]:.0f} ms" for r in kept if r.index in late)
         + tuple(f"request {r.index} ({r.nonce}): its TTFT" for r in timed if r.index in late_ttfts),
         hop_held=tuple(f"request {r.index} ({r.nonce}): {held[r.index]:.0f} ms" for r in kept if r.index in held),
+        untimed_rates=tuple(untimed),
     )
+
+
+def _decode_span_s(r: RequestRecord) -> float | None:
+    if len(r.token_ns) < 2:
+        return None
+    return (r.token_ns[-1] - r.token_ns[0]) / NS_PER_S or None
 
 
 # --- one probed N: its verdict ---------------------------------------------------------------
@@ -226,9 +239,24 @@ def combine(*statuses: Status | None) -> Status:
     return "pass" if all(s == "pass" for s in shown) else "uncertain"
 
 
+def with_untimed(probes: Sequence[ProbeSample], c: Criteria) -> list[float] | None:
+    """Every rate at n, the untimed ones (read late, or held by a hop) included, where the rate's status is
+    the same whatever their true rates (span +- its untimed part: rate / (1 + f) .. rate / (1 - f)); None
+    where it is not, or there are none."""
+    rates = [x for p in probes for x in p.rates_tok_s]
+    untimed = [u for p in probes for u in p.untimed_rates]
+    if not untimed or any(f >= 1 for _, f in untimed):
+        return None
+    ends = ([r for r, _ in untimed], [r / (1 + f) for r, f in untimed], [r / (1 - f) for r, f in untimed])
+    seen = {side(quantile_interval(rates + end, c.rate_quantile, c.level), c.min_user_rate_tok_s, above=True,
+                  level=c.level) for end in ends}
+    return rates + ends[0] if len(seen) == 1 and "uncertain" not in seen else None
+
+
 def assess(n: int, probes: Sequence[ProbeSample], c: Criteria) -> Point:
     """Pool every probe at n and judge it; a failed request fails the whole N, with its reason."""
-    rates = [x for p in probes for x in p.rates_tok_s]
+    kept = with_untimed(probes, c)
+    rates = kept if kept is not None else [x for p in probes for x in p.rates_tok_s]
     ttfts = [x for p in probes for x in p.ttfts_s]
     rate = quantile_interval(rates, c.rate_quantile, c.level) if rates else None
     ttft = quantile_interval(ttfts, c.ttft_quantile, c.level) if ttfts else None
@@ -242,10 +270,13 @@ def assess(n: int, probes: Sequence[ProbeSample], c: Criteria) -> Point:
     status = combine(rate_status, ttft_status)
     reason = failure or _reason(rate, ttft, rate_status, ttft_status, c)
     late = sum(len(p.client_late) for p in probes)
-    if late and status == "uncertain" and not failure:
+    if kept is not None:
+        reason = (f"{reason}; {len(kept) - sum(len(p.rates_tok_s) for p in probes)} rate(s) read late or held by a "
+                  "hop kept: the status is the same whatever their true rates")
+    elif late and status == "uncertain" and not failure:
         reason = f"{reason}; {late} measured request(s) left out because the client itself was late reading them"
     held = sum(len(p.hop_held) for p in probes)
-    if held and status == "uncertain" and not failure:
+    if kept is None and held and status == "uncertain" and not failure:
         reason = f"{reason}; {held} measured request(s) left out because a hop that buffers the stream may have held them"
     return Point(n, len(probes), rate, ttft, median(aggs) if aggs else None, status, rate_status, ttft_status,
                  reason, failed)

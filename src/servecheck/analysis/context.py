@@ -9,7 +9,7 @@ times are seconds; bandwidth is GB/s with GB = 10^9 bytes; ratios and utilizatio
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from servecheck.analysis.roofline import GB, Span
 from servecheck.analysis.design import mirrored
@@ -160,7 +160,7 @@ class Sample:
         return ctx / self.ttft_s
 
 
-def sample_problem(s: Sample) -> str | None:
+def sample_problem(s: Sample, *, excuse_late: bool = False) -> str | None:
     """Why a sample cannot stand for its depth: failed, truncated by the server, off the asked length, or
     read late by the client itself (analysis.client_timing) on every send of it."""
     if s.error is not None:
@@ -173,11 +173,11 @@ def sample_problem(s: Sample) -> str | None:
         return f"depth {s.depth} rep {s.rep + 1}: {s.tokens} tokens generated, {s.tokens_requested} asked (more than {OUTPUT_LENGTH_TOLERANCE:.0%} off)"
     if s.decode_tok_s is None:
         return f"depth {s.depth} rep {s.rep + 1}: no decode interval (fewer than two tokens timed)"
-    if s.client_late_ms:
+    if s.client_late_ms and not excuse_late:
         return (f"depth {s.depth} rep {s.rep + 1}: the client itself was late by up to {s.client_late_ms:.0f} ms reading "
                 f"it{f' and the {s.resent} send(s) before it' if s.resent else ''} (a busy machine or a late reader), so "
                 "its times are no evidence")
-    if s.hop_held_ms:
+    if s.hop_held_ms and not excuse_late:
         return (f"depth {s.depth} rep {s.rep + 1}: its stream arrived in bursts coalesced in transit, which a hop that "
                 f"buffers the stream (a proxy, a gateway) may have held up to {s.hop_held_ms:.0f} ms, so its times are "
                 "the hop's, not the server's")
@@ -234,6 +234,8 @@ class ContextAnalysis:
     effect_reason: str
     invalid: tuple[Finding, ...] = ()
     warnings: tuple[Finding, ...] = field(default=())
+    # samples read late (or held by a hop) were kept: the effect is the same whatever their true times
+    late_kept: bool = False
 
     @property
     def valid(self) -> bool:
@@ -252,9 +254,10 @@ def _baseline_s_per_token(base: list[Sample], t: float) -> float:
     return pts[-1][1]
 
 
-def _point(depth: int, samples: list[Sample], base: list[Sample], base_rate: float | None) -> PointAnalysis:
-    problems = tuple(p for s in samples if (p := sample_problem(s)) is not None)
-    good = [s for s in samples if sample_problem(s) is None]
+def _point(depth: int, samples: list[Sample], base: list[Sample], base_rate: float | None, *,
+           excuse_late: bool = False) -> PointAnalysis:
+    problems = tuple(p for s in samples if (p := sample_problem(s, excuse_late=excuse_late)) is not None)
+    good = [s for s in samples if sample_problem(s, excuse_late=excuse_late) is None]
     shown = good or [s for s in samples if s.error is None]
     rates = [r for s in shown if (r := s.decode_tok_s) is not None]
     ratios = [_corrected_ratio(s, base) for s in good] if base else []
@@ -291,13 +294,49 @@ def _median_int(values: Sequence[int | None]) -> int | None:
 
 def analyze_context(samples: Sequence[Sample], depths: Sequence[int]) -> ContextAnalysis:
     """Per depth: medians over its reps and the drift-corrected ratio to the shallowest depth; the
-    drift between the shallowest's first and last measurement; whether decode falls with depth."""
+    drift between the shallowest's first and last measurement; whether decode falls with depth. Samples
+    the client read late (or a hop held) are kept where the effect is the same whatever their true times
+    (`effect_stands`), else each is a problem of its point."""
+    if any(_untimed_s(s) for s in samples) and effect_stands(samples, depths):
+        a = _analyse(samples, depths, excuse_late=True)
+        worst = max(_untimed_s(s) for s in samples) * 1e3
+        kept = Finding(f"{sum(1 for s in samples if _untimed_s(s))} stream(s) were read late by the client or held by a "
+                       f"hop (up to {worst:.0f} ms), kept: the effect is the same whatever their true times within that",
+                       "the rates beside it carry that error; measure on a quieter machine for them")
+        return replace(a, warnings=(*a.warnings, kept), late_kept=True)
+    return _analyse(samples, depths)
+
+
+def _untimed_s(s: Sample) -> float:
+    return (s.client_late_ms + s.hop_held_ms) / 1e3
+
+
+def _shifted(s: Sample, sign: int) -> Sample:
+    """The sample at the far end of what its late reads could have been: its decode span moved by its
+    whole untimed margin, `sign` x (a late first token shortens it, a late last token lengthens it)."""
+    d = sign * _untimed_s(s)
+    if not d or s.decode_s is None:
+        return s
+    return replace(s, decode_s=max(s.decode_s + d, 1e-9))
+
+
+def effect_stands(samples: Sequence[Sample], depths: Sequence[int]) -> bool:
+    """Whether the effect is one word for any true time of the late samples: the shallowest depth's moved
+    one way and the others' the other, both ways round, and all alike."""
     shallowest = min(depths)
-    base = [s for s in samples if s.depth == shallowest and sample_problem(s) is None and s.mid_s is not None]
+    seen = {_analyse([_shifted(s, a if s.depth == shallowest else b) for s in samples], depths, excuse_late=True).effect
+            for a, b in ((0, 0), (1, -1), (-1, 1), (1, 1), (-1, -1))}
+    return len(seen) == 1 and "inconclusive" not in seen
+
+
+def _analyse(samples: Sequence[Sample], depths: Sequence[int], *, excuse_late: bool = False) -> ContextAnalysis:
+    shallowest = min(depths)
+    base = [s for s in samples if s.depth == shallowest and sample_problem(s, excuse_late=excuse_late) is None
+            and s.mid_s is not None]
     base_rates = [s.decode_tok_s for s in base if s.decode_tok_s is not None]
     base_rate = median(base_rates) if base_rates else None
-    points = tuple(_point(d, [s for s in samples if s.depth == d], base, base_rate) for d in depths
-                   if any(s.depth == d for s in samples))
+    points = tuple(_point(d, [s for s in samples if s.depth == d], base, base_rate, excuse_late=excuse_late)
+                   for d in depths if any(s.depth == d for s in samples))
     drift = _drift(base)
     invalid = tuple(Finding(p, "the point is left out of the ratios and the roofline") for pt in points for p in pt.problems)
     warnings = _drift_warnings(drift)

@@ -322,7 +322,7 @@ async def _measure_cell(
         batch.records, rep=rep, position=position, concurrency=concurrency, release_ns=batch.release_ns, run=run_index
     )
     cell = replace(cell, client_late_ms=client_late_ms(batch.lateness, batch.records, latency_s(run.warmup)),
-                   hop_held_ms=hop_held_ms(batch.records, latency_s(run.warmup)))
+                   hop_held_ms=hop_held_ms(batch.records, latency_s(run.warmup), batch.lateness))
     gauges = batch.gauges
     if gauges is not None and len(gauges.samples) >= MIN_GAUGE_SAMPLES:
         cell = replace(cell, peak_running=gauges.peak_running)

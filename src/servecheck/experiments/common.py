@@ -8,7 +8,7 @@ import inspect
 import random
 from collections.abc import Awaitable, Callable, Sequence
 
-from servecheck.analysis.client_timing import vouch_requests
+from servecheck.analysis.client_timing import late_reads, vouch_requests
 from servecheck.analysis.transit import hop_hold_ns
 from servecheck.load.prompts import make_requests
 from servecheck.load.protocol import Driver, SelfChecking
@@ -186,13 +186,17 @@ def client_late_ms(lateness: ClientLateness | None, records: Sequence[RequestRec
     return v.late_ms if v.code == "late" else 0.0
 
 
-def hop_held_ms(records: Sequence[RequestRecord], reference_s: float | None) -> float:
+def hop_held_ms(records: Sequence[RequestRecord], reference_s: float | None,
+                lateness: ClientLateness | None = None) -> float:
     """How long a hop that buffers the stream (a proxy, a gateway) may have held an event of `records`,
     in ms, where that is more than CLIENT_ERROR_FRAC of `reference_s`: 0 where every stream arrived as the
-    server wrote it (analysis.transit). The client reads such bursts on time, so only their shape tells."""
+    server wrote it (analysis.transit). The client reads such bursts on time, so only their shape tells; a
+    stream the client read late anywhere bunches up in its catch-ups just so, and is the client's to judge."""
     if not reference_s or reference_s <= 0:
         return 0.0
-    held = max((hop_hold_ns(r.token_ns) for r in records if r.ok), default=0) / 1e6
+    held = max((hop_hold_ns(r.token_ns) for r in records
+                if r.ok and not (lateness is not None and late_reads(lateness, r.token_ns, lateness.resolution_ns))),
+               default=0) / 1e6
     return held if held > CLIENT_ERROR_FRAC * reference_s * 1e3 else 0.0
 
 
@@ -206,7 +210,7 @@ def late_requests(batch: BatchResult, reference_s: float | None = None) -> dict[
 def held_requests(batch: BatchResult, reference_s: float | None = None) -> dict[int, float]:
     """The batch's requests a hop may have held (`hop_held_ms` of each alone, against `reference_s` or its
     own time), by index: how long, ms."""
-    held = {r.index: hop_held_ms((r,), reference_s or latency_s(r)) for r in batch.records}
+    held = {r.index: hop_held_ms((r,), reference_s or latency_s(r), batch.lateness) for r in batch.records}
     return {i: ms for i, ms in held.items() if ms > 0}
 
 

@@ -91,7 +91,7 @@ class ContextResult:
         return shape.ContextBody(
             server=self.server.body(), tokens=self.tokens, reps=self.reps, order=self.plan, cache_prompt=self.cache_prompt,
             effect=a.effect, effect_reason=a.effect_reason, drift=None if a.drift is None else _drift(a.drift),
-            points=tuple(_point(p, by_sample) for p in a.points),
+            points=tuple(_point(p, by_sample, a.late_kept) for p in a.points),
             skipped=tuple(shape.SkippedDepth(depth=d, reason=why) for d, why in self.skipped),
             roofline=None if rows is None else tuple(_row(r) for r in rows), model_bytes=self.model_summary,
             bandwidth_gb_s=None if self.bandwidth_gb_s is None else (self.bandwidth_gb_s.lo, self.bandwidth_gb_s.hi),
@@ -114,20 +114,20 @@ def _drift(d: ctx.Drift) -> shape.ContextDrift:
                               change=d.change, warn_above=DRIFT_LIMIT)
 
 
-def _point(p: ctx.PointAnalysis, by_sample: Mapping[ctx.Sample, RequestRecord]) -> shape.ContextPoint:
+def _point(p: ctx.PointAnalysis, by_sample: Mapping[ctx.Sample, RequestRecord], excuse_late: bool = False) -> shape.ContextPoint:
     return shape.ContextPoint(
         depth=p.depth, context_tokens=p.context_tokens, ttft_s=p.ttft_s, prefill_tok_s=p.prefill_tok_s,
         decode_tok_s=p.decode_tok_s, decode_range_tok_s=p.decode_range_tok_s, tokens=p.tokens, ratio=p.ratio,
         ratio_raw=p.ratio_raw, valid=p.valid, problems=p.problems,
-        samples=tuple(_sample(s, by_sample.get(s)) for s in p.samples),
+        samples=tuple(_sample(s, by_sample.get(s), excuse_late) for s in p.samples),
     )
 
 
-def _sample(s: ctx.Sample, record: RequestRecord | None) -> shape.ContextSample:
+def _sample(s: ctx.Sample, record: RequestRecord | None, excuse_late: bool = False) -> shape.ContextSample:
     return shape.ContextSample(
         rep=s.rep, order=s.order, prompt_tokens=s.prompt_tokens, reported_prompt_tokens=s.reported_prompt_tokens,
         tokens=s.tokens, ttft_s=s.ttft_s, decode_s=s.decode_s, decode_tok_s=s.decode_tok_s, prefill_tok_s=s.prefill_tok_s,
-        mid_s=s.mid_s, problem=ctx.sample_problem(s), client_late_ms=s.client_late_ms or None, resent=s.resent or None,
+        mid_s=s.mid_s, problem=ctx.sample_problem(s, excuse_late=excuse_late), client_late_ms=s.client_late_ms or None, resent=s.resent or None,
         hop_held_ms=s.hop_held_ms or None,
         request=None if record is None else record.body(with_token_times=False),
     )
@@ -259,11 +259,18 @@ async def run_context(
 
         req, record, late, resent = await _timed(driver, make, nonces[order + 1], rng)
         sample = replace(to_sample(record, depth, rep, order, server.dialect, req.prompt_tokens), client_late_ms=late,
-                         resent=resent, hop_held_ms=hop_held_ms((record,), latency_s(record)))
+                         resent=resent, hop_held_ms=await _held_ms(driver, record))
         result = replace(result, samples=(*result.samples, sample), records=(*result.records, record))
         if on_point is not None:
             on_point(result)
     return replace(result, complete=True)
+
+
+async def _held_ms(driver: Driver, record: RequestRecord) -> float:
+    """`hop_held_ms` of one stream, with the client's own record over it (its late reads are its own)."""
+    if record.end_ns is None:
+        return 0.0
+    return hop_held_ms((record,), latency_s(record), await driver.client_lateness(record.send_ns, record.end_ns))
 
 
 async def _timed(driver: Driver, make: Callable[[str], Awaitable[GenRequest]], nonce: str,
