@@ -44,7 +44,7 @@ ENGINES := -m "engine or vllm or mlx or alone"
 # workers over everything took 4.6 min, but 2 of 5 runs went red on a timing test that a CPU-heavy
 # neighbour shook (benchmarks/results/check_times.jsonl).
 CHECK_WORKERS := -n 2
-TIMING_WORKERS := -n 8 --maxschedchunk 1 --longest-first
+TIMING_WORKERS := -n 4 --maxschedchunk 1 --longest-first
 TIMING_FILES = $(shell grep -l 'pytest.mark.timing' tests/test_*.py)
 
 check: setup lint

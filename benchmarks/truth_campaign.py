@@ -149,7 +149,7 @@ def proxied(url: str, cell: Cell) -> Iterator[str]:
     if cell.mode != "stopwatch":
         yield url
         return
-    flags = {"cache-off": ["--no-cache-prompt"], "cache-off-held": ["--no-cache-prompt", "--hold", f"4:{HOLD_S:g}"]}
+    flags = {"cache-off": ["--no-cache-prompt"], "cache-off-held": ["--no-cache-prompt", "--hold", f"5:{HOLD_S:g}"]}
     with running_proxy(url, *flags.get(cell.kind, [])) as proxy_url:
         yield proxy_url
 

@@ -84,14 +84,14 @@ def test_the_prefix_cache_from_timing_alone_behind_the_proxy(serial_url: str, fl
 
 def test_a_slow_control_leaves_inert_to_the_first_send_behind_the_proxy(serial_url: str, first_try: Any,
                                                                         request: pytest.FixtureRequest) -> None:
-    """The cache forced off and the control send (the fourth completion) held 3 s by the proxy: the
+    """The cache forced off and the control send (the fifth completion, after the warm-up and three repeats) held 3 s by the proxy: the
     control can be no reference, and `inert` must come from the first send of the same prompt, a
     fresh prefill too. The path a busy machine took when the one control send came out slow, here
     made to happen on the real engine."""
     def run() -> dict:
-        # a proxy of its own each try: it holds the fourth completion it passes, so a retry behind the same
+        # a proxy of its own each try: it holds the fifth completion it passes, so a retry behind the same
         # one would send its control unheld (the fresh clone at 0cfbcee: 2.36 s after an `unknown` first try)
-        with proxy(serial_url, "--no-cache-prompt", "--hold", "4:3") as url:
+        with proxy(serial_url, "--no-cache-prompt", "--hold", "5:3") as url:
             return servecheck("prefix-cache", url, "--api", "openai-chat", "--prompt-tokens", str(CACHE_PROMPT_TOKENS))[1]
     doc = first_try.record_tries(request.node.nodeid, "inert", once(run), lambda d: d["verdict"], tries=2)
     control = next(s["ttft_s"] for s in doc["sends"] if s["kind"] == "control")

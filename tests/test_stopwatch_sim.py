@@ -177,12 +177,12 @@ def test_the_proxy_takes_the_servers_self_report_off_each_event() -> None:
 
 
 def test_a_control_held_by_the_proxy_leaves_inert_to_the_first_send(tmp_path) -> None:
-    """Ground truth: the simulator's cache is off, and the proxy holds the fourth completion (the
-    control send) 1 s. The control is then no reference (the repeats took a fraction of it), and
+    """Ground truth: the simulator's cache is off, and the proxy holds the fifth completion (the
+    control send, after the warm-up and three repeats) 1 s. The control is then no reference (the repeats took a fraction of it), and
     `inert` is decided against the first send of the same prompt, the comparison its reason names."""
     out = tmp_path / "pc.json"
     with sim_in_thread(SimConfig(prefix_cache="off", mode="slots", token_s=0.002, per_seq_s=0.0,
-                                 prompt_token_s=0.0003)) as sim, proxy(sim.url, "--hold", "4:1.0") as url:
+                                 prompt_token_s=0.0003)) as sim, proxy(sim.url, "--hold", "5:1.0") as url:
         with pytest.raises(SystemExit):
             main_mod.main(["prefix-cache", url, "--api", "openai-chat", "--prompt-tokens", "1000", "--json", str(out),
                            "--no-save"])

@@ -160,7 +160,10 @@ def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked
     untimed = [(x, (late.get(r.index, 0.0) + held.get(r.index, 0.0)) / 1e3 / span)
                for r in kept if r.index in late or r.index in held
                if (x := per_user_rate_tok_s(r)) is not None and (span := _decode_span_s(r))]
-    ttfts = [r.ttft_ns / NS_PER_S for r in timed if r.ttft_ns is not None and r.index not in late_ttfts]
+    # a TTFT is the client's only where read late beyond its own rule (`late_ttfts`); a rate's lateness
+    # (against the request's whole time) says nothing of it
+    ttfts = [r.ttft_ns / NS_PER_S for r in kept
+             if r.ttft_ns is not None and r.index not in late_ttfts and r.index not in held]
     window = (start, end) if end is not None and end > start else None
     aggregate = tokens_in_window(records, *window) * NS_PER_S / (window[1] - window[0]) if window else None
     return ProbeSample(
@@ -170,7 +173,7 @@ def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked
         length_off=_length_off(kept, tokens_asked),
         contaminated=tuple(f"request {r.index} ({r.nonce})" for r in kept if record_contaminated(r)),
         client_late=tuple(f"request {r.index} ({r.nonce}): {late[r.index]:.0f} ms" for r in kept if r.index in late)
-        + tuple(f"request {r.index} ({r.nonce}): its TTFT" for r in timed if r.index in late_ttfts),
+        + tuple(f"request {r.index} ({r.nonce}): its TTFT" for r in kept if r.index in late_ttfts and r.index not in late),
         hop_held=tuple(f"request {r.index} ({r.nonce}): {held[r.index]:.0f} ms" for r in kept if r.index in held),
         untimed_rates=tuple(untimed),
     )

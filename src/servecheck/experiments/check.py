@@ -229,22 +229,34 @@ async def request_params(driver: Driver, result: CheckResult, rng: random.Random
     return _timed(t, replace(card, params=tuple(found)), each * len(found)), result
 
 
+# A field's batch is sent at most this many times: once, and again where the first left it undecided.
+PARAM_REPS = 2
+
+
 async def _param(driver: Driver, sc: StaircaseResult, probe: Probe, baseline: str, rng: random.Random) -> shape.ParamProbe:
-    """The concurrency card's largest batch sent again with the field, judged against its own N=1 runs."""
+    """The concurrency card's largest batch sent again with the field, judged against its own N=1 runs;
+    sent once more where the first left it undecided (as the concurrency card's own batch is)."""
     t = time.monotonic()
     n = max(sc.ns)
-    reqs = await make(_carrying(probe), driver, n, sc.prompt_tokens, sc.tokens, rng, 10_000)
-    batch = await driver.run_batch(reqs, queue_wait_s=queue_wait_s(sc.warmup, n))
-    refused = [r for r in batch.records if r.http_status is not None and 400 <= r.http_status < 500]
-    if refused:
-        out = judge.rejected(probe.name, refused[0].http_status, refused[0].error)
-    else:
+    batches: tuple[MeasuredBatch, ...] = ()
+    out: shape.ParamProbe | None = None
+    for rep in range(PARAM_REPS):
+        reqs = await make(_carrying(probe), driver, n, sc.prompt_tokens, sc.tokens, rng, 10_000 + rep * n)
+        batch = await driver.run_batch(reqs, queue_wait_s=queue_wait_s(sc.warmup, n))
+        refused = [r for r in batch.records if r.http_status is not None and 400 <= r.http_status < 500]
+        if refused:
+            out = judge.rejected(probe.name, refused[0].http_status, refused[0].error)
+            break
+        batches = (*batches, MeasuredBatch(n=n, rep=rep, batch=batch))
         ones = tuple(mb for mb in sc.batches if mb.n == 1)
-        with_field = replace(sc, ns=(1, n), batches=(*ones, MeasuredBatch(n=n, rep=0, batch=batch)), complete=True,
+        with_field = replace(sc, ns=(1, n), batches=(*ones, *batches), complete=True,
                              notes=(*sc.notes, f"N={n} carried {probe.name}; N=1 is the concurrency card's, without it"))
         body = with_field.body()
         word: shape.ConcurrencyWord = "batched" if baseline == "batched" else "partial"
         out = replace(judge.param_verdict(probe.name, word, body), staircase=body)
+        if out.verdict != "inconclusive":
+            break
+    assert out is not None
     return replace(out, body=dict(probe.body), seconds=round(time.monotonic() - t, 3))
 
 
