@@ -39,8 +39,10 @@ ENGINES := -m "engine or vllm or mlx or alone"
 
 # `make check` (everything but the real engines) splits them to fit 5 minutes on 2 cores. Most of their
 # time is the simulator's sleeps: the `timing` tests (149 of them, 640 test-seconds, a tenth of it CPU)
-# run on eight workers in a phase of their own, longest first (tests/conftest.py), collected from their
-# files only (eight workers collecting the whole tree cost 20 s); the CPU-heavy rest on two. Four
+# run on four workers in a phase of their own, longest first (tests/conftest.py), collected from their
+# files only (more workers collecting the whole tree cost 20 s); the CPU-heavy rest on two. Eight timing
+# workers left the client late beyond what its own lateness judge allows on the simulator's short
+# requests (docs/client.md), and those tests undecided, once every command consulted it. Four
 # workers over everything took 4.6 min, but 2 of 5 runs went red on a timing test that a CPU-heavy
 # neighbour shook (benchmarks/results/check_times.jsonl).
 CHECK_WORKERS := -n 2
