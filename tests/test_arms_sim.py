@@ -58,7 +58,8 @@ def test_serial_server_buys_nothing(tmp_path: Path) -> None:
         assert 0.85 < arm(doc, c)["generation_gain"] < 1.15
         assert abs(arm(doc, c)["per_user_rate_change"]) < 0.15
     assert arm(doc, 4)["ttft_multiple"] > 2.0  # the queue makes users wait for their first token
-    assert len(doc["cells"]) == 9 and doc["deviant_cells"] == []
+    # a rotation more where the client's own lateness left the first pass undecided (docs/client.md)
+    assert len(doc["cells"]) % 3 == 0 and len(doc["cells"]) >= 9 and doc["deviant_cells"] == []
     assert rc in (exitcodes.OK, exitcodes.INVALID)  # INVALID only if a machine hiccup trips the bias check
 
 

@@ -9,7 +9,7 @@ TTFT interval wholly below it); `max_concurrency` is never an N that was not sho
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from servecheck.analysis.arms import Warning_, per_user_rate_tok_s
@@ -97,6 +97,9 @@ class ProbeSample:
     # The left-out requests' rates, each with the share of its decode span that is untimed (how late, or
     # how long held, over the span): `assess` keeps them where the status is the same whatever their truth.
     untimed_rates: tuple[tuple[float, float], ...] = ()
+    # TTFTs read late by more than 5% of the ceiling, each with how late (s): the true one lies in
+    # [ttft - late, ttft]; `assess` keeps them where the TTFT status is the same at both ends.
+    untimed_ttfts: tuple[tuple[float, float], ...] = ()
 
     @property
     def measured(self) -> int:
@@ -147,10 +150,11 @@ def _length_off(records: Sequence[RequestRecord], asked: int) -> tuple[str, ...]
 
 def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked: int,
                        late: Mapping[int, float] | None = None, held: Mapping[int, float] | None = None,
-                       late_ttfts: Collection[int] = frozenset()) -> ProbeSample:
+                       late_ttfts: Mapping[int, float] | None = None) -> ProbeSample:
     """Reduce one probe's request records to the samples the verdict reads; `late` maps the index of
     each request the client read late to how late (ms), `held` of each a hop may have held to how long:
-    their rates and TTFTs are left out; `late_ttfts` only their TTFTs (read late, and above the ceiling)."""
+    their rates and TTFTs are left out; `late_ttfts` maps those whose first token was read late by more
+    than 5% of the TTFT ceiling to how late (ms): only their TTFTs are set apart."""
     if len(records) < n or n < 1:
         raise ValueError(f"a probe at N={n} needs at least {n} requests, got {len(records)}")
     kept, start, end = steady_records(records, n)
@@ -162,8 +166,11 @@ def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked
                if (x := per_user_rate_tok_s(r)) is not None and (span := _decode_span_s(r))]
     # a TTFT is the client's only where read late beyond its own rule (`late_ttfts`); a rate's lateness
     # (against the request's whole time) says nothing of it
+    late_ttfts = late_ttfts or {}
     ttfts = [r.ttft_ns / NS_PER_S for r in kept
              if r.ttft_ns is not None and r.index not in late_ttfts and r.index not in held]
+    untimed_ttfts = [(r.ttft_ns / NS_PER_S, late_ttfts[r.index] / 1e3) for r in kept
+                     if r.ttft_ns is not None and r.index in late_ttfts and r.index not in held]
     window = (start, end) if end is not None and end > start else None
     aggregate = tokens_in_window(records, *window) * NS_PER_S / (window[1] - window[0]) if window else None
     return ProbeSample(
@@ -173,9 +180,11 @@ def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked
         length_off=_length_off(kept, tokens_asked),
         contaminated=tuple(f"request {r.index} ({r.nonce})" for r in kept if record_contaminated(r)),
         client_late=tuple(f"request {r.index} ({r.nonce}): {late[r.index]:.0f} ms" for r in kept if r.index in late)
-        + tuple(f"request {r.index} ({r.nonce}): its TTFT" for r in kept if r.index in late_ttfts and r.index not in late),
+        + tuple(f"request {r.index} ({r.nonce}): its TTFT, {late_ttfts[r.index]:.0f} ms" for r in kept
+                if r.index in late_ttfts and r.index not in late),
         hop_held=tuple(f"request {r.index} ({r.nonce}): {held[r.index]:.0f} ms" for r in kept if r.index in held),
         untimed_rates=tuple(untimed),
+        untimed_ttfts=tuple(untimed_ttfts),
     )
 
 
@@ -256,11 +265,25 @@ def with_untimed(probes: Sequence[ProbeSample], c: Criteria) -> list[float] | No
     return rates + ends[0] if len(seen) == 1 and "uncertain" not in seen else None
 
 
+def ttfts_with_untimed(probes: Sequence[ProbeSample], c: Criteria) -> list[float]:
+    """Every TTFT at n, the late ones included where the TTFT status is the same at both ends of what
+    each could have been; else the timed ones alone (left out whatever their value, so the percentile
+    is not pulled either way)."""
+    ttfts = [x for p in probes for x in p.ttfts_s]
+    untimed = [u for p in probes for u in p.untimed_ttfts]
+    if not untimed or c.max_ttft_s is None:
+        return ttfts
+    ends = ([t for t, _ in untimed], [max(t - late, 0.0) for t, late in untimed])
+    seen = {side(quantile_interval(ttfts + end, c.ttft_quantile, c.level), c.max_ttft_s, above=False, level=c.level)
+            for end in ends}
+    return ttfts + ends[0] if len(seen) == 1 and "uncertain" not in seen else ttfts
+
+
 def assess(n: int, probes: Sequence[ProbeSample], c: Criteria) -> Point:
     """Pool every probe at n and judge it; a failed request fails the whole N, with its reason."""
     kept = with_untimed(probes, c)
     rates = kept if kept is not None else [x for p in probes for x in p.rates_tok_s]
-    ttfts = [x for p in probes for x in p.ttfts_s]
+    ttfts = ttfts_with_untimed(probes, c)
     rate = quantile_interval(rates, c.rate_quantile, c.level) if rates else None
     ttft = quantile_interval(ttfts, c.ttft_quantile, c.level) if ttfts else None
     aggs = [p.aggregate_tok_s for p in probes if p.aggregate_tok_s is not None]

@@ -252,16 +252,16 @@ class _Prober:
         self.driver, self.design, self.rng, self.factory = driver, design, rng, factory
         self.next_index = 1  # 0 is the warm-up
 
-    def late_ttfts(self, batch: BatchResult) -> frozenset[int]:
-        """The requests whose TTFT is above the ceiling and whose send or first token the client read late
-        by more than 5% of it: lateness only lengthens a TTFT, so one under the ceiling passed in spite of
-        it and stands; one above may be the client's."""
+    def late_ttfts(self, batch: BatchResult) -> dict[int, float]:
+        """The requests whose send or first token the client read late by more than 5% of the TTFT
+        ceiling, by index: how late, ms (`assess` keeps their TTFTs where the status cannot turn on them)."""
         ceiling = self.design.criteria.max_ttft_s
         if not ceiling or batch.lateness is None:
-            return frozenset()
+            return {}
         needed = CLIENT_ERROR_FRAC * ceiling * NS_PER_S
-        return frozenset(r.index for r in batch.records if r.ttft_ns is not None and r.ttft_ns > ceiling * NS_PER_S
-                         and (v := vouch_reads(batch.lateness, request_reads(r)[:2], needed)).code == "late" and v.late_ms)
+        late = {r.index: vouch_reads(batch.lateness, request_reads(r)[:2], needed) for r in batch.records
+                if r.ttft_ns is not None}
+        return {i: v.late_ms for i, v in late.items() if v.code == "late" and v.late_ms}
 
     async def probe(self, n: int, purpose: shape.Purpose, warmup: RequestRecord | None) -> MeasuredProbe:
         count = self.design.requests_at(n)
