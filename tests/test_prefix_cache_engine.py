@@ -54,7 +54,7 @@ def test_cache_on_is_working(engine, tmp_path, first_try, request):
     assert doc["verdict"] == "working", doc["verdict_reason"]
     assert code == exitcodes.OK
     first, *warm = doc["cached_tokens"]
-    assert first == 0
+    assert first <= 2  # BOS at most: the warm-up before it was a fresh prompt of its own
     assert all(c >= PROMPT - 2 for c in warm)  # cache_n rises to the prompt (less the last token)
     assert doc["control_cached_tokens"] <= 2  # BOS at most: the control shares no prefix
     assert all(s["cached_source"].startswith("response") for s in doc["sends"])
