@@ -453,3 +453,22 @@ def test_a_queue_whose_finishes_a_stall_gathers_is_never_called_a_cluster(
     # the exact answers of the same shape are the stall-free tests above and below.
     if any(a <= t <= b for t in true):
         assert verdict == "inconclusive"
+
+
+def _window(index: int, first_s: float, end_s: float, events: int = 16) -> RequestRecord:
+    step = (end_s - first_s) / (events - 1)
+    times = tuple(int((first_s + k * step) * NS_PER_S) for k in range(events))
+    return RequestRecord(index=index, nonce=f"n{index}", status="ok", tokens_requested=events, send_ns=0,
+                         first_token_ns=times[0], end_ns=times[-1], token_ns=times, tokens=events, tokens_source="usage")
+
+
+def test_windows_that_overlap_only_by_a_late_read_decide_nothing() -> None:
+    """A queue of four 0.6 s requests whose second's first token was stamped 60 ms before the first's
+    last: the campaign's serial server read by a client that woke late after every read (exp:30), once
+    read `partial`. A late window of 70 ms over those stamps leaves the windows no evidence; without it
+    they read an overlap of two."""
+    records = [_window(0, 0.10, 0.70), _window(1, 0.64, 1.30), _window(2, 1.31, 1.90), _window(3, 1.91, 2.50)]
+    assert sc.read_windows(records, 4, 0.64) is not None and sc.read_windows(records, 4, 0.64).open_max == 2
+    late = _late((0.63, 0.70))
+    assert sc.read_windows(records, 4, 0.64, late) is None
+    assert sc.read_windows(records, 4, 0.64, _late()) is not None  # a record with no late window vouches

@@ -28,7 +28,7 @@ from servecheck.model.bodies import common
 from servecheck.model.bodies import staircase as shape
 from servecheck.model.bodies.staircase import RISING_RATIO, Evidence, Schedule, Trend, Verdict
 from servecheck.model.client import FIX as CLIENT_FIX
-from servecheck.model.client import ClientCheck, client_bound_message
+from servecheck.model.client import ClientCheck, ClientLateness, client_bound_message
 from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord
 
 DEFINITE_VERDICTS: frozenset[Verdict] = frozenset(get_args(Schedule))  # the verdicts that claim a schedule
@@ -391,11 +391,18 @@ def _fifo_slots(windows: Sequence[tuple[int, int]], k: int, tol_ns: int) -> bool
     return all(windows[i][0] >= windows[i - k][1] - tol_ns for i in range(k, len(windows)))
 
 
-def read_windows(records: Sequence[RequestRecord], n: int, single_s: float | None) -> WindowReading | None:
+def read_windows(records: Sequence[RequestRecord], n: int, single_s: float | None,
+                 lateness: ClientLateness | None = None) -> WindowReading | None:
     """The schedule the generation windows show, or None when they cannot show one (too few
-    windows, degenerate ones, no single-request time to size the tolerance)."""
+    windows, degenerate ones, no single-request time to size the tolerance, or a window's first or
+    last token read late by more than the overlap tolerance: after a stall the loop reads the streams
+    that piled up in any order, so one request's last token can be stamped after the next one's first,
+    an overlap the client made; a late first token can hide one as well)."""
     windows = generation_windows(records)
     if windows is None or len(windows) != n or n < 2 or not single_s or single_s <= 0:
+        return None
+    stamps = [t for r in records for t in (r.first_token_ns, r.end_ns) if t is not None]
+    if lateness is not None and longest_holding(lateness, stamps, WINDOW_OVERLAP_TOL * single_s * NS_PER_S):
         return None
     lengths = sorted(b - a for a, b in windows)
     typical = lengths[len(lengths) // 2]
@@ -828,8 +835,8 @@ def analyze_batch(
     doubt = batch_doubt(mb, single_s, modal) if mb.n > 1 else None
     # A client stall voids the finish times (and the server timings, whose queue times are client
     # latency minus the server's own work), not the gauges: what a gauge read said is what the
-    # server reported, however late the client got to it. Nor the generation windows: a stall only
-    # delays stamps, which never makes a queue's windows overlap or a batch's come apart.
+    # server reported, however late the client got to it. The generation windows judge their own stamps
+    # (read_windows): a late read can make a queue's windows overlap, or a batch's come apart.
     stalled = stall_doubt(mb.batch, single_s) if mb.n > 1 and doubt is None else None
     why = doubt or stalled
     if why is not None and verdict.verdict != "inconclusive":
@@ -838,7 +845,7 @@ def analyze_batch(
     elif stalled is not None:
         verdict = replace(verdict, reason=f"{stalled}; {verdict.reason}")
     complete = len(finish) == mb.n and single_s is not None
-    windows = read_windows(mb.batch.records, mb.n, single_s) if doubt is None and complete else None
+    windows = read_windows(mb.batch.records, mb.n, single_s, mb.batch.lateness) if doubt is None and complete else None
     verdict = weigh_windows(verdict, windows, may_decide=doubt is None and complete)
     # A definite verdict is checked against every gauge reading there is (one reading is enough to
     # contradict); an ambiguous one needs MIN_GAUGE_SAMPLES readings before the gauges may decide.
