@@ -191,13 +191,15 @@ def hop_held_ms(records: Sequence[RequestRecord], reference_s: float | None,
     """How long a hop that buffers the stream (a proxy, a gateway) may have held an event of `records`,
     in ms, where that is more than CLIENT_ERROR_FRAC of `reference_s`: 0 where every stream arrived as the
     server wrote it (analysis.transit). The client reads such bursts on time, so only their shape tells; a
-    stream the client read late anywhere bunches up in its catch-ups just so, and is the client's to judge."""
+    stream the client read late beyond the same tolerance bunches up in its catch-ups just so, and is the
+    client's to judge (a shorter lateness, a busy machine's millisecond or two, bunches nothing)."""
     if not reference_s or reference_s <= 0:
         return 0.0
+    needed_ns = CLIENT_ERROR_FRAC * reference_s * NS_PER_S  # a read late by less bunches no more than one step
     held = max((hop_hold_ns(r.token_ns) for r in records
-                if r.ok and not (lateness is not None and late_reads(lateness, r.token_ns, lateness.resolution_ns))),
+                if r.ok and not (lateness is not None and late_reads(lateness, r.token_ns, needed_ns))),
                default=0) / 1e6
-    return held if held > CLIENT_ERROR_FRAC * reference_s * 1e3 else 0.0
+    return held if held > needed_ns / 1e6 else 0.0
 
 
 def late_requests(batch: BatchResult, reference_s: float | None = None) -> dict[int, float]:
