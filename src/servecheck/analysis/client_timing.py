@@ -62,9 +62,9 @@ def chains(lateness: ClientLateness) -> list[tuple[int, int]]:
     return out
 
 
-def vouch(lateness: ClientLateness | None, lo_ns: int, hi_ns: int, needed_ns: float) -> Vouch:
-    """Could the client time [lo_ns, hi_ns] to within `needed_ns`? Every late window longer than that
-    which overlaps the stretch (its drain included) says no, and so does a meter coarser than it."""
+def _meter_problem(lateness: ClientLateness | None, lo_ns: int, hi_ns: int, needed_ns: float) -> Vouch | None:
+    """Why the meter cannot answer for [lo_ns, hi_ns] at `needed_ns` (missing, full, coarse, not covering
+    it), or None when it can."""
     if lateness is None:
         return Vouch(False, "no_meter", needed_ms=needed_ns / 1e6)
     res_ms, need_ms = lateness.resolution_ns / 1e6, needed_ns / 1e6
@@ -74,31 +74,36 @@ def vouch(lateness: ClientLateness | None, lo_ns: int, hi_ns: int, needed_ns: fl
         return Vouch(False, "coarse", resolution_ms=res_ms, needed_ms=need_ms)
     if lateness.tick_ns and (lo_ns < lateness.from_ns or hi_ns > lateness.to_ns):
         return Vouch(False, "uncovered", resolution_ms=res_ms, needed_ms=need_ms)
+    return None
+
+
+def _worst(lateness: ClientLateness, worst_ns: int, needed_ns: float) -> Vouch:
+    res_ms, need_ms = lateness.resolution_ns / 1e6, needed_ns / 1e6
+    if worst_ns:
+        return Vouch(False, "late", late_ms=worst_ns / 1e6, resolution_ms=res_ms, needed_ms=need_ms)
+    return Vouch(True, "on_time", resolution_ms=res_ms, needed_ms=need_ms)
+
+
+def vouch(lateness: ClientLateness | None, lo_ns: int, hi_ns: int, needed_ns: float) -> Vouch:
+    """Could the client time [lo_ns, hi_ns] to within `needed_ns`? Every late window longer than that
+    which overlaps the stretch (its drain included) says no, and so does a meter coarser than it."""
+    if (problem := _meter_problem(lateness, lo_ns, hi_ns, needed_ns)) is not None or lateness is None:
+        return problem or Vouch(False, "no_meter", needed_ms=needed_ns / 1e6)
     drain = DRAIN_TICKS * lateness.tick_ns
     worst = max((b - a for a, b in chains(lateness) if a < hi_ns and b + drain > lo_ns and b - a > needed_ns),
                 default=0)
-    if worst:
-        return Vouch(False, "late", late_ms=worst / 1e6, resolution_ms=res_ms, needed_ms=need_ms)
-    return Vouch(True, "on_time", resolution_ms=res_ms, needed_ms=need_ms)
+    return _worst(lateness, worst, needed_ns)
 
 
 def vouch_reads(lateness: ClientLateness | None, reads_ns: Sequence[int], needed_ns: float) -> Vouch:
     """Could the client have made each of `reads_ns` within `needed_ns` of its data's arrival? A figure
     timed from a few reads (a send, a first token, an end) is as good as its worst read: the longest late
     window that held one of them says no, and so does a meter that cannot tell (missing, coarse, full)."""
-    if lateness is None:
-        return Vouch(False, "no_meter", needed_ms=needed_ns / 1e6)
-    res_ms, need_ms = lateness.resolution_ns / 1e6, needed_ns / 1e6
-    if lateness.dropped:
-        return Vouch(False, "dropped", resolution_ms=res_ms, needed_ms=need_ms)
-    if lateness.resolution_ns > needed_ns:
-        return Vouch(False, "coarse", resolution_ms=res_ms, needed_ms=need_ms)
-    if lateness.tick_ns and any(t < lateness.from_ns or t > lateness.to_ns for t in reads_ns):
-        return Vouch(False, "uncovered", resolution_ms=res_ms, needed_ms=need_ms)
-    worst = longest_holding(lateness, reads_ns, needed_ns)
-    if worst:
-        return Vouch(False, "late", late_ms=worst / 1e6, resolution_ms=res_ms, needed_ms=need_ms)
-    return Vouch(True, "on_time", resolution_ms=res_ms, needed_ms=need_ms)
+    span = (lateness.from_ns, lateness.to_ns) if lateness is not None else (0, 0)
+    lo, hi = (min(reads_ns), max(reads_ns)) if reads_ns else span  # no reads: nothing to be uncovered
+    if (problem := _meter_problem(lateness, lo, hi, needed_ns)) is not None or lateness is None:
+        return problem or Vouch(False, "no_meter", needed_ms=needed_ns / 1e6)
+    return _worst(lateness, longest_holding(lateness, reads_ns, needed_ns), needed_ns)
 
 
 def longest_holding(lateness: ClientLateness, reads_ns: Sequence[int], needed_ns: float) -> int:
