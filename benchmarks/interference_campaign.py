@@ -8,6 +8,16 @@ trained 8,192, at which llama.cpp caps a slot), two victims and the intruder up 
 * `b256`: `--batch-size 256 --ubatch-size 256`: `chunked`, the chunk within a factor of 2 of 256;
 * `b8192`: `--batch-size 8192 --ubatch-size 512`: `blocking`.
 
+And on vLLM (the generated checkpoint, four sequences, eager mode, as tests/test_vllm_verdicts.py; prompt
+sizes 256, 1,024 and 3,072, within its 4,096-token context):
+
+* `vllm-chunked`: `--enable-chunked-prefill --max-num-batched-tokens 256`: `chunked`, the chunk within a
+  factor of 2 of 256;
+* `vllm-whole`: `--no-enable-chunked-prefill --max-num-batched-tokens 4096`: `blocking`.
+
+A condition may add "proxy" (joined by "+"): the stream then passes a hop that releases it in bursts every
+35-105 ms (sim/proxy.py), where nothing can be read of the victims' steps: `inconclusive`, never a word.
+
 A run is right when the verdict is the truth (and, for `chunked`, the chunk is within a factor of 2 of
 256); `inconclusive` when servecheck said so; wrong when it named the other definite verdict or the
 chunk missed; `crash` when the command failed. "busy" runs the shared `tools/busy.py` during the cell:
@@ -27,6 +37,7 @@ import random
 import subprocess
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +45,9 @@ from truth_campaign import cell_table, keep_doc, measure_cell, save_cell
 
 from servecheck.engine.local import provision_local
 from servecheck.engine.process import LlamaServer
+from servecheck.engine.vllm import EAGER_ARGS, VllmServer, provision_vllm_local
 from servecheck.envinfo import environment
+from servecheck.sim.proxy import running_proxy
 
 HERE = Path(__file__).resolve().parent
 # llama.cpp caps a slot at the model's trained context (the tiny model's 8,192) whatever -c asks, and an
@@ -45,7 +58,11 @@ CONTEXT_OVERRIDE = ["--override-kv", "llama.context_length=int:16384"]
 SIZES = "512,2048,8192"
 TOKENS = 96
 BATCH = {"b256": ["--batch-size", "256", "--ubatch-size", "256"], "b8192": ["--batch-size", "8192", "--ubatch-size", "512"]}
-TRUTH = {"b256": "chunked", "b8192": "blocking"}
+VLLM = {"vllm-chunked": ("--enable-chunked-prefill", "--max-num-batched-tokens", "256"),
+        "vllm-whole": ("--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096", "--no-enable-prefix-caching")}
+VLLM_SIZES = "256,1024,3072"
+TRUTH = {"b256": "chunked", "b8192": "blocking", "vllm-chunked": "chunked", "vllm-whole": "blocking"}
+PROXY_BURST_MS = "35-105"
 CHUNK = 256
 
 
@@ -65,10 +82,11 @@ def judge(cell: str, doc: dict[str, Any]) -> tuple[str, str]:
     return ("inconclusive" if verdict == "inconclusive" else "wrong"), detail
 
 
-def one_run(cell: str, url: str, seed: int) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "servecheck", "--quiet", "interference", url, "--streams", "2", "--prompt-sizes", SIZES,
-           "--tokens", str(TOKENS), "--reps", "1", "--api", "llamacpp", "--timeout", "300", "--no-save",
-           "--seed", str(seed), "--json", "-"]
+def one_run(cell: str, url: str, seed: int, api: str, model: str | None) -> dict[str, Any]:
+    sizes = VLLM_SIZES if model else SIZES
+    cmd = [sys.executable, "-m", "servecheck", "--quiet", "interference", url, "--streams", "2", "--prompt-sizes", sizes,
+           "--tokens", str(TOKENS), "--reps", "1", "--api", api, "--timeout", "300", "--no-save",
+           *(["--model", model] if model else []), "--seed", str(seed), "--json", "-"]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     took = round(time.monotonic() - t0, 1)
@@ -84,7 +102,7 @@ def one_run(cell: str, url: str, seed: int) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cells", default="b256,b8192")
+    ap.add_argument("--cells", default="b256,b8192", help=f"of {', '.join(TRUTH)}")
     ap.add_argument("--conditions", default="quiet,busy")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--seed", type=int, default=None, help="seed of the runs' seeds (printed, replayable)")
@@ -95,18 +113,35 @@ def main() -> int:
     rng = random.Random(seed)
     log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "servecheck-campaign-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    local = provision_local(None, "tiny", progress=lambda m: print(m, file=sys.stderr))
+    cells = args.cells.split(",")
+    for cell in cells:
+        if cell not in TRUTH:
+            ap.error(f"unknown cell {cell!r}: choose from {', '.join(TRUTH)}")
+    progress = lambda m: print(m, file=sys.stderr)  # noqa: E731
     doc = json.loads(args.out.read_text()) if args.out.exists() else {"cells": []}
     doc.update({"environment": environment()})
-    for cell in args.cells.split(","):
-        if cell not in BATCH:
-            ap.error(f"unknown cell {cell!r}: choose from {', '.join(BATCH)}")
-        with LlamaServer(local.binary, local.model_path, parallel=3, ctx_per_slot=CTX_PER_SLOT, extra_args=BATCH[cell] + CONTEXT_OVERRIDE,
-                         log_path=log_dir / f"interference-{cell}.log") as url:
+    for cell in cells:
+        model = None
+        if cell in VLLM:
+            vl = provision_vllm_local("tiny", progress=progress)
+            server: Any = VllmServer(vl.env, vl.model_path, max_num_seqs=4, served_model_name=vl.model_name,
+                                     extra_args=(*EAGER_ARGS, *VLLM[cell]), log_path=log_dir / f"interference-{cell}.log")
+            model = vl.model_name
+        else:
+            local = provision_local(None, "tiny", progress=progress)
+            server = LlamaServer(local.binary, local.model_path, parallel=3, ctx_per_slot=CTX_PER_SLOT,
+                                 extra_args=BATCH[cell] + CONTEXT_OVERRIDE, log_path=log_dir / f"interference-{cell}.log")
+        with server as url:
             for condition in args.conditions.split(","):
-                outcomes, load = measure_cell(cell, condition, args.runs,
-                                              lambda c=cell, u=url: one_run(c, u, rng.randrange(2**32)))
-                save_cell(doc, args.out, cell, condition, outcomes, campaign_seed=seed, load=load, sizes=SIZES, tokens=TOKENS)
+                with ExitStack() as hop:
+                    # "proxy": a gateway that passes the stream on in bursts every 35-105 ms (sim/proxy.py)
+                    where, api = ((hop.enter_context(running_proxy(url, "--burst", PROXY_BURST_MS)), "openai")
+                                  if "proxy" in condition.split("+") else (url, "openai" if model else "llamacpp"))
+                    outcomes, load = measure_cell(
+                        cell, condition, args.runs,
+                        lambda c=cell, u=where, a=api, m=model: one_run(c, u, rng.randrange(2**32), a, m))
+                save_cell(doc, args.out, cell, condition, outcomes, campaign_seed=seed, load=load,
+                          sizes=VLLM_SIZES if model else SIZES, tokens=TOKENS)
     print(cell_table(doc["cells"]))
     return 1 if any(c["first_try"]["wrong"] for c in doc["cells"]) else 0
 

@@ -229,3 +229,22 @@ def test_stretched_gaps_tiling_a_third_of_the_window_decide_nothing() -> None:
     assert v.verdict == "inconclusive", v.reason
     e = v.evidence
     assert e is not None and inf.ISOLATED_SHARE < e.share_hi < inf.CHUNKED_SHARE, e
+
+
+def test_sizes_the_client_or_a_hop_left_unread_are_named_in_the_run_reason() -> None:
+    """Fewer than two readable sizes: the run's reason says which were the client's doing and which a hop's,
+    from the readings' flags, and points at the rest."""
+    def unread(size: int, *, client: bool = False, hop: bool = False, problem: str = "x") -> inf.Reading:
+        return inf.Reading(size, None, None, None, None, None, None, None, problems=(problem,), client_late=client,
+                           hop_held=hop)
+
+    late = inf.judge(inf.pool([unread(512, client=True), unread(2048, client=True), unread(8192, client=True)]))
+    assert late.verdict == "inconclusive" and late.decided_by == "nothing"
+    assert "the client itself was late" in late.reason and "512, 2,048, 8,192 prompt tokens" in late.reason
+    assert "other sizes" not in late.reason
+    held = inf.judge(inf.pool([unread(512, hop=True), unread(2048, problem="a victim produced no tokens")]))
+    assert "a hop on the way" in held.reason and "at 512 prompt" in held.reason
+    assert "client" not in held.reason and "the problems of the other sizes" in held.reason
+    # a size with one client-late rep and one rep that failed otherwise is not the client's alone
+    mixed = inf.judge(inf.pool([unread(512, client=True), unread(512), unread(2048)]))
+    assert mixed.reason.endswith("see the problems named per size"), mixed.reason

@@ -63,6 +63,7 @@ ISOLATED_SHARE = 0.2
 # decodes in a tenth of a millisecond): the stream was buffered on its way and released in bursts.
 BURST_S = 0.0001
 CLIENT_BURSTS = "the victims' tokens were read in bursts because the client itself was late"
+HOP_BURSTS = "the victims' tokens arrived in bursts (their median gap under 100 µs) while the client read on time"
 # Bursts are the client's doing where its stalls last a quarter of the time between bursts or more (120 ms
 # of every 200 ms starved: 0.6); a hop's bursts 35-105 ms apart beside a busy client's 2-3 ms stalls: 0.04.
 CLIENT_BURST_FRACTION = 0.25
@@ -127,6 +128,7 @@ class Reading:
     problems: tuple[str, ...] = ()
     stretched_share: float | None = None  # CHUNKED_SHARE: the window's time in stretched gaps, median victim
     client_late: bool = False  # the client could not vouch for the prefill window: the rep is repeated
+    hop_held: bool = False  # a hop on the way delivered the victims' tokens in bursts
 
     @property
     def valid(self) -> bool:
@@ -201,9 +203,8 @@ def intrusion_problems(i: Intrusion) -> list[str]:
             problems.append(f"{CLIENT_BURSTS} for {held} of their {len(every_gap)} reads (its own stalls): no decode "
                             "interval to measure against; the rep is repeated")
         else:
-            problems.append("the victims' tokens arrived in bursts (their median gap under 100 µs) while the client read "
-                            "on time: a stream buffered on its way (a proxy or gateway), no decode interval to measure "
-                            "against; measure without the hop")
+            problems.append(f"{HOP_BURSTS}: a stream buffered on its way (a proxy or gateway), no decode interval to "
+                            "measure against; measure without the hop")
         return problems
     firsts, ends = [v[0] for v in live], [v[-1] for v in live]
     if live and max(firsts) >= min(ends):
@@ -328,6 +329,7 @@ def read_intrusion(i: Intrusion) -> Reading:
         problems=tuple(problems),
         stretched_share=stretched_share(i, baseline),
         client_late=late is not None or any(p.startswith(CLIENT_BURSTS) for p in problems),
+        hop_held=any(p.startswith(HOP_BURSTS) for p in problems),
     )
 
 
@@ -454,6 +456,29 @@ class Verdict:
     chunk_interval: tuple[float, float] | None = None
 
 
+def what_left_sizes_unread(points: Sequence[Point]) -> str:
+    """The run's own words for why sizes could not be read: the client or a hop where either left every rep of
+    some size unread (each size's problems name the rest)."""
+    unread = [p for p in points if not p.valid and p.readings]
+    client = [p.prompt_tokens for p in unread if all(r.client_late for r in p.readings)]
+    hop = [p.prompt_tokens for p in unread if all(r.hop_held for r in p.readings)]
+    said = []
+    if client:
+        said.append(f"the client itself was late (its own stalls) in every rep at {_sizes(client)} prompt tokens, so "
+                    "its clock cannot vouch for the victims' gaps there; rerun on a quieter client")
+    if hop:
+        said.append(f"a hop on the way (a proxy or gateway) delivered the victims' tokens in bursts at {_sizes(hop)} "
+                    "prompt tokens; measure without the hop")
+    if not said:
+        return "see the problems named per size"
+    return "; ".join(said) + (" (the problems of the other sizes are named per size)"
+                              if len(set(client) | set(hop)) < len(unread) else "")
+
+
+def _sizes(sizes: Sequence[int]) -> str:
+    return ", ".join(f"{s:,}" for s in sizes)
+
+
 def evidence_of(points: Sequence[Point]) -> Evidence | None:
     valid = [p for p in points if p.valid and p.max_gap_s and p.ttft_s and p.baseline_s]
     if len(valid) < 2:
@@ -477,7 +502,7 @@ def judge(points: Sequence[Point]) -> Verdict:
     if e is None:
         n = sum(p.valid for p in points)
         return Verdict("inconclusive", f"{n} valid prompt size{'s' if n != 1 else ''} (two are needed to see how the "
-                       "victims' gaps follow the prefill): see the problems named per size", "nothing")
+                       f"victims' gaps follow the prefill): {what_left_sizes_unread(points)}", "nothing")
     span = f"from {e.size_lo:,} to {e.size_hi:,} prompt tokens"
     if e.prefill_growth < PREFILL_GROWTH_MIN:
         return Verdict("inconclusive", f"the intruder's TTFT grew only {e.prefill_growth:.2f}x {span} ({e.ttft_lo_s:.3f} s "
