@@ -79,14 +79,18 @@ def test_a_batching_server_that_serializes_a_seed_and_refuses_a_field(tmp_path):
     assert all(CARD_KEYS <= set(c) for c in doc["cards"])
     by = cards(doc)
     conc = by["concurrency"]
-    assert (conc["verdict"], groups(conc["staircase"])) == ("batched", [4]), conc["reason"]
+    # N=4 finished together, so N=8 was asked too: one group of eight
+    assert (conc["verdict"], groups(conc["staircase"])) == ("batched", [8]), conc["reason"]
+    assert [p["n"] for p in conc["staircase"]["points"]] == [1, 2, 4, 8] and conc["figure"].startswith("N=8: all 8")
     assert conc["decided_by"].startswith("completion_times") and conc["staircase"]["verdict"] == "cluster"
     probes = {p["name"]: p for p in by["request_params"]["params"]}
     assert by["request_params"]["verdict"] == "serialized"
     seed = probes["seed"]
     assert (seed["verdict"], groups(seed["staircase"]), seed["body"]) == ("serialized", [1, 1, 1, 1], {"seed": 7})
-    for name in ("logprobs", "temperature", "stop"):
+    for name in ("logprobs", "top_logprobs", "n", "temperature", "penalties", "repetition_penalty", "logit_bias", "stop"):
         assert (probes[name]["verdict"], groups(probes[name]["staircase"])) == ("batched as before", [4]), probes[name]
+    assert probes["top_k"]["verdict"] == "batched as before" and probes["top_k"]["body"] == {"top_k": 40}
+    assert probes["n"]["body"] == {"n": 1} and probes["logit_bias"]["body"] == {"logit_bias": {"0": 0}}
     refused = probes["response_format"]
     assert (refused["verdict"], refused["http_status"]) == ("rejected", 400)
     assert "response_format" in refused["message"] and "staircase" not in refused
@@ -128,6 +132,23 @@ async def test_the_seed_cannot_be_asked_where_servecheck_sends_one_itself():
     logprobs = probes["logprobs"]
     assert (logprobs.verdict, logprobs.body) == ("batched as before", {"n_probs": 1})
     assert logprobs.staircase is not None and groups_of(logprobs.staircase) == [4]
+    # llama.cpp's native API has no `n`; its logit_bias is a list of [token, bias] pairs
+    assert (probes["n"].verdict, probes["n"].reason) == ("cannot ask", "this API has no n field")
+    assert (probes["logit_bias"].verdict, probes["logit_bias"].body) == ("batched as before", {"logit_bias": [[0, 0]]})
+
+
+@pytest.mark.timing(seconds=8)
+async def test_four_slots_read_batched_at_four_and_partial_at_eight_with_the_slots_counted():
+    """Ground truth: four slots. N=4 finishes together, which says N=8 may show more: it finishes in two
+    groups of four, so the card is partial with 4 slots counted from the finishes; the request fields are
+    judged at N=4, where the server batched."""
+    result = await checked(SimConfig(mode="slots", slots=4, **TIMING), (check_mod.concurrency, check_mod.request_params))
+    conc, params = result.cards
+    assert conc.staircase is not None and [p.n for p in conc.staircase.points] == [1, 2, 4, 8]
+    assert (conc.verdict, groups_of(conc.staircase)) == ("partial", [4, 4]), conc.reason
+    assert conc.figure is not None and conc.figure.startswith("4 slots: N=8 finishes in groups of 4 / 4"), conc.figure
+    assert params.params and all(p.staircase is None or [q.n for q in p.staircase.points] == [1, 4] for p in params.params)
+    assert params.verdict == "batched as before", [(p.name, p.verdict) for p in params.params]
 
 
 @pytest.mark.timing(seconds=8)
@@ -184,3 +205,88 @@ def test_the_card_json_reads_back_as_written(tmp_path):
                      budget_s=180.0)
     doc = fields_of(measured("check", body, complete=True))
     assert from_doc(doc).body == body
+
+
+def context_steps() -> tuple:
+    return (check_mod.concurrency, check_mod.context_per_request)
+
+
+@pytest.mark.timing(seconds=8)
+async def test_the_advertised_context_is_accepted_alone_and_four_at_once():
+    """Ground truth: 2,048 tokens a slot, each slot its own. One prompt filling it is accepted alone, and,
+    the concurrency card having seen requests run together, four such prompts at once."""
+    result = await checked(SimConfig(mode="batched", n_ctx=2048, **TIMING), context_steps())
+    card = result.cards[1]
+    probes = card.context_probes or ()
+    assert [(p.in_flight, p.outcome) for p in probes] == [(1, "accepted")] + [(4, "accepted")] * 4, card.evidence
+    assert card.verdict == "as advertised" and "advertises 2048 per request" in (card.figure or ""), card.figure
+    assert (card.figure or "").endswith(f"a prompt of {2048 - 8 - 64} tokens was accepted alone and 4 at once"), card.figure
+    assert probes[0].sent_tokens == 2048 - 8 - 64 and probes[0].counted_tokens == probes[0].sent_tokens
+
+
+@pytest.mark.timing(seconds=8)
+async def test_a_context_shared_among_the_requests_in_flight_is_less_than_advertised():
+    """Ground truth: each request is told 2,048 tokens, but the requests in flight share 4,096. Alone the
+    full length is accepted; four at once, two are refused with the server's 400: the card says so."""
+    result = await checked(SimConfig(mode="batched", n_ctx=2048, n_ctx_shared=4096, **TIMING), context_steps())
+    card = result.cards[1]
+    together = [p for p in card.context_probes or () if p.in_flight == 4]
+    assert [p.outcome for p in card.context_probes or ()][:1] == ["accepted"]
+    assert sorted(p.outcome for p in together) == ["accepted", "accepted", "refused", "refused"], card.evidence
+    assert all(p.http_status == 400 and "shared by the requests in flight" in (p.message or "")
+               for p in together if p.outcome == "refused")
+    assert card.verdict == "less than advertised" and "with 4 in flight 2 of them were refused" in (card.figure or "")
+
+
+@pytest.mark.timing(seconds=8)
+async def test_a_context_smaller_than_advertised_is_bisected_in_a_few_probes():
+    """Ground truth: told 2,048, the server holds 1,024 in all. The full length is refused; the probes halve
+    the gap between the longest accepted and the shortest refused, at most three more, and the card names
+    both; one request at a time (serial) sends nothing in flight beside them."""
+    result = await checked(SimConfig(mode="serial", n_ctx=2048, n_ctx_shared=1024, **TIMING), context_steps())
+    card = result.cards[1]
+    probes = card.context_probes or ()
+    assert all(p.in_flight == 1 for p in probes) and 2 <= len(probes) <= 4, card.evidence
+    accepted = [p.sent_tokens or 0 for p in probes if p.outcome == "accepted"]
+    refused = [p.sent_tokens or 0 for p in probes if p.outcome == "refused"]
+    assert probes[0].outcome == "refused" and refused and accepted
+    assert max(accepted) + 8 <= 1024 < min(refused) + 8  # the limit lies between the two the card names
+    assert card.verdict == "less than advertised", card.figure
+    assert f"accepts {max(accepted)} tokens alone, refused {min(refused)}" in (card.figure or "")
+
+
+@pytest.mark.timing(seconds=5)
+async def test_a_server_that_keeps_only_part_of_a_long_prompt_reads_truncated():
+    result = await checked(SimConfig(mode="serial", n_ctx=2048, truncate_prompt=1000, **TIMING), context_steps())
+    card = result.cards[1]
+    assert card.verdict == "truncated" and (card.context_probes or ())[0].counted_tokens == 1000, card.figure
+
+
+@pytest.mark.timing(seconds=8)
+def test_the_roofline_card_holds_the_single_stream_rate_against_the_bandwidth(tmp_path):
+    """With --model-file and a given bandwidth: the card's rate is the median decode rate of the concurrency
+    card's N=1 streams, times the audited bytes per token, over the bandwidth; the gate decides the word. A
+    bad model file is one line before any request."""
+    from test_audit_fixtures import write_gguf
+    from test_audit_gguf import MOE_KV, moe_tensors
+
+    from servecheck.analysis.roofline import Span, gate_verdict
+
+    model = write_gguf(tmp_path / "moe.gguf", "qwen2moe", MOE_KV, moe_tensors())
+    code, doc = check(SimConfig(mode="batched", **TIMING), tmp_path, "--model-file", str(model), "--bandwidth", "0.5-0.6")
+    assert code == exitcodes.OK
+    card = cards(doc)["roofline"]
+    body = card["roofline"]
+    ones = [r for p in cards(doc)["concurrency"]["staircase"]["points"] if p["n"] == 1 for b in p["batches"]
+            for r in b["requests"]]
+    rates = sorted((r["tokens"] - 1) / (r["end_s"] - r["first_token_s"]) for r in ones)
+    assert body["tok_s"] == pytest.approx(rates[len(rates) // 2], rel=1e-3)  # the document's times are rounded
+    assert body["achieved_gb_s"] == pytest.approx(body["tok_s"] * body["bytes_per_token"] / 1e9)
+    lo, hi = body["utilization"]
+    assert (lo, hi) == pytest.approx((body["achieved_gb_s"] / 0.6, body["achieved_gb_s"] / 0.5))
+    assert card["verdict"] == body["gate"] == gate_verdict(Span(lo, hi)), card["figure"]
+    assert card["figure"].startswith(f"{body['tok_s']:.1f} tok/s x ") and "of 0.5-0.6 GB/s" in card["figure"]
+    assert any("at 72 tokens" in n for n in body["notes"])  # the KV cache at the N=1 streams' mean context (64 + 16 / 2)
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(["check", "http://127.0.0.1:9", "--model-file", str(tmp_path), "--no-save"])
+    assert info.value.code in (exitcodes.USAGE, exitcodes.ERROR)

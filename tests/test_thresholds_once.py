@@ -72,6 +72,7 @@ RULE_ROOTS = (SRC / "analysis", SRC / "model")
 # rule several commands share) or is listed here with what makes it another rule.
 DISTINCT = {
     # 0.05
+    "analysis.check.CONTEXT_RESOLUTION": "the context card's bisection step against the advertised context",
     "analysis.rules.DRIFT_LIMIT": "a reference measured first and last moved (arms, capacity, context)",
     "model.records.OUTPUT_LENGTH_TOLERANCE": "output length off what was asked or the modal length",
     "model.client.CLIENT_ERROR_FRAC": "the client's timing error against the time a verdict measures",
@@ -148,15 +149,18 @@ DISTINCT = {
     "analysis.transit.COALESCE_MIN_MEAN": "mean burst size below which nothing passes for speculation",
     "analysis.staircase.FLAT_HI_RATIO": "aggregate against the reference: upper end of flat",
     # 2
+    "analysis.check.WIDER_FACTOR": "check's N=8 batch against its N=4 batch, for the budget",
     "analysis.capacity.MIN_MEASURED_PER_LANE": "requests measured per lane of a probe",
     "analysis.client_timing.DRAIN_TICKS": "ticks after a late window whose reads still carry its data",
     "analysis.interference.PREFILL_GROWTH_MIN": "the intruder's TTFT growth across sizes worth reading",
     "analysis.staircase.REFERENCE_STEP_HI": "upper end of an even staircase's mean step against its first finish",
     # 3
+    "analysis.check.CONTEXT_BISECTIONS": "more context probes after a refusal, at most",
     "analysis.arms.MIN_REPS_FOR_RISE": "reps behind a rise",
     "analysis.staircase.WINDOW_MIN_EVENTS": "token events a generation window needs",
     "analysis.witness.MIN_GAUGE_SAMPLES": "gauge readings that can show a batch's peak",
     # 4
+    "analysis.check.CONTEXT_IN_FLIGHT": "context probes sent together, at most",
     "analysis.cache.CONTAMINATION_ALLOWANCE_TOKENS": "cached tokens a template head explains",
     "analysis.speculative.BIMODAL_RATIO": "the jump between sorted gaps that separates two modes",
     "analysis.speculative.HELD_LOCAL_STEPS": "steps on each side of a group for its local step time",

@@ -14,6 +14,8 @@ from servecheck.model.bodies.check import (
     Card,
     ClientWord,
     ConcurrencyWord,
+    ContextOutcome,
+    ContextProbe,
     ContextWord,
     ParamProbe,
     ParamWord,
@@ -21,6 +23,7 @@ from servecheck.model.bodies.check import (
 from servecheck.model.bodies.common import ClientCheck
 from servecheck.model.bodies.interference import InterferenceBody
 from servecheck.model.bodies.prefix_cache import PrefixCacheBody
+from servecheck.model.bodies.roofline import RooflineBody
 from servecheck.model.bodies.speculative import SpeculativeBody
 from servecheck.model.bodies.staircase import Point, StaircaseBody
 
@@ -61,6 +64,31 @@ def cannot_ask(claim: str, command: str | None, why: str) -> Card:
 
 
 # ---------------------------------------------------------------- concurrency
+
+
+# Where N=4 finished together, N=8 may show a slot limit the first steps could not (4 slots read batched
+# up to 4): measured when the budget holds it. Its estimate: N=8 twice as long as the N=4 batch, N=1 after
+# it, and one more round of each (the staircase's own re-measuring of an undecided point).
+WIDER_FACTOR = 2
+
+
+def word_at(body: StaircaseBody, n: int) -> ConcurrencyWord | None:
+    """The staircase's verdict at N=`n` in the operator's words; None where it did not measure that N."""
+    point = next((p for p in body.points if p.n == n), None)
+    return None if point is None else CONCURRENCY.get(point.verdict or "", "inconclusive")
+
+
+def wider_n(body: StaircaseBody, n: int) -> int | None:
+    """N=2n where the largest measured N (`n`) finished together, else None. Measured whatever slot count the
+    server states: the stopwatch, not its word, says whether 2n run at once."""
+    if word_at(body, n) != "batched" or max((p.n or 0 for p in body.points), default=0) != n:
+        return None
+    return 2 * n
+
+
+def wider_estimate_s(batch_s: float, single_s: float) -> float:
+    """N=2n and N=1 after it, twice (one more round where undecided)."""
+    return 2 * (WIDER_FACTOR * batch_s + single_s)
 
 
 def top_point(body: StaircaseBody) -> Point | None:
@@ -191,27 +219,119 @@ def speculative_card(body: SpeculativeBody) -> Card:
                 command="speculative")
 
 
-def context_card(advertised: int, source: str, sent: int | None, ok: bool, reported: int | None,
-                 status: int | None, message: str | None) -> Card:
-    """One probe at the advertised context: accepted whole, refused, or cut short (the server counted fewer)."""
-    word: ContextWord
-    if ok and reported is not None and sent is not None and reported < sent * TRUNCATED_FRAC:
-        word, figure = "truncated", f"advertises {advertised} ({source}); a {sent}-token prompt was counted as {reported}"
+# The context card's probes: a refused length is halved toward the longest accepted at most this many
+# more times, and never finer than this share of the advertised context (a few probes, each a long prefill,
+# never a production server's memory filled blindly); at most this many requests at once.
+CONTEXT_BISECTIONS = 3
+CONTEXT_RESOLUTION = 0.05
+CONTEXT_IN_FLIGHT = 4
+
+
+def in_flight_count(conc: Card | None) -> int:
+    """How many requests the concurrency card saw run together (capped at `CONTEXT_IN_FLIGHT`): its largest
+    N where batched, the size of its first group of finishes where partial, else 1."""
+    if conc is None or conc.staircase is None or conc.verdict not in ("batched", "partial"):
+        return 1
+    top = top_point(conc.staircase)
+    if top is None or top.n is None:
+        return 1
+    together = top.n if conc.verdict == "batched" else max(finish_groups(top), default=1)
+    return max(1, min(together, CONTEXT_IN_FLIGHT))
+
+
+def context_probe(sent: int, in_flight: int, ok: bool, counted: int | None, status: int | None,
+                  message: str | None) -> ContextProbe:
+    """One probe request: accepted whole, refused (a 4xx), truncated (counted under 90% of the prompt), or
+    failed (anything else: it says nothing about the context)."""
+    outcome: ContextOutcome
+    if ok and counted is not None and counted < sent * TRUNCATED_FRAC:
+        outcome = "truncated"
     elif ok:
-        word, figure = "as advertised", f"advertises {advertised} ({source}); a {sent}-token prompt was accepted alone"
+        outcome = "accepted"
     elif status is not None and 400 <= status < 500:
-        word, figure = "less than advertised", f"advertises {advertised} ({source}); a {sent}-token prompt was refused: HTTP {status}"
+        outcome = "refused"
     else:
-        word, figure = "inconclusive", f"advertises {advertised} ({source}); the {sent}-token probe failed: {message}"
-    return Card(claim="context_per_request", verdict=word, figure=figure,
-                evidence=(f"probe: {sent} prompt tokens sent, {reported if reported is not None else '?'} counted by the server",),
-                decided_by="one request at the advertised length, alone", command="context",
-                reason=None if message is None else message)
+        outcome = "failed"
+    return ContextProbe(sent_tokens=sent, in_flight=in_flight, outcome=outcome, counted_tokens=counted,
+                        http_status=status, message=None if ok else message)
+
+
+def context_card(advertised: int, source: str, slots: int | None, probes: Sequence[ContextProbe],
+                 together: int) -> Card:
+    """The probes read in order: the first alone at the advertised length, the bisection's, then those sent
+    together; what the longest accepted prompt was alone and with others in flight."""
+    alone = [p for p in probes if p.in_flight == 1]
+    at_once = [p for p in probes if p.in_flight > 1]
+    said = f"advertises {advertised} per request ({source}{_slots(slots)})"
+    accepted = [p.sent_tokens or 0 for p in alone if p.outcome == "accepted"]
+    refused = [p.sent_tokens or 0 for p in alone if p.outcome == "refused"]
+    evidence = tuple(_probe_line(p) for p in probes)
+    word: ContextWord
+    if any(p.outcome == "truncated" for p in probes):
+        cut = next(p for p in probes if p.outcome == "truncated")
+        word, figure = "truncated", (f"{said}; a prompt of {cut.sent_tokens} tokens ({_alone(cut)}) was counted as "
+                                     f"{cut.counted_tokens}: the server keeps only part of it")
+    elif any(p.outcome == "failed" for p in probes):
+        failed = next(p for p in probes if p.outcome == "failed")
+        word, figure = "inconclusive", f"{said}; a probe of {failed.sent_tokens} tokens ({_alone(failed)}) failed: {failed.message}"
+    elif refused and not accepted:
+        word, figure = "less than advertised", (f"{said}; refused alone at {min(refused)} tokens, and no shorter probe "
+                                                "fitted the budget")
+    elif refused:
+        word, figure = "less than advertised", (f"{said}; accepts {max(accepted)} tokens alone, refused {min(refused)} "
+                                                f"(found in {len(alone)} probes)")
+    elif at_once and any(p.outcome == "refused" for p in at_once):
+        n_refused = sum(p.outcome == "refused" for p in at_once)
+        word, figure = "less than advertised", (f"{said}; {max(accepted)} tokens accepted alone, but with {len(at_once)} "
+                                                f"in flight {n_refused} of them were refused: the context is shared")
+    else:
+        with_others = (f" and {len(at_once)} at once" if at_once else
+                       "" if together > 1 else " (the server runs one request at a time: none in flight beside it)")
+        word, figure = "as advertised", f"{said}; a prompt of {max(accepted)} tokens was accepted alone{with_others}"
+    decided = "requests at the advertised length" + (", halved toward the longest accepted" if refused else "") + (
+        f", then {len(at_once)} at once" if at_once else "")
+    return Card(claim="context_per_request", verdict=word, figure=figure, evidence=evidence, decided_by=decided,
+                command="context")
+
+
+def _slots(slots: int | None) -> str:
+    return "" if not slots or slots < 2 else f"; {slots} slots advertised"
+
+
+def _alone(p: ContextProbe) -> str:
+    return "alone" if p.in_flight == 1 else f"one of {p.in_flight} at once"
+
+
+def _probe_line(p: ContextProbe) -> str:
+    counted = "" if p.counted_tokens is None else f", counted {p.counted_tokens}"
+    status = "" if p.http_status is None or p.outcome == "accepted" else f" (HTTP {p.http_status})"
+    return f"{p.sent_tokens} tokens {_alone(p)}: {p.outcome}{status}{counted}"
 
 
 # A server that counted under this share of the prompt we sent kept only part of it (llama.cpp's context
 # shift, Ollama's num_ctx): tokenizer drift between our count and its own is a few percent, never a tenth.
 TRUNCATED_FRAC = 0.9
+
+
+# The bandwidth probe of the roofline card (jobs.roofline: five passes over the model's working set), as
+# the budget counts it.
+ROOFLINE_PROBE_S = 10.0
+
+
+def roofline_card(body: RooflineBody) -> Card:
+    """The roofline's gate on the card: `close` (at the ceiling already), `open`, `straddle`."""
+    util, bw = body.utilization, body.bandwidth_gb_s
+    if body.gate is None or util is None or bw is None or body.tok_s is None or body.bytes_per_token is None:
+        return Card(claim="roofline", verdict="inconclusive", reason="the roofline could not be drawn", command="roofline")
+    figure = (f"{body.tok_s:.1f} tok/s x {body.bytes_per_token / 1e9:.3f} GB per token = {body.achieved_gb_s:.2f} GB/s "
+              f"of {_span(*bw, '{:.1f}')} GB/s: {_span(*util, '{:.0%}')} of the memory bandwidth")
+    evidence = (f"rate: {body.tok_s_source}", f"bandwidth: {body.bandwidth_source}", *(body.notes or ()))
+    return Card(claim="roofline", verdict=body.gate, figure=figure, evidence=evidence,
+                decided_by=f"utilization against the gate at {body.gate_threshold:.0%}", command="roofline")
+
+
+def _span(lo: float, hi: float, fmt: str) -> str:
+    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}-{fmt.format(hi)}"
 
 
 # ---------------------------------------------------------------- --expect

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
+from pathlib import Path
 
 import click
 
@@ -17,6 +19,8 @@ from servecheck.cli.values import check_positive
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
 from servecheck.experiments.check import STEPS, CheckExperiment, CheckPlan, CheckResult
+from servecheck.experiments.roofline import RooflineInputs
+from servecheck.jobs.roofline import RooflineOptions, prepare
 from servecheck.model.bodies.check import CheckBody
 from servecheck.model.result import RunResult
 from servecheck.report.lines.check import card_rows, report_lines
@@ -64,6 +68,9 @@ def progress_line(result: CheckResult) -> str:
 @click.option("--model-file", type=click.Path(exists=True, dir_okay=True), default=None,
               help="The served model's weights (GGUF, safetensors or MLX), for the roofline card. Not --model: "
               "--model names the served model, as on every command that talks to a server.")
+@click.option("--bandwidth", "bandwidth_raw", default="auto", show_default=True,
+              help="The roofline card's memory bandwidth: auto (probed on this machine: the server must run here), "
+              "GB/s, or LO-HI GB/s. With --model-file.")
 @click.option("--expect", "expects", multiple=True, metavar="CLAIM=VERDICT",
               help="Exit 4 when that card says another verdict, 3 when it is undecided (repeatable), e.g. "
               "concurrency=batched, prefix_cache=working, request_params.seed='batched as before'.")
@@ -73,23 +80,26 @@ def progress_line(result: CheckResult) -> str:
 @client_record(batches=True)
 @output_record
 @click.pass_obj
-def cmd(app: AppContext, url: str, budget_s: float, model_file: str | None, expects: tuple[str, ...], tokens: int,
-        seed: int | None, client: ClientOptions, output: OutputOptions) -> int:
+def cmd(app: AppContext, url: str, budget_s: float, model_file: str | None, bandwidth_raw: str, expects: tuple[str, ...],
+        tokens: int, seed: int | None, client: ClientOptions, output: OutputOptions) -> int:
     """Check every claim the server can be asked about, in the order a user needs them: concurrency,
     request fields that change the schedule, prefix cache, chunked prefill, speculation, the client's
     own timing, roofline, context per request; one card each, within --budget seconds."""
     expect = parse_expect(expects)
     check_positive("--tokens", tokens)
     check_url(url)
+    plan = CheckPlan(budget_s=budget_s, tokens=tokens, model_file=model_file)
+    if model_file is not None:  # audited before any request: a bad file is a one-line error, nothing sent
+        plan = replace(plan, roofline=roofline_inputs(app, model_file, url, plan, bandwidth_raw))
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
     sinks = output.sinks()
     with served(None, url, say=lambda line: say(app.err, line)) as server:
         target = client.target(server.url)
-        plan = CheckPlan(budget_s=budget_s, tokens=tokens, model_file=model_file,
-                         user_fields=tuple(k for k, _ in target.request_params))
+        plan = replace(plan, user_fields=tuple(k for k, _ in target.request_params))
         params = {**target.public_dict(), **client.client_params(), "budget_s": budget_s, "tokens": tokens,
-                  "model_file": model_file, "expect": expect, "seed": seed}
+                  "model_file": model_file, "bandwidth": bandwidth_raw if model_file else None, "expect": expect,
+                  "seed": seed}
         watch = Progress(app, "check: cards", progress_line, total=len(STEPS))
         run = measure(app, CheckExperiment(plan, random.Random(seed)), target, sinks,
                       head=envelope("check", params, environment()), watch=watch, served=server,
@@ -100,6 +110,16 @@ def cmd(app: AppContext, url: str, budget_s: float, model_file: str | None, expe
     code, verdicts = exit_code(run.written, expect)
     _render(app, run.written, output.json_to_stdout, verdicts)
     return code
+
+
+def roofline_inputs(app: AppContext, model_file: str, url: str, plan: CheckPlan, bandwidth_raw: str) -> RooflineInputs:
+    """The roofline's weights (the file audited, the KV cache counted at the N=1 streams' mean context) and
+    its bandwidth step, as `servecheck roofline FILE --url URL` prepares them."""
+    context = plan.prompt_tokens + plan.tokens // 2
+    setup = prepare(RooflineOptions(model_path=Path(model_file), url=url, bandwidth_raw=bandwidth_raw, context=context,
+                                    tokens=plan.tokens))
+    notes = (*setup.plan.notes, f"KV cache counted at {context} tokens, the single streams' mean context")
+    return RooflineInputs(setup.weights, replace(setup.plan, notes=notes), setup.settle(lambda line: say(app.err, line)))
 
 
 def _render(app: AppContext, run: RunResult[CheckBody], json_to_stdout: bool, verdicts: list[str]) -> None:

@@ -74,6 +74,9 @@ from servecheck.sim.flags import SimFlags, serve_until_stopped
 )
 @click.option("--heat-per-s", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Slow-down per second of uptime (0.01 = +1%/s).")
 @click.option("--n-ctx", type=click.IntRange(min=2), default=8192, show_default=True, help="Context per request (per slot).")
+@click.option("--n-ctx-shared", type=click.IntRange(min=0), default=0, show_default=True,
+              help="One context of this many tokens shared by the requests in flight, though each is told --n-ctx: "
+              "a request that does not fit what they leave is refused 400 (0: each slot has its own).")
 @click.option("--spec-mean", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Speculation law: mean tokens per decode step (1 .. draft + 1; 0: no speculation).")
 @click.option("--spec-draft", type=click.IntRange(min=1), default=4, show_default=True, help="Draft tokens per step and sequence.")

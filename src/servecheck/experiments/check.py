@@ -4,6 +4,7 @@ each claim; one whose estimate does not fit what is left is not run, and its car
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -16,9 +17,11 @@ from servecheck.client.dialects import get_dialect
 from servecheck.errors import ServerError, ServecheckError, UsageError
 from servecheck.experiments.common import CALIBRATION_ON, WARMUP_TOKENS, calibration_mode, make, queue_wait_s
 from servecheck.experiments.interference import INTRUDER_TOKENS, MIN_TOKENS, run_interference
+from servecheck.experiments.roofline import Rate, RooflineInputs, RooflineResult
+from servecheck.experiments.roofline import document as roofline_document
 from servecheck.experiments.prefix_cache import CTX_MARGIN_TOKENS, per_request_context, run_prefix_cache
 from servecheck.experiments.speculative import run_speculative
-from servecheck.experiments.staircase import StaircaseResult, run_staircase
+from servecheck.experiments.staircase import StaircaseResult, extend_staircase, run_staircase
 from servecheck.load.prompts import fixed_prompt, make_requests
 from servecheck.load.protocol import Driver
 from servecheck.model.bodies import check as shape
@@ -38,27 +41,43 @@ STOP_TEXT = "<|servecheck-stop|>"  # a stop string no generated text holds: the 
 @dataclass(frozen=True)
 class Probe:
     name: str
-    body: tuple[tuple[str, Any], ...]
+    body: tuple[tuple[str, Any], ...]  # empty: the API has no such field (the card says so)
     presence: bool = True
 
 
 def probes(dialect: str) -> tuple[Probe, ...]:
-    ollama = dialect == "ollama"
-    logprobs: Any = {"openai": 1, "llamacpp": None}.get(dialect, True)
+    """Each common field as `dialect` spells it. A presence probe carries the field at a value that leaves
+    greedy decoding and the length as they were (a zero bias, one choice, a small penalty on a length that
+    is pinned), so only the schedule can change; a value probe (temperature, top_k) asks for a value other
+    than servecheck's own pin."""
+    ollama, native, chat = dialect == "ollama", dialect == "llamacpp", dialect == "openai-chat"
+
+    def spelled(**fields: Any) -> tuple[tuple[str, Any], ...]:
+        return (("options", fields),) if ollama else tuple(fields.items())
+
+    top: tuple[tuple[str, Any], ...] = (() if native else (("logprobs", True), ("top_logprobs", 2)) if chat or ollama
+                                        else (("logprobs", 2),))
     return (
-        Probe("seed", (("options", {"seed": 7}),) if ollama else (("seed", 7),)),
-        Probe("logprobs", (("n_probs", 1),) if logprobs is None else (("logprobs", logprobs),)),
+        Probe("seed", spelled(seed=7)),
+        Probe("logprobs", (("n_probs", 1),) if native else (("logprobs", True if chat or ollama else 1),)),
+        Probe("top_logprobs", top),
+        Probe("n", () if native or ollama else (("n", 1),)),
         Probe("response_format", (("format", "json"),) if ollama else (("response_format", {"type": "json_object"}),)),
-        Probe("temperature", (("options", {"temperature": 0.8}),) if ollama else (("temperature", 0.8),), presence=False),
-        Probe("stop", (("options", {"stop": [STOP_TEXT]}),) if ollama else (("stop", [STOP_TEXT]),)),
+        Probe("temperature", spelled(temperature=0.8), presence=False),
+        Probe("top_k", spelled(top_k=40), presence=False),
+        Probe("penalties", spelled(frequency_penalty=0.1, presence_penalty=0.1)),
+        Probe("repetition_penalty", spelled(repeat_penalty=1.1) if ollama or native else (("repetition_penalty", 1.1),)),
+        Probe("logit_bias", () if ollama else (("logit_bias", [[0, 0]] if native else {"0": 0}),)),
+        Probe("stop", spelled(stop=[STOP_TEXT])),
     )
 
 
-def own_fields(dialect: str, model: str | None) -> frozenset[str]:
-    """The fields servecheck's own requests carry on `dialect`, as KEY and OBJECT.KEY paths."""
+def own_fields(dialect: str, model: str | None, eos_bias: bool = False) -> frozenset[str]:
+    """The fields servecheck's own requests carry on `dialect`, as KEY and OBJECT.KEY paths (`logit_bias`
+    too where it pins the length against EOS: mlx-lm)."""
     body = get_dialect(dialect).body(GenRequest(0, "x", "x", 1), model)
     inner = {f"{k}.{sub}" for k, v in body.items() if isinstance(v, dict) for sub in v}
-    return frozenset({*body, *inner})
+    return frozenset({*body, *inner, *(("logit_bias",) if eos_bias else ())})
 
 
 def probe_paths(probe: Probe) -> set[str]:
@@ -68,6 +87,8 @@ def probe_paths(probe: Probe) -> set[str]:
 def carried_already(probe: Probe, own: frozenset[str], user: Sequence[str]) -> str | None:
     """Why a presence probe cannot be asked: servecheck's own requests or the user's --request-param
     carry the field already, so the concurrency card was measured with it."""
+    if not probe.body:
+        return f"this API has no {probe.name} field"
     paths = probe_paths(probe)
     if paths & set(user) or {p.partition(".")[0] for p in paths} & set(user):
         return f"every request carries {probe.name} already (--request-param): the concurrency card was measured with it"
@@ -90,6 +111,7 @@ class CheckPlan:
     victim_tokens: int = 128
     speculative_tokens: int = 64
     model_file: str | None = None  # --model-file: the roofline card's weights
+    roofline: RooflineInputs | None = None  # the weights audited and the bandwidth's settling, with --model-file
     user_fields: tuple[str, ...] = ()  # fields every request carries already (--request-param)
 
 
@@ -197,21 +219,35 @@ async def concurrency(driver: Driver, result: CheckResult, rng: random.Random, l
     plan = result.plan
     sc = await run_staircase(driver, ns=(1, 2, plan.param_n), tokens=plan.tokens, prompt_tokens=plan.prompt_tokens,
                              reps=1, max_reps=2, rng=rng)
+    wider = judge.wider_n(sc.body(), plan.param_n)
+    if wider is not None:
+        more = judge.wider_estimate_s(batch_seconds(sc, plan.param_n), result.costs.single_s)
+        if judge.fits(more, left_s - (time.monotonic() - t)):
+            sc = await extend_staircase(driver, sc, wider, rng)
+            estimate += more
     card = replace(judge.concurrency_card(sc.body()), staircase=sc.body())
     return _timed(t, card, estimate), replace(result, staircase=sc)
 
 
+def batch_seconds(sc: StaircaseResult, n: int) -> float:
+    """The longest of the run's N=`n` batches, release to last finish."""
+    spans = [max((r.end_ns or 0) for r in mb.batch.records) - mb.batch.release_ns for mb in sc.batches if mb.n == n]
+    return max(spans, default=0) / NS_PER_S
+
+
 async def request_params(driver: Driver, result: CheckResult, rng: random.Random, left_s: float) -> tuple[shape.Card, CheckResult]:
     conc = result.card("concurrency")
-    sc, costs = result.staircase, result.costs
+    sc, costs, n = result.staircase, result.costs, result.plan.param_n
     assert costs is not None
-    if sc is None or conc is None or conc.verdict not in ("batched", "partial"):
+    baseline = None if sc is None else judge.word_at(sc.body(), n)
+    if sc is None or baseline not in ("batched", "partial"):
         why = ("the server serves one request at a time without any field: no field can serialize it further"
-               if conc is not None and conc.verdict == "serial"
-               else f"the concurrency card is {conc.verdict if conc else 'missing'}: nothing to compare a field's batch with")
+               if baseline == "serial"
+               else f"the concurrency card is {conc.verdict if conc else 'missing'} at N={n}: nothing to compare a "
+                    "field's batch with")
         return judge.cannot_ask("request_params", "staircase --request-param KEY=VALUE", why), result
     t = time.monotonic()
-    own = own_fields(result.server.dialect, result.server.model)
+    own = own_fields(result.server.dialect, result.server.model, bool(result.server.eos_bias_ids))
     each = result.plan.param_n * costs.single_s  # the batch served one at a time
     found: list[shape.ParamProbe] = []
     for probe in probes(result.server.dialect):
@@ -224,7 +260,7 @@ async def request_params(driver: Driver, result: CheckResult, rng: random.Random
                 f"the budget left too little: run servecheck staircase URL --n 1,{result.plan.param_n} "
                 f"--request-param {probe.name}=... for it")))
         else:
-            found.append(await _param(driver, sc, probe, conc.verdict, rng))
+            found.append(await _param(driver, sc, n, probe, baseline, rng))
     card = judge.params_card(found)
     return _timed(t, replace(card, params=tuple(found)), each * len(found)), result
 
@@ -233,11 +269,11 @@ async def request_params(driver: Driver, result: CheckResult, rng: random.Random
 PARAM_REPS = 2
 
 
-async def _param(driver: Driver, sc: StaircaseResult, probe: Probe, baseline: str, rng: random.Random) -> shape.ParamProbe:
-    """The concurrency card's largest batch sent again with the field, judged against its own N=1 runs;
-    sent once more where the first left it undecided (as the concurrency card's own batch is)."""
+async def _param(driver: Driver, sc: StaircaseResult, n: int, probe: Probe, baseline: str,
+                 rng: random.Random) -> shape.ParamProbe:
+    """The concurrency card's N=`n` batch sent again with the field, judged against its own N=1 runs; sent
+    once more where the first left it undecided (as the concurrency card's own batch is)."""
     t = time.monotonic()
-    n = max(sc.ns)
     batches: tuple[MeasuredBatch, ...] = ()
     out: shape.ParamProbe | None = None
     for rep in range(PARAM_REPS):
@@ -326,37 +362,100 @@ async def client(driver: Driver, result: CheckResult, rng: random.Random, left_s
 
 
 async def roofline(driver: Driver, result: CheckResult, rng: random.Random, left_s: float) -> tuple[shape.Card, CheckResult]:
-    if result.plan.model_file is None:
-        why = "give --model-file WEIGHTS: bytes read per token come from the weight files"
-    else:
-        why = (f"this version of check does not run it: run servecheck roofline {result.plan.model_file} --url URL "
-               "(bytes per token, measured bandwidth, utilization)")
-    card = judge.cannot_ask("roofline", "roofline", why)
-    return replace(card, verdict=shape.NOT_RUN), result
+    """The single-stream decode rate the concurrency card measured at N=1, times the bytes every token reads
+    (the --model-file's audit), against the memory bandwidth (probed on this machine unless given)."""
+    inputs = result.plan.roofline
+    if inputs is None:
+        card = judge.cannot_ask("roofline", "roofline", "give --model-file WEIGHTS: bytes read per token come from the "
+                                "weight files")
+        return replace(card, verdict=shape.NOT_RUN), result
+    rate = single_stream_rate(result)
+    if rate is None:
+        return judge.cannot_ask("roofline", "roofline", "the concurrency card measured no single stream to take the "
+                                "decode rate from"), result
+    if not judge.fits(judge.ROOFLINE_PROBE_S, left_s):
+        return judge.not_run("roofline", "roofline", judge.ROOFLINE_PROBE_S, left_s), result
+    t = time.monotonic()
+    settled = await asyncio.to_thread(inputs.settle, RooflineResult(rate))
+    body = roofline_document(settled, inputs.weights, inputs.plan).body
+    return _timed(t, replace(judge.roofline_card(body), roofline=body), judge.ROOFLINE_PROBE_S), result
+
+
+def single_stream_rate(result: CheckResult) -> Rate | None:
+    """The median decode rate of the concurrency card's N=1 requests (prefill excluded), with the request it
+    came from."""
+    sc = result.staircase
+    rated = [] if sc is None else [
+        ((r.tokens - 1) / ((r.end_ns - r.first_token_ns) / NS_PER_S), r) for mb in sc.batches if mb.n == 1
+        for r in mb.batch.records
+        if r.ok and r.tokens >= 2 and r.first_token_ns is not None and r.end_ns is not None and r.end_ns > r.first_token_ns]
+    if not rated:
+        return None
+    rated.sort(key=lambda pair: pair[0])
+    tok_s, record = rated[len(rated) // 2]
+    return Rate(tok_s, f"measured: the median of {len(rated)} single {record.tokens}-token streams of the concurrency "
+                f"card (N=1), prefill excluded", result.server, record)
 
 
 async def context_per_request(driver: Driver, result: CheckResult, rng: random.Random, left_s: float) -> tuple[shape.Card, CheckResult]:
-    """The advertised per-request context and one request at it, alone (no bisection, none in flight beside it)."""
+    """The advertised per-request context, probed: one request alone whose prompt fills it; where it is
+    refused, a few more halving the gap to the longest accepted (bisection, never more than
+    `CONTEXT_BISECTIONS`); then, where the concurrency card saw requests run together, that many at once at
+    the length accepted alone (at most `CONTEXT_IN_FLIGHT`), so a context divided among slots shows."""
     costs = result.costs
     assert costs is not None
+    t = time.monotonic()
     try:
         advertised, source = await per_request_context(driver, result.server)
     except ServecheckError:
         advertised, source = None, None
     if advertised is None or source is None:
         return judge.cannot_ask("context_per_request", "context", "the server does not say its context per request"), result
-    sent = advertised - WARMUP_TOKENS - CTX_MARGIN_TOKENS
-    estimate = costs.request_s(sent, WARMUP_TOKENS) + sent * costs.prefill_s_per_token  # the prompt's tokenizing too
-    if sent < 1 or not judge.fits(estimate, left_s):
+    longest = advertised - WARMUP_TOKENS - CTX_MARGIN_TOKENS
+    if longest < 1:
+        return judge.cannot_ask("context_per_request", "context", f"the advertised {advertised} tokens hold no "
+                                f"prompt beside the {WARMUP_TOKENS} output tokens of a probe"), result
+    estimate = probe_estimate_s(costs, longest)
+    if not judge.fits(estimate, left_s):
         return judge.not_run("context_per_request", "context", estimate, left_s), result
-    t = time.monotonic()
-    prompt = await fixed_prompt(driver, sent, random.Random(rng.getrandbits(32)))
-    record = await driver.generate(GenRequest(index=20_000, prompt=prompt.text, nonce=prompt.nonce,
-                                              max_tokens=WARMUP_TOKENS, prompt_tokens=prompt.prompt_tokens))
-    reported = None if record.server is None else record.server.prompt_tokens
-    card = judge.context_card(advertised, source, prompt.prompt_tokens or sent, record.ok, reported,
-                              record.http_status, record.error)
-    return _timed(t, card, estimate), result
+    probes_ = await _context_probes(driver, longest, 1, rng)
+    low, high = result.plan.prompt_tokens, longest  # accepted (the warm-up's length), refused
+    while probes_[-1].outcome in ("accepted", "refused") and probes_[0].outcome == "refused":
+        if probes_[-1].outcome == "accepted":
+            low = probes_[-1].sent_tokens or low
+        else:
+            high = probes_[-1].sent_tokens or high
+        mid = (low + high) // 2
+        if (len(probes_) > judge.CONTEXT_BISECTIONS or high - low <= judge.CONTEXT_RESOLUTION * advertised
+                or not judge.fits(probe_estimate_s(costs, mid), left_s - (time.monotonic() - t))):
+            break
+        probes_ += await _context_probes(driver, mid, 1, rng)
+    accepted = [p.sent_tokens or 0 for p in probes_ if p.outcome == "accepted"]
+    low = max(accepted, default=low)
+    together = judge.in_flight_count(result.card("concurrency"))
+    if accepted and not any(p.outcome in ("truncated", "failed") for p in probes_) and together > 1:
+        more = probe_estimate_s(costs, low) * together
+        if judge.fits(more, left_s - (time.monotonic() - t)):
+            probes_ += await _context_probes(driver, low, together, rng)
+            estimate += more
+    card = judge.context_card(advertised, source, result.server.total_slots, tuple(probes_), together)
+    return _timed(t, replace(card, context_probes=tuple(probes_)), estimate), result
+
+
+def probe_estimate_s(costs: Costs, prompt_tokens: int) -> float:
+    # the request, and the prompt's tokenizing (as long as its prefill, counted generously)
+    return costs.request_s(prompt_tokens, WARMUP_TOKENS) + prompt_tokens * costs.prefill_s_per_token
+
+
+async def _context_probes(driver: Driver, prompt_tokens: int, n: int, rng: random.Random) -> list[shape.ContextProbe]:
+    """`n` requests at once, each a fresh prompt of `prompt_tokens`: accepted whole, refused, or cut short."""
+    prompts = [await fixed_prompt(driver, prompt_tokens, random.Random(rng.getrandbits(32))) for _ in range(n)]
+    reqs = [GenRequest(index=20_000 + k, prompt=p.text, nonce=p.nonce, max_tokens=WARMUP_TOKENS,
+                       prompt_tokens=p.prompt_tokens) for k, p in enumerate(prompts)]
+    records = await asyncio.gather(*(driver.generate(r) for r in reqs))
+    return [judge.context_probe(r.prompt_tokens or prompt_tokens, n, rec.ok,
+                                None if rec.server is None else rec.server.prompt_tokens, rec.http_status, rec.error)
+            for r, rec in zip(reqs, records, strict=True)]
 
 
 # each card's step, and the command that measures its claim in full

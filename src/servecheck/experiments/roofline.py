@@ -128,6 +128,16 @@ def notes(r: rl.Roofline, rate: Rate, weights: Weights, plan: Plan) -> list[str]
 
 
 @dataclass(frozen=True)
+class RooflineInputs:
+    """What `check`'s roofline card needs besides a rate: the weights audited and the plan before any
+    request (jobs.roofline.prepare), and the step that settles a result with the bandwidth."""
+
+    weights: Weights
+    plan: Plan
+    settle: Callable[[RooflineResult], RooflineResult]
+
+
+@dataclass(frozen=True)
 class RooflineExperiment:
     """--url: the decode rate of one fixed-length stream after a short warm-up, prefill excluded."""
 

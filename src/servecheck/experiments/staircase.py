@@ -211,6 +211,23 @@ async def run_staircase(
     return replace(result, complete=True)
 
 
+async def extend_staircase(driver: Driver, result: StaircaseResult, n: int, rng: random.Random, *,
+                           on_point: OnPoint | None = None, requests_factory: RequestFactory | None = None) -> StaircaseResult:
+    """A finished run measured at one more N (check's N=8 where N=4 batched): that batch and N=1 after it,
+    then the rounds the run's verdict still needs, as `run_staircase`'s own; the result complete again."""
+    if n in result.ns:
+        return result
+    result = replace(result, ns=tuple(sorted({*result.ns, n})), complete=False)
+    plan = [n, 1]
+    while plan:
+        for m in plan:
+            result = await _measure_one(driver, result, m, requests_factory, rng)
+            if on_point is not None:
+                on_point(result)
+        plan = next_plan(result)
+    return replace(result, complete=True)
+
+
 async def _measure_one(
     driver: Driver, result: StaircaseResult, n: int, factory: RequestFactory | None, rng: random.Random
 ) -> StaircaseResult:

@@ -88,6 +88,10 @@ class SimConfig:
     # Request fields the server refuses: a request carrying one is answered 400 with a message naming it,
     # as a server that does not implement a field (response_format, logprobs) refuses it.
     reject_on: tuple[str, ...] = ()
+    # A context shared by every request in flight, though each is told n_ctx (0: every slot has its own):
+    # a request whose prompt and output do not fit what those in flight leave is refused 400, as a server
+    # that divides one context among its slots without saying so.
+    n_ctx_shared: int = 0
 
     @property
     def speculating(self) -> bool:
@@ -141,6 +145,8 @@ class SimConfig:
             parts.append(f"heat={self.heat_per_s:g}/s")
         if self.truncate_prompt:
             parts.append(f"truncate_prompt={self.truncate_prompt}")
+        if self.n_ctx_shared:
+            parts.append(f"n_ctx_shared={self.n_ctx_shared}")
         if self.eos_ceiling:
             lo, hi = self.eos_short_range
             parts.append(f"eos_ceiling={self.eos_short_fraction:g} short at {lo:g}-{hi:g}x")
@@ -187,6 +193,8 @@ def _problems(c: SimConfig) -> list[str]:
         problems.append(f"eos_short_range must satisfy 0 < lo <= hi < 1, got {c.eos_short_range!r}")
     if not isinstance(c.truncate_prompt, int) or c.truncate_prompt < 0:
         problems.append(f"truncate_prompt must be an integer >= 0, got {c.truncate_prompt!r}")
+    if not isinstance(c.n_ctx_shared, int) or c.n_ctx_shared < 0:
+        problems.append(f"n_ctx_shared must be an integer >= 0, got {c.n_ctx_shared!r}")
     if c.n_ctx < 2:
         problems.append(f"n_ctx must be >= 2, got {c.n_ctx!r}")
     if not 1 <= c.default_max_tokens < c.n_ctx:

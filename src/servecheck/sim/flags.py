@@ -28,6 +28,7 @@ class SimFlags:
     prefix_cache: str = "on"
     heat_per_s: float = 0.0
     n_ctx: int = 8192
+    n_ctx_shared: int = 0
     spec_mean: float = 0.0
     spec_draft: int = 4
     spec_draft_ms: float = 1.0
@@ -48,7 +49,7 @@ class SimFlags:
             context_token_s=self.context_token_ms / 1e3, truncate_prompt=self.truncate_prompt, heat_per_s=self.heat_per_s,
             eos_ceiling=self.eos_ceiling, eos_short_fraction=self.eos_short_fraction,
             prefix_cache=self.prefix_cache,  # type: ignore[arg-type]  # a Choice of PREFIX_CACHE_MODES
-            n_ctx=self.n_ctx, default_max_tokens=min(128, self.n_ctx - 1), spec_mean=self.spec_mean,
+            n_ctx=self.n_ctx, n_ctx_shared=self.n_ctx_shared, default_max_tokens=min(128, self.n_ctx - 1), spec_mean=self.spec_mean,
             spec_draft=self.spec_draft, spec_draft_token_s=self.spec_draft_ms / 1e3, spec_seed=self.spec_seed,
             prefill_chunk=self.prefill_chunk, prefill_isolated=self.prefill_isolated, serialize_on=self.serialize_on, refusal=self.refusal,
             hostile=self.hostile, lying_gauges=self.lying_gauges, lying_cache=self.lying_cache,

@@ -24,27 +24,37 @@ def generate_route(dialect: str) -> Handler:
                 return model_not_found(dialect, str(req.model), sim)
             req = wire.truncate(req, sim.config)
             wire.check_context(req, sim.config)
+            held = wire.shared_context_need(req, sim.config, sim.ctx_in_use)
         except wire.HttpProblem as p:
             return error_response(dialect, p.status, p.message, p.kind)
-        job = Job(
-            task_id=sim.scheduler.new_task_id(),
-            prompt_tokens=req.prompt_tokens,
-            target_tokens=target_tokens(req.prompt_text, req.max_tokens, sim.config),
-            max_tokens=req.max_tokens,
-            cache_prompt=req.cache_prompt,
-            arrival_ns=sim.scheduler.now_ns(),
-            alone=not req.fields.isdisjoint(sim.config.serialize_on),
-        )
-        sim.scheduler.submit(job)
+        sim.ctx_in_use += held
         try:
-            if req.stream:
-                return await _stream(request, sim, dialect, req, job)
-            return await _whole(sim, dialect, req, job)
+            return await _serve(request, sim, dialect, req)
         finally:
-            if not job.finished:
-                sim.scheduler.cancel(job)
+            sim.ctx_in_use -= held
 
     return handler
+
+
+async def _serve(request: web.Request, sim: SimState, dialect: str, req: wire.SimRequest) -> web.StreamResponse:
+    """One admitted request: scheduled, then streamed or answered whole; cancelled if the client leaves."""
+    job = Job(
+        task_id=sim.scheduler.new_task_id(),
+        prompt_tokens=req.prompt_tokens,
+        target_tokens=target_tokens(req.prompt_text, req.max_tokens, sim.config),
+        max_tokens=req.max_tokens,
+        cache_prompt=req.cache_prompt,
+        arrival_ns=sim.scheduler.now_ns(),
+        alone=not req.fields.isdisjoint(sim.config.serialize_on),
+    )
+    sim.scheduler.submit(job)
+    try:
+        if req.stream:
+            return await _stream(request, sim, dialect, req, job)
+        return await _whole(sim, dialect, req, job)
+    finally:
+        if not job.finished:
+            sim.scheduler.cancel(job)
 
 
 @dataclass

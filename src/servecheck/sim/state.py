@@ -27,6 +27,7 @@ class SimState:
         self.log = log
         self.scheduler = Scheduler(config, log=log)
         self.created = int(time.time())
+        self.ctx_in_use = 0  # the tokens the requests in flight hold of config.n_ctx_shared
 
     @property
     def models(self) -> tuple[str, ...]:

@@ -141,6 +141,22 @@ def check_context(req: SimRequest, config: SimConfig) -> None:
         )
 
 
+def shared_context_need(req: SimRequest, config: SimConfig, in_use: int) -> int:
+    """The tokens `req` holds of the shared context (0 where each slot has its own); refused 400 where those
+    in flight leave too little."""
+    if not config.n_ctx_shared:
+        return 0
+    need = len(req.prompt_tokens) + req.max_tokens
+    if in_use + need > config.n_ctx_shared:
+        raise HttpProblem(
+            400,
+            f"the request exceeds the available context size: {need} tokens needed, {config.n_ctx_shared - in_use} "
+            f"left of the {config.n_ctx_shared} shared by the requests in flight",
+            "exceed_context_size_error",
+        )
+    return need
+
+
 # ----------------------------------------------------------------- framing
 def sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"

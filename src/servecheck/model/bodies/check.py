@@ -14,6 +14,7 @@ from servecheck.model.bodies import BODIES
 from servecheck.model.bodies.common import LogAudit, Request, Server, UnscannedLogAudit
 from servecheck.model.bodies.interference import InterferenceBody
 from servecheck.model.bodies.prefix_cache import PrefixCacheBody
+from servecheck.model.bodies.roofline import RooflineBody
 from servecheck.model.bodies.speculative import SpeculativeBody
 from servecheck.model.bodies.staircase import StaircaseBody
 from servecheck.model.codec import JSON, only_when_recorded, record, until_finished
@@ -26,6 +27,7 @@ ConcurrencyWord = Literal["batched", "serial", "partial", "inconclusive"]
 ParamWord = Literal["batched as before", "serialized", "rejected", "inconclusive"]
 ClientWord = Literal["within bound", "client-bound", "not calibrated"]
 ContextWord = Literal["as advertised", "less than advertised", "truncated", "inconclusive"]
+ContextOutcome = Literal["accepted", "refused", "truncated", "failed"]
 # a card no measurement decided: the budget left too little (the card names the command that decides
 # it), or the server cannot be asked (no context for the sizes, no streaming, the claim needs a file)
 NOT_RUN = "not run"
@@ -50,6 +52,18 @@ class ParamProbe:
 
 
 @record
+class ContextProbe:
+    """One request of the context card: a prompt of `sent_tokens`, alone or one of `in_flight` sent together."""
+
+    sent_tokens: int | None = None
+    in_flight: int = 1
+    outcome: str | None = None  # a ContextOutcome
+    counted_tokens: int | None = None  # the prompt as the server counted it, where it says
+    http_status: int | None = None
+    message: str | None = None  # a refusal's or failure's message, as the server wrote it
+
+
+@record
 class Card:
     """One claim: its verdict, the number behind it, what decided it, and the command that measures it in full."""
 
@@ -66,7 +80,9 @@ class Card:
     prefix_cache: PrefixCacheBody | None = only_when_recorded()
     interference: InterferenceBody | None = only_when_recorded()
     speculative: SpeculativeBody | None = only_when_recorded()
+    roofline: RooflineBody | None = only_when_recorded()
     params: tuple[ParamProbe, ...] | None = only_when_recorded()
+    context_probes: tuple[ContextProbe, ...] | None = only_when_recorded()
 
 
 @record
