@@ -290,3 +290,32 @@ def test_the_roofline_card_holds_the_single_stream_rate_against_the_bandwidth(tm
     with pytest.raises(SystemExit) as info:
         main_mod.main(["check", "http://127.0.0.1:9", "--model-file", str(tmp_path), "--no-save"])
     assert info.value.code in (exitcodes.USAGE, exitcodes.ERROR)
+
+
+@pytest.mark.timing(seconds=8)
+def test_diff_of_two_checks_names_the_claims_that_changed(tmp_path, capsys):
+    """Two configurations of one server: batched, then with `seed` serialized. diff shows every claim side by
+    side and names exactly those whose verdict moved: the request fields' card and its seed probe."""
+    plain = SimConfig(mode="batched", **TIMING)
+    seeded = SimConfig(mode="batched", serialize_on=("seed",), **TIMING)
+    docs = []
+    for name, config in (("a", plain), ("b", seeded)):
+        code, doc = check(config, tmp_path, "--api", "openai-chat", "--budget", "30")
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+        docs.append(doc)
+    capsys.readouterr()
+    out = tmp_path / "diff.json"
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(["diff", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--json", str(out)])
+    assert info.value.code == 0
+    record = json.loads(out.read_text())
+    want = [c["claim"] for c in docs[0]["cards"]
+            if c["verdict"] != next(d["verdict"] for d in docs[1]["cards"] if d["claim"] == c["claim"])]
+    probes = [{p["name"]: p["verdict"] for p in next(c for c in d["cards"] if c["claim"] == "request_params")["params"]}
+              for d in docs]
+    want += [f"request_params.{k}" for k in probes[0] if probes[0][k] != probes[1][k]]
+    assert (record["of"], sorted(record["changed"])) == ("check", sorted(want))
+    assert "request_params.seed" in record["changed"] and probes[1]["seed"] == "serialized"
+    assert "concurrency" not in record["changed"]
+    shown = capsys.readouterr().out
+    assert f"{len(want)} of" in shown and "claims changed" in shown and "request_params.seed" in shown

@@ -168,3 +168,38 @@ def test_the_speculative_report_reads_once_in_a_browser(tmp_path: Path) -> None:
     assert "unpredictable" not in text and "predictable" not in text.replace("unpredictable", "")
     assert [c["kind"] for c in seen["charts"]] == ["chart lines", "chart lines"]
     assert seen["dialogs"] == [] and seen["requests"] == []
+
+
+def test_the_check_report_shows_the_cards_first_and_opens_each_to_its_command(tmp_path: Path) -> None:
+    """Issue 41: the cards on the first screen, each opening to its command's section. A check of the
+    hostile simulator (markup in its model name and text): the table of cards comes before any chart, each
+    card that measured opens to its command's drawing (the staircase's lanes, the prefix cache's bars, the
+    interference and speculative charts), and nothing is escaped twice or run."""
+    out = tmp_path / "check.json"
+    with sim.sim_in_thread(sim.SimConfig(mode="batched", hostile=True, token_s=0.010, per_seq_s=0.0005,
+                                         prompt_token_s=0.0001)) as server:
+        with pytest.raises(SystemExit) as info:
+            main_mod.main(["--quiet", "check", server.url, "--tokens", "16", "--budget", "60", "--no-calibrate",
+                           "--no-save", "--json", str(out)])
+    assert info.value.code == 0
+    doc = json.loads(out.read_text())
+    report = tmp_path / "check.html"
+    write_html(report, *samples.typed([doc]))
+    html = report.read_text()
+    first_chart = html.index("<svg")
+    for card in doc["cards"]:
+        assert html.index(f">{card['claim']}<") < first_chart, card["claim"]  # every card before any drawing
+    measured = [c["claim"] for c in doc["cards"] if any(k in c for k in ("staircase", "prefix_cache", "interference",
+                                                                           "speculative", "roofline"))]
+    assert measured == ["concurrency", "prefix_cache", "chunked_prefill", "speculative"]
+    assert all(f'id="card-{claim}"' in html and f'href="#card-{claim}"' in html for claim in measured)
+    seen = open_report(report, tmp_path)
+    text = seen["text"]
+    assert "&#x27;" not in text and "&#39;" not in text and "&amp;" not in text and "&lt;" not in text
+    assert seen["img"] == 0 and seen["script"] == 0 and seen["onerror"] == 0
+    assert seen["dialogs"] == [] and seen["requests"] == []
+    assert HOSTILE_SCRIPT in text  # the model name, as text
+    for card in doc["cards"]:
+        assert f"{card['claim']}\t{card['verdict']}" in text or f"{card['claim']}: {card['verdict']}" in text
+    kinds = [c["kind"] for c in seen["charts"]]
+    assert len(kinds) >= 4 and all(c["width"] > 0 and c["height"] > 0 for c in seen["charts"]), seen["charts"]

@@ -12,12 +12,13 @@ from servecheck.analysis.logaudit import audit_word
 from servecheck.analysis.run_verdict import run_verdict
 from servecheck.analysis.stats import median
 from servecheck.model.bodies.arms import Arm, ArmsBody
+from servecheck.model.bodies.check import CheckBody, card_run
 from servecheck.model.bodies.common import LogAudit
 from servecheck.model.bodies.demo import DemoBody, DemoRun
 from servecheck.model.bodies.log import LogBody
 from servecheck.model.bodies.staircase import Point, StaircaseBody
 from servecheck.model.readings import ArmsReading, ReportReading, RunReading, StaircasePointReading
-from servecheck.model.result import RunResult
+from servecheck.model.result import RunResult, measured
 from servecheck.model.sidebyside import DIFFABLE, Diff, label_for
 
 
@@ -40,8 +41,20 @@ def read_run(run: RunResult[Any]) -> RunReading:
         log_audit=log_audit_word(run),
         staircase=tuple(read_point(p) for p in body.points) if isinstance(body, StaircaseBody) else (),
         arms=read_arms(body) if isinstance(body, ArmsBody) else ArmsReading(),
-        parts=tuple(read_demo_run(r) for r in body.runs) if isinstance(body, DemoBody) else (),
+        parts=(tuple(read_demo_run(r) for r in body.runs) if isinstance(body, DemoBody)
+               else read_check_cards(run) if isinstance(body, CheckBody) else ()),
     )
+
+
+def read_check_cards(run: RunResult[CheckBody]) -> tuple[RunReading, ...]:
+    """One reading per card, in the document's order: that of the command whose body the card carries
+    (read as that command's own run), or an empty one."""
+    out = []
+    for card in run.body.cards:
+        carried = card_run(card)
+        out.append(RunReading() if carried is None else read_run(measured(carried[0], carried[1],
+                                                                          simulated=run.simulated)))
+    return tuple(out)
 
 
 def read_demo_run(run: DemoRun) -> RunReading:

@@ -1,5 +1,6 @@
 """`servecheck diff RUN_A RUN_B [RUN_C...]`: staircase or arms runs side by side, and which line rises;
-context runs side by side by depth, speculative runs by N and prompt kind, interference runs by prompt size."""
+context runs side by side by depth, speculative runs by N and prompt kind, interference runs by prompt size,
+checks claim by claim."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from servecheck.model.result import RunResult, from_doc
 from servecheck.model.sidebyside import label_for
 from servecheck.report import diffout
 from servecheck.report.diff import (
+    diff_check_runs,
     diff_context_runs,
     diff_interference_runs,
     diff_speculative_runs,
+    is_check_diff,
     is_context_diff,
     is_interference_diff,
     is_speculative_diff,
@@ -47,6 +50,9 @@ def cmd(app: AppContext, runs: tuple[str, ...], db_path: str | None, json_path: 
 
 def side_by_side(loaded: Sequence[RunResult[Any]], labels: list[str]) -> tuple[Any, list[RenderableType]]:
     """The runs compared as their kind asks: the --json document (JSON values) and the terminal lines."""
+    if is_check_diff(loaded):
+        checks = diff_check_runs(loaded, labels=labels)
+        return encode(diffout.check_record(checks), nulls=True), diffout.check_lines(checks)
     if is_context_diff(loaded):
         context = diff_context_runs(loaded, labels=labels)
         return encode(diffout.context_record(context), nulls=True), diffout.context_lines(context)

@@ -108,3 +108,28 @@ class InterferenceDiff:
     command: str = "diff"
     of: str = "interference"
     lines: tuple[InterferenceLine, ...] = ()
+
+
+@record
+class CheckClaim:
+    claim: str = ""  # a card, or `request_params.FIELD` for one field's probe
+    verdict: str | None = None  # null: the run has no such card
+    figure: str | None = None
+
+
+@record
+class CheckLine:
+    label: str = ""
+    config: str = ""
+    server_url: str | None = None
+    model: str | None = None
+    claims: tuple[CheckClaim, ...] = ()
+    marks: tuple[str, ...] = ()
+
+
+@record
+class CheckDiff:
+    command: str = "diff"
+    of: str = "check"
+    changed: tuple[str, ...] = ()  # the claims whose verdict differs between the runs
+    lines: tuple[CheckLine, ...] = ()

@@ -1,7 +1,7 @@
 """Several staircase or arms runs side by side, in the shape of seed 000 section 3 (the record
 `analysis.across.diff_runs` builds, formatted here); and context, speculative and interference runs
 side by side, as each run recorded them: context runs by depth, speculative runs by N and prompt kind,
-interference runs by prompt size."""
+interference runs by prompt size; check runs claim by claim."""
 
 from __future__ import annotations
 
@@ -182,3 +182,63 @@ def interference_line(run: RunResult[Any], label: str, config: str = "—") -> I
     lost = {p.prompt_tokens: p.victim_lost_s for p in points if p.victim_lost_s is not None}
     return InterferenceLine(label, config, run.url, run.model, gap, ttft, lost, run.body.verdict or "inconclusive",
                             run.body.chunk_tokens, marks_of(run))
+
+
+# ---------------------------------------------------------------- check runs, claim by claim
+
+
+@dataclass(frozen=True, slots=True)
+class CheckLine:
+    """One check: each card's verdict and figure, and each request field's verdict, as the run recorded them."""
+
+    label: str
+    config: str
+    server_url: str | None
+    model: str | None
+    verdicts: dict[str, str]  # claim -> verdict; request fields as `request_params.FIELD`
+    figures: dict[str, str]
+    marks: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CheckDiff:
+    lines: tuple[CheckLine, ...]
+    claims: tuple[str, ...]  # the cards in the order the check asks them, each card's fields after it
+
+    def changed(self, claim: str) -> bool:
+        """The runs say different verdicts for this claim (a run without the card counts as saying nothing)."""
+        return len({line.verdicts.get(claim) for line in self.lines}) > 1
+
+
+def is_check_diff(runs: Sequence[RunResult[Any]]) -> bool:
+    return bool(runs) and all(run.command == "check" for run in runs)
+
+
+def diff_check_runs(runs: Sequence[RunResult[Any]], labels: Sequence[str] | None = None) -> CheckDiff:
+    """Checks side by side, claim by claim (two versions of a server, two configurations). Raises UsageError
+    for fewer than two or a run of another command."""
+    if len(runs) < 2:
+        raise UsageError("diff needs at least two runs", "give two or more run ids, e.g. servecheck diff 3 4")
+    for run in runs:
+        if run.command != "check":
+            raise UsageError(f"{label_for(run, 'a run')} is a {run.command} run; checks compare only with checks",
+                             "pick checks from `servecheck history --command check`")
+    names = list(labels) if labels is not None else [label_for(r, f"run {i + 1}") for i, r in enumerate(runs)]
+    lines = tuple(check_line(run, name, config) for run, name, config in zip(runs, names, config_notes(runs)))
+    claims = list(dict.fromkeys(c for line in lines for c in line.verdicts))
+    return CheckDiff(lines, tuple(claims))
+
+
+def check_line(run: RunResult[Any], label: str, config: str = "—") -> CheckLine:
+    verdicts: dict[str, str] = {}
+    figures: dict[str, str] = {}
+    for card in run.body.cards:
+        if card.claim is None:
+            continue
+        verdicts[card.claim] = card.verdict or "—"
+        figures[card.claim] = card.figure or card.reason or ""
+        for probe in card.params or ():
+            key = f"{card.claim}.{probe.name}"
+            verdicts[key] = probe.verdict or "—"
+            figures[key] = probe.figure or probe.reason or ""
+    return CheckLine(label, config, run.url, run.model, verdicts, figures, marks_of(run))

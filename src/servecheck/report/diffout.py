@@ -13,7 +13,7 @@ from rich.text import Text
 from servecheck.model import diffdoc as doc
 from servecheck.model.bodies.staircase import RISING_RATIO
 from servecheck.model.sidebyside import Diff, Line
-from servecheck.report.diff import ContextDiff, InterferenceDiff, InterferenceLine, SpeculativeDiff, per_stream
+from servecheck.report.diff import CheckDiff, ContextDiff, InterferenceDiff, InterferenceLine, SpeculativeDiff, per_stream
 
 
 # ---------------------------------------------------------------- staircase and arms runs
@@ -214,3 +214,36 @@ def interference_record(result: InterferenceDiff) -> doc.InterferenceDiff:
         ) for line in result.lines))
 
 
+
+
+# ---------------------------------------------------------------- checks, claim by claim
+
+
+def check_lines(result: CheckDiff) -> list[RenderableType]:
+    """Checks: one row per claim (and per request field), each run's verdict, the changed ones marked."""
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    table.add_column("claim", no_wrap=True)
+    for line in result.lines:
+        table.add_column(line.label, overflow="fold")
+    table.add_column("", no_wrap=True)
+    for claim in result.claims:
+        moved = result.changed(claim)
+        cells = [Text(line.verdicts.get(claim, "—"), style="bold" if moved else "") for line in result.lines]
+        table.add_row(claim, *cells, Text("changed", style="bold yellow") if moved else "")
+    changed = [c for c in result.claims if result.changed(c)]
+    said = (f"{len(changed)} of {len(result.claims)} claims changed: {', '.join(changed)}" if changed
+            else f"no claim changed ({len(result.claims)} compared)")
+    sentences = [said, *(f"{line.label}: {line.config}{_marks(line.marks)}" for line in result.lines)]
+    return _framed(table, sentences, result.lines,
+                   Text("each card's verdict as each check recorded it; request fields as request_params.FIELD", style="dim"))
+
+
+def check_record(result: CheckDiff) -> doc.CheckDiff:
+    return doc.CheckDiff(
+        changed=tuple(c for c in result.claims if result.changed(c)),
+        lines=tuple(doc.CheckLine(
+            label=line.label, config=line.config, server_url=line.server_url, model=line.model,
+            claims=tuple(doc.CheckClaim(claim=c, verdict=line.verdicts.get(c), figure=line.figures.get(c))
+                         for c in result.claims),
+            marks=line.marks,
+        ) for line in result.lines))

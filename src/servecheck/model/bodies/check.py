@@ -85,6 +85,16 @@ class Card:
     context_probes: tuple[ContextProbe, ...] | None = only_when_recorded()
 
 
+def card_run(card: Card) -> tuple[str, object] | None:
+    """The command whose full body the card carries beside it, and that body; None where it carries none."""
+    for command, body in (("staircase", card.staircase), ("prefix-cache", card.prefix_cache),
+                          ("interference", card.interference), ("speculative", card.speculative),
+                          ("roofline", card.roofline)):
+        if body is not None:
+            return command, body
+    return None
+
+
 @record
 class CheckBody:
     cards: tuple[Card, ...] = ()

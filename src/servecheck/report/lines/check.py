@@ -9,7 +9,7 @@ from servecheck.model.bodies.check import UNDECIDED, Card, CheckBody
 from servecheck.model.bodies.common import Server
 from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
-from servecheck.report.lines import register
+from servecheck.report.lines import check_html, register
 from servecheck.report.lines.text import carried_lines, num
 
 WIDTHS = (22, 20)  # the claim's column, the verdict's
@@ -49,4 +49,4 @@ def report_lines(run: RunResult[CheckBody], reading: RunReading | None = None) -
     return lines
 
 
-register("check", lines=report_lines)
+register("check", lines=report_lines, html=check_html.section)
