@@ -57,6 +57,8 @@ def test_values_are_json_where_they_parse_else_text(pairs: tuple[str, ...], extr
     (("stream_options=null",), None, "'stream_options' must be a JSON object, merged beside servecheck's"),
     (('options={"num_predict": 8}',), None, "'options.num_predict' cannot be set: servecheck sets the output length"),
     ((), '{"messages": []}', "'messages' cannot be set: servecheck writes the prompts"),
+    (("n=2",), None, "request field 'n' must be 1, not 2: servecheck times and counts one choice per request"),
+    ((), '{"best_of": 3}', "request field 'best_of' must be 1, not 3"),
 ])
 def test_malformed_or_colliding_fields_are_one_usage_error(pairs: tuple[str, ...], extra: str | None, fragment: str) -> None:
     with pytest.raises(UsageError) as exc:
@@ -148,3 +150,21 @@ def test_every_measuring_command_refuses_a_reserved_field_before_starting(argv: 
     assert info.value.code == exitcodes.USAGE
     assert err.strip() == ("Error: request field 'max_tokens' cannot be set: servecheck sets the output length it measures "
                            "(--tokens) (drop it from --request-param / --extra-body)")
+
+
+def test_one_choice_is_accepted_as_it_is_what_servecheck_measures() -> None:
+    assert parse_request_params(("n=1",)) == (("n", 1),)
+
+
+@pytest.mark.parametrize("pair", ["logprobs=false", "logprobs=0", "logprobs=null", "n_probs=0"])
+def test_speculative_refuses_a_field_that_would_blind_its_token_counts(pair: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """speculative reads each event's tokens from the per-token logprobs it asks for: a user value that turns
+    them off would count every multi-token step as one token (a server that speculates would read not)."""
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(["speculative", "http://127.0.0.1:9", "--request-param", pair, "--no-save"])
+    err = capsys.readouterr().err.strip()
+    assert info.value.code == exitcodes.USAGE and len(err.splitlines()) == 1
+    key = pair.partition("=")[0]
+    assert err.startswith(f"Error: request field {key!r}=") and "per-token logprobs it asks for" in err
+    # elsewhere the field only rides along
+    assert parse_request_params((pair,))[0][0] == key

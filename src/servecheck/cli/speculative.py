@@ -20,6 +20,7 @@ from servecheck.cli.context import AppContext
 from servecheck.cli.measure import Progress, interrupted, measure, show_report
 from servecheck.cli.serve import Served, resolve_url, serve_option, served
 from servecheck.cli.staircase import parse_ns
+from servecheck.client.request_params import check_token_counts
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
 from servecheck.experiments.speculative import SpeculativeExperiment, SpeculativeResult, rep_budget
@@ -88,6 +89,7 @@ def cmd(app: AppContext, url: str | None, n_values: str, tokens: int, reps: int,
     open_driver = app.open_driver or partial(CheckedDriver, workers=1, auto=False, calibrate=False)
     with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
         target = client.target(server.url)
+        check_token_counts(target.request_params)
         base_target = None if baseline_url is None else client.target(baseline_url)
         budget = rep_budget(reps, max_reps)
         params = {**target.public_dict(), "n": ns, "tokens": tokens, "reps": reps, "baseline": baseline_url,

@@ -38,6 +38,15 @@ RESERVED: dict[str, str] = {
 }
 
 
+_ONE_CHOICE = "servecheck times and counts one choice per request"
+# Fields servecheck accepts only at the value its measurement assumes: another value would generate what
+# it does not count.
+ONLY: dict[str, tuple[Any, str]] = {"n": (1, _ONE_CHOICE), "best_of": (1, _ONE_CHOICE)}
+# Fields `speculative` reads every token from (the per-token logprobs it asks for): turned off, each event
+# would count as one token whatever it carried.
+TOKEN_COUNT_FIELDS = ("logprobs", "n_probs")
+
+
 def parse_request_params(pairs: tuple[str, ...], extra_body: str | None = None) -> RequestParams:
     """--extra-body's object, then each --request-param KEY=VALUE (VALUE as JSON where it parses,
     else the string); a key given twice, a malformed one or a reserved field is a `UsageError`."""
@@ -88,11 +97,24 @@ def check_field(key: str, value: Any) -> None:
     if inside and not isinstance(value, dict):
         raise UsageError(f"request field {key!r} must be a JSON object, merged beside servecheck's {inside[0]!r} "
                          f"({RESERVED[inside[0]]})", f"""e.g. --request-param '{key}={{"seed": 7}}'""")
+    if key in ONLY and value != ONLY[key][0]:
+        raise UsageError(f"request field {key!r} must be {ONLY[key][0]!r}, not {value!r}: {ONLY[key][1]}",
+                         f"drop {key} from --request-param / --extra-body, or give {key}={ONLY[key][0]!r}")
     paths = [key, *(f"{key}.{sub}" for sub in value)] if isinstance(value, dict) else [key]
     for path in paths:
         if path in RESERVED:
             raise UsageError(f"request field {path!r} cannot be set: {RESERVED[path]}",
                              "drop it from --request-param / --extra-body")
+
+
+def check_token_counts(params: RequestParams) -> None:
+    """`speculative` counts each event's tokens from the per-token logprobs it asks for: a user field that
+    turns them off (false, 0, null) would make every multi-token step read as one token."""
+    for key, value in params:
+        if key in TOKEN_COUNT_FIELDS and (value is None or value is False or value == 0):
+            raise UsageError(f"request field {key!r}={json.dumps(value)} cannot be sent to speculative: it counts "
+                             "the tokens of each streamed event from the per-token logprobs it asks for",
+                             f"drop {key} from --request-param / --extra-body")
 
 
 def check_eos_bias(params: RequestParams, eos_ids: tuple[int, ...]) -> None:
