@@ -319,3 +319,26 @@ def test_diff_of_two_checks_names_the_claims_that_changed(tmp_path, capsys):
     assert "concurrency" not in record["changed"]
     shown = capsys.readouterr().out
     assert f"{len(want)} of" in shown and "claims changed" in shown and "request_params.seed" in shown
+
+
+@pytest.mark.timing(seconds=12)
+def test_serve_starts_the_server_checks_it_stops_it_and_audits_its_log(tmp_path):
+    """--serve on check: the simulator is started, checked within a short budget, stopped, and its log's
+    refusals make the check exit 3 as on every command; nothing is left running."""
+    import sys
+
+    from servecheck.engine.process import ensure_port_free, free_port, live_pids
+
+    port = free_port()
+    out = tmp_path / "check.json"
+    command = f"{sys.executable} -m servecheck simulate --port {port} --mode batched --token-ms 10 --refusal"
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(["check", "--serve", command, "--serve-log", str(tmp_path / "s.log"), "--tokens", "16",
+                       "--budget", "20", "--no-calibrate", "--no-save", "--json", str(out)])
+    doc = json.loads(out.read_text())
+    assert doc["simulated"] is True and doc["params"]["serve"] == command
+    assert cards(doc)["concurrency"]["verdict"] == "batched"
+    assert "gpu_offload" in doc["log_audit"]["refused"]
+    assert info.value.code == exitcodes.INVALID
+    ensure_port_free("127.0.0.1", port)
+    assert live_pids() == []

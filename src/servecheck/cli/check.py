@@ -13,8 +13,8 @@ from servecheck.analysis.check import CLAIM_ALIASES, expect_outcome
 from servecheck.cli.common import ClientOptions, OutputOptions, client_record, output_record, say
 from servecheck.cli.context import AppContext
 from servecheck.cli.measure import Progress, interrupted, measure, show_report
-from servecheck.cli.serve import served
-from servecheck.cli.target_flags import Seconds, check_url
+from servecheck.cli.serve import Served, resolve_url, serve_option, served
+from servecheck.cli.target_flags import Seconds
 from servecheck.cli.values import check_positive
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
@@ -22,6 +22,7 @@ from servecheck.experiments.check import STEPS, CheckExperiment, CheckPlan, Chec
 from servecheck.experiments.roofline import RooflineInputs
 from servecheck.jobs.roofline import RooflineOptions, prepare
 from servecheck.model.bodies.check import CheckBody
+from servecheck.model.bodies.common import LogAudit
 from servecheck.model.result import RunResult
 from servecheck.report.lines.check import card_rows, report_lines
 from servecheck.results.jsonout import envelope
@@ -44,16 +45,18 @@ def parse_expect(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 def exit_code(run: RunResult[CheckBody], expect: dict[str, str]) -> tuple[int, list[str]]:
-    """0 without --expect (the cards are the answer); with it, 4 when a card says another verdict, else 3
-    when a named card is undecided (not run, cannot ask, inconclusive), else 0."""
-    if not expect:
-        return exitcodes.OK, []
-    mismatches, undecided = expect_outcome(run.body.cards, expect)
-    if mismatches:
-        return exitcodes.EXPECT_MISMATCH, [f"EXPECTED otherwise: {m}" for m in mismatches + undecided]
-    if undecided:
-        return exitcodes.INVALID, [f"UNDETERMINED: {u}" for u in undecided]
-    return exitcodes.OK, []
+    """With --expect: 4 when a card says another verdict, else 3 when a named card is undecided (not run,
+    cannot ask, inconclusive). Then, as on every command, 3 when the --serve log audit found a refused
+    feature. Else 0: without --expect the cards are the answer, whatever they say."""
+    audit = run.body.log_audit  # its REFUSED line is printed with the audit (cli.serve.render_audit)
+    refused = isinstance(audit, LogAudit) and bool(audit.refused)
+    if expect:
+        mismatches, undecided = expect_outcome(run.body.cards, expect)
+        if mismatches:
+            return exitcodes.EXPECT_MISMATCH, [f"EXPECTED otherwise: {m}" for m in mismatches + undecided]
+        if undecided:
+            return exitcodes.INVALID, [f"UNDETERMINED: {u}" for u in undecided]
+    return (exitcodes.INVALID if refused else exitcodes.OK), []
 
 
 def progress_line(result: CheckResult) -> str:
@@ -61,7 +64,7 @@ def progress_line(result: CheckResult) -> str:
 
 
 @click.command("check")
-@click.argument("url")
+@click.argument("url", required=False)
 @click.option("--budget", "budget_s", type=Seconds(min=1), default=180.0, show_default=True,
               help="Seconds the check may take after the server answered; a claim whose estimate (from the "
               "warm-up request) does not fit what is left is not run, and its card names the command that decides it.")
@@ -77,29 +80,31 @@ def progress_line(result: CheckResult) -> str:
 @click.option("--tokens", type=int, default=64, show_default=True,
               help="Output tokens per request of the concurrency and request-field batches.")
 @click.option("--seed", type=int, default=None, help="Seed for the prompts and nonces (default: fresh each run, recorded).")
+@serve_option
 @client_record(batches=True)
 @output_record
 @click.pass_obj
-def cmd(app: AppContext, url: str, budget_s: float, model_file: str | None, bandwidth_raw: str, expects: tuple[str, ...],
-        tokens: int, seed: int | None, client: ClientOptions, output: OutputOptions) -> int:
+def cmd(app: AppContext, url: str | None, budget_s: float, model_file: str | None, bandwidth_raw: str,
+        expects: tuple[str, ...], tokens: int, seed: int | None, serve_command: str | None, serve_log: str | None,
+        client: ClientOptions, output: OutputOptions) -> int:
     """Check every claim the server can be asked about, in the order a user needs them: concurrency,
     request fields that change the schedule, prefix cache, chunked prefill, speculation, the client's
     own timing, roofline, context per request; one card each, within --budget seconds."""
     expect = parse_expect(expects)
     check_positive("--tokens", tokens)
-    check_url(url)
+    url = resolve_url(url, serve_command)
     plan = CheckPlan(budget_s=budget_s, tokens=tokens, model_file=model_file)
     if model_file is not None:  # audited before any request: a bad file is a one-line error, nothing sent
-        plan = replace(plan, roofline=roofline_inputs(app, model_file, url, plan, bandwidth_raw))
+        plan = replace(plan, roofline=roofline_inputs(app, model_file, url or "the --serve server", plan, bandwidth_raw))
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
     sinks = output.sinks()
-    with served(None, url, say=lambda line: say(app.err, line)) as server:
+    with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
         target = client.target(server.url)
         plan = replace(plan, user_fields=tuple(k for k, _ in target.request_params))
         params = {**target.public_dict(), **client.client_params(), "budget_s": budget_s, "tokens": tokens,
                   "model_file": model_file, "bandwidth": bandwidth_raw if model_file else None, "expect": expect,
-                  "seed": seed}
+                  "seed": seed, "serve": serve_command}
         watch = Progress(app, "check: cards", progress_line, total=len(STEPS))
         run = measure(app, CheckExperiment(plan, random.Random(seed)), target, sinks,
                       head=envelope("check", params, environment()), watch=watch, served=server,
@@ -108,7 +113,7 @@ def cmd(app: AppContext, url: str, budget_s: float, model_file: str | None, band
             return interrupted(app, run, lambda written: _render(app, written, output.json_to_stdout, []))
     assert run.written is not None  # a run that was not interrupted has finished its result
     code, verdicts = exit_code(run.written, expect)
-    _render(app, run.written, output.json_to_stdout, verdicts)
+    _render(app, run.written, output.json_to_stdout, verdicts, server)
     return code
 
 
@@ -122,6 +127,8 @@ def roofline_inputs(app: AppContext, model_file: str, url: str, plan: CheckPlan,
     return RooflineInputs(setup.weights, replace(setup.plan, notes=notes), setup.settle(lambda line: say(app.err, line)))
 
 
-def _render(app: AppContext, run: RunResult[CheckBody], json_to_stdout: bool, verdicts: list[str]) -> None:
-    show_report(app, [*report_lines(run), *verdicts], simulated=run.envelope.simulated, json_to_stdout=json_to_stdout)
+def _render(app: AppContext, run: RunResult[CheckBody], json_to_stdout: bool, verdicts: list[str],
+            served_: Served | None = None) -> None:
+    show_report(app, [*report_lines(run), *verdicts], simulated=run.envelope.simulated, json_to_stdout=json_to_stdout,
+                served=served_)
 
