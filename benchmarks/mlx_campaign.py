@@ -1,0 +1,187 @@
+"""The MLX campaign: servecheck's verdicts against real `mlx_lm server`s whose configuration the script
+sets, on the user's path (the `servecheck` command itself), counted on the FIRST try (issue 40).
+
+The truth, from mlx-lm 0.32.2's own source (`mlx_lm/server.py`, `mlx_lm/generate.py`), the generated tiny
+MLX model (`servecheck cache build --engines mlx`), one server per configuration:
+
+* `p1`: `--decode-concurrency 1 --prompt-concurrency 1`: `staircase`, trend `flat`.
+* `default`: mlx-lm's defaults (32 decoding, 8 prompts at once): `cluster`.
+* `dc1`: `--decode-concurrency 1` alone: mlx-lm's batch holds max(decode, prompt) = 8: `cluster` (the flag
+  accepted and not applied).
+* `kvbits8`: `--kv-bits 8`: `_is_batchable` is false with kv_bits: `staircase`.
+* `draft`: `--draft-model` the target itself (`--num-draft-tokens 3`): not batchable, `staircase` at
+  N = 1, 2, 4; and `speculative --n 1` reads `speculating` with 4 tokens per step within 15% (greedy
+  accepts every token a copy of the target drafts).
+* `seed`: the default server, every request carrying `seed=7` (`--request-param`): `staircase`; without
+  it, the `default` cell.
+* `cache-on`: the default `--prompt-cache-size 10`: `prefix-cache` `working`.
+* `cache-off`: `--prompt-cache-size 0` (an LRU of no entries): `inert`.
+* `step256`: `--prefill-step-size 256`: each `BatchGenerator._next` runs one decode step of the batch, then
+  one prefill chunk of at most that many tokens: `interference` `chunked`, the chunk within 2x of 256.
+* `step-whole`: `--prefill-step-size 16384`, beyond the longest prompt: the whole prompt in one step
+  beside one decode step: `blocking`.
+
+A run is right on the truth, `inconclusive` where servecheck says so, wrong on any other definite word or
+an estimate outside its tolerance, a `crash` when the command failed. "busy" runs the shared
+`tools/busy.py` during the cell. Run:
+
+    .venv/bin/python benchmarks/mlx_campaign.py --cells p1,default,seed --conditions quiet,busy --runs 5
+
+It appends every cell to the --out file (commit, load, environment) and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from truth_campaign import cell_table, keep_doc, measure_cell, save_cell
+
+from servecheck.engine.mlx_engine import MlxServer, provision_mlx_local
+from servecheck.envinfo import environment
+
+HERE = Path(__file__).resolve().parent
+TOLERANCE = 0.15
+INTERFERENCE_SIZES = "512,2048,6144"  # inside the tiny MLX model's 8,192 positions, beside the victims' output
+
+
+@dataclass(frozen=True)
+class Cell:
+    server: tuple[str, ...]  # mlx-lm flags; "SELF" is the model's own folder
+    parallel: int | None  # servecheck's --parallel (both concurrencies), None: mlx-lm's defaults
+    argv: tuple[str, ...]  # the servecheck command after URL
+    judge: Callable[[dict[str, Any]], tuple[str, str]]
+
+
+def staircase_judge(verdict: str, trend: str | None = None) -> Callable[[dict[str, Any]], tuple[str, str]]:
+    def judge(doc: dict[str, Any]) -> tuple[str, str]:
+        got, got_trend = doc.get("verdict"), doc.get("trend")
+        detail = f"{got}/{got_trend}: {doc.get('verdict_reason')}"[:500]
+        if got not in (verdict, "inconclusive"):
+            return "wrong", detail
+        if trend is not None and got_trend not in (trend, "inconclusive"):
+            return "wrong", detail
+        right = got == verdict and (trend is None or got_trend == trend)
+        return ("right" if right else "inconclusive"), detail
+    return judge
+
+
+def cache_judge(want: str) -> Callable[[dict[str, Any]], tuple[str, str]]:
+    def judge(doc: dict[str, Any]) -> tuple[str, str]:
+        got = doc.get("verdict")
+        detail = f"{got}: {doc.get('verdict_reason')}"[:500]
+        return ("right" if got == want else "inconclusive" if got == "unknown" else "wrong"), detail
+    return judge
+
+
+def interference_judge(want: str) -> Callable[[dict[str, Any]], tuple[str, str]]:
+    def judge(doc: dict[str, Any]) -> tuple[str, str]:
+        got, chunk = doc.get("verdict"), doc.get("chunk_tokens")
+        detail = f"{got} chunk {chunk}: {doc.get('verdict_reason')}"[:500]
+        if got == want:
+            ok = want != "chunked" or (chunk is not None and 128 <= chunk <= 512)
+            return ("right" if ok else "wrong"), detail
+        return ("inconclusive" if got == "inconclusive" else "wrong"), detail
+    return judge
+
+
+def speculative_judge(doc: dict[str, Any]) -> tuple[str, str]:
+    got = doc.get("verdict")
+    points = doc.get("points") or []
+    tps = [p.get("tokens_per_step") for p in points]
+    detail = f"{got} tps {tps}: {doc.get('verdict_reason')}"[:500]
+    if got not in ("speculating", "inconclusive"):
+        return "wrong", detail
+    for p in points:
+        t = p.get("tokens_per_step")
+        if p.get("verdict") == "speculating" and t is not None and abs(t - 4.0) > TOLERANCE * 4.0:
+            return "wrong", detail
+        if p.get("verdict") == "not_speculating":
+            return "wrong", detail
+    return ("right" if got == "speculating" else "inconclusive"), detail
+
+
+STAIRCASE = ("staircase", "--n", "1,2,4", "--tokens", "128", "--reps", "1", "--max-reps", "3")
+CELLS: dict[str, Cell] = {
+    "p1": Cell((), 1, STAIRCASE, staircase_judge("staircase", "flat")),
+    "default": Cell((), None, STAIRCASE, staircase_judge("cluster")),
+    "dc1": Cell(("--decode-concurrency", "1"), None, STAIRCASE, staircase_judge("cluster")),
+    "kvbits8": Cell(("--kv-bits", "8"), None, STAIRCASE, staircase_judge("staircase")),
+    "draft": Cell(("--draft-model", "SELF", "--num-draft-tokens", "3"), None, STAIRCASE, staircase_judge("staircase")),
+    "draft-spec": Cell(("--draft-model", "SELF", "--num-draft-tokens", "3"), None,
+                       ("speculative", "--n", "1", "--tokens", "128", "--reps", "2"), speculative_judge),
+    "seed": Cell((), None, (*STAIRCASE, "--request-param", "seed=7"), staircase_judge("staircase")),
+    "cache-on": Cell((), None, ("prefix-cache", "--prompt-tokens", "2000"), cache_judge("working")),
+    "cache-off": Cell(("--prompt-cache-size", "0"), None, ("prefix-cache", "--prompt-tokens", "2000"),
+                      cache_judge("inert")),
+    "step256": Cell(("--prefill-step-size", "256"), None,
+                    ("interference", "--streams", "2", "--prompt-sizes", INTERFERENCE_SIZES, "--tokens", "96",
+                     "--reps", "1"), interference_judge("chunked")),
+    "step-whole": Cell(("--prefill-step-size", "16384"), None,
+                       ("interference", "--streams", "2", "--prompt-sizes", INTERFERENCE_SIZES, "--tokens", "96",
+                        "--reps", "1"), interference_judge("blocking")),
+}
+
+
+def one_run(name: str, cell: Cell, url: str, seed: int) -> dict[str, Any]:
+    command, *rest = cell.argv
+    cmd = [sys.executable, "-m", "servecheck", "--quiet", command, url, *rest, "--api", "openai-chat",
+           "--timeout", "300", "--no-save", "--seed", str(seed), "--json", "-"]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    took = round(time.monotonic() - t0, 1)
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"outcome": "crash", "detail": f"exit {proc.returncode}: {tail}", "seconds": took, "seed": seed}
+    outcome, detail = cell.judge(doc)
+    keep_doc(name, seed, proc.stdout)
+    return {"outcome": outcome, "detail": detail, "seconds": took, "seed": seed, "exit": proc.returncode}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cells", default=",".join(CELLS), help=f"of {', '.join(CELLS)}")
+    ap.add_argument("--conditions", default="quiet,busy")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=None, help="seed of the runs' seeds (printed, replayable)")
+    ap.add_argument("--out", type=Path, default=HERE / "results" / "mlx_campaign.json")
+    args = ap.parse_args()
+    names = args.cells.split(",")
+    for name in names:
+        if name not in CELLS:
+            ap.error(f"unknown cell {name!r}: choose from {', '.join(CELLS)}")
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    print(f"campaign seed {seed}", flush=True)
+    rng = random.Random(seed)
+    log_dir = Path(os.environ.get("TMPDIR", "/tmp")) / "servecheck-campaign-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    local = provision_mlx_local("tiny", progress=lambda m: print(m, file=sys.stderr))
+    doc = json.loads(args.out.read_text()) if args.out.exists() else {"cells": []}
+    doc.update({"environment": environment()})
+    for name in names:
+        cell = CELLS[name]
+        flags = [str(local.model_path) if f == "SELF" else f for f in cell.server]
+        with MlxServer(local.env, local.model_path, parallel=cell.parallel, extra_args=flags,
+                       log_path=log_dir / f"mlx-{name}.log") as url:
+            for condition in args.conditions.split(","):
+                outcomes, load = measure_cell(name, condition, args.runs,
+                                              lambda n=name, c=cell, u=url: one_run(n, c, u, rng.randrange(2**32)))
+                save_cell(doc, args.out, name, condition, outcomes, campaign_seed=seed, load=load,
+                          server_flags=list(cell.server), parallel=cell.parallel, command=list(cell.argv))
+    print(cell_table(doc["cells"]))
+    return 1 if any(c["first_try"]["wrong"] for c in doc["cells"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
