@@ -233,8 +233,10 @@ def _unpacked_sources(cache: EngineCache, work: Path, log: TextIO, progress: Pro
     progress(f"unpacking llama.cpp sources from {sdist.name}")
     with tarfile.open(sdist) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(VENDOR_PREFIX)]
-        kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-        tar.extractall(work / "src", members=members, **kwargs)  # noqa: S202 - members filtered above
+        if hasattr(tarfile, "data_filter"):  # extraction filters: 3.11.4 and later
+            tar.extractall(work / "src", members=members, filter="data")  # noqa: S202 - members filtered above
+        else:
+            tar.extractall(work / "src", members=members)  # noqa: S202 - members filtered above
     return work / "src" / VENDOR_PREFIX
 
 

@@ -269,8 +269,8 @@ async def _ollama_show_ctx(driver: Driver, info: ServerInfo) -> tuple[int, str] 
     num_ctx = _ollama_num_ctx(data.get("parameters"))
     if num_ctx is not None:
         return num_ctx, "/api/show parameters num_ctx"
-    model_info = data.get("model_info") if isinstance(data.get("model_info"), dict) else {}
-    for key, value in model_info.items():
+    model_info = data.get("model_info")
+    for key, value in model_info.items() if isinstance(model_info, dict) else ():
         if key.endswith(".context_length") and isinstance(value, int):
             # The model's trained length; Ollama's default num_ctx is smaller unless set.
             return int(value), f"/api/show {key}, the model's trained length: Ollama's num_ctx may be smaller and truncate the prompt"

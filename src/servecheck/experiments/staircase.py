@@ -67,10 +67,12 @@ class StaircaseResult:
         a = self.analysis() if a is None else a
         return replace(
             a.record(),  # what the analysis decided; the run's own fields below
-            evidence_mode=self.evidence_mode, max_reps=self.max_reps, server=self.server.body(),
+            evidence_mode=self.evidence_mode,  # type: ignore[arg-type]  # a Choice of EVIDENCE_MODES
+            max_reps=self.max_reps, server=self.server.body(),
             warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
             points=tuple(_point(p, self.batches, a.aggregate_error_frac.get(p.n)) for p in a.points),
-            notes=self.notes, calibration=self.calibration, client_checks=tuple(c.body() for c in self.client_checks),
+            notes=self.notes, calibration=self.calibration,  # type: ignore[arg-type]  # "on" | "off" | "none"
+            client_checks=tuple(c.body() for c in self.client_checks),
         )
 
     def document(self) -> RunResult[shape.StaircaseBody]:

@@ -257,9 +257,9 @@ def _generic_section(run: RunResult[Any], reading: RunReading) -> str:
     if rows:
         out.append("<h3>Results</h3>" + kv_table(rows))
     for key, value in doc.items():
-        rows = [r for r in as_list(value) if isinstance(r, dict)]
-        if key not in ENVELOPE_KEYS and rows:
-            out.append(f"<h3>{esc(key)}</h3>" + _dict_rows_table(rows))
+        records = [r for r in as_list(value) if isinstance(r, dict)]
+        if key not in ENVELOPE_KEYS and records:
+            out.append(f"<h3>{esc(key)}</h3>" + _dict_rows_table(records))
     return "\n".join(out)
 
 

@@ -110,7 +110,7 @@ def _head(run: RunResult[Any]) -> Text:
 
 
 def _marks(run: RunResult[Any]) -> list[RenderableType]:
-    marks = []
+    marks: list[RenderableType] = []
     if run.simulated:
         marks.append(Text("SIMULATED: measured against servecheck's simulated server", style="yellow"))
     if not run.complete:

@@ -36,6 +36,9 @@ def report_lines(run: RunResult[RooflineBody]) -> list[RenderableType]:
     missing = [name for name in HEAD_FIELDS if getattr(b, name) is None]
     if missing:
         raise NotRecorded(f"roofline report: {', '.join(missing)} not recorded")
+    # None of HEAD_FIELDS is None past the check above; mypy cannot follow getattr, so say it again.
+    assert b.bytes_per_token is not None and b.achieved_gb_s is not None and b.bandwidth_gb_s is not None
+    assert b.utilization is not None and b.gate is not None and b.headroom is not None
     lines: list[RenderableType] = [
         f"bytes per token      {fmt_bytes(b.bytes_per_token)} ({b.kind})",
         f"decode rate          {b.tok_s:.2f} tok/s ({b.tok_s_source or 'given'})",

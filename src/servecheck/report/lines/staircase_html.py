@@ -143,6 +143,7 @@ def _lane(req: Request, release: float) -> TimelineRow | None:
         return None
     send, end = send - release, end - release
     failed = not req.ok
+    segments: tuple[Segment, ...]
     if failed or first is None:
         segments = (Segment(send, end, "fail" if failed else "gen"),)
     else:
