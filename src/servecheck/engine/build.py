@@ -62,7 +62,8 @@ class EngineBinary:
 
     def body(self) -> LlamaServerEngine:
         """As the demo document records the engine it ran."""
-        return LlamaServerEngine(name="llamacpp", path=str(self.path), version=self.version, origin=self.origin, source=self.source)
+        return LlamaServerEngine(name="llamacpp", path=str(self.path), version=self.version, origin=self.origin,
+                                 source=self.source)
 
     def describe(self) -> str:
         built_from = f", built from the {self.source}" if self.source else ""
@@ -89,7 +90,8 @@ def validate_binary(path: Path, origin: Origin = "flag") -> EngineBinary:
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EngineError(
-            f"{path} does not look like llama-server: `--version` failed ({exc})", "give the path of a llama-server binary"
+            f"{path} does not look like llama-server: `--version` failed ({exc})",
+            "give the path of a llama-server binary"
         ) from exc
     version = parse_version(proc.stdout + proc.stderr)
     if version is None:

@@ -85,8 +85,9 @@ def _open(p: Path) -> io.BufferedReader:
     if p.is_dir():
         raise LogScanError(f"{p} is a folder, not a log file", "give the log file itself")
     try:
-        # binary mode with a buffer is always a BufferedReader (typeshed says BinaryIO for an int buffering)
-        return cast(io.BufferedReader, open(p, "rb", buffering=SNIFF_BYTES))  # noqa: SIM115 -- closed by iter_log's `with`
+        # binary mode with a buffer is always a BufferedReader (typeshed says BinaryIO for an int buffering);
+        # closed by iter_log's `with`
+        return cast(io.BufferedReader, open(p, "rb", buffering=SNIFF_BYTES))  # noqa: SIM115
     except OSError as exc:
         raise LogScanError(f"cannot read {p}: {exc.strerror}", "check the file's permissions") from exc
 
@@ -98,7 +99,8 @@ def _sniff(fh: io.BufferedReader, p: Path) -> None:
     try:
         codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
     except UnicodeDecodeError as exc:
-        raise LogScanError(f"{p} is not UTF-8 text (bad byte at offset {exc.start})", "give the server's text log") from exc
+        raise LogScanError(f"{p} is not UTF-8 text (bad byte at offset {exc.start})",
+                           "give the server's text log") from exc
 
 
 def _lines(fh: BinaryIO) -> Iterator[bytes]:
