@@ -78,7 +78,8 @@ class StaircaseResult:
     def document(self) -> RunResult[shape.StaircaseBody]:
         """The staircase's typed result (the runner puts the run's head on it)."""
         a = self.analysis()
-        return measured("staircase", self.body(a), valid=a.valid, simulated=self.server.simulated, complete=self.complete)
+        return measured("staircase", self.body(a), valid=a.valid, simulated=self.server.simulated,
+                        complete=self.complete)
 
 
 def _point(point: PointAnalysis, batches: Sequence[MeasuredBatch], error_frac: float | None = None) -> shape.Point:
@@ -214,7 +215,8 @@ async def run_staircase(
 
 
 async def extend_staircase(driver: Driver, result: StaircaseResult, n: int, rng: random.Random, *,
-                           on_point: OnPoint | None = None, requests_factory: RequestFactory | None = None) -> StaircaseResult:
+                           on_point: OnPoint | None = None,
+                           requests_factory: RequestFactory | None = None) -> StaircaseResult:
     """A finished run measured at one more N (check's N=8 where N=4 batched): that batch and N=1 after it,
     then the rounds the run's verdict still needs, as `run_staircase`'s own; the result complete again."""
     if n in result.ns:
@@ -234,7 +236,8 @@ async def _measure_one(
     driver: Driver, result: StaircaseResult, n: int, factory: RequestFactory | None, rng: random.Random
 ) -> StaircaseResult:
     rep = sum(1 for mb in result.batches if mb.n == n)
-    checks = await check_once(driver, result.client_checks, n, result.warmup, latency_s(result.warmup), "warm-up request")
+    checks = await check_once(driver, result.client_checks, n, result.warmup, latency_s(result.warmup),
+                              "warm-up request")
     result = replace(result, client_checks=checks)
     reqs = await make(factory, driver, n, result.prompt_tokens, result.tokens, rng)
     batch = await driver.run_batch(reqs, queue_wait_s=queue_wait_s(result.warmup, n))
