@@ -126,8 +126,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     starts: dict[str, int] | None = getattr(terminalreporter.config, "_servecheck_engine_starts", None)
     if starts and any(starts.values()):
         terminalreporter.write_line(
-            f"engine starts in this process: llama-server {starts['llama-server']}, vLLM {starts['vllm']}, "
-            f"mlx-lm {starts['mlx-lm']}, other {starts['other']} (the CLI subprocesses the tests run, demo and serve-local, start their own)"
+            f"engine starts in this process: llama-server {starts['llama-server']}, vLLM {starts['vllm']}, mlx-lm "
+            f"{starts['mlx-lm']}, other {starts['other']} (the CLI subprocesses the tests run, demo and "
+            "serve-local, start their own)"
         )
 
 
@@ -223,7 +224,8 @@ class FirstTries:
             got = [r[key] for r in self.rows]
             return f"{got.count('right')} right, {got.count('inconclusive')} inconclusive, {got.count('wrong')} wrong"
 
-        return f"first try: {counts('first_outcome')} (after a retry: {counts('final_outcome')}; {len(self.rows)} verdicts)"
+        return (f"first try: {counts('first_outcome')} "
+                f"(after a retry: {counts('final_outcome')}; {len(self.rows)} verdicts)")
 
 
 def _words(reading: str | Mapping[str, str], expected: str | Mapping[str, str]) -> dict[str, str]:

@@ -37,7 +37,8 @@ class Request:
 def http(conn: socket.socket, body: bytes | str, status: int = 200, ctype: str = "application/json",
          extra: str = "") -> None:
     raw = body.encode() if isinstance(body, str) else body
-    head = f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {len(raw)}\r\n{extra}Connection: close\r\n\r\n"
+    head = (f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {len(raw)}\r\n"
+            f"{extra}Connection: close\r\n\r\n")
     conn.sendall(head.encode() + raw)
 
 
@@ -147,7 +148,8 @@ class HostileServer:
 
 
 @contextmanager
-def hostile(completion: Writer | None = None, *, accept: bool = True, routes: Writer | None = None) -> Iterator[HostileServer]:
+def hostile(completion: Writer | None = None, *, accept: bool = True,
+            routes: Writer | None = None) -> Iterator[HostileServer]:
     """A running hostile server; `accept=False` never accepts (the kernel still completes TCP handshakes)."""
     server = HostileServer(completion, accept=accept, routes=routes)
     thread = threading.Thread(target=server.serve, daemon=True) if accept else None

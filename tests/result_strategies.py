@@ -17,7 +17,8 @@ from servecheck.model.bodies.common import UnscannedLogAudit
 WRITE_ONLY = (UnscannedLogAudit,)
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**31), 2**31) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers(-(2**31), 2**31) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=6,
 )

@@ -10,7 +10,8 @@ from servecheck.analysis.readings import read_report
 from servecheck.model.readings import ReportReading
 from servecheck.model.result import RunResult, from_doc
 
-ENVIRONMENT: dict[str, Any] = {"os": "Linux 6.1", "cpu_model": "Example CPU", "cpu_count": 8, "python": "3.11.9", "gpu": None}
+ENVIRONMENT: dict[str, Any] = {"os": "Linux 6.1", "cpu_model": "Example CPU", "cpu_count": 8, "python": "3.11.9",
+                               "gpu": None}
 
 
 def typed(docs: Sequence[dict[str, Any]]) -> tuple[list[RunResult[Any]], ReportReading]:
@@ -82,7 +83,8 @@ def staircase(*, serial: bool, ns: tuple[int, ...] = (1, 2, 4), request_s: float
 def arms() -> dict[str, Any]:
     doc = _envelope("arms", requests=4, arms=[1, 2, 4], reps=2)
     doc["headline_refused"] = False
-    doc["headline"] = "4-way concurrency buys the operator +39% throughput; it costs each user 65% of their generation rate"
+    doc["headline"] = ("4-way concurrency buys the operator +39% throughput; "
+                       "it costs each user 65% of their generation rate")
     doc["arms"] = [
         {"concurrency": 1, "aggregate_speedup": 1.0, "generation_gain": 1.0, "per_user_rate_change": 0.0,
          "ttft_multiple": 1.0, "efficiency": 1.0, "label": "none"},

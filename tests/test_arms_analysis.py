@@ -71,7 +71,8 @@ def seed_cells(reps: int = 10, *, fixed: bool = False) -> list[A.Cell]:
     return cells
 
 
-def rec(index: int, send_s: float, first_s: float, n_tokens: int, step_s: float, *, cached: int | None = None) -> RequestRecord:
+def rec(index: int, send_s: float, first_s: float, n_tokens: int, step_s: float, *,
+        cached: int | None = None) -> RequestRecord:
     """A request whose token events arrive every `step_s` after the first."""
     times = tuple(int((first_s + i * step_s) * NS_PER_S) for i in range(n_tokens))
     return RequestRecord(
@@ -126,7 +127,8 @@ def test_seed_generation_gain_equals_per_user_rate_times_mean_decoding() -> None
 def test_json_shape_uses_ratios_and_signed_fractions() -> None:
     analysis = A.analyse(seed_cells())
     four = encode(analysis.arm(4).record(), nulls=True)
-    assert set(four) >= {"concurrency", "aggregate_speedup", "generation_gain", "per_user_rate_change", "ttft_multiple", "efficiency", "label"}
+    assert set(four) >= {"concurrency", "aggregate_speedup", "generation_gain", "per_user_rate_change", "ttft_multiple",
+                         "efficiency", "label"}
     assert four["aggregate_speedup"] > 1 and four["per_user_rate_change"] < 0 and 0 < four["efficiency"] < 1
     assert analysis.headline_refused is False and analysis.deviant_cells == ()
 
@@ -288,7 +290,8 @@ def test_position_bias_refusal_names_arm_and_spread() -> None:
     for rep, pos, c in A.schedule([1, 2, 4], 6):
         f = SEED_ARMS[c]
         penalty = 0.8 if (c == 4 and pos == 2) else 1.0  # 4-way loses 20% whenever it runs last
-        cells.append(make_cell(rep, pos, c, agg=f["agg"] * penalty, gen=f["gen"], per_user=f["per_user"], ttft=f["ttft"]))
+        cells.append(make_cell(rep, pos, c, agg=f["agg"] * penalty, gen=f["gen"], per_user=f["per_user"],
+                               ttft=f["ttft"]))
     result = A.analyse(cells)
     assert result.headline_refused and result.headline is None
     assert result.position_bias is not None and result.position_bias.concurrency == 4
@@ -301,7 +304,8 @@ def test_position_bias_limit_is_configurable() -> None:
     for rep, pos, c in A.schedule([1, 2, 4], 6):
         f = SEED_ARMS[c]
         penalty = 0.93 if (c == 2 and pos == 0) else 1.0
-        cells.append(make_cell(rep, pos, c, agg=f["agg"] * penalty, gen=f["gen"], per_user=f["per_user"], ttft=f["ttft"]))
+        cells.append(make_cell(rep, pos, c, agg=f["agg"] * penalty, gen=f["gen"], per_user=f["per_user"],
+                               ttft=f["ttft"]))
     assert not A.analyse(cells).headline_refused
     assert A.analyse(cells, bias_limit=0.05).headline_refused
 
@@ -316,7 +320,8 @@ def drifting_cells(*, fixed: bool, loss_per_cell: float, reps: int = 6) -> list[
     for k, (rep, pos, c) in enumerate(A.schedule([1, 2, 4], reps, fixed=fixed)):
         f = SEED_ARMS[c]
         slow = (1.0 - loss_per_cell) ** k
-        cells.append(make_cell(rep, pos, c, agg=f["agg"] * slow, gen=f["gen"] * slow, per_user=f["per_user"] * slow, ttft=f["ttft"]))
+        cells.append(make_cell(rep, pos, c, agg=f["agg"] * slow, gen=f["gen"] * slow, per_user=f["per_user"] * slow,
+                               ttft=f["ttft"]))
     return cells
 
 
@@ -372,7 +377,8 @@ def test_analyse_needs_serial_arm() -> None:
 
 
 def test_cached_prompt_suspects_named_beyond_allowance() -> None:
-    records = [(0, 4, rec(0, 0, 0.1, 4, 0.01, cached=1)), (1, 2, rec(3, 0, 0.1, 4, 0.01, cached=40)), (0, 1, rec(1, 0, 0.1, 4, 0.01))]
+    records = [(0, 4, rec(0, 0, 0.1, 4, 0.01, cached=1)), (1, 2, rec(3, 0, 0.1, 4, 0.01, cached=40)),
+               (0, 1, rec(1, 0, 0.1, 4, 0.01))]
     named = A.cached_prompt_suspects(records)
     assert len(named) == 1 and "rep 1 2-way request 3" in named[0] and "40 cached" in named[0]
 
@@ -380,9 +386,15 @@ def test_cached_prompt_suspects_named_beyond_allowance() -> None:
 @pytest.mark.parametrize(
     ("speedup", "rate", "ttft", "text"),
     [
-        (1.39, 0.35, 2.8, "4-way concurrency buys the operator +39% throughput; it costs each user 65% of their generation rate and nearly triples the time to first token"),
-        (1.01, 1.005, 2.0, "4-way concurrency buys the operator +1% throughput; it leaves each user's generation rate about unchanged and doubles the time to first token"),
-        (0.9, 1.2, 1.0, "4-way concurrency costs the operator 10% throughput; it gives each user +20% generation rate and leaves the time to first token about unchanged"),
+        (1.39, 0.35, 2.8,
+         "4-way concurrency buys the operator +39% throughput; it costs each user 65% of their generation rate and "
+         "nearly triples the time to first token"),
+        (1.01, 1.005, 2.0,
+         "4-way concurrency buys the operator +1% throughput; it leaves each user's generation rate about unchanged "
+         "and doubles the time to first token"),
+        (0.9, 1.2, 1.0,
+         "4-way concurrency costs the operator 10% throughput; it gives each user +20% generation rate and leaves the "
+         "time to first token about unchanged"),
     ],
 )
 def test_headline_words(speedup: float, rate: float, ttft: float, text: str) -> None:
@@ -452,7 +464,8 @@ def test_a_noisy_generation_gain_is_inconclusive_not_pipelining() -> None:
     cells = []
     for rep, pos, c in A.schedule([1, 2], 6):
         swing = 1.0 if c == 1 else (0.9, 1.6, 1.3, 0.95, 1.5, 1.35)[rep]
-        cells.append(make_cell(rep, pos, c, agg=100.0 if c == 1 else 150.0, gen=100.0 * swing, per_user=100.0, ttft=0.2))
+        cells.append(make_cell(rep, pos, c, agg=100.0 if c == 1 else 150.0, gen=100.0 * swing, per_user=100.0,
+                               ttft=0.2))
     result = A.analyse(cells)
     two = result.arm(2)
     assert two.label == "inconclusive" and two.generation_gain is not None and two.generation_gain.median > A.MIN_RISE

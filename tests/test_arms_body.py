@@ -70,8 +70,8 @@ def test_an_arm_writes_its_medians_ratios_and_intervals() -> None:
     est = A.Estimate(1.5, 1.25, 1.75, 6)
     rate = A.Estimate(0.75, 0.5, 1.0, 6)
     arm = A.ArmResult(concurrency=2, n_cells=6, aggregate_tok_s=150.0, generation_tok_s=140.0, per_user_rate_tok_s=30.0,
-                      ttft_s=0.5, mean_decoding=1.75, aggregate_speedup=est, generation_gain=est, per_user_rate_ratio=rate,
-                      ttft_multiple=None, label="batching", label_reason="both rise")
+                      ttft_s=0.5, mean_decoding=1.75, aggregate_speedup=est, generation_gain=est,
+                      per_user_rate_ratio=rate, ttft_multiple=None, label="batching", label_reason="both rise")
     assert written(arm.record()) == {
         "concurrency": 2, "cells": 6, "aggregate_tok_s": 150.0, "generation_tok_s": 140.0, "per_user_rate_tok_s": 30.0,
         "ttft_s": 0.5, "mean_decoding": 1.75, "aggregate_speedup": 1.5, "aggregate_speedup_interval": [1.25, 1.75],
@@ -99,7 +99,8 @@ def test_the_analysis_flags_the_cells_it_names_deviant() -> None:
     assert [(d.rep, d.concurrency) for d in a.deviant_cells] == [(1, 1)]
     run = ArmsRun(ArmsDesign(arms=(1, 2), requests=2, reps=3), pooled=tuple(cells), complete=True)
     doc = fields_of(run.document())
-    assert [c["deviant"] for c in doc["cells"]] == [a.deviant(c) for c in cells] == [False, False, False, True, False, False]
+    assert ([c["deviant"] for c in doc["cells"]] == [a.deviant(c) for c in cells]
+            == [False, False, False, True, False, False])
     assert doc["deviant_cells"] == [written(d.record()) for d in a.deviant_cells]
 
 

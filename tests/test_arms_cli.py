@@ -87,7 +87,8 @@ def test_fixed_order_under_drift_refuses_and_exits_3(scripted, capsys) -> None:
 def test_bias_limit_flag_reaches_the_analysis(scripted, tmp_path: Path) -> None:
     scripted.server = HEATING
     out = tmp_path / "a.json"
-    assert run_main(["arms", URL, *SMALL, "--fixed-order", "--bias-limit", "5", "--json", str(out)], scripted.open) == exitcodes.OK
+    assert run_main(["arms", URL, *SMALL, "--fixed-order", "--bias-limit", "5", "--json", str(out)],
+                    scripted.open) == exitcodes.OK
     doc = json.loads(out.read_text())
     assert doc["bias_limit"] == 5 and doc["headline_refused"] is False and doc["headline"]
 
@@ -117,7 +118,8 @@ def test_evidence_flag_reaches_the_analysis_measured_and_pooled(scripted, tmp_pa
 def test_ctrl_c_saves_partial_result(scripted, tmp_path: Path) -> None:
     scripted.server = INTERRUPTED
     out, db = tmp_path / "partial.json", tmp_path / "history.db"
-    assert run_main(["arms", URL, "--reps", "3", "--tokens", "16", "--db", str(db), "--json", str(out)], scripted.open) == 130
+    assert run_main(["arms", URL, "--reps", "3", "--tokens", "16", "--db", str(db), "--json", str(out)],
+                    scripted.open) == 130
     doc = json.loads(out.read_text())
     assert doc["complete"] is False and len(doc["cells"]) == 2
     from servecheck.store.db import open_store
@@ -133,11 +135,14 @@ def test_ctrl_c_saves_partial_result(scripted, tmp_path: Path) -> None:
 def test_pool_files_and_run_ids(scripted, tmp_path: Path, capsys) -> None:
     db = tmp_path / "history.db"
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    assert run_main(["arms", URL, "--reps", "3", "--tokens", "16", "--db", str(db), "--json", str(a)], scripted.open) == 0
-    assert run_main(["arms", URL, "--reps", "3", "--tokens", "16", "--seed", "1", "--no-save", "--json", str(b)], scripted.open) == 0
+    assert run_main(["arms", URL, "--reps", "3", "--tokens", "16", "--db", str(db), "--json", str(a)],
+                    scripted.open) == 0
+    assert run_main(["arms", URL, "--reps", "3", "--tokens", "16", "--seed", "1", "--no-save", "--json", str(b)],
+                    scripted.open) == 0
     run_id = json.loads(a.read_text())["run_id"]
     pooled = tmp_path / "pooled.json"
-    assert run_main(["arms", "--pool", str(run_id), "--pool", str(b), "--db", str(db), "--json", str(pooled)], scripted.open) == 0
+    assert run_main(["arms", "--pool", str(run_id), "--pool", str(b), "--db", str(db), "--json", str(pooled)],
+                    scripted.open) == 0
     doc = json.loads(pooled.read_text())
     assert len(doc["cells"]) == 18 and {c["run"] for c in doc["cells"]} == {1, 2}
     assert doc["pooled_from"] == [str(run_id), str(b)]
@@ -209,7 +214,8 @@ def test_arms_serve_owns_the_simulator_and_audits_its_log(tmp_path) -> None:  # 
     out = tmp_path / "arms.json"
     command = f"{sys.executable} -m servecheck simulate --port {port} --mode batched --token-ms 4 --refusal"
     argv = ["arms", "--serve", command, "--serve-log", str(tmp_path / "s.log"), "--arms", "1,2", "--reps", "2",
-            "--max-reps", "2", "--requests", "2", "--tokens", "16", "--prompt-tokens", "16", "--json", str(out), "--no-save"]
+            "--max-reps", "2", "--requests", "2", "--tokens", "16", "--prompt-tokens", "16", "--json", str(out),
+            "--no-save"]
     with pytest.raises(SystemExit) as info:
         main_mod.main(argv)
     doc = json.loads(out.read_text())

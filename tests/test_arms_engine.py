@@ -53,7 +53,8 @@ def _labels(engine: LocalEngine, parallel: int, tmp_path: Path, seed: int, first
             assert doc["simulated"] is False
             arms = {a["concurrency"]: a for a in doc["arms"]}
             print(f"attempt {i + 1}, {doc['reps_taken']} reps:",
-                  {c: (a["label"], a["aggregate_speedup_interval"], a["generation_gain_interval"]) for c, a in arms.items()})
+                  {c: (a["label"], a["aggregate_speedup_interval"], a["generation_gain_interval"])
+                   for c, a in arms.items()})
             return {c: a["label"] for c, a in arms.items()}
 
         return first_try.record_tries(test_id, {f"arm {c}": label for c, label in expected.items()}, attempt,

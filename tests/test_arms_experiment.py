@@ -25,7 +25,8 @@ class QueueDriver:
     Records every batch it was given, so tests can check the design that was run.
     """
 
-    def __init__(self, *, prefill_ms: int = 20, token_ms: int = 5, gap_ms: int = 1, cached: int | None = None, fail_warmup: bool = False) -> None:
+    def __init__(self, *, prefill_ms: int = 20, token_ms: int = 5, gap_ms: int = 1, cached: int | None = None,
+                 fail_warmup: bool = False) -> None:
         self.prefill_ns, self.token_ns, self.gap_ns = prefill_ms * MS, token_ms * MS, gap_ms * MS
         self.now_ns = 0
         self.batches: list[tuple[list[GenRequest], int | None]] = []
@@ -40,7 +41,8 @@ class QueueDriver:
         rec = self._serve(req, self.now_ns, self.now_ns)
         self.now_ns = rec.end_ns or self.now_ns
         if self.fail_warmup:
-            return RequestRecord(index=req.index, nonce=req.nonce, status="error", tokens_requested=req.max_tokens, send_ns=0, error="boom")
+            return RequestRecord(index=req.index, nonce=req.nonce, status="error", tokens_requested=req.max_tokens,
+                                 send_ns=0, error="boom")
         return rec
 
     async def run_batch(
@@ -84,7 +86,8 @@ class QueueDriver:
 
 def factory(driver: object, n: int, prompt_tokens: int, max_tokens: int, rng: random.Random) -> list[GenRequest]:
     return [
-        GenRequest(index=i, prompt=f"{rng.getrandbits(48):012x}: words", nonce=f"{rng.getrandbits(48):012x}", max_tokens=max_tokens, prompt_tokens=prompt_tokens)
+        GenRequest(index=i, prompt=f"{rng.getrandbits(48):012x}: words", nonce=f"{rng.getrandbits(48):012x}",
+                   max_tokens=max_tokens, prompt_tokens=prompt_tokens)
         for i in range(n)
     ]
 
@@ -96,7 +99,8 @@ async def run(driver: QueueDriver, design: ArmsDesign, **kw: object) -> ArmsRun:
 async def test_runs_every_cell_in_rotated_order_with_fresh_nonces() -> None:
     driver = QueueDriver()
     seen: list[int] = []
-    result = await run(driver, ArmsDesign(arms=(1, 2, 4), requests=4, reps=3, tokens=8), on_cell=lambda r: seen.append(len(r.measured)))
+    result = await run(driver, ArmsDesign(arms=(1, 2, 4), requests=4, reps=3, tokens=8),
+                       on_cell=lambda r: seen.append(len(r.measured)))
     assert [k for _, k in driver.batches] == [1, 2, 4, 2, 4, 1, 4, 1, 2]
     assert seen == list(range(1, 10))
     nonces = [r.nonce for reqs, _ in driver.batches for r in reqs]
@@ -143,7 +147,8 @@ async def test_document_shape_and_partial_thermal() -> None:
     assert doc["headline_refused"] is False
     assert {a["concurrency"] for a in doc["arms"]} == {1, 2}
     cell = doc["cells"][0]
-    assert set(cell) >= {"rep", "position", "concurrency", "wall_s", "tokens", "aggregate_tok_s", "per_user_rate_tok_s", "ttft_s", "deviant", "batch_wall_s"}
+    assert set(cell) >= {"rep", "position", "concurrency", "wall_s", "tokens", "aggregate_tok_s", "per_user_rate_tok_s",
+                         "ttft_s", "deviant", "batch_wall_s"}
     assert doc["thermal"]["summary"] == "thermal pressure in zero of 7 samples (linux thermal zones)"
     json.dumps(doc, allow_nan=False)
 
@@ -153,7 +158,8 @@ async def test_cached_prompt_tokens_warn_and_name_requests() -> None:
     doc = fields_of(result.document())
     assert len(doc["cached_prompt_requests"]) == 8
     assert any("contaminated by the prefix cache" in w["message"] for w in doc["warnings"])
-    clean = fields_of((await run(QueueDriver(cached=1), ArmsDesign(arms=(1, 2), requests=2, reps=2, tokens=4, prompt_tokens=64))).document())
+    clean = fields_of((await run(QueueDriver(cached=1),
+                                 ArmsDesign(arms=(1, 2), requests=2, reps=2, tokens=4, prompt_tokens=64))).document())
     assert clean["cached_prompt_requests"] == []
 
 
@@ -186,7 +192,8 @@ def test_unbalanced_reps_get_a_note() -> None:
 async def test_pooling_two_saved_runs(tmp_path: Path) -> None:
     docs = []
     for seed in (1, 2):
-        r = await run_arms(QueueDriver(), ArmsDesign(arms=(1, 2), requests=2, reps=2, tokens=8), rng=random.Random(seed), requests_factory=factory)
+        r = await run_arms(QueueDriver(), ArmsDesign(arms=(1, 2), requests=2, reps=2, tokens=8),
+                           rng=random.Random(seed), requests_factory=factory)
         path = tmp_path / f"run{seed}.json"
         path.write_text(json.dumps(written_doc(r.document())))
         docs.append(json.loads(path.read_text()))
@@ -200,7 +207,8 @@ async def test_pooling_two_saved_runs(tmp_path: Path) -> None:
     assert {c.run for c in pooled_cells([again])} == {1, 2}
 
 
-@pytest.mark.parametrize("doc", [{"command": "staircase", "points": []}, {"command": "arms", "cells": [{"rep": 0}]}, [1, 2]])
+@pytest.mark.parametrize("doc",
+                         [{"command": "staircase", "points": []}, {"command": "arms", "cells": [{"rep": 0}]}, [1, 2]])
 def test_pooling_rejects_other_documents(doc: object) -> None:
     with pytest.raises(UsageError, match="pooled document 1"):
         pooled_cells([doc])  # type: ignore[list-item]
@@ -230,7 +238,8 @@ async def test_a_ttft_the_client_cannot_resolve_leaves_the_headline_and_a_client
     assert doc["valid"] is True and "time to first token" not in doc["headline"], doc["headline"]
     assert any(w["message"].startswith("TTFT unresolved at 1-way, 4-way") for w in doc["warnings"])
     # a client error beyond the request bound at 4-way: the run is invalid and says where
-    bound = (ok[0], ClientCheck(streams=4, tolerance_ms=8.0, basis="5% of the test's request", tried=(_calibration(4, 30.0),)))
+    bound = (ok[0],
+             ClientCheck(streams=4, tolerance_ms=8.0, basis="5% of the test's request", tried=(_calibration(4, 30.0),)))
     doc = fields_of(replace(result, client_checks=bound).document())
     assert doc["valid"] is False
     assert any(w["message"].startswith("client-bound: the client is the bottleneck at N=4") for w in doc["warnings"])

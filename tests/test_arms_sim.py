@@ -31,7 +31,8 @@ def run_main(args: list[str]) -> int:
     return int(info.value.code or 0)
 
 
-def arms_run(tmp_path: Path, config: SimConfig, *extra: str, tokens: int = 32, prompt_tokens: int = 32) -> tuple[int, dict[str, Any]]:
+def arms_run(tmp_path: Path, config: SimConfig, *extra: str, tokens: int = 32,
+             prompt_tokens: int = 32) -> tuple[int, dict[str, Any]]:
     out = tmp_path / "arms.json"
     with sim_in_thread(config) as sim:
         rc = run_main(
@@ -107,7 +108,8 @@ def test_heat_with_rotated_order_keeps_estimates(tmp_path: Path) -> None:
     for c in (2, 4):
         truth = c * (TOKEN_S + PER_SEQ_S) / (TOKEN_S + c * PER_SEQ_S)
         assert truth * 0.7 < arm(doc, c)["generation_gain"] < truth * 1.3
-        assert arm(doc, c)["label"] == "batching", (arm(doc, c)["label_reason"], [w["message"] for w in doc["warnings"]])
+        assert arm(doc, c)["label"] == "batching", (arm(doc, c)["label_reason"],
+                                                    [w["message"] for w in doc["warnings"]])
     assert doc["drift"]["loss"] > 0.1
 
 

@@ -61,7 +61,8 @@ def test_parse_pmset_never_raises(text: str) -> None:
     assert isinstance(T.parse_pmset_therm(text).pressure, bool)
 
 
-@pytest.mark.parametrize(("mask", "pressure"), [(0, False), (0x1, False), (0x4, False), (0x20, True), (0x40, True), (0x61, True)])
+@pytest.mark.parametrize(("mask", "pressure"),
+                         [(0, False), (0x1, False), (0x4, False), (0x20, True), (0x40, True), (0x61, True)])
 def test_nvml_pressure(mask: int, pressure: bool) -> None:
     assert T.nvml_pressure(mask) is pressure
 

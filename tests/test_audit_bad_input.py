@@ -185,8 +185,10 @@ _json_values = st.recursive(
 
 
 @_FUZZ
-@given(header=st.dictionaries(st.text(max_size=20), _json_values, max_size=5), extra=st.binary(max_size=64), lie=st.integers(0, 2**64 - 1) | st.none())
-def test_fuzz_safetensors_header(tmp_path_factory: pytest.TempPathFactory, header: dict, extra: bytes, lie: int | None) -> None:
+@given(header=st.dictionaries(st.text(max_size=20), _json_values, max_size=5), extra=st.binary(max_size=64),
+       lie=st.integers(0, 2**64 - 1) | st.none())
+def test_fuzz_safetensors_header(tmp_path_factory: pytest.TempPathFactory, header: dict, extra: bytes,
+                                 lie: int | None) -> None:
     raw = json.dumps(header).encode()
     p = tmp_path_factory.mktemp("fz") / "model.safetensors"
     p.write_bytes(struct.pack("<Q", len(raw) if lie is None else lie) + raw + extra)
@@ -225,14 +227,16 @@ def test_fuzz_config_json(tmp_path_factory: pytest.TempPathFactory, config: dict
 
 def test_projector_only_file_is_refused(tmp_path: Path) -> None:
     """An mmproj file holds only vision tensors: zero bytes per token would divide by zero downstream."""
-    path = write_gguf(tmp_path / "mmproj.gguf", "clip", {}, [("v.blk.0.attn_q.weight", "F16", (64, 64)), ("mm.0.weight", "F16", (64, 64))])
+    path = write_gguf(tmp_path / "mmproj.gguf", "clip", {},
+                      [("v.blk.0.attn_q.weight", "F16", (64, 64)), ("mm.0.weight", "F16", (64, 64))])
     with pytest.raises(AuditError, match="no tensor here runs per decoded token"):
         audit_model(path)
 
 
 def _gguf_with_string_value(path: Path, key: bytes, value_len: int, pad: int) -> Path:
     """magic, version 3, 0 tensors, 1 metadata entry: KEY = a string claiming value_len bytes, then pad bytes."""
-    body = struct.pack("<IIQQ", 0x46554747, 3, 0, 1) + struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, value_len)
+    body = (struct.pack("<IIQQ", 0x46554747, 3, 0, 1) + struct.pack("<Q", len(key)) + key
+            + struct.pack("<IQ", 8, value_len))
     path.write_bytes(body + b"a" * pad)
     return path
 
@@ -251,7 +255,8 @@ def test_overlong_key_is_refused(tmp_path: Path) -> None:
 
     path = tmp_path / "k.gguf"
     n = MAX_NAME_BYTES + 1
-    path.write_bytes(struct.pack("<IIQQ", 0x46554747, 3, 0, 1) + struct.pack("<Q", n) + b"k" * n + struct.pack("<IB", 0, 1))
+    path.write_bytes(struct.pack("<IIQQ", 0x46554747, 3, 0, 1) + struct.pack("<Q", n) + b"k" * n
+                     + struct.pack("<IB", 0, 1))
     with pytest.raises(AuditError, match="at most"):
         read_gguf_header(path)
 

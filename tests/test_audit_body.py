@@ -50,7 +50,8 @@ def test_with_context_the_cache_and_the_experts_are_records(tmp_path: Path) -> N
     assert doc["kv_bytes_per_token"] == doc["kv_cache"]["bytes_per_token"] > 0
     assert doc["experts"] == {"count": 8, "used": 2, "source": "qwen2moe.expert_count / qwen2moe.expert_used_count"}
     assert doc["total_bytes_per_token"] == doc["bytes_per_token"] + doc["kv_bytes_per_token"]
-    assert all(set(g) == {"group", "tensors", "types", "stored_bytes", "read_bytes_per_token", "note"} for g in doc["groups"])
+    assert all(set(g) == {"group", "tensors", "types", "stored_bytes", "read_bytes_per_token", "note"}
+               for g in doc["groups"])
 
 
 def test_the_body_decodes_back_into_the_record_it_was_written_from(tmp_path: Path) -> None:

@@ -157,13 +157,16 @@ def test_nextn_blocks_and_vision_excluded(tmp_path: Path) -> None:
     base = audit_model(write_gguf(tmp_path / "base.gguf", "llama", DENSE_KV, dense_tensors(tied=False)))
     assert result.bytes_per_token == base.bytes_per_token
     assert set(result.excluded) == {"blk.2.nextn.eh_proj.weight", "blk.2.attn_q.weight", "per_layer_token_embd.weight"}
-    assert result.resident_bytes == base.resident_bytes + nbytes("F16", (EMBD, EMBD)) + nbytes("Q4_K", (EMBD, EMBD)) + nbytes("Q8_0", (EMBD, VOCAB))
+    assert (result.resident_bytes
+            == base.resident_bytes + nbytes("F16", (EMBD, EMBD)) + nbytes("Q4_K", (EMBD, EMBD))
+            + nbytes("Q8_0", (EMBD, VOCAB)))
 
 
 @pytest.mark.parametrize("qtype", ["F16", "Q8_0", "Q4_0", "Q4_K", "Q5_K", "Q6_K", "Q2_K", "IQ4_XS", "MXFP4", "BF16"])
 def test_quant_types_sized_exactly(tmp_path: Path, qtype: str) -> None:
     shape = (512, 8)
-    path = write_gguf(tmp_path / "q.gguf", "llama", DENSE_KV, [("blk.0.ffn_up.weight", qtype, shape), ("output.weight", "F32", (EMBD, 4))])
+    path = write_gguf(tmp_path / "q.gguf", "llama", DENSE_KV,
+                      [("blk.0.ffn_up.weight", qtype, shape), ("output.weight", "F32", (EMBD, 4))])
     header = read_gguf_header(path)
     assert header.tensors[0].n_bytes == nbytes(qtype, shape)
     assert header.tensors[0].type_name == qtype
@@ -176,13 +179,15 @@ def test_walker_matches_official_reader(tmp_path: Path) -> None:
     path = write_gguf(tmp_path / "moe.gguf", "qwen2moe", MOE_KV, moe_tensors())
     ours = {t.name: (t.n_bytes, t.shape, t.offset) for t in read_gguf_header(path).tensors}
     reader = GGUFReader(path)
-    theirs = {t.name: (int(t.n_bytes), tuple(int(d) for d in t.shape), int(t.data_offset) - reader.data_offset) for t in reader.tensors}
+    theirs = {t.name: (int(t.n_bytes), tuple(int(d) for d in t.shape), int(t.data_offset) - reader.data_offset)
+              for t in reader.tensors}
     assert ours == theirs
 
 
 @pytest.mark.parametrize("pattern", [2, [True, False]])
 def test_sliding_window_layers_read_at_most_the_window(tmp_path: Path, pattern: int | list[bool]) -> None:
-    """Period 2 (llama.cpp's set_swa_pattern) and the per-layer bool array both say: block 0 slides, block 1 does not."""
+    """Period 2 (llama.cpp's set_swa_pattern) and the per-layer bool array both say: block 0 slides,
+    block 1 does not."""
     kv = {**DENSE_KV, "attention.sliding_window": 64, "attention.sliding_window_pattern": pattern}
     path = write_gguf(tmp_path / "swa.gguf", "gemma3", kv, dense_tensors(tied=False))
     result = audit_model(path, AuditOptions(context=1000))
@@ -195,7 +200,8 @@ def test_sliding_window_layers_read_at_most_the_window(tmp_path: Path, pattern: 
 
 
 def test_sliding_window_without_pattern_counts_full_context_and_says_so(tmp_path: Path) -> None:
-    path = write_gguf(tmp_path / "swa.gguf", "llama", {**DENSE_KV, "attention.sliding_window": 64}, dense_tensors(tied=False))
+    path = write_gguf(tmp_path / "swa.gguf", "llama", {**DENSE_KV, "attention.sliding_window": 64},
+                      dense_tensors(tied=False))
     result = audit_model(path, AuditOptions(context=1000))
     assert result.kv is not None and result.kv.bytes_per_token == 1001 * LAYERS * 2 * (EMBD // 4) * 2
     assert result.kv.note is not None and "not applied" in result.kv.note

@@ -69,7 +69,8 @@ def test_sharded_with_index(tmp_path: Path) -> None:
     folder = tmp_path / "sharded"
     _write(folder, first, CONFIG, "model-00001-of-00002.safetensors")
     _write(folder, second, CONFIG, "model-00002-of-00002.safetensors")
-    weight_map = {n: "model-00001-of-00002.safetensors" for n in first} | {n: "model-00002-of-00002.safetensors" for n in second}
+    weight_map = ({n: "model-00001-of-00002.safetensors" for n in first}
+                  | {n: "model-00002-of-00002.safetensors" for n in second})
     (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     single = audit_model(_write(tmp_path / "single", t, CONFIG))
     for target in (folder, folder / "model.safetensors.index.json"):
@@ -110,7 +111,8 @@ def test_mlx_moe_tied(tmp_path: Path) -> None:
         t[f"{p}.input_layernorm.weight"] = np.ones(H, np.float16)
     config = {
         **CONFIG, "num_experts": E, "num_experts_per_tok": K, "tie_word_embeddings": True,
-        "quantization": {"group_size": group, "bits": bits, **{f"model.layers.{i}.mlp.gate": {"group_size": group, "bits": 8} for i in range(L)}},
+        "quantization": {"group_size": group, "bits": bits,
+                         **{f"model.layers.{i}.mlp.gate": {"group_size": group, "bits": 8} for i in range(L)}},
     }
     result = audit_model(_write(tmp_path / "mlx", t, config))
     routed = sum(a.nbytes for n, a in t.items() if "switch_mlp" in n)
@@ -198,4 +200,6 @@ def test_awq_checkpoint_is_not_called_mlx(tmp_path: Path) -> None:
     config = {**CONFIG, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}
     result = audit_model(_write(tmp_path / "awq", t, config))
     assert result.format == "safetensors"
-    assert result.bytes_per_token == sum(a.nbytes for a in t.values()) - t["model.embed_tokens.weight"].nbytes + t["model.embed_tokens.weight"].nbytes // V
+    assert (result.bytes_per_token
+            == sum(a.nbytes for a in t.values()) - t["model.embed_tokens.weight"].nbytes
+            + t["model.embed_tokens.weight"].nbytes // V)

@@ -137,7 +137,8 @@ def test_gauges_one_running_three_waiting_decide_an_ambiguous_queue() -> None:
 def test_gauges_contradicting_the_times_make_the_batch_inconclusive() -> None:
     # the finish times look like a cluster, but the server says one request ran at a time
     gauges = _gauges([1] * 10, [3] * 10)
-    a = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, [2.1, 2.12, 2.15, 2.2], gauges=gauges)], tokens_requested=TOKENS)
+    a = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, [2.1, 2.12, 2.15, 2.2], gauges=gauges)],
+                             tokens_requested=TOKENS)
     top = a.points[-1]
     assert top.verdict == "inconclusive"
     assert "the completion times say cluster" in top.reason and "at most 1 running" in top.reason
@@ -145,7 +146,8 @@ def test_gauges_contradicting_the_times_make_the_batch_inconclusive() -> None:
 
 def test_gauges_that_agree_are_named_as_evidence() -> None:
     gauges = _gauges([4] * 10, [0] * 10)
-    a = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, [2.5, 2.52, 2.55, 2.6], gauges=gauges)], tokens_requested=TOKENS)
+    a = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, [2.5, 2.52, 2.55, 2.6], gauges=gauges)],
+                             tokens_requested=TOKENS)
     assert a.verdict == "cluster"
     assert a.evidence == ("completion_times", "server_gauges")
 
@@ -338,7 +340,8 @@ def test_two_gauge_reads_that_saw_a_queue_contradict_a_cluster() -> None:
     assert top.verdict == "inconclusive", top.reason
     assert "the completion times say cluster" in top.reason and "1 running" in top.reason
     # the same two reads do not decide a batch whose times are ambiguous
-    b = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, [2.0, 3.1, 6.5, 6.6], gauges=gauges)], tokens_requested=TOKENS)
+    b = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, [2.0, 3.1, 6.5, 6.6], gauges=gauges)],
+                             tokens_requested=TOKENS)
     assert b.points[-1].evidence != ("server_gauges",)
 
 
@@ -459,7 +462,8 @@ def _window(index: int, first_s: float, end_s: float, events: int = 16) -> Reque
     step = (end_s - first_s) / (events - 1)
     times = tuple(int((first_s + k * step) * NS_PER_S) for k in range(events))
     return RequestRecord(index=index, nonce=f"n{index}", status="ok", tokens_requested=events, send_ns=0,
-                         first_token_ns=times[0], end_ns=times[-1], token_ns=times, tokens=events, tokens_source="usage")
+                         first_token_ns=times[0], end_ns=times[-1], token_ns=times, tokens=events,
+                         tokens_source="usage")
 
 
 def test_windows_that_overlap_only_by_a_late_read_decide_nothing() -> None:

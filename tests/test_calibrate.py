@@ -103,7 +103,8 @@ def _cli(args: list[str]) -> int:
     return int(info.value.code or 0)
 
 
-def test_cli_writes_the_figures_and_says_it_measured_no_server(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_writes_the_figures_and_says_it_measured_no_server(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cal.json"
     code = _cli(["calibrate", "--streams", "2", "--gap-ms", "50", "--events", "10", "--json", str(out)])
     doc = json.loads(out.read_text())

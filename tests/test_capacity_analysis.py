@@ -175,7 +175,8 @@ def test_a_ttft_failure_names_ttft() -> None:
 
 
 def test_answer_line_in_the_issue_shape() -> None:
-    probes = {n: [sample(n, [r] * 6, agg=r * n)] for n, r in ((1, 80.0), (2, 70.0), (4, 50.0), (8, 30.0), (6, 45.5), (5, 48.0))}
+    probes = {n: [sample(n, [r] * 6, agg=r * n)]
+              for n, r in ((1, 80.0), (2, 70.0), (4, 50.0), (8, 30.0), (6, 45.5), (5, 48.0))}
     a = analyse(probes, Criteria(47.0), max_n=64)
     assert a.answer == "holds 5 users at >= 47 tok/s each (median); the 6th drops each to 45.5 tok/s"
     assert (a.max_concurrency, a.limit, a.determined) == (5, "user_rate", True)

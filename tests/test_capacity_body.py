@@ -81,7 +81,8 @@ def test_a_point_writes_its_intervals_as_pairs_and_its_marginal_beside_them() ->
         "n": 4, "per_user_tok_s": 110.0, "ttft_s": 0.02, "aggregate_tok_s": 440.0, "status": "pass",
         "per_user_interval": [108.0, 112.0], "ttft_interval": [0.018, 0.03], "interval_level": 0.96, "samples": 9,
         "rate_status": "pass", "ttft_status": "pass", "reason": "r", "probes": 2, "failed": 1,
-        "prev_n": 2, "marginal_gain_tok_s_per_user": 80.0, "marginal_aggregate_gain": 0.5, "marginal_per_user_change": -0.2,
+        "prev_n": 2, "marginal_gain_tok_s_per_user": 80.0, "marginal_aggregate_gain": 0.5,
+        "marginal_per_user_change": -0.2,
     }
     bare = encode(replace(point, rate=None, ttft=None, ttft_status=None).record(), nulls=True)
     assert set(bare) == POINT_KEYS  # every key present, unknowns as null
@@ -105,7 +106,8 @@ def test_the_least_marginal_carries_its_sentence_and_drift_its_limit() -> None:
 def test_a_whole_run_writes_every_key_and_reads_back_into_its_body() -> None:
     run = measured(Criteria(105.0, None, 50.0))
     doc = written(run)
-    assert set(doc) == {*HEADER, *BODY_KEYS, "log_audit"} and doc["log_audit"] is None  # null: finished, without --serve
+    # null: finished, without --serve
+    assert set(doc) == {*HEADER, *BODY_KEYS, "log_audit"} and doc["log_audit"] is None
     assert (doc["command"], doc["valid"], doc["complete"], doc["simulated"]) == ("capacity", True, True, True)
     assert (doc["max_concurrency"], doc["limit"], doc["determined"]) == (5, "user_rate", True)
     assert [p["n"] for p in doc["points"]] == [1, 2, 4, 5, 6, 8]
@@ -135,9 +137,11 @@ def test_the_opening_and_a_partial_run_write_nulls_where_nothing_was_measured() 
 
 
 def test_client_findings_are_message_and_hint_and_a_client_bound_run_is_invalid() -> None:
-    run = measured(Criteria(10.0, 0.05, 50.0), FakeServer(token_s=lambda n: 0.01, ttft_s=lambda n: 0.02 if n <= 2 else 0.051))
+    run = measured(Criteria(10.0, 0.05, 50.0),
+                   FakeServer(token_s=lambda n: 0.01, ttft_s=lambda n: 0.02 if n <= 2 else 0.051))
     ns = sorted({p.n for p in run.probes})
-    checks = tuple(ClientCheck(streams=n, tolerance_ms=50.0, basis="b", tried=(cal(80.0 if n == 4 else 3.0),)) for n in ns)
+    checks = tuple(ClientCheck(streams=n, tolerance_ms=50.0, basis="b", tried=(cal(80.0 if n == 4 else 3.0),))
+                   for n in ns)
     doc = written(replace(run, client_checks=checks, calibration="on"))
     assert doc["valid"] is False
     bound = [w for w in doc["warnings"] if w["message"].startswith("client-bound: ")]

@@ -41,7 +41,8 @@ def step_law(n: int) -> float:
 
 def capacity(tmp_path: Path, driver: FakeDriver, *args: str) -> tuple[int, dict[str, Any]]:
     out = tmp_path / "cap.json"
-    rc = run_main(["capacity", "http://127.0.0.1:9", "--tokens", "16", "--no-save", "--json", str(out), *args], driver.open)
+    rc = run_main(["capacity", "http://127.0.0.1:9", "--tokens", "16", "--no-save", "--json", str(out), *args],
+                  driver.open)
     return rc, json.loads(out.read_text())
 
 
@@ -76,14 +77,16 @@ def test_floor_above_one_user_alone_is_zero_users_exit_0(tmp_path: Path,
     rc, doc = capacity(tmp_path, driver, "--min-user-rate", "500")
     assert rc == exitcodes.OK and (doc["max_concurrency"], doc["limit"]) == (0, "user_rate")
     assert driver.batches == [1]  # nothing else to probe, nothing for drift to pose as
-    assert "holds 0 users: one user alone gets 200.0 tok/s (median), below the 500 tok/s floor" in capsys.readouterr().out
+    assert ("holds 0 users: one user alone gets 200.0 tok/s (median), below the 500 tok/s floor"
+            in capsys.readouterr().out)
 
 
 def test_a_server_failing_requests_fails_that_n_with_the_reason(tmp_path: Path) -> None:
     rc, doc = capacity(tmp_path, loop_driver(lambda n: 100.0, fails=lambda n: n >= 3), "--min-user-rate", "10")
     assert rc == exitcodes.OK and (doc["max_concurrency"], doc["limit"]) == (2, "user_rate")
     three = next(p for p in doc["points"] if p["n"] == 3)
-    assert three["status"] == "fail" and "requests failed" in three["reason"] and "HTTP 503: server busy" in three["reason"]
+    assert (three["status"] == "fail" and "requests failed" in three["reason"]
+            and "HTTP 503: server busy" in three["reason"])
     assert doc["valid"] is True  # failures are the answer at that N, not an invalid run
 
 
@@ -121,7 +124,8 @@ def test_max_n_bounds_the_search(tmp_path: Path) -> None:
 def test_ctrl_c_saves_partial(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     driver = loop_driver(step_law, ctrl_c_at_call=4)  # the warm-up, two probes, then Ctrl-C during the third
     out = tmp_path / "partial.json"
-    rc = run_main(["capacity", "http://127.0.0.1:9", "--min-user-rate", "105", "--tokens", "16", "--no-save", "--json", str(out)],
+    rc = run_main(["capacity", "http://127.0.0.1:9", "--min-user-rate", "105", "--tokens", "16", "--no-save", "--json",
+                   str(out)],
                   driver.open)
     assert rc == exitcodes.INTERRUPTED
     doc = json.loads(out.read_text())

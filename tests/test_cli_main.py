@@ -70,7 +70,8 @@ def test_console_script_runs() -> None:
 
 
 @pytest.mark.parametrize(("no_color", "escapes"), [(False, True), (True, False)])
-def test_no_color_writes_plain_text_on_a_terminal(monkeypatch: pytest.MonkeyPatch, no_color: bool, escapes: bool) -> None:
+def test_no_color_writes_plain_text_on_a_terminal(monkeypatch: pytest.MonkeyPatch, no_color: bool,
+                                                  escapes: bool) -> None:
     """--no-color promises plain text: not only no colours but no bold or dim escape codes either."""
     import io
 

@@ -38,5 +38,6 @@ def test_output_sinks_check_each_path(tmp_path: Path) -> None:
         output_sinks(json_path=str(tmp_path), html_path=None, db_path=None, no_save=True)
     with pytest.raises(UsageError, match="does not exist"):
         output_sinks(json_path=None, html_path=str(tmp_path / "no" / "r.html"), db_path=None, no_save=True)
-    sinks = output_sinks(json_path="-", html_path=str(tmp_path / "r.html"), db_path=None, no_save=True)  # stdout and a new file are fine
+    # stdout and a new file are fine
+    sinks = output_sinks(json_path="-", html_path=str(tmp_path / "r.html"), db_path=None, no_save=True)
     assert [type(s).__name__ for s in sinks] == ["JsonFileSink", "HtmlFileSink"]

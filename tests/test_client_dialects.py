@@ -235,8 +235,8 @@ def test_an_implausible_llamacpp_cache_n_drops_the_counter_not_the_request(bad: 
     """Every token arrived and the output counts are sound: only the cache witness is unreadable."""
     final = {"content": "", "tokens": [], "stop": True, "tokens_predicted": 2, "stop_type": "limit",
              "timings": {"cache_n": bad, "prompt_n": 5, "prompt_ms": 12.5, "predicted_n": 2, "predicted_ms": 40.0}}
-    chunks = [sse({"content": "Hi", "tokens": [101], "stop": False}), sse({"content": "!", "tokens": [7], "stop": False}),
-              sse(final)]
+    chunks = [sse({"content": "Hi", "tokens": [101], "stop": False}),
+              sse({"content": "!", "tokens": [7], "stop": False}), sse(final)]
     assert b"NaN" in chunks[-1] or b"Infinity" in chunks[-1] or b"-5" in chunks[-1]  # the raw bytes carry it
     tally = run_sse("llamacpp", chunks)
     assert tally.implausible is None and plausibility_problem(tally, 2) is None

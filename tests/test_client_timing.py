@@ -45,7 +45,8 @@ def record(*windows: tuple[int, int], **kw: int) -> ClientLateness:
     (record(), 0, 2_000, 5.0, "uncovered"),
     (record(dropped=1), 0, 10, 5.0, "dropped"),
 ])
-def test_vouch_names_what_decided(lateness: ClientLateness | None, lo: float, hi: int, needed_ms: float, code: str) -> None:
+def test_vouch_names_what_decided(lateness: ClientLateness | None, lo: float, hi: int, needed_ms: float,
+                                  code: str) -> None:
     word = ct.vouch(lateness, round(lo * MS), hi * MS, needed_ms * MS)
     assert word.code == code and word.ok == (code == "on_time")
     if code == "late":
@@ -140,7 +141,8 @@ async def speculative(url: str, seed: int, tokens: int = 160):
 
 @pytest.mark.timing(seconds=20)
 @pytest.mark.parametrize("pattern", ["wake:3-5.4", "exp:4.5"], ids=["late-wakeups", "exponential"])
-async def test_a_late_reader_never_makes_one_token_a_step_speculating(monkeypatch: pytest.MonkeyPatch, pattern: str) -> None:
+async def test_a_late_reader_never_makes_one_token_a_step_speculating(monkeypatch: pytest.MonkeyPatch,
+                                                                      pattern: str) -> None:
     """The issue's case: a reader waking 1.0-1.8 steps late (or exponentially, 1.5 steps on average) on a
     3 ms one-token-per-step server read 1.30 tokens per step, `speculating`, before the groups opened by a
     late read were left out."""
@@ -197,7 +199,8 @@ async def interference(url: str, seed: int):
 
 
 @pytest.mark.timing(seconds=40)
-@pytest.mark.parametrize(("law", "truth"), [({"prefill_isolated": True}, "isolated"), ({"prefill_chunk": 256}, "chunked")],
+@pytest.mark.parametrize(("law", "truth"),
+                         [({"prefill_isolated": True}, "isolated"), ({"prefill_chunk": 256}, "chunked")],
                          ids=["isolated", "chunked"])
 async def test_a_client_stall_inside_the_prefill_window_is_no_freeze(monkeypatch: pytest.MonkeyPatch, law: dict,
                                                                      truth: str) -> None:
@@ -240,5 +243,6 @@ async def test_interference_behind_a_buffering_hop_names_the_hop() -> None:
                                             rng=random.Random(3))
     body = result.body()
     assert body.verdict == "inconclusive", body.verdict_reason
-    assert all(any("buffered on its way" in q for q in p.problems) for p in body.points), [p.problems for p in body.points]
+    assert all(any("buffered on its way" in q for q in p.problems) for p in body.points), [
+        p.problems for p in body.points]
     assert "a hop on the way" in body.verdict_reason and "512, 2,048" in body.verdict_reason, body.verdict_reason

@@ -21,8 +21,10 @@ from servecheck.model.result import from_doc
 from written import fields_of
 
 ENGINE_KEYS = {"name", "bytes_per_token", "tok_s", "achieved_gb_s", "source"}
-COMPARISON_KEYS = {"a", "b", "measured_ratio", "bytes_ratio", "utilization_ratio", "product", "bytes_share", "utilization_share"}
-ENVELOPE_KEYS = {"schema_version", "command", "servecheck_version", "created_at", "environment", "params", "simulated", "complete"}
+COMPARISON_KEYS = {"a", "b", "measured_ratio", "bytes_ratio", "utilization_ratio", "product", "bytes_share",
+                   "utilization_share"}
+ENVELOPE_KEYS = {"schema_version", "command", "servecheck_version", "created_at", "environment", "params", "simulated",
+                 "complete"}
 
 
 def compare_json(tmp_path: Path, *entries: str) -> dict:
@@ -37,7 +39,8 @@ def test_the_seed_comparison_writes_its_figures(tmp_path: Path) -> None:
     doc = compare_json(tmp_path, "llama.cpp=2.80GB@41.5", "new=1.849GB@97.83")
     assert set(doc) == ENVELOPE_KEYS | {"engines", "comparisons"}  # never saved: no run_id; no valid
     assert doc["command"] == "compare" and doc["complete"] is True
-    assert doc["params"] == {"entries": ["llama.cpp=2.80GB@41.5", "new=1.849GB@97.83"], "context": None, "kv_type": "f16"}
+    assert doc["params"] == {"entries": ["llama.cpp=2.80GB@41.5", "new=1.849GB@97.83"], "context": None,
+                             "kv_type": "f16"}
     assert doc["engines"][0] == {"name": "llama.cpp", "bytes_per_token": 2_800_000_000, "tok_s": 41.5,
                                  "achieved_gb_s": pytest.approx(116.2), "source": "given"}
     assert doc["engines"][1]["bytes_per_token"] == 1_849_000_000 and doc["engines"][1]["source"] == "given"

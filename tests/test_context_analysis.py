@@ -15,7 +15,8 @@ F16, Q8_0 = 2.0, 34 / 32
 
 def dense(layers: int, kv_heads: int, head: int, element: float = F16, window: int | None = None,
           weights: int = 1_000_000, state: int = 0) -> ctx.ModelBytes:
-    return ctx.ModelBytes(weights, state, tuple(ctx.KVLayer(kv_heads, head, head, window) for _ in range(layers)), element)
+    return ctx.ModelBytes(weights, state, tuple(ctx.KVLayer(kv_heads, head, head, window) for _ in range(layers)),
+                          element)
 
 
 # ---------------------------------------------------------------- KV bookkeeping
@@ -49,7 +50,8 @@ def test_sliding_window_layers_hold_at_most_their_window():
 
 def test_recurrent_layers_hold_no_kv_and_their_state_does_not_grow():
     # a hybrid: 1 attention layer of 4, the recurrent state read and written (already x2) every token
-    model = ctx.ModelBytes(weights_bytes=500, state_bytes=2 * 7000, kv_layers=(ctx.KVLayer(1, 64, 64),), kv_element_bytes=F16)
+    model = ctx.ModelBytes(weights_bytes=500, state_bytes=2 * 7000, kv_layers=(ctx.KVLayer(1, 64, 64),),
+                           kv_element_bytes=F16)
     assert ctx.kv_bytes_per_context_token(model) == 256
     assert ctx.bytes_per_token(model, 0) == 500 + 14000 + 256
     assert ctx.bytes_per_token(model, 100) - ctx.bytes_per_token(model, 0) == 100 * 256
@@ -190,8 +192,8 @@ def test_off_length_and_failed_points_are_invalid(over, words):
 
 
 def point(depth: int, rate: float, ratio: float, context: int | None = None) -> ctx.PointAnalysis:
-    return ctx.PointAnalysis(depth, context if context is not None else depth, 128, 0.1, 1000.0, rate, (rate, rate), ratio,
-                             ratio, True, (), ())
+    return ctx.PointAnalysis(depth, context if context is not None else depth, 128, 0.1, 1000.0, rate, (rate, rate),
+                             ratio, ratio, True, (), ())
 
 
 def test_constant_utilization_predicts_the_fall_the_bytes_explain():

@@ -59,7 +59,8 @@ def stream(index: int, start_ms: int, prompt_tokens: int) -> RequestRecord:
                          prompt_tokens=prompt_tokens, server=ServerTimings(prompt_tokens=prompt_tokens))
 
 
-def result(plan: tuple[int, ...] = (0, 512, 0), *, reported: dict[int, int] | None = None, **extra: Any) -> ContextResult:
+def result(plan: tuple[int, ...] = (0, 512, 0), *, reported: dict[int, int] | None = None,
+           **extra: Any) -> ContextResult:
     """A run whose streams are 200 ms apart; `reported` gives a depth the prompt count the server says it read."""
     reported = reported or {}
     measured = tuple(sorted(set(plan)))
@@ -82,7 +83,8 @@ def test_the_document_is_the_header_and_the_encoded_body_and_reads_back_into_it(
     r = result()
     doc = written(r)
     assert set(doc) == HEADER | BODY_KEYS | {"log_audit"}  # a finished run's: null without --serve
-    assert (doc["command"], doc["valid"], doc["simulated"], doc["complete"], doc["log_audit"]) == ("context", True, False, True, None)
+    assert ((doc["command"], doc["valid"], doc["simulated"], doc["complete"], doc["log_audit"])
+            == ("context", True, False, True, None))
     body = {k: v for k, v in doc.items() if k not in HEADER | {"log_audit"}}
     assert body == encode(r.body(), nulls=True)
     reads_back(doc)
@@ -94,13 +96,15 @@ def test_points_and_samples_write_the_analysis_and_the_driver_records() -> None:
     shallow, deep = doc["points"]
     assert set(shallow) == set(deep) == POINT_KEYS
     assert (shallow["depth"], deep["depth"], deep["context_tokens"], deep["tokens"]) == (0, 512, 512, TOKENS)
-    assert deep["decode_tok_s"] == deep["decode_range_tok_s"][0] == deep["decode_range_tok_s"][1] == pytest.approx(100.0)
+    assert (deep["decode_tok_s"] == deep["decode_range_tok_s"][0] == deep["decode_range_tok_s"][1]
+            == pytest.approx(100.0))
     assert (deep["ratio"], deep["ratio_raw"], deep["valid"], deep["problems"]) == (1.0, 1.0, True, [])
     assert deep["ttft_s"] == 0.05 and deep["prefill_tok_s"] == 512 / 0.05
     assert [s["rep"] for s in shallow["samples"]] == [0, 1] and [s["order"] for s in shallow["samples"]] == [0, 2]
     sample = deep["samples"][0]
     assert set(sample) == SAMPLE_KEYS and sample["problem"] is None
-    assert (sample["prompt_tokens"], sample["reported_prompt_tokens"], sample["decode_s"], sample["mid_s"]) == (512, 512, 0.07, 0.485)
+    assert ((sample["prompt_tokens"], sample["reported_prompt_tokens"], sample["decode_s"], sample["mid_s"])
+            == (512, 512, 0.07, 0.485))
     assert sample["request"]["index"] == 2 and sample["request"]["nonce"] == "n2" and sample["request"]["send_s"] == 0.4
     assert "token_s" not in sample["request"] and "token_s" not in doc["warmup"]  # token times are not kept here
     assert doc["warmup"]["prompt_tokens"] == 16
@@ -115,7 +119,8 @@ def test_the_server_writes_every_field_with_its_nulls() -> None:
               "notes": []}
     assert written(result())["server"] == server
     opening = fields_of(ContextExperiment((0, 512), TOKENS, 1, random.Random(1)).opening(SERVER))
-    assert set(opening) == (HEADER - {"valid"}) | BODY_KEYS  # the whole shape from the first document on; no verdict yet
+    # the whole shape from the first document on; no verdict yet
+    assert set(opening) == (HEADER - {"valid"}) | BODY_KEYS
     assert (opening["server"], opening["simulated"], opening["complete"]) == (server, False, False)
     assert (opening["points"], opening["roofline"], opening["effect"]) == ([], None, None)
 
@@ -161,13 +166,15 @@ def summary(kv_heads: int | tuple[int, ...]) -> ModelBytesSummary:
 
 def test_with_a_model_the_roofline_rows_and_the_bandwidth_are_ranges_as_lists() -> None:
     model = ctx.ModelBytes(1_000_000, 0, (ctx.KVLayer(2, 64, 64), ctx.KVLayer(2, 64, 64)), 2.0)
-    doc = written(result(model=model, model_summary=summary(2), bandwidth_gb_s=Span(10.0, 20.0), bandwidth_source="given"))
+    doc = written(result(model=model, model_summary=summary(2), bandwidth_gb_s=Span(10.0, 20.0),
+                         bandwidth_source="given"))
     assert (doc["bandwidth_gb_s"], doc["bandwidth_source"]) == ([10.0, 20.0], "given")
     rows = doc["roofline"]
     assert [r["depth"] for r in rows] == [0, 512] and all(set(r) == ROW_KEYS for r in rows)
     deep = rows[1]
     # 2 layers x 2 KV heads x (64 + 64) x 2 B = 1 KiB a position: the mean context's and the new entry's
-    assert deep["mean_context_tokens"] == 512 + TOKENS / 2 and deep["kv_bytes_per_token"] == 1024 * (512 + TOKENS // 2 + 1)
+    assert (deep["mean_context_tokens"] == 512 + TOKENS / 2
+            and deep["kv_bytes_per_token"] == 1024 * (512 + TOKENS // 2 + 1))
     assert deep["bytes_per_token"] == 1_000_000 + deep["kv_bytes_per_token"]
     assert deep["utilization"] == [deep["achieved_gb_s"] / 20.0, deep["achieved_gb_s"] / 10.0]
     assert set(doc["model_bytes"]) == SUMMARY_KEYS and doc["model_bytes"]["kv_layout"] is None
@@ -183,6 +190,7 @@ def test_the_model_summary_from_the_audit_writes_one_head_count_or_each_distinct
         assert made is not None
         doc = json.loads(json.dumps(encode(made, nulls=True)))
         assert set(doc) == SUMMARY_KEYS and doc["kv_heads"] == heads and doc["resident_bytes"] == resident
-        assert (doc["path"], doc["kv_type"], doc["kv_element_bytes"], doc["kv_layers"]) == (str(path), "q8_0", 34 / 32, 2)
+        assert ((doc["path"], doc["kv_type"], doc["kv_element_bytes"], doc["kv_layers"])
+                == (str(path), "q8_0", 34 / 32, 2))
         assert decode(ModelBytesSummary, doc) == made  # the list of head counts reads back as the tuple it was
     assert load_model(None, "f16") == (None, None, None)

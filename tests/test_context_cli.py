@@ -69,7 +69,8 @@ def test_bad_input_is_a_one_line_usage_error(args, words, capsys):
 
 
 def test_unreachable_server_is_an_error(capsys):
-    assert run_main(["context", "http://127.0.0.1:9", "--depths", "0,512", "--no-save", "--timeout", "2"]) == exitcodes.ERROR
+    assert (run_main(["context", "http://127.0.0.1:9", "--depths", "0,512", "--no-save", "--timeout", "2"])
+            == exitcodes.ERROR)
     err = capsys.readouterr().err.strip()
     assert "Traceback" not in err and err.startswith("Error:")
 
@@ -86,7 +87,8 @@ def test_a_depth_beyond_the_context_is_skipped_with_a_note(tmp_path, capsys):
     assert code == exitcodes.OK
     assert [p["depth"] for p in doc["points"]] == [0, 512] and doc["order"] == [0, 512, 0]
     assert doc["skipped"] == [{"depth": 8192, "reason": doc["skipped"][0]["reason"]}]
-    assert "note: depth 8192 skipped: 8192 prompt + 16 output tokens exceed the server's context of 4096" in capsys.readouterr().out
+    assert ("note: depth 8192 skipped: 8192 prompt + 16 output tokens exceed the server's context of 4096"
+            in capsys.readouterr().out)
 
 
 def test_a_server_that_truncates_the_prompt_is_named_and_the_run_invalid(tmp_path, capsys):
@@ -94,7 +96,8 @@ def test_a_server_that_truncates_the_prompt_is_named_and_the_run_invalid(tmp_pat
     assert code == exitcodes.INVALID and doc["valid"] is False
     by = {p["depth"]: p for p in doc["points"]}
     assert by[2048]["valid"] is False and by[2048]["ratio"] is None and by[512]["valid"] is True
-    assert "the server truncated the prompt: it reports 1000 prompt tokens, 2048 were sent" in doc["invalid"][0]["message"]
+    assert ("the server truncated the prompt: it reports 1000 prompt tokens, 2048 were sent"
+            in doc["invalid"][0]["message"])
     out = capsys.readouterr().out
     assert "INVALID: depth 2048 rep 1: the server truncated the prompt" in out and "run INVALID" in out
 
@@ -106,7 +109,8 @@ def test_json_contract_history_and_terminal_table(tmp_path, capsys):
     db = tmp_path / "h.db"
     code, doc = sweep(tmp_path, "--db", str(db))
     assert code == exitcodes.OK, doc.get("effect_reason")
-    assert doc["command"] == "context" and doc["schema_version"] >= 1 and doc["simulated"] is True and doc["complete"] is True
+    assert (doc["command"] == "context" and doc["schema_version"] >= 1 and doc["simulated"] is True
+            and doc["complete"] is True)
     assert doc["roofline"] is None and doc["params"]["depths"] == [0, 512, 2048]
     for p in doc["points"]:
         assert isinstance(p["context_tokens"], int) and isinstance(p["tokens"], int) and p["tokens"] == int(TOKENS)
@@ -130,11 +134,13 @@ def test_depth_labels_in_the_seed_shape():
 
 
 def test_report_lines_read_the_document_alone():
-    doc = {"server": {"url": "u", "dialect": "llamacpp", "model": "m"}, "tokens": 128, "reps": 1, "order": [0, 43000, 0],
-           "cache_prompt": False, "complete": True, "valid": True, "effect": "falls", "effect_reason": "r", "notes": [],
-           "points": [{"depth": 0, "context_tokens": 5, "ttft_s": 0.1, "prefill_tok_s": 50.0, "decode_tok_s": 98.0, "ratio": 1.0},
-                      {"depth": 43000, "context_tokens": 43000, "ttft_s": 60.0, "prefill_tok_s": 716.7, "decode_tok_s": 34.0,
-                       "ratio": 0.35}],
+    doc = {"server": {"url": "u", "dialect": "llamacpp", "model": "m"}, "tokens": 128, "reps": 1,
+           "order": [0, 43000, 0], "cache_prompt": False, "complete": True, "valid": True, "effect": "falls",
+           "effect_reason": "r", "notes": [],
+           "points": [{"depth": 0, "context_tokens": 5, "ttft_s": 0.1, "prefill_tok_s": 50.0, "decode_tok_s": 98.0,
+                       "ratio": 1.0},
+                      {"depth": 43000, "context_tokens": 43000, "ttft_s": 60.0, "prefill_tok_s": 716.7,
+                       "decode_tok_s": 34.0, "ratio": 0.35}],
            "roofline": None}
     lines = report_lines(from_doc({"command": "context", **doc}))
     assert any(line.startswith("short context") and "98.0" in line for line in lines)
@@ -149,8 +155,8 @@ def test_model_roofline_bookkeeping_matches_the_audit(tmp_path, capsys):
     # 64 tokens a stream (128 ms at depth 0): with 16, one client stall over the closing 32 ms stream read
     # it at 13,327 tok/s, a +2641% drift, and the run rightly said inconclusive (fresh-clone run at e877344)
     tokens = 64
-    code, doc = sweep(tmp_path, "--no-save", "--model", str(model), "--bandwidth", "10-20", "--served-model", "servecheck-sim",
-                      tokens=str(tokens))
+    code, doc = sweep(tmp_path, "--no-save", "--model", str(model), "--bandwidth", "10-20", "--served-model",
+                      "servecheck-sim", tokens=str(tokens))
     assert code == exitcodes.OK, doc.get("effect_reason")
     m = doc["model_bytes"]
     head = EMBD // DENSE_KV["attention.head_count"]
@@ -170,7 +176,8 @@ def test_model_roofline_bookkeeping_matches_the_audit(tmp_path, capsys):
         assert r["achieved_gb_s"] == pytest.approx(points[depth]["decode_tok_s"] * r["bytes_per_token"] / 1e9)
         assert r["utilization"] == pytest.approx([r["achieved_gb_s"] / 20, r["achieved_gb_s"] / 10])
     base = rows[0]
-    assert rows[2048]["predicted_tok_s"] == pytest.approx(points[0]["decode_tok_s"] * base["bytes_per_token"] / rows[2048]["bytes_per_token"])
+    assert (rows[2048]["predicted_tok_s"]
+            == pytest.approx(points[0]["decode_tok_s"] * base["bytes_per_token"] / rows[2048]["bytes_per_token"]))
     # this tiny model's KV is a rounding error beside its weights, and the simulator slows 2 us a context token: steeper
     assert rows[2048]["steeper"] is True and any("steeper than the bytes explain" in n for n in doc["notes"])
     out = capsys.readouterr().out
@@ -179,7 +186,8 @@ def test_model_roofline_bookkeeping_matches_the_audit(tmp_path, capsys):
 
 def test_kv_type_changes_the_element_size(tmp_path):
     model = write_gguf(tmp_path / "dense.gguf", "llama", DENSE_KV, dense_tensors(tied=False))
-    _, doc = sweep(tmp_path, "--no-save", "--model", str(model), "--bandwidth", "10", "--kv-type", "q8_0", depths="0,512")
+    _, doc = sweep(tmp_path, "--no-save", "--model", str(model), "--bandwidth", "10", "--kv-type", "q8_0",
+                   depths="0,512")
     head = EMBD // DENSE_KV["attention.head_count"]
     assert doc["model_bytes"]["kv_bytes_per_context_token"] == pytest.approx(2 * LAYERS * head * 34 / 32)
     assert doc["model_bytes"]["kv_type"] == "q8_0"

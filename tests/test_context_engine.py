@@ -31,12 +31,13 @@ def engine() -> LocalEngine:
     return provision_local(None, "tiny", progress=lambda m: print(m, file=sys.stderr))
 
 
-def test_decode_falls_with_depth_and_the_kv_bookkeeping_holds(engine: LocalEngine, tmp_path: Path, capsys, first_try: Any,
-                                                              request: pytest.FixtureRequest) -> None:
+def test_decode_falls_with_depth_and_the_kv_bookkeeping_holds(engine: LocalEngine, tmp_path: Path, capsys,
+                                                              first_try: Any, request: pytest.FixtureRequest) -> None:
     out = tmp_path / "context.json"
 
     def attempt(_: int) -> tuple[int, dict]:
-        with LlamaServer(engine.binary, engine.model_path, ctx_per_slot=CTX_PER_SLOT, log_path=tmp_path / "server.log") as url:
+        with LlamaServer(engine.binary, engine.model_path, ctx_per_slot=CTX_PER_SLOT,
+                         log_path=tmp_path / "server.log") as url:
             with pytest.raises(SystemExit) as info:
                 # A given bandwidth keeps the test about the arithmetic (no probe on a machine others are timing).
                 main_mod.main(["context", url, "--depths", ",".join(map(str, DEPTHS)), "--tokens", str(TOKENS),

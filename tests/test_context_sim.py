@@ -35,7 +35,8 @@ def law_tok_s(context_tokens: int) -> float:
 
 
 async def test_decode_rates_match_the_step_law_at_every_depth():
-    config = SimConfig(token_s=TOKEN_S, per_seq_s=0.0, prompt_token_s=1e-5, context_token_s=PER_CONTEXT_TOKEN_S, n_ctx=16384)
+    config = SimConfig(token_s=TOKEN_S, per_seq_s=0.0, prompt_token_s=1e-5, context_token_s=PER_CONTEXT_TOKEN_S,
+                       n_ctx=16384)
     doc = fields_of((await sweep(config)).document())
     assert doc["simulated"] is True and doc["valid"] is True and doc["cache_prompt"] is False
     assert doc["order"] == [0, 2048, 8192, 0]

@@ -32,7 +32,8 @@ from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord, Serve
 from servecheck.report.lines.demo import audit_cell
 
 BINARY = EngineBinary(Path("/x/llama-server"), "0.5.0-dev (build 1, commit 0c1e570)", "cache")
-ENV = VllmEnv(Path("/c/vllm/k"), Path("/c/vllm/k/venv/bin/python"), "0.11.0", "2.8.0+cpu", 3_500_000_000, 412.5, "installed")
+ENV = VllmEnv(Path("/c/vllm/k"), Path("/c/vllm/k/venv/bin/python"), "0.11.0", "2.8.0+cpu", 3_500_000_000, 412.5,
+              "installed")
 LLAMA = job.DemoEngine("llamacpp", LocalEngine(BINARY, Path("/m/tiny.gguf"), "tiny"), 1)
 VLLM = job.DemoEngine("vllm", VllmLocal(ENV, Path("/m/hf-tiny"), "servecheck-tiny"), None)
 
@@ -46,7 +47,8 @@ def demo_doc(engine: job.DemoEngine, runs: list[job.DemoRun]) -> dict[str, Any]:
 
 
 def staircase_doc(result: StaircaseResult) -> dict[str, Any]:
-    """A staircase's document as a demo run embeds it: its fields, without the log audit a finished run of its own writes."""
+    """A staircase's document as a demo run embeds it: its fields, without the log audit a finished run of
+    its own writes."""
     return {k: v for k, v in fields_of(result.document()).items() if k != "log_audit"}
 
 
@@ -55,13 +57,15 @@ def staircase(finish_s: dict[int, float], *, complete: bool = True) -> Staircase
     server = ServerInfo(url="http://127.0.0.1:1", dialect="llamacpp", model="m", simulated=True)
 
     def batch(n: int) -> MeasuredBatch:
-        records = tuple(RequestRecord(index=i, nonce=f"n{n}{i}", status="ok", tokens_requested=8, send_ns=0, first_token_ns=10_000_000,
-                                      end_ns=int((i + 1 if finish_s[n] == 0 else finish_s[n]) * NS_PER_S), tokens=8, tokens_source="usage")
+        records = tuple(RequestRecord(index=i, nonce=f"n{n}{i}", status="ok", tokens_requested=8, send_ns=0,
+                                      first_token_ns=10_000_000,
+                                      end_ns=int((i + 1 if finish_s[n] == 0 else finish_s[n]) * NS_PER_S), tokens=8,
+                                      tokens_source="usage")
                         for i in range(n))
         return MeasuredBatch(n, 0, BatchResult(release_ns=0, in_flight=n, records=records, dispatch_skew_ns=0))
 
-    return StaircaseResult(server=server, ns=(1, 2, 4), tokens=8, prompt_tokens=8, reps=1, batches=tuple(batch(n) for n in (1, 2, 4)),
-                           complete=complete)
+    return StaircaseResult(server=server, ns=(1, 2, 4), tokens=8, prompt_tokens=8, reps=1,
+                           batches=tuple(batch(n) for n in (1, 2, 4)), complete=complete)
 
 
 def run(parallel: int, expected: str, result: StaircaseResult, audit: DemoLogAudit | None) -> job.DemoRun:
@@ -70,19 +74,20 @@ def run(parallel: int, expected: str, result: StaircaseResult, audit: DemoLogAud
 
 
 def test_each_engine_writes_its_own_keys() -> None:
-    assert encode(BINARY.body(), nulls=True) == {"name": "llamacpp", "path": "/x/llama-server", "version": BINARY.version,
-                                                 "origin": "cache", "source": None}
-    assert encode(VLLM.body(), nulls=True) == {"name": "vllm", "path": "/c/vllm/k/venv/bin/python", "folder": "/c/vllm/k",
-                                               "python": "/c/vllm/k/venv/bin/python", "vllm_version": "0.11.0",
-                                               "torch_version": "2.8.0+cpu", "size_bytes": 3_500_000_000, "install_s": 412.5,
-                                               "origin": "installed"}
+    assert encode(BINARY.body(), nulls=True) == {"name": "llamacpp", "path": "/x/llama-server",
+                                                 "version": BINARY.version, "origin": "cache", "source": None}
+    assert encode(VLLM.body(), nulls=True) == {"name": "vllm", "path": "/c/vllm/k/venv/bin/python",
+                                               "folder": "/c/vllm/k", "python": "/c/vllm/k/venv/bin/python",
+                                               "vllm_version": "0.11.0", "torch_version": "2.8.0+cpu",
+                                               "size_bytes": 3_500_000_000, "install_s": 412.5, "origin": "installed"}
 
 
 @pytest.mark.parametrize("engine", [LLAMA, VLLM], ids=["llamacpp", "vllm"])
 def test_the_first_document_has_no_runs_and_no_verdicts_yet(engine: job.DemoEngine, tmp_path: Path) -> None:
     opening = job.DemoJob(engine, 16, 8, tmp_path, print, open_driver=None).opening()  # type: ignore[arg-type]
-    assert fields_of(opening) == {"command": "demo", "simulated": False, "complete": False, "engine": encode(engine.body(), nulls=True),
-                                  "model_path": str(engine.model_path), "runs": []}
+    assert fields_of(opening) == {"command": "demo", "simulated": False, "complete": False,
+                                  "engine": encode(engine.body(), nulls=True), "model_path": str(engine.model_path),
+                                  "runs": []}
 
 
 def test_a_run_embeds_its_staircase_document_and_the_verdicts_follow_it() -> None:
@@ -91,8 +96,8 @@ def test_a_run_embeds_its_staircase_document_and_the_verdicts_follow_it() -> Non
     doc = demo_doc(LLAMA, runs)
     assert set(doc) == json_keys(DemoBody) | HEAD
     first, second = doc["runs"]
-    assert set(first) == {"parallel", "expected", "verdict", "as_expected", "attempts", "server_command", "server_pid", "log_path",
-                          "log_audit", "staircase"}
+    assert set(first) == {"parallel", "expected", "verdict", "as_expected", "attempts", "server_command", "server_pid",
+                          "log_path", "log_audit", "staircase"}
     assert first["staircase"] == staircase_doc(one) and second["staircase"] == staircase_doc(many)
     assert doc["verdicts"] == {"parallel_1": first["verdict"], "parallel_4": second["verdict"]}
     assert (first["verdict"], first["staircase"]["verdict"]) == (one.analysis().verdict, one.analysis().verdict)
@@ -104,9 +109,11 @@ def test_a_run_embeds_its_staircase_document_and_the_verdicts_follow_it() -> Non
 def test_a_log_audit_writes_the_log_fields_or_only_why_it_failed() -> None:
     log = LogBody(path="/l/np1.log", engine="llamacpp", lines_total=12, warnings=0, errors=0, notes=("n",))
     found, failed = DemoLogAudit.of(log), LogAuditFailed(error="cannot read /l/np4.log")
-    runs = [run(1, "staircase", staircase({1: 0, 2: 0, 4: 0}), found), run(4, "cluster", staircase({1: 1.0, 2: 1.0, 4: 1.0}), failed)]
+    runs = [run(1, "staircase", staircase({1: 0, 2: 0, 4: 0}), found),
+            run(4, "cluster", staircase({1: 1.0, 2: 1.0, 4: 1.0}), failed)]
     doc = demo_doc(LLAMA, runs)
-    assert doc["runs"][0]["log_audit"] == encode(log, nulls=True)  # the log command's fields, `refused` null, no `error`
+    # the log command's fields, `refused` null, no `error`
+    assert doc["runs"][0]["log_audit"] == encode(log, nulls=True)
     assert "error" not in doc["runs"][0]["log_audit"] and doc["runs"][0]["log_audit"]["refused"] is None
     assert doc["runs"][1]["log_audit"] == {"error": "cannot read /l/np4.log", "findings": []}
     # a failed audit reads back as the audit record with its error, as the report reads it
@@ -116,11 +123,13 @@ def test_a_log_audit_writes_the_log_fields_or_only_why_it_failed() -> None:
 
 def test_a_document_reads_back_into_the_body_it_was_written_from() -> None:
     log = DemoLogAudit.of(LogBody(path="/l/np1.log", engine="vllm", lines_total=3))
-    runs = [run(1, "staircase", staircase({1: 0, 2: 0, 4: 0}), log), run(4, "cluster", staircase({1: 1.0, 2: 1.0, 4: 1.0}), log)]
+    runs = [run(1, "staircase", staircase({1: 0, 2: 0, 4: 0}), log),
+            run(4, "cluster", staircase({1: 1.0, 2: 1.0, 4: 1.0}), log)]
     doc = demo_doc(VLLM, runs)
     body = decode(DemoBody, doc)
     # the engine reads back as one record of every engine's keys (llama.cpp's null for vLLM): the rest as written
-    assert {k: v for k, v in encode(body, nulls=True).items() if k != "engine"} == {k: v for k, v in doc.items() if k not in HEAD | {"engine"}}
+    assert ({k: v for k, v in encode(body, nulls=True).items() if k != "engine"}
+            == {k: v for k, v in doc.items() if k not in HEAD | {"engine"}})
     assert body.engine is not None and encode(body.engine) == doc["engine"] and body.engine.version is None
     staircase_body = body.runs[0].staircase
     assert staircase_body is not None and staircase_body.command == "staircase" and staircase_body.complete is True

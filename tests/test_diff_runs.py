@@ -25,7 +25,8 @@ def runs_of(docs: list[dict[str, Any]]) -> list:
 
 def seed_table_doc(aggregates: dict[int, float], trend: str | None = None) -> dict[str, Any]:
     """A staircase document holding only the seed-000 section-3 figures."""
-    doc: dict[str, Any] = {"command": "staircase", "points": [{"n": n, "aggregate_tok_s": a} for n, a in aggregates.items()]}
+    doc: dict[str, Any] = {"command": "staircase",
+                           "points": [{"n": n, "aggregate_tok_s": a} for n, a in aggregates.items()]}
     if trend is not None:
         doc["trend"] = trend
     return doc
@@ -38,7 +39,8 @@ BATCHING = {1: 90.0, 2: 160.0, 4: 250.0, 8: 300.0}
 
 
 def test_seed_three_flat_lines() -> None:
-    result = diff_runs(runs_of([seed_table_doc(a) for a in (SEED_OLD, SEED_NEW, SEED_CB8)]), labels=["old", "new", "new CB=8"])
+    result = diff_runs(runs_of([seed_table_doc(a) for a in (SEED_OLD, SEED_NEW, SEED_CB8)]),
+                       labels=["old", "new", "new CB=8"])
     assert result.verdict == "no configuration batches: all lines flat"
     assert result.levels == (1, 2, 4, 8)
     assert [line.trend_from for line in result.lines] == ["computed"] * 3
@@ -46,7 +48,8 @@ def test_seed_three_flat_lines() -> None:
 
 
 def test_one_rising_line_is_named() -> None:
-    result = diff_runs(runs_of([seed_table_doc(a) for a in (SEED_OLD, SEED_NEW, BATCHING)]), labels=["old", "new", "fixed"])
+    result = diff_runs(runs_of([seed_table_doc(a) for a in (SEED_OLD, SEED_NEW, BATCHING)]),
+                       labels=["old", "new", "fixed"])
     assert result.verdict == "only fixed rises; flat: old, new"
     assert [line.label for line in result.rising] == ["fixed"]
 
@@ -100,7 +103,8 @@ def test_arms_runs_use_the_cell_medians() -> None:
 
 
 def test_what_differs_between_runs_is_named() -> None:
-    docs = [samples.staircase(serial=True), samples.staircase(serial=True, flag="--cb 8"), samples.staircase(serial=False)]
+    docs = [samples.staircase(serial=True), samples.staircase(serial=True, flag="--cb 8"),
+            samples.staircase(serial=False)]
     result = diff_runs(runs_of(docs), labels=["a", "b", "c"])
     assert [line.config for line in result.lines] == ["—", "flag=--cb 8", "—"]
     assert result.verdict == "only c rises; flat: a, b"
@@ -108,7 +112,8 @@ def test_what_differs_between_runs_is_named() -> None:
 
 @pytest.mark.parametrize(
     ("docs", "message"),
-    [([seed_table_doc(SEED_OLD)], "at least two runs"), ([seed_table_doc(SEED_OLD), {"command": "log", "run_id": 7}], "#7 is a log run")],
+    [([seed_table_doc(SEED_OLD)], "at least two runs"),
+     ([seed_table_doc(SEED_OLD), {"command": "log", "run_id": 7}], "#7 is a log run")],
 )
 def test_bad_input(docs: list[dict[str, Any]], message: str) -> None:
     with pytest.raises(UsageError, match=message):
@@ -123,7 +128,8 @@ def run_cli(args: list[str]) -> int:
 
 def test_cli_diff_of_three_saved_hand_built_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "h.db"
-    docs = [samples.staircase(serial=True), samples.staircase(serial=True, flag="--cb 8"), samples.staircase(serial=False)]
+    docs = [samples.staircase(serial=True), samples.staircase(serial=True, flag="--cb 8"),
+            samples.staircase(serial=False)]
     with open_store(db) as store:
         ids = [store.begin_run(from_doc(d)) for d in docs]
     assert run_cli(["diff", *map(str, ids), "--db", str(db)]) == 0
@@ -190,14 +196,16 @@ def test_simulated_incomplete_and_invalid_lines_are_marked(tmp_path: Path, capsy
     for name, doc in (("real", real), ("sim", sim)):
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(json.dumps(doc))
-    assert [line.marks for line in diff_runs(runs_of([real, sim])).lines] == [(), ("simulated", "incomplete", "invalid")]
+    assert ([line.marks for line in diff_runs(runs_of([real, sim])).lines]
+            == [(), ("simulated", "incomplete", "invalid")])
     assert run_cli(["diff", *map(str, paths)]) == 0
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith(str(paths[1])[:3]) and "rising" in line)
     assert row.rstrip().endswith("simulated incomplete invalid")
     assert f"SIMULATED: {paths[1]} measured servecheck's simulated server" in out
     assert run_cli(["diff", *map(str, paths), "--json", "-"]) == 0
-    assert [line["marks"] for line in json.loads(capsys.readouterr().out)["lines"]] == [[], ["simulated", "incomplete", "invalid"]]
+    assert ([line["marks"] for line in json.loads(capsys.readouterr().out)["lines"]]
+            == [[], ["simulated", "incomplete", "invalid"]])
 
 
 @pytest.mark.parametrize(

@@ -80,7 +80,8 @@ POINT_IT_BY_LINE = 40
 def test_the_readme_reaches_point_it_at_your_server_within_40_lines() -> None:
     lines = README.read_text(encoding="utf-8").splitlines()
     at = [n for n, line in enumerate(lines, 1) if line.lower().startswith("## point it at your server")]
-    assert at and at[0] <= POINT_IT_BY_LINE, f"'## Point it at your server' at line {at[:1]}, after line {POINT_IT_BY_LINE}"
+    assert at and at[0] <= POINT_IT_BY_LINE, (f"'## Point it at your server' at line {at[:1]}, "
+                                              f"after line {POINT_IT_BY_LINE}")
 
 
 def test_the_readme_lists_every_command_and_exit_code() -> None:

@@ -122,7 +122,8 @@ def test_missing_build_tools_are_named(missing: str, monkeypatch: pytest.MonkeyP
 
 
 def test_pip_failure_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_python = _script(tmp_path / "python", "echo 'ERROR: No matching distribution found for llama-cpp-python' >&2\nexit 1\n")
+    fake_python = _script(tmp_path / "python",
+                          "echo 'ERROR: No matching distribution found for llama-cpp-python' >&2\nexit 1\n")
     monkeypatch.setattr(build.sys, "executable", str(fake_python))
     cache = EngineCache(tmp_path / "cache")
     with pytest.raises(EngineError) as err:

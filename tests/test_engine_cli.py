@@ -22,7 +22,8 @@ from servecheck.model.result import written_doc
 
 def run_cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "SERVECHECK_CACHE_DIR": str(cache), "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "servecheck", *args], capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run([sys.executable, "-m", "servecheck", *args], capture_output=True, text=True, env=env,
+                          timeout=60)
 
 
 def _one_line_error(proc: subprocess.CompletedProcess[str], rc: int, text: str) -> None:
@@ -50,7 +51,8 @@ def test_missing_model_file(tmp_path: Path) -> None:
     fake = tmp_path / "llama-server"
     fake.write_text("#!/bin/sh\necho 'version: 1 (x)'; echo 'built with cc for x'\n")
     fake.chmod(0o755)
-    proc = run_cli("serve-local", "--llama-server", str(fake), "--model", str(tmp_path / "no.gguf"), cache=tmp_path / "c")
+    proc = run_cli("serve-local", "--llama-server", str(fake), "--model", str(tmp_path / "no.gguf"),
+                   cache=tmp_path / "c")
     _one_line_error(proc, 2, "is neither a size (tiny, small, moe, small-f32) nor an existing file")
 
 
@@ -83,12 +85,14 @@ def _doc(verdict: str, aggs: tuple[float, float, float], valid: bool = True) -> 
     finishes = {1: [2.0], 2: [2.0, 4.0], 4: [2.0, 4.0, 6.0, 8.0]}
     return {
         "verdict": verdict, "valid": valid, "trend": "flat", "trend_ratios": {"4": aggs[2] / aggs[0]},
-        "points": [{"n": n, "finish_s": finishes[n], "aggregate_tok_s": a} for n, a in zip((1, 2, 4), aggs, strict=True)],
+        "points": [{"n": n, "finish_s": finishes[n], "aggregate_tok_s": a}
+                   for n, a in zip((1, 2, 4), aggs, strict=True)],
     }
 
 
 def _run(parallel: int, expected: str, doc: dict[str, Any]) -> demo_job.DemoRun:
-    return demo_job.DemoRun(parallel, expected, decode(demo_body.EmbeddedStaircase, doc), 1, ("llama-server",), None, Path("x.log"), None)
+    return demo_job.DemoRun(parallel, expected, decode(demo_body.EmbeddedStaircase, doc), 1, ("llama-server",), None,
+                            Path("x.log"), None)
 
 
 def typed(runs: list[demo_job.DemoRun]) -> tuple[demo_body.DemoRun, ...]:
@@ -122,7 +126,8 @@ def test_demo_outcome(v1: str, v4: str, valid: bool, ok: bool) -> None:
 def test_demo_table_and_json_shape() -> None:
     from rich.console import Console
 
-    runs = [_run(1, "staircase", _doc("staircase", (250, 250, 251))), _run(4, "cluster", _doc("cluster", (250, 400, 520)))]
+    runs = [_run(1, "staircase", _doc("staircase", (250, 250, 251))),
+            _run(4, "cluster", _doc("cluster", (250, 400, 520)))]
     console = Console(width=200, record=True, no_color=True)
     console.print(report.comparison_table(typed(runs)))
     text = console.export_text()

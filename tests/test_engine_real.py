@@ -122,7 +122,8 @@ def test_staircase_verdict_on_the_real_engine(
                   f"evidence {doc['evidence']}", [(p["n"], p["finish_s"], p["reps_taken"]) for p in doc["points"]])
             return doc
 
-        doc = first_try.record_tries(request.node.nodeid, expected, attempt, lambda d: d["verdict"], tries=2, seed=test_seed)
+        doc = first_try.record_tries(request.node.nodeid, expected, attempt, lambda d: d["verdict"], tries=2,
+                                     seed=test_seed)
     assert doc["verdict"] == expected, doc["verdict_reason"]
     assert doc["trend"] != wrong_trend, doc["trend_reason"]
     assert_decided_by_the_stopwatch(doc)

@@ -67,7 +67,8 @@ def _model(tmp: Path) -> Path:
 
 
 def _fake_demo(mp: pytest.MonkeyPatch) -> None:
-    """The demo without llama.cpp: a provisioned engine and two staircase runs, as tests/test_engine_cli.py fakes them."""
+    """The demo without llama.cpp: a provisioned engine and two staircase runs, as tests/test_engine_cli.py
+    fakes them."""
     from servecheck.engine.build import EngineBinary
     from servecheck.engine.local import LocalEngine
     from servecheck.jobs import demo as demo_job
@@ -129,7 +130,8 @@ def _bind_everywhere(mp: pytest.MonkeyPatch, name: str, real: Any, replacement: 
 
 
 @contextmanager
-def watched_runner(mp: pytest.MonkeyPatch, wrap: Callable[[Any, bool], Any] = lambda work, is_job: work) -> Iterator[Watched]:
+def watched_runner(mp: pytest.MonkeyPatch,
+                   wrap: Callable[[Any, bool], Any] = lambda work, is_job: work) -> Iterator[Watched]:
     """The runner's two entry points spied on; `wrap` may replace the experiment or job it runs."""
     for module in main_mod.COMMANDS.values():
         importlib.import_module(module)  # each command's own `from ... import run_job` exists before the spy binds
@@ -161,7 +163,8 @@ def _invoke(name: str, tmp: Path, mp: pytest.MonkeyPatch, json_path: Path) -> in
 
 
 @pytest.mark.parametrize("name", list(WRITERS))
-def test_the_document_is_the_one_the_runner_finished(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_document_is_the_one_the_runner_finished(name: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "out.json"
     with watched_runner(monkeypatch) as seen:
         code = _invoke(name, tmp_path, monkeypatch, path)
@@ -184,7 +187,8 @@ class _Stop:
         self.interrupt = interrupt
 
     def __call__(self, work: Any, is_job: bool) -> Any:
-        return _JobStoppedAfterFirstPoint(work, self.interrupt) if is_job else _ExperimentStoppedAfterFirstPoint(work, self.interrupt)
+        return (_JobStoppedAfterFirstPoint(work, self.interrupt) if is_job
+                else _ExperimentStoppedAfterFirstPoint(work, self.interrupt))
 
 
 class _JobStoppedAfterFirstPoint:

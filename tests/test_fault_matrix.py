@@ -154,21 +154,26 @@ SERVER_CASES = [
                "tokens_predicted = 1e+12 is not a plausible token count"),
     ServerCase("negative-count", _once_good(send(_final(timings={"predicted_n": -5, "predicted_ms": 10.0}))),
                exitcodes.INVALID, "timings.predicted_n = -5 is not a plausible token count"),
-    ServerCase("nan-count", _once_good(send(_final().replace(b'"stop_type": "limit"', b'"stop_type": "limit", "tokens_predicted": NaN'))),
+    ServerCase("nan-count",
+               _once_good(send(_final().replace(b'"stop_type": "limit"',
+                                                b'"stop_type": "limit", "tokens_predicted": NaN'))),
                exitcodes.INVALID, "tokens_predicted = nan is not a plausible token count"),
     ServerCase("infinite-usage", _once_good(send(openai_stream(TOKENS, b'{"completion_tokens": Infinity}'))),
-               exitcodes.INVALID, "usage.completion_tokens = inf is not a plausible token count", args=("--api", "openai")),
+               exitcodes.INVALID, "usage.completion_tokens = inf is not a plausible token count",
+               args=("--api", "openai")),
     ServerCase("usage-1e12", _once_good(send(openai_stream(TOKENS, b'{"completion_tokens": 1000000000000}'))),
                exitcodes.INVALID, "usage.completion_tokens = 1e+12", args=("--api", "openai")),
     ServerCase("negative-usage", _once_good(send(openai_stream(TOKENS, b'{"completion_tokens": -5}'))),
-               exitcodes.INVALID, "usage.completion_tokens = -5 is not a plausible token count", args=("--api", "openai")),
+               exitcodes.INVALID, "usage.completion_tokens = -5 is not a plausible token count",
+               args=("--api", "openai")),
     ServerCase("twice-the-tokens", _once_good(send(tokens_stream(2 * TOKENS))), exitcodes.INVALID,
                "token events = 16 is longer than requested"),
     ServerCase("count-below-stream", _once_good(send(_final(tokens_predicted=2))), exitcodes.INVALID,
                "tokens_predicted = 2 disagrees with the stream"),
     # Some messages mislead.
     ServerCase("ignores-stream-true", ignores_stream, exitcodes.ERROR, 'ignores "stream": true', partial=False),
-    ServerCase("reset-mid-stream", _once_good(chunked_then_reset), exitcodes.INVALID, "connection reset by the server mid-stream"),
+    ServerCase("reset-mid-stream", _once_good(chunked_then_reset), exitcodes.INVALID,
+               "connection reset by the server mid-stream"),
 ]
 
 
@@ -307,7 +312,8 @@ def _carried_secrets(seen: list[Request]) -> list[str]:
 
 def test_a_redirect_loop_is_named_with_the_url_it_ended_on(capsys: pytest.CaptureFixture[str]) -> None:
     """Every path redirects to itself: aiohttp said `0, message='', url=...`; now one line says redirect."""
-    with hostile(None, routes=lambda conn, req: http(conn, b"", status=302, extra=f"Location: {req.path}\r\n")) as server:
+    with hostile(None,
+                 routes=lambda conn, req: http(conn, b"", status=302, extra=f"Location: {req.path}\r\n")) as server:
         result = run_cli(["staircase", server.url, "--n", "1", "--no-save"], capsys)
     assert result.code == exitcodes.ERROR, result.err
     assert_clean(result)
@@ -404,23 +410,31 @@ def _lying_safetensors(tmp_path: Path) -> Path:
 
 
 INPUT_CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
-    ("timeout-nan", lambda p: ["staircase", "http://127.0.0.1:9", "--timeout", "nan"], exitcodes.USAGE, "not a finite number"),
-    ("timeout-inf", lambda p: ["staircase", "http://127.0.0.1:9", "--timeout", "inf"], exitcodes.USAGE, "not a finite number"),
-    ("n-huge", lambda p: ["staircase", "http://127.0.0.1:9", "--n", "100000"], exitcodes.USAGE, "above the ceiling of 4096"),
+    ("timeout-nan", lambda p: ["staircase", "http://127.0.0.1:9", "--timeout", "nan"], exitcodes.USAGE,
+     "not a finite number"),
+    ("timeout-inf", lambda p: ["staircase", "http://127.0.0.1:9", "--timeout", "inf"], exitcodes.USAGE,
+     "not a finite number"),
+    ("n-huge", lambda p: ["staircase", "http://127.0.0.1:9", "--n", "100000"], exitcodes.USAGE,
+     "above the ceiling of 4096"),
     ("endpoint-url", lambda p: ["staircase", "http://127.0.0.1:9/v1/chat/completions"], exitcodes.USAGE,
      "drop the path: give the base URL http://127.0.0.1:9"),
-    ("port-out-of-range", lambda p: ["staircase", "http://127.0.0.1:99999"], exitcodes.USAGE, "the port is not a number in 1..65535"),
+    ("port-out-of-range", lambda p: ["staircase", "http://127.0.0.1:99999"], exitcodes.USAGE,
+     "the port is not a number in 1..65535"),
     ("header-crlf", lambda p: ["staircase", "http://127.0.0.1:9", "--header", "X-A:b\r\nEvil: 1"], exitcodes.USAGE,
      "holds a control character"),
     ("header-bad-name", lambda p: ["staircase", "http://127.0.0.1:9", "--header", "X A:b"], exitcodes.USAGE,
      "holds characters a header name cannot"),
-    ("kv-type-audit", lambda p: ["audit", str(p / "missing.gguf"), "--kv-type", "q99"], exitcodes.USAGE, "unknown KV cache type 'q99'"),
-    ("kv-type-compare", lambda p: ["compare", "a=1GB@10", "b=2GB@20", "--kv-type", "q99"], exitcodes.USAGE, "unknown KV cache type"),
+    ("kv-type-audit", lambda p: ["audit", str(p / "missing.gguf"), "--kv-type", "q99"], exitcodes.USAGE,
+     "unknown KV cache type 'q99'"),
+    ("kv-type-compare", lambda p: ["compare", "a=1GB@10", "b=2GB@20", "--kv-type", "q99"], exitcodes.USAGE,
+     "unknown KV cache type"),
     ("compare-overflow", lambda p: ["compare", "a=1e300GB@10", "b=2GB@20"], exitcodes.USAGE, "too large a byte figure"),
     ("compare-absurd-rate", lambda p: ["compare", "a=1GB@1e-300", "b=2GB@1e300"], exitcodes.USAGE, "tok/s is outside"),
-    ("roofline-overflow", lambda p: ["roofline", "--bytes-per-token", "1e300GB", "--tok-s", "10", "--bandwidth", "100", "--no-save"],
+    ("roofline-overflow",
+     lambda p: ["roofline", "--bytes-per-token", "1e300GB", "--tok-s", "10", "--bandwidth", "100", "--no-save"],
      exitcodes.USAGE, "too large a byte figure"),
-    ("run-id-too-large", lambda p: ["show", "99999999999999999999999", "--db", str(p / "h.db")], exitcodes.ERROR, "no history database"),
+    ("run-id-too-large", lambda p: ["show", "99999999999999999999999", "--db", str(p / "h.db")], exitcodes.ERROR,
+     "no history database"),
     ("safetensors-shape-vs-offsets", lambda p: ["audit", str(_lying_safetensors(p))], exitcodes.ERROR,
      "declares shape [1000, 1000] of F16 (2000000 bytes) but its data_offsets span 0 bytes"),
     ("audit-fifo", lambda p: ["audit", str(_fifo(p))], exitcodes.ERROR, "is a FIFO (named pipe), not a regular file"),
@@ -433,7 +447,8 @@ INPUT_CASES: list[tuple[str, Callable[[Path], list[str]], int, str]] = [
     ("show-fifo", lambda p: ["show", str(_fifo(p, "run.json"))], exitcodes.USAGE, "is not a regular file"),
     ("db-fifo", lambda p: ["history", "--db", str(_fifo(p, "h.db"))], exitcodes.ERROR, "is not a regular file"),
     ("log-rules-fifo", lambda p: ["log", "/dev/null", "--rules", str(_fifo(p))], exitcodes.ERROR, "is a FIFO"),
-    ("log-unreadable-special", lambda p: ["log", "/proc/self/mem"], exitcodes.ERROR, "cannot read log file /proc/self/mem"),
+    ("log-unreadable-special", lambda p: ["log", "/proc/self/mem"], exitcodes.ERROR,
+     "cannot read log file /proc/self/mem"),
     ("serve-log-uncreatable", lambda p: ["staircase", "--serve", "false --port 9", "--serve-log", "/proc/nope/x.log"],
      exitcodes.USAGE, "cannot create folder /proc/nope"),
     ("serve-log-fifo", lambda p: ["staircase", "--serve", "false --port 9", "--serve-log", str(_fifo(p))],
@@ -475,7 +490,8 @@ def test_compare_prints_only_finite_figures(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_serve_false_ends_with_what_the_log_said(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    result = run_cli(["staircase", "--serve", "false --port 9", "--serve-log", str(tmp_path / "s.log"), "--no-save"], capsys)
+    result = run_cli(["staircase", "--serve", "false --port 9", "--serve-log", str(tmp_path / "s.log"), "--no-save"],
+                     capsys)
     assert result.code == exitcodes.ERROR
     assert "exited with code 1 before it was ready" in result.err and "(the log is empty)" in result.err
     assert "Traceback" not in result.err and "unexpected" not in result.err
@@ -619,7 +635,8 @@ def test_the_trap_maps_only_interrupted_exits() -> None:
 # ---------------------------------------------------------------- the gates, by hand
 
 
-def _tally(events: int, server: int | None = None, where: str = "usage.completion_tokens", implausible: str | None = None):
+def _tally(events: int, server: int | None = None, where: str = "usage.completion_tokens",
+           implausible: str | None = None):
     from servecheck.client.tally import StreamTally
 
     tally = StreamTally(events=events, server_tokens=server, server_tokens_field=where if server is not None else None,
@@ -657,4 +674,5 @@ def test_count_problem_names_the_value(value: object, problem: str | None) -> No
     from servecheck.client.dialects import count_problem
 
     found = count_problem("usage.completion_tokens", value)
-    assert found is None if problem is None else found == f"usage.completion_tokens = {problem} is not a plausible token count"
+    assert (found is None if problem is None
+            else found == f"usage.completion_tokens = {problem} is not a plausible token count")

@@ -32,7 +32,8 @@ HOSTILE_IMG = "<img src=x onerror=alert(1)>"
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.timeout(240),
-    pytest.mark.skipif(not CHROMIUM or not Path(CHROMIUM).exists(), reason="needs Debian's chromium: run scripts/install-test-deps.sh"),
+    pytest.mark.skipif(not CHROMIUM or not Path(CHROMIUM).exists(),
+                       reason="needs Debian's chromium: run scripts/install-test-deps.sh"),
 ]
 
 # Per chart: its class and how many drawn marks (bars or dots) it should hold.
@@ -77,7 +78,8 @@ def simulated_log(tmp_path: Path) -> dict[str, Any]:
     rules, out = tmp_path / "rules.toml", tmp_path / "log.json"
     rules.write_text(MODEL_RULE)
     with pytest.raises(SystemExit):
-        main_mod.main(["--quiet", "log", str(tmp_path / "sim.log"), "--rules", str(rules), "--no-save", "--json", str(out)])
+        main_mod.main(["--quiet", "log", str(tmp_path / "sim.log"), "--rules", str(rules), "--no-save", "--json",
+                       str(out)])
     doc: dict[str, Any] = json.loads(out.read_text())
     assert any(HOSTILE_SCRIPT in (f.get("line") or "") for f in doc["findings"])
     return doc
@@ -132,7 +134,8 @@ def test_report_renders_and_hostile_strings_stay_text(tmp_path: Path) -> None:
     seen = open_report(report, tmp_path)
 
     kinds = [c["kind"] for c in seen["charts"]]
-    assert kinds == ["chart lines"] + ["chart timeline"] * 3 + ["chart lines", "chart bars", "chart bars", "chart ranges"]
+    assert kinds == ["chart lines"] + ["chart timeline"] * 3 + ["chart lines", "chart bars", "chart bars",
+                                                                "chart ranges"]
     assert all(c["width"] > 100 and c["height"] > 50 for c in seen["charts"])
     # marks per chart: side by side (the staircase and the arms run, 3 levels each), lanes of 1, 2 and
     # 4 requests (two segments each), 2 series x 3 N, arms decomposition 2 x 3, four TTFT sends,

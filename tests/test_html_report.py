@@ -79,7 +79,8 @@ def test_page_is_self_contained() -> None:
     assert c.count("nav", "toc") == 1
 
 
-@pytest.mark.parametrize(("serial", "finish_text"), [(True, "1.00 / 2.00 / 3.00 / 4.00"), (False, "1.30 / 1.30 / 1.30 / 1.30")])
+@pytest.mark.parametrize(("serial", "finish_text"),
+                         [(True, "1.00 / 2.00 / 3.00 / 4.00"), (False, "1.30 / 1.30 / 1.30 / 1.30")])
 def test_staircase_has_a_lane_chart_per_n_and_a_throughput_chart(serial: bool, finish_text: str) -> None:
     doc = samples.staircase(serial=serial, ns=(1, 2, 4))
     page, c = parse([doc])
@@ -166,7 +167,8 @@ def test_log_findings_table() -> None:
 
 def test_unknown_kind_gets_key_value_tables() -> None:
     # a command this release has no record for: its fields are drawn as saved
-    doc = {"command": "future-kind", "format": "gguf", "bytes_per_token": 1849, "groups": [{"group": "attention", "bytes": 12}, {"group": "<b>x</b>"}]}
+    doc = {"command": "future-kind", "format": "gguf", "bytes_per_token": 1849,
+           "groups": [{"group": "attention", "bytes": 12}, {"group": "<b>x</b>"}]}
     page, c = parse([doc])
     assert "gguf" in page and "1.85 kB" in page  # a byte count reads in decimal units
     assert "<th>group</th><th>bytes</th>" in page and "&lt;b&gt;x&lt;/b&gt;" in page
@@ -258,8 +260,10 @@ def test_roofline_ceiling_and_headroom() -> None:
 
 def test_demo_draws_each_staircase_run() -> None:
     runs = [
-        {"parallel": 1, "expected": "staircase", "verdict": "staircase", "staircase": samples.staircase(serial=True, ns=(1, 2))},
-        {"parallel": 2, "expected": "cluster", "verdict": "cluster", "staircase": samples.staircase(serial=False, ns=(1, 2)),
+        {"parallel": 1, "expected": "staircase", "verdict": "staircase",
+         "staircase": samples.staircase(serial=True, ns=(1, 2))},
+        {"parallel": 2, "expected": "cluster", "verdict": "cluster",
+         "staircase": samples.staircase(serial=False, ns=(1, 2)),
          "log_audit": {"findings": [{"feature": "parallel_slots", "status": "confirmed", "line": "n_slots = 2"}]}},
     ]
     _, c = parse([{"command": "demo", "runs": runs}])
@@ -278,7 +282,8 @@ def test_staircase_reasons_self_reported_sum_and_named_requests() -> None:
     batch["self_reported_sum_tok_s"], batch["aggregate_tok_s"] = 256.4, doc["points"][2]["aggregate_tok_s"]
     doc["valid"] = False
     doc["invalid"] = [{"code": "output_length", "message": "1 request(s) more than 5% away", "hint": "pin the length",
-                       "requests": [{"n": 4, "rep": 0, "index": 3, "nonce": "abc123", "detail": "23 tokens vs modal 64"}]}]
+                       "requests": [{"n": 4, "rep": 0, "index": 3, "nonce": "abc123",
+                                     "detail": "23 tokens vs modal 64"}]}]
     doc["notes"] = ["a note <i>"]
     page, c = parse([doc])
     text = "".join(c.text)
@@ -356,9 +361,11 @@ def test_byte_counts_read_in_gb_and_a_seed_is_not_a_quantity() -> None:
 
 def test_demo_draws_both_configurations_on_one_time_axis() -> None:
     """The queue's N=4 ends at 4 s, the batch's at 1.3 s: on one axis the difference is seen, not read."""
-    runs = [{"parallel": 1, "expected": "staircase", "verdict": "staircase", "staircase": samples.staircase(serial=True)},
+    runs = [{"parallel": 1, "expected": "staircase", "verdict": "staircase",
+             "staircase": samples.staircase(serial=True)},
             {"parallel": 4, "expected": "cluster", "verdict": "cluster", "staircase": samples.staircase(serial=False)}]
-    page, _ = parse([{"command": "demo", "runs": runs, "verdicts": {"parallel_1": "staircase", "parallel_4": "cluster"}}])
+    page, _ = parse([{"command": "demo", "runs": runs,
+                      "verdicts": {"parallel_1": "staircase", "parallel_4": "cluster"}}])
     charts = re.findall(r'<svg class="chart timeline".*?</svg>', page)
     axis_ends = {max(float(t) for t in re.findall(r'<text class="tick"[^>]*>([0-9.]+)</text>', svg)) for svg in charts}
     assert len(charts) == 6 and axis_ends == {4.0}
@@ -379,7 +386,8 @@ def test_every_chart_of_a_simulated_run_says_so() -> None:
 
 def test_several_staircase_and_arms_runs_are_laid_side_by_side() -> None:
     """Seed 000 section 3 in the report: one row and one line per run, and which one rises."""
-    serial, flagged, batched = samples.staircase(serial=True), samples.staircase(serial=True, flag="--cb 8"), samples.staircase(serial=False)
+    serial, flagged, batched = (samples.staircase(serial=True), samples.staircase(serial=True, flag="--cb 8"),
+                                samples.staircase(serial=False))
     for i, doc in enumerate((serial, flagged, batched), start=1):
         doc["run_id"] = i
     page, c = parse([serial, flagged, batched, samples.roofline()])
@@ -409,7 +417,8 @@ def test_the_speculative_section_reads_as_a_person_reads_it() -> None:
     assert "verbatim repetition" in table and "prose" in table
     assert ">predictable<" not in table and ">unpredictable<" not in table
     legend = page[page.index("<svg"):page.index("<h3>By N and prompt kind</h3>")]
-    assert "verbatim repetition" in legend and "prose" in legend and "predictable" not in legend.replace("unpredictable", "")
+    assert ("verbatim repetition" in legend and "prose" in legend
+            and "predictable" not in legend.replace("unpredictable", ""))
     checks = page[page.index("<h3>Checks</h3>"):]
     assert "N=2 verbatim repetition: the server's counters" in "".join(_visible(checks))
     assert "N=1 prose:" in "".join(_visible(checks)) and "unpredictable" not in checks

@@ -203,7 +203,8 @@ def test_one_hiccup_in_an_isolated_window_is_not_a_chunk() -> None:
     assert v.verdict == "isolated", v.reason
     e = v.evidence
     assert e is not None and e.stretch_hi >= inf.STRETCH_RATIO  # the hiccup is a stretched gap ...
-    assert e.cover_hi <= inf.CHUNKED_COVER and e.gap_growth <= inf.PROPORTIONAL * e.prefill_growth  # ... that looked like a chunk
+    # ... that looked like a chunk
+    assert e.cover_hi <= inf.CHUNKED_COVER and e.gap_growth <= inf.PROPORTIONAL * e.prefill_growth
     # the median of two victims: half of the one stall's 9 + 10 ms over the 420 ms window
     assert e.share_hi == pytest.approx(19 / 420 / 2, rel=0.05)
     assert e.share_max <= inf.ISOLATED_SHARE

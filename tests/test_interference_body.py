@@ -53,9 +53,11 @@ def measured(sizes: tuple[int, ...] = (512, 2048, 8192)) -> InterferenceResult:
 @pytest.mark.parametrize("expect", [None, "chunked"], ids=["no-expect", "expect"])
 def test_every_key_is_written_and_a_skipped_size_named(expect: str | None) -> None:
     doc = fields_of(measured().document(expect))
-    assert set(doc) == HEADER | BODY_KEYS | {"log_audit"}  # the log audit a finished run's (null: no --serve); no witness
+    # the log audit a finished run's (null: no --serve); no witness
+    assert set(doc) == HEADER | BODY_KEYS | {"log_audit"}
     assert doc["log_audit"] is None
-    assert (doc["command"], doc["complete"], doc["expect"], doc["streams"], doc["reps"]) == ("interference", True, expect, 2, 2)
+    assert ((doc["command"], doc["complete"], doc["expect"], doc["streams"], doc["reps"])
+            == ("interference", True, expect, 2, 2))
     assert doc["prompt_sizes"] == [512, 2048, 8192] and sorted(doc["order"]) == [512, 512, 2048, 2048]
     assert doc["skipped"] == [{"prompt_tokens": 8192, "reason": "a 8192-token prompt exceeds the server's context of "
                                                                 "4096 tokens per request; not sent"}]

@@ -45,7 +45,8 @@ def test_json_contract_terminal_history_html_and_diff(tmp_path: Path, capsys: py
     assert [p["prompt_tokens"] for p in doc["points"]] == [512, 4096]
     for p in doc["points"]:
         assert POINT_CONTRACT <= set(p)
-        assert isinstance(p["prompt_tokens"], int) and all(isinstance(p[k], float) for k in POINT_CONTRACT - {"prompt_tokens"})
+        assert (isinstance(p["prompt_tokens"], int)
+                and all(isinstance(p[k], float) for k in POINT_CONTRACT - {"prompt_tokens"}))
         assert len(p["reps"]) == 1 and len(p["reps"][0]["victims"]) == 2  # the reps kept beside the pooled point
     assert doc["decided_by"] == "victim gaps" and doc["evidence"]["cover_hi"] <= 0.4
     assert to_doc(from_doc(doc))["points"][0]["victim_max_gap_s"] == doc["points"][0]["victim_max_gap_s"]
@@ -77,8 +78,8 @@ def test_serve_audits_the_log_and_the_witness_corroborates(tmp_path: Path) -> No
     from servecheck.engine.process import free_port
 
     out = tmp_path / "w.json"
-    command = (f"{sys.executable} -m servecheck simulate --port {free_port()} --mode batched --token-ms 5 --per-seq-ms 1 "
-               "--prompt-token-ms 0.05 --n-ctx 16384 --prefill-chunk 256")
+    command = (f"{sys.executable} -m servecheck simulate --port {free_port()} --mode batched --token-ms 5 --per-seq-ms "
+               "1 --prompt-token-ms 0.05 --n-ctx 16384 --prefill-chunk 256")
     code = run_main(["interference", "--serve", command, "--serve-log", str(tmp_path / "s.log"), *ARGS,
                      "--json", str(out), "--no-save"])
     doc = json.loads(out.read_text())
@@ -90,7 +91,8 @@ def test_serve_audits_the_log_and_the_witness_corroborates(tmp_path: Path) -> No
 def test_sizes_beyond_the_context_are_skipped_and_named(tmp_path: Path) -> None:
     code, doc = interference_run(tmp_path, {**FAST, "n_ctx": 4096}, "--prompt-sizes", "256,2048,8192", "--no-save")
     assert [p["prompt_tokens"] for p in doc["points"]] == [256, 2048]
-    assert doc["skipped"][0]["prompt_tokens"] == 8192 and "exceeds the server's context of 4096" in doc["skipped"][0]["reason"]
+    assert (doc["skipped"][0]["prompt_tokens"] == 8192
+            and "exceeds the server's context of 4096" in doc["skipped"][0]["reason"])
     assert code in (exitcodes.OK, exitcodes.INVALID)
 
 

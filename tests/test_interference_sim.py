@@ -32,7 +32,8 @@ def law(**kw: object) -> SimConfig:
 
 
 def victim_gaps_ms(config: SimConfig, size: int) -> tuple[list[float], float]:
-    jobs, _ = simulate(config, [Arrival(0, words(8, 1), 100), Arrival(0, words(8, 2), 100), Arrival(100, words(size, 3), 2)])
+    jobs, _ = simulate(config,
+                       [Arrival(0, words(8, 1), 100), Arrival(0, words(8, 2), 100), Arrival(100, words(size, 3), 2)])
     t = jobs[0].token_ns
     return [(b - a) / MS for a, b in zip(t, t[1:])], (jobs[2].token_ns[0] - jobs[2].arrival_ns) / MS
 
@@ -67,7 +68,8 @@ def test_sizes_rotate_across_reps() -> None:
 async def measure(config: SimConfig, seed: int, *, reps: int = 1, tokens: int = 96, sizes=SIZES) -> dict:
     with sim_in_thread(config) as sim:
         async with LoadDriver(Target(sim.url, first_token_timeout_s=60)) as driver:
-            result = await run_interference(driver, sizes=sizes, streams=2, tokens=tokens, reps=reps, rng=random.Random(seed))
+            result = await run_interference(driver, sizes=sizes, streams=2, tokens=tokens, reps=reps,
+                                            rng=random.Random(seed))
             return fields_of(result.document())
 
 

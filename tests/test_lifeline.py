@@ -141,7 +141,8 @@ def test_sigkill_of_staircase_serve_ends_the_whole_tree(tmp_path: Path, cache_en
             if proctree.is_alive(p):
                 kill_group(p.pgid)
     # The record of the killed run is stale now (nothing it named is alive): dropped without a word.
-    shown = subprocess.run([*SERVECHECK, "cache", "show"], capture_output=True, text=True, env=cache_env, timeout=60, check=False)
+    shown = subprocess.run([*SERVECHECK, "cache", "show"], capture_output=True, text=True, env=cache_env, timeout=60,
+                           check=False)
     assert shown.returncode == 0 and "running pid" not in shown.stdout, shown.stdout
     assert list((tmp_path / "cache" / "running").glob("*.json")) == []
 
@@ -267,7 +268,8 @@ def test_a_leftover_of_a_killed_servecheck_is_named_with_its_stop_command(tmp_pa
             assert f"pid {leftover}," in other.stderr and f"kill -TERM -{leftover}" in other.stderr, other.stderr
         shown = subprocess.run([*SERVECHECK, "cache", "show"], capture_output=True, text=True, env=cache_env,
                                timeout=60, check=False)
-        assert f"running pid {leftover:>7}" in shown.stdout and f"LEFTOVER: servecheck pid {parent.pid} is gone" in shown.stdout
+        assert (f"running pid {leftover:>7}" in shown.stdout
+                and f"LEFTOVER: servecheck pid {parent.pid} is gone" in shown.stdout)
         assert f"kill -TERM -{leftover}" in shown.stdout
     finally:
         if parent.poll() is None:

@@ -406,7 +406,8 @@ async def test_api_key_and_headers_sent_but_never_shown(serve: Starter) -> None:
     url = await serve(fake.app())
     t = target(url, api="llamacpp", api_key=SECRET, headers=(("X-Org", "team-a"),))
     async with LoadDriver(t) as driver:
-        batch = await driver.run_batch([*reqs(1), GenRequest(index=1, prompt=f"HTTP500 {SECRET}", nonce="x", max_tokens=3)])
+        batch = await driver.run_batch([*reqs(1),
+                                        GenRequest(index=1, prompt=f"HTTP500 {SECRET}", nonce="x", max_tokens=3)])
     assert fake.auth_seen[0] == f"Bearer {SECRET}" and fake.org_seen[0] == "team-a"
     shown = repr(t) + repr(driver) + json.dumps([r.to_dict() for r in batch.records]) + json.dumps(t.public_dict())
     assert SECRET not in shown

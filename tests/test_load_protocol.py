@@ -22,7 +22,8 @@ PROTOCOL_METHODS = {"detect", "tokenize", "generate", "run_batch", "get_json", "
 
 
 def _drivers() -> list[object]:
-    return [LoadDriver(Target(url="http://127.0.0.1:9")), FakeDriver(), LaneDriver(Target(url="http://127.0.0.1:9"), workers=2)]
+    return [LoadDriver(Target(url="http://127.0.0.1:9")), FakeDriver(),
+            LaneDriver(Target(url="http://127.0.0.1:9"), workers=2)]
 
 
 def test_the_protocol_holds_exactly_the_calls_experiments_make() -> None:

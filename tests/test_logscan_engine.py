@@ -56,7 +56,8 @@ def run_server(engine: LocalEngine, log: Path, *extra: str, expect_start: bool =
 CASES = [
     (["-ngl", "99"], ["llamacpp.gpu_layers_ignored"]),
     (["-np", "4", "-c", "2048"], ["llamacpp.n_slots"]),
-    (["-lv", "4", "-c", "2048"], ["llamacpp.n_parallel_auto", "llamacpp.new_slot_ctx", "llamacpp.prompt_cache_enabled"]),
+    (["-lv", "4", "-c", "2048"],
+     ["llamacpp.n_parallel_auto", "llamacpp.new_slot_ctx", "llamacpp.prompt_cache_enabled"]),
     (["-lv", "4", "-fa", "auto", "-c", "2048"], ["llamacpp.fa_enabled"]),
     (["--swa-full", "-c", "2048"], ["llamacpp.swa_full_unsupported"]),
     (["-c", "12288", "-np", "1"], ["llamacpp.slot_ctx_capped", "llamacpp.n_ctx_seq_overflow"]),

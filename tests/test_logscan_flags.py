@@ -14,8 +14,8 @@ CASES = [
     ("llamacpp", "-ngl 99 -np 4 --cache-reuse 256 -fa on",
      {"gpu_offload": ("-ngl 99", None), "parallel_slots": ("-np 4", 4.0), "cache_reuse": ("--cache-reuse 256", None),
       "flash_attention": ("-fa on", None)}),
-    ("llamacpp", "llama-server -m /m.gguf --n-gpu-layers=all --parallel=8", {"gpu_offload": ("--n-gpu-layers all", None),
-                                                                         "parallel_slots": ("--parallel 8", 8.0)}),
+    ("llamacpp", "llama-server -m /m.gguf --n-gpu-layers=all --parallel=8",
+     {"gpu_offload": ("--n-gpu-layers all", None), "parallel_slots": ("--parallel 8", 8.0)}),
     ("llamacpp", "-ngl 0 -np 1 -fa off --cache-reuse 0", {}),
     ("llamacpp", "-fa -np 2", {"flash_attention": ("-fa", None), "parallel_slots": ("-np 2", 2.0)}),  # old bare -fa
     ("llamacpp", "-ctk q8_0 -ctv f16", {"kv_cache_quant": ("-ctk q8_0", None)}),
@@ -49,7 +49,8 @@ CASES = [
                                               "prefill_ubatch": ("-ub 256", 256.0)}),
     ("llamacpp", "-b 0", {}),
     ("llamacpp", "-md d.gguf --spec-type draft-simple --spec-synth-len 2.5",
-     {"speculative_decoding": ("--spec-type draft-simple", None), "synthetic_acceptance": ("--spec-synth-len 2.5", 2.5)}),
+     {"speculative_decoding": ("--spec-type draft-simple", None),
+      "synthetic_acceptance": ("--spec-synth-len 2.5", 2.5)}),
     ("llamacpp", "--spec-synth-len 1", {}),  # a mean of one token per step: nothing synthetic
     ("llamacpp", "--spec-synth-rates 0.5,0.25", {"synthetic_acceptance": ("--spec-synth-rates 0.5,0.25", None)}),
     ("vllm", "--max-num-batched-tokens 512 --enable-chunked-prefill",

@@ -158,14 +158,22 @@ def test_a_builtin_rule_without_provenance_is_refused(tmp_path, monkeypatch):
 BAD_RULES = [
     ("not toml [", "not valid TOML"),
     ('[[rule]]\nid = "x"\n', "missing or empty"),
-    ('[[rule]]\nid = "a.b"\nengine = "nope"\npattern = "x"\nfeature = "f"\nstatus = "refused"\nmeaning = "m"\nsource = "s"\n', "unknown engine"),
-    ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "("\nfeature = "f"\nstatus = "refused"\nmeaning = "m"\nsource = "s"\n', "bad regex"),
-    ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "(x)"\nfeature = "f"\nstatus = "refused"\nmeaning = "m"\nsource = "s"\n', "only a group named 'value'"),
-    ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "x"\nfeature = "Bad Name"\nstatus = "refused"\nmeaning = "m"\nsource = "s"\n', "snake_case"),
-    ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "x"\nfeature = "f"\nstatus = "maybe"\nmeaning = "m"\nsource = "s"\n', "status"),
-    ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "x"\nfeature = "f"\nstatus = "confirmed"\necho = true\nmeaning = "m"\nsource = "s"\n', "an echo of the user's flags cannot confirm"),
-    ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "x"\nfeature = "f"\nstatus = "info"\nmeaning = "m"\nsource = "s"\nprovenance = { log = "x.log" }\n', "bad provenance"),
-    ('[[rule]]\nid = "llamacpp.n_slots"\nengine = "vllm"\npattern = "x"\nfeature = "f"\nstatus = "refused"\nmeaning = "m"\nsource = "s"\n', "share the id"),
+    ('[[rule]]\nid = "a.b"\nengine = "nope"\npattern = "x"\nfeature = "f"\nstatus = "refused"\nmeaning = "m"\n'
+     'source = "s"\n', "unknown engine"),
+    ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "("\nfeature = "f"\nstatus = "refused"\nmeaning = "m"\n'
+     'source = "s"\n', "bad regex"),
+    ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "(x)"\nfeature = "f"\nstatus = "refused"\nmeaning = "m"\n'
+     'source = "s"\n', "only a group named 'value'"),
+    ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "x"\nfeature = "Bad Name"\nstatus = "refused"\nmeaning = "m"\n'
+     'source = "s"\n', "snake_case"),
+    ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "x"\nfeature = "f"\nstatus = "maybe"\nmeaning = "m"\n'
+     'source = "s"\n', "status"),
+    ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "x"\nfeature = "f"\nstatus = "confirmed"\necho = true\n'
+     'meaning = "m"\nsource = "s"\n', "an echo of the user's flags cannot confirm"),
+    ('[[rule]]\nid = "a.b"\nengine = "vllm"\npattern = "x"\nfeature = "f"\nstatus = "info"\nmeaning = "m"\n'
+     'source = "s"\nprovenance = { log = "x.log" }\n', "bad provenance"),
+    ('[[rule]]\nid = "llamacpp.n_slots"\nengine = "vllm"\npattern = "x"\nfeature = "f"\nstatus = "refused"\n'
+     'meaning = "m"\nsource = "s"\n', "share the id"),
 ]
 
 

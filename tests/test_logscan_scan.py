@@ -194,7 +194,8 @@ DECIDE = [
     ([FeatureRequest("p", "-np 4", 4.0)], [ev("p", "confirmed", 4.0)], {"p": "confirmed"}),
     ([FeatureRequest("p", "-np 4", 4.0)], [ev("p", "confirmed", 8.0)], {"p": "confirmed"}),
     ([FeatureRequest("p", "-np 4", 4.0)], [ev("p", "confirmed", 3.0)], {"p": "refused"}),
-    ([FeatureRequest("a", "-a"), FeatureRequest("b", "-b")], [ev("b", "confirmed")], {"a": "unconfirmed", "b": "confirmed"}),
+    ([FeatureRequest("a", "-a"), FeatureRequest("b", "-b")], [ev("b", "confirmed")],
+     {"a": "unconfirmed", "b": "confirmed"}),
 ]
 
 
@@ -258,7 +259,8 @@ def test_cli_refusal_exits_3_with_json(tmp_path, capsys):
     assert findings["gpu_offload"]["status"] == "refused"
     assert findings["gpu_offload"]["line"] == "warning: no usable GPU found, --gpu-layers option will be ignored"
     assert findings["parallel_slots"]["status"] == "confirmed"
-    assert {"level": "warning", "text": "warning: consult docs/build.md for compilation instructions", "line_no": 3} in doc["lines"]
+    assert {"level": "warning", "text": "warning: consult docs/build.md for compilation instructions",
+            "line_no": 3} in doc["lines"]
     printed = capsys.readouterr().out
     assert "REFUSED: gpu_offload" in printed and "no usable GPU found" in printed
 
@@ -300,7 +302,8 @@ def test_cli_unreachable_url_is_one_line(capsys):
 
 def test_cli_markup_in_the_log_is_printed_literally(tmp_path, capsys):
     log = tmp_path / "h.log"
-    log.write_text("warning: no usable GPU found, --gpu-layers option will be ignored [bold]<script>alert(1)</script>\n")
+    log.write_text("warning: no usable GPU found, --gpu-layers option will be ignored "
+                   "[bold]<script>alert(1)</script>\n")
     assert run_main(["log", str(log), "--flags", "-ngl 99"]) == exitcodes.INVALID
     assert "[bold]<script>alert(1)</script>" in capsys.readouterr().out
 
@@ -325,8 +328,9 @@ def test_a_moment_of_queueing_yields_to_a_line_that_shows_batching(tmp_path):
     """vLLM's periodic line: 'Running: 1 reqs, Waiting: 2 reqs' refuses continuous batching only
     while no line shows several requests running; a --max-num-seqs 4 server that queued for a
     moment (its KV cache full, say) and batched at other moments is confirmed."""
-    queued = ("(APIServer pid=1) INFO 12-02 00:33:33 [loggers.py:335] Engine 000: Avg prompt throughput: 19.2 tokens/s, "
-              "Avg generation throughput: 67.3 tokens/s, Running: 1 reqs, Waiting: 2 reqs, CPU KV cache usage: 0.4%")
+    queued = ("(APIServer pid=1) INFO 12-02 00:33:33 [loggers.py:335] Engine 000: Avg prompt throughput: 19.2 "
+              "tokens/s, Avg generation throughput: 67.3 tokens/s, Running: 1 reqs, Waiting: 2 reqs, "
+              "CPU KV cache usage: 0.4%")
     batched = queued.replace("Running: 1 reqs, Waiting: 2 reqs", "Running: 4 reqs, Waiting: 0 reqs")
     log = tmp_path / "v.log"
     log.write_text(queued + "\n")

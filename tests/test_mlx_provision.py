@@ -305,7 +305,8 @@ def test_flags_for_other_engines_are_refused(
     monkeypatch.setenv("SERVECHECK_CACHE_DIR", str(tmp_path / "cache"))
     for args, words in ((["serve-local", "--engine", "mlx", "--threads", "2"], "--threads is not for --engine mlx"),
                         (["serve-local", "--engine", "mlx", "--ctx", "4096"], "--ctx is not for --engine mlx"),
-                        (["demo", "--engine", "mlx", "--llama-server", "/bin/true"], "--llama-server is for --engine llamacpp")):
+                        (["demo", "--engine", "mlx", "--llama-server", "/bin/true"],
+                         "--llama-server is for --engine llamacpp")):
         with pytest.raises(SystemExit) as done:
             main(args)
         assert done.value.code == 2 and words in capsys.readouterr().err

@@ -116,10 +116,11 @@ def test_a_seed_in_every_request_makes_the_default_batch_a_staircase(default_bat
     truth = {"seed=7": "staircase", "plain": "cluster"}
 
     def both(i: int) -> dict[str, dict[str, Any]]:
-        return {"seed=7": measure(default_batch, test_seed + i, seeded_params), "plain": measure(default_batch, test_seed + i)}
+        return {"seed=7": measure(default_batch, test_seed + i, seeded_params),
+                "plain": measure(default_batch, test_seed + i)}
 
-    docs = first_try.record_tries(request.node.nodeid, truth, both, lambda got: {k: d["verdict"] for k, d in got.items()},
-                                  tries=2, seed=test_seed)
+    docs = first_try.record_tries(request.node.nodeid, truth, both,
+                                  lambda got: {k: d["verdict"] for k, d in got.items()}, tries=2, seed=test_seed)
     for doc in docs.values():
         assert doc["valid"], doc["invalid"]
         assert_recognised_and_pinned(doc)

@@ -16,8 +16,10 @@ SERIALIZER_NAMES = frozenset({"to_dict", "to_doc", "from_dict", "from_doc"})
 NOT_RESULT_SHAPES = {
     "client/base.py: public_dict": "the target's flags as the run's `params` record them: an opaque JSON object "
     "the envelope keeps as given (model.result.Envelope.params), with secrets left out",
-    "results/fields.py: as_dict": "a lenient reader of a value taken from a document (a dict, else empty); writes nothing",
-    "sim/config.py: as_dict": "what the simulator says about itself on its own wire (/props): a server's JSON, not servecheck's",
+    "results/fields.py: as_dict": "a lenient reader of a value taken from a document (a dict, else empty); "
+                                  "writes nothing",
+    "sim/config.py: as_dict": "what the simulator says about itself on its own wire (/props): a server's JSON, "
+                              "not servecheck's",
 }
 
 
@@ -45,7 +47,8 @@ def test_the_rule_finds_each_kind_of_serializer() -> None:
         "def render_doc(run) -> str: ...\n"  # a renderer named after a document: not a serializer
         "def body(self) -> Body: ...\n"
     )
-    assert serializers(source) == ["to_dict (line 2)", "from_dict (line 4)", "audit_doc (line 5)", "point_dict (line 6)"]
+    assert serializers(source) == ["to_dict (line 2)", "from_dict (line 4)", "audit_doc (line 5)",
+                                   "point_dict (line 6)"]
 
 
 def test_no_serializer_outside_model() -> None:
@@ -63,7 +66,8 @@ def test_each_exception_still_exists() -> None:
     """An exception whose function is gone (or renamed) would excuse a new serializer of the same name."""
     for entry in NOT_RESULT_SHAPES:
         rel, name = entry.split(": ")
-        assert any(found.startswith(name + " ") for found in serializers((SRC / rel).read_text(encoding="utf-8"))), entry
+        assert any(found.startswith(name + " ")
+                   for found in serializers((SRC / rel).read_text(encoding="utf-8"))), entry
 
 
 # ---------------------------------------------------------------- JSON values where results are built
@@ -118,7 +122,8 @@ def test_no_json_values_where_results_are_built_judged_or_shown() -> None:
     for room in TYPED_ROOMS:
         for path in sorted((SRC / room).rglob("*.py")):
             rel = path.relative_to(SRC)
-            found = (f"{rel}: {name.split(' (')[0]}" for name in json_value_annotations(path.read_text(encoding="utf-8")))
+            found = (f"{rel}: {name.split(' (')[0]}"
+                     for name in json_value_annotations(path.read_text(encoding="utf-8")))
             offenders += [name for name in found if name not in SERVER_JSON_READERS]
     assert offenders == [], ("an experiment returns a RunResult (model.result.measured) and a command reads one: "
                              "no JSON values in analysis/, experiments/ or cli/:\n" + "\n".join(offenders))

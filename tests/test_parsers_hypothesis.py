@@ -29,7 +29,9 @@ _SCALARS = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(10**30), max_value=10**30),
     st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=8),
 )
-JSON_VALUES = st.recursive(_SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+JSON_VALUES = st.recursive(_SCALARS,
+                           lambda inner: (st.lists(inner, max_size=4)
+                                          | st.dictionaries(st.text(max_size=8), inner, max_size=4)),
                            max_leaves=20)
 # Keys the dialects read, so generated objects reach their branches instead of missing every key.
 _KEYS = st.sampled_from(["choices", "usage", "timings", "content", "tokens", "stop", "stop_type", "truncated", "done",

@@ -199,7 +199,8 @@ def test_a_control_read_late_is_no_reference_either():
     control read 1.4 s late: against 2.0 s the repeats look like hits. At the control's true time they
     do not, so the late control is no reference and the verdict is unknown."""
     sends = _late(run([7.0, 0.5, 0.5], [None] * 3, 2.0, None), "control", 1400.0)
-    assert decide_cache([replace(s, client_late_ms=0.0) for s in sends]).verdict == "working"  # what the record prevents
+    # what the record prevents
+    assert decide_cache([replace(s, client_late_ms=0.0) for s in sends]).verdict == "working"
     v = decide_cache(sends)
     assert v.verdict == "unknown" and "reading the control" in v.reason
 

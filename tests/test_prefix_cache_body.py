@@ -56,7 +56,8 @@ WORKING = (send(0, "repeat", 400, 0), send(1, "repeat", 40, 1990), send(2, "repe
 
 def test_a_working_cache_writes_every_key_and_reads_back() -> None:
     doc = written(result(*WORKING))
-    assert set(doc) == HEADER | BODY_KEYS | {"log_audit"} and doc["log_audit"] is None  # a finished run's: null without --serve
+    # a finished run's: null without --serve
+    assert set(doc) == HEADER | BODY_KEYS | {"log_audit"} and doc["log_audit"] is None
     assert (doc["command"], doc["valid"], doc["complete"], doc["verdict"]) == ("prefix-cache", True, True, "working")
     assert doc["ttft_s"] == [0.4, 0.04, 0.04] and doc["cached_tokens"] == [0, 1990, 1990]
     assert (doc["control_ttft_s"], doc["control_cached_tokens"]) == (0.4, 0)
@@ -88,13 +89,14 @@ def test_a_partial_run_keeps_the_control_keys_as_null() -> None:
 
 def test_no_counters_a_failed_send_and_metrics_deltas_are_written_as_read() -> None:
     deltas = (("vllm:prefix_cache_hits_total", 1984.0), ("vllm:prefix_cache_queries_total", 2000.0))
-    sends = (send(0, "repeat", 400, None), send(1, "repeat", 40, None, deltas=deltas), send(2, "repeat", 40, None, ok=False),
-             send(3, "control", 400, None))
+    sends = (send(0, "repeat", 400, None), send(1, "repeat", 40, None, deltas=deltas),
+             send(2, "repeat", 40, None, ok=False), send(3, "control", 400, None))
     doc = written(result(*sends))
     assert doc["valid"] is False and doc["verdict"] == "unknown" and doc["ttft_s"] == [0.4, 0.04, None]
     assert doc["cached_tokens"] == [None, None, None]
     failed = doc["sends"][2]
-    assert (failed["status"], failed["error"], failed["ttft_s"], failed["server_prompt_tokens"]) == ("error", "HTTP 500", None, None)
+    assert ((failed["status"], failed["error"], failed["ttft_s"], failed["server_prompt_tokens"])
+            == ("error", "HTTP 500", None, None))
     assert doc["sends"][1]["counter_deltas"] == {"vllm:prefix_cache_hits_total": 1984.0,
                                                  "vllm:prefix_cache_queries_total": 2000.0}
     assert doc["sends"][0]["counter_deltas"] == {} and doc["sends"][0]["cached_source"] is None
@@ -105,4 +107,5 @@ def test_a_capped_prompt_is_marked() -> None:
     capped = ContextFit(n_ctx=1024, source="/props", asked_tokens=6000, prompt_tokens=956, note="capped")
     doc = written(PrefixCacheResult(server=SERVER, fit=capped, repeats=3, max_tokens=4, cache_prompt=False,
                                     sends=WORKING, complete=True))
-    assert (doc["capped"], doc["prompt_tokens"], doc["prompt_tokens_asked"], doc["cache_prompt"]) == (True, 956, 6000, False)
+    assert ((doc["capped"], doc["prompt_tokens"], doc["prompt_tokens_asked"], doc["cache_prompt"])
+            == (True, 956, 6000, False))

@@ -49,7 +49,8 @@ def test_hit_delta_is_the_cached_tokens_and_both_deltas_are_kept() -> None:
 
 def test_flat_counters_read_zero_cached() -> None:
     send = send_with(MetricsDriver(hits=0, queries=2000))
-    assert send.cached_tokens == 0 and encode(send.body(), nulls=True)["counter_deltas"]["vllm:prefix_cache_queries_total"] == 2000.0
+    assert (send.cached_tokens == 0
+            and encode(send.body(), nulls=True)["counter_deltas"]["vllm:prefix_cache_queries_total"] == 2000.0)
 
 
 class NanAfterTheSend(MetricsDriver):

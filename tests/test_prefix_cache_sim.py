@@ -81,7 +81,8 @@ async def test_lying_cache_counters_are_read_from_the_timing_and_the_contradicti
 
 async def test_honest_counters_beside_the_same_timing_raise_no_finding():
     doc = fields_of((await measure(SimConfig(prefix_cache="on", lying_cache=True, **TIMING))).document())
-    assert (doc["verdict"], doc["analysis"]["signal"], doc["analysis"]["witness_contradicts"]) == ("working", "timing", None)
+    assert ((doc["verdict"], doc["analysis"]["signal"], doc["analysis"]["witness_contradicts"])
+            == ("working", "timing", None))
     assert "warnings" not in doc and "the cache counters agree" in doc["verdict_reason"]
 
 
@@ -131,7 +132,8 @@ def test_vllm_counters_summed_over_labels():
         'vllm:prefix_cache_queries_total{engine="0",model_name="m"} 200.0\n'
     )
     names = {"vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"}
-    assert metric_totals(text, names) == {"vllm:prefix_cache_hits_total": 128.0, "vllm:prefix_cache_queries_total": 200.0}
+    assert metric_totals(text, names) == {"vllm:prefix_cache_hits_total": 128.0,
+                                          "vllm:prefix_cache_queries_total": 200.0}
     assert metric_totals("garbage {", names) == {}
 
 

@@ -49,7 +49,8 @@ def test_a_check_with_an_aim_takes_the_fewest_within_it_else_the_fewest_within_t
     tried = (cal(1, 4.0), cal(1, 4.0), cal(2, 1.5))
     aimed = ClientCheck(streams=8, tolerance_ms=5.0, basis="b", tried=tried, aim_ms=2.0)
     assert aimed.workers == 2 and not aimed.client_bound and aimed.to_dict()["aim_ms"] == 2.0
-    short = ClientCheck(streams=8, tolerance_ms=5.0, basis="b", tried=(cal(1, 4.0), cal(1, 4.0), cal(2, 3.0)), aim_ms=2.0)
+    short = ClientCheck(streams=8, tolerance_ms=5.0, basis="b", tried=(cal(1, 4.0), cal(1, 4.0), cal(2, 3.0)),
+                        aim_ms=2.0)
     assert short.workers == 1 and not short.client_bound
     assert "aim_ms" not in ClientCheck(streams=8, tolerance_ms=5.0, basis="b", tried=tried).to_dict()
 
@@ -70,7 +71,8 @@ def test_events_per_calibration_scale_with_the_gap_and_stay_bounded():
 
 
 def test_the_token_gap_comes_from_the_warm_up_token_times():
-    record = RequestRecord(index=0, nonce="n", send_ns=0, status="ok", tokens_requested=3, token_ns=(10_000_000, 20_000_000, 40_000_000))
+    record = RequestRecord(index=0, nonce="n", send_ns=0, status="ok", tokens_requested=3,
+                           token_ns=(10_000_000, 20_000_000, 40_000_000))
     assert token_gap_ms(record) == 15.0
     one_event = RequestRecord(index=0, nonce="n", send_ns=0, status="ok", tokens_requested=3, token_ns=(1,),
                               end_ns=30_000_000, tokens=3)
@@ -241,7 +243,8 @@ def test_capacity_names_the_n_whose_ttft_the_client_cannot_resolve():
 
     warmup = RequestRecord(index=0, nonce="n", send_ns=0, status="ok", tokens_requested=3, first_token_ns=20_000_000,
                            token_ns=(20_000_000, 30_000_000))
-    checks = tuple(ClientCheck(streams=n, tolerance_ms=50.0, basis="b", tried=(cal(1, e),)) for n, e in ((1, 0.3), (8, 4.0)))
+    checks = tuple(ClientCheck(streams=n, tolerance_ms=50.0, basis="b", tried=(cal(1, e),))
+                   for n, e in ((1, 0.3), (8, 4.0)))
     warning = ttft_unresolved_warning(checks, warmup)
     assert warning is not None and warning.message is not None and warning.message.startswith("TTFT unresolved at N=8:")
     assert ttft_unresolved_warning(checks[:1], warmup) is None
@@ -281,7 +284,8 @@ def test_the_html_report_shows_each_n_of_the_pre_flight(tmp_path):
     from servecheck.model.result import from_doc
     from servecheck.report.html import render_doc
 
-    bound = ClientCheck(streams=8, tolerance_ms=5.0, basis="5% of the 100 ms warm-up request", tried=(cal(1, 9.0, 1.0),))
+    bound = ClientCheck(streams=8, tolerance_ms=5.0, basis="5% of the 100 ms warm-up request",
+                        tried=(cal(1, 9.0, 1.0),))
     fine = ClientCheck(streams=1, tolerance_ms=5.0, basis="5% of the 100 ms warm-up request", tried=(cal(1, 1.0),))
     doc = {"schema_version": 1, "command": "staircase", "valid": False, "complete": True, "simulated": True,
            "calibration": "on", "client_checks": [fine.to_dict(), bound.to_dict()], "points": []}

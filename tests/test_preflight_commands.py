@@ -55,7 +55,8 @@ class CheckedFake(FakeDriver):
         cal = Calibration(streams=streams, gap_ms=gap_ms, events=20 * streams, stamp_delay_p50_ms=self.error_ms / 2,
                           stamp_delay_p99_ms=self.error_ms, stamp_delay_max_ms=self.error_ms, dispatch_skew_ms=0.0,
                           loop_lag_p99_ms=None, loop_lag_max_ms=None)
-        self.asked.append(ClientCheck(streams=streams, tolerance_ms=tolerance_ms, basis=basis, tried=(cal,), aim_ms=aim_ms))
+        self.asked.append(ClientCheck(streams=streams, tolerance_ms=tolerance_ms, basis=basis, tried=(cal,),
+                                      aim_ms=aim_ms))
         return self.asked[-1]
 
 
@@ -90,7 +91,8 @@ LINES: dict[str, Callable[[RunResult[Any]], list[str]]] = {
 
 
 def mode_key(command: str) -> str:
-    return "preflight" if command == "interference" else "calibration"  # interference's `calibration`: the victims' batch
+    # interference's `calibration`: the victims' batch
+    return "preflight" if command == "interference" else "calibration"
 
 
 def test_a_fake_that_checks_itself_is_a_self_checking_driver() -> None:

@@ -73,7 +73,8 @@ def test_missing_compiler_falls_back_to_numpy(monkeypatch: pytest.MonkeyPatch, t
         (None, None, list(DEFAULT_SIZES), []),
     ],
 )
-def test_plan_sizes(requested: list[int] | None, available: int | None, expected: list[int], skipped: list[int]) -> None:
+def test_plan_sizes(requested: list[int] | None, available: int | None, expected: list[int],
+                    skipped: list[int]) -> None:
     plan, skip = plan_sizes(requested, available)
     assert plan == expected
     assert [s for s, _ in skip] == skipped
@@ -150,7 +151,8 @@ def test_small_sizes_print_in_mib(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and "32.0 MiB" in out and "0.03 GiB" not in out
 
 
-def test_ctrl_c_keeps_the_sizes_already_measured(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ctrl_c_keeps_the_sizes_already_measured(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A fake reader with known pass times: 8 MiB completes, Ctrl-C arrives during 16 MiB."""
     import servecheck.probe.bandwidth as bw
 
@@ -161,7 +163,8 @@ def test_ctrl_c_keeps_the_sizes_already_measured(tmp_path: Path, capsys: pytest.
 
     monkeypatch.setattr(bw, "_reader", lambda method, notes: (reader, "fake"))
     out_json = tmp_path / "bw.json"
-    code, _, err = run(["bandwidth", "--sizes", "8,16MiB", "--passes", "2", "--no-save", "--json", str(out_json)], capsys)
+    code, _, err = run(["bandwidth", "--sizes", "8,16MiB", "--passes", "2", "--no-save", "--json", str(out_json)],
+                       capsys)
     assert code == 130 and "1 size(s) measured and kept" in err
     doc = json.loads(out_json.read_text())
     assert doc["complete"] is False
@@ -183,7 +186,9 @@ def _cache_dir(root: Path, entries: list[tuple[int, str, str]]) -> Path:
 def test_last_level_cache_read_from_sysfs(tmp_path: Path) -> None:
     from servecheck.probe.bandwidth import last_level_cache_bytes
 
-    root = _cache_dir(tmp_path / "cache", [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"), (3, "Unified", "32768K")])
+    root = _cache_dir(tmp_path / "cache",
+                      [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"),
+                       (3, "Unified", "32768K")])
     assert last_level_cache_bytes(root) == 32 << 20
     assert last_level_cache_bytes(tmp_path / "absent") is None
 

@@ -39,7 +39,8 @@ def test_round_trips_bound_a_known_offset():
     every interval, so the intersection holds it, as tight as the fastest trips allow."""
     truth = 5_000_000_123
     trips = []
-    for k, (out_ns, back_ns) in enumerate([(900_000, 1_100_000), (40_000, 60_000), (300_000, 20_000), (2_000_000, 5_000)]):
+    for k, (out_ns, back_ns) in enumerate([(900_000, 1_100_000), (40_000, 60_000), (300_000, 20_000),
+                                           (2_000_000, 5_000)]):
         t0 = 10_000_000 * (k + 1)
         trips.append((t0, t0 + out_ns + truth, t0 + out_ns + back_ns))
     got = offset_from(trips, worker=1, node="n")
@@ -89,7 +90,8 @@ sys.meta_path.insert(0, NoRay())
 
 
 def test_without_ray_the_flag_says_how_to_install_it_and_exits_2():
-    code = BLOCK_RAY + "from servecheck.cli.main import main\nmain(['staircase', 'http://127.0.0.1:9', '--ray', 'auto'])"
+    code = (BLOCK_RAY
+            + "from servecheck.cli.main import main\nmain(['staircase', 'http://127.0.0.1:9', '--ray', 'auto'])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
     assert "pip install 'servecheck[ray]'" in done.stderr and "Traceback" not in done.stderr
@@ -161,8 +163,8 @@ def staircase(url: str, out: Path, *extra: str, open_driver=None) -> dict:
     from servecheck.cli import main as main_mod
 
     with pytest.raises(SystemExit):
-        main_mod.main(["staircase", url, "--n", "1,2,4", "--tokens", RAY_TOKENS, "--prompt-tokens", "16", "--max-reps", "2",
-                       "--no-save", "--timeout", "60", "--json", str(out), *extra], open_driver=open_driver)
+        main_mod.main(["staircase", url, "--n", "1,2,4", "--tokens", RAY_TOKENS, "--prompt-tokens", "16", "--max-reps",
+                       "2", "--no-save", "--timeout", "60", "--json", str(out), *extra], open_driver=open_driver)
     return json.loads(out.read_text())
 
 
@@ -197,8 +199,9 @@ def test_the_report_names_ray_actors_and_their_clocks():
     from servecheck.report.lines.text import client_lines
 
     cal = Calibration(streams=4, workers=2, stamp_delay_p99_ms=1.0, dispatch_skew_ms=0.5, clock_uncertainty_ms=1.5,
-                      error_ms=3.0, clock_offsets=(Offset(worker=0, node="10.0.0.1", offset_ns=5, uncertainty_ns=700_000),
-                                                   Offset(worker=1, node="10.0.0.2", offset_ns=-5, uncertainty_ns=800_000)))
+                      error_ms=3.0,
+                      clock_offsets=(Offset(worker=0, node="10.0.0.1", offset_ns=5, uncertainty_ns=700_000),
+                                     Offset(worker=1, node="10.0.0.2", offset_ns=-5, uncertainty_ns=800_000)))
     check = ClientCheck(streams=4, tolerance_ms=13.7, basis="5% of the 274 ms warm-up request", workers=2, error_ms=3.0,
                         client_bound=False, tried=(cal,))
     lines = client_lines([check])

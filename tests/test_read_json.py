@@ -29,7 +29,8 @@ COMMANDS = {
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize("case", sorted(BAD_FILES))
-def test_every_reader_gives_the_same_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, case: str) -> None:
+def test_every_reader_gives_the_same_one_line_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str,
+                                                    case: str) -> None:
     content, says = BAD_FILES[case]
     path = tmp_path / "run.json"
     if content is not None:

@@ -39,7 +39,8 @@ def test_a_staircase_point_reads_the_median_stream_rate_and_whether_the_sum_misl
     batch["self_reported_sum_tok_s"], batch["aggregate_tok_s"], batch["self_reported_misleading"] = 256.0, 64.0, True
     (read,) = read_report([from_doc(doc)]).runs
     four = read.staircase[2]
-    assert (four.self_reported_sum_tok_s, four.true_aggregate_tok_s, four.self_reported_misleading) == (256.0, 64.0, True)
+    assert ((four.self_reported_sum_tok_s, four.true_aggregate_tok_s, four.self_reported_misleading)
+            == (256.0, 64.0, True))
     # each serial request streams 64 tokens after its first, 0.05 s into its 1 s turn: the same rate for all four
     req = batch["requests"][0]
     assert four.per_user_rate_tok_s == pytest.approx(req["tokens"] / (req["end_s"] - req["first_token_s"]), rel=0.05)

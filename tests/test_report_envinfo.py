@@ -15,7 +15,8 @@ from servecheck import envinfo
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("NVIDIA H200, 143771, 570.86.15\n", [{"vendor": "nvidia", "name": "NVIDIA H200", "memory_bytes": 143771 * 2**20, "driver": "570.86.15"}]),
+        ("NVIDIA H200, 143771, 570.86.15\n",
+         [{"vendor": "nvidia", "name": "NVIDIA H200", "memory_bytes": 143771 * 2**20, "driver": "570.86.15"}]),
         ("A, 1024, 1\nB, [N/A], 2\n", [
             {"vendor": "nvidia", "name": "A", "memory_bytes": 2**30, "driver": "1"},
             {"vendor": "nvidia", "name": "B", "memory_bytes": None, "driver": "2"},

@@ -62,10 +62,12 @@ def test_every_field_of_a_real_run_is_documented(tmp_path: Path) -> None:
         docs.append(run(["arms", server.url, "--arms", "1,2", "--reps", "2", *common], tmp_path / "a.json"))
         docs.append(run(["capacity", server.url, "--min-user-rate", "1", "--max-ttft", "5", "--max-n", "2", *common],
                         tmp_path / "cap.json"))
-        docs.append(run(["prefix-cache", server.url, "--prompt-tokens", "200", "--repeats", "2", "--no-save"], tmp_path / "p.json"))
-        docs.append(run(["context", server.url, "--depths", "0,64", "--tokens", "8", "--model", str(model), "--bandwidth", "10",
-                         "--no-save"], tmp_path / "ctx.json"))
-        docs.append(run(["interference", server.url, "--prompt-sizes", "64,512", "--tokens", "32", "--reps", "1", "--no-save"],
+        docs.append(run(["prefix-cache", server.url, "--prompt-tokens", "200", "--repeats", "2", "--no-save"],
+                        tmp_path / "p.json"))
+        docs.append(run(["context", server.url, "--depths", "0,64", "--tokens", "8", "--model", str(model),
+                         "--bandwidth", "10", "--no-save"], tmp_path / "ctx.json"))
+        docs.append(run(["interference", server.url, "--prompt-sizes", "64,512", "--tokens", "32", "--reps", "1",
+                         "--no-save"],
                         tmp_path / "inf.json"))
     docs.append(run(["log", str(log), "--flags", "-np 4 --cont-batching", "--no-save"], tmp_path / "l.json"))
     docs.append(run(["roofline", "--bytes-per-token", "1.849GB", "--tok-s", "97.83", "--bandwidth", "265-315",

@@ -75,12 +75,14 @@ def rendered(doc: dict[str, Any]) -> str:
 @pytest.mark.parametrize(
     ("doc", "expected"),
     [
-        (samples.staircase(serial=True), ["staircase", "finish at 1.00 / 2.00 / 3.00 / 4.00 s", "aggregate 64.0 tok/s", "SIMULATED"]),
+        (samples.staircase(serial=True),
+         ["staircase", "finish at 1.00 / 2.00 / 3.00 / 4.00 s", "aggregate 64.0 tok/s", "SIMULATED"]),
         (samples.arms(), ["1.39×", "-65%", "35%", "batching", "verdict: batching at 4"]),
         (samples.prefix_cache(working=True), ["verdict: working", "0.190", "5,990"]),
         (samples.roofline(), ["1.849 GB", "265–315 GB/s", "57–68%", "close (threshold 55%)"]),
         (samples.log(), ["continuous_batching", "refused", "verdict: refused"]),
-        ({"command": "bandwidth", "best_gb_s": 366.0, "points": [{"bytes": 1024, "gb_s": 12.5}]}, ["best_gb_s", "366", "12.5"]),
+        ({"command": "bandwidth", "best_gb_s": 366.0, "points": [{"bytes": 1024, "gb_s": 12.5}]},
+         ["best_gb_s", "366", "12.5"]),
         ({"command": "staircase", "complete": False, "points": [{"n": 1}]}, ["INCOMPLETE", "—"]),
     ],
 )

@@ -41,7 +41,8 @@ REPLACEABLE = frozenset({"temperature", "top_k", "seed", "logprobs"})
     (("stop=END", "user=a=b", "temperature=NaN", "suffix="), None,
      (("stop", "END"), ("user", "a=b"), ("temperature", "NaN"), ("suffix", ""))),  # not JSON: the text as typed
     (("seed=null",), None, (("seed", None),)),
-    (("logprobs=true",), '{"seed": 7, "options": {"seed": 7}}', (("seed", 7), ("options", {"seed": 7}), ("logprobs", True))),
+    (("logprobs=true",), '{"seed": 7, "options": {"seed": 7}}',
+     (("seed", 7), ("options", {"seed": 7}), ("logprobs", True))),
 ])
 def test_values_are_json_where_they_parse_else_text(pairs: tuple[str, ...], extra: str | None, expected: Any) -> None:
     assert parse_request_params(pairs, extra) == expected
@@ -53,14 +54,16 @@ def test_values_are_json_where_they_parse_else_text(pairs: tuple[str, ...], extr
     ((), "{seed: 7}", "--extra-body is not JSON"),
     ((), "[1, 2]", "--extra-body must be a JSON object, not list"),
     (("seed=7",), '{"seed": 8}', "request field 'seed' is given twice"),
-    (('stream_options={"include_usage": false}',), None, "'stream_options.include_usage' cannot be set: servecheck reads"),
+    (('stream_options={"include_usage": false}',), None,
+     "'stream_options.include_usage' cannot be set: servecheck reads"),
     (("stream_options=null",), None, "'stream_options' must be a JSON object, merged beside servecheck's"),
     (('options={"num_predict": 8}',), None, "'options.num_predict' cannot be set: servecheck sets the output length"),
     ((), '{"messages": []}', "'messages' cannot be set: servecheck writes the prompts"),
     (("n=2",), None, "request field 'n' must be 1, not 2: servecheck times and counts one choice per request"),
     ((), '{"best_of": 3}', "request field 'best_of' must be 1, not 3"),
 ])
-def test_malformed_or_colliding_fields_are_one_usage_error(pairs: tuple[str, ...], extra: str | None, fragment: str) -> None:
+def test_malformed_or_colliding_fields_are_one_usage_error(pairs: tuple[str, ...], extra: str | None,
+                                                           fragment: str) -> None:
     with pytest.raises(UsageError) as exc:
         parse_request_params(pairs, extra)
     assert fragment in exc.value.one_line()
@@ -79,7 +82,8 @@ def test_every_measuring_field_is_refused_with_its_reason(path: str) -> None:
 def test_every_field_a_dialect_sets_is_reserved_or_only_a_pin(dialect: str) -> None:
     """A field servecheck adds to a body to measure must be in RESERVED, or a user value would
     silently replace it; only the repeatability pins may be replaced."""
-    req = GenRequest(index=0, prompt="p", nonce="n", max_tokens=8, ignore_eos=True, token_counts=True, cache_prompt=True)
+    req = GenRequest(index=0, prompt="p", nonce="n", max_tokens=8, ignore_eos=True, token_counts=True,
+                     cache_prompt=True)
     body = DIALECT_CLASSES[dialect]().body(req, "m")
     for key, value in body.items():
         inside = {f"{key}.{sub}" for sub in value} if isinstance(value, dict) else set()
@@ -98,7 +102,8 @@ def test_objects_merge_beside_servecheck_and_pins_give_way() -> None:
     assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert {k: body[k] for k in ("stream", "max_tokens", "ignore_eos", "min_tokens", "model")} == {
         "stream": True, "max_tokens": 8, "ignore_eos": True, "min_tokens": 8, "model": "m"}
-    ollama = with_request_params(DIALECT_CLASSES["ollama"]().body(req, "m"), parse_request_params(('options={"seed": 7}',)))
+    ollama = with_request_params(DIALECT_CLASSES["ollama"]().body(req, "m"),
+                                 parse_request_params(('options={"seed": 7}',)))
     assert ollama["options"]["seed"] == 7 and ollama["options"]["num_predict"] == 8
 
 
@@ -138,18 +143,20 @@ def test_without_fields_no_line_is_added() -> None:
 # Nothing listens at the URL: the field is refused before any request (demo: before any engine is provisioned).
 COMMANDS = [["staircase", "http://127.0.0.1:9"], ["arms", "http://127.0.0.1:9"],
             ["capacity", "http://127.0.0.1:9", "--min-user-rate", "10"], ["prefix-cache", "http://127.0.0.1:9"],
-            ["context", "http://127.0.0.1:9"], ["interference", "http://127.0.0.1:9"], ["speculative", "http://127.0.0.1:9"],
+            ["context", "http://127.0.0.1:9"], ["interference", "http://127.0.0.1:9"],
+            ["speculative", "http://127.0.0.1:9"],
             ["roofline", "--url", "http://127.0.0.1:9", "--bytes-per-token", "1GB"], ["demo"]]
 
 
 @pytest.mark.parametrize("argv", COMMANDS, ids=[c[0] for c in COMMANDS])
-def test_every_measuring_command_refuses_a_reserved_field_before_starting(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_measuring_command_refuses_a_reserved_field_before_starting(argv: list[str],
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main_mod.main([*argv, "--request-param", "max_tokens=5", "--no-save"])
     err = capsys.readouterr().err
     assert info.value.code == exitcodes.USAGE
-    assert err.strip() == ("Error: request field 'max_tokens' cannot be set: servecheck sets the output length it measures "
-                           "(--tokens) (drop it from --request-param / --extra-body)")
+    assert err.strip() == ("Error: request field 'max_tokens' cannot be set: servecheck sets the output length it "
+                           "measures (--tokens) (drop it from --request-param / --extra-body)")
 
 
 def test_one_choice_is_accepted_as_it_is_what_servecheck_measures() -> None:
@@ -157,7 +164,8 @@ def test_one_choice_is_accepted_as_it_is_what_servecheck_measures() -> None:
 
 
 @pytest.mark.parametrize("pair", ["logprobs=false", "logprobs=0", "logprobs=null", "n_probs=0"])
-def test_speculative_refuses_a_field_that_would_blind_its_token_counts(pair: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_speculative_refuses_a_field_that_would_blind_its_token_counts(pair: str,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """speculative reads each event's tokens from the per-token logprobs it asks for: a user value that turns
     them off would count every multi-token step as one token (a server that speculates would read not)."""
     with pytest.raises(SystemExit) as info:

@@ -26,7 +26,8 @@ def test_there_is_a_fixture_for_every_command():
 
 @pytest.mark.parametrize("name", DOCS)
 def test_show_renders_a_saved_document_as_released(name):
-    assert generate.sc("show", str(FIXTURES / f"{name}.json")).stdout == (generate.GOLDEN / f"{name}.show.txt").read_text()
+    assert (generate.sc("show", str(FIXTURES / f"{name}.json")).stdout
+            == (generate.GOLDEN / f"{name}.show.txt").read_text())
 
 
 @pytest.mark.parametrize("name", DOCS)

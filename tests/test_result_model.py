@@ -26,7 +26,8 @@ FIXTURES = Path(__file__).parent / "fixtures" / "results"
 
 
 def run_results(command: str) -> st.SearchStrategy[RunResult]:
-    envelope = strategy(Envelope).map(lambda e: Envelope(**{**e.__dict__, "command": command, "schema_version": SCHEMA_VERSION}))
+    envelope = strategy(Envelope).map(lambda e: Envelope(**{**e.__dict__, "command": command,
+                                                            "schema_version": SCHEMA_VERSION}))
     return st.builds(RunResult, envelope, strategy(BODIES[command]))
 
 
@@ -121,9 +122,11 @@ def test_the_written_envelope_is_the_typed_one():
                          "simulated", "complete"} <= ENVELOPE_KEYS  # no valid (not judged), no run_id (not saved)
     assert head["schema_version"] == SCHEMA_VERSION and not hasattr(jsonout, "SCHEMA_VERSION")
     assert head["params"] == {"url": "http://x", "seed": None}  # as given, nulls and all
-    assert head["environment"] == {**dict.fromkeys(json_keys(Environment)), "cpu_count": 2}  # every probe, null where it read nothing
+    # every probe, null where it read nothing
+    assert head["environment"] == {**dict.fromkeys(json_keys(Environment)), "cpu_count": 2}
     typed = from_doc(head).envelope
-    assert (typed.command, typed.simulated, typed.complete, typed.created_at) == ("staircase", False, False, head["created_at"])
+    assert ((typed.command, typed.simulated, typed.complete, typed.created_at)
+            == ("staircase", False, False, head["created_at"]))
 
 
 @pytest.mark.parametrize("command", sorted(BODIES))
@@ -134,7 +137,8 @@ def test_the_written_document_reads_back_into_the_result_it_was_written_from(com
     result (the log audit then null, not absent) and a partial one read back as they were."""
     result = data.draw(run_results(command))
     unrecorded = getattr(result.body, "unrecorded", None)
-    assume(unrecorded is None or not unrecorded())  # arms before its serial cell, roofline before its bandwidth: keys left out on purpose
+    # arms before its serial cell, roofline before its bandwidth: keys left out on purpose
+    assume(unrecorded is None or not unrecorded())
     doc = json.loads(dumps(written_doc(result)))
     assert from_doc(doc) == result
     if result.complete and "log_audit" in json_keys(type(result.body)):

@@ -54,7 +54,8 @@ def experiment() -> StaircaseExperiment:
 def test_every_sink_gets_start_a_partial_per_point_and_the_finish() -> None:
     history, files = ListSink({"run_id": 7}), ListSink()
     driver = FakeDriver(QUEUE)
-    run = run_experiment(experiment(), lambda: driver, [history, files], head=HEAD, epilogue=lambda: {"log_audit": None})
+    run = run_experiment(experiment(), lambda: driver, [history, files], head=HEAD,
+                         epilogue=lambda: {"log_audit": None})
     assert not run.interrupted and run.written is not None and run.written.complete is True
     for sink in (history, files):
         assert sink.kinds() == ["start", "partial", "partial", "partial", "finish"] and sink.closed

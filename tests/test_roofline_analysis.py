@@ -91,7 +91,8 @@ def test_expected_distinct_experts(e: int, k: int, b: int, expected: float) -> N
 
 
 def test_batch_step_bytes_dense_once_experts_partial_kv_per_sequence() -> None:
-    step = rl.StepBytes(shared_bytes=1000, per_sequence_bytes=10, routed_expert_bytes=8000, expert_count=8, expert_used=2)
+    step = rl.StepBytes(shared_bytes=1000, per_sequence_bytes=10, routed_expert_bytes=8000, expert_count=8,
+                        expert_used=2)
     assert rl.step_bytes(step, 1) == pytest.approx(1000 + 2000 + 10)
     # b=2: 8(1-0.75^2) = 3.5 experts of 8 -> 3500 bytes, KV twice
     assert rl.step_bytes(step, 2) == pytest.approx(1000 + 3500 + 20)
@@ -143,14 +144,16 @@ def test_analyse_the_seed() -> None:
 
 
 def test_analyse_batch_rows_carry_what_a_run_measured() -> None:
-    r = rl.analyse(10**9, "dense", 50.0, Span.point(100.0), rl.TYPICAL_CEILING["dense"], batches=[1, 4], measured={4: 100.0})
+    r = rl.analyse(10**9, "dense", 50.0, Span.point(100.0), rl.TYPICAL_CEILING["dense"], batches=[1, 4],
+                   measured={4: 100.0})
     assert r.batch is not None
     one, four = r.batch
     assert one.ceiling.ceiling_tok_s.as_list() == pytest.approx([50.0, 50.0])  # batch 1: the measured rate itself
     assert one.measured_tok_s is None and one.measured_over_ceiling is None
     assert four.measured_over_ceiling is not None and four.measured_over_ceiling.lo == pytest.approx(0.5)
     rows = r.batch_records()
-    assert rows is not None and rows[1].measured_over_ceiling == pytest.approx((0.5, 0.5)) and rows[0].measured_over_ceiling is None
+    assert (rows is not None and rows[1].measured_over_ceiling == pytest.approx((0.5, 0.5))
+            and rows[0].measured_over_ceiling is None)
 
 
 @pytest.mark.parametrize(

@@ -45,9 +45,11 @@ def test_a_given_rate_writes_every_key_with_the_seed_numbers() -> None:
     weights = Weights(1_849_000_000, None, "moe")
     plan = seed_plan(target_tok_s=125.0, kind_given=True)
     doc = written(RooflineResult(Rate(97.83), Bandwidth(SEED_BW, "given")), weights, plan)
-    assert set(doc) == json_keys(RooflineBody) | {"command", "valid", "simulated", "complete"} and doc["simulated"] is False
+    assert (set(doc) == json_keys(RooflineBody) | {"command", "valid", "simulated", "complete"}
+            and doc["simulated"] is False)
     assert doc["bytes_per_token"] == 1_849_000_000 and doc["kind"] == "moe" and doc["tok_s"] == 97.83
-    assert doc["tok_s_source"] == "given" and doc["bandwidth_source"] == "given" and doc["bandwidth_gb_s"] == [265.0, 315.0]
+    assert (doc["tok_s_source"] == "given" and doc["bandwidth_source"] == "given"
+            and doc["bandwidth_gb_s"] == [265.0, 315.0])
     assert doc["achieved_gb_s"] == pytest.approx(97.83 * 1.849)
     assert doc["utilization"] == pytest.approx([97.83 * 1.849 / 315, 97.83 * 1.849 / 265])
     assert doc["gate"] == "close" and doc["gate_threshold"] == 0.55 and doc["valid"] is True
@@ -67,16 +69,20 @@ def test_batch_rows_carry_the_run_measured_only_where_it_was() -> None:
     plan = Plan(rl.TYPICAL_CEILING["dense"], batches=(1, 4), runs={4: 100.0}, notes=("--run r.json is incomplete",))
     doc = written(RooflineResult(Rate(50.0), Bandwidth(Span.point(100.0), "given")), weights, plan)
     one, four = doc["batch"]
-    assert set(one) == {"batch", "step_bytes", "distinct_experts", "ceiling_tok_s", "measured_tok_s", "measured_over_ceiling"}
+    assert set(one) == {"batch", "step_bytes", "distinct_experts", "ceiling_tok_s", "measured_tok_s",
+                        "measured_over_ceiling"}
     assert (one["batch"], one["step_bytes"], one["distinct_experts"]) == (1, 1e9, None)
-    assert one["ceiling_tok_s"] == pytest.approx([50.0, 50.0]) and one["measured_tok_s"] is None and one["measured_over_ceiling"] is None
+    assert (one["ceiling_tok_s"] == pytest.approx([50.0, 50.0]) and one["measured_tok_s"] is None
+            and one["measured_over_ceiling"] is None)
     assert four["measured_tok_s"] == 100.0 and four["measured_over_ceiling"] == pytest.approx([0.5, 0.5])
     assert doc["resident_bytes"] == 21 << 30
-    assert doc["notes"][0] == "--run r.json is incomplete" and any("batching ceiling without an audit" in n for n in doc["notes"])
+    assert (doc["notes"][0] == "--run r.json is incomplete"
+            and any("batching ceiling without an audit" in n for n in doc["notes"]))
 
 
 def test_a_measured_rate_before_its_bandwidth_keeps_only_the_rate() -> None:
-    rate = Rate(63.0, "measured: one 64-token stream", SERVER, stream(ServerTimings(generated_tokens=64, decode_s=0.99)))
+    rate = Rate(63.0, "measured: one 64-token stream", SERVER,
+                stream(ServerTimings(generated_tokens=64, decode_s=0.99)))
     doc = written(RooflineResult(rate), Weights(10**9, None, "dense"), seed_plan())
     assert set(doc) == json_keys(RooflineRate) | {"command", "simulated", "complete"}  # no "valid": nothing judged yet
     assert doc["simulated"] is True and doc["tok_s"] == 63.0
@@ -89,15 +95,17 @@ def test_a_measured_rate_before_its_bandwidth_keeps_only_the_rate() -> None:
 
 def test_a_server_without_timings_writes_them_null_and_the_run_is_marked_simulated() -> None:
     rate = Rate(63.0, "measured", SERVER, stream(None))
-    doc = written(RooflineResult(rate, Bandwidth(Span.point(400.0), "given")), Weights(10**9, None, "dense"), seed_plan())
+    doc = written(RooflineResult(rate, Bandwidth(Span.point(400.0), "given")), Weights(10**9, None, "dense"),
+                  seed_plan())
     assert doc["measurement"]["server_timings"] is None and doc["simulated"] is True
     assert set(doc) == json_keys(RooflineBody) | {"command", "valid", "simulated", "complete"}
 
 
 def test_the_audit_summary_and_the_probe_are_the_records_written() -> None:
-    audit = AuditBody(path="m.gguf", format="gguf", architecture="qwen2moe", kind="moe", bytes_per_token=900, resident_bytes=4000,
-                      kv_bytes_per_token=100, kv_cache=KVCache(context=42), total_bytes_per_token=1000,
-                      experts=Experts(count=8, used=2, source="gguf"), tied_head=False, notes=("n",))
+    audit = AuditBody(path="m.gguf", format="gguf", architecture="qwen2moe", kind="moe", bytes_per_token=900,
+                      resident_bytes=4000, kv_bytes_per_token=100, kv_cache=KVCache(context=42),
+                      total_bytes_per_token=1000, experts=Experts(count=8, used=2, source="gguf"), tied_head=False,
+                      notes=("n",))
     summary = AuditSummary.of(audit)
     probe = BandwidthBody(device="cpu", method="c-kernel", threads=2, passes=3)
     weights = Weights(1000, 4000, "moe", audit_summary=summary, kv_counted=True)
@@ -113,7 +121,10 @@ def test_the_audit_summary_and_the_probe_are_the_records_written() -> None:
 def test_a_document_reads_back_into_the_body_it_was_written_from() -> None:
     weights = Weights(10**9, None, "moe")
     plan = seed_plan(target_tok_s=90.0, batches=(1, 2))
-    doc = written(RooflineResult(Rate(63.0, "measured", SERVER, stream(None)), Bandwidth(SEED_BW, "given")), weights, plan)
+    doc = written(RooflineResult(Rate(63.0, "measured", SERVER, stream(None)), Bandwidth(SEED_BW, "given")), weights,
+                  plan)
     body = decode(RooflineBody, doc)
-    assert encode(body, nulls=True) == {k: v for k, v in doc.items() if k not in ("command", "valid", "simulated", "complete")}
-    assert body.target is not None and body.target.within_reach is True and body.batch is not None and len(body.batch) == 2
+    assert encode(body, nulls=True) == {k: v for k, v in doc.items()
+                                        if k not in ("command", "valid", "simulated", "complete")}
+    assert (body.target is not None and body.target.within_reach is True and body.batch is not None
+            and len(body.batch) == 2)

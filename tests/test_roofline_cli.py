@@ -39,9 +39,11 @@ def test_roofline_seed_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 def test_roofline_gate_open_and_straddle(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     p = tmp_path / "r.json"
-    run(["roofline", "--bytes-per-token", "1GB", "--tok-s", "100", "--bandwidth", "300", "--no-save", "--json", str(p)], capsys)
+    run(["roofline", "--bytes-per-token", "1GB", "--tok-s", "100", "--bandwidth", "300", "--no-save", "--json", str(p)],
+        capsys)
     assert json.loads(p.read_text())["gate"] == "open"  # 100 GB/s of 300 = 33%
-    run(["roofline", "--bytes-per-token", "1GB", "--tok-s", "160", "--bandwidth", "250-350", "--no-save", "--json", str(p)], capsys)
+    run(["roofline", "--bytes-per-token", "1GB", "--tok-s", "160", "--bandwidth", "250-350", "--no-save", "--json",
+         str(p)], capsys)
     doc = json.loads(p.read_text())
     assert doc["gate"] == "straddle" and doc["target"] is None  # 46%-64%
 
@@ -49,7 +51,9 @@ def test_roofline_gate_open_and_straddle(capsys: pytest.CaptureFixture[str], tmp
 def test_roofline_from_model_with_batches(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     model = write_gguf(tmp_path / "moe.gguf", "qwen2moe", MOE_KV, moe_tensors())
     run_doc = tmp_path / "arms.json"
-    run_doc.write_text(json.dumps({"command": "arms", "cells": [{"concurrency": 1, "aggregate_tok_s": 900.0}, {"concurrency": 4, "aggregate_tok_s": 1200.0}]}))
+    run_doc.write_text(json.dumps({"command": "arms",
+                                   "cells": [{"concurrency": 1, "aggregate_tok_s": 900.0},
+                                             {"concurrency": 4, "aggregate_tok_s": 1200.0}]}))
     p = tmp_path / "r.json"
     code, out, _ = run(["roofline", str(model), "--tok-s", "1000", "--bandwidth", "10", "--batch", "1,4",
                         "--run", str(run_doc), "--no-save", "--json", str(p)], capsys)
@@ -65,7 +69,8 @@ def test_roofline_from_model_with_batches(tmp_path: Path, capsys: pytest.Capture
     assert rows[4]["measured_over_ceiling"][0] == pytest.approx(1200.0 / rows[4]["ceiling_tok_s"][0])
 
 
-def test_batch_ceiling_at_batch_one_is_the_measured_rate_with_a_bandwidth_range(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_batch_ceiling_at_batch_one_is_the_measured_rate_with_a_bandwidth_range(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """bandwidth x utilization is the achieved bandwidth: a bandwidth range must not widen the ceiling."""
     model = write_gguf(tmp_path / "moe.gguf", "qwen2moe", MOE_KV, moe_tensors())
     p = tmp_path / "r.json"
@@ -149,15 +154,20 @@ def test_compare_words_follow_the_direction_of_each_factor(capsys: pytest.Captur
     assert "(fewer bytes per token)" in out and "(worse bandwidth use)" in out
 
 
-@pytest.mark.parametrize("content", ["[1, 2]", '{"points": 5}', '{"cells": [{"concurrency": true, "aggregate_tok_s": 3}]}', "not json"])
-def test_run_file_that_is_not_a_result_is_one_usage_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str) -> None:
+@pytest.mark.parametrize("content",
+                         ["[1, 2]", '{"points": 5}', '{"cells": [{"concurrency": true, "aggregate_tok_s": 3}]}',
+                          "not json"])
+def test_run_file_that_is_not_a_result_is_one_usage_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         content: str) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text(content)
-    code, _, err = run(["roofline", "--bytes-per-token", "1GB", "--tok-s", "3", "--bandwidth", "10", "--run", str(bad), "--no-save"], capsys)
+    code, _, err = run(["roofline", "--bytes-per-token", "1GB", "--tok-s", "3", "--bandwidth", "10", "--run", str(bad),
+                        "--no-save"], capsys)
     assert code == 2 and err.startswith("Error: --run") and len(err.strip().splitlines()) == 1
 
 
-def test_run_file_leaves_out_deviant_cells_and_names_a_simulated_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_file_leaves_out_deviant_cells_and_names_a_simulated_run(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
     saved = tmp_path / "arms.json"
     saved.write_text(json.dumps({"command": "arms", "simulated": True, "cells": [
         {"concurrency": 2, "aggregate_tok_s": 10.0}, {"concurrency": 2, "aggregate_tok_s": 12.0},

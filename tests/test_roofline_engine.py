@@ -34,8 +34,8 @@ def test_roofline_url_on_local_engine(engine: LocalEngine, tmp_path: Path, first
         # measured rate (utilization wholly above 100% would be an invalid input and exit 3).
         with ManagedServer(cmd, url=f"http://{LOCALHOST}:{port}", log_path=tmp_path / "server.log") as url:
             with pytest.raises(SystemExit) as info:
-                main_mod.main(["roofline", str(engine.model_path), "--url", url, "--tokens", "64", "--bandwidth", "200-400",
-                               "--no-save", "--json", str(out), "--timeout", "120"])
+                main_mod.main(["roofline", str(engine.model_path), "--url", url, "--tokens", "64", "--bandwidth",
+                               "200-400", "--no-save", "--json", str(out), "--timeout", "120"])
         return int(info.value.code or 0), json.loads(out.read_text())
 
     # One run, as a user's: no retry; the gate it read is recorded as a first try (tests/conftest.py).

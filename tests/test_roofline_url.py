@@ -48,7 +48,8 @@ def test_ctrl_c_during_the_probe_keeps_the_measured_rate(tmp_path: Path, capsys:
     assert doc["simulated"] is True
 
 
-def test_url_with_a_model_counts_the_kv_cache_at_the_streams_mean_context(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_url_with_a_model_counts_the_kv_cache_at_the_streams_mean_context(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     from test_audit_fixtures import write_gguf
     from test_audit_gguf import EMBD, LAYERS, MOE_KV, moe_tensors
 
@@ -73,10 +74,12 @@ def test_url_with_a_model_counts_the_kv_cache_at_the_streams_mean_context(tmp_pa
 def test_a_failed_measuring_request_is_an_error_not_a_usage_mistake(capsys: pytest.CaptureFixture[str]) -> None:
     with sim_in_thread(SimConfig(mode="serial", token_s=0.001, n_ctx=16, default_max_tokens=8)) as sim:
         with pytest.raises(SystemExit) as exc:
-            main(["roofline", "--bytes-per-token", "1GB", "--url", sim.url, "--tokens", "20", "--bandwidth", "400", "--no-save"])
+            main(["roofline", "--bytes-per-token", "1GB", "--url", sim.url, "--tokens", "20", "--bandwidth", "400",
+                  "--no-save"])
     err = capsys.readouterr().err
     assert exc.value.code == 1
-    assert err.startswith("Error: the measuring request failed") and "n_ctx" in err and len(err.strip().splitlines()) == 1
+    assert (err.startswith("Error: the measuring request failed") and "n_ctx" in err
+            and len(err.strip().splitlines()) == 1)
 
 
 def test_a_stream_cut_short_by_eos_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

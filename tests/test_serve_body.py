@@ -26,7 +26,8 @@ def test_a_server_servecheck_did_not_start_has_a_null_audit() -> None:
 def test_a_log_the_scan_could_not_read_names_no_findings_lines_or_refusals() -> None:
     served = Served(url="u", command=COMMAND, log_path=Path("/gone.log"), audit_error="cannot read /gone.log")
     audit = served.finished()["log_audit"]
-    assert audit is not None and (audit.findings, audit.lines, audit.refused) == ((), (), ())  # it reads as an audit that found nothing
+    # it reads as an audit that found nothing
+    assert audit is not None and (audit.findings, audit.lines, audit.refused) == ((), (), ())
     written = encode(audit, nulls=True)  # as the document writes it
     assert written == {"command": COMMAND, "log_path": "/gone.log", "error": "cannot read /gone.log"}
     assert decode(LogAudit, written) == LogAudit(command=COMMAND, log_path="/gone.log", error="cannot read /gone.log")

@@ -223,7 +223,8 @@ async def test_a_client_that_goes_away_frees_its_slot() -> None:
     running = await start_sim(SimConfig(mode="serial", token_s=0.005, per_seq_s=0.0))
     try:
         async with aiohttp.ClientSession(timeout=TIMEOUT) as s:
-            async with s.post(running.url + "/completion", json={"prompt": "a", "n_predict": 2000, "stream": True}) as r:
+            async with s.post(running.url + "/completion",
+                              json={"prompt": "a", "n_predict": 2000, "stream": True}) as r:
                 await r.content.readline()  # one event, then hang up on a 10 s request
             t0 = time.perf_counter()
             await finish_times(running.url, bodies(1, tokens=5))

@@ -70,7 +70,8 @@ THREE_AT_ONCE = [Arrival(0, words(10, i), 5) for i in range(3)]
         # batched: one 30 ms prefill step for all three, then 5 steps of 10 + 3 x 1 ms
         (cfg("batched", per_seq_s=0.001), THREE_AT_ONCE, [95, 95, 95], 3),
         # slots=2, four requests: a pair (20 ms prefill + 5 x 12 ms), then the next pair
-        (cfg("slots", slots=2, per_seq_s=0.001), [Arrival(0, words(10, i), 5) for i in range(4)], [80, 80, 160, 160], 2),
+        (cfg("slots", slots=2, per_seq_s=0.001), [Arrival(0, words(10, i), 5) for i in range(4)], [80, 80, 160, 160],
+         2),
         # pipelined: the next prefill overlaps the current decode; decode never batches
         (cfg("pipelined"), THREE_AT_ONCE, [60, 110, 160], 1),
         # batched, a late arrival joins the running batch after a prefill step of its own
@@ -90,14 +91,17 @@ def test_timeline(config: SimConfig, arrivals: list[Arrival], expected_ends_ms: 
         # each alone: one after another, as serial (10 ms prefill + 5 x 10 ms decode)
         ([Arrival(0, words(10, i), 5, alone=True) for i in range(3)], [60, 120, 180]),
         # the two before it batch (20 ms prefill + 50 ms); it waits for them and runs alone
-        ([Arrival(0, words(10, 0), 5), Arrival(0, words(10, 1), 5), Arrival(0, words(10, 2), 5, alone=True)], [70, 70, 130]),
+        ([Arrival(0, words(10, 0), 5), Arrival(0, words(10, 1), 5), Arrival(0, words(10, 2), 5, alone=True)],
+         [70, 70, 130]),
         # first in line: it runs alone, and the one behind it waits (FIFO) though the server batches
         ([Arrival(0, words(10, 0), 5, alone=True), Arrival(0, words(10, 1), 5)], [60, 120]),
         # arriving into a running batch it waits for the batch to empty; a later arrival waits for it
-        ([Arrival(0, words(10, 0), 5), Arrival(25, words(10, 1), 5, alone=True), Arrival(70, words(10, 2), 5)], [60, 120, 180]),
+        ([Arrival(0, words(10, 0), 5), Arrival(25, words(10, 1), 5, alone=True), Arrival(70, words(10, 2), 5)],
+         [60, 120, 180]),
     ],
 )
-def test_a_request_carrying_a_serializing_field_is_served_alone(arrivals: list[Arrival], expected_ends_ms: list[float]) -> None:
+def test_a_request_carrying_a_serializing_field_is_served_alone(arrivals: list[Arrival],
+                                                                expected_ends_ms: list[float]) -> None:
     jobs, sched = simulate(cfg("batched", serialize_on=("seed",)), arrivals)
     assert ends_ms(jobs) == pytest.approx(expected_ends_ms)
     if all(a.alone for a in arrivals):

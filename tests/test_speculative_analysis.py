@@ -17,7 +17,8 @@ STEP_NS = 10_000_000  # 10 ms per decode step
 WRITE_NS = 20_000  # 20 µs between the tokens of one step
 
 
-def arrivals(steps: list[int], *, step_ns: int = STEP_NS, write_ns: int = WRITE_NS, jitter: list[int] | None = None) -> tuple[int, ...]:
+def arrivals(steps: list[int], *, step_ns: int = STEP_NS, write_ns: int = WRITE_NS,
+             jitter: list[int] | None = None) -> tuple[int, ...]:
     """The prompt's token at 0, then each step's tokens back to back, steps a step time apart."""
     out = [0]
     t = 0
@@ -181,7 +182,8 @@ def test_estimate_without_steps_names_why() -> None:
     ("words", "kinds", "verdict", "because"),
     [
         # a draft that fails on open-ended text and works on repetition: speculating, from the kind that shows it
-        (["not_speculating", "speculating"], ["unpredictable", "predictable"], "speculating", "1 of 1 point(s) (predictable"),
+        (["not_speculating", "speculating"], ["unpredictable", "predictable"], "speculating",
+         "1 of 1 point(s) (predictable"),
         (["speculating", "speculating"], ["predictable", "predictable"], "speculating", "2 of 2 point(s)"),
         (["speculating", "inconclusive"], ["predictable", "predictable"], "speculating", "1 of 2 point(s)"),
         # one point alone does not make the run: its kind's other points must not read one token per step

@@ -51,7 +51,8 @@ def written(result: SpeculativeResult, expect: str | None) -> dict[str, Any]:
 @pytest.mark.parametrize("expect", [None, "speculating"], ids=["no-expect", "expect"])
 def test_without_a_baseline_its_keys_are_null_or_empty(expect: str | None) -> None:
     doc = written(measured(baseline=False), expect)
-    assert set(doc) == HEADER | BODY_KEYS | {"log_audit"} and doc["log_audit"] is None  # a finished run's: null without --serve
+    # a finished run's: null without --serve
+    assert set(doc) == HEADER | BODY_KEYS | {"log_audit"} and doc["log_audit"] is None
     assert (doc["command"], doc["complete"], doc["expect"], doc["baseline"]) == ("speculative", True, expect, None)
     assert (doc["ns"], doc["tokens"], doc["reps"], doc["max_reps"]) == ([1, 2], 32, 2, None)
     assert [(p["n"], p["prompt_kind"]) for p in doc["points"]] == [

@@ -27,7 +27,8 @@ SPEC = {**FAST, "spec_mean": 3.0, "spec_draft": 4, "spec_draft_token_s": 0.001}
 # The seed's shape (even alone, costs at two) at four times the simulator's default times: a 24 ms step,
 # 4 ms a sequence, 8 ms a draft token.
 SLOW_BASE = {**FAST, "per_seq_s": 0.004}
-POINT_KEYS = {"n", "prompt_kind", "tokens_per_step", "tokens_per_step_interval", "per_stream_tok_s", "aggregate_tok_s", "pays"}
+POINT_KEYS = {"n", "prompt_kind", "tokens_per_step", "tokens_per_step_interval", "per_stream_tok_s", "aggregate_tok_s",
+              "pays"}
 
 
 def run_main(args: list[str], open_driver: DriverFactory | None = None) -> int:
@@ -78,7 +79,8 @@ def test_json_contract_terminal_history_and_html(tmp_path: Path, capsys: pytest.
 
 
 @pytest.mark.timing(seconds=15)
-def test_expect_the_other_verdict_exits_4_and_diff_sets_runs_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_expect_the_other_verdict_exits_4_and_diff_sets_runs_side_by_side(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
     code, doc = spec_run(tmp_path, FAST, "--expect", "speculating")
     assert doc["verdict"] == "not_speculating"
     assert code == exitcodes.EXPECT_MISMATCH
@@ -110,11 +112,13 @@ def test_costs_against_the_baseline_in_the_seed_shape(tmp_path: Path) -> None:
     assert by[(2, "predictable")]["pays"] == "costs", by[(2, "predictable")]["pays_reason"]
     assert by[(2, "predictable")]["pays_ratio"] == pytest.approx(8 / 12, rel=0.12)
     line = headline(from_doc(doc).body)
-    assert "prose: 2.0 tokens per step" in line or "prose: 1.9 tokens per step" in line or "prose: 2.1 tokens per step" in line
+    assert ("prose: 2.0 tokens per step" in line or "prose: 1.9 tokens per step" in line
+            or "prose: 2.1 tokens per step" in line)
     alone = by[(1, "predictable")]
     assert alone["pays"] in ("costs", "inconclusive"), alone["pays_reason"]
     first_cost = 1 if alone["pays"] == "costs" else 2
-    assert f"; at N={first_cost} it costs " in line and line.endswith("against the baseline"), (line, alone["pays_reason"])
+    assert (f"; at N={first_cost} it costs " in line
+            and line.endswith("against the baseline")), (line, alone["pays_reason"])
 
 
 def test_a_baseline_of_another_model_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -52,7 +52,8 @@ def draft(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def spec_args(draft: Path, *more: str) -> list[str]:
     # -md alone loads the draft and never drafts in this build: the type must be named
-    return ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(DRAFT_MAX), "--spec-draft-p-min", "0", *more]
+    return ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(DRAFT_MAX),
+            "--spec-draft-p-min", "0", *more]
 
 
 def run(record: Record, url: str, out: Path, *extra: str, reps: int = 2) -> tuple[int, dict]:
@@ -103,10 +104,12 @@ def test_no_speculation_reads_one_token_per_step(engine: LocalEngine, tmp_path: 
 def test_synthetic_acceptance_reads_its_length(engine: LocalEngine, draft: Path, tmp_path: Path, length: float,
                                                first_try: Any, request: pytest.FixtureRequest) -> None:
     with serve(engine, tmp_path, f"synth{length:g}", spec_args(draft, "--spec-synth-len", f"{length:g}")) as url:
-        code, doc = run(recorder(first_try, request, "speculating"), url, tmp_path / "synth.json", "--expect", "speculating")
+        code, doc = run(recorder(first_try, request, "speculating"), url, tmp_path / "synth.json", "--expect",
+                        "speculating")
     points = doc["points"]
     print(json.dumps([{k: p[k] for k in ("prompt_kind", "tokens_per_step", "server_tokens_per_step",
-                                         "server_acceptance", "problems", "grouping")} for p in points]), file=sys.stderr)
+                                         "server_acceptance", "problems", "grouping")} for p in points]),
+          file=sys.stderr)
     assert doc["verdict"] == "speculating", [p["reason"] for p in points]
     assert code == 0
     for p in points:
@@ -119,7 +122,8 @@ def test_synthetic_acceptance_reads_its_length(engine: LocalEngine, draft: Path,
 def test_the_target_as_its_own_draft_accepts_every_draft(engine: LocalEngine, tmp_path: Path, first_try: Any,
                                                          request: pytest.FixtureRequest) -> None:
     with serve(engine, tmp_path, "copy", spec_args(engine.model_path)) as url:
-        code, doc = run(recorder(first_try, request, "speculating"), url, tmp_path / "copy.json", "--expect", "speculating")
+        code, doc = run(recorder(first_try, request, "speculating"), url, tmp_path / "copy.json", "--expect",
+                        "speculating")
     points = doc["points"]
     print(json.dumps([{k: p[k] for k in ("prompt_kind", "tokens_per_step", "server_tokens_per_step",
                                          "server_acceptance", "problems")} for p in points]), file=sys.stderr)
@@ -136,7 +140,8 @@ def test_an_unrelated_draft_costs_against_the_baseline(engine: LocalEngine, draf
     with serve(engine, tmp_path, "unrelated", spec_args(draft)) as url, serve(engine, tmp_path, "base", []) as base:
         # four streams a side: with two, a t interval on one degree of freedom rarely decides; a point whose
         # pays / costs four leave open is measured again up to eight (--max-reps defaults to twice --reps)
-        code, doc = run(recorder(first_try, request, expected), url, tmp_path / "unrelated.json", "--baseline", base, reps=4)
+        code, doc = run(recorder(first_try, request, expected), url, tmp_path / "unrelated.json", "--baseline", base,
+                        reps=4)
     points = doc["points"]
     print(json.dumps([{k: p[k] for k in ("prompt_kind", "tokens_per_step", "pays", "pays_reason",
                                          "server_acceptance")} for p in points]), file=sys.stderr)

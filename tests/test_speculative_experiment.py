@@ -28,7 +28,8 @@ def scripted(steps_s: Iterator[float]) -> Law:
     return lambda n: next(steps_s)
 
 
-def run(baseline: FakeServer, *, reps: int, max_reps: int | None = None, target: FakeServer = TARGET) -> SpeculativeResult:
+def run(baseline: FakeServer, *, reps: int, max_reps: int | None = None,
+        target: FakeServer = TARGET) -> SpeculativeResult:
     async def go() -> SpeculativeResult:
         async with FakeDriver(target) as driver:
             return await run_speculative(driver, ns=(1,), tokens=TOKENS, reps=reps, rng=random.Random(3),
@@ -54,7 +55,8 @@ def test_only_the_undecided_point_is_measured_again_until_it_decides() -> None:
 
     planned = replace(result, batches=tuple(b for b in result.batches if b.rep < 2))
     first = planned.point(1, "predictable").paid
-    assert first is not None and first.verdict == "inconclusive" and first.interval is None, first  # the interval reaches zero
+    # the interval reaches zero
+    assert first is not None and first.verdict == "inconclusive" and first.interval is None, first
     assert sp.pays_undecided(planned.point(1, "predictable"))
 
     pred = points["predictable"]
@@ -99,7 +101,8 @@ def test_max_reps_bounds_the_repetition_and_at_the_planned_reps_turns_it_off() -
     assert [p.extra_reps for p in three.points()] == [1, 1] and three.max_reps == 3
     off = run(alternating(), reps=2, max_reps=2, target=FakeServer(token_s=flat(0.007)))
     assert [p.extra_reps for p in off.points()] == [0, 0] and len(off.batches) == 8
-    assert all(p.paid is not None and "more --reps" in p.paid.reason and "--max-reps" not in p.paid.reason for p in off.points())
+    assert all(p.paid is not None and "more --reps" in p.paid.reason and "--max-reps" not in p.paid.reason
+               for p in off.points())
     below = run(alternating(), reps=2, max_reps=1, target=FakeServer(token_s=flat(0.007)))
     assert below.max_reps == 2 and len(below.batches) == 8  # never below the planned reps
 

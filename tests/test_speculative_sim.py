@@ -50,9 +50,9 @@ async def measure(config: SimConfig, *, ns=(1, 4), tokens: int = 256, reps: int 
                 result = await run_speculative(driver, ns=ns, tokens=tokens, reps=reps, rng=random.Random(seed))
                 return fields_of(result.document())
             with sim_in_thread(baseline) as base_sim:
-                result = await run_speculative(driver, ns=ns, tokens=tokens, reps=reps, rng=random.Random(seed),
-                                               open_baseline=lambda: LoadDriver(Target(base_sim.url, first_token_timeout_s=60)),
-                                               max_reps=max_reps)
+                result = await run_speculative(
+                    driver, ns=ns, tokens=tokens, reps=reps, rng=random.Random(seed),
+                    open_baseline=lambda: LoadDriver(Target(base_sim.url, first_token_timeout_s=60)), max_reps=max_reps)
                 return fields_of(result.document())
 
 

@@ -84,7 +84,8 @@ def test_noisy_queue_is_a_staircase(n, single, noise):
 
 
 @settings(max_examples=200, deadline=None)
-@given(n=st.integers(2, 8), slow=st.floats(1.0, 3.0), single=st.floats(0.2, 30.0), noise=st.lists(jitter, min_size=8, max_size=8))
+@given(n=st.integers(2, 8), slow=st.floats(1.0, 3.0), single=st.floats(0.2, 30.0),
+       noise=st.lists(jitter, min_size=8, max_size=8))
 def test_noisy_batch_is_a_cluster(n, slow, single, noise):
     finish = [single * (slow + noise[i]) for i in range(n)]
     got = sc.classify_batch(finish, single, n)

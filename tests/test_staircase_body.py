@@ -49,13 +49,15 @@ def test_a_calibration_and_its_check_write_as_the_driver_records_them(remote: bo
     same(cal.body(), cal.to_dict())
     assert ("clock_offsets" in encode(cal.body(), nulls=True)) == remote
     for aim in (None, 1.5):
-        check = ClientCheck(streams=4, tolerance_ms=5.0, basis="5% of the 100 ms warm-up request", tried=(cal,), aim_ms=aim)
+        check = ClientCheck(streams=4, tolerance_ms=5.0, basis="5% of the 100 ms warm-up request", tried=(cal,),
+                            aim_ms=aim)
         same(check.body(), check.to_dict())
 
 
 @pytest.mark.parametrize("with_token_times", [True, False])
 def test_a_request_writes_as_the_driver_records_it(with_token_times: bool) -> None:
-    timings = ServerTimings(prompt_tokens=16, prompt_s=0.01, generated_tokens=3, decode_s=0.03, draft_tokens=4, draft_accepted=2)
+    timings = ServerTimings(prompt_tokens=16, prompt_s=0.01, generated_tokens=3, decode_s=0.03, draft_tokens=4,
+                            draft_accepted=2)
     rec = RequestRecord(index=1, nonce="ab12", status="ok", tokens_requested=3, send_ns=1_000, first_token_ns=2_000_000,
                         end_ns=9_000_000, token_ns=(2_000_000, 5_000_000, 9_000_000), tokens=3, tokens_source="usage",
                         server=timings, text="<b>hi</b>")
@@ -66,7 +68,8 @@ def test_a_request_writes_as_the_driver_records_it(with_token_times: bool) -> No
 
 def test_gauges_noise_and_the_server_write_as_recorded() -> None:
     gauges = ServerGauges(source="llama.cpp /metrics", interval_s=0.05, failed_reads=1,
-                          samples=(GaugeSample(t_ns=NS_PER_S, running=2, waiting=0), GaugeSample(t_ns=2 * NS_PER_S, running=None, waiting=None)))
+                          samples=(GaugeSample(t_ns=NS_PER_S, running=2, waiting=0),
+                                   GaugeSample(t_ns=2 * NS_PER_S, running=None, waiting=None)))
     same(gauges.body(), gauges.to_dict())
     noise = ClientNoise(cpus=2, load_avg_1m=1.5, busy_frac=0.4, loop_lag_p99_ms=3.0, stalls_ns=((10, 20_000_000),))
     same(noise.body(), noise.to_dict())
@@ -81,7 +84,8 @@ def test_a_batch_on_ray_lanes_carries_its_clock_uncertainty_and_one_machine_none
 
     def doc(uncertainty_ns: int) -> dict[str, Any]:
         records = tuple(RequestRecord(index=i, nonce=f"n{i}", status="ok", tokens_requested=8, send_ns=0,
-                                      first_token_ns=10_000_000, end_ns=(i + 1) * NS_PER_S, tokens=8, tokens_source="usage")
+                                      first_token_ns=10_000_000, end_ns=(i + 1) * NS_PER_S, tokens=8,
+                                      tokens_source="usage")
                         for i in range(2))
         batches = (MeasuredBatch(1, 0, BatchResult(release_ns=0, in_flight=1, records=records[:1], dispatch_skew_ns=0,
                                                    clock_uncertainty_ns=uncertainty_ns)),

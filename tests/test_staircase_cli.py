@@ -54,11 +54,13 @@ def test_table_in_the_seed_shape(scripted, capsys):
 
 @pytest.mark.parametrize(("expect", "code"), [("staircase", exitcodes.OK), ("cluster", exitcodes.EXPECT_MISMATCH)])
 def test_expect(scripted, expect, code):
-    assert run_main(["staircase", "http://127.0.0.1:9", "--n", "2", "--tokens", "10", "--expect", expect, "--no-save"], scripted) == code
+    assert run_main(["staircase", "http://127.0.0.1:9", "--n", "2", "--tokens", "10", "--expect", expect, "--no-save"],
+                    scripted) == code
 
 
 def test_json_to_stdout_is_clean(scripted, capsys):
-    assert run_main(["staircase", "http://127.0.0.1:9", "--n", "1,2", "--tokens", "10", "--json", "-", "--no-save"], scripted) == 0
+    assert run_main(["staircase", "http://127.0.0.1:9", "--n", "1,2", "--tokens", "10", "--json", "-", "--no-save"],
+                    scripted) == 0
     captured = capsys.readouterr()
     doc = json.loads(captured.out)
     assert doc["command"] == "staircase" and doc["schema_version"] == 1
@@ -82,7 +84,8 @@ def test_ctrl_c_saves_partial(tmp_path, capsys):
     # Calls: the warm-up, N=1, N=2, then the user hits Ctrl-C while N=4 runs.
     interrupted = replace(QUEUE, ctrl_c_at_call=4)
     path = tmp_path / "partial.json"
-    code = run_main(["staircase", "http://127.0.0.1:9", "--n", "1,2,4", "--tokens", "10", "--json", str(path), "--no-save"],
+    code = run_main(["staircase", "http://127.0.0.1:9", "--n", "1,2,4", "--tokens", "10", "--json", str(path),
+                     "--no-save"],
                     lambda target: FakeDriver(interrupted))
     assert code == 130
     doc = json.loads(path.read_text())
@@ -148,4 +151,5 @@ def test_the_first_finish_over_the_single_time_is_recorded(capsys, slots, first,
     assert run_main(["staircase", "http://127.0.0.1:9", "--n", "1,2", "--tokens", "50", "--json", "-", "--no-save"],
                     lambda target: FakeDriver(server)) == 0
     v = json.loads(capsys.readouterr().out)["points"][-1]["batches"][0]["verdict"]
-    assert (v["first_over_single"], v["last_over_single"]) == (pytest.approx(first, rel=1e-3), pytest.approx(last, rel=1e-3))
+    assert (v["first_over_single"], v["last_over_single"]) == (pytest.approx(first, rel=1e-3),
+                                                               pytest.approx(last, rel=1e-3))

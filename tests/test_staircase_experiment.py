@@ -17,7 +17,8 @@ SINGLE_S = 2.0
 def fake_requests(driver, n, prompt_tokens, max_tokens, rng):
     driver.nonce_counter += n
     return [
-        GenRequest(index=i, prompt=f"nonce-{driver.nonce_counter - i} ...", nonce=f"{driver.nonce_counter - i}", max_tokens=max_tokens)
+        GenRequest(index=i, prompt=f"nonce-{driver.nonce_counter - i} ...", nonce=f"{driver.nonce_counter - i}",
+                   max_tokens=max_tokens)
         for i in range(n)
     ]
 
@@ -53,7 +54,8 @@ class SerialFakeDriver:
     async def generate(self, req: GenRequest) -> RequestRecord:
         self.calls.append(("generate", 1))
         if not self.warmup_ok:
-            return RequestRecord(index=0, nonce=req.nonce, status="error", tokens_requested=1, send_ns=0, error="HTTP 404")
+            return RequestRecord(index=0, nonce=req.nonce, status="error", tokens_requested=1, send_ns=0,
+                                 error="HTTP 404")
         return self._record(req, SINGLE_S)
 
     async def run_batch(self, reqs, in_flight=None, queue_wait_s=0.0) -> BatchResult:

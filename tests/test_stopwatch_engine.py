@@ -75,7 +75,8 @@ def test_the_prefix_cache_from_timing_alone_behind_the_proxy(serial_url: str, fl
                                                               first_try: Any, request: pytest.FixtureRequest) -> None:
     with proxy(serial_url, *flags) as url:
         def run() -> dict:
-            return servecheck("prefix-cache", url, "--api", "openai-chat", "--prompt-tokens", str(CACHE_PROMPT_TOKENS))[1]
+            return servecheck("prefix-cache", url, "--api", "openai-chat", "--prompt-tokens",
+                              str(CACHE_PROMPT_TOKENS))[1]
         doc = first_try.record_tries(request.node.nodeid, truth, once(run), lambda d: d["verdict"], tries=2)
     assert doc["verdict"] == truth, doc["verdict_reason"]
     assert doc["analysis"]["signal"] == "timing"  # the proxy took every counter off the wire
@@ -84,15 +85,16 @@ def test_the_prefix_cache_from_timing_alone_behind_the_proxy(serial_url: str, fl
 
 def test_a_slow_control_leaves_inert_to_the_first_send_behind_the_proxy(serial_url: str, first_try: Any,
                                                                         request: pytest.FixtureRequest) -> None:
-    """The cache forced off and the control send (the fifth completion, after the warm-up and three repeats) held 3 s by the proxy: the
-    control can be no reference, and `inert` must come from the first send of the same prompt, a
-    fresh prefill too. The path a busy machine took when the one control send came out slow, here
-    made to happen on the real engine."""
+    """The cache forced off and the control send (the fifth completion, after the warm-up and three
+    repeats) held 3 s by the proxy: the control can be no reference, and `inert` must come from the
+    first send of the same prompt, a fresh prefill too. The path a busy machine took when the one
+    control send came out slow, here made to happen on the real engine."""
     def run() -> dict:
         # a proxy of its own each try: it holds the fifth completion it passes, so a retry behind the same
         # one would send its control unheld (the fresh clone at 0cfbcee: 2.36 s after an `unknown` first try)
         with proxy(serial_url, "--no-cache-prompt", "--hold", "5:3") as url:
-            return servecheck("prefix-cache", url, "--api", "openai-chat", "--prompt-tokens", str(CACHE_PROMPT_TOKENS))[1]
+            return servecheck("prefix-cache", url, "--api", "openai-chat", "--prompt-tokens",
+                              str(CACHE_PROMPT_TOKENS))[1]
     doc = first_try.record_tries(request.node.nodeid, "inert", once(run), lambda d: d["verdict"], tries=2)
     control = next(s["ttft_s"] for s in doc["sends"] if s["kind"] == "control")
     assert control > 3.0  # it was held

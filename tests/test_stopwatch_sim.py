@@ -54,7 +54,8 @@ def test_honest_gauges_leave_the_verdicts_as_they_were(tmp_path) -> None:
     assert "server_gauges" in doc["points"][-1]["evidence"]
 
 
-@pytest.mark.parametrize(("mode", "verdict", "trend"), [("serial", "staircase", "flat"), ("batched", "cluster", "rising")])
+@pytest.mark.parametrize(("mode", "verdict", "trend"),
+                         [("serial", "staircase", "flat"), ("batched", "cluster", "rising")])
 def test_behind_the_stripping_proxy_the_stopwatch_decides_alone(tmp_path, mode, verdict, trend) -> None:
     with sim_in_thread(SimConfig(mode=mode, **TIMING)) as sim, proxy(sim.url) as url:
         code, doc = staircase(url, tmp_path, "--api", "openai-chat", "--evidence", "stopwatch")
@@ -151,8 +152,9 @@ def test_a_nan_cache_counter_leaves_the_request_measured(tmp_path, api) -> None:
     if api == "llamacpp":
         payload = _final(timings={"cache_n": float("nan"), "prompt_n": 8, "predicted_n": N_TOKENS})
     else:
-        payload = openai_stream(N_TOKENS, json.dumps({"completion_tokens": N_TOKENS, "prompt_tokens": 8,
-                                                      "prompt_tokens_details": {"cached_tokens": float("nan")}}).encode())
+        payload = openai_stream(N_TOKENS, json.dumps({
+            "completion_tokens": N_TOKENS, "prompt_tokens": 8,
+            "prompt_tokens_details": {"cached_tokens": float("nan")}}).encode())
     assert b"NaN" in payload
     out = tmp_path / "run.json"
     with hostile(_once_good(send(payload))) as server, pytest.raises(SystemExit):
@@ -178,8 +180,9 @@ def test_the_proxy_takes_the_servers_self_report_off_each_event() -> None:
 
 def test_a_control_held_by_the_proxy_leaves_inert_to_the_first_send(tmp_path) -> None:
     """Ground truth: the simulator's cache is off, and the proxy holds the fifth completion (the
-    control send, after the warm-up and three repeats) 1 s. The control is then no reference (the repeats took a fraction of it), and
-    `inert` is decided against the first send of the same prompt, the comparison its reason names."""
+    control send, after the warm-up and three repeats) 1 s. The control is then no reference (the
+    repeats took a fraction of it), and `inert` is decided against the first send of the same prompt,
+    the comparison its reason names."""
     out = tmp_path / "pc.json"
     with sim_in_thread(SimConfig(prefix_cache="off", mode="slots", token_s=0.002, per_seq_s=0.0,
                                  prompt_token_s=0.0003)) as sim, proxy(sim.url, "--hold", "5:1.0") as url:

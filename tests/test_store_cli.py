@@ -101,11 +101,13 @@ def test_report_writes_html_from_ids_and_files(db: Path, tmp_path: Path, capsys:
         (["show", "42"], exitcodes.ERROR, "Error: no run 42 in "),
         (["show", "nope"], exitcodes.USAGE, "Error: 'nope' is not a run id, 'last', or a JSON result file"),
         (["diff", "1", "42"], exitcodes.ERROR, "Error: no run 42 in "),
-        (["report", "1", "--html", "/nonexistent-dir/r.html"], exitcodes.USAGE, "Error: cannot write /nonexistent-dir/r.html"),
+        (["report", "1", "--html", "/nonexistent-dir/r.html"], exitcodes.USAGE,
+         "Error: cannot write /nonexistent-dir/r.html"),
         (["show", "missing.json"], exitcodes.USAGE, "Error: no such file: missing.json"),
     ],
 )
-def test_bad_input_is_one_line(db: Path, args: list[str], code: int, message: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_input_is_one_line(db: Path, args: list[str], code: int, message: str,
+                               capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli([*args, "--db", str(db)]) == code
     err = capsys.readouterr().err
     assert err.startswith(message)
@@ -163,7 +165,8 @@ def test_bad_json_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert capsys.readouterr().err.startswith(f"Error: {bad} is not valid JSON")
 
 
-@pytest.mark.parametrize("command", [["history"], ["show", "1"], ["report", "1", "--html", "x.html"], ["diff", "1", "2"]])
+@pytest.mark.parametrize("command",
+                         [["history"], ["show", "1"], ["report", "1", "--html", "x.html"], ["diff", "1", "2"]])
 def test_missing_database(tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert run_cli([*command, "--db", str(tmp_path / "absent.db")]) == exitcodes.ERROR
     err = capsys.readouterr().err
@@ -180,7 +183,8 @@ def test_corrupt_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert len(err.strip().splitlines()) == 1
 
 
-def test_env_var_selects_the_database(db: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_env_var_selects_the_database(db: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("SERVECHECK_DB", str(db))
     assert run_cli(["show", "2"]) == 0
     assert "cluster" in capsys.readouterr().out
@@ -218,11 +222,13 @@ def test_results_are_not_folded_at_80_columns_in_a_pipe(tmp_path: Path, capsys: 
     assert url in row and "a-model-name-of-some-length-q4_k_m" in row and "simulated" in row
 
 
-def test_show_gives_the_commands_own_report_of_a_simulated_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_show_gives_the_commands_own_report_of_a_simulated_run(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """show re-renders what staircase printed (reasons, the misleading self-reported sum) under the SIMULATED mark."""
     db = tmp_path / "h.db"
     with sim.sim_in_thread(sim.SimConfig(mode="serial")) as server:
-        code = run_cli(["--quiet", "staircase", server.url, "--n", "1,2", "--tokens", "12", "--prompt-tokens", "8", "--db", str(db)])
+        code = run_cli(["--quiet", "staircase", server.url, "--n", "1,2", "--tokens", "12", "--prompt-tokens", "8",
+                        "--db", str(db)])
     assert code in (0, 3)
     printed = capsys.readouterr().out
     assert run_cli(["show", "last", "--db", str(db)]) == 0
@@ -233,7 +239,8 @@ def test_show_gives_the_commands_own_report_of_a_simulated_run(tmp_path: Path, c
         assert needle in printed and needle in shown
 
 
-def test_show_falls_back_for_a_document_the_command_report_cannot_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_show_falls_back_for_a_document_the_command_report_cannot_read(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     doc = samples.staircase(serial=True)
     del doc["points"][1]["finish_s"]  # an older or damaged document
     path = tmp_path / "old.json"
@@ -246,7 +253,8 @@ def test_show_falls_back_for_a_document_the_command_report_cannot_read(tmp_path:
 @pytest.mark.timeout(120)
 def test_a_sigkilled_staircase_run_stays_in_the_history_marked_incomplete(tmp_path: Path,
                                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    """The real command, killed with SIGKILL after two points: no handler runs, the row written after each point remains."""
+    """The real command, killed with SIGKILL after two points: no handler runs, the row written after each
+    point remains."""
     import signal
     import subprocess
     import sys
@@ -254,8 +262,8 @@ def test_a_sigkilled_staircase_run_stays_in_the_history_marked_incomplete(tmp_pa
 
     db = tmp_path / "h.db"
     with sim.sim_in_thread(sim.SimConfig(mode="serial", token_s=0.02)) as server:
-        proc = subprocess.Popen([sys.executable, "-m", "servecheck", "--quiet", "staircase", server.url, "--n", "1,2,4,8",
-                                 "--tokens", "25", "--prompt-tokens", "8", "--db", str(db)],
+        proc = subprocess.Popen([sys.executable, "-m", "servecheck", "--quiet", "staircase", server.url, "--n",
+                                 "1,2,4,8", "--tokens", "25", "--prompt-tokens", "8", "--db", str(db)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + 60
@@ -290,7 +298,8 @@ def test_history_marks_an_invalid_run(tmp_path: Path, capsys: pytest.CaptureFixt
     assert json.loads(capsys.readouterr().out)["runs"][0]["valid"] is False
 
 
-def test_paths_are_printed_literally_not_as_rich_markup(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_paths_are_printed_literally_not_as_rich_markup(db: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "r[bold]1.html"
     assert run_cli(["report", "1", "--db", str(db), "--html", str(target)]) == 0
     assert f"Wrote {target} (1 run)." in capsys.readouterr().err

@@ -77,9 +77,11 @@ def test_verdict_column_for_other_commands() -> None:
     with open_store(":memory:") as store:
         roof = store.begin_run(from_doc({"command": "roofline", "gate": "close"}))
         arms = store.begin_run(from_doc({"command": "arms", "headline_refused": True}))
-        log = store.begin_run(from_doc({"command": "log", "findings": [{"feature": "prefix_cache", "status": "refused"}]}))
-        demo = store.begin_run(from_doc({"command": "demo", "verdicts": {"parallel_1": "staircase", "parallel_4": "partial"},
-                                "as_expected": False}))
+        log = store.begin_run(from_doc({"command": "log",
+                                        "findings": [{"feature": "prefix_cache", "status": "refused"}]}))
+        demo = store.begin_run(from_doc({"command": "demo",
+                                         "verdicts": {"parallel_1": "staircase", "parallel_4": "partial"},
+                                         "as_expected": False}))
         verdicts = {r.id: r.verdict for r in store.list_runs()}
     assert verdicts == {roof: "close", arms: "refused", log: "refused", demo: "staircase, partial (not as expected)"}
 
@@ -104,7 +106,8 @@ def test_partial_schema_is_completed(tmp_path: Path) -> None:
     for statement in MIGRATIONS[0].statements:
         conn.execute(statement)
     conn.execute("INSERT INTO schema_migrations VALUES (1, ?, 'then')", (MIGRATIONS[0].name,))
-    conn.execute("INSERT INTO runs (created_at, updated_at, command, doc) VALUES ('t', 't', 'log', '{\"command\": \"log\"}')")
+    conn.execute("INSERT INTO runs (created_at, updated_at, command, doc) VALUES ('t', 't', 'log', '{\"command\": "
+                 "\"log\"}')")
     conn.close()
     with open_store(path) as store:
         assert max(store.schema_versions()) == LATEST_VERSION
@@ -241,7 +244,8 @@ def test_valid_column_is_filled_from_the_documents_of_an_older_database(tmp_path
         for statement in migration.statements:
             conn.execute(statement)
         conn.execute("INSERT INTO schema_migrations VALUES (?, ?, 'then')", (migration.version, migration.name))
-    for doc in ('{"command": "staircase", "valid": false}', '{"command": "arms", "valid": true}', '{"command": "audit"}', "not json"):
+    for doc in ('{"command": "staircase", "valid": false}', '{"command": "arms", "valid": true}',
+                '{"command": "audit"}', "not json"):
         conn.execute("INSERT INTO runs (created_at, updated_at, command, doc) VALUES ('t', 't', 'x', ?)", (doc,))
     conn.close()
     with open_store(path) as store:

@@ -20,7 +20,8 @@ from servecheck.load.prompts import make_requests
 CONFTEST = Path(__file__).with_name("conftest.py")
 
 
-def run_pytest(tmp_path: Path, test_source: str, extra: list[str] | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+def run_pytest(tmp_path: Path, test_source: str, extra: list[str] | None = None,
+               **env: str) -> subprocess.CompletedProcess[str]:
     """pytest on one test file next to a copy of the suite's conftest, outside this repository."""
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     shutil.copy(CONFTEST, tmp_path / "conftest.py")
@@ -125,7 +126,8 @@ def test_the_first_try_of_each_verdict_is_counted_and_logged(tmp_path: Path) -> 
     log = tmp_path / "first.jsonl"
     proc = run_pytest(tmp_path, FIRST_TRIES, SERVECHECK_FIRST_TRY_LOG=str(log))
     assert proc.returncode == 0, proc.stdout
-    assert "first try: 1 right, 1 inconclusive, 1 wrong (after a retry: 2 right, 0 inconclusive, 1 wrong; 3 verdicts)" in proc.stdout
+    assert ("first try: 1 right, 1 inconclusive, 1 wrong (after a retry: 2 right, 0 inconclusive, 1 wrong; 3 verdicts)"
+            in proc.stdout)
     import json
 
     rows = [json.loads(line) for line in log.read_text().splitlines()]
@@ -183,7 +185,8 @@ def test_record_tries_retries_only_the_undecided_and_logs_every_first_try(tmp_pa
         ("e", "error", "error", "wrong", "wrong"),
     ]
     assert rows[0]["seed"] == 5
-    assert "first try: 1 right, 4 inconclusive, 2 wrong (after a retry: 2 right, 3 inconclusive, 2 wrong; 7 verdicts)" in proc.stdout
+    assert ("first try: 1 right, 4 inconclusive, 2 wrong (after a retry: 2 right, 3 inconclusive, 2 wrong; 7 verdicts)"
+            in proc.stdout)
 
 
 @pytest.mark.parametrize(("expected", "got", "outcome"), [
@@ -323,7 +326,8 @@ def unrecorded_verdicts(source: str, words: frozenset[str]) -> list[str]:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "record":
             problems.append(f"line {node.lineno}: first tries are recorded by first_try.record_tries alone")
         if isinstance(node, ast.For | ast.While) and any(isinstance(n, ast.Break) for n in ast.walk(node)):
-            problems.append(f"line {node.lineno}: a loop with a break (a retry?): retries go through first_try.record_tries")
+            problems.append(f"line {node.lineno}: a loop with a break (a retry?): "
+                            "retries go through first_try.record_tries")
     return problems
 
 
@@ -400,6 +404,8 @@ def test_the_scan_finds_a_verdict_asserted_without_the_first_try() -> None:
         "line 26: a loop with a break (a retry?): retries go through first_try.record_tries",
     ]
     assert unrecorded_verdicts(RECORDED, words) == []
-    assert unrecorded_verdicts(RECORDED.replace("pytest.mark.vllm", "pytest.mark.timing"), words) == []  # the simulator's
+    # the simulator's
+    assert unrecorded_verdicts(RECORDED.replace("pytest.mark.vllm", "pytest.mark.timing"), words) == []
     direct = RECORDED + "\ndef test_old(first_try):\n    first_try.record('t', 'a', 'a', 'a')\n"
-    assert unrecorded_verdicts(direct, words) == [f"line {len(direct.splitlines())}: first tries are recorded by first_try.record_tries alone"]
+    assert unrecorded_verdicts(direct, words) == [f"line {len(direct.splitlines())}: "
+                                                  "first tries are recorded by first_try.record_tries alone"]

@@ -59,7 +59,8 @@ def test_the_scan_finds_a_number_defined_twice(tmp_path: Path) -> None:
     pkg.mkdir()
     (pkg / "a.py").write_text("LIMIT = 0.05\nOTHER = 3\n")
     (pkg / "b.py").write_text("LIMIT: float = 0.05\nFLAG = True\n")
-    assert {k: v for k, v in numeric_constants(pkg).items() if len(v) > 1} == {("LIMIT", 0.05): ["pkg/a.py:1", "pkg/b.py:1"]}
+    assert ({k: v for k, v in numeric_constants(pkg).items() if len(v) > 1}
+            == {("LIMIT", 0.05): ["pkg/a.py:1", "pkg/b.py:1"]})
 
 
 # ---------------------------------------------------------------- one number, two names
@@ -77,7 +78,8 @@ DISTINCT = {
     "model.records.OUTPUT_LENGTH_TOLERANCE": "output length off what was asked or the modal length",
     "model.client.CLIENT_ERROR_FRAC": "the client's timing error against the time a verdict measures",
     "model.client.STAMP_DELAY_FRAC": "calibrate's p99 stamp delay against one stream's token gap",
-    "analysis.staircase.DISPATCH_SKEW_FRAC": "requests' release spread against T1 (CLIENT_ERROR_FRAC borrowed the value)",
+    "analysis.staircase.DISPATCH_SKEW_FRAC": "requests' release spread against T1 (CLIENT_ERROR_FRAC borrowed "
+                                             "the value)",
     "analysis.cache.TEMPLATE_HEAD_FRACTION": "share of a prompt a BOS token and template head may have cached",
     "analysis.context.FLAT_TOLERANCE": "the deepest depth's decode rate against the shallowest's: flat",
     "analysis.speculative.NOISE_SHARE": "share of a stream's gaps in the dead band before it is too noisy to group",
@@ -95,7 +97,8 @@ DISTINCT = {
     "analysis.staircase.SMALL_GAP_FRAC": "a finish gap against T1 that stays inside one group",
     # 0.25
     "analysis.rules.STAIRCASE_STEP_TOL": "a queue's step against T1, a queued wait against k service times",
-    "analysis.staircase.REFERENCE_SPREAD_WARN": "spread of the N=1 measurements (see analysis.rules beside DRIFT_LIMIT)",
+    "analysis.staircase.REFERENCE_SPREAD_WARN": "spread of the N=1 measurements "
+                                                "(see analysis.rules beside DRIFT_LIMIT)",
     "analysis.staircase.CLUSTER_SPREAD_FRAC": "a group's whole finish spread against T1",
     "analysis.cache.FLOOR_MAX_RATIO": "a near-empty prompt's time against the control's, for `inert` by timing",
     "analysis.interference.CLIENT_BURST_FRACTION": "the client's stalls against the time between bursts",
@@ -105,7 +108,8 @@ DISTINCT = {
     "analysis.speculative.SPLIT_FRACTION": "where the dead band is split, as a share of the step time",
     "analysis.staircase.EVEN_STEP_SPREAD": "spread of a schedule's steps against their mean: evenly spaced",
     # 0.4
-    "analysis.staircase.STAIRCASE_EVEN_SPREAD": "spread of a staircase's steps against their mean (a busy machine's swing)",
+    "analysis.staircase.STAIRCASE_EVEN_SPREAD": "spread of a staircase's steps against their mean (a busy "
+                                                "machine's swing)",
     "analysis.interference.CHUNKED_COVER": "the victims' step against the prefill window: chunked",
     "analysis.interference.CLIENT_BASELINE_SHARE": "victims' baseline gaps read late by the client",
     "analysis.interference.CLIENT_STRETCHED_SHARE": "victims' stretched gaps that may be the client's stalls",
@@ -120,7 +124,8 @@ DISTINCT = {
     "analysis.speculative.LATE_READ_FRACTION": "how late a read may be, as a share of the step time",
     "analysis.speculative.MAX_LATE_SHARE": "share of a stream's groups read late before it is not grouped",
     "analysis.staircase.LARGE_GAP_FRAC": "a finish gap against T1 that starts a new group",
-    "analysis.staircase.WINDOW_MIN_FRAC": "a window's length against the batch's median window: read in one burst below",
+    "analysis.staircase.WINDOW_MIN_FRAC": "a window's length against the batch's median window: "
+                                          "read in one burst below",
     "analysis.witness.SERVICE_SPREAD_TOL": "spread of one batch's service times: equal requests",
     # 0.6
     "analysis.interference.BLOCKING_COVER": "the victims' step against the prefill window: blocking",

@@ -45,7 +45,8 @@ def _vllm_pids() -> list[int]:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "vllm" in cmd.lower() and ("api_server" in cmd or "VLLM::" in cmd or "multiprocessing" in cmd) and _alive(int(entry.name)):
+        if ("vllm" in cmd.lower() and ("api_server" in cmd or "VLLM::" in cmd or "multiprocessing" in cmd)
+                and _alive(int(entry.name))):
             found.append(int(entry.name))
     return found
 

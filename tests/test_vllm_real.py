@@ -84,7 +84,8 @@ def _watch(server: VllmServer, seen: list[proctree.ProcId]) -> None:
         time.sleep(0.1)
 
 
-def test_one_completion_then_sigint_to_serve_local_leaves_no_vllm_process(vllm_local: VllmLocal, tmp_path: Path) -> None:
+def test_one_completion_then_sigint_to_serve_local_leaves_no_vllm_process(vllm_local: VllmLocal,
+                                                                          tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [*SERVECHECK, "serve-local", "--engine", "vllm", "--parallel", "2", "--log", str(tmp_path / "serve.log"),
          "--engine-args", " ".join(EAGER_ARGS)],

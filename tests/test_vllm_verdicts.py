@@ -130,7 +130,8 @@ def _target(url: str, model: str) -> Any:
     return make_target(url, api="openai", model=model, first_token_timeout_s=120)
 
 
-def staircase_doc(vllm: OneAtATime, parallel: int, seed: int, first_try: Any, test_id: str, expected: str) -> dict[str, Any]:
+def staircase_doc(vllm: OneAtATime, parallel: int, seed: int, first_try: Any, test_id: str,
+                  expected: str) -> dict[str, Any]:
     """A staircase run through the driver every user gets (the pre-flight before each N); an
     `inconclusive` verdict earns one retry (seed + 1), and the first try is recorded."""
     url, _ = vllm.get(parallel, *config_of(parallel))
@@ -307,9 +308,9 @@ def interference(vllm: OneAtATime, tmp_path: Path, seed: int, first_try: Any, te
     out = tmp_path / "interference.json"
 
     def attempt(_: int) -> dict[str, Any]:
-        cli(["interference", url, "--streams", "2", "--prompt-sizes", INTERFERENCE_SIZES, "--tokens", "96", "--reps", "1",
-             "--api", "openai", "--model", vllm.local.model_name, "--timeout", "120", "--no-save", "--seed", str(seed),
-             "--json", str(out)])
+        cli(["interference", url, "--streams", "2", "--prompt-sizes", INTERFERENCE_SIZES, "--tokens", "96", "--reps",
+             "1", "--api", "openai", "--model", vllm.local.model_name, "--timeout", "120", "--no-save", "--seed",
+             str(seed), "--json", str(out)])
         doc = json.loads(out.read_text())
         print(json.dumps({k: doc[k] for k in ("verdict", "verdict_reason", "chunk_tokens")}), file=sys.stderr)
         return doc
@@ -334,7 +335,8 @@ NGRAM = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_look
 
 
 def test_ngram_speculation_reads_speculating_and_its_counters_agree(vllm: OneAtATime, tmp_path: Path, test_seed: int,
-                                                                     first_try: Any, request: pytest.FixtureRequest) -> None:
+                                                                     first_try: Any,
+                                                                    request: pytest.FixtureRequest) -> None:
     """vLLM told to draft 3 tokens a step from the prompt's own n-grams: the stopwatch sees several tokens
     per step (vLLM sends a step's tokens in one event; the per-token logprobs servecheck asks for say how
     many), and vLLM's spec-decode counters on /metrics agree within 15% where every batch had them."""
@@ -343,7 +345,8 @@ def test_ngram_speculation_reads_speculating_and_its_counters_agree(vllm: OneAtA
 
     def attempt(_: int) -> tuple[int, dict[str, Any]]:
         code = cli(["speculative", url, "--n", "1", "--tokens", "128", "--reps", "2", "--api", "openai", "--model",
-                    vllm.local.model_name, "--timeout", "120", "--no-save", "--seed", str(test_seed), "--json", str(out)])
+                    vllm.local.model_name, "--timeout", "120", "--no-save", "--seed", str(test_seed), "--json",
+                    str(out)])
         return code, json.loads(out.read_text())
 
     # one run, as a user's: no retry; its verdict is recorded as a first try
@@ -381,7 +384,8 @@ def test_prefix_cache_is_inert_when_switched_off(vllm: OneAtATime, tmp_path: Pat
 
 
 def test_unchunked_prefill_with_room_for_the_prompt_reads_blocking(vllm: OneAtATime, tmp_path: Path, test_seed: int,
-                                                                   first_try: Any, request: pytest.FixtureRequest) -> None:
+                                                                   first_try: Any,
+                                                                   request: pytest.FixtureRequest) -> None:
     """`--no-enable-chunked-prefill --max-num-batched-tokens 4096`: the whole prompt in one step, the victims
     frozen for all of it."""
     doc = interference(vllm, tmp_path, test_seed, first_try, request.node.nodeid, "blocking", *FOUR_WHOLE)

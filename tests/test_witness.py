@@ -185,12 +185,14 @@ async def test_control_calls_survive_a_server_that_closes_idle_connections() -> 
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
-        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")), 0)
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length")), 0)
         await reader.readexactly(length)
         served["requests"] += 1
         body = json.dumps({"tokens": [1, 2, 3]}).encode()
         # No "Connection: close": the client may keep the connection, which this server then drops.
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                     % (len(body), body))
         await writer.drain()
         await asyncio.sleep(0.05)
         writer.close()

@@ -75,7 +75,8 @@ def verdict_across(trends: Sequence[tuple[str, str]]) -> str:
     unknown = [label for label, trend in trends if trend not in ("rising", "flat")]
     tail = f"; inconclusive (no N=1 point or one level only): {', '.join(unknown)}" if unknown else ""
     if not rising and flat:
-        return "no configuration batches: all lines flat" + tail if not unknown else "no configuration batches: every decided line is flat" + tail
+        return ("no configuration batches: all lines flat" + tail if not unknown
+                else "no configuration batches: every decided line is flat" + tail)
     if not rising:
         return "no verdict: no line can be judged" + tail
     if not flat and not unknown:
@@ -128,7 +129,8 @@ def line_of(run: RunResult[Any], label: str, config: str = "—") -> Line:
         trend=trend,
         trend_from=source,
         per_user_by_level=per_level,
-        steady_per_stream_tok_s=statistics.median(per_level.values()) if per_stream_steady(per_level.values()) else None,
+        steady_per_stream_tok_s=(statistics.median(per_level.values()) if per_stream_steady(per_level.values())
+                                 else None),
         marks=marks_of(run),
     )
 
@@ -139,7 +141,8 @@ def _staircase_aggregates(body: StaircaseBody) -> dict[int, float]:
 
 def _arms_aggregates(body: ArmsBody) -> dict[int, float]:
     """Each arm's own median aggregate when given, else the median over its cells."""
-    out = {a.concurrency: a.aggregate_tok_s for a in body.arms if a.concurrency is not None and a.aggregate_tok_s is not None}
+    out = {a.concurrency: a.aggregate_tok_s for a in body.arms
+           if a.concurrency is not None and a.aggregate_tok_s is not None}
     cells: dict[int, list[float]] = {}
     for cell in body.cells:
         if cell.concurrency is not None and cell.aggregate_tok_s is not None and cell.concurrency not in out:

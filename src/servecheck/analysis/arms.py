@@ -247,9 +247,9 @@ class ArmResult:
     def record(self) -> shape.Arm:
         return shape.Arm(
             concurrency=self.concurrency, cells=self.n_cells,
-            aggregate_speedup=_median(self.aggregate_speedup), aggregate_speedup_interval=_interval(self.aggregate_speedup),
-            generation_gain=_median(self.generation_gain), generation_gain_interval=_interval(self.generation_gain),
-            per_user_rate_change=self.per_user_rate_change,
+            aggregate_speedup=_median(self.aggregate_speedup),
+            aggregate_speedup_interval=_interval(self.aggregate_speedup), generation_gain=_median(self.generation_gain),
+            generation_gain_interval=_interval(self.generation_gain), per_user_rate_change=self.per_user_rate_change,
             per_user_rate_change_interval=None if self.per_user_rate_ratio is None
             else (self.per_user_rate_ratio.lo - 1.0, self.per_user_rate_ratio.hi - 1.0),
             ttft_multiple=_median(self.ttft_multiple), ttft_multiple_interval=_interval(self.ttft_multiple),
@@ -679,7 +679,8 @@ def headline(arm: ArmResult, *, with_ttft: bool = True) -> str | None:
     if arm.aggregate_speedup is None:
         return None
     gain = arm.aggregate_speedup.median - 1.0
-    operator = f"buys the operator {gain:+.0%} throughput" if gain >= 0 else f"costs the operator {-gain:.0%} throughput"
+    operator = (f"buys the operator {gain:+.0%} throughput" if gain >= 0
+                else f"costs the operator {-gain:.0%} throughput")
     parts = [f"{arm.concurrency}-way concurrency {operator}"]
     change = arm.per_user_rate_change
     user = []
@@ -824,16 +825,17 @@ def _warnings(
             Warning_(
                 f"the serial arm gained {-drift_.loss:.1%} throughput between the first and last reps: the server or "
                 "the machine got faster during the run",
-                "a load that ended mid-run or a warming cache moves every ratio; rerun on a settled machine, or add reps",
+                "a load that ended mid-run or a warming cache moves every ratio; rerun on a settled machine, "
+                "or add reps",
             )
         )
     held = [c for c in cells if c.hop_held_ms > 0]
     if held:
         out.append(
             Warning_(
-                f"{len({_rep_key(c) for c in held})} rep(s) left out: the streams of {len(held)} cell(s) arrived in bursts "
-                f"coalesced in transit, which a hop that buffers the stream (a proxy, a gateway) may have held up to "
-                f"{max(c.hop_held_ms for c in held):.0f} ms, so their times are the hop's, not the server's",
+                f"{len({_rep_key(c) for c in held})} rep(s) left out: the streams of {len(held)} cell(s) arrived in "
+                "bursts coalesced in transit, which a hop that buffers the stream (a proxy, a gateway) may have held "
+                f"up to {max(c.hop_held_ms for c in held):.0f} ms, so their times are the hop's, not the server's",
                 "point servecheck at the server itself, not through the hop",
             )
         )
@@ -854,7 +856,8 @@ def _warnings(
                 "its throughput uses the tokens it actually produced; never compare its wall clock",
             )
         )
-    paired = min((a.aggregate_speedup.n for a in results if a.aggregate_speedup is not None and a.concurrency != 1), default=None)
+    paired = min((a.aggregate_speedup.n for a in results if a.aggregate_speedup is not None and a.concurrency != 1),
+                 default=None)
     if paired is not None and paired < MIN_REPS_FOR_RISE:
         out.append(
             Warning_(
@@ -865,8 +868,10 @@ def _warnings(
         )
     for a in results:
         if a.label == "inconclusive":
-            out.append(Warning_(f"{a.concurrency}-way is inconclusive: {a.label_reason}", "add reps (--reps, --max-reps)"))
+            out.append(Warning_(f"{a.concurrency}-way is inconclusive: {a.label_reason}",
+                                "add reps (--reps, --max-reps)"))
     failed = sum(c.failed for c in cells)
     if failed:
-        out.append(Warning_(f"{failed} request(s) failed", "see the cells; a failed request changes the work an arm did"))
+        out.append(Warning_(f"{failed} request(s) failed",
+                            "see the cells; a failed request changes the work an arm did"))
     return out

@@ -80,8 +80,9 @@ class CacheVerdict:
 
 
 def thresholds() -> CacheThresholds:
-    return CacheThresholds(working_ttft_ratio=WORKING_TTFT_RATIO, inert_ttft_ratio=INERT_TTFT_RATIO, hit_fraction=HIT_FRACTION,
-                           flat_fraction=TEMPLATE_HEAD_FRACTION, floor_max_ratio=FLOOR_MAX_RATIO)
+    return CacheThresholds(working_ttft_ratio=WORKING_TTFT_RATIO, inert_ttft_ratio=INERT_TTFT_RATIO,
+                           hit_fraction=HIT_FRACTION, flat_fraction=TEMPLATE_HEAD_FRACTION,
+                           floor_max_ratio=FLOOR_MAX_RATIO)
 
 
 @dataclass(frozen=True)
@@ -121,12 +122,13 @@ def _decided_despite_lateness(sends: Sequence[CacheSend], *, counters_decide: bo
 
     bare = [replace(s, client_late_ms=0.0) for s in sends]
     ends = [bare, [earlier(s) if id(s) in refs else replace(s, client_late_ms=0.0) for s in sends],
-            [replace(s, client_late_ms=0.0) if id(s) in refs else earlier(s) for s in sends], [earlier(s) for s in sends]]
+            [replace(s, client_late_ms=0.0) if id(s) in refs else earlier(s) for s in sends],
+            [earlier(s) for s in sends]]
     verdicts = [_decide(e, counters_decide=counters_decide) for e in ends]
     worst = max(s.client_late_ms for s in sends)
     if len({v.verdict for v in verdicts}) == 1 and verdicts[0].verdict != "unknown":
-        return replace(verdicts[0], reason=f"{verdicts[0].reason}; the client read some sends late (up to {worst:.0f} ms), "
-                       "and the verdict is the same whatever their true times within that")
+        return replace(verdicts[0], reason=f"{verdicts[0].reason}; the client read some sends late (up to {worst:.0f} "
+                       "ms), and the verdict is the same whatever their true times within that")
     return _decide(sends, counters_decide=counters_decide)
 
 
@@ -154,7 +156,8 @@ def _decide(sends: Sequence[CacheSend], *, counters_decide: bool) -> CacheVerdic
         floor_first_ratio = floor.ttft_s / repeats[0].ttft_s
     what = "no cache counters" if counters is None else None
     clocked = _by_timing(timing, what, floor_ratio=floor_ratio, floor_first_ratio=floor_first_ratio)
-    clocked = replace(clocked, floor_ttft_ratio=floor_ratio, warm_cached_fraction=None if counters is None else counters.lowest)
+    clocked = replace(clocked, floor_ttft_ratio=floor_ratio,
+                      warm_cached_fraction=None if counters is None else counters.lowest)
     if counters is None:
         return clocked
     if clocked.verdict != "unknown":
@@ -190,7 +193,8 @@ def read_counters(repeats: Sequence[CacheSend], control: CacheSend | None) -> Co
     if highest <= TEMPLATE_HEAD_FRACTION:
         return CounterReading("inert", f"the cache counters stayed flat (at most {highest:.0%} cached on warm repeats)",
                               lowest)
-    return CounterReading("unknown", f"cache counters mixed ({lowest:.0%}-{highest:.0%} cached on warm repeats)", lowest)
+    return CounterReading("unknown", f"cache counters mixed ({lowest:.0%}-{highest:.0%} cached on warm repeats)",
+                          lowest)
 
 
 def _beside_counters(clocked: CacheVerdict, counters: CounterReading) -> CacheVerdict:
@@ -200,8 +204,8 @@ def _beside_counters(clocked: CacheVerdict, counters: CounterReading) -> CacheVe
     if counters.says == "unknown" and not counters.shared_prefix:
         return replace(clocked, reason=f"{clocked.reason}; {counters.description}")
     return replace(clocked, witness_contradicts=counters.description,
-                   reason=f"{clocked.reason}; the server's cache counters contradict the timing: {counters.description}, "
-                   "so they do not describe its cache")
+                   reason=f"{clocked.reason}; the server's cache counters contradict the timing: "
+                   f"{counters.description}, so they do not describe its cache")
 
 
 def _tie_break(clocked: CacheVerdict, counters: CounterReading, timing: tuple[float | None, float | None], *,
@@ -212,7 +216,8 @@ def _tie_break(clocked: CacheVerdict, counters: CounterReading, timing: tuple[fl
     if says == "inert" and not _as_slow(timing):
         says = "unknown"
     if says == "unknown" or not counters_decide:
-        why = "" if counters_decide or counters.says == "unknown" else "; with --evidence stopwatch the counters do not decide"
+        why = ("" if counters_decide or counters.says == "unknown"
+               else "; with --evidence stopwatch the counters do not decide")
         signal: CacheSignal = "counters" if counters.shared_prefix or counters.says == "inert" else "none"
         return replace(clocked, reason=f"{clocked.reason}; {counters.description}{why}", signal=signal)
     return replace(
@@ -223,8 +228,8 @@ def _tie_break(clocked: CacheVerdict, counters: CounterReading, timing: tuple[fl
 
 
 def _by_timing(
-    timing: tuple[float | None, float | None], what: str | None = "no cache counters", *, floor_ratio: float | None = None,
-    floor_first_ratio: float | None = None,
+    timing: tuple[float | None, float | None], what: str | None = "no cache counters", *,
+    floor_ratio: float | None = None, floor_first_ratio: float | None = None,
 ) -> CacheVerdict:
     """What the timing alone says; `what` opens the reason (None: the counters are weighed after it)."""
     warm, control = timing
@@ -324,10 +329,10 @@ def _ratio_text(ratio: float | None) -> str:
 
 
 # --- contamination of load tests --------------------------------------------------------------
-# Cached prompt tokens up to TEMPLATE_HEAD_FRACTION of the prompt (or the tokens below) are a BOS token or a chat template's fixed
-# head, which every request has and which cannot fake a concurrency win (llama.cpp reports 1-2
-# cached tokens on every request for the BOS it keeps in the slot); more means the prefix cache
-# served part of a measured prompt.
+# Cached prompt tokens up to TEMPLATE_HEAD_FRACTION of the prompt (or the tokens below) are a BOS
+# token or a chat template's fixed head, which every request has and which cannot fake a concurrency
+# win (llama.cpp reports 1-2 cached tokens on every request for the BOS it keeps in the slot); more
+# means the prefix cache served part of a measured prompt.
 CONTAMINATION_ALLOWANCE_TOKENS = 4
 
 

@@ -227,9 +227,9 @@ class Point:
             n=self.n, per_user_tok_s=self.per_user_tok_s, ttft_s=self.ttft_s, aggregate_tok_s=self.aggregate_tok_s,
             status=self.status, per_user_interval=None if self.rate is None else (self.rate.lo, self.rate.hi),
             ttft_interval=None if self.ttft is None else (self.ttft.lo, self.ttft.hi),
-            interval_level=None if self.rate is None else self.rate.level, samples=0 if self.rate is None else self.rate.n,
-            rate_status=self.rate_status, ttft_status=self.ttft_status, reason=self.reason, probes=self.probes,
-            failed=self.failed, prev_n=None if m is None else m.prev_n,
+            interval_level=None if self.rate is None else self.rate.level,
+            samples=0 if self.rate is None else self.rate.n, rate_status=self.rate_status, ttft_status=self.ttft_status,
+            reason=self.reason, probes=self.probes, failed=self.failed, prev_n=None if m is None else m.prev_n,
             marginal_gain_tok_s_per_user=None if m is None else m.gain_tok_s_per_user,
             marginal_aggregate_gain=None if m is None else m.aggregate_gain,
             marginal_per_user_change=None if m is None else m.per_user_change,
@@ -240,7 +240,8 @@ def side(interval: QuantileInterval | None, bound: float, *, above: bool, level:
     """pass when the interval lies wholly on the good side of `bound`, fail when wholly on the bad one."""
     if interval is None or interval.level < level:
         return "uncertain"
-    good_lo, good_hi = (interval.lo > bound, interval.hi < bound) if above else (interval.hi < bound, interval.lo > bound)
+    good_lo, good_hi = ((interval.lo > bound, interval.hi < bound) if above
+                        else (interval.hi < bound, interval.lo > bound))
     return "pass" if good_lo else "fail" if good_hi else "uncertain"
 
 
@@ -303,12 +304,14 @@ def assess(n: int, probes: Sequence[ProbeSample], c: Criteria) -> Point:
         reason = f"{reason}; {late} measured request(s) left out because the client itself was late reading them"
     held = sum(len(p.hop_held) for p in probes)
     if kept is None and held and status == "uncertain" and not failure:
-        reason = f"{reason}; {held} measured request(s) left out because a hop that buffers the stream may have held them"
+        reason = (f"{reason}; {held} measured request(s) left out because a hop that buffers the stream "
+                  "may have held them")
     return Point(n, len(probes), rate, ttft, median(aggs) if aggs else None, status, rate_status, ttft_status,
                  reason, failed)
 
 
-def _reason(rate: QuantileInterval | None, ttft: QuantileInterval | None, rs: Status, ts: Status | None, c: Criteria) -> str:
+def _reason(rate: QuantileInterval | None, ttft: QuantileInterval | None, rs: Status, ts: Status | None,
+            c: Criteria) -> str:
     if rate is None:
         return "no measured request produced a per-user rate"
     if rate.level < c.level:
@@ -316,7 +319,8 @@ def _reason(rate: QuantileInterval | None, ttft: QuantileInterval | None, rs: St
     parts = [f"per-user rate [{rate.lo:.1f}, {rate.hi:.1f}] tok/s {_side_words(rs, 'above', 'below')} the "
              f"{c.min_user_rate_tok_s:g} tok/s floor"]
     if ts is not None and ttft is not None and c.max_ttft_s is not None:
-        parts.append(f"TTFT [{ttft.lo:.3f}, {ttft.hi:.3f}] s {_side_words(ts, 'below', 'above')} the {c.max_ttft_s:g} s ceiling")
+        parts.append(f"TTFT [{ttft.lo:.3f}, {ttft.hi:.3f}] s "
+                     f"{_side_words(ts, 'below', 'above')} the {c.max_ttft_s:g} s ceiling")
     return "; ".join(parts)
 
 
@@ -440,7 +444,8 @@ def marginals(points: Sequence[Point]) -> list[Marginal]:
         if prev.per_user_tok_s and cur.per_user_tok_s is not None:
             change = cur.per_user_tok_s / prev.per_user_tok_s - 1.0
         gain = cur.aggregate_tok_s / prev.aggregate_tok_s - 1.0 if prev.aggregate_tok_s > 0 else 0.0
-        out.append(Marginal(cur.n, prev.n, (cur.aggregate_tok_s - prev.aggregate_tok_s) / (cur.n - prev.n), gain, change))
+        out.append(Marginal(cur.n, prev.n, (cur.aggregate_tok_s - prev.aggregate_tok_s) / (cur.n - prev.n), gain,
+                            change))
     return out
 
 
@@ -455,7 +460,8 @@ def non_monotone(points: Sequence[Point]) -> list[NonMonotone]:
                 out.append(NonMonotone("status", a.n, b.n, f"N={b.n} passed although N={a.n} failed"))
             if a.rate is not None and b.rate is not None and b.rate.lo > a.rate.hi:
                 out.append(NonMonotone("per_user_rate", a.n, b.n, f"the per-user rate rises from N={a.n} "
-                                       f"[{a.rate.lo:.1f}, {a.rate.hi:.1f}] to N={b.n} [{b.rate.lo:.1f}, {b.rate.hi:.1f}] tok/s"))
+                                       f"[{a.rate.lo:.1f}, {a.rate.hi:.1f}] to N={b.n} "
+                                       f"[{b.rate.lo:.1f}, {b.rate.hi:.1f}] tok/s"))
     return out
 
 
@@ -514,7 +520,8 @@ def _alone_words(p: Point, c: Criteria) -> str:
     if p.rate_status == "fail":
         return (f"one user alone gets {p.per_user_tok_s or 0:.1f} tok/s ({c.words}), below the "
                 f"{c.min_user_rate_tok_s:g} tok/s floor")
-    return f"one user alone waits {p.ttft_s or 0:.2f} s for a first token ({c.words}), above the {c.max_ttft_s:g} s ceiling"
+    return (f"one user alone waits {p.ttft_s or 0:.2f} s for a first token ({c.words}), "
+            f"above the {c.max_ttft_s:g} s ceiling")
 
 
 def least_words(m: Marginal) -> str:
@@ -548,7 +555,8 @@ def analyse(
 
 
 def _warnings(
-    samples: Sequence[ProbeSample], drift: Drift | None, odd: Sequence[NonMonotone], points: Sequence[Point], c: Criteria
+    samples: Sequence[ProbeSample], drift: Drift | None, odd: Sequence[NonMonotone], points: Sequence[Point],
+    c: Criteria
 ) -> list[Warning_]:
     out = []
     if drift is not None and drifted(drift.change):
@@ -560,7 +568,8 @@ def _warnings(
     out += [Warning_(f"non-monotone: {x.message}", "reported as measured; rerun to see whether it holds") for x in odd]
     off = [name for s in samples for name in s.length_off]
     if off:
-        out.append(Warning_(f"output-length trap: {len(off)} measured request(s) off the asked length: {'; '.join(off[:4])}",
+        out.append(Warning_(f"output-length trap: {len(off)} measured request(s) off the asked length: "
+                            f"{'; '.join(off[:4])}",
                             "the engine does not pin the output length; rates use the tokens actually produced"))
     late = [name for s in samples for name in s.client_late]
     if late:
@@ -574,7 +583,8 @@ def _warnings(
                             f"{'; '.join(held[:4])}", "point servecheck at the server itself, not through the hop"))
     dirty = [name for s in samples for name in s.contaminated]
     if dirty:
-        out.append(Warning_(f"contaminated by the prefix cache: {len(dirty)} measured request(s) had cached prompt tokens",
+        out.append(Warning_(f"contaminated by the prefix cache: {len(dirty)} measured request(s) "
+                            "had cached prompt tokens",
                             "restart the server or disable prompt caching and rerun"))
     short = [p.n for p in points if p.rate is not None and p.rate.level < c.level]
     if short:

@@ -139,7 +139,8 @@ class Sample:
     mid_s: float | None  # middle of the decode, for drift interpolation
     error: str | None = None  # a failed request, with its reason
     client_late_ms: float = 0.0  # how late the client itself read it beyond the rule's tolerance (0: on time)
-    hop_held_ms: float = 0.0  # how long a hop that buffers the stream may have held it beyond the same (analysis.transit)
+    # how long a hop that buffers the stream may have held it beyond the same (analysis.transit)
+    hop_held_ms: float = 0.0
     resent: int = 0  # earlier sends of this depth and rep, resent because the client read them late
 
     @property
@@ -167,16 +168,17 @@ def sample_problem(s: Sample, *, excuse_late: bool = False) -> str | None:
         return f"depth {s.depth} rep {s.rep + 1}: the request failed ({s.error})"
     sent, reported = s.prompt_tokens, s.reported_prompt_tokens
     if sent is not None and reported is not None and reported < sent - TRUNCATION_SLACK_TOKENS:
-        return (f"depth {s.depth} rep {s.rep + 1}: the server truncated the prompt: it reports {reported} prompt tokens, "
-                f"{sent} were sent")
+        return (f"depth {s.depth} rep {s.rep + 1}: the server truncated the prompt: it reports {reported} prompt "
+                f"tokens, {sent} were sent")
     if abs(s.tokens - s.tokens_requested) > OUTPUT_LENGTH_TOLERANCE * s.tokens_requested:
-        return f"depth {s.depth} rep {s.rep + 1}: {s.tokens} tokens generated, {s.tokens_requested} asked (more than {OUTPUT_LENGTH_TOLERANCE:.0%} off)"
+        return (f"depth {s.depth} rep {s.rep + 1}: {s.tokens} tokens generated, {s.tokens_requested} asked "
+                f"(more than {OUTPUT_LENGTH_TOLERANCE:.0%} off)")
     if s.decode_tok_s is None:
         return f"depth {s.depth} rep {s.rep + 1}: no decode interval (fewer than two tokens timed)"
     if s.client_late_ms and not excuse_late:
-        return (f"depth {s.depth} rep {s.rep + 1}: the client itself was late by up to {s.client_late_ms:.0f} ms reading "
-                f"it{f' and the {s.resent} send(s) before it' if s.resent else ''} (a busy machine or a late reader), so "
-                "its times are no evidence")
+        return (f"depth {s.depth} rep {s.rep + 1}: the client itself was late by up to {s.client_late_ms:.0f} ms "
+                f"reading it{f' and the {s.resent} send(s) before it' if s.resent else ''} (a busy machine or a late "
+                "reader), so its times are no evidence")
     if s.hop_held_ms and not excuse_late:
         return (f"depth {s.depth} rep {s.rep + 1}: its stream arrived in bursts coalesced in transit, which a hop that "
                 f"buffers the stream (a proxy, a gateway) may have held up to {s.hop_held_ms:.0f} ms, so its times are "
@@ -300,8 +302,9 @@ def analyze_context(samples: Sequence[Sample], depths: Sequence[int]) -> Context
     if any(_untimed_s(s) for s in samples) and effect_stands(samples, depths):
         a = _analyse(samples, depths, excuse_late=True)
         worst = max(_untimed_s(s) for s in samples) * 1e3
-        kept = Finding(f"{sum(1 for s in samples if _untimed_s(s))} stream(s) were read late by the client or held by a "
-                       f"hop (up to {worst:.0f} ms), kept: the effect is the same whatever their true times within that",
+        kept = Finding(f"{sum(1 for s in samples if _untimed_s(s))} stream(s) were read late by the client or held by "
+                       f"a hop (up to {worst:.0f} ms), kept: the effect is the same whatever "
+                       "their true times within that",
                        "the rates beside it carry that error; measure on a quieter machine for them")
         return replace(a, warnings=(*a.warnings, kept), late_kept=True)
     return _analyse(samples, depths)
@@ -338,7 +341,8 @@ def _analyse(samples: Sequence[Sample], depths: Sequence[int], *, excuse_late: b
     points = tuple(_point(d, [s for s in samples if s.depth == d], base, base_rate, excuse_late=excuse_late)
                    for d in depths if any(s.depth == d for s in samples))
     drift = _drift(base)
-    invalid = tuple(Finding(p, "the point is left out of the ratios and the roofline") for pt in points for p in pt.problems)
+    invalid = tuple(Finding(p, "the point is left out of the ratios and the roofline") for pt in points
+                    for p in pt.problems)
     warnings = _drift_warnings(drift)
     effect, reason = judge_effect(points, drift)
     return ContextAnalysis(points, drift, effect, reason, invalid, warnings)
@@ -359,7 +363,8 @@ def _drift_warnings(drift: Drift | None) -> tuple[Finding, ...]:
     return (Finding(
         f"drift: the shallowest depth ran at {drift.first_tok_s:.1f} tok/s first and {drift.last_tok_s:.1f} tok/s last "
         f"({drift.change:+.1%}); ratios are corrected for a steady drift between the two",
-        "rerun on a quiet machine, or with --reps 2 (ascending then descending weighs a steady drift on every depth alike)",
+        "rerun on a quiet machine, or with --reps 2 (ascending then descending weighs a steady drift on every "
+        "depth alike)",
     ),)
 
 
@@ -372,8 +377,8 @@ def judge_effect(points: Sequence[PointAnalysis], drift: Drift | None) -> tuple[
         samples = [x for p in points for x in p.samples]
         why = ("; the client itself was late reading some of them" if any(x.client_late_ms for x in samples) else "")
         why += ("; a hop that buffers the stream held some of them" if any(x.hop_held_ms for x in samples) else "")
-        return "inconclusive", ("fewer than two valid depths, or the shallowest depth has no second measurement to check "
-                                f"drift{why}")
+        return "inconclusive", ("fewer than two valid depths, or the shallowest depth has no second "
+                                f"measurement to check drift{why}")
     deepest = max(valid, key=lambda p: p.depth)
     r = deepest.ratio
     assert r is not None
@@ -407,7 +412,8 @@ def roofline_at_depth(points: Sequence[PointAnalysis], model: ModelBytes, tokens
                       bandwidth_gb_s: Span | None) -> tuple[RooflineRow, ...]:
     """Per valid depth: bytes per token at its mean context, achieved bandwidth, utilization, and the rate
     a constant-utilization model predicts (the shallowest's rate x its bytes / these bytes)."""
-    valid = [p for p in points if p.valid and p.decode_tok_s is not None and p.ratio is not None and p.context_tokens is not None]
+    valid = [p for p in points
+             if p.valid and p.decode_tok_s is not None and p.ratio is not None and p.context_tokens is not None]
     if not valid:
         return ()
     base = min(valid, key=lambda p: p.depth)
@@ -416,7 +422,8 @@ def roofline_at_depth(points: Sequence[PointAnalysis], model: ModelBytes, tokens
     return tuple(_row(p, model, tokens, bandwidth_gb_s, base.decode_tok_s, base_bytes) for p in valid)
 
 
-def _row(p: PointAnalysis, model: ModelBytes, tokens: int, bw: Span | None, base_rate: float, base_bytes: int) -> RooflineRow:
+def _row(p: PointAnalysis, model: ModelBytes, tokens: int, bw: Span | None, base_rate: float,
+         base_bytes: int) -> RooflineRow:
     assert p.decode_tok_s is not None and p.ratio is not None and p.context_tokens is not None
     ctx = mean_context(p.context_tokens, tokens)
     nbytes = bytes_per_token(model, ctx)
@@ -443,6 +450,6 @@ def steeper_note(rows: Sequence[RooflineRow]) -> str | None:
     if not steep:
         return None
     worst = min(steep, key=lambda r: r.measured_over_predicted)
-    return (f"the fall is steeper than the bytes explain: at depth {worst.depth} decode runs at {worst.measured_over_predicted:.0%} "
-            "of what constant utilization predicts from the KV bytes; attention compute or a kernel that degrades with "
-            "depth, not bandwidth, takes the rest")
+    return (f"the fall is steeper than the bytes explain: at depth {worst.depth} decode runs at "
+            f"{worst.measured_over_predicted:.0%} of what constant utilization predicts from the KV bytes; attention "
+            "compute or a kernel that degrades with depth, not bandwidth, takes the rest")

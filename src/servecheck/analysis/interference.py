@@ -185,9 +185,10 @@ def intrusion_problems(i: Intrusion) -> list[str]:
     if i.intruder_error or i.first_token_ns is None:
         problems.append(f"the intruder failed: {i.intruder_error or 'no first token'}")
         return problems
-    if i.sent_tokens is not None and i.counted_tokens is not None and i.counted_tokens < TRUNCATED_SHARE * i.sent_tokens:
-        problems.append(f"the server counted {i.counted_tokens} prompt tokens of the {i.sent_tokens} sent: it truncates "
-                        "long prompts, so this point is not the prompt asked for (point invalid)")
+    if (i.sent_tokens is not None and i.counted_tokens is not None
+            and i.counted_tokens < TRUNCATED_SHARE * i.sent_tokens):
+        problems.append(f"the server counted {i.counted_tokens} prompt tokens of the {i.sent_tokens} sent: it "
+                        "truncates long prompts, so this point is not the prompt asked for (point invalid)")
     live = [v for v in i.victims if v]
     if len(live) < len(i.victims):
         problems.append("a victim produced no tokens")
@@ -209,15 +210,16 @@ def intrusion_problems(i: Intrusion) -> list[str]:
     firsts, ends = [v[0] for v in live], [v[-1] for v in live]
     if live and max(firsts) >= min(ends):
         problems.append(f"the {len(live)} victims did not generate at the same time (one began after another ended): "
-                        f"the server runs fewer than {len(live)} streams at once, the victims queued, nothing to measure")
+                        f"the server runs fewer than {len(live)} streams at once, the victims "
+                        "queued, nothing to measure")
         return problems
     if live and max(firsts) > i.send_ns:
         problems.append("the intruder was sent before every victim was generating: raise --tokens or check the server")
     if live and min(ends) <= i.first_token_ns:
         slots = f" (it advertises {i.server_slots} slots)" if i.server_slots is not None else ""
-        problems.append(f"a victim finished before the intruder's first token: the intruder waited for a slot, the "
-                        f"server runs fewer than {len(live) + 1} streams at once{slots}, or --tokens is too short for a "
-                        f"{i.prompt_tokens}-token prefill")
+        problems.append("a victim finished before the intruder's first token: the intruder waited for a slot, the "
+                        f"server runs fewer than {len(live) + 1} streams at once{slots}, or --tokens is too short for "
+                        f"a {i.prompt_tokens}-token prefill")
     return problems
 
 
@@ -440,9 +442,10 @@ class Evidence:
             longest_hi_s=self.longest_hi_s, ttft_lo_s=self.ttft_lo_s, ttft_hi_s=self.ttft_hi_s,
             baseline_s=self.baseline_s, stretch_hi=self.stretch_hi, cover_hi=self.cover_hi, gap_growth=self.gap_growth,
             prefill_growth=self.prefill_growth, stretched_share_hi=self.share_hi, stretched_share_max=self.share_max,
-            thresholds={"stretch_ratio": STRETCH_RATIO, "blocking_cover": BLOCKING_COVER, "chunked_cover": CHUNKED_COVER,
-                        "proportional": PROPORTIONAL, "prefill_growth_min": PREFILL_GROWTH_MIN,
-                        "chunked_share": CHUNKED_SHARE, "isolated_share": ISOLATED_SHARE},
+            thresholds={"stretch_ratio": STRETCH_RATIO, "blocking_cover": BLOCKING_COVER,
+                        "chunked_cover": CHUNKED_COVER, "proportional": PROPORTIONAL,
+                        "prefill_growth_min": PREFILL_GROWTH_MIN, "chunked_share": CHUNKED_SHARE,
+                        "isolated_share": ISOLATED_SHARE},
         )
 
 
@@ -489,10 +492,10 @@ def evidence_of(points: Sequence[Point]) -> Evidence | None:
     baselines = [p.baseline_s for p in valid if p.baseline_s]
     shares = [p.stretched_share or 0.0 for p in valid]
     return Evidence(
-        size_lo=lo.prompt_tokens, size_hi=hi.prompt_tokens, gap_lo_s=step_lo, gap_hi_s=step_hi, longest_hi_s=hi.max_gap_s,
-        ttft_lo_s=lo.ttft_s, ttft_hi_s=hi.ttft_s, baseline_s=median(baselines),
-        stretch_hi=hi.max_gap_s / hi.baseline_s, cover_hi=step_hi / hi.ttft_s,
-        gap_growth=step_hi / step_lo, prefill_growth=hi.ttft_s / lo.ttft_s, share_hi=shares[-1], share_max=max(shares),
+        size_lo=lo.prompt_tokens, size_hi=hi.prompt_tokens, gap_lo_s=step_lo, gap_hi_s=step_hi,
+        longest_hi_s=hi.max_gap_s, ttft_lo_s=lo.ttft_s, ttft_hi_s=hi.ttft_s, baseline_s=median(baselines),
+        stretch_hi=hi.max_gap_s / hi.baseline_s, cover_hi=step_hi / hi.ttft_s, gap_growth=step_hi / step_lo,
+        prefill_growth=hi.ttft_s / lo.ttft_s, share_hi=shares[-1], share_max=max(shares),
     )
 
 
@@ -505,38 +508,42 @@ def judge(points: Sequence[Point]) -> Verdict:
                        f"victims' gaps follow the prefill): {what_left_sizes_unread(points)}", "nothing")
     span = f"from {e.size_lo:,} to {e.size_hi:,} prompt tokens"
     if e.prefill_growth < PREFILL_GROWTH_MIN:
-        return Verdict("inconclusive", f"the intruder's TTFT grew only {e.prefill_growth:.2f}x {span} ({e.ttft_lo_s:.3f} s "
-                       f"to {e.ttft_hi_s:.3f} s, at least {PREFILL_GROWTH_MIN:g}x is needed): prefill is too cheap to see "
-                       "at these sizes; try larger --prompt-sizes", "nothing", e)
+        return Verdict("inconclusive", f"the intruder's TTFT grew only {e.prefill_growth:.2f}x {span} "
+                       f"({e.ttft_lo_s:.3f} s to {e.ttft_hi_s:.3f} s, at least {PREFILL_GROWTH_MIN:g}x is needed): "
+                       "prefill is too cheap to see at these sizes; try larger --prompt-sizes", "nothing", e)
     stretched = [p for p in points if p.valid and p.max_gap_s and p.baseline_s
                  and p.max_gap_s >= STRETCH_RATIO * p.baseline_s]
     if not stretched:
-        return Verdict("isolated", f"the victims' longest gap stayed below {STRETCH_RATIO:g}x their baseline at every size "
-                       f"({e.stretch_hi:.2f}x at {e.size_hi:,} tokens) while the intruder's TTFT grew "
-                       f"{e.prefill_growth:.1f}x {span}: the prefill ran where the victims' steps do not", "victim gaps", e)
+        return Verdict("isolated", f"the victims' longest gap stayed below {STRETCH_RATIO:g}x their baseline at every "
+                       f"size ({e.stretch_hi:.2f}x at {e.size_hi:,} tokens) while the intruder's TTFT grew "
+                       f"{e.prefill_growth:.1f}x {span}: the prefill ran where "
+                       "the victims' steps do not", "victim gaps", e)
     if e.share_max <= ISOLATED_SHARE and e.cover_hi < BLOCKING_COVER:
-        return Verdict("isolated", f"the victims spent at most {e.share_max:.0%} of any prefill window in stretched gaps "
-                       f"(a few slow steps, as outside it; {ISOLATED_SHARE:.0%} allowed) while the intruder's TTFT grew "
-                       f"{e.prefill_growth:.1f}x {span}: the prefill ran where the victims' steps do not", "victim gaps", e)
+        return Verdict("isolated", f"the victims spent at most {e.share_max:.0%} of any prefill window in stretched "
+                       f"gaps (a few slow steps, as outside it; {ISOLATED_SHARE:.0%} allowed) while the intruder's "
+                       f"TTFT grew {e.prefill_growth:.1f}x {span}: the prefill ran where "
+                       "the victims' steps do not", "victim gaps", e)
     growth = f"the victims' stretched step grew {e.gap_growth:.1f}x while the TTFT grew {e.prefill_growth:.1f}x {span}"
-    cover = (f"at {e.size_hi:,} tokens the victims' stretched step ({e.gap_hi_s:.3f} s, longest gap {e.longest_hi_s:.3f} s) "
-             f"covered {e.cover_hi:.0%} of the {e.ttft_hi_s:.3f} s prefill window")
+    cover = (f"at {e.size_hi:,} tokens the victims' stretched step ({e.gap_hi_s:.3f} s, longest gap "
+             f"{e.longest_hi_s:.3f} s) covered {e.cover_hi:.0%} of the {e.ttft_hi_s:.3f} s prefill window")
     if e.cover_hi >= BLOCKING_COVER and e.gap_growth >= PROPORTIONAL * e.prefill_growth:
         return Verdict("blocking", f"{cover}, and {growth}: the whole prompt in one step", "victim gaps", e)
-    if (e.cover_hi <= CHUNKED_COVER and e.gap_growth <= PROPORTIONAL * e.prefill_growth and e.stretch_hi >= STRETCH_RATIO
-            and e.share_hi >= CHUNKED_SHARE):
+    if (e.cover_hi <= CHUNKED_COVER and e.gap_growth <= PROPORTIONAL * e.prefill_growth
+            and e.stretch_hi >= STRETCH_RATIO and e.share_hi >= CHUNKED_SHARE):
         chunk, interval = chunk_estimate(points)
         return Verdict("chunked", f"{cover}, and {growth}: the prompt was split into steps that also carried the "
                        "victims' tokens", "victim gaps", e, chunk, interval)
     return Verdict("inconclusive", f"{cover}, {growth}, and the victims spent {e.share_hi:.0%} of that window in "
-                   f"stretched gaps: neither one step (at least {BLOCKING_COVER:.0%} and growing with the TTFT) nor chunks "
-                   f"(at most {CHUNKED_COVER:.0%}, bounded, tiling at least {CHUNKED_SHARE:.0%} of the window) nor isolated "
-                   f"(at most {ISOLATED_SHARE:.0%}); a larger prompt size would span more chunks and decide it", "nothing", e)
+                   f"stretched gaps: neither one step (at least {BLOCKING_COVER:.0%} and growing with the TTFT) nor "
+                   f"chunks (at most {CHUNKED_COVER:.0%}, bounded, tiling at least {CHUNKED_SHARE:.0%} of the window) "
+                   f"nor isolated (at most {ISOLATED_SHARE:.0%}); a larger prompt size would span "
+                   "more chunks and decide it", "nothing", e)
 
 
 def chunk_estimate(points: Sequence[Point]) -> tuple[float | None, tuple[float, float] | None]:
-    """The victims' step (their typical longest gap) x prefill rate over the reps of the sizes the prompt took several steps at (cover at most
-    CHUNKED_COVER): the median, and the widest of their one-step-more-or-fewer intervals."""
+    """The victims' step (their typical longest gap) x prefill rate over the reps of the sizes the prompt
+    took several steps at (cover at most CHUNKED_COVER): the median, and the widest of their
+    one-step-more-or-fewer intervals."""
     readings = [r for p in points for r in p.valid_readings if r.cover is not None and r.cover <= CHUNKED_COVER]
     values = [v for r in readings if (v := r.chunk_tokens) is not None]
     spans = [s for r in readings if (s := r.chunk_interval) is not None]
@@ -600,8 +607,8 @@ def check_witness(verdict: str, chunk_tokens: float | None, configured: float | 
                   largest: int | None) -> WitnessCheck:
     """The batch budget an engine stated, beside what the stopwatch measured; it corroborates, never decides."""
     if configured is None:
-        return WitnessCheck(None, None, None, "no witness: no batch budget was read from the engine's log (with --serve "
-                            "servecheck audits the log of the server it started)")
+        return WitnessCheck(None, None, None, "no witness: no batch budget was read from the engine's log (with "
+                            "--serve servecheck audits the log of the server it started)")
     said = f"{source or 'the log'} states a step budget of {configured:,.0f} tokens"
     if verdict == "chunked" and chunk_tokens is not None:
         agrees = abs(chunk_tokens - configured) <= WITNESS_TOLERANCE * configured

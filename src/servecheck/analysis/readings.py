@@ -103,7 +103,8 @@ def read_arms(body: ArmsBody) -> ArmsReading:
     cells = body.cells
     return ArmsReading(
         interval_level=arms_interval_level(body.arms),
-        aggregate_tok_s=_recorded(body.arms, "aggregate_tok_s", median_by_arm((c.concurrency, c.aggregate_tok_s) for c in cells)),
+        aggregate_tok_s=_recorded(body.arms, "aggregate_tok_s",
+                                  median_by_arm((c.concurrency, c.aggregate_tok_s) for c in cells)),
         per_user_rate_tok_s=_recorded(body.arms, "per_user_rate_tok_s",
                                       median_by_arm((c.concurrency, c.per_user_rate_tok_s) for c in cells)),
         ttft_s=_recorded(body.arms, "ttft_s", median_by_arm((c.concurrency, c.ttft_s) for c in cells)),

@@ -104,8 +104,9 @@ class TargetCheck:
     partly_within_reach: bool  # at least the optimistic end (highest bandwidth) is
 
     def record(self) -> shape.Target:
-        return shape.Target(tok_s=self.tok_s, required_gb_s=self.required_gb_s, required_utilization=self.required_utilization.as_range(),
-                            ceiling=self.ceiling.as_range(), within_reach=self.within_reach, partly_within_reach=self.partly_within_reach)
+        return shape.Target(tok_s=self.tok_s, required_gb_s=self.required_gb_s,
+                            required_utilization=self.required_utilization.as_range(), ceiling=self.ceiling.as_range(),
+                            within_reach=self.within_reach, partly_within_reach=self.partly_within_reach)
 
 
 def back_solve(target_tok_s: float, bytes_per_token: float, bandwidth_gb_s: Span, ceiling: Span) -> TargetCheck:
@@ -258,7 +259,8 @@ class BatchRow:
 
     @property
     def measured_over_ceiling(self) -> Span | None:
-        return None if self.measured_tok_s is None else measured_over_ceiling(self.measured_tok_s, self.ceiling.ceiling_tok_s)
+        return (None if self.measured_tok_s is None
+                else measured_over_ceiling(self.measured_tok_s, self.ceiling.ceiling_tok_s))
 
     def record(self) -> shape.BatchRow:
         c, ratio = self.ceiling, self.measured_over_ceiling
@@ -319,11 +321,13 @@ def analyse(bytes_per_token: int, kind: str, tok_s: float, bandwidth_gb_s: Span,
         headroom=headroom(util, ceiling, name), speed_of_light=headroom(util, Span.point(1.0), SPEED_OF_LIGHT),
         speed_of_light_tok_s=speed_of_light_tok_s(bandwidth_gb_s, bytes_per_token),
         target=None if target_tok_s is None else back_solve(target_tok_s, bytes_per_token, bandwidth_gb_s, ceiling),
-        batch=_batch_rows(step or StepBytes(bytes_per_token, 0, 0, 0, 0), batches, achieved, measured or {}) if batches else None,
+        batch=(_batch_rows(step or StepBytes(bytes_per_token, 0, 0, 0, 0), batches, achieved, measured or {})
+               if batches else None),
     )
 
 
-def _batch_rows(step: StepBytes, batches: Sequence[int], achieved: float, measured: Mapping[int, float]) -> tuple[BatchRow, ...]:
+def _batch_rows(step: StepBytes, batches: Sequence[int], achieved: float,
+                measured: Mapping[int, float]) -> tuple[BatchRow, ...]:
     """Ceilings at the measured utilization: measured bandwidth x utilization is the achieved bandwidth."""
     return tuple(BatchRow(c, measured.get(c.batch)) for c in batch_ceilings(step, list(batches), Span.point(achieved)))
 
@@ -343,7 +347,8 @@ def sanity_notes(util: Span, *, audited: bool, kv_counted: bool, kind_given: boo
     `stream_tokens` of `asked_tokens`: what the --url measuring stream produced."""
     notes = []
     if util.hi > MAX_PLAUSIBLE_UTILIZATION:
-        notes.append("utilization above 100%: bytes over-counted, the model fits in a cache, or the bandwidth was probed on the wrong device")
+        notes.append("utilization above 100%: bytes over-counted, the model fits in a cache, "
+                     "or the bandwidth was probed on the wrong device")
     if util.lo < LOW_UTILIZATION:
         notes.append("utilization below 15%: often the wrong device or a fallback path (check where the engine runs)")
     if not audited and not kind_given:
@@ -354,8 +359,8 @@ def sanity_notes(util: Span, *, audited: bool, kv_counted: bool, kind_given: boo
     if audited and not kv_counted:
         notes.append("KV cache not counted: pass --context N for long-context decode")
     if stream_tokens is not None and asked_tokens and stream_tokens < SHORT_STREAM_FRACTION * asked_tokens:
-        notes.append(f"the measuring stream stopped at {stream_tokens} of {asked_tokens} tokens (the server did not pin the "
-                     "length): the rate rests on fewer tokens, rerun with a server that honours ignore_eos")
+        notes.append(f"the measuring stream stopped at {stream_tokens} of {asked_tokens} tokens (the server did not "
+                     "pin the length): the rate rests on fewer tokens, rerun with a server that honours ignore_eos")
     return notes
 
 

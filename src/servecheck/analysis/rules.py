@@ -12,7 +12,8 @@ from servecheck.model.client import CLIENT_ERROR_FRAC, FIGURE_FRAC
 from servecheck.model.records import OUTPUT_LENGTH_TOLERANCE
 
 __all__ = [
-    "CLIENT_ERROR_FRAC", "DRIFT_LIMIT", "FIGURE_FRAC", "INTERVAL_LEVEL", "OUTPUT_LENGTH_TOLERANCE", "STAIRCASE_STEP_TOL", "drifted",
+    "CLIENT_ERROR_FRAC", "DRIFT_LIMIT", "FIGURE_FRAC", "INTERVAL_LEVEL", "OUTPUT_LENGTH_TOLERANCE",
+    "STAIRCASE_STEP_TOL", "drifted",
 ]
 
 # OUTPUT_LENGTH_TOLERANCE (model.records, 5%): output more than this far from what was asked (or

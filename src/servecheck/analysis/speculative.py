@@ -126,7 +126,8 @@ class Grouping:
     method: str = ""
     problem: str | None = None
     late_groups: int = 0  # groups left out: the client was late for the read that opened them
-    problem_code: str | None = None  # "client_late" | "client_coarse" | "coalesced" | ... where the client or a hop decided it
+    # "client_late" | "client_coarse" | "coalesced" | ... where the client or a hop decided it
+    problem_code: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -155,14 +156,15 @@ def group_steps(stream: Stream) -> Grouping:
     arrivals = stream.arrivals_ns
     gaps = [b - a for a, b in zip(arrivals[1:], arrivals[2:])]  # the first event is the prompt's own step
     if len(gaps) < MIN_STEPS + 2:
-        return Grouping(problem=f"{len(arrivals)} output events: too short to estimate (at least {MIN_STEPS + 3} needed)")
+        return Grouping(problem=f"{len(arrivals)} output events: "
+                                f"too short to estimate (at least {MIN_STEPS + 3} needed)")
     if max(gaps) < BURST_NS:
         return Grouping(problem=f"every event arrived within {max(gaps) / 1e3:.0f} µs of the one before: one burst "
                                 "(a buffered stream), no step time shows, nothing to group")
     if (apart := sum(g >= BURST_NS for g in gaps)) < MIN_STEPS:
         return Grouping(problem_code="too_few_groups", problem=(
-            f"the events arrived in {apart + 1} bursts (at most {apart} gaps of 100 µs or more): a stream buffered on its "
-            f"way (a proxy, a gateway) or very long steps; at least {MIN_STEPS} steps are needed to group"))
+            f"the events arrived in {apart + 1} bursts (at most {apart} gaps of 100 µs or more): a stream buffered on "
+            f"its way (a proxy, a gateway) or very long steps; at least {MIN_STEPS} steps are needed to group"))
     step_ns, how = step_time(gaps)
     late = late_arrivals(gaps, step_ns)
     dead = [g for k, g in enumerate(gaps) if DEAD_LO * step_ns <= g <= DEAD_HI * step_ns and k not in late]
@@ -201,7 +203,8 @@ def group_steps(stream: Stream) -> Grouping:
         return Grouping(step_ns=step_ns, late_groups=len(opened_late),
                         problem=f"only {len(steps) + 1} decode steps: too short to estimate")
     held_note = f"; {held} group(s) after about as many step times as tokens read as held-back output" if held else ""
-    late_note = f"; {len(late)} late arrival(s) (a long gap, then a short one, two steps in all) read as steps" if late else ""
+    late_note = (f"; {len(late)} late arrival(s) (a long gap, then a short one, two steps in all) read as steps"
+                 if late else "")
     client_note = (f"; {len(opened_late)} group(s) left out, opened by a read the client made late" if opened_late
                    else "")
     method = (f"{how}; split at gaps above {threshold / 1e6:.3g} ms ({SPLIT_FRACTION:g} of the step time "
@@ -224,7 +227,8 @@ def step_time(gaps: Sequence[int]) -> tuple[float, str]:
             at, jump = i + 1, ratio
     if at is not None:
         upper = ordered[at:]
-        return median(upper), f"bimodal gaps ({len(ordered) - len(upper)} within a step, {len(upper)} between steps, a {jump:.0f}x jump)"
+        return median(upper), (f"bimodal gaps ({len(ordered) - len(upper)} within a step, "
+                               f"{len(upper)} between steps, a {jump:.0f}x jump)")
     return median(ordered), "one gap mode: every event its own step"
 
 
@@ -275,7 +279,8 @@ def unhold(steps: Sequence[tuple[int, int | None, int]], step_ns: float, *,
 
 def _local_step(opens: Sequence[int | None], i: int, step_ns: float) -> float:
     """The median opening gap of the steps around step i (not i itself)."""
-    near = [g for g in (*opens[max(0, i - HELD_LOCAL_STEPS):i], *opens[i + 1:i + 1 + HELD_LOCAL_STEPS]) if g is not None]
+    near = [g for g in (*opens[max(0, i - HELD_LOCAL_STEPS):i], *opens[i + 1:i + 1 + HELD_LOCAL_STEPS])
+            if g is not None]
     return median(near) if near else step_ns
 
 
@@ -349,8 +354,8 @@ def run_verdict(estimates: Sequence[Estimate], kinds: Sequence[str] | None = Non
         said = sum(e.verdict == "speculating" for e in decided)
         if said and said == len(decided) and 2 * len(decided) >= len(mine):
             where = f" ({kind} prompts)" if kind else ""
-            return "speculating", (f"{said} of {len(mine)} point(s){where} deliver clearly more than one token per step "
-                                   "and none reads one")
+            return "speculating", (f"{said} of {len(mine)} point(s){where} deliver clearly more than one token "
+                                   "per step and none reads one")
         if said:
             disagree = (f"the {kind + ' ' if kind else ''}points disagree: {said} speculating, "
                         f"{len(decided) - said} one token per step, {len(mine) - len(decided)} undecided")
@@ -469,7 +474,8 @@ def check_counters(streams: Sequence[Stream], est: Estimate, metrics: MetricDelt
         return CounterCheck(None, None, None, "the server reported no draft counters (llama.cpp leaves them out "
                             "when it drafted nothing; vLLM has none without a speculative config)")
     if est.tokens_per_step is None:
-        return CounterCheck(server, acceptance, None, f"the server counts {server:.2f} tokens per step; no estimate to compare")
+        return CounterCheck(server, acceptance, None,
+                            f"the server counts {server:.2f} tokens per step; no estimate to compare")
     if est.grouped < est.streams:
         # the counters count every request of the point; the estimate only the streams the noise guard
         # let through: two readings of different requests (acceptance differs from prompt to prompt)
@@ -479,10 +485,10 @@ def check_counters(streams: Sequence[Stream], est: Estimate, metrics: MetricDelt
                             f"could not be grouped): not compared")
     off = est.tokens_per_step / server - 1
     if abs(off) <= COUNTER_TOLERANCE:
-        return CounterCheck(server, acceptance, True, f"the server's counters give {server:.2f} tokens per step: within "
-                            f"{COUNTER_TOLERANCE:.0%} of the stopwatch's {est.tokens_per_step:.2f}")
-    return CounterCheck(server, acceptance, False, f"DISAGREES: the server's counters give {server:.2f} tokens per step, "
-                        f"the stopwatch {est.tokens_per_step:.2f} ({off:+.0%}); the stopwatch decides")
+        return CounterCheck(server, acceptance, True, f"the server's counters give {server:.2f} tokens per step: "
+                            f"within {COUNTER_TOLERANCE:.0%} of the stopwatch's {est.tokens_per_step:.2f}")
+    return CounterCheck(server, acceptance, False, f"DISAGREES: the server's counters give {server:.2f} tokens per "
+                        f"step, the stopwatch {est.tokens_per_step:.2f} ({off:+.0%}); the stopwatch decides")
 
 
 # ---------------------------------------------------------------- a point, and the run
@@ -579,7 +585,8 @@ def behind_a_hop(points: Sequence[PointAnalysis]) -> list[PointAnalysis]:
     why = (f"{hop} stream(s) of the run arrived in bursts coalesced in transit (a proxy or gateway that buffers "
            "the stream): this point's groups may be bursts too, not decode steps; measure without the hop")
     return [p if p.estimate.verdict == "inconclusive" else
-            replace(p, estimate=replace(p.estimate, verdict="inconclusive", reason=f"{why} (alone it read: {p.estimate.reason})"))
+            replace(p, estimate=replace(p.estimate, verdict="inconclusive",
+                                        reason=f"{why} (alone it read: {p.estimate.reason})"))
             for p in points]
 
 

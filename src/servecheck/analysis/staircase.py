@@ -170,7 +170,8 @@ class BatchVerdict:
             verdict=self.verdict, reason=self.reason, evidence=self.evidence, times_verdict=self.times_verdict,
             reference_disagrees=self.reference_disagrees, witnesses=tuple(r.record() for r in self.witnesses),
             slots=self.slots,
-            windows=None if w is None else shape.Windows(schedule=w.schedule, open_max=w.open_max, description=w.description),
+            windows=None if w is None else shape.Windows(schedule=w.schedule, open_max=w.open_max,
+                                                         description=w.description),
             contradicted_by=tuple(r.record() for r in self.contradicted_by), decided_by_witness=self.decided_by_witness,
             overruled_by=self.overruled_by,
             single_s=self.single_s, group_sizes=self.group_sizes, steps_s=self.steps_s, step_ratios=self.step_ratios,
@@ -225,7 +226,8 @@ def _consistent_sizes(sizes: Sequence[int]) -> bool:
     return all(s == head[0] for s in head) and sizes[-1] <= head[0]
 
 
-def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int, uncertainty_s: float = 0.0) -> BatchVerdict:
+def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int,
+                   uncertainty_s: float = 0.0) -> BatchVerdict:
     """Classify one batch of `n` requests from its finish times (seconds from release), each gap
     known to +-`uncertainty_s` (0: one machine's clock)."""
     if n == 1:
@@ -693,9 +695,10 @@ class StaircaseAnalysis:
             verdict=self.verdict, verdict_reason=self.verdict_reason, trend=self.trend, trend_reason=self.trend_reason,
             trend_ratios={str(n): r for n, r in sorted(self.trend_ratios.items())},
             single_s=self.single_s, single_times_s=self.single_times_s, single_spread=self.single_spread,
-            evidence=self.evidence, decided_by_witness=self.decided_by_witness, trend_by_schedule=self.trend_by_schedule,
-            prefill_gain_bound=self.prefill_gain_bound, modal_tokens=self.modal_tokens,
-            trend_rising_ratio=self.trend_rising_ratio, invalid=tuple(f.record() for f in self.invalid), warnings=tuple(f.record() for f in self.warnings),
+            evidence=self.evidence, decided_by_witness=self.decided_by_witness,
+            trend_by_schedule=self.trend_by_schedule, prefill_gain_bound=self.prefill_gain_bound,
+            modal_tokens=self.modal_tokens, trend_rising_ratio=self.trend_rising_ratio,
+            invalid=tuple(f.record() for f in self.invalid), warnings=tuple(f.record() for f in self.warnings),
         )
 
 
@@ -761,9 +764,9 @@ def stall_doubt(batch: BatchResult, single_s: float | None) -> str | None:
         if read:
             worst_s = longest_holding(batch.lateness, ends, min_ns) / NS_PER_S
             return (
-                f"the client itself was late by up to {worst_s:.2f} s "
-                f"({STALL_DOUBT_FRAC:.0%} of the single time or more), and {read} of the finishes were read as it caught up: "
-                "they may have happened any time during it"
+                f"the client itself was late by up to {worst_s:.2f} s ({STALL_DOUBT_FRAC:.0%} of the single time or "
+                f"more), and {read} of the finishes were read as it caught up: they may have "
+                "happened any time during it"
             )
         return None
     if batch.noise is None:
@@ -774,9 +777,9 @@ def stall_doubt(batch: BatchResult, single_s: float | None) -> str | None:
         if read:
             return (
                 f"the client itself stalled: its event loop did not run for {(b - a) / NS_PER_S:.2f} s "
-                f"({(a - batch.release_ns) / NS_PER_S:.2f}-{(b - batch.release_ns) / NS_PER_S:.2f} s after the release, "
-                f"{STALL_DOUBT_FRAC:.0%} of the single time or more), and {read} of the finishes were read as it ended: "
-                "they may have happened any time during it"
+                f"({(a - batch.release_ns) / NS_PER_S:.2f}-{(b - batch.release_ns) / NS_PER_S:.2f} s after the "
+                f"release, {STALL_DOUBT_FRAC:.0%} of the single time or more), and {read} of the finishes were read as "
+                "it ended: they may have happened any time during it"
             )
     return None
 
@@ -801,7 +804,8 @@ def weigh_witnesses(verdict: BatchVerdict, readings: Sequence[Reading], *, may_d
         against = tuple(w for w in readings if not w.agrees(verdict.verdict, verdict.slots))
         agreeing = tuple(w.source for w in readings if w not in against)
         if against and verdict.stopwatch_clean:
-            return replace(verdict, evidence=(*verdict.evidence, *agreeing), witnesses=readings, contradicted_by=against)
+            return replace(verdict, evidence=(*verdict.evidence, *agreeing), witnesses=readings,
+                           contradicted_by=against)
         if against:
             return replace(
                 verdict, verdict="inconclusive", evidence=(), witnesses=readings, times_verdict=verdict.verdict,
@@ -941,7 +945,8 @@ def length_finding(batches: Sequence[MeasuredBatch]) -> tuple[int | None, Findin
     refs = tuple(_ref(pairs[i][0], pairs[i][1], f"{pairs[i][1].tokens} tokens vs modal {modal}") for i in bad)
     return modal, Finding(
         code="output_length",
-        message=f"{len(refs)} request(s) more than {OUTPUT_LENGTH_TOLERANCE:.0%} away from the modal length {modal} tokens",
+        message=f"{len(refs)} request(s) more than {OUTPUT_LENGTH_TOLERANCE:.0%} away from the modal length "
+                f"{modal} tokens",
         hint="unequal outputs smear a staircase into a cluster; the server may ignore ignore_eos (Ollama stops at EOS)",
         requests=refs,
     )
@@ -989,7 +994,8 @@ def contamination_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
     return Finding(
         code="prefix_cache_contamination",
         message=f"contaminated by the prefix cache: {len(refs)} measured request(s) reused cached prompt tokens",
-        hint="every prompt starts with its own nonce; a hit means the server caches across the nonce or matched a suffix",
+        hint="every prompt starts with its own nonce; a hit means the server caches across the nonce or "
+             "matched a suffix",
         requests=refs,
     )
 
@@ -1077,7 +1083,8 @@ def _set_aside(b: BatchAnalysis, clocked: Sequence[BatchAnalysis], lo: int, hi: 
     if implied is None or max(lo, implied[0]) <= min(hi, implied[1]):
         return b
     against = tuple(f"N={c.n} rep {c.rep + 1} {c.verdict.verdict}" for c in clocked
-                    if (s := slots_implied(c.n, c.verdict)) is not None and max(s[0], implied[0]) > min(s[1], implied[1]))
+                    if (s := slots_implied(c.n, c.verdict)) is not None
+                    and max(s[0], implied[0]) > min(s[1], implied[1]))
     reason = (f"undecided: the stopwatch decided {', '.join(against)}, and no fixed number of slots gives both that "
               f"and the {v.verdict} the server's witnesses read here, so their word is set aside (it was {v.reason})")
     return replace(b, verdict=replace(v, verdict="inconclusive", evidence=(), slots=None, decided_by_witness=False,
@@ -1130,7 +1137,8 @@ def prefill_gain_bound(batches: Sequence[MeasuredBatch]) -> float | None:
     return median(gains) if gains else None
 
 
-def _trend(points: Sequence[PointAnalysis], bound: float | None) -> tuple[Trend, str, dict[int, float], tuple[int, ...], float | None]:
+def _trend(points: Sequence[PointAnalysis],
+           bound: float | None) -> tuple[Trend, str, dict[int, float], tuple[int, ...], float | None]:
     """The trend, its reason, agg(N)/agg(1) per N, the N read from their schedule, and the bound.
 
     A queue whose generating windows never overlapped ran every request alone: its aggregate is one
@@ -1219,7 +1227,8 @@ def witness_finding(points: Sequence[PointAnalysis]) -> Finding | None:
     aside = [(p, b) for p, b in seen if b.verdict.overruled_by]
     p, b = (stood or aside)[-1]  # the largest N shows the contradiction most plainly
     said = "; ".join(w.description for w in b.verdict.contradicted_by)
-    words = " and ".join(dict.fromkeys(WITNESS_WORDS.get(w.source, w.source) for _, c in seen for w in c.verdict.contradicted_by))
+    words = " and ".join(dict.fromkeys(WITNESS_WORDS.get(w.source, w.source) for _, c in seen
+                                       for w in c.verdict.contradicted_by))
     where = ", ".join(f"N={q.n} rep {c.rep + 1}" for q, c in seen)
     message = f"the server's own {words} contradict the stopwatch ({where}): "
     if stood:
@@ -1294,7 +1303,8 @@ def analyze_staircase(
     verdict, verdict_reason, evidence = _run_verdict(points)
     trend, trend_reason, ratios, scheduled, bound = _trend(points, prefill_gain_bound(batches))
     fracs = aggregate_error_fracs(points, client_checks)
-    invalid = [f for f in (length, failed_finding(batches), skew_finding(batches, single), client_finding(client_checks))
+    invalid = [f for f in (length, failed_finding(batches), skew_finding(batches, single),
+                           client_finding(client_checks))
                if f is not None]
     warnings = [
         f

@@ -40,8 +40,8 @@ def in_transit(groups: Sequence[tuple[int, int | None, int]]) -> tuple[str, str]
     pairs = [(size, gap) for size, gap, _ in groups if gap is not None]
     if len(pairs) < MIN_STEPS:
         if sum(k for k, _ in pairs) > COALESCE_MIN_MEAN * len(pairs):
-            return "too_few_groups", (f"only {len(pairs)} groups of {sum(k for k, _ in pairs)} tokens: too few to tell decode steps "
-                    f"from bursts coalesced in transit (at least {MIN_STEPS} needed); raise --tokens")
+            return "too_few_groups", (f"only {len(pairs)} groups of {sum(k for k, _ in pairs)} tokens: too few to tell "
+                    f"decode steps from bursts coalesced in transit (at least {MIN_STEPS} needed); raise --tokens")
         return None
     sizes = [float(k) for k, _ in pairs]
     lengths = [float(g) for _, g in pairs]
@@ -55,9 +55,9 @@ def in_transit(groups: Sequence[tuple[int, int | None, int]]) -> tuple[str, str]
     fit = sum(abs(k - p) <= max(1.0, COALESCE_FIT_SHARE * p) for k, p in zip(sizes, predicted)) / len(sizes)
     if cv < COALESCE_MIN_CV or r is None or r < COALESCE_MIN_R or fit < COALESCE_FIT:
         return None
-    return "coalesced", (f"the groups' sizes follow the time since the group before (r = {r:.2f}; {fit:.0%} within a token or a "
-            f"third of one per {per_token / 1e6:.3g} ms): bursts coalesced in transit (a proxy or gateway that buffers the "
-            "stream), not decode steps; measure without the hop")
+    return "coalesced", (f"the groups' sizes follow the time since the group before (r = {r:.2f}; {fit:.0%} within a "
+            f"token or a third of one per {per_token / 1e6:.3g} ms): bursts coalesced in transit (a proxy or gateway "
+            "that buffers the stream), not decode steps; measure without the hop")
 
 
 def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:

@@ -61,7 +61,8 @@ def audit_model(path: Path, options: AuditOptions | None = None) -> AuditResult:
         result = audit_safetensors(path, options)
     if result.bytes_per_token <= 0:
         raise AuditError(
-            f"{path.name}: no tensor here runs per decoded token (all {len(result.tensors)} are vision, projector or MTP)",
+            f"{path.name}: no tensor here runs per decoded token "
+            f"(all {len(result.tensors)} are vision, projector or MTP)",
             "give the language model's weight file",
         )
     return result

@@ -46,7 +46,8 @@ def shard_paths(path: Path) -> list[Path]:
     paths = [path.with_name(f"{m.group('stem')}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
     missing = [p.name for p in paths if not p.exists()]
     if missing:
-        raise AuditError(f"split GGUF is missing {len(missing)} shard(s), e.g. {missing[0]}", "put every shard beside the first")
+        raise AuditError(f"split GGUF is missing {len(missing)} shard(s), e.g. {missing[0]}",
+                         "put every shard beside the first")
     return paths
 
 
@@ -124,9 +125,11 @@ def _run_layers(m: _Meta, tensors: list[GGUFTensorInfo], notes: list[str]) -> in
     if blocks is None:
         return None
     if not 0 < blocks <= MAX_BLOCKS or not 0 <= nextn < blocks:
-        raise AuditError(f"{m.key('block_count')} = {blocks} (NextN {nextn}) is not a plausible layer count", "the file is corrupt")
+        raise AuditError(f"{m.key('block_count')} = {blocks} (NextN {nextn}) is not a plausible layer count",
+                         "the file is corrupt")
     if nextn:
-        notes.append(f"{m.key('nextn_predict_layers')} = {nextn}: blocks {blocks - nextn}..{blocks - 1} are NextN/MTP, excluded")
+        notes.append(f"{m.key('nextn_predict_layers')} = {nextn}: "
+                     f"blocks {blocks - nextn}..{blocks - 1} are NextN/MTP, excluded")
     return blocks - nextn
 
 
@@ -140,7 +143,8 @@ def _experts(m: _Meta, tensors: list[GGUFTensorInfo], options: AuditOptions, not
     if count is None:
         stacked = [t for t in routed if len(t.shape) == 3]
         if not stacked:
-            raise AuditError(f"routed expert tensors but no {m.key('expert_count')} in the metadata", "the file is incomplete")
+            raise AuditError(f"routed expert tensors but no {m.key('expert_count')} in the metadata",
+                             "the file is incomplete")
         count, count_src = stacked[0].shape[-1], f"last dimension of {stacked[0].name}"
     used, used_src = m.int("expert_used_count"), m.key("expert_used_count")
     if options.experts_used is not None:
@@ -151,7 +155,8 @@ def _experts(m: _Meta, tensors: list[GGUFTensorInfo], options: AuditOptions, not
             "pass --experts-used K (experts each token runs)",
         )
     if not (0 < used <= count):
-        raise AuditError(f"experts used per token ({used}) must be between 1 and the expert count ({count})", "check --experts-used")
+        raise AuditError(f"experts used per token ({used}) must be between 1 and the expert count ({count})",
+                         "check --experts-used")
     bad = [t.name for t in routed if len(t.shape) == 3 and t.shape[-1] != count]
     if bad:
         notes.append(f"{bad[0]} has {len(bad)} expert dimension(s) that differ from expert_count {count}")
@@ -252,15 +257,19 @@ def _kv_cache(
     swa = _swa_blocks(m, max(b for b, _ in layers) + 1) if window else None
     note = None
     if window and swa is None:
-        note = f"sliding window {window} not applied (no sliding_window_pattern): layers with a window read at most {window} positions"
+        note = (f"sliding window {window} not applied (no sliding_window_pattern): "
+                f"layers with a window read at most {window} positions")
     elif window and swa is not None:
-        note = f"{sum(1 for b, _ in layers if b in swa)} of {len(layers)} layers slide: they read at most {window} positions"
+        note = (f"{sum(1 for b, _ in layers if b in swa)} of {len(layers)} layers slide: "
+                f"they read at most {window} positions")
     # read the positions in reach, write the one new entry
-    positions = [(min(options.context, window) if window and swa and b in swa else options.context) + 1 for b, _ in layers]
+    positions = [(min(options.context, window) if window and swa and b in swa else options.context) + 1
+                 for b, _ in layers]
     total = round(sum(p * h for p, (_, h) in zip(positions, layers)) * (dk + dv) * element)
     heads = tuple(h for _, h in layers)
     windows = tuple(window if window and swa and b in swa else None for b, _ in layers)
-    return KVCache(options.context, len(layers), heads, dk, dv, options.kv_type.lower(), total, "per-head K/V", note, windows)
+    return KVCache(options.context, len(layers), heads, dk, dv, options.kv_type.lower(), total, "per-head K/V", note,
+                   windows)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -269,10 +278,12 @@ def _kv_cache(
 F32 = 4  # llama.cpp keeps recurrent state in f32
 
 
-def _recurrent_state(m: _Meta, tensors: list[GGUFTensorInfo], run_layers: int | None, notes: list[str]) -> RecurrentState | None:
+def _recurrent_state(m: _Meta, tensors: list[GGUFTensorInfo], run_layers: int | None,
+                     notes: list[str]) -> RecurrentState | None:
     limit = run_layers if run_layers is not None else 1 << 30
     blocks = {
-        b for t in tensors if C.classify_gguf(t.name) == C.RECURRENT and (b := C.block_index(t.name)) is not None and b < limit
+        b for t in tensors
+        if C.classify_gguf(t.name) == C.RECURRENT and (b := C.block_index(t.name)) is not None and b < limit
     }
     if not blocks:
         return None

@@ -272,7 +272,8 @@ def _read_array(cur: _Cursor, order: str, item_type: int, n: int, key: str, dept
         return SkippedArray(n, item_type)
     if item_type == GGUFValueType.STRING:
         if n > MAX_STRING_ITEMS:
-            raise AuditError(f"{cur.path.name}: metadata {key!r} claims {n} strings (at most {MAX_STRING_ITEMS})", "the file is corrupt")
+            raise AuditError(f"{cur.path.name}: metadata {key!r} claims {n} strings (at most {MAX_STRING_ITEMS})",
+                             "the file is corrupt")
         _check_count(cur, n, 8, f"strings in {key!r}")
         _skip_strings(cur, order, n, key)
         return SkippedArray(n, item_type)
@@ -282,7 +283,8 @@ def _read_array(cur: _Cursor, order: str, item_type: int, n: int, key: str, dept
             (sub_type, sub_n) = cur.unpack(order + "IQ", key)
             _read_array(cur, order, sub_type, sub_n, key, depth + 1)
         return SkippedArray(n, item_type)
-    raise AuditError(f"{cur.path.name}: metadata array {key!r} has unknown item type {item_type}", "the file is corrupt")
+    raise AuditError(f"{cur.path.name}: metadata array {key!r} has unknown item type {item_type}",
+                     "the file is corrupt")
 
 
 def _skip_strings(cur: _Cursor, order: str, n: int, key: str) -> None:
@@ -313,7 +315,8 @@ def _read_tensor_info(cur: _Cursor, order: str) -> tuple[str, tuple[int, ...], i
     name = _read_string(cur, order, "a tensor name")
     (n_dims,) = cur.unpack(order + "I", f"tensor {name!r}")
     if n_dims > MAX_DIMS:
-        raise AuditError(f"{cur.path.name}: tensor {name!r} has {n_dims} dimensions (at most {MAX_DIMS})", "the file is corrupt")
+        raise AuditError(f"{cur.path.name}: tensor {name!r} has {n_dims} dimensions (at most {MAX_DIMS})",
+                         "the file is corrupt")
     shape = cur.unpack(f"{order}{n_dims}Q", f"tensor {name!r}") if n_dims else ()
     type_id, offset = cur.unpack(order + "IQ", f"tensor {name!r}")
     return name, tuple(shape), type_id, offset

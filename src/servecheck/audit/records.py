@@ -32,8 +32,9 @@ class GroupRow:
     note: str | None = None
 
     def record(self) -> body_.Group:
-        return body_.Group(group=self.group, tensors=self.tensor_count, types=self.types, stored_bytes=self.stored_bytes,
-                           read_bytes_per_token=self.read_bytes_per_token, note=self.note)
+        return body_.Group(group=self.group, tensors=self.tensor_count, types=self.types,
+                           stored_bytes=self.stored_bytes, read_bytes_per_token=self.read_bytes_per_token,
+                           note=self.note)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +141,9 @@ class AuditResult:
             kv_bytes_per_token=None if kv is None else kv.bytes_per_token,
             kv_cache=None if kv is None else kv.record(),
             state_bytes_per_token=self.state_bytes_per_token,
-            recurrent_state=None if state is None else body_.RecurrentState(layers=state.layers, state_bytes=state.state_bytes,
-                                                                            kind=state.kind),
+            recurrent_state=(None if state is None
+                             else body_.RecurrentState(layers=state.layers, state_bytes=state.state_bytes,
+                                                       kind=state.kind)),
             total_bytes_per_token=self.total_bytes_per_token, tied_head=self.tied_head,
             experts=None if e is None else body_.Experts(count=e.count, used=e.used, source=e.source),
             groups=tuple(g.record() for g in self.groups), excluded=self.excluded,

@@ -50,7 +50,8 @@ def read_safetensors_header(path: Path) -> tuple[list[STensor], int]:
         with path.open("rb") as fh:
             head = fh.read(8)
             if len(head) < 8:
-                raise AuditError(f"{path.name}: not a safetensors file ({size} bytes)", "give a .safetensors or .gguf file")
+                raise AuditError(f"{path.name}: not a safetensors file ({size} bytes)",
+                                 "give a .safetensors or .gguf file")
             (n,) = struct.unpack("<Q", head)
             if n > MAX_HEADER_BYTES:
                 raise AuditError(
@@ -58,7 +59,8 @@ def read_safetensors_header(path: Path) -> tuple[list[STensor], int]:
                     "the file is corrupt or not a safetensors model",
                 )
             if n > size - 8:
-                raise AuditError(f"{path.name}: truncated safetensors file (header of {n} bytes, file {size})", "fetch the file again")
+                raise AuditError(f"{path.name}: truncated safetensors file (header of {n} bytes, file {size})",
+                                 "fetch the file again")
             raw = fh.read(n)
     except OSError as exc:
         raise AuditError(f"cannot read {path}: {exc.strerror or exc}", "check the path and permissions") from exc
@@ -69,7 +71,8 @@ def _parse_header(path: Path, raw: bytes, data_bytes: int) -> list[STensor]:
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise AuditError(f"{path.name}: safetensors header is not valid JSON", "the file is corrupt or not a model") from None
+        raise AuditError(f"{path.name}: safetensors header is not valid JSON",
+                         "the file is corrupt or not a model") from None
     if not isinstance(header, dict):
         raise AuditError(f"{path.name}: safetensors header is not a JSON object", "the file is corrupt")
     out = []
@@ -93,7 +96,8 @@ def _tensor(path: Path, name: str, entry: Any, data_bytes: int) -> STensor:
     if begin > end:
         raise bad
     if end > data_bytes:
-        raise AuditError(f"{path.name}: tensor {name[:80]!r} runs past the end of the file: truncated", "fetch the file again")
+        raise AuditError(f"{path.name}: tensor {name[:80]!r} runs past the end of the file: truncated",
+                         "fetch the file again")
     size = DTYPE_BYTES.get(dtype)
     if size is not None and math.prod(shape) * size != end - begin:
         # The official safetensors library refuses such a file; sizing it from either side would be a guess.
@@ -121,7 +125,8 @@ def shard_files(path: Path) -> tuple[Path, list[Path]]:
             return path, _index_shards(index)
         files = sorted(path.glob("*.safetensors"))
         if not files:
-            raise AuditError(f"{path}: no .safetensors or .gguf files in this folder", "give a weight file or model folder")
+            raise AuditError(f"{path}: no .safetensors or .gguf files in this folder",
+                             "give a weight file or model folder")
         return path, files
     if path.name.endswith(".index.json"):
         return path.parent, _index_shards(path)
@@ -134,11 +139,13 @@ def _index_shards(index: Path) -> list[Path]:
         weight_map = doc["weight_map"]
         names = sorted(set(weight_map.values()))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        raise AuditError(f"{index.name}: not a valid safetensors index (no weight_map)", "the file is corrupt") from None
+        raise AuditError(f"{index.name}: not a valid safetensors index (no weight_map)",
+                         "the file is corrupt") from None
     paths = [index.parent / str(n) for n in names]
     missing = [p.name for p in paths if not p.exists()]
     if missing:
-        raise AuditError(f"{index.name} names {len(missing)} missing shard(s), e.g. {missing[0]}", "download every shard")
+        raise AuditError(f"{index.name} names {len(missing)} missing shard(s), e.g. {missing[0]}",
+                         "download every shard")
     return paths
 
 
@@ -242,7 +249,8 @@ def _experts(config: dict[str, Any], tensors: list[STensor], options: AuditOptio
             "put config.json beside the weights, or pass --experts-used K",
         )
     if not 0 < used <= count:
-        raise AuditError(f"experts used per token ({used}) must be between 1 and the expert count ({count})", "check --experts-used")
+        raise AuditError(f"experts used per token ({used}) must be between 1 and the expert count ({count})",
+                         "check --experts-used")
     src = f"config.json {ck} / {'--experts-used' if uk == '--experts-used' else 'config.json ' + str(uk)}"
     return Experts(count, used, src)
 
@@ -254,14 +262,17 @@ def _run_layers(config: dict[str, Any], tensors: list[STensor], notes: list[str]
     if n is None:
         return None
     if n > MAX_BLOCKS:
-        raise AuditError(f"config.json {key} = {n} is not a plausible layer count", "fix config.json beside the weights")
-    beyond = sorted({b for t in tensors if C.classify_hf(t.name) != C.EXCLUDED and (b := C.block_index(t.name)) is not None and b >= n})
+        raise AuditError(f"config.json {key} = {n} is not a plausible layer count",
+                         "fix config.json beside the weights")
+    beyond = sorted({b for t in tensors
+                     if C.classify_hf(t.name) != C.EXCLUDED and (b := C.block_index(t.name)) is not None and b >= n})
     if beyond:
         notes.append(f"blocks {beyond[0]}..{beyond[-1]} are past config.json {key} = {n} (MTP/NextN): excluded")
     return n
 
 
-def _row(t: STensor, experts: Experts | None, tied: bool, quant: dict[str, Any] | None, run_layers: int | None) -> TensorRow:
+def _row(t: STensor, experts: Experts | None, tied: bool, quant: dict[str, Any] | None,
+         run_layers: int | None) -> TensorRow:
     group = C.classify_hf(t.name)
     block = C.block_index(t.name)
     if run_layers is not None and block is not None and block >= run_layers:
@@ -326,12 +337,14 @@ def _kv_cache(config: dict[str, Any], rows: list[TensorRow], options: AuditOptio
     positions = sum(min(options.context, w if w else options.context) + 1 for w in windows)
     total = round(positions * kv_heads * 2 * head_dim * element)
     sliding = [w for w in windows if w]
-    note = f"{len(sliding)} of {layers} layers slide or chunk: they read at most {min(sliding)}-{max(sliding)} positions" if sliding else None
+    note = (f"{len(sliding)} of {layers} layers slide or chunk: "
+            f"they read at most {min(sliding)}-{max(sliding)} positions" if sliding else None)
     window, _ = _int(config, ("sliding_window",))
     if not sliding and window and config.get("use_sliding_window") is not False:
-        note = f"sliding window {window} not applied (no layer_types): layers with a window read at most {window} positions"
-    return KVCache(options.context, layers, (kv_heads,) * layers, head_dim, head_dim, options.kv_type.lower(), total, "per-head K/V", note,
-                   tuple(w or None for w in windows))
+        note = (f"sliding window {window} not applied (no layer_types): "
+                f"layers with a window read at most {window} positions")
+    return KVCache(options.context, layers, (kv_heads,) * layers, head_dim, head_dim, options.kv_type.lower(), total,
+                   "per-head K/V", note, tuple(w or None for w in windows))
 
 
 def _state(config: dict[str, Any], rows: list[TensorRow]) -> RecurrentState | None:

@@ -47,23 +47,31 @@ def progress_line(run: ArmsRun) -> str:
 
 
 def _render(app: AppContext, run: RunResult[ArmsBody], json_to_stdout: bool, served_: Served | None = None) -> None:
-    show_report(app, report_lines(run, read_run(run)), simulated=run.simulated, json_to_stdout=json_to_stdout, served=served_)
+    show_report(app, report_lines(run, read_run(run)), simulated=run.simulated, json_to_stdout=json_to_stdout,
+                served=served_)
 
 
 @click.command("arms")
 @click.argument("url", required=False)
-@click.option("--requests", "n_requests", type=int, default=4, show_default=True, help="Requests in every cell (the same in every arm).")
-@click.option("--arms", "arms_raw", default="1,2,4", show_default=True, help="In-flight counts to compare, comma-separated; must include 1.")
-@click.option("--reps", type=int, default=12, show_default=True, help="Reps; each runs every arm once. Use a multiple of the arm count.")
-@click.option("--tokens", type=int, default=128, show_default=True, help="Output tokens per request (pinned where the engine allows).")
-@click.option("--prompt-tokens", type=int, default=64, show_default=True, help="Prompt length in tokens (equal for every request).")
+@click.option("--requests", "n_requests", type=int, default=4, show_default=True,
+              help="Requests in every cell (the same in every arm).")
+@click.option("--arms", "arms_raw", default="1,2,4", show_default=True,
+              help="In-flight counts to compare, comma-separated; must include 1.")
+@click.option("--reps", type=int, default=12, show_default=True,
+              help="Reps; each runs every arm once. Use a multiple of the arm count.")
+@click.option("--tokens", type=int, default=128, show_default=True,
+              help="Output tokens per request (pinned where the engine allows).")
+@click.option("--prompt-tokens", type=int, default=64, show_default=True,
+              help="Prompt length in tokens (equal for every request).")
 @click.option("--fixed-order", is_flag=True, help="Run the arms in the same order every rep (the control experiment).")
 @click.option("--max-reps", type=click.IntRange(min=1), default=None,
               help="Reps in all while the headline is withheld for position bias or an arm's label is inconclusive; "
               "reps are added a whole rotation at a time [default: twice --reps].")
-@click.option("--bias-limit", type=click.FloatRange(min=0.0, min_open=True), default=DEFAULT_BIAS_LIMIT, show_default=True,
+@click.option("--bias-limit", type=click.FloatRange(min=0.0, min_open=True), default=DEFAULT_BIAS_LIMIT,
+              show_default=True,
               help="Withhold the headline when an arm's median spreads more than this fraction across positions.")
-@click.option("--pool", multiple=True, metavar="RUN", help="Pool the cells of a saved run (arms JSON file or history run id); repeatable.")
+@click.option("--pool", multiple=True, metavar="RUN",
+              help="Pool the cells of a saved run (arms JSON file or history run id); repeatable.")
 @click.option("--seed", type=int, default=None,
               help="Seed for the prompts and nonces (default: fresh each run, recorded in the result). Reusing one "
               "against a long-running server resends the same prompts, which its prefix cache may still hold.")
@@ -94,22 +102,23 @@ def cmd(
               "pool": list(pool), "serve": serve_command, "evidence": evidence_mode}
     if url is None and serve_command is None:
         # nothing measured, so nothing new for the history: the files only
-        pooled_run = run_job(PooledArmsJob(pooled, design, bias_limit, evidence_mode), replace(output, no_save=True).sinks(),
-                             head=envelope("arms", params, environment()))
+        pooled_run = run_job(PooledArmsJob(pooled, design, bias_limit, evidence_mode),
+                             replace(output, no_save=True).sinks(), head=envelope("arms", params, environment()))
         assert pooled_run.written is not None  # a job with nothing to measure cannot be interrupted before its result
         _render(app, pooled_run.written, output.json_to_stdout)
         return exit_code(pooled_run.written)
     sinks = output.sinks()
     for note in design.notes():
         say(app.err, f"note: {note}", "yellow")
-    with served(serve_command, url and check_url(url), log_path=serve_log, say=lambda line: say(app.err, line)) as server:
+    with served(serve_command, url and check_url(url), log_path=serve_log,
+                say=lambda line: say(app.err, line)) as server:
         target = client.target(server.url)
         head = envelope("arms", {**target.public_dict(), **client.client_params(), **params}, environment())
         watch = Progress(app, "arms: cells", progress_line, total=design.reps * len(design.arms))
         with ThermalSampler() as sampler:
-            experiment = ArmsExperiment(design, random.Random(prompt_seed), pooled=pooled.cells, pooled_from=pooled.names,
-                                        pooled_simulated=pooled.simulated, bias_limit=bias_limit, thermal=sampler.summary,
-                                        evidence_mode=evidence_mode)
+            experiment = ArmsExperiment(design, random.Random(prompt_seed), pooled=pooled.cells,
+                                        pooled_from=pooled.names, pooled_simulated=pooled.simulated,
+                                        bias_limit=bias_limit, thermal=sampler.summary, evidence_mode=evidence_mode)
             run = measure(app, experiment, target, sinks, head=head, watch=watch, served=server,
                           workers=client.workers, calibrate=client.calibrate, ray=client.ray)
         if run.interrupted:

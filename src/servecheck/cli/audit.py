@@ -24,8 +24,10 @@ from servecheck.results.sinks import JsonFileSink
 
 @click.command("audit")
 @click.argument("model", type=click.Path(path_type=Path))
-@click.option("--context", type=int, default=None, help="Also count KV-cache bytes read per token at this context length.")
-@click.option("--kv-type", default="f16", show_default=True, help="KV cache type of the engine (f16, bf16, q8_0, q4_0, f32).")
+@click.option("--context", type=int, default=None,
+              help="Also count KV-cache bytes read per token at this context length.")
+@click.option("--kv-type", default="f16", show_default=True,
+              help="KV cache type of the engine (f16, bf16, q8_0, q4_0, f32).")
 @click.option("--experts-used", type=int, default=None, help="Override the routed experts run per token (k).")
 @click.option("--tensors", "show_tensors", is_flag=True, help="Also list every tensor.")
 @click.option("--json", "json_path", default=None, metavar="PATH", help="Write the JSON result ('-' for stdout).")
@@ -46,7 +48,8 @@ def cmd(
     params = {"model": str(model), "context": context, "kv_type": kv_type, "experts_used": experts_used}
     sinks = [JsonFileSink(json_path)] if json_path else []  # audit is never saved to the history
     run = run_job(AuditJob(model, options), sinks, head=envelope("audit", params, environment()))
-    if run.interrupted or run.result is None or run.written is None:  # nothing to save before it ends; main says so, exits 130
+    # nothing to save before it ends; main says so, exits 130
+    if run.interrupted or run.result is None or run.written is None:
         raise KeyboardInterrupt
     render(app.err if json_path == "-" else app.out, run.written.body, run.result if show_tensors else None)
     return 0

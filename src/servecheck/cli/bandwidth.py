@@ -46,7 +46,8 @@ def _unit(item: str) -> str:
 @click.option("--threads", type=int, default=None, help="Reader threads (default: every core).")
 @click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True,
               help="Where the engine runs; cuda and mps need torch.")
-@click.option("--passes", type=click.IntRange(min=1), default=5, show_default=True, help="Timed passes per size (best is reported).")
+@click.option("--passes", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Timed passes per size (best is reported).")
 @click.option("--method", type=click.Choice(["auto", "c", "numpy"]), default="auto", show_default=True,
               help="CPU reader: the compiled C kernel, or threaded numpy.")
 @output_options
@@ -67,7 +68,8 @@ def cmd(
     planned = parse_sizes(sizes)
     params = {"sizes": planned, "threads": threads, "device": device, "passes": passes, "method": method}
     job = BandwidthJob(planned, device=device, threads=threads, passes=passes, method=method,
-                       progress=None if app.quiet else lambda s: app.err.print(f"probing {s}", style="dim", markup=False))
+                       progress=(None if app.quiet
+                                 else lambda s: app.err.print(f"probing {s}", style="dim", markup=False)))
     sinks = output_sinks(json_path=json_path, html_path=html_path, db_path=db_path, no_save=no_save)
     run = run_job(job, sinks, head=envelope("bandwidth", params, environment()))
     body: BandwidthBody = run.written.body if run.written is not None else BandwidthBody()

@@ -91,7 +91,8 @@ def build(app: AppContext, models: str, engines: str, with_vllm: bool, with_mlx:
         app.out.print(binary.describe(), markup=False, highlight=False, soft_wrap=True)
         for name in names:
             path = ensure_model(name, cache, say)
-            app.out.print(f"model {name}: {path} ({fmt_size(path.stat().st_size)})", markup=False, highlight=False, soft_wrap=True)
+            app.out.print(f"model {name}: {path} ({fmt_size(path.stat().st_size)})", markup=False, highlight=False,
+                          soft_wrap=True)
     if "vllm" in wanted:
         local = provision_vllm_local(DEFAULT_HF_SIZE, cache=cache, progress=say)
         app.out.print(local.env.describe(), markup=False, highlight=False, soft_wrap=True)

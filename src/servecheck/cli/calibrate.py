@@ -1,5 +1,6 @@
 """`servecheck calibrate`: how much this client adds to token times at N streams, on this machine, now.
-The measuring is `jobs.calibrate.CalibrateJob`, run by `results.runner.run_job`; this module parses, runs and renders."""
+The measuring is `jobs.calibrate.CalibrateJob`, run by `results.runner.run_job`; this module parses,
+runs and renders."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from servecheck.results.sinks import JsonFileSink
 
 
 @click.command("calibrate")
-@click.option("--streams", type=int, default=16, show_default=True, help="Streams at once (the concurrency of the run to come).")
+@click.option("--streams", type=int, default=16, show_default=True,
+              help="Streams at once (the concurrency of the run to come).")
 @click.option("--gap-ms", type=float, default=32.0, show_default=True,
               help="Milliseconds between one stream's tokens (the server's inter-token time).")
 @click.option("--events", type=int, default=DEFAULT_EVENTS, show_default=True, help="Events per stream (10-150).")
@@ -32,8 +34,10 @@ def cmd(app: AppContext, streams: int, gap_ms: float, events: int, workers: int,
     check_design(streams, gap_ms, events)
     sinks = [JsonFileSink(json_path)] if json_path is not None else []  # calibrate is never saved to the history
     params = {"streams": streams, "gap_ms": gap_ms, "events": events, "workers": workers}
-    run = run_job(CalibrateJob(streams, gap_ms, events, workers), sinks, head=envelope("calibrate", params, environment()))
-    if run.interrupted or run.written is None:  # one calibration: nothing to save before it ends; main says so, exits 130
+    run = run_job(CalibrateJob(streams, gap_ms, events, workers), sinks,
+                  head=envelope("calibrate", params, environment()))
+    # one calibration: nothing to save before it ends; main says so, exits 130
+    if run.interrupted or run.written is None:
         raise KeyboardInterrupt
     body: CalibrateBody = run.written.body
     assert body.calibration is not None  # a finished job's document carries it

@@ -53,14 +53,18 @@ def _render(app: AppContext, run: RunResult[CapacityBody], json_to_stdout: bool,
 @click.command("capacity")
 @click.argument("url", required=False)
 @click.option("--min-user-rate", "min_user_rate", type=float, required=True, metavar="TOK_S",
-              help="The per-user floor: generation rate (tokens after the first / first to last token) each user must keep.")
+              help="The per-user floor: generation rate (tokens after the first / first to last token) "
+                   "each user must keep.")
 @click.option("--max-ttft", "max_ttft", type=float, default=None, metavar="S",
               help="Also a ceiling on the time to first token, in seconds.")
 @click.option("--percentile", type=float, default=50.0, show_default=True,
-              help="P% of users must be served at least this well: the rate is judged at its (100-P)th percentile, TTFT at its Pth.")
+              help="P% of users must be served at least this well: the rate is judged at its (100-P)th percentile, "
+                   "TTFT at its Pth.")
 @click.option("--max-n", type=int, default=64, show_default=True, help="The most users in flight to probe.")
-@click.option("--tokens", type=int, default=128, show_default=True, help="Output tokens per request (pinned where the engine allows).")
-@click.option("--prompt-tokens", type=int, default=64, show_default=True, help="Prompt length in tokens (equal for every request).")
+@click.option("--tokens", type=int, default=128, show_default=True,
+              help="Output tokens per request (pinned where the engine allows).")
+@click.option("--prompt-tokens", type=int, default=64, show_default=True,
+              help="Prompt length in tokens (equal for every request).")
 @click.option("--remeasures", type=int, default=DEFAULT_REMEASURES, show_default=True,
               help="Extra probes at an N left uncertain (their samples pooled) before it stays uncertain.")
 @click.option("--expect-at-least", "expect_at_least", type=int, default=None, metavar="N",
@@ -99,8 +103,8 @@ def cmd(
     sinks = output.sinks()
     with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
         target = client.target(server.url)
-        params = {**target.public_dict(), **client.client_params(), "design": encode(design.record(), nulls=True), "expect_at_least": expect_at_least,
-                  "seed": prompt_seed, "serve": serve_command}
+        params = {**target.public_dict(), **client.client_params(), "design": encode(design.record(), nulls=True),
+                  "expect_at_least": expect_at_least, "seed": prompt_seed, "serve": serve_command}
         experiment = CapacityExperiment(design, random.Random(prompt_seed))
         run = measure(app, experiment, target, sinks, head=envelope("capacity", params, environment()),
                       watch=Progress(app, "capacity: probes", progress_line), served=server,

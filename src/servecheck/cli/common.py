@@ -11,8 +11,9 @@ from servecheck.cli.option_records import ClientOptions, OutputOptions, client_r
 from servecheck.cli.run_flags import MAX_WORKERS, check_concurrency, output_options, output_sinks, workers_option
 from servecheck.cli.target_flags import check_url, make_target
 
-__all__ = ["MAX_WORKERS", "SIMULATED_BANNER", "ClientOptions", "OutputOptions", "check_concurrency", "check_url", "client_record",
-           "make_target", "options_record", "output_options", "output_record", "output_sinks", "say", "workers_option"]
+__all__ = ["MAX_WORKERS", "SIMULATED_BANNER", "ClientOptions", "OutputOptions", "check_concurrency", "check_url",
+           "client_record", "make_target", "options_record", "output_options", "output_record", "output_sinks", "say",
+           "workers_option"]
 
 SIMULATED_BANNER = "SIMULATED SERVER: these numbers come from servecheck's simulator, not from a real engine"
 

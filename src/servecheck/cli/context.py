@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
-from typing import TextIO
+from typing import Literal, TextIO
 
 from rich.console import Console
 
@@ -32,13 +32,17 @@ class AppContext:
 
     @classmethod
     def create(
-        cls, *, debug: bool = False, quiet: bool = False, no_color: bool = False, open_driver: DriverFactory | None = None
+        cls, *, debug: bool = False, quiet: bool = False, no_color: bool = False,
+        open_driver: DriverFactory | None = None
     ) -> AppContext:
         # --no-color promises plain text: rich's no_color drops colours but keeps bold and dim, so
         # switch styling off altogether (color_system=None writes no escape codes at all).
-        plain = {"color_system": None} if no_color else {}
-        out = Console(no_color=no_color, highlight=False, soft_wrap=False, width=_pipe_width(sys.stdout), **plain)
-        err = Console(stderr=True, no_color=no_color, highlight=False, quiet=quiet, width=_pipe_width(sys.stderr), **plain)
+        # ("auto" is rich's own default, so a coloured console is made exactly as without the argument.)
+        colors: Literal["auto"] | None = None if no_color else "auto"
+        out = Console(no_color=no_color, highlight=False, soft_wrap=False, width=_pipe_width(sys.stdout),
+                      color_system=colors)
+        err = Console(stderr=True, no_color=no_color, highlight=False, quiet=quiet, width=_pipe_width(sys.stderr),
+                      color_system=colors)
         return cls(out=out, err=err, debug=debug, quiet=quiet, open_driver=open_driver)
 
 

@@ -56,31 +56,37 @@ def _render(app: AppContext, run: RunResult[ContextBody], json_to_stdout: bool, 
 @click.command("context")
 @click.argument("url", required=False)
 @click.option("--depths", "depths_raw", default=DEFAULT_DEPTHS, show_default=True,
-              help="Prompt lengths in tokens, strictly increasing; depths beyond the server's context are skipped, never sent.")
+              help="Prompt lengths in tokens, strictly increasing; depths beyond the server's context are skipped, "
+                   "never sent.")
 @click.option("--tokens", type=int, default=128, show_default=True, help="Output tokens per stream (forced length).")
 @click.option("--reps", type=int, default=1, show_default=True,
               help="Passes over the depths: ascending, then descending, ...; the shallowest is measured again last.")
 @click.option("--model", "model_path", type=click.Path(path_type=Path), default=None, metavar="FILE",
-              help="Weight file (GGUF, safetensors, MLX folder) for the roofline at each depth, audited as `servecheck audit` "
-              "does. The server's model name is --served-model here.")
-@click.option("--kv-type", default="f16", show_default=True, help="The engine's KV cache type (f16, bf16, q8_0, q4_0, f32).")
+              help="Weight file (GGUF, safetensors, MLX folder) for the roofline at each depth, audited as "
+              "`servecheck audit` does. The server's model name is --served-model here.")
+@click.option("--kv-type", default="f16", show_default=True,
+              help="The engine's KV cache type (f16, bf16, q8_0, q4_0, f32).")
 @click.option("--bandwidth", "bandwidth_raw", default="auto", show_default=True,
-              help="With a model file: measured bandwidth, auto (probe at the model's resident size), GB/s, or LO-HI GB/s.")
-@click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True, help="Where to probe bandwidth.")
-@click.option("--seed", type=int, default=None, help="Seed for the prompt text and nonces (default: fresh each run, recorded).")
+              help="With a model file: measured bandwidth, auto (probe at the model's resident size), GB/s, "
+                   "or LO-HI GB/s.")
+@click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True,
+              help="Where to probe bandwidth.")
+@click.option("--seed", type=int, default=None,
+              help="Seed for the prompt text and nonces (default: fresh each run, recorded).")
 @serve_option
 @client_record("--served-model", preflight=True)
 @output_record
 @click.pass_obj
-def cmd(app: AppContext, url: str | None, depths_raw: str, tokens: int, reps: int, model_path: Path | None, kv_type: str,
-        bandwidth_raw: str, device: str, seed: int | None, serve_command: str | None, serve_log: str | None,
-        client: ClientOptions, output: OutputOptions) -> int:
+def cmd(app: AppContext, url: str | None, depths_raw: str, tokens: int, reps: int, model_path: Path | None,
+        kv_type: str, bandwidth_raw: str, device: str, seed: int | None, serve_command: str | None,
+        serve_log: str | None, client: ClientOptions, output: OutputOptions) -> int:
     """Decode rate against context length: a prompt of each depth, one stream at a time, fixed output
     length; TTFT, prefill rate, decode rate and the ratio to the shallowest depth (corrected for drift)."""
     url = resolve_url(url, serve_command)
     depths = parse_depths(depths_raw)
     if tokens < 2:
-        raise UsageError(f"--tokens must be >= 2 (a decode rate needs two tokens), got {tokens}", "for example --tokens 128")
+        raise UsageError(f"--tokens must be >= 2 (a decode rate needs two tokens), got {tokens}",
+                         "for example --tokens 128")
     if reps < 1:
         raise UsageError(f"--reps must be >= 1, got {reps}", "for example --reps 2")
     if bandwidth_raw != "auto":

@@ -15,13 +15,26 @@ import click
 from servecheck import exitcodes
 from servecheck.cli.common import MAX_WORKERS, output_options, output_sinks
 from servecheck.cli.context import AppContext
-from servecheck.cli.serve_local import enable_ctrl_c, engine_option, llama_server_option, progress_printer, running_records
+from servecheck.cli.serve_local import (
+    enable_ctrl_c,
+    engine_option,
+    llama_server_option,
+    progress_printer,
+    running_records,
+)
 from servecheck.cli.target_flags import request_options
 from servecheck.client.base import Target
 from servecheck.client.request_params import parse_request_params
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.model import DEFAULT_SIZE
-from servecheck.jobs.demo import DEFAULT_PROMPT_TOKENS, DEFAULT_TOKENS, DemoEngine, DemoJob, demo_head, provision_demo_engine
+from servecheck.jobs.demo import (
+    DEFAULT_PROMPT_TOKENS,
+    DEFAULT_TOKENS,
+    DemoEngine,
+    DemoJob,
+    demo_head,
+    provision_demo_engine,
+)
 from servecheck.load.preflight import CheckedDriver
 from servecheck.report.lines import demo as report
 from servecheck.report.lines.text import carried_lines
@@ -46,12 +59,14 @@ def header_line(engine: DemoEngine, tokens: int, prompt_tokens: int) -> str:
 @output_options
 @engine_option
 @click.option(
-    "--tokens", type=click.IntRange(min=16), default=DEFAULT_TOKENS, show_default=True, help="Output tokens per request."
+    "--tokens", type=click.IntRange(min=16), default=DEFAULT_TOKENS, show_default=True,
+    help="Output tokens per request."
 )
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="llama.cpp server threads (-t) [default: half the CPUs, at most 8].")
 @click.option("--model", default=None,
-              help=f"Generated model size or a GGUF path [default: {DEFAULT_SIZE}]; vLLM: tiny or a Hugging Face model folder.")
+              help=f"Generated model size or a GGUF path [default: {DEFAULT_SIZE}]; vLLM: "
+                   "tiny or a Hugging Face model folder.")
 @llama_server_option
 @request_options
 @click.pass_obj

@@ -32,8 +32,10 @@ from servecheck.store.refs import load_runs
 
 @click.command("diff")
 @click.argument("runs", nargs=-1, required=True)
-@click.option("--db", "db_path", default=None, metavar="PATH", help="History database (default: $SERVECHECK_DB or the user data directory).")
-@click.option("--json", "json_path", default=None, metavar="PATH", help="Write the comparison as JSON ('-' for stdout).")
+@click.option("--db", "db_path", default=None, metavar="PATH",
+              help="History database (default: $SERVECHECK_DB or the user data directory).")
+@click.option("--json", "json_path", default=None, metavar="PATH",
+              help="Write the comparison as JSON ('-' for stdout).")
 @click.pass_obj
 def cmd(app: AppContext, runs: tuple[str, ...], db_path: str | None, json_path: str | None) -> int:
     """Aggregate tok/s per concurrency level, one row per run (ids, `last`, or JSON files)."""

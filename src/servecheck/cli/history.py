@@ -16,8 +16,10 @@ from servecheck.store.db import RunSummary, open_store
 
 @click.command("history")
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Show at most this many runs.")
-@click.option("--command", "command_name", default=None, metavar="NAME", help="Only runs of this command (e.g. staircase).")
-@click.option("--db", "db_path", default=None, metavar="PATH", help="History database (default: $SERVECHECK_DB or the user data directory).")
+@click.option("--command", "command_name", default=None, metavar="NAME",
+              help="Only runs of this command (e.g. staircase).")
+@click.option("--db", "db_path", default=None, metavar="PATH",
+              help="History database (default: $SERVECHECK_DB or the user data directory).")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON on stdout.")
 @click.pass_obj
 def cmd(app: AppContext, limit: int, command_name: str | None, db_path: str | None, as_json: bool) -> int:
@@ -29,7 +31,8 @@ def cmd(app: AppContext, limit: int, command_name: str | None, db_path: str | No
         click.echo(dumps({"runs": [encode(r, nulls=True) for r in rows]}), nl=False)
         return 0
     if not rows:
-        app.err.print(f"No saved runs{f' of {command_name}' if command_name else ''} in {location}.", markup=False, highlight=False)
+        app.err.print(f"No saved runs{f' of {command_name}' if command_name else ''} in {location}.", markup=False,
+                      highlight=False)
         return 0
     app.out.print(history_table(rows))
     return 0

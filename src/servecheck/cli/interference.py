@@ -50,21 +50,24 @@ def progress_line(result: InterferenceResult) -> str:
     return f"S={t.prompt_tokens} rep {t.rep + 1}: {len(result.trials)} of {len(result.plan)} intruders"
 
 
-def _render(app: AppContext, run: RunResult[InterferenceBody], json_to_stdout: bool, served_: Served | None = None) -> None:
+def _render(app: AppContext, run: RunResult[InterferenceBody], json_to_stdout: bool,
+            served_: Served | None = None) -> None:
     show_report(app, interference_report.report_lines(run), simulated=run.simulated, json_to_stdout=json_to_stdout,
                 served=served_)
 
 
 @click.command("interference")
 @click.argument("url", required=False)
-@click.option("--streams", type=int, default=2, show_default=True, help="Victim streams generating when the intruder comes.")
+@click.option("--streams", type=int, default=2, show_default=True,
+              help="Victim streams generating when the intruder comes.")
 @click.option("--prompt-sizes", "sizes_text", default="512,2048,8192", show_default=True,
               help="The intruder's prompt sizes in tokens (by the server's tokenizer where it has one).")
 @click.option("--tokens", type=int, default=256, show_default=True, help="Output tokens per victim (forced length).")
 @click.option("--reps", type=int, default=3, show_default=True, help="Intruders per size (the size order rotates).")
 @click.option("--expect", type=click.Choice(DEFINITE), default=None,
               help="Exit 4 when the run's verdict is another definite verdict (for CI gates).")
-@click.option("--seed", type=int, default=None, help="Seed for the prompts and nonces (default: fresh each run, recorded).")
+@click.option("--seed", type=int, default=None,
+              help="Seed for the prompts and nonces (default: fresh each run, recorded).")
 @serve_option
 @client_record(preflight=True)
 @output_record

@@ -40,7 +40,8 @@ def exit_code(body: LogBody) -> int:
     'environment, e.g. "OLLAMA_NUM_PARALLEL=4".',
 )
 @click.option("--url", default=None, help="The running server: add live evidence (/props, /slots, /metrics).")
-@click.option("--rules", "rules_path", default=None, metavar="PATH", help="Extra rules (TOML, same shape as rules.toml).")
+@click.option("--rules", "rules_path", default=None, metavar="PATH",
+              help="Extra rules (TOML, same shape as rules.toml).")
 @output_options
 @click.pass_obj
 def cmd(

@@ -65,8 +65,8 @@ class LazyGroup(click.Group):
 @click.group(
     cls=LazyGroup,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-    epilog=exitcodes.DOC + f" {exitcodes.INTERRUPTED} interrupted (Ctrl-C): what was measured is saved, marked incomplete;"
-    f" {exitcodes.TERMINATED} and {exitcodes.HANGUP} the same for SIGTERM and SIGHUP.",
+    epilog=exitcodes.DOC + f" {exitcodes.INTERRUPTED} interrupted (Ctrl-C): what was measured is saved, marked "
+    f"incomplete; {exitcodes.TERMINATED} and {exitcodes.HANGUP} the same for SIGTERM and SIGHUP.",
 )
 @click.version_option(__version__, "--version", prog_name="servecheck")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
@@ -102,7 +102,8 @@ def _run(args: list[str], trap: SignalTrap, seams: Seams) -> int:
         exc.show()
         return exitcodes.USAGE if isinstance(exc, click.UsageError) else exitcodes.ERROR
     except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("Interrupted." if trap.signum is None else f"Interrupted ({signal.Signals(trap.signum).name}).", err=True)
+        click.echo("Interrupted." if trap.signum is None else f"Interrupted ({signal.Signals(trap.signum).name}).",
+                   err=True)
         return trap.exit_code(exitcodes.INTERRUPTED)
     except ServecheckError as exc:
         if debug:

@@ -67,7 +67,8 @@ class OutputOptions:
         return self.json_path == "-"
 
     def sinks(self) -> tuple[Sink, ...]:
-        return output_sinks(json_path=self.json_path, html_path=self.html_path, db_path=self.db_path, no_save=self.no_save)
+        return output_sinks(json_path=self.json_path, html_path=self.html_path, db_path=self.db_path,
+                            no_save=self.no_save)
 
 
 def client_record(model_flag: str = "--model", *, batches: bool = False, preflight: bool = False) -> Callable[[F], F]:

@@ -14,7 +14,8 @@ from servecheck.store.refs import load_runs
 @click.command("report")
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--html", "html_path", required=True, metavar="PATH", help="Where to write the HTML report.")
-@click.option("--db", "db_path", default=None, metavar="PATH", help="History database (default: $SERVECHECK_DB or the user data directory).")
+@click.option("--db", "db_path", default=None, metavar="PATH",
+              help="History database (default: $SERVECHECK_DB or the user data directory).")
 @click.pass_obj
 def cmd(app: AppContext, runs: tuple[str, ...], html_path: str, db_path: str | None) -> int:
     """Write an HTML report of RUNS (ids from `servecheck history`, `last`, or JSON result files)."""

@@ -27,25 +27,32 @@ from servecheck.results.runner import run_experiment, run_job
 
 @click.command("roofline")
 @click.argument("model_path", metavar="[MODEL]", required=False, type=click.Path(path_type=Path))
-@click.option("--bytes-per-token", "bytes_text", default=None, help="Bytes read per token from an audit done elsewhere, e.g. 1.849GB.")
+@click.option("--bytes-per-token", "bytes_text", default=None,
+              help="Bytes read per token from an audit done elsewhere, e.g. 1.849GB.")
 @click.option("--tok-s", type=float, default=None, help="Measured single-stream decode tok/s.")
 @click.option("--url", default=None, help="Measure single-stream decode tok/s on this server instead.")
-@click.option("--bandwidth", "bandwidth_raw", default="auto", show_default=True, help="auto (probe), GB/s, or LO-HI GB/s.")
+@click.option("--bandwidth", "bandwidth_raw", default="auto", show_default=True,
+              help="auto (probe), GB/s, or LO-HI GB/s.")
 @click.option("--target", "target_tok_s", type=float, default=None, help="Back-solve the utilization this tok/s needs.")
 @click.option("--gate", "gate_threshold", type=click.FloatRange(0.01, 1.5), default=rl.DEFAULT_GATE, show_default=True,
               help="Kill gate: utilization at or above which writing your own engine is not worth it.")
 @click.option("--batch", "batch_raw", default=None, help="Batching ceiling per batch size, e.g. 1,2,4,8.")
-@click.option("--run", "run_path", default=None, metavar="PATH", help="Saved staircase/arms JSON: measured aggregate / ceiling per N.")
+@click.option("--run", "run_path", default=None, metavar="PATH",
+              help="Saved staircase/arms JSON: measured aggregate / ceiling per N.")
 @click.option("--kind", type=click.Choice(["auto", "dense", "moe"]), default="auto", show_default=True,
               help="Model kind for the typical ceiling (auto: from the audit; dense for --bytes-per-token).")
-@click.option("--ceiling", "ceiling_raw", default=None, help="Typical best utilization for this kind, LO-HI (default: dense 0.85-0.95, moe 0.60-0.65).")
-@click.option("--resident", default=None, help="Working set for the bandwidth probe with --bytes-per-token, e.g. 21GiB.")
+@click.option("--ceiling", "ceiling_raw", default=None,
+              help="Typical best utilization for this kind, LO-HI (default: dense 0.85-0.95, moe 0.60-0.65).")
+@click.option("--resident", default=None,
+              help="Working set for the bandwidth probe with --bytes-per-token, e.g. 21GiB.")
 @click.option("--context", type=int, default=None, help="Count KV-cache bytes at this context (with MODEL).")
 @click.option("--kv-type", default="f16", show_default=True, help="KV cache type (with MODEL and --context).")
 @click.option("--experts-used", type=int, default=None, help="Override the routed experts per token (with MODEL).")
-@click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True, help="Where to probe bandwidth.")
+@click.option("--device", type=click.Choice(["cpu", "cuda", "mps"]), default="cpu", show_default=True,
+              help="Where to probe bandwidth.")
 @click.option("--threads", type=int, default=None, help="Probe threads (default: every core).")
-@click.option("--tokens", type=click.IntRange(min=8), default=URL_DECODE_TOKENS, show_default=True, help="Decode length for --url.")
+@click.option("--tokens", type=click.IntRange(min=8), default=URL_DECODE_TOKENS, show_default=True,
+              help="Decode length for --url.")
 @options_record("options", RooflineOptions)
 @client_record()
 @output_record
@@ -61,7 +68,8 @@ def cmd(app: AppContext, options: RooflineOptions, client: ClientOptions, output
     else:
         target = client.target(options.url)
         open_driver = app.open_driver or LoadDriver
-        experiment = RooflineExperiment(setup.weights, setup.plan, tokens=options.tokens, prompt_tokens=URL_PROMPT_TOKENS)
+        experiment = RooflineExperiment(setup.weights, setup.plan, tokens=options.tokens,
+                                        prompt_tokens=URL_PROMPT_TOKENS)
         head = replace(setup.head, params={**setup.head.params, "request_params": dict(target.request_params)})
         run = run_experiment(experiment, lambda: open_driver(target), sinks, head=head, settle=settle)
     if run.interrupted or run.written is None:

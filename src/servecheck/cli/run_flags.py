@@ -79,10 +79,11 @@ def calibrate_option(f: F) -> F:
     return click.option(
         "--calibrate/--no-calibrate",
         default=True,
-        help="Before each concurrency, stream that many requests from a loopback stamp server of servecheck's "
-        "own at the warm-up's token rate and measure what this client adds (p99 stamp delay + dispatch "
-        "skew); a concurrency where that exceeds the command's bound (5% of what it judges; half a decode step "
-        "where it reads steps) is client-bound and the run invalid. --no-calibrate skips it (about 0.5 s per concurrency) and the result says so.",
+        help="Before each concurrency, stream that many requests from a loopback stamp server of servecheck's own at "
+        "the warm-up's token rate and measure what this client adds (p99 stamp delay + dispatch skew); a concurrency "
+        "where that exceeds the command's bound (5% of what it judges; half a decode step where it reads steps) is "
+        "client-bound and the run invalid. --no-calibrate skips it (about 0.5 s per "
+        "concurrency) and the result says so.",
     )(f)
 
 
@@ -92,7 +93,8 @@ def output_options(f: F) -> F:
     f = click.option("--db", "db_path", default=None, metavar="PATH",
                      help="History database (default: $SERVECHECK_DB or the user data directory).")(f)
     f = click.option("--html", "html_path", default=None, metavar="PATH", help="Write a self-contained HTML report.")(f)
-    f = click.option("--json", "json_path", default=None, metavar="PATH", help="Write the JSON result ('-' for stdout).")(f)
+    f = click.option("--json", "json_path", default=None, metavar="PATH",
+                     help="Write the JSON result ('-' for stdout).")(f)
     return f
 
 
@@ -106,7 +108,8 @@ RESERVED_FILES = 64
 def check_concurrency(n: int, flag: str) -> None:
     """Refuse a concurrency the documented ceiling or this process's open-file limit cannot hold."""
     if n > MAX_CONCURRENCY:
-        raise UsageError(f"{flag} {n} is above the ceiling of {MAX_CONCURRENCY} concurrent requests", f"for example {flag} 1,2,4,8")
+        raise UsageError(f"{flag} {n} is above the ceiling of {MAX_CONCURRENCY} concurrent requests",
+                         f"for example {flag} 1,2,4,8")
     limit = open_file_limit()
     if limit is not None and n + RESERVED_FILES > limit:
         raise UsageError(
@@ -125,11 +128,14 @@ def open_file_limit() -> int | None:
 
 
 
-def output_sinks(*, json_path: str | None, html_path: str | None, db_path: str | None, no_save: bool) -> tuple[Sink, ...]:
+def output_sinks(*, json_path: str | None, html_path: str | None, db_path: str | None,
+                 no_save: bool) -> tuple[Sink, ...]:
     """The sinks --json, --html, --db and --no-save ask for, history first: its run id goes into the files.
 
     The file paths are checked here, before any server is started or request sent."""
-    history: tuple[Sink, ...] = () if no_save else (HistorySink(db_path if db_path is not None else os.environ.get("SERVECHECK_DB")),)
-    files = (JsonFileSink(json_path) if json_path else None, HtmlFileSink(html_path, read_report) if html_path else None)
+    history: tuple[Sink, ...] = () if no_save else (
+        HistorySink(db_path if db_path is not None else os.environ.get("SERVECHECK_DB")),)
+    files = (JsonFileSink(json_path) if json_path else None,
+             HtmlFileSink(html_path, read_report) if html_path else None)
     return history + tuple(sink for sink in files if sink is not None)
 

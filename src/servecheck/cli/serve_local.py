@@ -29,7 +29,8 @@ from servecheck.errors import UsageError
 @click.command("serve-local")
 @engine_option
 @click.option("--parallel", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Server slots (llama.cpp -np; vLLM --max-num-seqs; MLX --decode-concurrency and --prompt-concurrency).")
+              help="Server slots (llama.cpp -np; vLLM --max-num-seqs; "
+                   "MLX --decode-concurrency and --prompt-concurrency).")
 @click.option(
     "--model",
     default=DEFAULT_SIZE,
@@ -42,7 +43,8 @@ from servecheck.errors import UsageError
     help=f"llama.cpp: context per slot in tokens (-c is parallel x this) [default: {DEFAULT_CTX_PER_SLOT}]; "
     f"vLLM: --max-model-len [default: {DEFAULT_MAX_MODEL_LEN}].",
 )
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="llama.cpp server threads (-t), pinned [default: half the CPUs, at most 8].")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="llama.cpp server threads (-t), pinned [default: half the CPUs, at most 8].")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port on 127.0.0.1 [default: a free one].")
 @click.option("--log", "log_path", default=None, metavar="PATH", help="Server log file [default: in the cache].")
 @engine_args_option
@@ -63,7 +65,8 @@ def cmd(
     """Run a local llama.cpp, vLLM or MLX server (no downloads of weights) until Ctrl-C; prints its URL first."""
     extra = split_engine_args(engine_args)
     if engine == "mlx":
-        given = [f for f, v in (("--threads", threads), ("--llama-server", llama_server), ("--ctx", ctx)) if v is not None]
+        given = [f for f, v in (("--threads", threads), ("--llama-server", llama_server), ("--ctx", ctx))
+                 if v is not None]
         if given:
             raise UsageError(f"{given[0]} is not for --engine mlx",
                              "drop the flag: mlx-lm takes no thread count, binary or context size")
@@ -87,7 +90,8 @@ def _serve_llamacpp(
     engine = provision_local(llama_server, model, cache=cache, progress=say)
     log = serve_log_path(cache, "llamacpp", log_path)
     server = LlamaServer(engine.binary, engine.model_path, parallel=parallel, ctx_per_slot=ctx or DEFAULT_CTX_PER_SLOT,
-                         threads=threads or default_threads(), extra_args=extra, port=port, log_path=log, records=records)
+                         threads=threads or default_threads(), extra_args=extra, port=port, log_path=log,
+                         records=records)
     return in_foreground(
         server, say, "llama-server",
         lambda: f"llama-server pid {server.pid}, model {engine.model_name}, --parallel {parallel}, log {log}",
@@ -115,7 +119,8 @@ def _serve_vllm(
     )
 
 
-def _serve_mlx(app: AppContext, parallel: int, model: str, port: int | None, log_path: str | None, extra: list[str]) -> int:
+def _serve_mlx(app: AppContext, parallel: int, model: str, port: int | None, log_path: str | None,
+               extra: list[str]) -> int:
     say = progress_printer(app)
     enable_ctrl_c()
     cache = EngineCache.default()

@@ -22,7 +22,8 @@ ALARM = ("INVALID", "INCOMPLETE", "REFUSED")
 @click.command("show")
 @click.argument("run")
 @click.option("--json", "json_path", default=None, metavar="PATH", help="Write the saved document ('-' for stdout).")
-@click.option("--db", "db_path", default=None, metavar="PATH", help="History database (default: $SERVECHECK_DB or the user data directory).")
+@click.option("--db", "db_path", default=None, metavar="PATH",
+              help="History database (default: $SERVECHECK_DB or the user data directory).")
 @click.pass_obj
 def cmd(app: AppContext, run: str, json_path: str | None, db_path: str | None) -> int:
     """Show a saved run: RUN is an id from `servecheck history`, `last`, or a JSON result file."""

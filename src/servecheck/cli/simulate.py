@@ -27,7 +27,8 @@ from servecheck.sim.flags import SimFlags, serve_until_stopped
     "[default: serial, or slots when --slots is given]",
 )
 @click.option("--slots", type=click.IntRange(min=1), default=None, help="Slot count for --mode slots [default: 4].")
-@click.option("--token-ms", type=click.FloatRange(min=0), default=10.0, show_default=True, help="Base time of a decode step.")
+@click.option("--token-ms", type=click.FloatRange(min=0), default=10.0, show_default=True,
+              help="Base time of a decode step.")
 @click.option(
     "--per-seq-ms",
     type=click.FloatRange(min=0),
@@ -72,14 +73,17 @@ from servecheck.sim.flags import SimFlags, serve_until_stopped
     show_default=True,
     help="on: a repeated prefix skips prefill; off: never hits; inert: claims to be on, never hits.",
 )
-@click.option("--heat-per-s", type=click.FloatRange(min=0), default=0.0, show_default=True, help="Slow-down per second of uptime (0.01 = +1%/s).")
-@click.option("--n-ctx", type=click.IntRange(min=2), default=8192, show_default=True, help="Context per request (per slot).")
+@click.option("--heat-per-s", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Slow-down per second of uptime (0.01 = +1%/s).")
+@click.option("--n-ctx", type=click.IntRange(min=2), default=8192, show_default=True,
+              help="Context per request (per slot).")
 @click.option("--n-ctx-shared", type=click.IntRange(min=0), default=0, show_default=True,
               help="One context of this many tokens shared by the requests in flight, though each is told --n-ctx: "
               "a request that does not fit what they leave is refused 400 (0: each slot has its own).")
 @click.option("--spec-mean", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Speculation law: mean tokens per decode step (1 .. draft + 1; 0: no speculation).")
-@click.option("--spec-draft", type=click.IntRange(min=1), default=4, show_default=True, help="Draft tokens per step and sequence.")
+@click.option("--spec-draft", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Draft tokens per step and sequence.")
 @click.option("--spec-draft-ms", type=click.FloatRange(min=0), default=1.0, show_default=True,
               help="Step time added per draft token per sequence (verifying the draft).")
 @click.option("--spec-seed", type=int, default=0, show_default=True, help="Seed of the acceptance draws.")
@@ -97,7 +101,8 @@ from servecheck.sim.flags import SimFlags, serve_until_stopped
 @click.option("--lying-cache", is_flag=True,
               help="Report as cached the prefix a working cache would have served (timings.cache_n, usage "
               "cached_tokens) whatever --prefix-cache serves: with off or inert, cache counters that lie.")
-@click.option("--hostile", is_flag=True, help="Put <script> and <img onerror> markup into the model name, text and log.")
+@click.option("--hostile", is_flag=True,
+              help="Put <script> and <img onerror> markup into the model name, text and log.")
 @click.option("--log", "log_path", default=None, metavar="PATH", help="Also write the server log to PATH.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Port; 0 picks a free one.")

@@ -50,13 +50,16 @@ def progress_line(result: SpeculativeResult) -> str:
     return f"N={b.n} {KIND_LABELS[b.kind]}: {len(result.batches)} batches so far"
 
 
-def _render(app: AppContext, run: RunResult[SpeculativeBody], json_to_stdout: bool, served_: Served | None = None) -> None:
-    show_report(app, spec_report.report_lines(run), simulated=run.simulated, json_to_stdout=json_to_stdout, served=served_)
+def _render(app: AppContext, run: RunResult[SpeculativeBody], json_to_stdout: bool,
+            served_: Served | None = None) -> None:
+    show_report(app, spec_report.report_lines(run), simulated=run.simulated, json_to_stdout=json_to_stdout,
+                served=served_)
 
 
 @click.command("speculative")
 @click.argument("url", required=False)
-@click.option("--n", "n_values", default="1,2,4", show_default=True, help="Concurrency levels (streams released together).")
+@click.option("--n", "n_values", default="1,2,4", show_default=True,
+              help="Concurrency levels (streams released together).")
 @click.option("--tokens", type=int, default=256, show_default=True, help="Output tokens per stream (forced length).")
 @click.option("--reps", type=int, default=3, show_default=True, help="Batches per N and prompt kind.")
 @click.option("--baseline", "baseline_url", default=None, metavar="URL",
@@ -66,7 +69,8 @@ def _render(app: AppContext, run: RunResult[SpeculativeBody], json_to_stdout: bo
               "is measured again one rep at a time until it decides [default: twice --reps].")
 @click.option("--expect", type=click.Choice(DEFINITE), default=None,
               help="Exit 4 when the run's verdict is the other definite verdict (for CI gates).")
-@click.option("--seed", type=int, default=None, help="Seed for the prompts and nonces (default: fresh each run, recorded).")
+@click.option("--seed", type=int, default=None,
+              help="Seed for the prompts and nonces (default: fresh each run, recorded).")
 @serve_option
 @client_record(preflight=True)
 @output_record
@@ -80,7 +84,8 @@ def cmd(app: AppContext, url: str | None, n_values: str, tokens: int, reps: int,
     url = resolve_url(url, serve_command)
     ns = parse_ns(n_values)
     if tokens < 16:
-        raise UsageError(f"--tokens must be >= 16 (steps need a stream to group), got {tokens}", "for example --tokens 256")
+        raise UsageError(f"--tokens must be >= 16 (steps need a stream to group), got {tokens}",
+                         "for example --tokens 256")
     if reps < 1:
         raise UsageError(f"--reps must be >= 1, got {reps}", "for example --reps 3")
     if seed is None:

@@ -53,8 +53,10 @@ def progress_line(result: StaircaseResult) -> str:
     return f"N={mb.n} rep {mb.rep + 1}  finish at {fmt_finishes(mb.batch.finish_s())}"
 
 
-def _render(app: AppContext, run: RunResult[StaircaseBody], json_to_stdout: bool, served_: Served | None = None) -> None:
-    show_report(app, report_lines(run, read_run(run)), simulated=run.envelope.simulated, json_to_stdout=json_to_stdout, served=served_)
+def _render(app: AppContext, run: RunResult[StaircaseBody], json_to_stdout: bool,
+            served_: Served | None = None) -> None:
+    show_report(app, report_lines(run, read_run(run)), simulated=run.envelope.simulated, json_to_stdout=json_to_stdout,
+                served=served_)
 
 
 @click.command("staircase")
@@ -98,9 +100,9 @@ def cmd(
     sinks = output.sinks()
     with served(serve_command, url, log_path=serve_log, say=lambda line: say(app.err, line)) as server:
         target = client.target(server.url)
-        params = {**target.public_dict(), **client.client_params(), "n": ns, "tokens": tokens, "prompt_tokens": prompt_tokens,
-                  "reps": reps, "max_reps": max(reps, max_reps), "expect": expect, "seed": seed, "serve": serve_command,
-                  "evidence": evidence_mode}
+        params = {**target.public_dict(), **client.client_params(), "n": ns, "tokens": tokens,
+                  "prompt_tokens": prompt_tokens, "reps": reps, "max_reps": max(reps, max_reps), "expect": expect,
+                  "seed": seed, "serve": serve_command, "evidence": evidence_mode}
         experiment = StaircaseExperiment(tuple(ns), tokens, prompt_tokens, reps, max_reps, random.Random(seed),
                                          evidence_mode=evidence_mode)
         watch = Progress(app, "staircase: batches", progress_line, total=len(first_plan(sorted(set(ns) | {1}), reps)))

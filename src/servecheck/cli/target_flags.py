@@ -52,7 +52,8 @@ def target_options_as(f: F, model_flag: str) -> F:
                      help="Extra HTTP header, repeatable. Values are never written to any output.")(f)
     f = click.option("--api-key", envvar="OPENAI_API_KEY", default=None,
                      help="Bearer token (default: $OPENAI_API_KEY). Never written to any output or file.")(f)
-    f = click.option(model_flag, "model", default=None, help="Model name to request (default: the server's first model).")(f)
+    f = click.option(model_flag, "model", default=None,
+                     help="Model name to request (default: the server's first model).")(f)
     f = click.option("--api", type=click.Choice(["auto", *DIALECTS]), default="auto", show_default=True,
                      help="API dialect; auto detects it from the server and says what it found.")(f)
     return f
@@ -86,10 +87,12 @@ def parse_headers(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
         if not sep or not name:
             raise UsageError(f"--header {raw!r} is not NAME:VALUE", "write it like --header 'X-Org:team-a'")
         if not set(name) <= _TOKEN_CHARS:
-            raise UsageError(f"--header name {name!r} holds characters a header name cannot", "use letters, digits and -")
+            raise UsageError(f"--header name {name!r} holds characters a header name cannot",
+                             "use letters, digits and -")
         if any(ord(c) < 32 and c != "\t" or ord(c) == 127 for c in value):
             # Shown by name only: the value may be a secret.
-            raise UsageError(f"--header {name}: the value holds a control character (CR, LF, ...)", "give the value on one line")
+            raise UsageError(f"--header {name}: the value holds a control character (CR, LF, ...)",
+                             "give the value on one line")
         out.append((name, value))
     return tuple(out)
 

@@ -1,4 +1,5 @@
-"""Values of flags that take some parsing: a list of concurrencies (--n, --arms), of context depths, a count that must be positive."""
+"""Values of flags that take some parsing: a list of concurrencies (--n, --arms), of context depths, a
+count that must be positive."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def parse_arms(raw: str) -> tuple[int, ...]:
     try:
         arms = tuple(int(part) for part in raw.split(",") if part.strip())
     except ValueError:
-        raise UsageError(f"--arms {raw!r} is not a comma-separated list of integers", "for example --arms 1,2,4") from None
+        raise UsageError(f"--arms {raw!r} is not a comma-separated list of integers",
+                         "for example --arms 1,2,4") from None
     if not arms:
         raise UsageError("--arms is empty", "for example --arms 1,2,4")
     if max(arms) >= 1:
@@ -42,7 +44,8 @@ def parse_depths(raw: str) -> list[int]:
     try:
         depths = [int(part) for part in raw.split(",") if part.strip()]
     except ValueError:
-        raise UsageError(f"--depths {raw!r} is not a comma-separated list of integers", "for example --depths 0,2048,8192") from None
+        raise UsageError(f"--depths {raw!r} is not a comma-separated list of integers",
+                         "for example --depths 0,2048,8192") from None
     if (problem := check_depths(depths)) is not None:
         raise UsageError(f"--depths {raw!r}: {problem}", "for example --depths 0,2048,8192,32768")
     return depths

@@ -54,7 +54,8 @@ def parse_request_params(pairs: tuple[str, ...], extra_body: str | None = None) 
     seen: set[str] = set()
     for key, value in given:
         if key in seen:
-            raise UsageError(f"request field {key!r} is given twice", "give each field once, in --request-param or --extra-body")
+            raise UsageError(f"request field {key!r} is given twice",
+                             "give each field once, in --request-param or --extra-body")
         seen.add(key)
         check_field(key, value)
     return tuple(given)
@@ -84,7 +85,8 @@ def _extra_body(text: str) -> list[tuple[str, Any]]:
     try:
         value = json.loads(text, parse_constant=_not_finite)
     except ValueError as exc:
-        raise UsageError(f"--extra-body is not JSON: {exc}", """give one JSON object, e.g. --extra-body '{"seed": 7}'""") from None
+        raise UsageError(f"--extra-body is not JSON: {exc}",
+                         """give one JSON object, e.g. --extra-body '{"seed": 7}'""") from None
     if not isinstance(value, dict):
         raise UsageError(f"--extra-body must be a JSON object, not {type(value).__name__}",
                          """give one JSON object, e.g. --extra-body '{"seed": 7}'""")

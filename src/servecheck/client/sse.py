@@ -77,13 +77,15 @@ class SseParser:
         name, _, value = line.partition(":")
         if name not in _KNOWN_FIELDS:
             if line.lstrip().startswith(("{", "[")):
-                raise StreamParseError('a JSON document where server-sent events were expected: the server ignores "stream": true', line)
+                raise StreamParseError('a JSON document where server-sent events were expected: '
+                                       'the server ignores "stream": true', line)
             raise StreamParseError("not a server-sent-events line", line)
         value = value[1:] if value.startswith(" ") else value
         if name in ("data", "error"):
             self._data_chars += len(value)
             if self._data_chars > MAX_EVENT_BYTES:
-                raise StreamParseError(f"stream event longer than {MAX_EVENT_BYTES >> 20} MiB without its blank line", value)
+                raise StreamParseError(f"stream event longer than {MAX_EVENT_BYTES >> 20} MiB without its blank line",
+                                       value)
             self._data.append(value)
             self._event = "error" if name == "error" else self._event
         elif name == "event":
@@ -103,5 +105,6 @@ def check_line_length(pending: bytes) -> None:
     """Refuse an unfinished line past MAX_EVENT_BYTES: the buffer holding it must stay bounded."""
     if len(pending) > MAX_EVENT_BYTES:
         raise StreamParseError(
-            f"stream line longer than {MAX_EVENT_BYTES >> 20} MiB without a newline", pending[:120].decode("utf-8", "replace")
+            f"stream line longer than {MAX_EVENT_BYTES >> 20} MiB without a newline",
+            pending[:120].decode("utf-8", "replace")
         )

@@ -127,7 +127,8 @@ def plausibility_problem(tally: StreamTally, requested: int) -> str | None:
     count = tally.count()
     where = tally.server_tokens_field or "the server's token count"
     if tally.server_tokens is not None and tally.streamed > allowed_tokens(tally.server_tokens):
-        return f"{where} = {tally.server_tokens} disagrees with the stream: {tally.streamed} {_SOURCE_FIELDS['events']} or ids arrived"
+        return (f"{where} = {tally.server_tokens} disagrees with the stream: "
+                f"{tally.streamed} {_SOURCE_FIELDS['events']} or ids arrived")
     if count.tokens > allowed_tokens(requested):
         name = where if count.source in ("usage", "timings") else _SOURCE_FIELDS.get(count.source, count.source)
         return f"{name} = {count.tokens} is longer than requested: {seen} (off-length, like a short output)"

@@ -56,7 +56,8 @@ def unspeakable_ids(tok: Tokenizer) -> list[int]:
 
 def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character table, which the ByteLevel pre-tokenizer uses."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    keep = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+            + list(range(ord("®"), ord("ÿ") + 1)))
     chars = keep[:]
     n = 0
     for b in range(256):

@@ -62,7 +62,8 @@ class EngineBinary:
 
     def body(self) -> LlamaServerEngine:
         """As the demo document records the engine it ran."""
-        return LlamaServerEngine(name="llamacpp", path=str(self.path), version=self.version, origin=self.origin, source=self.source)
+        return LlamaServerEngine(name="llamacpp", path=str(self.path), version=self.version, origin=self.origin,
+                                 source=self.source)
 
     def describe(self) -> str:
         built_from = f", built from the {self.source}" if self.source else ""
@@ -89,7 +90,8 @@ def validate_binary(path: Path, origin: Origin = "flag") -> EngineBinary:
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EngineError(
-            f"{path} does not look like llama-server: `--version` failed ({exc})", "give the path of a llama-server binary"
+            f"{path} does not look like llama-server: `--version` failed ({exc})",
+            "give the path of a llama-server binary"
         ) from exc
     version = parse_version(proc.stdout + proc.stderr)
     if version is None:
@@ -233,8 +235,10 @@ def _unpacked_sources(cache: EngineCache, work: Path, log: TextIO, progress: Pro
     progress(f"unpacking llama.cpp sources from {sdist.name}")
     with tarfile.open(sdist) as tar:
         members = [m for m in tar.getmembers() if m.name.startswith(VENDOR_PREFIX)]
-        kwargs = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-        tar.extractall(work / "src", members=members, **kwargs)  # noqa: S202 - members filtered above
+        if hasattr(tarfile, "data_filter"):  # extraction filters: 3.11.4 and later
+            tar.extractall(work / "src", members=members, filter="data")  # noqa: S202 - members filtered above
+        else:
+            tar.extractall(work / "src", members=members)  # noqa: S202 - members filtered above
     return work / "src" / VENDOR_PREFIX
 
 

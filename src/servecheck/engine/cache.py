@@ -107,7 +107,8 @@ class CacheEntry:
             return (f"{info.get('dist')} {info.get('version')}: vLLM {info.get('vllm_version')}, torch "
                     f"{info.get('torch_version')}, installed {info.get('installed_at')} in {info.get('install_s')} s")
         if self.kind == "mlx":
-            return (f"MLX {info.get('mlx_version')}, mlx-lm {info.get('mlx_lm_version')} ({info.get('backend')} backend), "
+            return (f"MLX {info.get('mlx_version')}, mlx-lm {info.get('mlx_lm_version')} "
+                    f"({info.get('backend')} backend), "
                     f"installed {info.get('installed_at')} in {info.get('install_s')} s")
         if info.get("format") == "mlx":
             return f"MLX checkpoint, {info.get('params')} parameters, vocabulary {info.get('vocab_size')}"
@@ -122,7 +123,8 @@ def fmt_size(size_bytes: int) -> str:
     return f"{size_bytes} B"
 
 
-_KINDS = {"engine": "engine", "vllm": "vllm", "mlx": "mlx", "models": "model", "sdist": "sdist", "vocab": "vocab", "logs": "log"}
+_KINDS = {"engine": "engine", "vllm": "vllm", "mlx": "mlx", "models": "model", "sdist": "sdist", "vocab": "vocab",
+          "logs": "log"}
 
 
 def list_entries(cache: EngineCache) -> list[CacheEntry]:

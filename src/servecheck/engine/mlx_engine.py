@@ -100,7 +100,8 @@ def backend_for(system: str | None = None, machine: str | None = None) -> Backen
         return "metal"
     if system == "Linux" and machine in ("x86_64", "aarch64"):
         return "cpu"
-    raise EngineError(f"MLX {MLX_VERSION} runs on macOS on Apple silicon and on Linux x86_64/aarch64, not {system} {machine}",
+    raise EngineError(f"MLX {MLX_VERSION} runs on macOS on Apple silicon and on Linux x86_64/aarch64, "
+                      f"not {system} {machine}",
                       "point servecheck at an mlx_lm.server you run elsewhere (its URL)")
 
 
@@ -127,7 +128,8 @@ def check_glibc(version: tuple[str, str] | None = None) -> None:
 def mlx_key(backend: Backend | None = None) -> str:
     """One environment per pin pair, recipe, backend, Python minor version and machine."""
     py = f"py{sys.version_info.major}{sys.version_info.minor}"
-    return f"mlx-{MLX_VERSION}-lm-{MLX_LM_VERSION}-{backend or backend_for()}-r{MLX_INSTALL_RECIPE}-{py}-{platform.machine()}"
+    return (f"mlx-{MLX_VERSION}-lm-{MLX_LM_VERSION}-{backend or backend_for()}"
+            f"-r{MLX_INSTALL_RECIPE}-{py}-{platform.machine()}")
 
 
 def mlx_folder(cache: EngineCache, backend: Backend | None = None) -> Path:
@@ -183,7 +185,8 @@ def install_steps(base_python: str | Path, folder: Path, backend: Backend) -> li
     return [
         InstallStep("create the virtualenv", [str(base_python), "-m", "venv", str(folder / "venv")]),
         InstallStep("upgrade pip", [*pip, "install", "--progress-bar", "off", f"pip=={PIP_VERSION}"]),
-        InstallStep("pip install mlx and mlx-lm", [*pip, "install", "--progress-bar", "off", *install_requirements(backend)]),
+        InstallStep("pip install mlx and mlx-lm",
+                    [*pip, "install", "--progress-bar", "off", *install_requirements(backend)]),
     ]
 
 
@@ -240,7 +243,8 @@ def _run_logged(step: InstallStep, log: TextIO, log_path: Path, progress: Progre
     except OSError as exc:
         raise EngineError(f"cannot {step.name}: {step.cmd[0]}: {exc.strerror}", f"full log: {log_path}") from exc
     if rc != 0:
-        raise EngineError(f"the MLX install failed to {step.name} (exit {rc}); last lines of the log:\n" + "\n".join(tail),
+        raise EngineError(f"the MLX install failed to {step.name} (exit {rc}); "
+                          "last lines of the log:\n" + "\n".join(tail),
                           f"full log: {log_path}; the next run starts the install again")
 
 
@@ -257,7 +261,8 @@ def import_check(python: Path, log: TextIO, log_path: Path) -> dict[str, str | N
     log.flush()
     found = last_json(proc.stdout)
     if proc.returncode != 0 or found is None:
-        last = "\n".join((proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-steps.LOG_TAIL_LINES:])
+        last = "\n".join((proc.stderr.strip() or proc.stdout.strip() or "no output")
+                         .splitlines()[-steps.LOG_TAIL_LINES:])
         raise EngineError(f"the installed MLX does not import (exit {proc.returncode}); last lines:\n{last}",
                           f"full log: {log_path}; the next run starts the install again")
     return {k: None if v is None else str(v) for k, v in found.items()}

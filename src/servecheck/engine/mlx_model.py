@@ -72,11 +72,13 @@ def read_model_stamp(folder: Path) -> dict[str, object] | None:
     return stamp
 
 
-def resolve_mlx_model(name_or_path: str, cache: EngineCache, python: Path | None, progress: Progress | None = None) -> MlxModel:
+def resolve_mlx_model(name_or_path: str, cache: EngineCache, python: Path | None,
+                      progress: Progress | None = None) -> MlxModel:
     """A size name (generated with `python` on first use) or an MLX model folder."""
     if name_or_path in MLX_SIZES:
         if python is None:
-            raise EngineError("MLX is not installed, so its model cannot be generated", "run `servecheck cache build --mlx`")
+            raise EngineError("MLX is not installed, so its model cannot be generated",
+                              "run `servecheck cache build --mlx`")
         path = ensure_mlx_model(name_or_path, cache, python, progress)
         return MlxModel(path, f"servecheck-mlx-{name_or_path}", folder_eos_ids(path))
     path = Path(name_or_path).expanduser()
@@ -137,7 +139,8 @@ def _generate(spec: HfModelSpec, out: Path, cache: EngineCache, python: Path) ->
                                   errors="replace", timeout=GENERATE_TIMEOUT_S, env=_script_env())
             log.write(proc.stdout)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        raise EngineError(f"generating the {spec.name} MLX model did not finish: {exc}", f"full log: {log_path}") from exc
+        raise EngineError(f"generating the {spec.name} MLX model did not finish: {exc}",
+                          f"full log: {log_path}") from exc
     finally:
         corpus.unlink(missing_ok=True)
         spec_file.unlink(missing_ok=True)

@@ -30,7 +30,8 @@ RMS_EPS = 1e-5
 ROPE_FREQ_BASE = 10000.0
 GGUF_FILE_TYPE_F32 = 0
 GGUF_FILE_TYPE_F16 = 1
-WEIGHT_DTYPES: dict[str, tuple[type, int]] = {"f16": (np.float16, GGUF_FILE_TYPE_F16), "f32": (np.float32, GGUF_FILE_TYPE_F32)}
+WEIGHT_DTYPES: dict[str, tuple[type, int]] = {"f16": (np.float16, GGUF_FILE_TYPE_F16),
+                                              "f32": (np.float32, GGUF_FILE_TYPE_F32)}
 
 
 @dataclass(frozen=True)

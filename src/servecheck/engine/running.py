@@ -71,7 +71,8 @@ class RunningRecord:
         """The one line that names a leftover."""
         name = Path(self.command[0]).name if self.command else "server"
         return (f"warning: {name} pid {self.pid}, started by servecheck pid {self.owner_pid} at {self.started_at} "
-                f"(that servecheck is gone), is still running: {self.shown_command()}; stop it with: {self.stop_command}")
+                f"(that servecheck is gone), is still running: {self.shown_command()}; stop it with: "
+                f"{self.stop_command}")
 
 
 class RunningRecords:

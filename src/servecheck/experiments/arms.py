@@ -75,9 +75,11 @@ class ArmsDesign:
     def check(self) -> None:
         """Raise UsageError with a one-line reason for any design that cannot answer the question."""
         if not self.arms or any(a < 1 for a in self.arms) or len(set(self.arms)) != len(self.arms):
-            raise UsageError(f"--arms must be distinct integers >= 1, got {list(self.arms)}", "for example --arms 1,2,4")
+            raise UsageError(f"--arms must be distinct integers >= 1, got {list(self.arms)}",
+                             "for example --arms 1,2,4")
         if 1 not in self.arms:
-            raise UsageError("--arms must include 1: the serial arm is the baseline every ratio is taken against", "for example --arms 1,2,4")
+            raise UsageError("--arms must include 1: the serial arm is the baseline every ratio is taken against",
+                             "for example --arms 1,2,4")
         if self.requests < max(self.arms):
             raise UsageError(
                 f"--requests {self.requests} is below the largest arm ({max(self.arms)}): that arm could never have "
@@ -85,7 +87,8 @@ class ArmsDesign:
                 f"use --requests {max(self.arms)} or more",
             )
         if self.reps < 1 or self.tokens < 2 or self.prompt_tokens < 1:
-            raise UsageError("--reps and --prompt-tokens must be >= 1 and --tokens >= 2", "for example --reps 12 --tokens 128")
+            raise UsageError("--reps and --prompt-tokens must be >= 1 and --tokens >= 2",
+                             "for example --reps 12 --tokens 128")
 
     def notes(self) -> tuple[str, ...]:
         out = []
@@ -101,7 +104,8 @@ class ArmsDesign:
     def record(self) -> shape.ArmsDesign:
         """The design as the document and the run's parameters record it (max_reps: the rep budget)."""
         return shape.ArmsDesign(arms=self.arms, requests=self.requests, reps=self.reps, tokens=self.tokens,
-                                prompt_tokens=self.prompt_tokens, fixed_order=self.fixed_order, max_reps=self.rep_budget)
+                                prompt_tokens=self.prompt_tokens, fixed_order=self.fixed_order,
+                                max_reps=self.rep_budget)
 
 
 @dataclass(frozen=True)
@@ -165,12 +169,14 @@ class ArmsRun:
             shown = "; ".join(suspects[:4]) + (f"; and {len(suspects) - 4} more" if len(suspects) > 4 else "")
             out.append(
                 Warning_(
-                    f"contaminated by the prefix cache: {len(suspects)} measured request(s) had cached prompt tokens ({shown})",
+                    f"contaminated by the prefix cache: {len(suspects)} measured request(s) "
+                    f"had cached prompt tokens ({shown})",
                     "every prompt opens with its own nonce, so the server is caching across requests; "
                     "restart it or disable prompt caching and rerun",
                 )
             )
-        out += [Warning_(f"client-bound: {message}", CLIENT_FIX) for message in client_bound_messages(self.client_checks)]
+        out += [Warning_(f"client-bound: {message}", CLIENT_FIX)
+                for message in client_bound_messages(self.client_checks)]
         unresolved = sorted(self.ttft_unresolved())
         if unresolved and self.warmup is not None and self.warmup.ttft_ns is not None:
             worst = max(c.chosen.error_ms for c in self.client_checks if c.streams in unresolved)
@@ -231,7 +237,8 @@ class ArmsRun:
         return bool(self.server and self.server.simulated) or self.pooled_simulated
 
 
-async def _warm_up(factory: RequestFactory | None, driver: Driver, design: ArmsDesign, rng: random.Random) -> RequestRecord:
+async def _warm_up(factory: RequestFactory | None, driver: Driver, design: ArmsDesign,
+                   rng: random.Random) -> RequestRecord:
     (req,) = await make(factory, driver, 1, design.prompt_tokens, design.tokens, rng)
     record = await driver.generate(req)
     if not record.ok:
@@ -314,7 +321,8 @@ async def _measure_cell(
 ) -> ArmsRun:
     design = run.design
     # an arm's per-user rate is over each request's whole time: the client's error is judged against one request
-    checks = await check_once(driver, run.client_checks, concurrency, run.warmup, latency_s(run.warmup), "warm-up request")
+    checks = await check_once(driver, run.client_checks, concurrency, run.warmup, latency_s(run.warmup),
+                              "warm-up request")
     run = replace(run, client_checks=checks)
     reqs = await make(factory, driver, design.requests, design.prompt_tokens, design.tokens, rng)
     batch = await driver.run_batch(reqs, in_flight=concurrency, queue_wait_s=queue_wait_s(run.warmup, concurrency))
@@ -390,7 +398,8 @@ def _renumbered(runs: Sequence[RunResult[ArmsBody]], first_run: int) -> list[Cel
             try:
                 out.append(_analysed_cell(saved, run=numbers[named]))
             except ValueError as exc:
-                raise UsageError(f"pooled document {i + 1} has a cell this version cannot read ({exc!s})", POOL_HINT) from exc
+                raise UsageError(f"pooled document {i + 1} has a cell this version cannot read ({exc!s})",
+                                 POOL_HINT) from exc
     return out
 
 
@@ -479,7 +488,8 @@ class ArmsExperiment:
 
     def opening(self, server: ServerInfo) -> RunResult[ArmsBody]:
         run = ArmsRun(self.design, server=server, pooled=self.pooled, pooled_from=self.pooled_from,
-                      pooled_simulated=self.pooled_simulated, notes=self.design.notes(), evidence_mode=self.evidence_mode)
+                      pooled_simulated=self.pooled_simulated, notes=self.design.notes(),
+                      evidence_mode=self.evidence_mode)
         return self.document(run)
 
     def document(self, result: ArmsRun) -> RunResult[ArmsBody]:

@@ -74,11 +74,13 @@ class CapacityDesign:
         if self.max_n < 1:
             raise UsageError(f"--max-n must be >= 1, got {self.max_n}", "for example --max-n 64")
         if not c.min_user_rate_tok_s > 0:
-            raise UsageError(f"--min-user-rate must be > 0 tok/s, got {c.min_user_rate_tok_s:g}", "for example --min-user-rate 20")
+            raise UsageError(f"--min-user-rate must be > 0 tok/s, got {c.min_user_rate_tok_s:g}",
+                             "for example --min-user-rate 20")
         if c.max_ttft_s is not None and not c.max_ttft_s > 0:
             raise UsageError(f"--max-ttft must be > 0 s, got {c.max_ttft_s:g}", "for example --max-ttft 0.5")
         if not 0 < c.percentile < 100:
-            raise UsageError(f"--percentile must lie between 0 and 100, got {c.percentile:g}", "for example --percentile 50")
+            raise UsageError(f"--percentile must lie between 0 and 100, got {c.percentile:g}",
+                             "for example --percentile 50")
         if self.tokens < 2 or self.prompt_tokens < 1 or self.remeasures < 0:
             raise UsageError("--tokens must be >= 2, --prompt-tokens >= 1 and --remeasures >= 0",
                              "a per-user rate needs tokens after the first: for example --tokens 128")
@@ -168,14 +170,16 @@ class CapacityRun:
 
     def client_bound(self, points: Sequence[shape.CapacityPoint]) -> tuple[Finding, ...]:
         """The findings that make the run invalid: a client-bound pre-flight, a TTFT fail within the client's error."""
-        bound = [Finding(message=f"client-bound: {m}", hint=CLIENT_FIX) for m in client_bound_messages(self.client_checks)]
+        bound = [Finding(message=f"client-bound: {m}", hint=CLIENT_FIX)
+                 for m in client_bound_messages(self.client_checks)]
         return (*bound, *ttft_fails_within_error(points, self.client_checks, self.design.criteria.max_ttft_s))
 
     def unresolved(self) -> tuple[Finding, ...]:
         """Warnings for the figures the client's timing error leaves unresolved."""
         ttft = ttft_unresolved_warning(self.client_checks, self.warmup)
         rate = rate_unresolved_message(self.client_checks, self.warmup, lambda n: f"N={n}")
-        return (*(() if ttft is None else (ttft,)), *(() if rate is None else (Finding(message=rate, hint=CLIENT_FIX),)))
+        return (*(() if ttft is None else (ttft,)),
+                *(() if rate is None else (Finding(message=rate, hint=CLIENT_FIX),)))
 
     def document(self) -> RunResult[shape.CapacityBody]:
         """The capacity run's typed result (the runner puts the run's head on it)."""
@@ -233,7 +237,8 @@ def notes(design: CapacityDesign) -> tuple[str, ...]:
     )
 
 
-async def _warm_up(factory: RequestFactory | None, driver: Driver, design: CapacityDesign, rng: random.Random) -> RequestRecord:
+async def _warm_up(factory: RequestFactory | None, driver: Driver, design: CapacityDesign,
+                   rng: random.Random) -> RequestRecord:
     (req,) = await make(factory, driver, 1, design.prompt_tokens, design.tokens, rng, 0)
     record = await driver.generate(req)
     if not record.ok:
@@ -248,7 +253,8 @@ async def _warm_up(factory: RequestFactory | None, driver: Driver, design: Capac
 class _Prober:
     """Sends the probes of one run, numbering requests across the whole run."""
 
-    def __init__(self, driver: Driver, design: CapacityDesign, rng: random.Random, factory: RequestFactory | None) -> None:
+    def __init__(self, driver: Driver, design: CapacityDesign, rng: random.Random,
+                 factory: RequestFactory | None) -> None:
         self.driver, self.design, self.rng, self.factory = driver, design, rng, factory
         self.next_index = 1  # 0 is the warm-up
 

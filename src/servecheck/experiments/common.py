@@ -175,7 +175,8 @@ NOT_CALIBRATED = ("not calibrated (--no-calibrate): the client's own timing erro
                   "measured, so nothing here shows the times are the server's rather than this client's")
 
 
-def client_late_ms(lateness: ClientLateness | None, records: Sequence[RequestRecord], reference_s: float | None) -> float:
+def client_late_ms(lateness: ClientLateness | None, records: Sequence[RequestRecord],
+                   reference_s: float | None) -> float:
     """How late the client itself was, in ms, reading a stamp its figures are timed from (a send, a first
     token, an end) of `records`, beyond CLIENT_ERROR_FRAC of `reference_s` (the time the command judges,
     the pre-flight's tolerance): 0 where it vouched for every one. A driver without the ticker (lanes on

@@ -84,13 +84,15 @@ class ContextResult:
         """The context body record (docs/schema.md)."""
         a = self.analysis()
         rows = self.roofline(a)
-        notes = self.notes + tuple(f"depth {d} skipped: {why}" for d, why in self.skipped) + calibration_notes(self.calibration)
+        notes = (self.notes + tuple(f"depth {d} skipped: {why}" for d, why in self.skipped)
+                 + calibration_notes(self.calibration))
         if rows and (steep := ctx.steeper_note(rows)) is not None:
             notes += (steep,)
         by_sample = dict(zip(self.samples, self.records))
         return shape.ContextBody(
-            server=self.server.body(), tokens=self.tokens, reps=self.reps, order=self.plan, cache_prompt=self.cache_prompt,
-            effect=a.effect, effect_reason=a.effect_reason, drift=None if a.drift is None else _drift(a.drift),
+            server=self.server.body(), tokens=self.tokens, reps=self.reps, order=self.plan,
+            cache_prompt=self.cache_prompt, effect=a.effect, effect_reason=a.effect_reason,
+            drift=None if a.drift is None else _drift(a.drift),
             points=tuple(_point(p, by_sample, a.late_kept) for p in a.points),
             skipped=tuple(shape.SkippedDepth(depth=d, reason=why) for d, why in self.skipped),
             roofline=None if rows is None else tuple(_row(r) for r in rows), model_bytes=self.model_summary,
@@ -114,7 +116,8 @@ def _drift(d: ctx.Drift) -> shape.ContextDrift:
                               change=d.change, warn_above=DRIFT_LIMIT)
 
 
-def _point(p: ctx.PointAnalysis, by_sample: Mapping[ctx.Sample, RequestRecord], excuse_late: bool = False) -> shape.ContextPoint:
+def _point(p: ctx.PointAnalysis, by_sample: Mapping[ctx.Sample, RequestRecord],
+           excuse_late: bool = False) -> shape.ContextPoint:
     return shape.ContextPoint(
         depth=p.depth, context_tokens=p.context_tokens, ttft_s=p.ttft_s, prefill_tok_s=p.prefill_tok_s,
         decode_tok_s=p.decode_tok_s, decode_range_tok_s=p.decode_range_tok_s, tokens=p.tokens, ratio=p.ratio,
@@ -126,9 +129,9 @@ def _point(p: ctx.PointAnalysis, by_sample: Mapping[ctx.Sample, RequestRecord], 
 def _sample(s: ctx.Sample, record: RequestRecord | None, excuse_late: bool = False) -> shape.ContextSample:
     return shape.ContextSample(
         rep=s.rep, order=s.order, prompt_tokens=s.prompt_tokens, reported_prompt_tokens=s.reported_prompt_tokens,
-        tokens=s.tokens, ttft_s=s.ttft_s, decode_s=s.decode_s, decode_tok_s=s.decode_tok_s, prefill_tok_s=s.prefill_tok_s,
-        mid_s=s.mid_s, problem=ctx.sample_problem(s, excuse_late=excuse_late), client_late_ms=s.client_late_ms or None, resent=s.resent or None,
-        hop_held_ms=s.hop_held_ms or None,
+        tokens=s.tokens, ttft_s=s.ttft_s, decode_s=s.decode_s, decode_tok_s=s.decode_tok_s,
+        prefill_tok_s=s.prefill_tok_s, mid_s=s.mid_s, problem=ctx.sample_problem(s, excuse_late=excuse_late),
+        client_late_ms=s.client_late_ms or None, resent=s.resent or None, hop_held_ms=s.hop_held_ms or None,
         request=None if record is None else record.body(with_token_times=False),
     )
 
@@ -232,15 +235,16 @@ async def run_context(
     fit, skipped = fit_depths(depths, tokens, server)
     if len(fit) < 2:
         raise UsageError(
-            f"--depths: only {fit or 'none'} of {list(depths)} fit{'s' if len(fit) == 1 else ''} the server's context of "
-            f"{server.n_ctx_per_request} tokens per request with {tokens} output tokens: nothing to compare",
+            f"--depths: only {fit or 'none'} of {list(depths)} fit{'s' if len(fit) == 1 else ''} the server's context "
+            f"of {server.n_ctx_per_request} tokens per request with {tokens} output tokens: nothing to compare",
             "lower the depths or --tokens, or start the server with more context per slot (llama-server -c)",
         )
     if on_server is not None:
         on_server(server)
     plan = ctx.plan_order(fit, reps)
     cache_prompt = False if takes_cache_prompt(server) else None
-    notes = () if server.n_ctx_per_request is not None else ("the server's context per request is unknown: every depth was sent",)
+    notes = (() if server.n_ctx_per_request is not None
+             else ("the server's context per request is unknown: every depth was sent",))
     result = ContextResult(server, tuple(depths), tuple(fit), tokens, reps, tuple(plan), cache_prompt,
                            skipped=tuple(skipped), notes=notes, model=model, model_summary=model_summary)
     nonces = distinct_nonces(len(plan) + 1, rng)

@@ -23,7 +23,12 @@ from servecheck.experiments.common import (
     check_once,
     client_bound_finding,
 )
-from servecheck.experiments.context import CONTEXT_MARGIN_TOKENS, distinct_nonces, reported_prompt_tokens, takes_cache_prompt
+from servecheck.experiments.context import (
+    CONTEXT_MARGIN_TOKENS,
+    distinct_nonces,
+    reported_prompt_tokens,
+    takes_cache_prompt,
+)
 from servecheck.load.prompts import fixed_prompt
 from servecheck.load.protocol import Driver
 from servecheck.model.bodies import interference as shape
@@ -90,7 +95,8 @@ class InterferenceResult:
     trials: tuple[Trial, ...] = ()
     complete: bool = False
     notes: tuple[str, ...] = field(default=())
-    preflight: str = CALIBRATION_NONE  # the client's pre-flight: "on" before the first trial, "off" (--no-calibrate), "none"
+    # the client's pre-flight: "on" before the first trial, "off" (--no-calibrate), "none"
+    preflight: str = CALIBRATION_NONE
     client_checks: tuple[ClientCheck, ...] = ()
 
     def readings(self) -> list[tuple[Trial, inf.Reading]]:
@@ -203,9 +209,11 @@ def victims_step_s(calibration: Sequence[RequestRecord]) -> float:
 
 async def _trial(driver: Driver, rep: int, order: int, size: int, result: InterferenceResult, rng: random.Random,
                  wait_s: float, index: int, nonces: Sequence[str]) -> Trial:
-    victims = [await _prompt(driver, index + k, VICTIM_PROMPT_TOKENS, result.tokens, nonces[k], rng, result.cache_prompt)
+    victims = [await _prompt(driver, index + k, VICTIM_PROMPT_TOKENS, result.tokens, nonces[k], rng,
+                             result.cache_prompt)
                for k in range(result.streams)]
-    intruder = await _prompt(driver, index + result.streams, size, INTRUDER_TOKENS, nonces[-1], rng, result.cache_prompt)
+    intruder = await _prompt(driver, index + result.streams, size, INTRUDER_TOKENS, nonces[-1], rng,
+                             result.cache_prompt)
     running = [asyncio.ensure_future(driver.generate(v)) for v in victims]
     try:
         await asyncio.sleep(wait_s)
@@ -241,13 +249,14 @@ async def run_interference(
     fit, skipped = fit_sizes(sizes, server)
     if len(fit) < 2:
         raise UsageError(
-            f"--prompt-sizes: only {fit or 'none'} of {list(sizes)} fit{'s' if len(fit) == 1 else ''} the server's context of "
-            f"{server.n_ctx_per_request} tokens per request: nothing to compare",
+            f"--prompt-sizes: only {fit or 'none'} of {list(sizes)} fit{'s' if len(fit) == 1 else ''} the server's "
+            f"context of {server.n_ctx_per_request} tokens per request: nothing to compare",
             "lower the sizes, or start the server with more context per slot (llama-server -c)")
     if on_server is not None:
         on_server(server)
     cache_prompt = False if takes_cache_prompt(server) else None
-    notes = () if server.n_ctx_per_request is not None else ("the server's context per request is unknown: every size was sent",)
+    notes = (() if server.n_ctx_per_request is not None
+             else ("the server's context per request is unknown: every size was sent",))
     plan = plan_order(fit, reps)
     result = InterferenceResult(server, tuple(sizes), tuple(fit), streams, tokens, reps, tuple(s for _, s in plan),
                                 cache_prompt, skipped=tuple(skipped), notes=notes)
@@ -264,8 +273,8 @@ async def run_interference(
     # (STRETCH_RATIO - 1) of the victims' step turns a plain step into a stretched gap, the limit
     # `analysis.interference.client_problem` holds the client's stalls to.
     pace = max(calibration.records, key=lambda r: len(r.token_ns) if r.ok else -1)
-    checks = await check_once(driver, (), streams + 1, pace, victims_step_s(calibration.records), "victims' decode step",
-                              frac=inf.STRETCH_RATIO - 1)
+    checks = await check_once(driver, (), streams + 1, pace, victims_step_s(calibration.records),
+                              "victims' decode step", frac=inf.STRETCH_RATIO - 1)
     result = replace(result, preflight=calibration_mode(driver), client_checks=checks)
     index = 1 + streams
     for rep, size in plan:
@@ -322,8 +331,8 @@ class InterferenceExperiment:
     expect: str | None = None
 
     async def run(self, driver: Driver, on_server: OnServer, on_point: OnPoint) -> InterferenceResult:
-        return await run_interference(driver, sizes=self.sizes, streams=self.streams, tokens=self.tokens, reps=self.reps,
-                                      rng=self.rng, on_point=on_point, on_server=on_server)
+        return await run_interference(driver, sizes=self.sizes, streams=self.streams, tokens=self.tokens,
+                                      reps=self.reps, rng=self.rng, on_point=on_point, on_server=on_server)
 
     def opening(self, server: ServerInfo) -> RunResult[shape.InterferenceBody]:
         return measured("interference", shape.InterferenceBody(server=server.body()), simulated=server.simulated)

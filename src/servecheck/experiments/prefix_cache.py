@@ -79,8 +79,8 @@ class PrefixSend:
         server = self.record.server
         return shape.PrefixSend(
             kind=self.kind, index=self.record.index, ttft_s=self.ttft_s, cached_tokens=self.cached_tokens,
-            cached_source=self.cached_source, counter_deltas=dict(self.counter_deltas), prompt_tokens=self.prompt_tokens,
-            server_prompt_tokens=None if server is None else server.prompt_tokens,
+            cached_source=self.cached_source, counter_deltas=dict(self.counter_deltas),
+            prompt_tokens=self.prompt_tokens, server_prompt_tokens=None if server is None else server.prompt_tokens,
             server_prompt_s=None if server is None else server.prompt_s, status=self.record.status,
             error=self.record.error, request=self.record.body(with_token_times=False),
             client_late_ms=self.client_late_ms or None,
@@ -189,9 +189,11 @@ async def run_prefix_cache(
     # it). The first send is not sent yet, so the warm-up is a fresh prefill of the same length (its own
     # nonce: it shares no prefix with any send) whose TTFT stands for it; a short warm-up's time would
     # hold the client to a bound tens of times tighter than anything the verdict reads.
-    result = replace(result, client_checks=await check_once(driver, (), 1, warmup, ns_to_s(warmup.ttft_ns),
-                                                            "warm-up's time to first token (a fresh prefill of the prompt)"))
-    plan: list[tuple[SendKind, GenRequest]] = [("repeat", _request(i, prompt, max_tokens, cache_prompt)) for i in range(repeats)]
+    result = replace(result, client_checks=await check_once(
+        driver, (), 1, warmup, ns_to_s(warmup.ttft_ns),
+        "warm-up's time to first token (a fresh prefill of the prompt)"))
+    plan: list[tuple[SendKind, GenRequest]] = [("repeat", _request(i, prompt, max_tokens, cache_prompt))
+                                               for i in range(repeats)]
     plan.append(("control", _request(repeats, control, max_tokens, cache_prompt)))
     plan.append(("floor", _request(repeats + 1, floor, max_tokens, cache_prompt)))
     for kind, req in plan:
@@ -207,7 +209,8 @@ async def run_prefix_cache(
 
 def check_params(prompt_tokens: int, repeats: int, max_tokens: int) -> None:
     if repeats < 2:
-        raise UsageError(f"--repeats must be >= 2, got {repeats}", "the first send fills the cache; later ones can hit it")
+        raise UsageError(f"--repeats must be >= 2, got {repeats}",
+                         "the first send fills the cache; later ones can hit it")
     if prompt_tokens < 1:
         raise UsageError(f"--prompt-tokens must be >= 1, got {prompt_tokens}", "for example --prompt-tokens 6000")
     if max_tokens < 1:
@@ -269,11 +272,12 @@ async def _ollama_show_ctx(driver: Driver, info: ServerInfo) -> tuple[int, str] 
     num_ctx = _ollama_num_ctx(data.get("parameters"))
     if num_ctx is not None:
         return num_ctx, "/api/show parameters num_ctx"
-    model_info = data.get("model_info") if isinstance(data.get("model_info"), dict) else {}
-    for key, value in model_info.items():
+    model_info = data.get("model_info")
+    for key, value in model_info.items() if isinstance(model_info, dict) else ():
         if key.endswith(".context_length") and isinstance(value, int):
             # The model's trained length; Ollama's default num_ctx is smaller unless set.
-            return int(value), f"/api/show {key}, the model's trained length: Ollama's num_ctx may be smaller and truncate the prompt"
+            return int(value), (f"/api/show {key}, the model's trained length: "
+                                "Ollama's num_ctx may be smaller and truncate the prompt")
     return None
 
 
@@ -329,7 +333,8 @@ async def _send(driver: Driver, info: ServerInfo, kind: SendKind, req: GenReques
     after = await _counters(driver, info) if before else {}
     cached, source = _cached(record, before, after)
     # a counter that read NaN or Infinity is a witness that said nothing: left out, the send stands
-    deltas = tuple((name, d) for name in sorted(before) if name in after and math.isfinite(d := after[name] - before[name]))
+    deltas = tuple((name, d) for name in sorted(before)
+                   if name in after and math.isfinite(d := after[name] - before[name]))
     return PrefixSend(kind, record, req.prompt_tokens or record.prompt_tokens, cached, source, deltas)
 
 

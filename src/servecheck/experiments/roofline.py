@@ -42,7 +42,8 @@ class Rate:
         if self.server is None or rec is None or rec.first_token_ns is None or rec.end_ns is None:
             return None
         return shape.Measurement(server=self.server.body(), tokens=rec.tokens, tokens_source=rec.tokens_source,
-                                 decode_s=(rec.end_ns - rec.first_token_ns) / 1e9, ttft_s=(rec.first_token_ns - rec.send_ns) / 1e9,
+                                 decode_s=(rec.end_ns - rec.first_token_ns) / 1e9,
+                                 ttft_s=(rec.first_token_ns - rec.send_ns) / 1e9,
                                  server_timings=rec.server.body() if rec.server else None)
 
     def record(self) -> shape.RooflineBody:
@@ -93,7 +94,8 @@ class RooflineResult:
 
 
 def document(result: RooflineResult, weights: Weights, plan: Plan) -> RunResult[shape.RooflineBody]:
-    """The command's typed result: the rate alone until the bandwidth is in, then the analysis of one against the other."""
+    """The command's typed result: the rate alone until the bandwidth is in, then the analysis of one
+    against the other."""
     rate, bw = result.rate, result.bandwidth
     simulated = rate.server is not None and rate.server.simulated
     if bw is None:
@@ -103,18 +105,20 @@ def document(result: RooflineResult, weights: Weights, plan: Plan) -> RunResult[
 
 
 def analyse(rate: Rate, bw: Bandwidth, weights: Weights, plan: Plan) -> rl.Roofline:
-    return rl.analyse(weights.bytes_per_token, weights.kind, rate.tok_s, bw.span, plan.ceiling, gate_threshold=plan.gate_threshold,
-                      target_tok_s=plan.target_tok_s, step=weights.step, batches=plan.batches, measured=plan.runs)
+    return rl.analyse(weights.bytes_per_token, weights.kind, rate.tok_s, bw.span, plan.ceiling,
+                      gate_threshold=plan.gate_threshold, target_tok_s=plan.target_tok_s, step=weights.step,
+                      batches=plan.batches, measured=plan.runs)
 
 
 def body(r: rl.Roofline, rate: Rate, bw: Bandwidth, weights: Weights, plan: Plan) -> shape.RooflineBody:
     """The roofline body record (docs/schema.md) of the analysis `r` of `rate` against `bw`."""
     return shape.RooflineBody(
         bytes_per_token=r.bytes_per_token, resident_bytes=weights.resident_bytes, kind=cast(Kind, r.kind),
-        tok_s=rate.tok_s, tok_s_source=rate.source, achieved_gb_s=r.achieved_gb_s, bandwidth_gb_s=r.bandwidth_gb_s.as_range(),
-        bandwidth_source=bw.source, utilization=r.utilization.as_range(), gate=r.gate, gate_threshold=r.gate_threshold,
-        ceiling=r.ceiling_record(), headroom=r.headroom_record(), target=r.target_record(), batch=r.batch_records(),
-        audit=weights.audit_summary, probe=bw.probe, measurement=rate.measurement(),
+        tok_s=rate.tok_s, tok_s_source=rate.source, achieved_gb_s=r.achieved_gb_s,
+        bandwidth_gb_s=r.bandwidth_gb_s.as_range(), bandwidth_source=bw.source, utilization=r.utilization.as_range(),
+        gate=r.gate, gate_threshold=r.gate_threshold, ceiling=r.ceiling_record(), headroom=r.headroom_record(),
+        target=r.target_record(), batch=r.batch_records(), audit=weights.audit_summary, probe=bw.probe,
+        measurement=rate.measurement(),
         notes=(*plan.notes, *(f"probe: {n}" for n in bw.probe_notes), *notes(r, rate, weights, plan)),
     )
 
@@ -158,7 +162,8 @@ class RooflineExperiment:
             raise ServerError(f"the measuring request failed ({rec.status}: {rec.error or 'no tokens'})",
                               "check the server, or pass --tok-s")
         tok_s = (rec.tokens - 1) / ((rec.end_ns - rec.first_token_ns) / 1e9)
-        result = RooflineResult(Rate(tok_s, f"measured: one {rec.tokens}-token stream at {info.url}, prefill excluded", info, rec))
+        result = RooflineResult(Rate(tok_s, f"measured: one {rec.tokens}-token stream at {info.url}, prefill excluded",
+                                     info, rec))
         on_point(result)  # a Ctrl-C during the bandwidth probe keeps the measured rate
         return result
 

@@ -100,7 +100,8 @@ class SpeculativeResult:
     warmup: RequestRecord | None = None
     complete: bool = False
     notes: tuple[str, ...] = field(default=())
-    calibration: str = CALIBRATION_NONE  # the pre-flight: "on" before each N's first batch, "off" (--no-calibrate), "none"
+    # the pre-flight: "on" before each N's first batch, "off" (--no-calibrate), "none"
+    calibration: str = CALIBRATION_NONE
     client_checks: tuple[ClientCheck, ...] = ()
 
     def records(self, n: int, kind: str, side: str = "target") -> list[RequestRecord]:
@@ -130,8 +131,9 @@ class SpeculativeResult:
         return shape.SpeculativeBody(
             verdict=run.verdict, verdict_reason=run.reason, expect=expect, server=self.server.body(),
             baseline=None if self.baseline is None else self.baseline.body(), ns=self.ns, tokens=self.tokens,
-            reps=self.reps, max_reps=self.max_reps, points=tuple(p.record() for p in points), stops_paying_n=run.stops_paying_n,
-            stops_paying_reason=run.stops_paying_reason, notes=self.notes + calibration_notes(self.calibration),
+            reps=self.reps, max_reps=self.max_reps, points=tuple(p.record() for p in points),
+            stops_paying_n=run.stops_paying_n, stops_paying_reason=run.stops_paying_reason,
+            notes=self.notes + calibration_notes(self.calibration),
             warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
             invalid=tuple(f for f in (client_bound_finding(self.client_checks),) if f is not None) or None,
             calibration=self.calibration,  # type: ignore[arg-type]  # "on" | "off" | "none"
@@ -169,7 +171,8 @@ def to_stream(record: RequestRecord, lateness: ClientLateness | None = None) -> 
     counts = record.event_tokens if record.event_tokens and all(k > 0 for k in record.event_tokens) else ()
     t = record.server
     return sp.Stream(arrivals_ns=record.token_ns, event_tokens=tuple(counts), tokens=record.tokens,
-                     draft_n=None if t is None else t.draft_tokens, draft_accepted=None if t is None else t.draft_accepted,
+                     draft_n=None if t is None else t.draft_tokens,
+                     draft_accepted=None if t is None else t.draft_accepted,
                      server_generated=None if t is None else t.generated_tokens, lateness=lateness)
 
 

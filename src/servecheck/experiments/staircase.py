@@ -67,16 +67,19 @@ class StaircaseResult:
         a = self.analysis() if a is None else a
         return replace(
             a.record(),  # what the analysis decided; the run's own fields below
-            evidence_mode=self.evidence_mode, max_reps=self.max_reps, server=self.server.body(),
+            evidence_mode=self.evidence_mode,  # type: ignore[arg-type]  # a Choice of EVIDENCE_MODES
+            max_reps=self.max_reps, server=self.server.body(),
             warmup=None if self.warmup is None else self.warmup.body(with_token_times=False),
             points=tuple(_point(p, self.batches, a.aggregate_error_frac.get(p.n)) for p in a.points),
-            notes=self.notes, calibration=self.calibration, client_checks=tuple(c.body() for c in self.client_checks),
+            notes=self.notes, calibration=self.calibration,  # type: ignore[arg-type]  # "on" | "off" | "none"
+            client_checks=tuple(c.body() for c in self.client_checks),
         )
 
     def document(self) -> RunResult[shape.StaircaseBody]:
         """The staircase's typed result (the runner puts the run's head on it)."""
         a = self.analysis()
-        return measured("staircase", self.body(a), valid=a.valid, simulated=self.server.simulated, complete=self.complete)
+        return measured("staircase", self.body(a), valid=a.valid, simulated=self.server.simulated,
+                        complete=self.complete)
 
 
 def _point(point: PointAnalysis, batches: Sequence[MeasuredBatch], error_frac: float | None = None) -> shape.Point:
@@ -212,7 +215,8 @@ async def run_staircase(
 
 
 async def extend_staircase(driver: Driver, result: StaircaseResult, n: int, rng: random.Random, *,
-                           on_point: OnPoint | None = None, requests_factory: RequestFactory | None = None) -> StaircaseResult:
+                           on_point: OnPoint | None = None,
+                           requests_factory: RequestFactory | None = None) -> StaircaseResult:
     """A finished run measured at one more N (check's N=8 where N=4 batched): that batch and N=1 after it,
     then the rounds the run's verdict still needs, as `run_staircase`'s own; the result complete again."""
     if n in result.ns:
@@ -232,7 +236,8 @@ async def _measure_one(
     driver: Driver, result: StaircaseResult, n: int, factory: RequestFactory | None, rng: random.Random
 ) -> StaircaseResult:
     rep = sum(1 for mb in result.batches if mb.n == n)
-    checks = await check_once(driver, result.client_checks, n, result.warmup, latency_s(result.warmup), "warm-up request")
+    checks = await check_once(driver, result.client_checks, n, result.warmup, latency_s(result.warmup),
+                              "warm-up request")
     result = replace(result, client_checks=checks)
     reqs = await make(factory, driver, n, result.prompt_tokens, result.tokens, rng)
     batch = await driver.run_batch(reqs, queue_wait_s=queue_wait_s(result.warmup, n))

@@ -54,7 +54,8 @@ def parse_entry(raw: str, options: AuditOptions) -> Entry:
     tok_s = _tok_s(raw, toks)
     path = Path(weights)
     if not path.exists() and (path.suffix in (".gguf", ".safetensors", ".json") or "/" in weights):
-        raise UsageError(f"{raw!r}: no such model file {weights!r}", f"give a model file that exists or a byte figure, e.g. {EXAMPLE}")
+        raise UsageError(f"{raw!r}: no such model file {weights!r}",
+                         f"give a model file that exists or a byte figure, e.g. {EXAMPLE}")
     if path.exists():
         check_input_file(path, "model", allow_dir=True, error=AuditError)
         result = audit_model(path, options)
@@ -70,7 +71,8 @@ def _tok_s(raw: str, toks: str) -> float:
     if not tok_s > 0 or tok_s == float("inf"):
         raise UsageError(f"{raw!r}: tok/s must be positive", f"for example {EXAMPLE}")
     if not MIN_TOK_S <= tok_s <= MAX_TOK_S:
-        raise UsageError(f"{raw!r}: {toks} tok/s is outside {MIN_TOK_S:g}..{MAX_TOK_S:g}", "give the measured rate in tok/s")
+        raise UsageError(f"{raw!r}: {toks} tok/s is outside {MIN_TOK_S:g}..{MAX_TOK_S:g}",
+                         "give the measured rate in tok/s")
     return tok_s
 
 
@@ -78,11 +80,14 @@ def _bytes(raw: str, weights: str) -> int:
     try:
         nbytes = rl.parse_bytes(weights)
     except OverflowError:
-        raise UsageError(f"{raw!r}: {weights} is too large a byte figure", "give bytes read per token, e.g. 2.80GB") from None
+        raise UsageError(f"{raw!r}: {weights} is too large a byte figure",
+                         "give bytes read per token, e.g. 2.80GB") from None
     except ValueError as exc:
-        raise UsageError(f"{raw!r}: WEIGHTS is neither a file nor a byte figure ({exc})", f"for example {EXAMPLE}") from None
+        raise UsageError(f"{raw!r}: WEIGHTS is neither a file nor a byte figure ({exc})",
+                         f"for example {EXAMPLE}") from None
     if nbytes > rl.MAX_BYTES_PER_TOKEN:
-        raise UsageError(f"{raw!r}: {weights} per token is above {rl.MAX_BYTES_PER_TOKEN / 1e15:g} PB", "give bytes read per token, e.g. 2.80GB")
+        raise UsageError(f"{raw!r}: {weights} per token is above {rl.MAX_BYTES_PER_TOKEN / 1e15:g} PB",
+                         "give bytes read per token, e.g. 2.80GB")
     return nbytes
 
 

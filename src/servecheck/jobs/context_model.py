@@ -25,7 +25,8 @@ def model_bytes(audit: AuditResult, kv_type: str) -> ctx.ModelBytes:
     if kv is not None:
         windows = kv.windows or (None,) * kv.layers
         layers = tuple(ctx.KVLayer(h, kv.key_length, kv.value_length, w) for h, w in zip(kv.kv_heads, windows))
-    return ctx.ModelBytes(audit.bytes_per_token, audit.state_bytes_per_token, layers, kv_element_bytes(kv_type), kv_type.lower())
+    return ctx.ModelBytes(audit.bytes_per_token, audit.state_bytes_per_token, layers, kv_element_bytes(kv_type),
+                          kv_type.lower())
 
 
 def model_summary(audit: AuditResult, model: ctx.ModelBytes) -> ModelBytesSummary:

@@ -152,13 +152,15 @@ class DemoRun:
     def body(self) -> shape.DemoRun:
         return shape.DemoRun(parallel=self.parallel, expected=cast(Verdict, self.expected), verdict=self.verdict,
                              as_expected=self.as_expected, attempts=self.attempts, server_command=self.command,
-                             server_pid=self.server_pid, log_path=str(self.log_path), log_audit=self.log_audit, staircase=self.staircase)
+                             server_pid=self.server_pid, log_path=str(self.log_path), log_audit=self.log_audit,
+                             staircase=self.staircase)
 
 
 def embedded(result: StaircaseResult) -> shape.EmbeddedStaircase:
     """The staircase document a demo run embeds (experiments.staircase.StaircaseResult.document), as its record."""
     a = result.analysis()
-    return shape.EmbeddedStaircase.of(result.body(a), valid=a.valid, simulated=result.server.simulated, complete=result.complete)
+    return shape.EmbeddedStaircase.of(result.body(a), valid=a.valid, simulated=result.server.simulated,
+                                      complete=result.complete)
 
 
 # ---------------------------------------------------------------- running
@@ -241,7 +243,8 @@ class DemoJob:
     prompt_tokens: int
     log_dir: Path
     say: Say
-    open_driver: DriverFactory  # the driver each staircase is measured through (a user's: the pre-flight's CheckedDriver)
+    # the driver each staircase is measured through (a user's: the pre-flight's CheckedDriver)
+    open_driver: DriverFactory
     request_params: RequestParams = ()  # --request-param / --extra-body: what every request carries
 
     def opening(self) -> RunResult[shape.DemoBody]:

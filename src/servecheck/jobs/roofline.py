@@ -19,7 +19,14 @@ from servecheck.audit import audit_model
 from servecheck.audit.options import options_from
 from servecheck.envinfo import environment
 from servecheck.errors import AuditError, UsageError
-from servecheck.experiments.roofline import URL_DECODE_TOKENS, URL_PROMPT_TOKENS, Bandwidth, Plan, RooflineResult, Weights
+from servecheck.experiments.roofline import (
+    URL_DECODE_TOKENS,
+    URL_PROMPT_TOKENS,
+    Bandwidth,
+    Plan,
+    RooflineResult,
+    Weights,
+)
 from servecheck.inputs import check_input_file
 from servecheck.model.bodies.roofline import AuditSummary
 from servecheck.model.result import Envelope
@@ -65,7 +72,8 @@ class RooflineSetup:
     head: Envelope
 
     def settle(self, say: Say) -> Callable[[RooflineResult], RooflineResult]:
-        """The last step of either run: the bandwidth the rate is held against (a probe prints what it does to `say`)."""
+        """The last step of either run: the bandwidth the rate is held against (a probe prints what it
+        does to `say`)."""
         o = self.options
 
         def settle(result: RooflineResult) -> RooflineResult:
@@ -92,11 +100,12 @@ def prepare(o: RooflineOptions) -> RooflineSetup:
         notes.append(f"KV cache counted at {context} tokens, the measuring stream's mean context (--context to change)")
     weights = resolve_weights(o.model_path, o.bytes_text, o.kind, o.resident, context, o.kv_type, o.experts_used)
     ceiling = parse_fraction(o.ceiling_raw, "--ceiling") if o.ceiling_raw else rl.TYPICAL_CEILING[weights.kind]
-    params = {"model": None if o.model_path is None else str(o.model_path), "bytes_per_token": o.bytes_text, "tok_s": o.tok_s,
-              "url": o.url, "bandwidth": o.bandwidth_raw, "target": o.target_tok_s, "gate": o.gate_threshold, "batch": batches,
-              "kind": o.kind, "context": context, "kv_type": o.kv_type, "device": o.device, "tokens": o.tokens if o.url else None}
-    plan = Plan(ceiling, gate_threshold=o.gate_threshold, target_tok_s=o.target_tok_s, batches=tuple(batches or ()), runs=runs,
-                kind_given=o.kind != "auto", asked_tokens=o.tokens if o.url else None, notes=tuple(notes))
+    params = {"model": None if o.model_path is None else str(o.model_path), "bytes_per_token": o.bytes_text,
+              "tok_s": o.tok_s, "url": o.url, "bandwidth": o.bandwidth_raw, "target": o.target_tok_s,
+              "gate": o.gate_threshold, "batch": batches, "kind": o.kind, "context": context, "kv_type": o.kv_type,
+              "device": o.device, "tokens": o.tokens if o.url else None}
+    plan = Plan(ceiling, gate_threshold=o.gate_threshold, target_tok_s=o.target_tok_s, batches=tuple(batches or ()),
+                runs=runs, kind_given=o.kind != "auto", asked_tokens=o.tokens if o.url else None, notes=tuple(notes))
     return RooflineSetup(o, weights, plan, envelope("roofline", params, environment()))
 
 
@@ -136,7 +145,8 @@ def parse_batches(raw: str | None) -> list[int] | None:
 def parse_fraction(raw: str, flag: str) -> Span:
     span = parse_span(raw, flag, "0.60-0.65")
     if span.hi > 1.5:
-        raise UsageError(f"{flag} {raw!r} is a fraction of measured bandwidth, not a percentage", f"for example {flag} 0.60-0.65")
+        raise UsageError(f"{flag} {raw!r} is a fraction of measured bandwidth, not a percentage",
+                         f"for example {flag} 0.60-0.65")
     return span
 
 
@@ -146,18 +156,20 @@ def parse_fraction(raw: str, flag: str) -> Span:
 def resolve_weights(model: Path | None, bytes_text: str | None, kind: str, resident: str | None,
                     context: int | None, kv_type: str, experts_used: int | None) -> Weights:
     if (model is None) == (bytes_text is None):
-        raise UsageError("give a MODEL file or --bytes-per-token, not both or neither", "e.g. roofline model.gguf --tok-s 97.8")
+        raise UsageError("give a MODEL file or --bytes-per-token, not both or neither",
+                         "e.g. roofline model.gguf --tok-s 97.8")
     resident_bytes = _bytes(resident, "--resident") if resident else None
     if model is None and (context is not None or experts_used is not None):
         flag = "--context" if context is not None else "--experts-used"
-        raise UsageError(f"{flag} needs a MODEL file to audit", "with --bytes-per-token, count the KV cache in the figure you give")
+        raise UsageError(f"{flag} needs a MODEL file to audit",
+                         "with --bytes-per-token, count the KV cache in the figure you give")
     if model is not None:
         options = options_from(context, kv_type, experts_used)
         check_input_file(model, "model", allow_dir=True, error=AuditError)
         result = audit_model(model, options)
         return Weights(result.total_bytes_per_token, resident_bytes or result.resident_bytes,
-                       result.kind if kind == "auto" else kind, step=result.step_bytes(), audit_summary=AuditSummary.of(result.body()),
-                       kv_counted=result.kv is not None)
+                       result.kind if kind == "auto" else kind, step=result.step_bytes(),
+                       audit_summary=AuditSummary.of(result.body()), kv_counted=result.kv is not None)
     assert bytes_text is not None
     return Weights(_bytes(bytes_text, "--bytes-per-token"), resident_bytes, "dense" if kind == "auto" else kind)
 
@@ -172,7 +184,8 @@ def _bytes(text: str, flag: str) -> int:
     except ValueError as exc:
         raise UsageError(f"{flag}: {exc}", f"for example {flag} 1.849GB") from None
     if nbytes > rl.MAX_BYTES_PER_TOKEN:
-        raise UsageError(f"{flag} {text!r} is above {rl.MAX_BYTES_PER_TOKEN / 1e15:g} PB", f"for example {flag} 1.849GB")
+        raise UsageError(f"{flag} {text!r} is above {rl.MAX_BYTES_PER_TOKEN / 1e15:g} PB",
+                         f"for example {flag} 1.849GB")
     return nbytes
 
 
@@ -183,8 +196,8 @@ def resolve_bandwidth(raw: str, resident: int | None, device: str, threads: int 
     say(f"probing read bandwidth at {size / GIB:.2f} GiB on {device} ({note})")
     result = measure_bandwidth([size], device=device, threads=threads)
     point = result.closest(resident or size)
-    return Bandwidth(Span(min(point.low_gb_s, point.gb_s), point.gb_s), f"probed at {point.bytes / GIB:.2f} GiB ({note})",
-                     result.body(), tuple(result.notes))
+    return Bandwidth(Span(min(point.low_gb_s, point.gb_s), point.gb_s),
+                     f"probed at {point.bytes / GIB:.2f} GiB ({note})", result.body(), tuple(result.notes))
 
 
 def probe_size(resident: int | None) -> tuple[int, str]:
@@ -213,13 +226,15 @@ def load_run(path: str) -> tuple[dict[int, float], list[str]]:
         if not isinstance(row, dict) or row.get("deviant"):
             continue
         n, agg = row.get("n", row.get("concurrency")), row.get("aggregate_tok_s")
-        if isinstance(n, int) and not isinstance(n, bool) and n >= 1 and isinstance(agg, (int, float)) and 0 < agg < math.inf:
+        if (isinstance(n, int) and not isinstance(n, bool) and n >= 1
+                and isinstance(agg, (int, float)) and 0 < agg < math.inf):
             samples.setdefault(n, []).append(float(agg))
     if not samples:
         raise UsageError(f"--run {path}: no aggregate tok/s per N found", "give a staircase or arms result")
     notes = []
     if doc.get("simulated"):
-        notes.append(f"--run {path} was measured on servecheck's SIMULATED server: its measured/ceiling says nothing about a real engine")
+        notes.append(f"--run {path} was measured on servecheck's SIMULATED server: "
+                     "its measured/ceiling says nothing about a real engine")
     if doc.get("complete") is False:
         notes.append(f"--run {path} is incomplete (interrupted): only the points it reached are compared")
     return {n: statistics.median(v) for n, v in samples.items()}, notes

@@ -109,14 +109,16 @@ def _stop_and_audit(server: ManagedServer, result: Served, engine: str) -> None:
 
 
 def _check_log_path(log_path: str | Path | None) -> None:
-    """--serve-log must be a file servecheck can create (its folder is made if missing): refused before the server starts."""
+    """--serve-log must be a file servecheck can create (its folder is made if missing): refused before
+    the server starts."""
     if log_path is None:
         return
     path = Path(log_path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UsageError(f"--serve-log {path}: cannot create folder {path.parent} ({exc.strerror})", "give another path") from None
+        raise UsageError(f"--serve-log {path}: cannot create folder {path.parent} ({exc.strerror})",
+                         "give another path") from None
     if path.exists() and not path.is_file():
         raise UsageError(f"--serve-log {path} is not a regular file", "give a file path for the server's log")
 

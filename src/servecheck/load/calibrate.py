@@ -117,7 +117,8 @@ def stamp_delays_ms(batch: BatchResult, clock: RunClock) -> list[float]:
     delays: list[float] = []
     for rec in batch.records:
         if not rec.ok:
-            raise EngineError(f"the calibration stream {rec.index} failed: {rec.error}", "run it again; --debug shows more")
+            raise EngineError(f"the calibration stream {rec.index} failed: {rec.error}",
+                              "run it again; --debug shows more")
         try:
             written = [int(w) for w in rec.text.split()]
         except ValueError:

@@ -25,7 +25,8 @@ SIM_MODEL_PREFIX = "servecheck-sim"
 MLX_LM = "mlx-lm"
 # mlx-lm's server (0.32) is Python's http.server: every answer carries `Server: BaseHTTP/0.6 Python/3.x`.
 _PYTHON_HTTP_SERVER = "BaseHTTP/"
-_OWNERS = {"servecheck-sim": "simulator", "llamacpp": "llama.cpp", "vllm": "vllm", "sglang": "sglang", "library": "ollama", "ollama": "ollama"}
+_OWNERS = {"servecheck-sim": "simulator", "llamacpp": "llama.cpp", "vllm": "vllm", "sglang": "sglang",
+           "library": "ollama", "ollama": "ollama"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +157,8 @@ async def server_info(
 ) -> ServerInfo:
     props = found.props if found is not None else {}
     engine = found.engine if found is not None else None
-    simulated = saw_simulated or engine == "simulator" or any(m.startswith(SIM_MODEL_PREFIX) for m in (model or "", *models))
+    simulated = (saw_simulated or engine == "simulator"
+                 or any(m.startswith(SIM_MODEL_PREFIX) for m in (model or "", *models)))
     n_ctx = await _n_ctx(driver, found, model)
     slots = _count(props.get("total_slots"))
     return ServerInfo(

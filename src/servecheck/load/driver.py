@@ -209,7 +209,8 @@ class LoadDriver:
         limit_s = self.control_timeout_s
         connect_s = min(self.target.connect_timeout_s, limit_s)
         # Connecting (TCP and TLS) and answering are bounded apart, so the error can say which one stalled.
-        timeout = aiohttp.ClientTimeout(total=connect_s + limit_s, connect=connect_s, sock_connect=connect_s, sock_read=limit_s)
+        timeout = aiohttp.ClientTimeout(total=connect_s + limit_s, connect=connect_s, sock_connect=connect_s,
+                                        sock_read=limit_s)
         try:
             async with self.session.request(method, url, json=body, timeout=timeout, allow_redirects=False) as resp:
                 self._note_headers(resp)
@@ -225,9 +226,11 @@ class LoadDriver:
                 "is the server overloaded or stuck? raise --timeout to wait longer",
             ) from exc
         except aiohttp.ServerDisconnectedError as exc:
-            raise ConnectError(f"{url}: the server closed the connection without answering", "is this an HTTP server?") from exc
+            raise ConnectError(f"{url}: the server closed the connection without answering",
+                               "is this an HTTP server?") from exc
         except aiohttp.ClientOSError as exc:
-            raise ConnectError(self.scrub(f"{url}: connection reset ({shorten(str(exc.strerror or exc))})"), None) from exc
+            raise ConnectError(self.scrub(f"{url}: connection reset ({shorten(str(exc.strerror or exc))})"),
+                               None) from exc
         except aiohttp.ClientError as exc:
             raise ConnectError(self.scrub(f"{url}: {shorten(str(exc))}"), "is this an HTTP server?") from exc
 
@@ -268,7 +271,8 @@ class LoadDriver:
         try:
             return json.loads(raw)
         except ValueError as exc:
-            raise ProtocolError(f"{self.url}{path} did not return JSON: {shorten(raw.decode(errors='replace'))!r}") from exc
+            raise ProtocolError(f"{self.url}{path} did not return JSON: "
+                                f"{shorten(raw.decode(errors='replace'))!r}") from exc
 
     async def fetch_raw(self, path: str, timeout_s: float = CONTROL_TIMEOUT_S) -> tuple[int, bytes] | None:
         """(status, body) of a GET, or None on any network failure: for best-effort witnesses."""
@@ -347,7 +351,8 @@ class LoadDriver:
         if count is None:
             return None
         if (problem := count_problem(f"{self.url}/tokenize count", count)) is not None:
-            raise ProtocolError(problem, f"the server's tokenizer is broken; counts must lie in 0..{MAX_PLAUSIBLE_TOKENS}")
+            raise ProtocolError(problem,
+                                f"the server's tokenizer is broken; counts must lie in 0..{MAX_PLAUSIBLE_TOKENS}")
         return int(count)
 
     def _tokenize_body(self, text: str) -> dict[str, Any]:
@@ -406,8 +411,8 @@ class LoadDriver:
         noise = NoiseMeter(self.clock.now_ns) if self.witnesses else None
         try:
             await asyncio.gather(*(self._warm(s, dialect) for s in sessions))
-            release_ns, records, first_sends = await self._release(sessions, dialect, reqs, queue_wait_s, sampler, noise,
-                                                                   release_at)
+            release_ns, records, first_sends = await self._release(sessions, dialect, reqs, queue_wait_s, sampler,
+                                                                   noise, release_at)
         finally:
             gauges = None if sampler is None else await sampler.stop()
             measured_noise = None if noise is None else await noise.stop()
@@ -482,7 +487,8 @@ class LoadDriver:
         queue_wait_s: float = 0.0,
     ) -> RequestRecord:
         # Encoded before the send stamp: only the HTTP write itself lies between stamp and wire.
-        model, eos_ids = (self.info.model, self.info.eos_bias_ids) if self.info else (self.target.model, self.target.eos_token_ids)
+        model, eos_ids = ((self.info.model, self.info.eos_bias_ids) if self.info
+                          else (self.target.model, self.target.eos_token_ids))
         pinned = with_eos_bias(dialect.body(req, model), dialect, req, eos_ids)
         body = json.dumps(with_request_params(pinned, (*self.target.request_params, *req.request_params))).encode()
         tally = StreamTally()
@@ -603,7 +609,8 @@ class LoadDriver:
         if status == "ok" and tally.error is not None:
             status, error = "error", self.scrub(f"server error in stream: {shorten(tally.error)}")
         if status == "ok" and tally.final_ns is None and tally.finish_reason is None:
-            status, error = "error", f"the server closed the stream after {tally.events} token events, before its final event"
+            status, error = "error", (f"the server closed the stream after {tally.events} token events, "
+                                      "before its final event")
         if status == "ok" and (problem := plausibility_problem(tally, req.max_tokens)) is not None:
             status, error = "error", problem
         count = tally.count()
@@ -622,7 +629,8 @@ class LoadDriver:
             finish_reason=tally.finish_reason,
             http_status=outcome.http_status,
             error=error,
-            prompt_tokens=req.prompt_tokens if req.prompt_tokens is not None else _server_prompt_len(tally, self._dialect),
+            prompt_tokens=(req.prompt_tokens if req.prompt_tokens is not None
+                           else _server_prompt_len(tally, self._dialect)),
             server=tally.server,
             text=tally.text,
         )

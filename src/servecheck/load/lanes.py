@@ -120,9 +120,11 @@ class LaneDriver:
     everything else (detection, tokenizing, single requests, gauges) goes through one `LoadDriver`
     in this process. Use as `async with LaneDriver(target, workers=K) as driver:`."""
 
-    def __init__(self, target: Target, workers: int, clock: RunClock | None = None, pool: WorkerPool | None = None) -> None:
+    def __init__(self, target: Target, workers: int, clock: RunClock | None = None,
+                 pool: WorkerPool | None = None) -> None:
         if workers < 1:
-            raise UsageError(f"--workers must be >= 1, got {workers}", "give the number of client processes, e.g. --workers 2")
+            raise UsageError(f"--workers must be >= 1, got {workers}",
+                             "give the number of client processes, e.g. --workers 2")
         self.target = target
         self.workers = workers
         self.clock = clock if clock is not None else RunClock.start()
@@ -190,7 +192,8 @@ class LaneDriver:
     def workers_for(self, lanes: int) -> int:
         return self.plan.get(lanes, self.default_workers)
 
-    async def run_batch(self, reqs: Sequence[GenRequest], in_flight: int | None = None, queue_wait_s: float = 0.0) -> BatchResult:
+    async def run_batch(self, reqs: Sequence[GenRequest], in_flight: int | None = None,
+                        queue_wait_s: float = 0.0) -> BatchResult:
         if not reqs:
             raise UsageError("a batch needs at least one request")
         if in_flight is not None and in_flight < 1:
@@ -201,7 +204,8 @@ class LaneDriver:
             return await self.local.run_batch(reqs, in_flight, queue_wait_s)
         info = self.local.info or await self.local.detect()
         await self.pool.start(self.target, info, workers, self.clock)
-        shares = [_Share(share_reqs, share_lanes, queue_wait_s) for share_reqs, share_lanes in split_lanes(reqs, lanes, workers)]
+        shares = [_Share(share_reqs, share_lanes, queue_wait_s)
+                  for share_reqs, share_lanes in split_lanes(reqs, lanes, workers)]
         uncertainty_ns = await self.pool.prepare(shares)
         source = await self.local.gauge_source() if self.witnesses else None
         sampler = None if source is None else GaugeSampler(
@@ -227,8 +231,8 @@ def merge_batch(reqs: Sequence[GenRequest], lanes: int, release_ns: int, results
     firsts = {r.index for r in reqs[:lanes]}
     first_sends = [r.send_ns for r in records if r.index in firsts]
     skew = max(first_sends) - min(first_sends) if first_sends else 0
-    return BatchResult(release_ns, lanes, records, skew, gauges, merge_noise([b.noise for b in results]), uncertainty_ns,
-                       lateness=merged_lateness([b.lateness for b in results]))
+    return BatchResult(release_ns, lanes, records, skew, gauges, merge_noise([b.noise for b in results]),
+                       uncertainty_ns, lateness=merged_lateness([b.lateness for b in results]))
 
 
 class ProcessPool:

@@ -215,7 +215,8 @@ class RayPool:
             fresh.append(actor_class.remote(worker_target, info, moved))
         # an actor the cluster has no free CPU for waits forever: the bound says so
         nodes = await _bounded("start", [a.up.remote() for a in fresh], START_TIMEOUT_S + CONNECT_TIMEOUT_S,
-                               f"the cluster needs a free CPU per client actor ({workers} asked for); use fewer --workers")
+                               f"the cluster needs a free CPU per client actor ({workers} asked for); "
+                               "use fewer --workers")
         self._actors += fresh
         self._nodes += nodes
 
@@ -234,7 +235,8 @@ class RayPool:
         self._active = self._actors[: len(shares)]
         start = self._clock.start_ns
         await _bounded("warm their connections",
-                       [a.prepare.remote(share, start + o.offset_ns) for a, share, o in zip(self._active, shares, offsets)],
+                       [a.prepare.remote(share, start + o.offset_ns)
+                        for a, share, o in zip(self._active, shares, offsets)],
                        READY_TIMEOUT_S, "check that every node can reach the server's address")
         return gap_uncertainty_ns(offsets)
 

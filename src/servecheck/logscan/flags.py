@@ -260,7 +260,8 @@ def _parse_argv(tokens: list[str], table: tuple[FlagSpec, ...]) -> list[Switch]:
             continue  # a flag missing its value: the server would have refused to start
         on, number = spec.decide(value)
         asked = name if value is None else f"{name} {value}"
-        out.append((spec.off_of or spec.names[0], spec.feature, FeatureRequest(spec.feature, asked, number) if on else None))
+        out.append((spec.off_of or spec.names[0], spec.feature,
+                    FeatureRequest(spec.feature, asked, number) if on else None))
     return out
 
 

@@ -28,9 +28,11 @@ class LogJob:
     def run(self, on_point: Callable[[LogScanResult], None]) -> LogScanResult:
         """One scan, so no point before the whole result."""
         try:
-            result = scan_log(self.file, self.engine, self.flags, rules=self.rules)  # a pipe is fine: `log <(docker logs vllm 2>&1)`
+            # a pipe is fine: `log <(docker logs vllm 2>&1)`
+            result = scan_log(self.file, self.engine, self.flags, rules=self.rules)
         except OSError as exc:  # a special file that opens but cannot be read (EIO, ENXIO, ...)
-            raise LogScanError(f"cannot read log file {self.file}: {exc.strerror or exc}", "give the server's text log") from exc
+            raise LogScanError(f"cannot read log file {self.file}: {exc.strerror or exc}",
+                               "give the server's text log") from exc
         return result.with_live(live_evidence(self.url, self.engine)) if self.url is not None else result
 
     def document(self, result: LogScanResult) -> RunResult[LogBody]:

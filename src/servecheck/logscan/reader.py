@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import BinaryIO, Literal, cast
 
 from servecheck.errors import LogScanError
 
@@ -26,6 +26,7 @@ MAX_LINE_BYTES = 64 * 1024
 
 # llama.cpp (2025+): "0.00.002.094 W srv  llama_server: ..." -- the level letter is authoritative.
 _LLAMACPP = re.compile(r"^\s*(?:\d+\.\d+\.\d+\.\d+\s+)?([DIWE])\s{1,2}\S")
+_LLAMACPP_LEVELS: dict[str, Level] = {"W": "warning", "E": "error"}  # D and I are no level
 _SLOG = re.compile(r"\blevel=(WARN|WARNING|ERROR|FATAL)\b", re.IGNORECASE)
 _PREFIX = re.compile(r"^\s*(warning|warn|error|fatal)\s*[:\]]", re.IGNORECASE)
 # Python logging / vLLM / SGLang: "WARNING 01-02 12:00:00 [x.py:1] ...", "(APIServer pid=1) ERROR ...".
@@ -44,7 +45,7 @@ def line_level(text: str) -> Level | None:
     """WARNING/ERROR level of one log line, or None for anything else."""
     m = _LLAMACPP.match(text)
     if m:
-        return {"W": "warning", "E": "error"}.get(m.group(1))
+        return _LLAMACPP_LEVELS.get(m.group(1))
     for pattern, span in ((_SLOG, None), (_PREFIX, None), (_WORD, _WORD_SPAN)):
         m = pattern.search(text if span is None else text[:span])
         if m:
@@ -84,7 +85,9 @@ def _open(p: Path) -> io.BufferedReader:
     if p.is_dir():
         raise LogScanError(f"{p} is a folder, not a log file", "give the log file itself")
     try:
-        return open(p, "rb", buffering=SNIFF_BYTES)  # noqa: SIM115 -- closed by iter_log's `with`
+        # binary mode with a buffer is always a BufferedReader (typeshed says BinaryIO for an int buffering);
+        # closed by iter_log's `with`
+        return cast(io.BufferedReader, open(p, "rb", buffering=SNIFF_BYTES))  # noqa: SIM115
     except OSError as exc:
         raise LogScanError(f"cannot read {p}: {exc.strerror}", "check the file's permissions") from exc
 
@@ -96,7 +99,8 @@ def _sniff(fh: io.BufferedReader, p: Path) -> None:
     try:
         codecs.getincrementaldecoder("utf-8")().decode(head, final=False)
     except UnicodeDecodeError as exc:
-        raise LogScanError(f"{p} is not UTF-8 text (bad byte at offset {exc.start})", "give the server's text log") from exc
+        raise LogScanError(f"{p} is not UTF-8 text (bad byte at offset {exc.start})",
+                           "give the server's text log") from exc
 
 
 def _lines(fh: BinaryIO) -> Iterator[bytes]:

@@ -205,7 +205,8 @@ def _compile(pattern: str, where: str) -> re.Pattern[str]:
 def required_literal(pattern: str) -> str | None:
     """The longest run of plain characters the pattern needs at its top level (lower-cased)."""
     try:
-        from re import _parser  # the stdlib's own regex parser; private, so failures just disable the shortcut
+        # the stdlib's own regex parser; private (typeshed has no stub for it), so failures just disable the shortcut
+        from re import _parser  # type: ignore[attr-defined]
 
         parsed = _parser.parse(pattern)
     except Exception:  # noqa: BLE001 - any surprise means "no shortcut", never a wrong one

@@ -254,7 +254,8 @@ def excerpt(line: str, matched: str) -> str:
         return line[:MAX_EVIDENCE_CHARS] + " ..."
     # a match that runs over most of the line (a pattern with .*) keeps its start and its end
     if len(matched) > MAX_EVIDENCE_CHARS - 2 * EXCERPT_CONTEXT_CHARS:
-        head, tail = line[: at + EXCERPT_CONTEXT_CHARS], line[at + len(matched) - EXCERPT_CONTEXT_CHARS : at + len(matched)]
+        head, tail = (line[: at + EXCERPT_CONTEXT_CHARS],
+                      line[at + len(matched) - EXCERPT_CONTEXT_CHARS : at + len(matched)])
         return f"{head} ... {tail}" + (" ..." if at + len(matched) < len(line) else "")
     lo, hi = max(0, at - EXCERPT_CONTEXT_CHARS), min(len(line), at + len(matched) + EXCERPT_CONTEXT_CHARS)
     return ("... " if lo > 0 else "") + line[lo:hi] + (" ..." if hi < len(line) else "")

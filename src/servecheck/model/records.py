@@ -304,6 +304,6 @@ class ServerInfo:
         }
 
     def body(self) -> common.Server:
-        return common.Server(url=self.url, dialect=self.dialect, model=self.model, models=self.models, engine=self.engine,
-                           version=self.version, simulated=self.simulated, n_ctx_per_request=self.n_ctx_per_request,
-                           total_slots=self.total_slots, notes=self.notes)
+        return common.Server(url=self.url, dialect=self.dialect, model=self.model, models=self.models,
+                             engine=self.engine, version=self.version, simulated=self.simulated,
+                             n_ctx_per_request=self.n_ctx_per_request, total_slots=self.total_slots, notes=self.notes)

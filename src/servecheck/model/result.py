@@ -174,7 +174,8 @@ def written_doc(result: RunResult[Any]) -> dict[str, Any]:
     out keys it has not reached (`unrecorded`: arms before its serial cell). `to_doc` is the lean form
     a report lists fields from."""
     envelope, body = result.envelope, result.body
-    head = {**encode(envelope), "environment": encode(envelope.environment, nulls=True), "params": encode(envelope.params)}
+    head = {**encode(envelope), "environment": encode(envelope.environment, nulls=True),
+            "params": encode(envelope.params)}
     if isinstance(body, Other):
         return {**head, **body.fields}
     fields_ = encode(body, nulls=True)
@@ -193,7 +194,8 @@ def upgraded(doc: dict[str, Any]) -> dict[str, Any]:
         raise SchemaError(f"schema_version {version!r} is not one servecheck writes",
                           "give a JSON file or a saved run servecheck wrote")
     if version > SCHEMA_VERSION:
-        raise SchemaError(f"this result was written by a newer servecheck (schema {version}; this one reads up to {SCHEMA_VERSION})",
+        raise SchemaError(f"this result was written by a newer servecheck (schema {version}; "
+                          f"this one reads up to {SCHEMA_VERSION})",
                           "upgrade servecheck to read it")
     while version < SCHEMA_VERSION:
         doc = UPGRADES[version](doc)

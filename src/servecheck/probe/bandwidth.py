@@ -113,8 +113,9 @@ def partial_body(device: str, points: Sequence[ProbePoint], *, method: str | Non
                  passes: int | None = None, skipped: tuple[body_.Skipped, ...] | None = None,
                  notes: tuple[str, ...] | None = None) -> body_.BandwidthBody:
     """The body with what is known so far: a run stopped early keeps its device and the sizes measured."""
-    return body_.BandwidthBody(device=cast(body_.Device, device), method=cast(body_.Method | None, method), threads=threads,
-                               passes=passes, points=tuple(p.record() for p in points), skipped=skipped, notes=notes)
+    return body_.BandwidthBody(device=cast(body_.Device, device), method=cast(body_.Method | None, method),
+                               threads=threads, passes=passes, points=tuple(p.record() for p in points),
+                               skipped=skipped, notes=notes)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -143,7 +144,8 @@ def plan_sizes(requested: list[int] | None, available: int | None) -> tuple[list
     limit = None if available is None else int(available * MAX_MEMORY_FRACTION)
     for size in requested or []:
         if size < MIN_SIZE:
-            raise UsageError(f"probe size {size} bytes is too small to leave the caches", "use at least 1 MiB; 1GiB or more is typical")
+            raise UsageError(f"probe size {size} bytes is too small to leave the caches",
+                             "use at least 1 MiB; 1GiB or more is typical")
         if limit is not None and size > limit:
             raise UsageError(
                 f"probe size {size / GIB:.1f} GiB is above {MAX_MEMORY_FRACTION:.0%} of available memory "

@@ -17,7 +17,8 @@ def _torch() -> Any:
         import torch
     except ImportError:
         raise ProbeError(
-            "--device cuda/mps needs torch, which is not installed", "pip install 'servecheck[gpu]' or probe --device cpu"
+            "--device cuda/mps needs torch, which is not installed",
+            "pip install 'servecheck[gpu]' or probe --device cpu"
         ) from None
     return torch
 
@@ -47,9 +48,11 @@ def measure_gpu(
     on_point: OnPoint | None = None,
 ) -> BandwidthResult:
     torch = _torch()
-    available = {"cuda": torch.cuda.is_available(), "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
+    available = {"cuda": torch.cuda.is_available(),
+                 "mps": getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()}
     if not available.get(device):
-        raise ProbeError(f"torch is installed but reports no {device} device", "check the driver, or probe --device cpu")
+        raise ProbeError(f"torch is installed but reports no {device} device",
+                         "check the driver, or probe --device cpu")
     free = _free_bytes(torch, device)
     limit = None if free is None else int(free * MAX_MEMORY_FRACTION)
     if sizes:
@@ -63,7 +66,8 @@ def measure_gpu(
         plan, skipped = list(sizes), []
     else:
         plan = [s for s in GPU_DEFAULT_SIZES if limit is None or s <= limit]
-        skipped = [(s, f"above {MAX_MEMORY_FRACTION:.0%} of free {device} memory") for s in GPU_DEFAULT_SIZES if s not in plan]
+        skipped = [(s, f"above {MAX_MEMORY_FRACTION:.0%} of free {device} memory") for s in GPU_DEFAULT_SIZES
+                   if s not in plan]
     sync = _sync(torch, device)
     points = []
     for size in plan:
@@ -73,7 +77,8 @@ def measure_gpu(
         if on_point:
             on_point(points[-1])
     name = torch.cuda.get_device_name() if device == "cuda" else "Apple GPU"
-    return BandwidthResult(device, f"torch {torch.__version__} x.sum() on {name}", 0, passes, tuple(points), tuple(skipped))
+    return BandwidthResult(device, f"torch {torch.__version__} x.sum() on {name}", 0, passes, tuple(points),
+                           tuple(skipped))
 
 
 def _time_sum(torch: Any, device: str, nbytes: int, passes: int, sync: Callable[[], None]) -> list[float]:

@@ -56,7 +56,8 @@ class ReadKernel:
     def read(self, ptr: int, nbytes: int, threads: int, passes: int) -> list[float]:
         """Touch the buffer from `threads` threads, then time `passes` read passes; seconds per pass."""
         times = (ctypes.c_double * passes)()
-        rc = self.lib.sc_read(ctypes.c_void_p(ptr), ctypes.c_size_t(nbytes), ctypes.c_int(threads), ctypes.c_int(passes), times)
+        rc = self.lib.sc_read(ctypes.c_void_p(ptr), ctypes.c_size_t(nbytes), ctypes.c_int(threads),
+                              ctypes.c_int(passes), times)
         if rc != 0:
             raise ProbeError(f"the read kernel could not start {threads} threads", "try a smaller --threads")
         return list(times)
@@ -68,7 +69,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sc_free.restype = None
     lib.sc_free.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
     lib.sc_read.restype = ctypes.c_int
-    lib.sc_read.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_double)]
+    lib.sc_read.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                            ctypes.POINTER(ctypes.c_double)]
     return lib
 
 
@@ -85,7 +87,8 @@ def cpu_identity() -> str:
     except OSError:
         text = ""
     first = text.split("\n\n", 1)[0]
-    keep = [line for line in first.splitlines() if line.split(":", 1)[0].strip() in ("vendor_id", "model name", "flags", "Features")]
+    keep = [line for line in first.splitlines()
+            if line.split(":", 1)[0].strip() in ("vendor_id", "model name", "flags", "Features")]
     return "\n".join([platform.machine(), platform.processor(), *keep])
 
 
@@ -94,7 +97,8 @@ def load_kernel(directory: Path | None = None) -> ReadKernel:
     source = kernel_source()
     cc = _compiler()
     if cc is None:
-        raise ProbeError("no C compiler found (cc)", "install gcc or clang, or set CC; the numpy probe is used meanwhile")
+        raise ProbeError("no C compiler found (cc)",
+                         "install gcc or clang, or set CC; the numpy probe is used meanwhile")
     out_dir = (directory or cache_dir()) / "probe"
     errors = []
     cpu = cpu_identity()
@@ -110,7 +114,8 @@ def load_kernel(directory: Path | None = None) -> ReadKernel:
             return ReadKernel(_declare(ctypes.CDLL(str(so))), so, flags)
         except OSError as exc:
             errors.append(str(exc))
-    raise ProbeError(f"could not build the read kernel: {errors[-1] if errors else 'unknown error'}", "check the C compiler")
+    raise ProbeError(f"could not build the read kernel: {errors[-1] if errors else 'unknown error'}",
+                     "check the C compiler")
 
 
 def _compile(cc: str, source: str, flags: tuple[str, ...], so: Path) -> str | None:
@@ -121,7 +126,8 @@ def _compile(cc: str, source: str, flags: tuple[str, ...], so: Path) -> str | No
             src = Path(tmp) / SOURCE_NAME
             src.write_text(source, encoding="utf-8")
             tmp_so = Path(tmp) / so.name
-            proc = subprocess.run([cc, *flags, str(src), "-o", str(tmp_so)], capture_output=True, text=True, timeout=120)
+            proc = subprocess.run([cc, *flags, str(src), "-o", str(tmp_so)], capture_output=True, text=True,
+                                  timeout=120)
             if proc.returncode != 0:
                 return (proc.stderr.strip().splitlines() or ["compiler failed"])[-1]
             os.replace(tmp_so, so)

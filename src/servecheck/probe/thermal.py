@@ -256,7 +256,8 @@ class _CtypesNvml:
 
     def nvmlDeviceGetHandleByIndex(self, i: int) -> Any:
         handle = ctypes.c_void_p()
-        self._check(self._lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(handle)), "nvmlDeviceGetHandleByIndex_v2")
+        self._check(self._lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(i), ctypes.byref(handle)),
+                    "nvmlDeviceGetHandleByIndex_v2")
         return handle
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:

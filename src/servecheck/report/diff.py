@@ -67,7 +67,8 @@ def diff_context_runs(runs: Sequence[RunResult[Any]], labels: Sequence[str] | No
         raise UsageError("diff needs at least two runs", "give two or more run ids, e.g. servecheck diff 3 4")
     for run in runs:
         if run.command != "context":
-            raise UsageError(f"{label_for(run, 'a run')} is a {run.command} run; context runs compare only with context runs",
+            raise UsageError(f"{label_for(run, 'a run')} is a {run.command} run; "
+                             "context runs compare only with context runs",
                              "pick context runs from `servecheck history --command context`")
     names = list(labels) if labels is not None else [label_for(r, f"run {i + 1}") for i, r in enumerate(runs)]
     lines = tuple(context_line(run, name, config) for run, name, config in zip(runs, names, config_notes(runs)))
@@ -79,8 +80,10 @@ def context_line(run: RunResult[Any], label: str, config: str = "—") -> Contex
     body: ContextBody = run.body
     decode = {p.depth: p.decode_tok_s for p in body.points if p.depth is not None and p.decode_tok_s is not None}
     ratio = {p.depth: p.ratio for p in body.points if p.depth is not None and p.ratio is not None}
-    predicted = {r.depth: r.predicted_tok_s for r in body.roofline or () if r.depth is not None and r.predicted_tok_s is not None}
-    return ContextLine(label, config, run.url, run.model, decode, ratio, predicted, body.effect or "inconclusive", marks_of(run))
+    predicted = {r.depth: r.predicted_tok_s for r in body.roofline or ()
+                 if r.depth is not None and r.predicted_tok_s is not None}
+    return ContextLine(label, config, run.url, run.model, decode, ratio, predicted, body.effect or "inconclusive",
+                       marks_of(run))
 
 
 # ---------------------------------------------------------------- speculative runs, by N and prompt kind
@@ -118,10 +121,12 @@ def diff_speculative_runs(runs: Sequence[RunResult[Any]], labels: Sequence[str] 
     for run in runs:
         if run.command != "speculative":
             raise UsageError(f"{label_for(run, 'a run')} is a {run.command} run; speculative runs compare only with "
-                             "speculative runs", "pick speculative runs from `servecheck history --command speculative`")
+                             "speculative runs",
+                             "pick speculative runs from `servecheck history --command speculative`")
     names = list(labels) if labels is not None else [label_for(r, f"run {i + 1}") for i, r in enumerate(runs)]
     lines = tuple(speculative_line(run, name, config) for run, name, config in zip(runs, names, config_notes(runs)))
-    keys = sorted({k for line in lines for k in (*line.tokens_per_step, *line.per_stream_tok_s)}, key=lambda k: (k[1], k[0]))
+    keys = sorted({k for line in lines for k in (*line.tokens_per_step, *line.per_stream_tok_s)},
+                  key=lambda k: (k[1], k[0]))
     return SpeculativeDiff(lines, tuple(keys))
 
 
@@ -130,7 +135,8 @@ def speculative_line(run: RunResult[Any], label: str, config: str = "—") -> Sp
     tps = {(p.n, p.prompt_kind): p.tokens_per_step for p in points if p.tokens_per_step is not None}
     rate = {(p.n, p.prompt_kind): p.per_stream_tok_s for p in points if p.per_stream_tok_s is not None}
     pays = {(p.n, p.prompt_kind): p.pays for p in points if p.pays}
-    return SpeculativeLine(label, config, run.url, run.model, tps, rate, pays, run.body.verdict or "inconclusive", marks_of(run))
+    return SpeculativeLine(label, config, run.url, run.model, tps, rate, pays, run.body.verdict or "inconclusive",
+                           marks_of(run))
 
 
 # ---------------------------------------------------------------- interference runs, by prompt size
@@ -169,7 +175,8 @@ def diff_interference_runs(runs: Sequence[RunResult[Any]], labels: Sequence[str]
     for run in runs:
         if run.command != "interference":
             raise UsageError(f"{label_for(run, 'a run')} is a {run.command} run; interference runs compare only with "
-                             "interference runs", "pick interference runs from `servecheck history --command interference`")
+                             "interference runs",
+                             "pick interference runs from `servecheck history --command interference`")
     names = list(labels) if labels is not None else [label_for(r, f"run {i + 1}") for i, r in enumerate(runs)]
     lines = tuple(interference_line(run, name, config) for run, name, config in zip(runs, names, config_notes(runs)))
     return InterferenceDiff(lines, tuple(sorted({s for line in lines for s in (*line.max_gap_s, *line.ttft_s)})))

@@ -13,7 +13,14 @@ from rich.text import Text
 from servecheck.model import diffdoc as doc
 from servecheck.model.bodies.staircase import RISING_RATIO
 from servecheck.model.sidebyside import Diff, Line
-from servecheck.report.diff import CheckDiff, ContextDiff, InterferenceDiff, InterferenceLine, SpeculativeDiff, per_stream
+from servecheck.report.diff import (
+    CheckDiff,
+    ContextDiff,
+    InterferenceDiff,
+    InterferenceLine,
+    SpeculativeDiff,
+    per_stream,
+)
 
 
 # ---------------------------------------------------------------- staircase and arms runs
@@ -30,8 +37,8 @@ def staircase_lines(result: Diff) -> list[RenderableType]:
     if simulated:
         out.append(Text(f"SIMULATED: {', '.join(simulated)} measured servecheck's simulated server, not a real engine",
                         style="yellow"))
-    out.append(Text(f"aggregate tok/s per concurrency level; agg ratio = agg(highest C) / agg(C=1); a line rises at >= {RISING_RATIO}×"
-                    " or when the run itself said so", style="dim"))
+    out.append(Text("aggregate tok/s per concurrency level; agg ratio = agg(highest C) / agg(C=1); a line rises at >= "
+                    f"{RISING_RATIO}× or when the run itself said so", style="dim"))
     return out
 
 
@@ -50,7 +57,8 @@ def diff_table(result: Diff) -> Table:
     if show_marks:
         table.add_column("marks", no_wrap=True)
     for line in result.lines:
-        table.add_row(*_row(line, result.levels, show_model), *([Text(" ".join(line.marks), style="yellow")] if show_marks else []))
+        table.add_row(*_row(line, result.levels, show_model),
+                      *([Text(" ".join(line.marks), style="yellow")] if show_marks else []))
     return table
 
 
@@ -92,7 +100,8 @@ def _framed(table: Table, sentences: list[str], lines: Sequence[HasMarks], foote
     """A kind of side by side as diff prints it: the table, one sentence a run, the simulated warning, the legend."""
     out: list[RenderableType] = [table, *(Text(sentence) for sentence in sentences)]
     if any("simulated" in line.marks for line in lines):
-        out.append(Text("SIMULATED: some runs measured servecheck's simulated server, not a real engine", style="yellow"))
+        out.append(Text("SIMULATED: some runs measured servecheck's simulated server, not a real engine",
+                        style="yellow"))
     return [*out, footer]
 
 
@@ -101,9 +110,11 @@ def _framed(table: Table, sentences: list[str], lines: Sequence[HasMarks], foote
 
 def context_lines(result: ContextDiff) -> list[RenderableType]:
     """Context runs: decode rate and ratio per depth, each run's effect of depth, the marks' notes."""
-    sentences = [f"{line.label}: decode {line.effect} with depth ({line.config}){_marks(line.marks)}" for line in result.lines]
+    sentences = [f"{line.label}: decode {line.effect} with depth ({line.config}){_marks(line.marks)}"
+                 for line in result.lines]
     return _framed(context_table(result), sentences, result.lines,
-                   Text("decode tok/s per depth (ratio to the run's shallowest depth, corrected for drift)", style="dim"))
+                   Text("decode tok/s per depth (ratio to the run's shallowest depth, corrected for drift)",
+                        style="dim"))
 
 
 def context_table(result: ContextDiff) -> Table:
@@ -142,7 +153,8 @@ def speculative_lines(result: SpeculativeDiff) -> list[RenderableType]:
     """Speculative runs: tokens per step and per-stream rate per N and prompt kind, each run's verdict."""
     sentences = [f"{line.label}: {line.verdict} ({line.config}){_marks(line.marks)}" for line in result.lines]
     return _framed(speculative_table(result), sentences, result.lines,
-                   Text("tokens per step and per-stream tok/s at each N and prompt kind, as each run measured them", style="dim"))
+                   Text("tokens per step and per-stream tok/s at each N and prompt kind, as each run measured them",
+                        style="dim"))
 
 
 def speculative_table(result: SpeculativeDiff) -> Table:
@@ -157,7 +169,8 @@ def speculative_table(result: SpeculativeDiff) -> Table:
         cells = [str(key[0]), key[1]]
         for line in result.lines:
             tps, rate = line.tokens_per_step.get(key), line.per_stream_tok_s.get(key)
-            cells += ["—" if tps is None else f"{tps:.2f}", "—" if rate is None else f"{rate:.1f}", line.pays.get(key, "—")]
+            cells += ["—" if tps is None else f"{tps:.2f}", "—" if rate is None else f"{rate:.1f}",
+                      line.pays.get(key, "—")]
         table.add_row(*cells)
     return table
 
@@ -235,7 +248,8 @@ def check_lines(result: CheckDiff) -> list[RenderableType]:
             else f"no claim changed ({len(result.claims)} compared)")
     sentences = [said, *(f"{line.label}: {line.config}{_marks(line.marks)}" for line in result.lines)]
     return _framed(table, sentences, result.lines,
-                   Text("each card's verdict as each check recorded it; request fields as request_params.FIELD", style="dim"))
+                   Text("each card's verdict as each check recorded it; request fields as request_params.FIELD",
+                        style="dim"))
 
 
 def check_record(result: CheckDiff) -> doc.CheckDiff:

@@ -23,7 +23,19 @@ from servecheck.model.sidebyside import Diff, label_for
 from servecheck.report.diff import diff_context_runs, per_stream
 from servecheck.results.fields import as_list
 from servecheck.results.jsonout import write_text_atomic
-from servecheck.report.html_kit import DASH, MAX_SERIES, SERIES_STYLES, finding, fmt, fmt_field, fmt_ratio, kv_table, mark_charts_simulated, table, verdict_line
+from servecheck.report.html_kit import (
+    DASH,
+    MAX_SERIES,
+    SERIES_STYLES,
+    finding,
+    fmt,
+    fmt_field,
+    fmt_ratio,
+    kv_table,
+    mark_charts_simulated,
+    table,
+    verdict_line,
+)
 from servecheck.report.lines import SECTIONS
 from servecheck.report.lines.log_html import log_findings
 from servecheck.report.lines.text import carried_words
@@ -95,12 +107,15 @@ def side_by_side(result: Diff | None) -> str:
     for line in result.lines:
         cells = [fmt(line.aggregate_tok_s.get(n), 1) for n in result.levels]
         rows.append([esc(line.label), esc(line.config), *cells, esc(per_stream(line)), fmt_ratio(line.ratio),
-                     f'<span class="trend-{esc(line.trend)}">{esc(line.trend)}</span>', esc(" ".join(line.marks)) or DASH])
-    headers = ["run", "differs by", *[f"C={n}" for n in result.levels], "per-stream tok/s", "agg ratio", "trend", "marks"]
-    series = [Series(line.label, tuple(sorted((float(n), v) for n, v in line.aggregate_tok_s.items())), f"s{k % SERIES_STYLES}")
+                     f'<span class="trend-{esc(line.trend)}">{esc(line.trend)}</span>',
+                     esc(" ".join(line.marks)) or DASH])
+    headers = ["run", "differs by", *[f"C={n}" for n in result.levels], "per-stream tok/s", "agg ratio", "trend",
+               "marks"]
+    series = [Series(line.label, tuple(sorted((float(n), v) for n, v in line.aggregate_tok_s.items())),
+                     f"s{k % SERIES_STYLES}")
               for k, line in enumerate(result.lines[:MAX_SERIES]) if line.aggregate_tok_s]
-    chart = line_chart(series, title="Aggregate tok/s against concurrency, one line per run", x_label="concurrent requests",
-                       y_label="aggregate tok/s") if series else ""
+    chart = line_chart(series, title="Aggregate tok/s against concurrency, one line per run",
+                       x_label="concurrent requests", y_label="aggregate tok/s") if series else ""
     if any("simulated" in line.marks for line in result.lines):
         chart = mark_charts_simulated(chart)
     return "\n".join([
@@ -108,7 +123,8 @@ def side_by_side(result: Diff | None) -> str:
         verdict_line("Across runs", result.verdict),
         table(headers, rows, frozenset(range(2, 2 + len(result.levels) + 2))),
         chart,
-        f'<p class="key">A line rises when agg(highest C) / agg(C=1) is at least {RISING_RATIO}× (or the run itself said so); '
+        f'<p class="key">A line rises when agg(highest C) / agg(C=1) is at least {RISING_RATIO}× '
+        '(or the run itself said so); '
         "a flat line is a queue, whatever each request reports about itself.</p>",
         "</section>",
     ])
@@ -120,13 +136,15 @@ def context_side_by_side(runs: Sequence[RunResult[Any]]) -> str:
     if len(picked) < 2:
         return ""
     result = diff_context_runs([r for _, r in picked], labels=[label_for(r, f"run {i + 1}") for i, r in picked])
-    rows = [[fmt(depth, 0), *[f"{fmt(line.decode_tok_s.get(depth), 1)} ({fmt_ratio(line.ratio.get(depth))})" for line in result.lines]]
+    rows = [[fmt(depth, 0), *[f"{fmt(line.decode_tok_s.get(depth), 1)} ({fmt_ratio(line.ratio.get(depth))})"
+                              for line in result.lines]]
             for depth in result.depths]
     headers = ["depth", *[f"{line.label} decode tok/s (ratio)" for line in result.lines]]
-    series = [Series(line.label, tuple(sorted((float(d), v) for d, v in line.decode_tok_s.items())), f"s{k % SERIES_STYLES}")
+    series = [Series(line.label, tuple(sorted((float(d), v) for d, v in line.decode_tok_s.items())),
+                     f"s{k % SERIES_STYLES}")
               for k, line in enumerate(result.lines[:MAX_SERIES]) if line.decode_tok_s]
-    chart = line_chart(series, title="Decode rate against context depth, one line per run", x_label="context depth (prompt tokens)",
-                       y_label="decode tok/s") if series else ""
+    chart = line_chart(series, title="Decode rate against context depth, one line per run",
+                       x_label="context depth (prompt tokens)", y_label="decode tok/s") if series else ""
     if any("simulated" in line.marks for line in result.lines):
         chart = mark_charts_simulated(chart)
     return "\n".join(['<section class="side-by-side" id="context-side-by-side"><h2>Context runs side by side</h2>',
@@ -179,11 +197,14 @@ def _meta_line(run: RunResult[Any]) -> str:
 def _banners(run: RunResult[Any]) -> str:
     out = []
     if run.simulated:
-        out.append('<div class="banner simulated">SIMULATED: these numbers come from servecheck\'s simulated server, not a real one.</div>')
+        out.append('<div class="banner simulated">SIMULATED: these numbers come from servecheck\'s simulated server, '
+                   'not a real one.</div>')
     if not run.complete:
-        out.append('<div class="banner incomplete">INCOMPLETE: the run stopped before it finished; only the points measured so far are shown.</div>')
+        out.append('<div class="banner incomplete">INCOMPLETE: the run stopped before it finished; '
+                   'only the points measured so far are shown.</div>')
     if run.valid is False:
-        out.append('<div class="banner invalid">INVALID: the run completed but failed a validity check (see the warnings).</div>')
+        out.append('<div class="banner invalid">INVALID: the run completed but failed a validity check (see the '
+                   'warnings).</div>')
     return "\n".join(out)
 
 
@@ -257,9 +278,9 @@ def _generic_section(run: RunResult[Any], reading: RunReading) -> str:
     if rows:
         out.append("<h3>Results</h3>" + kv_table(rows))
     for key, value in doc.items():
-        rows = [r for r in as_list(value) if isinstance(r, dict)]
-        if key not in ENVELOPE_KEYS and rows:
-            out.append(f"<h3>{esc(key)}</h3>" + _dict_rows_table(rows))
+        records = [r for r in as_list(value) if isinstance(r, dict)]
+        if key not in ENVELOPE_KEYS and records:
+            out.append(f"<h3>{esc(key)}</h3>" + _dict_rows_table(records))
     return "\n".join(out)
 
 

@@ -136,7 +136,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: frozen
     more = len(rows) - MAX_TABLE_ROWS
     note = f'<p class="key">{more} more rows not shown (see the JSON result).</p>' if more > 0 else ""
     # the wrapper scrolls a wide table sideways on a narrow screen instead of widening the page
-    return f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>{note}'
+    return (f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(body)}</tbody></table></div>{note}')
 
 
 def kv_table(rows: Sequence[tuple[str, Any]]) -> str:

@@ -90,8 +90,10 @@ def _x_axis(ticks: Sequence[float], scale: float, y0: float, label: str) -> list
     for t in ticks:
         x = LEFT + t * scale
         parts.append(f'<line class="grid" x1="{_n(x)}" y1="{TOP}" x2="{_n(x)}" y2="{_n(y0)}"/>')
-        parts.append(f'<text class="tick" x="{_n(x)}" y="{_n(y0 + 14)}" text-anchor="middle">{esc(tick_label(t))}</text>')
-    parts.append(f'<text class="axis-title" x="{LEFT + PLOT_W / 2:.1f}" y="{_n(y0 + 32)}" text-anchor="middle">{esc(label)}</text>')
+        parts.append(f'<text class="tick" x="{_n(x)}" y="{_n(y0 + 14)}" '
+                     f'text-anchor="middle">{esc(tick_label(t))}</text>')
+    parts.append(f'<text class="axis-title" x="{LEFT + PLOT_W / 2:.1f}" y="{_n(y0 + 32)}" '
+                 f'text-anchor="middle">{esc(label)}</text>')
     return parts
 
 
@@ -103,7 +105,8 @@ def _y_axis(ticks: Sequence[float], scale: float, y0: float, label: str) -> list
         parts.append(f'<text class="tick" x="{LEFT - 6}" y="{_n(y + 4)}" text-anchor="end">{esc(tick_label(t))}</text>')
     mid = (TOP + y0) / 2
     parts.append(
-        f'<text class="axis-title" x="14" y="{_n(mid)}" text-anchor="middle" transform="rotate(-90 14 {_n(mid)})">{esc(label)}</text>'
+        f'<text class="axis-title" x="14" y="{_n(mid)}" text-anchor="middle" transform="rotate(-90 14 '
+        f'{_n(mid)})">{esc(label)}</text>'
     )
     return parts
 
@@ -127,7 +130,8 @@ def timeline_chart(rows: Sequence[TimelineRow], x_max: float, *, title: str, x_l
             )
         parts.append("</g>")
         if row_h >= 10:
-            parts.append(f'<text class="lane" x="{LEFT - 6}" y="{_n(y + row_h * 0.55)}" text-anchor="end">{esc(row.label)}</text>')
+            parts.append(f'<text class="lane" x="{LEFT - 6}" y="{_n(y + row_h * 0.55)}" '
+                         f'text-anchor="end">{esc(row.label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -147,7 +151,8 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
     parts += _x_axis(x_ticks, x_scale, y0, x_label) + _y_axis(y_ticks, y_scale, y0, y_label)
     for m in bands:
         x_lo = LEFT + m.lo * x_scale
-        parts.append(f'<rect class="band {esc(m.css)}" x="{_n(x_lo)}" y="{TOP}" width="{_n(max(1.0, (m.hi - m.lo) * x_scale))}" '
+        parts.append(f'<rect class="band {esc(m.css)}" x="{_n(x_lo)}" y="{TOP}" '
+                     f'width="{_n(max(1.0, (m.hi - m.lo) * x_scale))}" '
                      f'height="{_n(y0 - TOP)}"><title>{esc(m.label)}</title></rect>')
     for k, s in enumerate(series):
         coords = [(LEFT + x * x_scale, y0 - y * y_scale) for x, y in s.points]
@@ -164,7 +169,8 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
     return "".join(parts)
 
 
-def bar_chart(bars: Sequence[Bar], *, title: str, y_label: str, ref_line: float | None = None, height: int = 260) -> str:
+def bar_chart(bars: Sequence[Bar], *, title: str, y_label: str, ref_line: float | None = None,
+              height: int = 260) -> str:
     """Vertical bars with their values printed above, and an optional dashed reference line."""
     top_value = max([b.value for b in bars] + [ref_line or 0.0, 1e-9])
     y_ticks = nice_ticks(top_value * 1.15)
@@ -178,10 +184,12 @@ def bar_chart(bars: Sequence[Bar], *, title: str, y_label: str, ref_line: float 
         x = LEFT + i * slot + slot * 0.15
         h = max(0.0, bar.value) * y_scale
         parts.append(f"<g><title>{esc(bar.title or bar.label)}</title>")
-        parts.append(f'<rect class="bar {esc(bar.css)}" x="{_n(x)}" y="{_n(y0 - h)}" width="{_n(slot * 0.7)}" height="{_n(max(h, 0.5))}"/>')
+        parts.append(f'<rect class="bar {esc(bar.css)}" x="{_n(x)}" y="{_n(y0 - h)}" width="{_n(slot * 0.7)}" '
+                     f'height="{_n(max(h, 0.5))}"/>')
         parts.append("</g>")
         cx = x + slot * 0.35
-        parts.append(f'<text class="value" x="{_n(cx)}" y="{_n(y0 - h - 4)}" text-anchor="middle">{esc(value_label(bar.value))}</text>')
+        parts.append(f'<text class="value" x="{_n(cx)}" y="{_n(y0 - h - 4)}" '
+                     f'text-anchor="middle">{esc(value_label(bar.value))}</text>')
         parts.append(f'<text class="tick" x="{_n(cx)}" y="{_n(y0 + 14)}" text-anchor="middle">{esc(bar.label)}</text>')
     if ref_line is not None:
         y = y0 - ref_line * y_scale
@@ -219,7 +227,8 @@ def range_chart(bars: Sequence[RangeBar], markers: Sequence[Marker], *, title: s
     for i, bar in enumerate(bars):
         y = TOP + i * lane + 6
         parts.append(f"<g><title>{esc(bar.title or bar.label)}</title>")
-        parts.append(f'<rect class="bar {esc(bar.css)}" x="{LEFT}" y="{y}" width="{_n(max(1.0, bar.lo * scale))}" height="22"/>')
+        parts.append(f'<rect class="bar {esc(bar.css)}" x="{LEFT}" y="{y}" width="{_n(max(1.0, bar.lo * scale))}" '
+                     'height="22"/>')
         if bar.hi > bar.lo:
             parts.append(
                 f'<rect class="bar range {esc(bar.css)}" x="{_n(LEFT + bar.lo * scale)}" y="{y}" '
@@ -230,9 +239,11 @@ def range_chart(bars: Sequence[RangeBar], markers: Sequence[Marker], *, title: s
     for k, m in enumerate(markers):
         x_lo, x_hi = LEFT + m.lo * scale, LEFT + m.hi * scale
         if m.hi > m.lo:
-            parts.append(f'<rect class="band {esc(m.css)}" x="{_n(x_lo)}" y="{TOP}" width="{_n(x_hi - x_lo)}" height="{_n(y0 - TOP)}"/>')
+            parts.append(f'<rect class="band {esc(m.css)}" x="{_n(x_lo)}" y="{TOP}" width="{_n(x_hi - x_lo)}" '
+                         f'height="{_n(y0 - TOP)}"/>')
         for x in {x_lo, x_hi}:
             parts.append(f'<line class="ref {esc(m.css)}" x1="{_n(x)}" y1="{TOP - 4}" x2="{_n(x)}" y2="{_n(y0)}"/>')
-        parts.append(f'<text class="marker {esc(m.css)}" x="{_n(x_lo)}" y="{_n(y0 + BOTTOM + 4 + 16 * k)}">{esc(m.label)}</text>')
+        parts.append(f'<text class="marker {esc(m.css)}" x="{_n(x_lo)}" '
+                     f'y="{_n(y0 + BOTTOM + 4 + 16 * k)}">{esc(m.label)}</text>')
     parts.append("</svg>")
     return "".join(parts)

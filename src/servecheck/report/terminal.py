@@ -34,7 +34,8 @@ class ProgressHandle:
         self._progress = progress
         self._task = task
 
-    def update(self, *, description: str | None = None, completed: float | None = None, total: float | None = None) -> None:
+    def update(self, *, description: str | None = None, completed: float | None = None,
+               total: float | None = None) -> None:
         if self._progress is not None and self._task is not None:
             self._progress.update(self._task, description=description, completed=completed, total=total)
 
@@ -44,7 +45,8 @@ class ProgressHandle:
 
 
 @contextmanager
-def progress(app: _App, description: str, *, total: float | None = None, delay_s: float = PROGRESS_DELAY_S) -> Iterator[ProgressHandle]:
+def progress(app: _App, description: str, *, total: float | None = None,
+             delay_s: float = PROGRESS_DELAY_S) -> Iterator[ProgressHandle]:
     """Show a spinner (or a bar when `total` is known) on stderr once the task has run `delay_s`.
 
     Silent with --quiet or when stderr is not a terminal, so stdout and logs stay clean.
@@ -87,7 +89,8 @@ def _make_progress(console: Console, with_bar: bool) -> Progress:
 # ---------------------------------------------------------------- re-rendering saved runs
 
 
-def render_doc(doc: dict[str, Any], verdict: str | None, body: Sequence[RenderableType] | None = None) -> RenderableType:
+def render_doc(doc: dict[str, Any], verdict: str | None,
+               body: Sequence[RenderableType] | None = None) -> RenderableType:
     """Head and marks (SIMULATED, INCOMPLETE, INVALID), then `body` (the command's own report) or a short
     rendering of any result document: `verdict` (the run's word, `analysis.run_verdict`), the key numbers,
     its table."""
@@ -110,7 +113,7 @@ def _head(run: RunResult[Any]) -> Text:
 
 
 def _marks(run: RunResult[Any]) -> list[RenderableType]:
-    marks = []
+    marks: list[RenderableType] = []
     if run.simulated:
         marks.append(Text("SIMULATED: measured against servecheck's simulated server", style="yellow"))
     if not run.complete:

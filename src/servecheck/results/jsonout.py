@@ -24,7 +24,8 @@ from servecheck.model.result import Envelope, SchemaError, upgraded
 def envelope(command: str, params: Mapping[str, Any], environment: Mapping[str, Any]) -> Envelope:
     """The head of a run's result, started now: the command's parameters as given, and the machine's
     record (`envinfo.environment`) read into its record (the document writes every probe, null ones too)."""
-    return Envelope(command=command, servecheck_version=__version__, created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    return Envelope(command=command, servecheck_version=__version__,
+                    created_at=datetime.now(UTC).isoformat(timespec="seconds"),
                     params=dict(params), environment=decode(Environment, environment))
 
 

@@ -225,7 +225,8 @@ class _Loop(Generic[R]):
         return self.finish(work, epilogue, amend)
 
     def finish(
-        self, work: Callable[[], R], epilogue: Callable[[], Mapping[str, Any]] | None, amend: Callable[[Run], Run] | None,
+        self, work: Callable[[], R], epilogue: Callable[[], Mapping[str, Any]] | None,
+        amend: Callable[[Run], Run] | None,
     ) -> RunOutcome[R]:
         """Do the work under the watch; then write the last document, or on an interrupt what was saved."""
         try:

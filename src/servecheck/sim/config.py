@@ -33,8 +33,9 @@ class SimConfig:
 
     Step time of a decode step: (token_s + per_seq_s x sequences decoding + context_token_s x context
     tokens of the sequences decoding) x heat factor, where a sequence's context is its prompt plus the
-    tokens it has generated and the heat factor is 1 + heat_per_s x seconds since the server started. Prefill time of a request:
-    prompt_token_s x prompt tokens not served from the prefix cache, times the same heat factor.
+    tokens it has generated and the heat factor is 1 + heat_per_s x seconds since the server started.
+    Prefill time of a request: prompt_token_s x prompt tokens not served from the prefix cache, times
+    the same heat factor.
     """
 
     mode: SimMode = "serial"
@@ -199,13 +200,15 @@ def _problems(c: SimConfig) -> list[str]:
         problems.append(f"n_ctx must be >= 2, got {c.n_ctx!r}")
     if not 1 <= c.default_max_tokens < c.n_ctx:
         problems.append(f"default_max_tokens must be in [1, n_ctx), got {c.default_max_tokens!r}")
-    if c.spec_mean and not (isinstance(c.spec_draft, int) and c.spec_draft >= 1 and 1.0 <= c.spec_mean <= c.spec_draft + 1):
+    if c.spec_mean and not (isinstance(c.spec_draft, int) and c.spec_draft >= 1
+                            and 1.0 <= c.spec_mean <= c.spec_draft + 1):
         problems.append(f"spec_mean must be in [1, spec_draft + 1] with spec_draft >= 1 (a step emits 1 to draft + 1 "
                         f"tokens), got spec_mean={c.spec_mean!r} spec_draft={c.spec_draft!r}")
     if c.spec_mean < 0 or c.spec_draft_token_s < 0:
         problems.append("spec_mean and spec_draft_token_s must be >= 0")
     if not isinstance(c.prefill_chunk, int) or c.prefill_chunk < 0:
-        problems.append(f"prefill_chunk must be an integer >= 0 (0: the whole prompt in one step), got {c.prefill_chunk!r}")
+        problems.append("prefill_chunk must be an integer >= 0 (0: the whole prompt in one step), "
+                        f"got {c.prefill_chunk!r}")
     if c.prefill_chunk and c.prefill_isolated:
         problems.append("prefill_chunk and prefill_isolated exclude each other (chunks share the decode steps; "
                         "isolated prefill shares none)")

@@ -46,21 +46,22 @@ class SimFlags:
         return SimConfig(
             mode=self.resolved_mode(), slots=self.slots or 4,  # type: ignore[arg-type]  # a Choice of MODES
             token_s=self.token_ms / 1e3, per_seq_s=self.per_seq_ms / 1e3, prompt_token_s=self.prompt_token_ms / 1e3,
-            context_token_s=self.context_token_ms / 1e3, truncate_prompt=self.truncate_prompt, heat_per_s=self.heat_per_s,
-            eos_ceiling=self.eos_ceiling, eos_short_fraction=self.eos_short_fraction,
+            context_token_s=self.context_token_ms / 1e3, truncate_prompt=self.truncate_prompt,
+            heat_per_s=self.heat_per_s, eos_ceiling=self.eos_ceiling, eos_short_fraction=self.eos_short_fraction,
             prefix_cache=self.prefix_cache,  # type: ignore[arg-type]  # a Choice of PREFIX_CACHE_MODES
-            n_ctx=self.n_ctx, n_ctx_shared=self.n_ctx_shared, default_max_tokens=min(128, self.n_ctx - 1), spec_mean=self.spec_mean,
-            spec_draft=self.spec_draft, spec_draft_token_s=self.spec_draft_ms / 1e3, spec_seed=self.spec_seed,
-            prefill_chunk=self.prefill_chunk, prefill_isolated=self.prefill_isolated, serialize_on=self.serialize_on, refusal=self.refusal,
-            hostile=self.hostile, lying_gauges=self.lying_gauges, lying_cache=self.lying_cache,
-            log_path=self.log_path,
+            n_ctx=self.n_ctx, n_ctx_shared=self.n_ctx_shared, default_max_tokens=min(128, self.n_ctx - 1),
+            spec_mean=self.spec_mean, spec_draft=self.spec_draft, spec_draft_token_s=self.spec_draft_ms / 1e3,
+            spec_seed=self.spec_seed, prefill_chunk=self.prefill_chunk, prefill_isolated=self.prefill_isolated,
+            serialize_on=self.serialize_on, refusal=self.refusal, hostile=self.hostile, lying_gauges=self.lying_gauges,
+            lying_cache=self.lying_cache, log_path=self.log_path,
         )
 
     def resolved_mode(self) -> str:
         if self.mode is None:
             return "slots" if self.slots is not None else "serial"
         if self.slots is not None and self.mode != "slots":
-            raise UsageError(f"--slots applies to --mode slots, not --mode {self.mode}", "drop --slots or use --mode slots")
+            raise UsageError(f"--slots applies to --mode slots, not --mode {self.mode}",
+                             "drop --slots or use --mode slots")
         return self.mode
 
 

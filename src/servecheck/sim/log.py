@@ -88,7 +88,8 @@ def _slot_lines(config: SimConfig) -> list[str]:
     n = config.capacity
     lines = [f"srv    load_model: initializing slots, n_slots = {n}"]
     lines += [
-        f"slot   load_model: id {i:>2} | task -1 | new slot, n_ctx = {config.n_ctx}" for i in range(min(n, MAX_SLOT_LINES))
+        f"slot   load_model: id {i:>2} | task -1 | new slot, n_ctx = {config.n_ctx}"
+        for i in range(min(n, MAX_SLOT_LINES))
     ]
     if config.mode == "pipelined":
         lines.append("sim: prefill and decode run as two overlapping stages; decode does not batch")

@@ -325,7 +325,8 @@ class Scheduler:
         c = self.config
         context = sum(len(j.prompt_tokens) + j.produced for j in jobs) if c.context_token_s else 0
         draft = c.spec_draft_token_s * c.spec_draft * len(jobs) if c.speculating else 0.0
-        return round((c.token_s + c.per_seq_s * len(jobs) + c.context_token_s * context + draft) * self._heat(start_ns) * 1e9)
+        return round((c.token_s + c.per_seq_s * len(jobs) + c.context_token_s * context + draft)
+                     * self._heat(start_ns) * 1e9)
 
     # ---------------------------------------------------- serial/slots/batched
     def _advance_batch(self, now: int) -> int | None:

@@ -78,7 +78,8 @@ def _check_location(db_path: Path, *, create: bool, explicit: bool) -> None:
     if db_path.parent.is_dir():
         return
     if explicit:
-        raise StoreError(f"cannot create {db_path}: folder {db_path.parent} does not exist", "create it or pass another --db PATH")
+        raise StoreError(f"cannot create {db_path}: folder {db_path.parent} does not exist",
+                         "create it or pass another --db PATH")
     try:
         db_path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -142,7 +143,8 @@ def translate_errors(label: str) -> Iterator[None]:
     except sqlite3.OperationalError as exc:
         raise _operational(label, exc) from exc
     except sqlite3.DatabaseError as exc:
-        raise StoreError(f"history database {label} is not a SQLite database or is damaged ({exc})", _HINT_OTHER_DB) from exc
+        raise StoreError(f"history database {label} is not a SQLite database or is damaged ({exc})",
+                         _HINT_OTHER_DB) from exc
     except sqlite3.Error as exc:
         raise StoreError(f"history database {label} failed: {exc}", _HINT_OTHER_DB) from exc
 
@@ -150,11 +152,13 @@ def translate_errors(label: str) -> Iterator[None]:
 def _operational(label: str, exc: sqlite3.OperationalError) -> StoreError:
     text = str(exc)
     if _is_lock_error(exc):
-        return StoreError(f"history database {label} is locked by another process", "retry when the other servecheck finishes")
+        return StoreError(f"history database {label} is locked by another process",
+                          "retry when the other servecheck finishes")
     if "readonly" in text or "read-only" in text:
         return StoreError(f"cannot write history database {label}: it is read-only", "pass --db PATH or use --no-save")
     if "unable to open" in text:
-        return StoreError(f"cannot open history database {label}", "check the path and its permissions, or pass --db PATH")
+        return StoreError(f"cannot open history database {label}",
+                          "check the path and its permissions, or pass --db PATH")
     if "not a database" in text or "malformed" in text:
         return StoreError(f"history database {label} is not a SQLite database or is damaged", _HINT_OTHER_DB)
     return StoreError(f"history database {label} failed: {text}", _HINT_OTHER_DB)
@@ -177,8 +181,10 @@ def _refuse_unknown_schema(applied: dict[int, str], label: str) -> None:
     newest = max(applied, default=0)
     if newest > LATEST_VERSION:
         raise StoreError(
-            f"history database {label} has schema version {newest}, newer than this servecheck knows ({LATEST_VERSION})",
-            "upgrade servecheck, pass --db PATH to use another database, or --no-save to run without one; it was left untouched",
+            f"history database {label} has schema version {newest}, "
+            f"newer than this servecheck knows ({LATEST_VERSION})",
+            "upgrade servecheck, pass --db PATH to use another database, or --no-save to run without one; "
+            "it was left untouched",
         )
     known = {m.version: m.name for m in MIGRATIONS}
     for version, name in applied.items():

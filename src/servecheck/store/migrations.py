@@ -51,7 +51,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         (
             # NULL where the command does not judge validity (audit, bandwidth, roofline, ...)
             "ALTER TABLE runs ADD COLUMN valid INTEGER",
-            "UPDATE runs SET valid = json_extract(doc, '$.valid') WHERE json_valid(doc) AND json_type(doc, '$.valid') IN ('true', 'false')",
+            "UPDATE runs SET valid = json_extract(doc, '$.valid') "
+            "WHERE json_valid(doc) AND json_type(doc, '$.valid') IN ('true', 'false')",
         ),
     ),
 )

@@ -53,5 +53,6 @@ def run_id(ref: str, store: Store) -> int:
             "list saved runs with `servecheck history`",
         )
     if int(ref) > MAX_RUN_ID:
-        raise UsageError(f"run id {ref} is out of range (at most {MAX_RUN_ID})", "list saved runs with `servecheck history`")
+        raise UsageError(f"run id {ref} is out of range (at most {MAX_RUN_ID})",
+                         "list saved runs with `servecheck history`")
     return int(ref)

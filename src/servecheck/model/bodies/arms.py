@@ -9,7 +9,16 @@ from __future__ import annotations
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import Calibrated, ClientCheck, EvidenceMode, LogAudit, UnscannedLogAudit, Request, Server, Warning
+from servecheck.model.bodies.common import (
+    Calibrated,
+    ClientCheck,
+    EvidenceMode,
+    LogAudit,
+    UnscannedLogAudit,
+    Request,
+    Server,
+    Warning,
+)
 from servecheck.model.codec import only_when_recorded, record, until_finished
 
 Label = Literal["batching", "pipelining", "none", "inconclusive"]
@@ -164,7 +173,8 @@ class ArmsBody:
     notes: tuple[str, ...] = ()
     log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
     calibration: Calibrated | None = None  # the client's pre-flight; None: a document from before it
-    client_checks: tuple[ClientCheck, ...] | None = None  # one per concurrency, before its first batch; None: from before it
+    # one per concurrency, before its first batch; None: from before it
+    client_checks: tuple[ClientCheck, ...] | None = None
     evidence_mode: EvidenceMode | None = None  # stopwatch: the gauges never decide a label; None: from before it
 
     def unrecorded(self) -> tuple[str, ...]:

@@ -209,7 +209,8 @@ class Calibration:
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
     client_bound: str | None = None  # why a run at this concurrency and rate would measure the client
-    clock_uncertainty_ms: float | None = only_when_recorded()  # lanes on Ray actors: how far two actors' mapped clocks may differ
+    # lanes on Ray actors: how far two actors' mapped clocks may differ
+    clock_uncertainty_ms: float | None = only_when_recorded()
     clock_offsets: tuple[ClockOffset, ...] | None = only_when_recorded()  # absent on one machine
 
 
@@ -220,7 +221,8 @@ class ClientCheck:
 
     streams: int | None = None
     tolerance_ms: float | None = None  # the most timing error the command allows at this N
-    aim_ms: float | None = only_when_recorded()  # the tighter error an automatic worker count searched for (2% of the reference)
+    # the tighter error an automatic worker count searched for (2% of the reference)
+    aim_ms: float | None = only_when_recorded()
     basis: str | None = None  # what the bound is a fraction of, in words
     workers: int | None = None  # client processes the batches at this N ran on
     error_ms: float | None = None  # the chosen calibration's p99 stamp delay + dispatch skew

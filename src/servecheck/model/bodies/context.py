@@ -5,7 +5,15 @@ from __future__ import annotations
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import Calibrated, ClientCheck, LogAudit, UnscannedLogAudit, Request, Server, Warning
+from servecheck.model.bodies.common import (
+    Calibrated,
+    ClientCheck,
+    LogAudit,
+    UnscannedLogAudit,
+    Request,
+    Server,
+    Warning,
+)
 from servecheck.model.codec import only_when_recorded, record, until_finished
 
 Effect = Literal["falls", "flat", "rises", "inconclusive"]

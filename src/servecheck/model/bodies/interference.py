@@ -42,7 +42,8 @@ class InterferenceRep:
     intruder_ttft_s: float | None = None
     prefill_tok_s: float | None = None
     chunk_tokens: float | None = None
-    client_late: bool | None = None  # the client could not vouch for the prefill window: repeated (analysis.client_timing)
+    # the client could not vouch for the prefill window: repeated (analysis.client_timing)
+    client_late: bool | None = None
     client: ClientLateness | None = None  # the client's own lateness over this rep
     intruder: Request | None = None
     victims: tuple[Request, ...] = ()
@@ -129,7 +130,8 @@ class InterferenceBody:
     calibration: tuple[Request, ...] = ()
     warmup: Request | None = None
     witness: InterferenceWitness | None = only_when_recorded()  # with --serve, once the run ended
-    invalid: tuple[Finding, ...] | None = only_when_recorded()  # present only when not empty; why the run is invalid: `client_bound` (the pre-flight)
+    # present only when not empty; why the run is invalid: `client_bound` (the pre-flight)
+    invalid: tuple[Finding, ...] | None = only_when_recorded()
     notes: tuple[str, ...] = ()
     log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
     # the client's pre-flight ("on|off|none", staircase's `calibration`: that key here is the victims' batch);

@@ -7,7 +7,16 @@ from dataclasses import field
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import Calibrated, ClientCheck, EvidenceMode, Finding, LogAudit, UnscannedLogAudit, Request, Server
+from servecheck.model.bodies.common import (
+    Calibrated,
+    ClientCheck,
+    EvidenceMode,
+    Finding,
+    LogAudit,
+    UnscannedLogAudit,
+    Request,
+    Server,
+)
 from servecheck.model.codec import only_when_recorded, record, until_finished
 
 CacheVerdict = Literal["working", "inert", "unknown"]
@@ -87,7 +96,8 @@ class PrefixCacheBody:
     # timing; the key only where there is one
     warnings: tuple[Finding, ...] | None = only_when_recorded()
     evidence_mode: EvidenceMode | None = None  # stopwatch: the counters never decide
-    invalid: tuple[Finding, ...] | None = only_when_recorded()  # present only when not empty; why the run is invalid beside a failed send: `client_bound` (the pre-flight)
+    # present only when not empty; why the run is invalid beside a failed send: `client_bound` (the pre-flight)
+    invalid: tuple[Finding, ...] | None = only_when_recorded()
     notes: tuple[str, ...] = ()
     log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
     warmup: Request | None = None  # a fresh prefill of the prompt's length, its own nonce: the pre-flight's reference

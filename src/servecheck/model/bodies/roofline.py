@@ -76,9 +76,10 @@ class AuditSummary:
 
     @classmethod
     def of(cls, audit: AuditBody) -> AuditSummary:
-        return cls(path=audit.path, format=audit.format, architecture=audit.architecture, bytes_per_token=audit.bytes_per_token,
-                   kv_bytes_per_token=audit.kv_bytes_per_token, state_bytes_per_token=audit.state_bytes_per_token,
-                   resident_bytes=audit.resident_bytes, experts=audit.experts, tied_head=audit.tied_head)
+        return cls(path=audit.path, format=audit.format, architecture=audit.architecture,
+                   bytes_per_token=audit.bytes_per_token, kv_bytes_per_token=audit.kv_bytes_per_token,
+                   state_bytes_per_token=audit.state_bytes_per_token, resident_bytes=audit.resident_bytes,
+                   experts=audit.experts, tied_head=audit.tied_head)
 
 
 @record
@@ -126,7 +127,8 @@ class RooflineBody:
 
     def unrecorded(self) -> tuple[str, ...]:
         """The keys this document leaves out: before the bandwidth is in, all but the rate's (`RooflineRate`)."""
-        return () if self.bandwidth_gb_s is not None else tuple(sorted(json_keys(RooflineBody) - json_keys(RooflineRate)))
+        return (() if self.bandwidth_gb_s is not None
+                else tuple(sorted(json_keys(RooflineBody) - json_keys(RooflineRate))))
 
 
 BODIES["roofline"] = RooflineBody

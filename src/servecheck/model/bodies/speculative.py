@@ -7,7 +7,15 @@ from dataclasses import field
 from typing import Literal, get_args
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import Calibrated, ClientCheck, Finding, LogAudit, UnscannedLogAudit, Request, Server
+from servecheck.model.bodies.common import (
+    Calibrated,
+    ClientCheck,
+    Finding,
+    LogAudit,
+    UnscannedLogAudit,
+    Request,
+    Server,
+)
 from servecheck.model.codec import only_when_recorded, record, until_finished
 
 SpecVerdict = Literal["speculating", "not_speculating", "inconclusive"]
@@ -51,7 +59,8 @@ class SpeculativePoint:
     pays_reason: str | None = None
     client_late_groups: int | None = None  # groups left out: the client read them late (analysis.client_timing)
     coalesced_streams: int | None = None  # streams whose groups were bursts made in transit, not steps
-    extra_reps: int | None = None  # reps beyond the planned ones, taken while pays / costs was undecided; None without a baseline
+    # reps beyond the planned ones, taken while pays / costs was undecided; None without a baseline
+    extra_reps: int | None = None
 
 
 @record
@@ -69,7 +78,8 @@ class SpeculativeBody:
     stops_paying_n: Mapping[str, int | None] = field(default_factory=dict)
     stops_paying_reason: Mapping[str, str] = field(default_factory=dict)
     warmup: Request | None = None
-    invalid: tuple[Finding, ...] | None = only_when_recorded()  # present only when not empty; why the run is invalid: `client_bound` (the pre-flight)
+    # present only when not empty; why the run is invalid: `client_bound` (the pre-flight)
+    invalid: tuple[Finding, ...] | None = only_when_recorded()
     notes: tuple[str, ...] = ()
     log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
     calibration: Calibrated | None = None  # the client's pre-flight; None: a document from before it

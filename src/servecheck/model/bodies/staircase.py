@@ -9,7 +9,16 @@ from collections.abc import Mapping
 from typing import Literal
 
 from servecheck.model.bodies import BODIES
-from servecheck.model.bodies.common import Calibrated, ClientCheck, EvidenceMode, Finding, LogAudit, UnscannedLogAudit, Request, Server
+from servecheck.model.bodies.common import (
+    Calibrated,
+    ClientCheck,
+    EvidenceMode,
+    Finding,
+    LogAudit,
+    UnscannedLogAudit,
+    Request,
+    Server,
+)
 from servecheck.model.codec import only_when_recorded, record, until_finished
 
 Verdict = Literal["baseline", "cluster", "staircase", "partial", "inconclusive"]

@@ -24,7 +24,8 @@ SECTIONS: dict[str, Section] = {}
 SHORTS: dict[str, Short] = {}
 
 
-def register(command: str, *, lines: Report | None = None, html: Section | None = None, short: Short | None = None) -> None:
+def register(command: str, *, lines: Report | None = None, html: Section | None = None,
+             short: Short | None = None) -> None:
     """A command's presentation: its terminal report (None: `show` prints the short form), its HTML section,
     and its short form (`show`, for a document its report cannot read)."""
     if lines is not None:

@@ -53,8 +53,9 @@ def header_lines(body: ArmsBody) -> list[str]:
     if server is not None:
         lines.append(f"arms  {server.url or '?'}  api {server.dialect or '?'}  model {server.model or '?'}")
     lines.append(
-        f"{_num(d.requests, 'd')} requests per cell, {_num(d.tokens, 'd')} tokens each, {_num(d.prompt_tokens, 'd')}-token "
-        f"prompts; arms {','.join(str(a) for a in d.arms)}; {_reps_words(body, d)}, {order}"
+        f"{_num(d.requests, 'd')} requests per cell, {_num(d.tokens, 'd')} tokens each, "
+        f"{_num(d.prompt_tokens, 'd')}-token prompts; arms {','.join(str(a) for a in d.arms)}; "
+        f"{_reps_words(body, d)}, {order}"
     )
     if body.pooled_from:
         lines.append(f"pooled with: {', '.join(body.pooled_from)}")
@@ -62,7 +63,8 @@ def header_lines(body: ArmsBody) -> list[str]:
 
 
 def arm_table(arms: tuple[Arm, ...]) -> list[str]:
-    lines = [f"{'arm':>4}  {'aggregate':>13}  {'speedup [interval]':>20}  {'effic.':>6}  {'per-user':>13}  {'change':>6}  {'TTFT':>7}  {'TTFT x':>6}"]
+    lines = [f"{'arm':>4}  {'aggregate':>13}  {'speedup [interval]':>20}  {'effic.':>6}  {'per-user':>13}  "
+             f"{'change':>6}  {'TTFT':>7}  {'TTFT x':>6}"]
     for a in arms:
         lines.append(
             f"{_num(a.concurrency, 'd'):>4}  {_num(a.aggregate_tok_s, '8.1f') + ' tok/s':>13}  "
@@ -146,7 +148,8 @@ def report_lines(run: RunResult[ArmsBody], reading: RunReading) -> list[str]:
         lines.append("INCOMPLETE: interrupted; the cells above are all that was measured")
     bound = [c.streams for c in body.client_checks or () if c.client_bound]
     if run.valid is False and bound:
-        lines.append("INVALID: the client is the bottleneck at " + ", ".join(f"N={n}" for n in bound) + " (see the warnings)")
+        lines.append("INVALID: the client is the bottleneck at " + ", ".join(f"N={n}" for n in bound)
+                     + " (see the warnings)")
     elif run.valid is False:
         lines.append("INVALID: some requests failed (see the cells)")
     return lines

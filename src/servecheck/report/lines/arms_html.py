@@ -20,8 +20,8 @@ from servecheck.report.html_kit import DASH, MAX_TABLE_ROWS, fmt, fmt_pct, fmt_r
 
 def section(run: RunResult[ArmsBody], reading: RunReading) -> str:
     body = run.body
-    parts = [_arms_headline(body), "<h3>Arms</h3>", _arms_table(body, reading.arms), _decomposition_chart(body.arms), _arms_checks(body),
-             _deviant_cells(body.deviant_cells)]
+    parts = [_arms_headline(body), "<h3>Arms</h3>", _arms_table(body, reading.arms), _decomposition_chart(body.arms),
+             _arms_checks(body), _deviant_cells(body.deviant_cells)]
     return "\n".join(p for p in parts if p)
 
 
@@ -45,8 +45,8 @@ def _arms_table(body: ArmsBody, reading: ArmsReading) -> str:
             _with_interval(fmt_ratio, a.ttft_multiple, a.ttft_multiple_interval), fmt_pct(a.efficiency),
             f'<span class="label-{esc(a.label or "")}">{fmt(a.label)}</span>',
         ])
-    headers = ["in flight", "aggregate tok/s", "per-user tok/s", "aggregate speedup", "generation-stage gain", "per-user rate",
-               "TTFT s", "TTFT multiple", "efficiency", "label"]
+    headers = ["in flight", "aggregate tok/s", "per-user tok/s", "aggregate speedup", "generation-stage gain",
+               "per-user rate", "TTFT s", "TTFT multiple", "efficiency", "label"]
     return table(headers, rows, frozenset(range(9))) + _interval_key(reading.interval_level)
 
 
@@ -90,13 +90,16 @@ def _decomposition_chart(arms: tuple[Arm, ...]) -> str:
     bars = []
     for a in arms:
         c = fmt(a.concurrency, 0)
-        for value, css, name in ((a.aggregate_speedup, "primary", "aggregate"), (a.generation_gain, "secondary", "generation")):
+        for value, css, name in ((a.aggregate_speedup, "primary", "aggregate"),
+                                 (a.generation_gain, "secondary", "generation")):
             if value is not None:
                 bars.append(Bar(f"{c}-way {name}", value, css, f"{c}-way {name}: {value:.2f}×"))
     if not bars:
         return ""
-    key = '<p class="key">Against the serial arm (dashed line = 1×, no gain): aggregate throughput gain beside the generation-stage gain. Aggregate up with generation flat is pipelining, not batching.</p>'
-    return key + bar_chart(bars, title="Decomposition: aggregate vs generation-stage gain", y_label="× serial", ref_line=1.0)
+    key = ('<p class="key">Against the serial arm (dashed line = 1×, no gain): aggregate throughput gain beside the '
+           'generation-stage gain. Aggregate up with generation flat is pipelining, not batching.</p>')
+    return key + bar_chart(bars, title="Decomposition: aggregate vs generation-stage gain", y_label="× serial",
+                           ref_line=1.0)
 
 
 def _deviant_cells(cells: tuple[DeviantCell, ...]) -> str:

@@ -27,7 +27,8 @@ def _b(n: int | None) -> str:
 
 
 def head_line(body: AuditBody) -> str:
-    return f"audit  {body.path}  format {body.format or '?'}  architecture {body.architecture or '?'}  ({body.kind or '?'})"
+    return (f"audit  {body.path}  format {body.format or '?'}  architecture {body.architecture or '?'}  "
+            f"({body.kind or '?'})")
 
 
 def group_table(body: AuditBody) -> Table:
@@ -60,7 +61,8 @@ def summary_lines(body: AuditBody) -> list[str]:
     if kv is not None or s is not None:
         lines.append(f"total per token         {_b(body.total_bytes_per_token)}")
     gib = "?" if body.resident_bytes is None else f"{body.resident_bytes / 2**30:.2f}"
-    lines.append(f"resident                {_b(body.resident_bytes)} ({gib} GiB): the working set to probe bandwidth at")
+    lines.append(f"resident                {_b(body.resident_bytes)} ({gib} GiB): "
+                 "the working set to probe bandwidth at")
     e = body.experts
     if e is not None:
         lines.append(f"experts                 {e.used} of {e.count} routed experts per token (from {e.source})")

@@ -38,7 +38,8 @@ def report_lines(body: BandwidthBody) -> list[str]:
     lines += [f"skipped {fmt_size(s.bytes or 0)}: {s.reason}" for s in body.skipped or ()]
     lines += [f"note: {n}" for n in body.notes or ()]
     if len(points) > 1:
-        lines.append("use the figure at the size closest to the model's resident size: bandwidth falls as the working set grows")
+        lines.append("use the figure at the size closest to the model's resident size: "
+                     "bandwidth falls as the working set grows")
     lines.append(UNITS_LINE)
     return lines
 

@@ -27,15 +27,17 @@ def section(run: RunResult[BandwidthBody], _: RunReading) -> str:
 
 
 # A point's columns in the order its JSON object keeps them (sorted keys), as the tables always listed them.
-PROBE_POINT_COLUMNS = ("bytes", "gb_s", "gb_s_4k", "gb_s_huge", "gib", "low_gb_s", "median_gb_s_4k", "median_gb_s_huge", "pages_differ")
+PROBE_POINT_COLUMNS = ("bytes", "gb_s", "gb_s_4k", "gb_s_huge", "gib", "low_gb_s", "median_gb_s_4k", "median_gb_s_huge",
+                       "pages_differ")
 
 
 def _bandwidth_tables(b: BandwidthBody) -> str:
     """The probe's settings, its points and the sizes it skipped, laid out as the generic section lays out
     any document: the simple fields in key order, then a table per list of records."""
     # as there, an empty list is a field that reads "—", and a list longer than 16 is not a simple field
-    settings = [("device", b.device), ("method", b.method), ("notes", b.notes if b.notes is None or len(b.notes) <= 16 else None),
-                ("passes", b.passes), ("points", () if b.points == () else None), ("skipped", () if b.skipped == () else None),
+    settings = [("device", b.device), ("method", b.method),
+                ("notes", b.notes if b.notes is None or len(b.notes) <= 16 else None), ("passes", b.passes),
+                ("points", () if b.points == () else None), ("skipped", () if b.skipped == () else None),
                 ("threads", b.threads)]
     rows = [(k, v) for k, v in settings if v is not None]
     out = ["<h3>Results</h3>" + kv_table(rows)] if rows else []
@@ -43,5 +45,6 @@ def _bandwidth_tables(b: BandwidthBody) -> str:
         cells = [[fmt_field(k, getattr(p, k)) for k in PROBE_POINT_COLUMNS] for p in b.points]
         out.append("<h3>points</h3>" + table(PROBE_POINT_COLUMNS, cells))
     if b.skipped:
-        out.append("<h3>skipped</h3>" + table(["bytes", "reason"], [[fmt_field("bytes", s.bytes), fmt(s.reason)] for s in b.skipped]))
+        out.append("<h3>skipped</h3>" + table(["bytes", "reason"], [[fmt_field("bytes", s.bytes), fmt(s.reason)]
+                                                                    for s in b.skipped]))
     return "\n".join(out)

@@ -12,8 +12,8 @@ def report_lines(c: Calibration) -> list[str]:
         f"calibrate  {c.streams} streams, an event every {c.gap_ms:g} ms per stream, {c.events} events stamped"
         + (f", read by {c.workers} client processes" if (c.workers or 1) > 1 else ""),
         "  (servecheck's own loopback stamp server: this measures the client, no server)",
-        f"stamp delay     p50 {c.stamp_delay_p50_ms:.2f} ms, p99 {c.stamp_delay_p99_ms:.2f} ms, max {c.stamp_delay_max_ms:.2f} ms"
-        f"  (p99 = {c.stamp_delay_frac:.1%} of the gap; at most {STAMP_DELAY_FRAC:.0%})",
+        f"stamp delay     p50 {c.stamp_delay_p50_ms:.2f} ms, p99 {c.stamp_delay_p99_ms:.2f} ms, max "
+        f"{c.stamp_delay_max_ms:.2f} ms  (p99 = {c.stamp_delay_frac:.1%} of the gap; at most {STAMP_DELAY_FRAC:.0%})",
         f"dispatch skew   {c.dispatch_skew_ms:.2f} ms over {c.streams} requests released together",
         f"event-loop lag  {lag}",
         c.client_bound if c.client_bound is not None

@@ -33,9 +33,10 @@ def header_lines(body: CapacityBody) -> list[str]:
     if server is not None:
         lines.append(f"capacity  {server.url or '?'}  api {server.dialect or '?'}  model {server.model or '?'}")
     lines.append(
-        f"floor {_num(d.min_user_rate_tok_s, 'g')} tok/s per user{ttft}, judged at percentile {_num(d.percentile, 'g')} "
-        f"(per-user rate at its {_percent_of(d.rate_quantile)}th, TTFT at its {_percent_of(d.ttft_quantile)}th); "
-        f"{_num(d.tokens, 'd')} tokens per request, {_num(d.prompt_tokens, 'd')}-token prompts, N up to {_num(d.max_n, 'd')}"
+        f"floor {_num(d.min_user_rate_tok_s, 'g')} tok/s per user{ttft}, judged at percentile "
+        f"{_num(d.percentile, 'g')} (per-user rate at its {_percent_of(d.rate_quantile)}th, TTFT at its "
+        f"{_percent_of(d.ttft_quantile)}th); {_num(d.tokens, 'd')} tokens per request, "
+        f"{_num(d.prompt_tokens, 'd')}-token prompts, N up to {_num(d.max_n, 'd')}"
     )
     return lines
 
@@ -64,8 +65,9 @@ def check_lines(body: CapacityBody) -> list[str]:
         lines.append(body.least_marginal.text)
     drift = body.drift
     if drift is not None:
-        lines.append(f"drift: serial baseline {_num(drift.start_tok_s, '.1f')} -> {_num(drift.end_tok_s, '.1f')} tok/s per user "
-                     f"(start vs end): {_num(drift.change, '+.1%')}, limit {_num(drift.limit, '.0%')} either way")
+        lines.append(f"drift: serial baseline {_num(drift.start_tok_s, '.1f')} -> {_num(drift.end_tok_s, '.1f')} tok/s "
+                     f"per user (start vs end): {_num(drift.change, '+.1%')}, limit "
+                     f"{_num(drift.limit, '.0%')} either way")
     for p in body.points:
         if p.status != "pass":
             lines.append(f"N={_num(p.n, 'd')} {p.status or '-'}: {p.reason or '-'}")
@@ -90,7 +92,8 @@ def report_lines(run: RunResult[CapacityBody]) -> list[str]:
         lines.append("INCOMPLETE: interrupted; the probes above are all that was measured")
     bound = [c.streams for c in body.client_checks or () if c.client_bound]
     if run.valid is False and bound:
-        lines.append("INVALID: the client is the bottleneck at " + ", ".join(f"N={n}" for n in bound) + " (see the warnings)")
+        lines.append("INVALID: the client is the bottleneck at " + ", ".join(f"N={n}" for n in bound)
+                     + " (see the warnings)")
     elif run.valid is False:
         lines.append("INVALID: measured requests were off the asked output length (see the warnings)")
     return lines

@@ -54,7 +54,8 @@ def header_lines(body: ContextBody) -> list[str]:
     cache = CACHE_PROMPT.get(body.cache_prompt, "")
     return [
         f"context  {server.url or '?'}  api {server.dialect or '?'}  model {server.model or '?'}",
-        f"{_given(body.tokens)} tokens per stream, one stream at a time, {_given(body.reps)} rep(s), {cache}; order {order}",
+        f"{_given(body.tokens)} tokens per stream, one stream at a time, {_given(body.reps)} rep(s), {cache}; "
+        f"order {order}",
     ]
 
 
@@ -109,13 +110,16 @@ def model_lines(body: ContextBody) -> list[str]:
         return []
     state = f" + recurrent state {fmt_bytes(m.state_bytes_per_token)}" if m.state_bytes_per_token else ""
     lines = [
-        f"bytes per token = weights {_bytes(m.weights_bytes_per_token)}{state} + KV {_bytes(m.kv_bytes_per_context_token)} "
-        f"per token of context ({_layout(m)}), at the stream's mean context (depth + tokens/2)",
+        f"bytes per token = weights {_bytes(m.weights_bytes_per_token)}{state} + KV "
+        f"{_bytes(m.kv_bytes_per_context_token)} per token of context ({_layout(m)}), at the stream's mean "
+        "context (depth + tokens/2)",
     ]
     bw = body.bandwidth_gb_s
     if bw:
-        lines.append(f"measured bandwidth {format_figure(bw[0])}-{format_figure(bw[1])} GB/s ({_given(body.bandwidth_source)})")
-    lines.append("predicted = the shallowest depth's rate x its bytes / these bytes (constant utilization); ratios corrected for drift")
+        lines.append(f"measured bandwidth {format_figure(bw[0])}-{format_figure(bw[1])} GB/s "
+                     f"({_given(body.bandwidth_source)})")
+    lines.append("predicted = the shallowest depth's rate x its bytes / these bytes (constant utilization); "
+                 "ratios corrected for drift")
     return lines
 
 

@@ -26,7 +26,9 @@ def section(run: RunResult[ContextBody], _: RunReading) -> str:
     drift = body.drift or ContextDrift()
     first, last, change = drift.first_tok_s, drift.last_tok_s, drift.change
     if first is not None and last is not None and change is not None:
-        parts.append(f"<h3>Checks</h3><ul><li>{esc(f'drift: shallowest depth {first:.1f} → {last:.1f} tok/s (first vs last): {change:+.1%}')}</li></ul>")
+        parts.append(f"<h3>Checks</h3><ul><li>"
+                     f"{esc(f'drift: shallowest depth {first:.1f} → {last:.1f} tok/s (first vs last): {change:+.1%}')}"
+                     "</li></ul>")
     skipped = [f"depth {fmt(s.depth, 0)} skipped: {fmt(s.reason)}" for s in body.skipped]
     if skipped:
         parts.append("<ul>" + "".join(f"<li>{line}</li>" for line in skipped) + "</ul>")
@@ -34,14 +36,17 @@ def section(run: RunResult[ContextBody], _: RunReading) -> str:
 
 
 def _context_chart(points: Sequence[ContextPoint], roof: Sequence[ContextRooflineRow]) -> str:
-    measured = tuple((float(p.depth), p.decode_tok_s) for p in points if p.depth is not None and p.decode_tok_s is not None)
+    measured = tuple((float(p.depth), p.decode_tok_s) for p in points
+                     if p.depth is not None and p.decode_tok_s is not None)
     if not measured:
         return ""
     series = [Series("measured decode tok/s", measured, "primary")]
-    predicted = tuple((float(r.depth), r.predicted_tok_s) for r in roof if r.depth is not None and r.predicted_tok_s is not None)
+    predicted = tuple((float(r.depth), r.predicted_tok_s) for r in roof
+                      if r.depth is not None and r.predicted_tok_s is not None)
     if predicted:
         series.append(Series("predicted at constant utilization", predicted, "secondary"))
-    return line_chart(series, title="Decode rate against context depth", x_label="context depth (prompt tokens)", y_label="tok/s")
+    return line_chart(series, title="Decode rate against context depth", x_label="context depth (prompt tokens)",
+                      y_label="tok/s")
 
 
 def _context_table(points: Sequence[ContextPoint], roof: dict[int | None, ContextRooflineRow]) -> str:
@@ -53,6 +58,6 @@ def _context_table(points: Sequence[ContextPoint], roof: dict[int | None, Contex
                      fmt_ratio(r.measured_over_predicted), fmt_gb(r.bytes_per_token),
                      fmt(r.achieved_gb_s, 2), fmt_range(r.utilization, 0, 100, "%"),
                      "valid" if p.valid is not False else "INVALID"])
-    headers = ["depth", "context tokens", "TTFT s", "prefill tok/s", "decode tok/s", "ratio", "predicted tok/s", "measured/predicted",
-               "bytes per token", "achieved GB/s", "utilization", ""]
+    headers = ["depth", "context tokens", "TTFT s", "prefill tok/s", "decode tok/s", "ratio", "predicted tok/s",
+               "measured/predicted", "bytes per token", "achieved GB/s", "utilization", ""]
     return table(headers, rows, frozenset(range(11)))

@@ -31,4 +31,5 @@ def section(run: RunResult[DemoBody], reading: RunReading) -> str:
 
 def _demo_nothing_measured(body: DemoBody) -> str:
     """A demo stopped before its first point: the simple fields, as the generic section lists them."""
-    return "<h3>Results</h3>" + kv_table([("model_path", body.model_path), ("runs", body.runs), ("as_expected", body.as_expected)])
+    return "<h3>Results</h3>" + kv_table([("model_path", body.model_path), ("runs", body.runs),
+                                          ("as_expected", body.as_expected)])

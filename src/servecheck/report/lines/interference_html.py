@@ -53,8 +53,8 @@ def _interference_chart(points: Sequence[InterferencePoint], rep: int) -> str:
             series.append(Series(f"S={fmt(r.prompt_tokens, 0)}", pts, "primary" if k % 2 == 0 else "secondary"))
         i = r.intruder
         if i is not None and i.send_s is not None and i.first_token_s is not None:
-            bands.append(Marker(f"S={fmt(r.prompt_tokens, 0)} prefill: {i.send_s:.3f}-{i.first_token_s:.3f} s", i.send_s,
-                                i.first_token_s, "prefill"))
+            bands.append(Marker(f"S={fmt(r.prompt_tokens, 0)} prefill: {i.send_s:.3f}-{i.first_token_s:.3f} s",
+                                i.send_s, i.first_token_s, "prefill"))
     if not series:
         return ""
     return line_chart(series, title=f"Rep {rep + 1}: a victim's inter-token interval, each intruder's prefill shaded",
@@ -62,9 +62,10 @@ def _interference_chart(points: Sequence[InterferencePoint], rep: int) -> str:
 
 
 def _interference_table(points: Sequence[InterferencePoint]) -> str:
-    rows = [[fmt(p.prompt_tokens, 0), fmt(p.baseline_interval_s, 4), fmt(p.victim_max_gap_s, 4), fmt(p.victim_p99_gap_s, 4),
-             fmt(p.step_gap_s, 4), fmt(p.stretched, 0), fmt(p.victim_lost_s, 3), fmt(p.intruder_ttft_s, 3),
-             fmt(p.prefill_tok_s, 0), fmt(p.chunk_tokens, 0), "yes" if p.valid else "no"] for p in points]
+    rows = [[fmt(p.prompt_tokens, 0), fmt(p.baseline_interval_s, 4), fmt(p.victim_max_gap_s, 4),
+             fmt(p.victim_p99_gap_s, 4), fmt(p.step_gap_s, 4), fmt(p.stretched, 0), fmt(p.victim_lost_s, 3),
+             fmt(p.intruder_ttft_s, 3), fmt(p.prefill_tok_s, 0), fmt(p.chunk_tokens, 0),
+             "yes" if p.valid else "no"] for p in points]
     headers = ["prompt tokens", "baseline s", "longest gap s", "p99 gap s", "step s", "stretched", "lost s", "TTFT s",
                "prefill tok/s", "chunk", "valid"]
     return table(headers, rows, frozenset(range(10)))

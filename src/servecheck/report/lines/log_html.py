@@ -36,5 +36,6 @@ def log_findings(findings: Sequence[LogFinding], lines: Sequence[LogLine], word:
     parts = [verdict_line("Verdict", word), "<h3>Findings</h3>", table(headers, rows)]
     if lines:
         line_rows = [[fmt(line.level), excerpt(line.text)] for line in lines]
-        parts.append("<details><summary>Warning and error lines</summary>" + table(["level", "line"], line_rows) + "</details>")
+        parts.append("<details><summary>Warning and error lines</summary>" + table(["level", "line"], line_rows)
+                     + "</details>")
     return "\n".join(parts)

@@ -76,10 +76,12 @@ def report(run: RunResult[Any], reading: RunReading) -> list[RenderableType]:
 def short(run: RunResult[PrefixCacheBody]) -> list[RenderableType]:
     body = run.body
     if body.sends:
-        rows = [[str(i + 1), s.kind or DASH, num(s.ttft_s, 3), num(s.cached_tokens, 0)] for i, s in enumerate(body.sends)]
+        rows = [[str(i + 1), s.kind or DASH, num(s.ttft_s, 3), num(s.cached_tokens, 0)]
+                for i, s in enumerate(body.sends)]
     else:  # a document without its sends: the repeats' TTFTs, then the control's
         cached = body.cached_tokens
-        rows = [[str(i + 1), "repeat", num(t, 3), num(cached[i] if i < len(cached) else None, 0)] for i, t in enumerate(body.ttft_s)]
+        rows = [[str(i + 1), "repeat", num(t, 3), num(cached[i] if i < len(cached) else None, 0)]
+                for i, t in enumerate(body.ttft_s)]
         rows.append([str(len(rows) + 1), "control", num(body.control_ttft_s, 3), DASH])
     return [table(["send", "kind", "TTFT s", "cached tokens"], rows)]
 

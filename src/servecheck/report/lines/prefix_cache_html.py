@@ -40,7 +40,8 @@ def section(run: RunResult[PrefixCacheBody], _: RunReading) -> str:
 def _sends(body: PrefixCacheBody) -> tuple[PrefixSend, ...]:
     """The sends as recorded, each with a kind; a document without them lists its repeats' TTFTs and the control's."""
     if body.sends:
-        return tuple(s if s.kind else replace(s, kind="send") for s in body.sends)
+        # "send" is only a label for drawing a send recorded without a kind, outside the record's SendKind
+        return tuple(s if s.kind else replace(s, kind="send") for s in body.sends)  # type: ignore[arg-type]
     cached = body.cached_tokens
     out = [PrefixSend(kind="repeat", ttft_s=t, cached_tokens=cached[i] if i < len(cached) else None)
            for i, t in enumerate(body.ttft_s)]

@@ -14,7 +14,8 @@ from servecheck.report.lines.roofline_html import section
 from servecheck.report.lines.audit import fmt_bytes
 from servecheck.report.lines.text import carried_lines
 
-UNITS_LINE = "GB = 10^9 bytes, GB/s = 10^9 bytes per second, GiB = 2^30 bytes; utilization is a fraction of measured bandwidth"
+UNITS_LINE = ("GB = 10^9 bytes, GB/s = 10^9 bytes per second, GiB = 2^30 bytes; "
+              "utilization is a fraction of measured bandwidth")
 GATE_MEANING = {
     "close": "the engine already sits near the ceiling: do not write your own",
     "open": "below the gate: a better engine has real room",
@@ -36,10 +37,14 @@ def report_lines(run: RunResult[RooflineBody]) -> list[RenderableType]:
     missing = [name for name in HEAD_FIELDS if getattr(b, name) is None]
     if missing:
         raise NotRecorded(f"roofline report: {', '.join(missing)} not recorded")
+    # None of HEAD_FIELDS is None past the check above; mypy cannot follow getattr, so say it again.
+    assert b.bytes_per_token is not None and b.achieved_gb_s is not None and b.bandwidth_gb_s is not None
+    assert b.utilization is not None and b.gate is not None and b.headroom is not None
     lines: list[RenderableType] = [
         f"bytes per token      {fmt_bytes(b.bytes_per_token)} ({b.kind})",
         f"decode rate          {b.tok_s:.2f} tok/s ({b.tok_s_source or 'given'})",
-        f"achieved bandwidth   {format_figure(b.achieved_gb_s)} GB/s  = {b.tok_s:.2f} tok/s x {fmt_bytes(b.bytes_per_token)}",
+        f"achieved bandwidth   {format_figure(b.achieved_gb_s)} GB/s  = {b.tok_s:.2f} tok/s x "
+        f"{fmt_bytes(b.bytes_per_token)}",
         f"measured bandwidth   {_gbs(b.bandwidth_gb_s)} GB/s ({b.bandwidth_source})",
         f"utilization          {_pct(b.utilization)} of measured bandwidth",
         f"gate {b.gate_threshold:.2f}            {b.gate.upper()}: {GATE_MEANING[b.gate]}",
@@ -58,8 +63,8 @@ def report_lines(run: RunResult[RooflineBody]) -> list[RenderableType]:
 def _headroom_line(h: Headroom) -> str:
     if h.ceiling is None or h.factor is None or h.speed_of_light_factor is None or h.speed_of_light_tok_s is None:
         raise NotRecorded("roofline report: headroom not recorded")
-    return (f"headroom             {_x(h.factor)} to the {h.ceiling}; {_x(h.speed_of_light_factor)} to the speed of light "
-            f"({_gbs(h.speed_of_light_tok_s)} tok/s)")
+    return (f"headroom             {_x(h.factor)} to the {h.ceiling}; {_x(h.speed_of_light_factor)} to the speed of "
+            f"light ({_gbs(h.speed_of_light_tok_s)} tok/s)")
 
 
 def _target_lines(t: Target | None) -> list[str]:
@@ -68,8 +73,8 @@ def _target_lines(t: Target | None) -> list[str]:
     if t.tok_s is None or t.required_gb_s is None or t.required_utilization is None or t.ceiling is None:
         raise NotRecorded("roofline report: target not recorded")
     verdict = "within reach" if t.within_reach else ("partly within reach" if t.partly_within_reach else "out of reach")
-    return [f"target {t.tok_s:g} tok/s     needs {format_figure(t.required_gb_s)} GB/s = {_pct(t.required_utilization)} utilization: "
-            f"{verdict} (typical ceiling {_pct(t.ceiling)})"]
+    return [f"target {t.tok_s:g} tok/s     needs {format_figure(t.required_gb_s)} GB/s = "
+            f"{_pct(t.required_utilization)} utilization: {verdict} (typical ceiling {_pct(t.ceiling)})"]
 
 
 def _batch_lines(rows: tuple[BatchRow, ...] | None) -> list[str]:

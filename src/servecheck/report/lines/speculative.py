@@ -57,7 +57,8 @@ def _baseline_clause(body: SpeculativeBody) -> str | None:
     """The N where it stops paying (the run's answer); where it never paid, the first N that costs; where it
     pays throughout, the largest N."""
     for kind in BASELINE_ORDER:
-        judged = sorted((p for p in body.points if p.prompt_kind == kind and p.pays is not None), key=lambda p: p.n or 0)
+        judged = sorted((p for p in body.points if p.prompt_kind == kind and p.pays is not None),
+                        key=lambda p: p.n or 0)
         if not judged:
             continue
         stop = body.stops_paying_n.get(kind)
@@ -100,8 +101,9 @@ def table_lines(body: SpeculativeBody) -> list[str]:
     for p in body.points:
         label = kind_label(p.prompt_kind)
         lines.append(f"{p.n if p.n is not None else '?':>3} {label:<20} {_f(p.tokens_per_step, 2):>11} "
-                     f"{_span(p.tokens_per_step_interval):>12} {_f(p.per_stream_tok_s):>10} {_f(p.aggregate_tok_s):>10} "
-                     f"{_f(p.baseline_per_stream_tok_s):>9} {p.pays or '-':>12} {_f(p.server_tokens_per_step, 2):>13}")
+                     f"{_span(p.tokens_per_step_interval):>12} {_f(p.per_stream_tok_s):>10} "
+                     f"{_f(p.aggregate_tok_s):>10} {_f(p.baseline_per_stream_tok_s):>9} {p.pays or '-':>12} "
+                     f"{_f(p.server_tokens_per_step, 2):>13}")
     return lines
 
 
@@ -109,7 +111,8 @@ def detail_lines(body: SpeculativeBody) -> list[str]:
     lines: list[str] = []
     for p in body.points:
         where = f"N={p.n} {kind_label(p.prompt_kind)}"
-        lines.append(f"{where}: {p.verdict or '?'} ({p.reason or '-'}); {p.grouped}/{p.streams} streams grouped, {p.steps} steps")
+        lines.append(f"{where}: {p.verdict or '?'} ({p.reason or '-'}); {p.grouped}/{p.streams} streams grouped, "
+                     f"{p.steps} steps")
         lines += [f"  grouping: {m}" for m in p.grouping[:1]]
         lines += [f"  not grouped: {why}" for why in p.problems]
         if p.counters_note:

@@ -59,9 +59,10 @@ def _spec_chart(points: Sequence[SpeculativePoint], value: Callable[[Speculative
 
 
 def _spec_table(points: Sequence[SpeculativePoint]) -> str:
-    rows = [[fmt(p.n, 0), esc(kind_label(p.prompt_kind)), fmt(p.tokens_per_step, 2), fmt_range(p.tokens_per_step_interval, 2),
-             fmt(p.per_stream_tok_s, 1), fmt(p.aggregate_tok_s, 1), fmt(p.baseline_per_stream_tok_s, 1), fmt(p.pays),
-             fmt(p.server_tokens_per_step, 2), fmt(p.verdict)] for p in points]
+    rows = [[fmt(p.n, 0), esc(kind_label(p.prompt_kind)), fmt(p.tokens_per_step, 2),
+             fmt_range(p.tokens_per_step_interval, 2), fmt(p.per_stream_tok_s, 1), fmt(p.aggregate_tok_s, 1),
+             fmt(p.baseline_per_stream_tok_s, 1), fmt(p.pays), fmt(p.server_tokens_per_step, 2),
+             fmt(p.verdict)] for p in points]
     headers = ["N", "prompt kind", "tokens per step", "95% interval", "per-stream tok/s", "aggregate tok/s",
                "baseline tok/s", "pays", "server tokens per step", "verdict"]
     return table(headers, rows, frozenset({0, 2, 3, 4, 5, 6, 8}))

@@ -163,7 +163,8 @@ def trap_lines(body: StaircaseBody, reading: RunReading) -> list[str]:
 def trend_line(body: StaircaseBody) -> str:
     ratios = "  ".join(f"N={n} {r:.2f}x" for n, r in _need(body.trend_ratios, "trend_ratios").items())
     rule = "" if body.trend_rising_ratio is None else f"; rising from {body.trend_rising_ratio:.2f}x"
-    return f"trend    {_need(body.trend, 'trend')}  agg(N)/agg(1): {ratios or '-'}  ({_need(body.trend_reason, 'trend_reason')}{rule})"
+    return (f"trend    {_need(body.trend, 'trend')}  agg(N)/agg(1): {ratios or '-'}  "
+            f"({_need(body.trend_reason, 'trend_reason')}{rule})")
 
 
 def finding_lines(body: StaircaseBody) -> list[str]:

@@ -27,7 +27,8 @@ def section(run: RunResult[StaircaseBody], reading: RunReading) -> str:
     return staircase_section(run.body, reading.staircase)
 
 
-def staircase_section(body: StaircaseBody, readings: Sequence[StaircasePointReading], x_max: float | None = None) -> str:
+def staircase_section(body: StaircaseBody, readings: Sequence[StaircasePointReading],
+                      x_max: float | None = None) -> str:
     points = body.points
     parts = [
         verdict_line("Verdict", body.verdict, f"· aggregate across N: <b>{fmt(body.trend)}</b>" + _ratio_note(points)),
@@ -49,12 +50,14 @@ def staircase_section(body: StaircaseBody, readings: Sequence[StaircasePointRead
     return "\n".join(p for p in parts if p)
 
 
-def _aligned(readings: Sequence[StaircasePointReading], points: Sequence[StaircasePoint]) -> Sequence[StaircasePointReading | None]:
+def _aligned(readings: Sequence[StaircasePointReading],
+             points: Sequence[StaircasePoint]) -> Sequence[StaircasePointReading | None]:
     """One reading per point; none where the caller read nothing (a partial run's reading may lag its points)."""
     return readings if len(readings) == len(points) else [None] * len(points)
 
 
-_EVIDENCE_NAMES = {"completion_times": "finish times", "server_gauges": "server gauges", "server_timings": "server timings"}
+_EVIDENCE_NAMES = {"completion_times": "finish times", "server_gauges": "server gauges",
+                   "server_timings": "server timings"}
 
 
 def _evidence(point: StaircasePoint) -> str:
@@ -71,8 +74,10 @@ def _single_note(body: StaircaseBody) -> str:
     single, times = body.single_s, body.single_times_s
     if single is None:
         return ""
-    each = f", the median of {' / '.join(f'{t:.2f}' for t in times)} s measured before and after" if len(times) > 1 else ""
-    return (f'<p class="key">Single-request time {esc(f"{single:.2f}")} s (N=1{esc(each)}). A queue finishes one request per '
+    each = (f", the median of {' / '.join(f'{t:.2f}' for t in times)} s measured before and after"
+            if len(times) > 1 else "")
+    return (f'<p class="key">Single-request time {esc(f"{single:.2f}")} s (N=1{esc(each)}). '
+            'A queue finishes one request per '
             "single-request time; the aggregate is tokens produced / last finish, nothing the server reports.</p>")
 
 
@@ -143,6 +148,7 @@ def _lane(req: Request, release: float) -> TimelineRow | None:
         return None
     send, end = send - release, end - release
     failed = not req.ok
+    segments: tuple[Segment, ...]
     if failed or first is None:
         segments = (Segment(send, end, "fail" if failed else "gen"),)
     else:
@@ -194,4 +200,5 @@ def _requests_details(points: Sequence[StaircasePoint]) -> str:
     if not rows:
         return ""
     headers = ["N", "request", "status", "tokens", "TTFT s", "finish s", "generated text (start)"]
-    return "<details><summary>Requests (first rep of each N)</summary>" + table(headers, rows, frozenset({0, 1, 3, 4, 5})) + "</details>"
+    return ("<details><summary>Requests (first rep of each N)</summary>"
+            + table(headers, rows, frozenset({0, 1, 3, 4, 5})) + "</details>")

@@ -29,7 +29,8 @@ def warning_line(w: Warning) -> str:
 
 def invalid_lines(findings: Sequence[Warning] | None) -> list[str]:
     """One INVALID line per finding that makes the run invalid (a client-bound pre-flight), with its fix."""
-    return [f"INVALID: {w}" if isinstance(w, str) else f"INVALID: {w.message or '-'}" + (f" ({w.hint})" if w.hint else "")
+    return [f"INVALID: {w}" if isinstance(w, str)
+            else f"INVALID: {w.message or '-'}" + (f" ({w.hint})" if w.hint else "")
             for w in findings or ()]
 
 
@@ -50,15 +51,16 @@ def client_lines(checks: Sequence[ClientCheck] | None) -> list[str]:
 
     on_ray = [t for c in checks for t in c.tried if t.clock_uncertainty_ms is not None]
     unit = ("Ray actor", "Ray actors") if on_ray else ("client process", "client processes")
-    processes = f" · {num(first.workers, 'd')} {unit[0] if first.workers == 1 else unit[1]}" if one_count else f" {unit[1]}"
+    processes = (f" · {num(first.workers, 'd')} {unit[0] if first.workers == 1 else unit[1]}" if one_count
+                 else f" {unit[1]}")
     terms = "p99 stamp delay + dispatch skew + clock uncertainty" if on_ray else "p99 stamp delay + dispatch skew"
     lines = [f"client   timing error before each N ({terms}{bound}): " + ", ".join(part(c) for c in checks) + processes]
     offsets = [o for t in on_ray for o in (t.clock_offsets or ())]
     if offsets:
         nodes = sorted({o.node for o in offsets if o.node})
         worst = max((o.uncertainty_ns or 0) for o in offsets) / 1e6
-        lines.append(f"clocks   each actor's clock bounded against this one's by round trips: to +-{worst:.2f} ms at worst, "
-                     f"before every batch · nodes {', '.join(nodes) or '?'}")
+        lines.append(f"clocks   each actor's clock bounded against this one's by round trips: to +-{worst:.2f} ms at "
+                     f"worst, before every batch · nodes {', '.join(nodes) or '?'}")
     return lines
 
 
