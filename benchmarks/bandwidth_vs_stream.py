@@ -57,7 +57,8 @@ def compile_reference(out_dir: Path) -> Path:
 
 def run_reference(exe: Path, size: int, threads: int, pages: str) -> float:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OMP_PROC_BIND": "close"}
-    proc = subprocess.run([str(exe), str(size), str(PASSES), pages], capture_output=True, text=True, env=env, check=True)
+    proc = subprocess.run([str(exe), str(size), str(PASSES), pages], capture_output=True, text=True, env=env,
+                          check=True)
     values = dict(line.split() for line in proc.stdout.splitlines())
     return float(values["best_gb_s"])
 
@@ -82,9 +83,10 @@ def compare_one(exe: Path, size: int, threads: int, pages: str, rounds: int) -> 
     ratio = statistics.median(paired)
     best_ratio = max(sc) / max(ref_a + ref_b)
     within = TARGET_LOW <= ratio <= TARGET_HIGH
-    print(f"{size / GIB:6.2f} GiB {pages:>4} pages: paired ratio {ratio:.3f} (rounds {min(paired):.3f}-{max(paired):.3f}; "
-          f"{'within' if within else 'OUTSIDE'} target {TARGET_LOW:.2f}-{TARGET_HIGH:.2f}), best ratio {best_ratio:.3f}; "
-          f"A/A paired {statistics.median(aa):.3f} ({min(aa):.3f}-{max(aa):.3f}), A/A best {max(ref_b) / max(ref_a):.3f}",
+    print(f"{size / GIB:6.2f} GiB {pages:>4} pages: paired ratio {ratio:.3f} (rounds {min(paired):.3f}-"
+          f"{max(paired):.3f}; {'within' if within else 'OUTSIDE'} target {TARGET_LOW:.2f}-{TARGET_HIGH:.2f}), "
+          f"best ratio {best_ratio:.3f}; A/A paired {statistics.median(aa):.3f} ({min(aa):.3f}-{max(aa):.3f}), "
+          f"A/A best {max(ref_b) / max(ref_a):.3f}",
           flush=True)
     return {"bytes": size, "pages": pages, "paired_ratio": ratio, "paired_ratios": paired, "within_target": within,
             "best_ratio": best_ratio, "reference_best_gb_s": max(ref_a + ref_b), "servecheck_best_gb_s": max(sc),

@@ -31,9 +31,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def pair(url: str, engine: str, model: str | None, seed: int) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "servecheck", "--quiet", "staircase", url, "--n", "1,4", "--tokens", str(TOKENS[engine]),
-           "--prompt-tokens", str(PROMPT_TOKENS), "--max-reps", "1", "--seed", str(seed), "--json", "-", "--no-save",
-           "--timeout", "30", *(["--model", model] if model else [])]
+    cmd = [sys.executable, "-m", "servecheck", "--quiet", "staircase", url, "--n", "1,4",
+           "--tokens", str(TOKENS[engine]), "--prompt-tokens", str(PROMPT_TOKENS), "--max-reps", "1",
+           "--seed", str(seed), "--json", "-", "--no-save", "--timeout", "30", *(["--model", model] if model else [])]
     doc = json.loads(subprocess.run(cmd, capture_output=True, text=True, timeout=900).stdout)
     agg = {p["n"]: p["aggregate_tok_s"] for p in doc["points"]}
     return {"seed": seed, "agg_n1_tok_s": round(agg[1], 1), "agg_n4_tok_s": round(agg[4], 1),
@@ -59,7 +59,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=HERE / "results" / "batching_gain.json")
     args = ap.parse_args()
     doc: dict[str, Any] = {"commit": commit(), "environment": environment(), "engine": args.engine,
-                           "parallel": args.parallel, "model": args.model, "tokens": TOKENS[args.engine], "prompt_tokens": PROMPT_TOKENS,
+                           "parallel": args.parallel, "model": args.model, "tokens": TOKENS[args.engine],
+                           "prompt_tokens": PROMPT_TOKENS,
                            "thresholds": {"rising": RISING_RATIO, "flat": [FLAT_LO_RATIO, FLAT_HI_RATIO]},
                            "conditions": []}
     log = Path("/tmp") / f"servecheck-gain-{args.engine}-p{args.parallel}.log"

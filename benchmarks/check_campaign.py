@@ -67,7 +67,8 @@ def four_slots(card: dict[str, Any]) -> tuple[str | None, bool, str]:
     top = max((p for p in points if p.get("n")), key=lambda p: p["n"], default=None)
     groups: list[int] = []
     if top is not None:
-        shown = [b for b in top.get("batches", []) if b.get("rep") == top.get("shown_rep")] or top.get("batches", [])[-1:]
+        shown = ([b for b in top.get("batches", []) if b.get("rep") == top.get("shown_rep")]
+                 or top.get("batches", [])[-1:])
         groups = ((shown[0].get("verdict") or {}).get("group_sizes") or []) if shown else []
     n = None if top is None else top["n"]
     if card["verdict"] == "batched" and n == 4:
@@ -171,8 +172,9 @@ def server(config: str, log_dir: Path) -> Iterator[tuple[str, str]]:
         elif config.startswith("vllm-"):
             vl = provision_vllm_local("tiny", progress=progress)
             seqs = 1 if config == "vllm-seqs1" else 4
-            yield stack.enter_context(VllmServer(vl.env, vl.model_path, max_num_seqs=seqs, served_model_name=vl.model_name,
-                                                 extra_args=EAGER_ARGS, log_path=log)), "auto"
+            yield stack.enter_context(VllmServer(vl.env, vl.model_path, max_num_seqs=seqs,
+                                                 served_model_name=vl.model_name, extra_args=EAGER_ARGS,
+                                                 log_path=log)), "auto"
         else:
             ml = provision_mlx_local("tiny", progress=progress)
             yield stack.enter_context(MlxServer(ml.env, ml.model_path, parallel=None, log_path=log)), "openai-chat"

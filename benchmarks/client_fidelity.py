@@ -31,7 +31,8 @@ requests at once (request rate inf, max concurrency N), its own TTFT, ITL and ou
 against the same truth, its process's CPU time counted the same way. GuideLLM is optional and not
 wired in; the output says what was left out.
 
-Run:  .venv/bin/python benchmarks/client_fidelity.py [--streams 16,64,256] [--workers 1,2,auto] [--rounds 2] [--tools vllm|none]
+Run:  .venv/bin/python benchmarks/client_fidelity.py [--streams 16,64,256] [--workers 1,2,auto] [--rounds 2]
+      [--tools vllm|none]
 Writes benchmarks/results/client_fidelity.json. Numbers depend on the machine and its load: run it
 on a quiet machine (nothing else compiling or testing).
 """
@@ -137,8 +138,9 @@ async def openai_completion(request):
     n = int(body.get("max_tokens") or 16)
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
-    writes = await stepped(n, lambda i: json.dumps({"id": name, "object": "text_completion", "model": "law", "choices": [
-        {"index": 0, "text": " t", "finish_reason": None if i < n - 1 else "length"}]}), resp)
+    writes = await stepped(n, lambda i: json.dumps({
+        "id": name, "object": "text_completion", "model": "law",
+        "choices": [{"index": 0, "text": " t", "finish_reason": None if i < n - 1 else "length"}]}), resp)
     usage = {"id": name, "object": "text_completion", "model": "law", "choices": [],
              "usage": {"prompt_tokens": 16, "completion_tokens": n, "total_tokens": 16 + n}}
     await resp.write(f"data: {json.dumps(usage)}\n\ndata: [DONE]\n\n".encode())
@@ -372,7 +374,8 @@ def fetch_truth(url: str) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", default="16,64,256")
-    parser.add_argument("--workers", default="1,2,auto", help="client process counts, and `auto`: as the pre-flight chooses")
+    parser.add_argument("--workers", default="1,2,auto",
+                        help="client process counts, and `auto`: as the pre-flight chooses")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tools", default="vllm", help="other clients beside servecheck: vllm (vllm bench serve, "
                         "from the environment `servecheck cache build --vllm` makes), or none")
@@ -415,13 +418,15 @@ def main() -> int:
                             batch, clock, cpu, pre = asyncio.run(auto_batch(url, n))
                         else:
                             batch, clock, cpu = asyncio.run(one_batch(url, n, int(w)))
-                        row = {"streams": n, "workers": w, "round": r + 1, **compare(batch, clock, fetch_truth(url)), **pre}
+                        row = {"streams": n, "workers": w, "round": r + 1, **compare(batch, clock, fetch_truth(url)),
+                               **pre}
                 row["client_cpu_s_per_1k_tokens"] = cpu / row["tokens"] * 1000
                 if pre:
                     row["verdicts"] = verdicts(row)
                 rows.append(row)
                 print(f"{n:>7} {w:>7} {r + 1:>5} {row['ttft_true_ms']:>8.1f}ms {row['ttft_error_ms']:>+7.2f}ms "
-                      f"({row['ttft_error_frac']:>+5.1%}) {row['itl_error_frac']:>+8.2%} {row['throughput_error_frac']:>+8.2%} "
+                      f"({row['ttft_error_frac']:>+5.1%}) {row['itl_error_frac']:>+8.2%} "
+                      f"{row['throughput_error_frac']:>+8.2%} "
                       f"{'-' if row['dispatch_skew_ms'] is None else format(row['dispatch_skew_ms'], '.2f'):>8} "
                       f"{row['client_cpu_s_per_1k_tokens']:>12.3f}", flush=True)
                 if pre:
@@ -429,7 +434,8 @@ def main() -> int:
                           f"{pre['stamp_delay_p99_ms_before']:.2f} -> {pre['stamp_delay_p99_ms_after']:.2f} ms, skew "
                           f"{pre['dispatch_skew_ms_before']:.2f} -> {pre['dispatch_skew_ms_after']:.2f} ms; "
                           + ", ".join(f"{k} {v}" for k, v in row["verdicts"].items()), flush=True)
-    wrong = [(row["streams"], row["round"], k) for row in rows for k, v in row.get("verdicts", {}).items() if v == "WRONG"]
+    wrong = [(row["streams"], row["round"], k) for row in rows for k, v in row.get("verdicts", {}).items()
+             if v == "WRONG"]
     print(f"auto: {len(wrong)} figure(s) reported within 2% that were not" + (f": {wrong}" if wrong else ""))
     doc = {
         "benchmark": "client_fidelity",

@@ -122,7 +122,8 @@ def main() -> int:
                     "loadavg_1m": os.getloadavg()[0]},
         "stamp_delay": {"tokens_per_request": STAMP_TOKENS, "gap_ms": STAMP_GAP_MS,
                         "by_concurrency": {str(c): s for c, s in stamp.items()}},
-        "dispatch_skew_us": {str(n): {"median": statistics.median(v), "max": max(v), "reps": v} for n, v in skew.items()},
+        "dispatch_skew_us": {str(n): {"median": statistics.median(v), "max": max(v), "reps": v}
+                             for n, v in skew.items()},
         "elapsed_s": time.perf_counter() - started,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

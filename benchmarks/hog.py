@@ -51,7 +51,8 @@ def main() -> None:
     args = ap.parse_args()
     stop_at = time.monotonic() + args.seconds
     me = os.getpid()
-    workers = [mp.Process(target=churn, args=(stop_at, me, args.seed)), mp.Process(target=copy, args=(stop_at, me, args.seed + 1))]
+    workers = [mp.Process(target=churn, args=(stop_at, me, args.seed)),
+               mp.Process(target=copy, args=(stop_at, me, args.seed + 1))]
     for w in workers:
         w.start()
 

@@ -57,7 +57,8 @@ CTX_PER_SLOT = 8192 + 512
 CONTEXT_OVERRIDE = ["--override-kv", "llama.context_length=int:16384"]
 SIZES = "512,2048,8192"
 TOKENS = 96
-BATCH = {"b256": ["--batch-size", "256", "--ubatch-size", "256"], "b8192": ["--batch-size", "8192", "--ubatch-size", "512"]}
+BATCH = {"b256": ["--batch-size", "256", "--ubatch-size", "256"],
+         "b8192": ["--batch-size", "8192", "--ubatch-size", "512"]}
 VLLM = {"vllm-chunked": ("--enable-chunked-prefill", "--max-num-batched-tokens", "256"),
         "vllm-whole": ("--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096", "--no-enable-prefix-caching")}
 VLLM_SIZES = "256,1024,3072"
@@ -84,9 +85,9 @@ def judge(cell: str, doc: dict[str, Any]) -> tuple[str, str]:
 
 def one_run(cell: str, url: str, seed: int, api: str, model: str | None) -> dict[str, Any]:
     sizes = VLLM_SIZES if model else SIZES
-    cmd = [sys.executable, "-m", "servecheck", "--quiet", "interference", url, "--streams", "2", "--prompt-sizes", sizes,
-           "--tokens", str(TOKENS), "--reps", "1", "--api", api, "--timeout", "300", "--no-save",
-           *(["--model", model] if model else []), "--seed", str(seed), "--json", "-"]
+    cmd = [sys.executable, "-m", "servecheck", "--quiet", "interference", url, "--streams", "2",
+           "--prompt-sizes", sizes, "--tokens", str(TOKENS), "--reps", "1", "--api", api, "--timeout", "300",
+           "--no-save", *(["--model", model] if model else []), "--seed", str(seed), "--json", "-"]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     took = round(time.monotonic() - t0, 1)
@@ -125,12 +126,14 @@ def main() -> int:
         if cell in VLLM:
             vl = provision_vllm_local("tiny", progress=progress)
             server: Any = VllmServer(vl.env, vl.model_path, max_num_seqs=4, served_model_name=vl.model_name,
-                                     extra_args=(*EAGER_ARGS, *VLLM[cell]), log_path=log_dir / f"interference-{cell}.log")
+                                     extra_args=(*EAGER_ARGS, *VLLM[cell]),
+                                     log_path=log_dir / f"interference-{cell}.log")
             model = vl.model_name
         else:
             local = provision_local(None, "tiny", progress=progress)
             server = LlamaServer(local.binary, local.model_path, parallel=3, ctx_per_slot=CTX_PER_SLOT,
-                                 extra_args=BATCH[cell] + CONTEXT_OVERRIDE, log_path=log_dir / f"interference-{cell}.log")
+                                 extra_args=BATCH[cell] + CONTEXT_OVERRIDE,
+                                 log_path=log_dir / f"interference-{cell}.log")
         with server as url:
             for condition in args.conditions.split(","):
                 with ExitStack() as hop:

@@ -36,14 +36,16 @@ PROMPT_WORDS = 30
 def prompts(n: int, seed: int) -> list[str]:
     rng = random.Random(seed)
     words = sorted(WORDS)
-    return [f"{rng.getrandbits(48):012x}:" + "".join(f" {rng.choice(words)}" for _ in range(PROMPT_WORDS)) for _ in range(n)]
+    return [f"{rng.getrandbits(48):012x}:" + "".join(f" {rng.choice(words)}" for _ in range(PROMPT_WORDS))
+            for _ in range(n)]
 
 
 def complete(url: str, prompt: str, tokens: int, bias: dict[str, float] | None) -> tuple[int, str]:
     body: dict[str, Any] = {"prompt": prompt, "max_tokens": tokens, "temperature": 0, "top_k": 1}
     if bias:
         body["logit_bias"] = bias
-    req = urllib.request.Request(url + "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
+    req = urllib.request.Request(url + "/v1/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=600) as resp:  # noqa: S310 - loopback
         doc = json.load(resp)
     return int(doc["usage"]["completion_tokens"]), str(doc["choices"][0]["finish_reason"])

@@ -55,9 +55,9 @@ def readings(doc: dict[str, Any]) -> list[inf.Reading]:
             victims = tuple(tuple(round(t * NS_PER_S) for t in v.get("token_s") or ()) if v["status"] == "ok" else ()
                             for v in rep["victims"])
             out.append(inf.read_intrusion(inf.Intrusion(
-                prompt_tokens=rep["prompt_tokens"], send_ns=_ns(i["send_s"]) or 0, first_token_ns=_ns(i["first_token_s"]),
-                end_ns=_ns(i["end_s"]), victims=victims, sent_tokens=rep.get("sent_tokens"),
-                counted_tokens=i.get("prompt_tokens"))))
+                prompt_tokens=rep["prompt_tokens"], send_ns=_ns(i["send_s"]) or 0,
+                first_token_ns=_ns(i["first_token_s"]), end_ns=_ns(i["end_s"]), victims=victims,
+                sent_tokens=rep.get("sent_tokens"), counted_tokens=i.get("prompt_tokens"))))
     return out
 
 
@@ -78,7 +78,8 @@ def main() -> int:
         v = inf.judge(inf.pool(readings(doc)))
         e = v.evidence
         rows.append({"document": name, "truth": TRUTH.get(cell), "stored_verdict": doc["verdict"],
-                     "stored_chunk_tokens": doc.get("chunk_tokens"), "verdict": v.verdict, "chunk_tokens": v.chunk_tokens,
+                     "stored_chunk_tokens": doc.get("chunk_tokens"),
+                     "verdict": v.verdict, "chunk_tokens": v.chunk_tokens,
                      "stretched_share_hi": None if e is None else e.share_hi,
                      "stretched_share_max": None if e is None else e.share_max,
                      "outcome": outcome(TRUTH.get(cell, "?"), v.verdict)})
@@ -89,7 +90,8 @@ def main() -> int:
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     for r in rows:
         share = "" if r["stretched_share_hi"] is None else f"share {r['stretched_share_hi']:.2f}"
-        print(f"{r['document']:<24} truth {r['truth']!s:<9} stored {r['stored_verdict']:<12} now {r['verdict']:<12} {share}")
+        print(f"{r['document']:<24} truth {r['truth']!s:<9} stored {r['stored_verdict']:<12} "
+              f"now {r['verdict']:<12} {share}")
     print(f"{len(rows)} runs: {result['outcomes']}; verdicts changed: {len(changed)}; analysis at {commit}")
     return 0
 

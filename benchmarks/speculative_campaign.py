@@ -1,4 +1,4 @@
-"""The speculative campaign: `servecheck speculative` against real llama.cpp servers whose truth the
+r"""The speculative campaign: `servecheck speculative` against real llama.cpp servers whose truth the
 script sets, on the user's path (the `servecheck` command itself), counted on the FIRST try.
 
 The truth, one llama-server per cell, serving the tiny generated model:
@@ -25,7 +25,8 @@ A run is right when the verdict is the truth and every decided number is within 
 verdict or `pays` word is the other one, or a decided estimate misses its tolerance. A run that
 errors is a `crash`. "busy" runs the shared `tools/busy.py` during the cell. Run:
 
-    .venv/bin/python benchmarks/speculative_campaign.py --cells plain,synth2,synth4,copy,unrelated --conditions quiet,busy --runs 5
+    .venv/bin/python benchmarks/speculative_campaign.py --cells plain,synth2,synth4,copy,unrelated \
+        --conditions quiet,busy --runs 5
 
 It appends every cell to the --out file (commit, load, environment) as it goes and prints a table.
 Nothing is timed against a threshold: it counts verdicts whose truth is known.
@@ -193,7 +194,8 @@ def main() -> int:
                                   if "proxy" in condition.split("+") else (url, "openai" if model else "llamacpp"))
                     outcomes, load = measure_cell(
                         cell, condition, args.runs,
-                        lambda c=cell, u=where, b=baseline, a=api, m=model: one_run(c, u, b, rng.randrange(2**32), a, m))
+                        lambda c=cell, u=where, b=baseline, a=api, m=model: one_run(c, u, b, rng.randrange(2**32),
+                                                                                    a, m))
                 save_cell(doc, args.out, cell, condition, outcomes, campaign_seed=seed, load=load, tokens=TOKENS)
     print(cell_table(doc["cells"]))
     return 1 if any(c["first_try"]["wrong"] for c in doc["cells"]) else 0

@@ -100,7 +100,8 @@ def cli_config(cell: str) -> SimConfig:
     if cell == "cap-2":  # per user 1 / (10 ms + 2.5 ms x N): 66.7 tok/s at 2, 57.1 at 3
         return SimConfig(mode="batched", token_s=0.01, per_seq_s=0.0025, prompt_token_s=1e-5)
     if cell.startswith("cache"):  # a 2,000-token prefill takes 1 s
-        return SimConfig(mode="serial", token_s=0.01, prompt_token_s=0.0005, prefix_cache="on" if cell == "cache-on" else "off")
+        return SimConfig(mode="serial", token_s=0.01, prompt_token_s=0.0005,
+                         prefix_cache="on" if cell == "cache-on" else "off")
     return SimConfig(mode="serial", token_s=0.01, per_seq_s=0.0, prompt_token_s=1e-5, n_ctx=8192,
                      context_token_s=1e-6 if cell == "ctx-falls" else 0.0)
 
@@ -124,7 +125,8 @@ def cli_run(cell: str, url: str, seed: int) -> dict[str, Any]:
         doc = json.loads(out.read_text())
     kind = argv[0]
     if kind == "staircase":
-        return {"verdict": (doc.get("verdict"), doc.get("trend")), "reason": doc.get("verdict_reason"), "tokens_per_step": []}
+        return {"verdict": (doc.get("verdict"), doc.get("trend")), "reason": doc.get("verdict_reason"),
+                "tokens_per_step": []}
     if kind == "arms":
         top = next((a for a in doc.get("arms", []) if a.get("concurrency") == 4), {})
         return {"verdict": top.get("label"), "reason": top.get("label_reason"), "tokens_per_step": [],
@@ -138,7 +140,8 @@ def cli_run(cell: str, url: str, seed: int) -> dict[str, Any]:
         return {"verdict": verdict, "reason": doc.get("verdict_reason"), "tokens_per_step": [],
                 "late_sends": sum(1 for x in doc.get("sends", []) if x.get("client_late_ms"))}
     return {"verdict": doc.get("effect"), "reason": doc.get("effect_reason"), "tokens_per_step": [],
-            "late_samples": sum(1 for p in doc.get("points", []) for x in p.get("samples", []) if x.get("client_late_ms"))}
+            "late_samples": sum(1 for p in doc.get("points", []) for x in p.get("samples", [])
+                                if x.get("client_late_ms"))}
 
 
 def judge_cli(cell: str, verdict: Any) -> str:

@@ -1,4 +1,4 @@
-"""The truth campaign: servecheck's verdicts against real servers whose truth the script sets, on the
+r"""The truth campaign: servecheck's verdicts against real servers whose truth the script sets, on the
 user's path (the `servecheck` command itself, with its pre-flight), counted on the FIRST try.
 
 A cell is an engine configuration x quiet/busy x witnesses. "stopwatch" cells put the stripping
@@ -19,7 +19,8 @@ point or trend servecheck had to measure again was undecided on the first pass: 
 or crashes is counted under `crash`, never as inconclusive. "busy" runs the shared
 `tools/busy.py` beside the checkout during the cell. Run:
 
-    .venv/bin/python benchmarks/truth_campaign.py --cells llama:1,llama:2,llama:4 --modes stopwatch --conditions busy --runs 10
+    .venv/bin/python benchmarks/truth_campaign.py --cells llama:1,llama:2,llama:4 --modes stopwatch \
+        --conditions busy --runs 10
 
 It appends every cell to the --out file (with the commit, the load and the environment) as it goes,
 and prints a table. Nothing is timed against a threshold: it counts verdicts whose truth is known.
@@ -94,7 +95,8 @@ def judge_staircase(parallel: int, doc: dict[str, Any]) -> tuple[str, str]:
         return "inconclusive", detail + " INVALID " + "; ".join(f["message"] for f in doc["invalid"])
     if verdict == "inconclusive" or (truth_trend is not None and trend != truth_trend):
         return "inconclusive", detail + f" ({doc['verdict_reason']} / {doc['trend_reason']})"
-    if any("completion_times" not in (e or []) for p, e in zip(doc["points"][1:], evidence) if p["verdict"] != "inconclusive"):
+    if any("completion_times" not in (e or []) for p, e in zip(doc["points"][1:], evidence)
+           if p["verdict"] != "inconclusive"):
         return "inconclusive", detail + " (a definite point without the stopwatch's evidence)"
     return "right", detail
 
@@ -137,7 +139,8 @@ def one_run(cell: Cell, url: str, model: str | None, seed: int) -> dict[str, Any
                 "seed": seed}
     if cell.kind == "staircase":
         final, detail = judge_staircase(cell.parallel, doc)
-        first = "inconclusive" if final == "right" and first_pass_repeated(doc, TRUTH[cell.parallel][1] is not None) else final
+        first = ("inconclusive" if final == "right" and first_pass_repeated(doc, TRUTH[cell.parallel][1] is not None)
+                 else final)
     else:
         final, detail = judge_cache(cell.kind, doc)
         first = final
@@ -203,13 +206,15 @@ def engine_server(engine: str, parallel: int, log: Path, size: str = "tiny") -> 
 
 
 def commit() -> str:
-    out = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    out = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True)
     dirty = subprocess.run(["git", "-C", str(HERE.parent), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True).stdout.strip()
     return out.stdout.strip() + ("+dirty" if dirty else "")
 
 
-def measure_cell(name: str, condition: str, runs: int, one: Callable[[], dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
+def measure_cell(name: str, condition: str, runs: int,
+                 one: Callable[[], dict[str, Any]]) -> tuple[list[dict[str, Any]], str | None]:
     """`runs` first tries of one cell under `condition` (busy.py running for "busy"), printed as they come;
     each outcome carries `outcome`, `seconds` and `detail`. The speculative and interference campaigns."""
     with busy(condition) as load:
@@ -297,7 +302,8 @@ def main() -> int:
         first, final = Counter(o["first"] for o in outcomes), Counter(o["final"] for o in outcomes)
         doc["cells"].append({
             "engine": cell.engine, "kind": cell.kind, "parallel": cell.parallel, "condition": cell.condition,
-            "mode": cell.mode, "model": args.model if cell.engine == "llama" else "tiny", "runs": len(outcomes), "commit": doc["commit"], "campaign_seed": seed, "load": load,
+            "mode": cell.mode, "model": args.model if cell.engine == "llama" else "tiny", "runs": len(outcomes),
+            "commit": doc["commit"], "campaign_seed": seed, "load": load,
             "first_try": {k: first[k] for k in ("right", "inconclusive", "wrong", "crash")},
             "after_repetition": {k: final[k] for k in ("right", "inconclusive", "wrong", "crash")},
             "outcomes": outcomes,
@@ -319,12 +325,13 @@ def main() -> int:
 
 
 def table(cells: list[dict[str, Any]]) -> str:
-    lines = ["| engine | model | test | parallel | machine | witnesses | first try right/inc/wrong/crash | after repetition |",
+    lines = ["| engine | model | test | parallel | machine | witnesses | first try right/inc/wrong/crash | "
+             "after repetition |",
              "|---|---|---|---|---|---|---|---|"]
     for c in cells:
         f, a = c["first_try"], c["after_repetition"]
-        lines.append(f"| {c['engine']} | {c.get('model', 'tiny')} | {c['kind']} | {c['parallel']} | {c['condition']} | {c['mode']} | "
-                     f"{f['right']}/{f['inconclusive']}/{f['wrong']}/{f['crash']} of {c['runs']} | "
+        lines.append(f"| {c['engine']} | {c.get('model', 'tiny')} | {c['kind']} | {c['parallel']} | {c['condition']} | "
+                     f"{c['mode']} | {f['right']}/{f['inconclusive']}/{f['wrong']}/{f['crash']} of {c['runs']} | "
                      f"{a['right']}/{a['inconclusive']}/{a['wrong']}/{a['crash']} |")
     return "\n".join(lines)
 

@@ -87,7 +87,8 @@ def test_a_batching_server_that_serializes_a_seed_and_refuses_a_field(tmp_path):
     assert by["request_params"]["verdict"] == "serialized"
     seed = probes["seed"]
     assert (seed["verdict"], groups(seed["staircase"]), seed["body"]) == ("serialized", [1, 1, 1, 1], {"seed": 7})
-    for name in ("logprobs", "top_logprobs", "n", "temperature", "penalties", "repetition_penalty", "logit_bias", "stop"):
+    for name in ("logprobs", "top_logprobs", "n", "temperature", "penalties", "repetition_penalty", "logit_bias",
+                 "stop"):
         assert (probes[name]["verdict"], groups(probes[name]["staircase"])) == ("batched as before", [4]), probes[name]
     assert probes["top_k"]["verdict"] == "batched as before" and probes["top_k"]["body"] == {"top_k": 40}
     assert probes["n"]["body"] == {"n": 1} and probes["logit_bias"]["body"] == {"logit_bias": {"0": 0}}
@@ -100,7 +101,8 @@ def test_a_batching_server_that_serializes_a_seed_and_refuses_a_field(tmp_path):
     assert by["speculative"]["speculative"]["verdict"] == "not_speculating"
     ctx = by["context_per_request"]
     assert ctx["verdict"] == "as advertised" and "advertises 8192" in ctx["figure"]
-    assert (by["client"]["verdict"], by["client"]["reason"]) == ("not calibrated", "--no-calibrate: the client did not check itself")
+    assert ((by["client"]["verdict"], by["client"]["reason"])
+            == ("not calibrated", "--no-calibrate: the client did not check itself"))
     run = from_doc(doc)
     assert exit_code(run, parse_expect(("request_params.seed=serialized", "batching=batched"))) == (exitcodes.OK, [])
     code3, said = exit_code(run, parse_expect(("roofline=close",)))
@@ -128,7 +130,8 @@ async def test_the_seed_cannot_be_asked_where_servecheck_sends_one_itself():
                            api="auto")
     assert result.server.dialect == "llamacpp"
     probes = {p.name: p for p in result.cards[1].params or ()}
-    assert probes["seed"].verdict == "cannot ask" and "own requests on this API carry seed" in (probes["seed"].reason or "")
+    assert (probes["seed"].verdict == "cannot ask"
+            and "own requests on this API carry seed" in (probes["seed"].reason or ""))
     logprobs = probes["logprobs"]
     assert (logprobs.verdict, logprobs.body) == ("batched as before", {"n_probs": 1})
     assert logprobs.staircase is not None and groups_of(logprobs.staircase) == [4]
@@ -142,12 +145,14 @@ async def test_four_slots_read_batched_at_four_and_partial_at_eight_with_the_slo
     """Ground truth: four slots. N=4 finishes together, which says N=8 may show more: it finishes in two
     groups of four, so the card is partial with 4 slots counted from the finishes; the request fields are
     judged at N=4, where the server batched."""
-    result = await checked(SimConfig(mode="slots", slots=4, **TIMING), (check_mod.concurrency, check_mod.request_params))
+    result = await checked(SimConfig(mode="slots", slots=4, **TIMING),
+                           (check_mod.concurrency, check_mod.request_params))
     conc, params = result.cards
     assert conc.staircase is not None and [p.n for p in conc.staircase.points] == [1, 2, 4, 8]
     assert (conc.verdict, groups_of(conc.staircase)) == ("partial", [4, 4]), conc.reason
     assert conc.figure is not None and conc.figure.startswith("4 slots: N=8 finishes in groups of 4 / 4"), conc.figure
-    assert params.params and all(p.staircase is None or [q.n for q in p.staircase.points] == [1, 4] for p in params.params)
+    assert params.params and all(p.staircase is None or [q.n for q in p.staircase.points] == [1, 4]
+                                 for p in params.params)
     assert params.verdict == "batched as before", [(p.name, p.verdict) for p in params.params]
 
 
@@ -180,7 +185,8 @@ def test_a_budget_too_small_runs_no_card_and_each_names_its_command(tmp_path):
         card = by[claim]
         assert (card["verdict"], card["command"], card["seconds"]) == ("not run", command, 0.0), card
         assert f"run servecheck {command} URL for more" in card["reason"] and card["estimate_s"] > 0
-    assert by["request_params"]["verdict"] == "cannot ask" and "concurrency card is not run" in by["request_params"]["reason"]
+    assert (by["request_params"]["verdict"] == "cannot ask"
+            and "concurrency card is not run" in by["request_params"]["reason"])
     assert doc["warmup"]["status"] == "ok" and doc["single_s"] > 0
 
 
@@ -220,7 +226,8 @@ async def test_the_advertised_context_is_accepted_alone_and_four_at_once():
     probes = card.context_probes or ()
     assert [(p.in_flight, p.outcome) for p in probes] == [(1, "accepted")] + [(4, "accepted")] * 4, card.evidence
     assert card.verdict == "as advertised" and "advertises 2048 per request" in (card.figure or ""), card.figure
-    assert (card.figure or "").endswith(f"a prompt of {2048 - 8 - 64} tokens was accepted alone and 4 at once"), card.figure
+    assert (card.figure or "").endswith(f"a prompt of {2048 - 8 - 64} tokens was accepted alone "
+                                        "and 4 at once"), card.figure
     assert probes[0].sent_tokens == 2048 - 8 - 64 and probes[0].counted_tokens == probes[0].sent_tokens
 
 
@@ -273,7 +280,8 @@ def test_the_roofline_card_holds_the_single_stream_rate_against_the_bandwidth(tm
     from servecheck.analysis.roofline import Span, gate_verdict
 
     model = write_gguf(tmp_path / "moe.gguf", "qwen2moe", MOE_KV, moe_tensors())
-    code, doc = check(SimConfig(mode="batched", **TIMING), tmp_path, "--model-file", str(model), "--bandwidth", "0.5-0.6")
+    code, doc = check(SimConfig(mode="batched", **TIMING), tmp_path, "--model-file", str(model),
+                      "--bandwidth", "0.5-0.6")
     assert code == exitcodes.OK
     card = cards(doc)["roofline"]
     body = card["roofline"]
@@ -286,7 +294,8 @@ def test_the_roofline_card_holds_the_single_stream_rate_against_the_bandwidth(tm
     assert (lo, hi) == pytest.approx((body["achieved_gb_s"] / 0.6, body["achieved_gb_s"] / 0.5))
     assert card["verdict"] == body["gate"] == gate_verdict(Span(lo, hi)), card["figure"]
     assert card["figure"].startswith(f"{body['tok_s']:.1f} tok/s x ") and "of 0.5-0.6 GB/s" in card["figure"]
-    assert any("at 72 tokens" in n for n in body["notes"])  # the KV cache at the N=1 streams' mean context (64 + 16 / 2)
+    # the KV cache at the N=1 streams' mean context (64 + 16 / 2)
+    assert any("at 72 tokens" in n for n in body["notes"])
     with pytest.raises(SystemExit) as info:
         main_mod.main(["check", "http://127.0.0.1:9", "--model-file", str(tmp_path), "--no-save"])
     assert info.value.code in (exitcodes.USAGE, exitcodes.ERROR)

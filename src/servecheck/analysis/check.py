@@ -55,8 +55,8 @@ def not_run(claim: str, command: str, estimate_s: float | None, left_s: float) -
     """The card of a claim the budget could not fit, naming the command that decides it."""
     need = "" if estimate_s is None else f"about {estimate_s * ESTIMATE_MARGIN:.0f} s needed, "
     return Card(claim=claim, verdict=NOT_RUN, seconds=0.0, estimate_s=estimate_s, command=command,
-                reason=f"the budget left too little ({need}{max(left_s, 0):.0f} s left): run servecheck {command} URL for more, "
-                       "or give check a larger --budget")
+                reason=f"the budget left too little ({need}{max(left_s, 0):.0f} s left): run servecheck {command} "
+                       "URL for more, or give check a larger --budget")
 
 
 def cannot_ask(claim: str, command: str | None, why: str) -> Card:
@@ -114,7 +114,8 @@ def concurrency_card(body: StaircaseBody) -> Card:
     figure = {
         "batched": f"N={n}: all {n} finish together{gain}",
         "serial": f"N={n}: {len(groups)} finishes, one after another{gain}",
-        "partial": f"{groups[0] if groups else '?'} slots: N={n} finishes in groups of {' / '.join(map(str, groups))}{gain}",
+        "partial": (f"{groups[0] if groups else '?'} slots: N={n} finishes in groups of "
+                    f"{' / '.join(map(str, groups))}{gain}"),
     }.get(word, f"N={n}: {body.verdict_reason or 'undecided'}")
     evidence = [f"N={p.n}: {p.verdict} ({p.reason})" for p in body.points if (p.n or 0) > 1]
     evidence.append(f"trend {body.trend}: {body.trend_reason}")
@@ -130,13 +131,15 @@ def client_card(checks: Sequence[ClientCheck], calibration: str | None) -> Card:
     measured = [c for c in checks if c.error_ms is not None and c.tolerance_ms]
     if not measured:
         why = ("--no-calibrate: the client did not check itself" if calibration == "off"
-               else "the client did not check itself (a driver without a pre-flight, or the concurrency card did not run)")
+               else "the client did not check itself (a driver without a pre-flight, or the concurrency card "
+                    "did not run)")
         word: ClientWord = "not calibrated"
         return Card(claim="client", verdict=word, reason=why, decided_by="nothing", command="calibrate")
     worst = max(measured, key=lambda c: (c.error_ms or 0.0) / (c.tolerance_ms or 1.0))
     bound = [c for c in measured if c.client_bound]
     word = "client-bound" if bound else "within bound"
-    figure = f"timing error {worst.error_ms:.1f} ms at N={worst.streams} (bound {worst.tolerance_ms:.1f} ms, {worst.basis})"
+    figure = (f"timing error {worst.error_ms:.1f} ms at N={worst.streams} "
+              f"(bound {worst.tolerance_ms:.1f} ms, {worst.basis})")
     evidence = tuple(f"N={c.streams}: {c.error_ms:.1f} ms of {c.tolerance_ms:.1f} ms on {c.workers or 1} process(es)"
                      for c in measured)
     return Card(claim="client", verdict=word, figure=figure, evidence=evidence,
@@ -273,7 +276,8 @@ def context_card(advertised: int, source: str, slots: int | None, probes: Sequen
                                      f"{cut.counted_tokens}: the server keeps only part of it")
     elif any(p.outcome == "failed" for p in probes):
         failed = next(p for p in probes if p.outcome == "failed")
-        word, figure = "inconclusive", f"{said}; a probe of {failed.sent_tokens} tokens ({_alone(failed)}) failed: {failed.message}"
+        word, figure = "inconclusive", (f"{said}; a probe of {failed.sent_tokens} tokens ({_alone(failed)}) failed: "
+                                        f"{failed.message}")
     elif refused and not accepted:
         word, figure = "less than advertised", (f"{said}; refused alone at {min(refused)} tokens, and no shorter probe "
                                                 "fitted the budget")
@@ -282,8 +286,9 @@ def context_card(advertised: int, source: str, slots: int | None, probes: Sequen
                                                 f"(found in {len(alone)} probes)")
     elif at_once and any(p.outcome == "refused" for p in at_once):
         n_refused = sum(p.outcome == "refused" for p in at_once)
-        word, figure = "less than advertised", (f"{said}; {max(accepted)} tokens accepted alone, but with {len(at_once)} "
-                                                f"in flight {n_refused} of them were refused: the context is shared")
+        word, figure = "less than advertised", (f"{said}; {max(accepted)} tokens accepted alone, but with "
+                                                f"{len(at_once)} in flight {n_refused} of them were refused: "
+                                                "the context is shared")
     else:
         with_others = (f" and {len(at_once)} at once" if at_once else
                        "" if together > 1 else " (the server runs one request at a time: none in flight beside it)")
@@ -322,7 +327,8 @@ def roofline_card(body: RooflineBody) -> Card:
     """The roofline's gate on the card: `close` (at the ceiling already), `open`, `straddle`."""
     util, bw = body.utilization, body.bandwidth_gb_s
     if body.gate is None or util is None or bw is None or body.tok_s is None or body.bytes_per_token is None:
-        return Card(claim="roofline", verdict="inconclusive", reason="the roofline could not be drawn", command="roofline")
+        return Card(claim="roofline", verdict="inconclusive", reason="the roofline could not be drawn",
+                    command="roofline")
     figure = (f"{body.tok_s:.1f} tok/s x {body.bytes_per_token / 1e9:.3f} GB per token = {body.achieved_gb_s:.2f} GB/s "
               f"of {_span(*bw, '{:.1f}')} GB/s: {_span(*util, '{:.0%}')} of the memory bandwidth")
     evidence = (f"rate: {body.tok_s_source}", f"bandwidth: {body.bandwidth_source}", *(body.notes or ()))
@@ -371,7 +377,8 @@ def lesson(cards: Sequence[Card]) -> str:
     """The one line the report ends with: what the server claims and does not do, else what it does."""
     said = {c.claim: c.verdict for c in cards}
     worst = [f"{c.claim} {c.verdict}" for c in cards
-             if c.verdict in ("serial", "serialized", "inert", "blocking", "client-bound", "less than advertised", "truncated")]
+             if c.verdict in ("serial", "serialized", "inert", "blocking", "client-bound", "less than advertised",
+                              "truncated")]
     open_ = [c.claim or "?" for c in cards if c.verdict in (*UNDECIDED, "inconclusive", "unknown")]
     decided = [c for c in cards if c.verdict not in (*UNDECIDED, "inconclusive", "unknown", "not calibrated")]
     if worst:

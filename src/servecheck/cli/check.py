@@ -39,7 +39,8 @@ def parse_expect(pairs: tuple[str, ...]) -> dict[str, str]:
         head = CLAIM_ALIASES.get(claim.partition(".")[0], claim.partition(".")[0])
         if not sep or not claim or not verdict or head not in CLAIMS or ("." in claim and head != "request_params"):
             raise UsageError(f"--expect {raw!r} is not CLAIM=VERDICT with a claim of {', '.join(CLAIMS)}",
-                             "e.g. --expect concurrency=batched --expect prefix_cache=working --expect request_params.seed=serialized")
+                             "e.g. --expect concurrency=batched --expect prefix_cache=working "
+                             "--expect request_params.seed=serialized")
         out[claim] = verdict
     return out
 
@@ -79,7 +80,8 @@ def progress_line(result: CheckResult) -> str:
               "concurrency=batched, prefix_cache=working, request_params.seed='batched as before'.")
 @click.option("--tokens", type=int, default=64, show_default=True,
               help="Output tokens per request of the concurrency and request-field batches.")
-@click.option("--seed", type=int, default=None, help="Seed for the prompts and nonces (default: fresh each run, recorded).")
+@click.option("--seed", type=int, default=None,
+              help="Seed for the prompts and nonces (default: fresh each run, recorded).")
 @serve_option
 @client_record(batches=True)
 @output_record
@@ -95,7 +97,8 @@ def cmd(app: AppContext, url: str | None, budget_s: float, model_file: str | Non
     url = resolve_url(url, serve_command)
     plan = CheckPlan(budget_s=budget_s, tokens=tokens, model_file=model_file)
     if model_file is not None:  # audited before any request: a bad file is a one-line error, nothing sent
-        plan = replace(plan, roofline=roofline_inputs(app, model_file, url or "the --serve server", plan, bandwidth_raw))
+        plan = replace(plan, roofline=roofline_inputs(app, model_file, url or "the --serve server", plan,
+                                                      bandwidth_raw))
     if seed is None:
         seed = random.SystemRandom().randrange(2**32)
     sinks = output.sinks()
@@ -124,7 +127,8 @@ def roofline_inputs(app: AppContext, model_file: str, url: str, plan: CheckPlan,
     setup = prepare(RooflineOptions(model_path=Path(model_file), url=url, bandwidth_raw=bandwidth_raw, context=context,
                                     tokens=plan.tokens))
     notes = (*setup.plan.notes, f"KV cache counted at {context} tokens, the single streams' mean context")
-    return RooflineInputs(setup.weights, replace(setup.plan, notes=notes), setup.settle(lambda line: say(app.err, line)))
+    return RooflineInputs(setup.weights, replace(setup.plan, notes=notes),
+                          setup.settle(lambda line: say(app.err, line)))
 
 
 def _render(app: AppContext, run: RunResult[CheckBody], json_to_stdout: bool, verdicts: list[str],

@@ -66,7 +66,8 @@ def probes(dialect: str) -> tuple[Probe, ...]:
         Probe("temperature", spelled(temperature=0.8), presence=False),
         Probe("top_k", spelled(top_k=40), presence=False),
         Probe("penalties", spelled(frequency_penalty=0.1, presence_penalty=0.1)),
-        Probe("repetition_penalty", spelled(repeat_penalty=1.1) if ollama or native else (("repetition_penalty", 1.1),)),
+        Probe("repetition_penalty", (spelled(repeat_penalty=1.1) if ollama or native
+                                     else (("repetition_penalty", 1.1),))),
         Probe("logit_bias", () if ollama else (("logit_bias", [[0, 0]] if native else {"0": 0}),)),
         Probe("stop", spelled(stop=[STOP_TEXT])),
     )
@@ -81,7 +82,8 @@ def own_fields(dialect: str, model: str | None, eos_bias: bool = False) -> froze
 
 
 def probe_paths(probe: Probe) -> set[str]:
-    return {f"{k}.{sub}" if isinstance(v, dict) else k for k, v in probe.body for sub in (v if isinstance(v, dict) else (k,))}
+    return {f"{k}.{sub}" if isinstance(v, dict) else k
+            for k, v in probe.body for sub in (v if isinstance(v, dict) else (k,))}
 
 
 def carried_already(probe: Probe, own: frozenset[str], user: Sequence[str]) -> str | None:
@@ -91,9 +93,11 @@ def carried_already(probe: Probe, own: frozenset[str], user: Sequence[str]) -> s
         return f"this API has no {probe.name} field"
     paths = probe_paths(probe)
     if paths & set(user) or {p.partition(".")[0] for p in paths} & set(user):
-        return f"every request carries {probe.name} already (--request-param): the concurrency card was measured with it"
+        return (f"every request carries {probe.name} already (--request-param): the concurrency card was measured "
+                "with it")
     if probe.presence and paths & own:
-        return f"servecheck's own requests on this API carry {probe.name} already: the concurrency card was measured with it"
+        return (f"servecheck's own requests on this API carry {probe.name} already: the concurrency card was "
+                "measured with it")
     return None
 
 
@@ -203,13 +207,15 @@ async def _step(step: Step, driver: Driver, result: CheckResult, rng: random.Ran
     except UsageError as exc:
         return judge.cannot_ask(claim, command, exc.message), result
     except ServerError as exc:
-        return replace(judge.cannot_ask(claim, command, f"a request failed: {exc.message}"), verdict="inconclusive"), result
+        return replace(judge.cannot_ask(claim, command, f"a request failed: {exc.message}"),
+                       verdict="inconclusive"), result
 
 
 # ---------------------------------------------------------------- the cards, in order
 
 
-async def concurrency(driver: Driver, result: CheckResult, rng: random.Random, left_s: float) -> tuple[shape.Card, CheckResult]:
+async def concurrency(driver: Driver, result: CheckResult, rng: random.Random,
+                      left_s: float) -> tuple[shape.Card, CheckResult]:
     assert result.costs is not None
     preflights = 3 if calibration_mode(driver) == CALIBRATION_ON else 0
     estimate = judge.CONCURRENCY_SINGLES * result.costs.single_s + preflights * judge.PREFLIGHT_COST_S
@@ -235,7 +241,8 @@ def batch_seconds(sc: StaircaseResult, n: int) -> float:
     return max(spans, default=0) / NS_PER_S
 
 
-async def request_params(driver: Driver, result: CheckResult, rng: random.Random, left_s: float) -> tuple[shape.Card, CheckResult]:
+async def request_params(driver: Driver, result: CheckResult, rng: random.Random,
+                         left_s: float) -> tuple[shape.Card, CheckResult]:
     conc = result.card("concurrency")
     sc, costs, n = result.staircase, result.costs, result.plan.param_n
     assert costs is not None
@@ -254,7 +261,8 @@ async def request_params(driver: Driver, result: CheckResult, rng: random.Random
         spent = time.monotonic() - t
         carried = carried_already(probe, own, result.plan.user_fields)
         if carried is not None:
-            found.append(shape.ParamProbe(name=probe.name, body=dict(probe.body), verdict=shape.CANNOT_ASK, reason=carried))
+            found.append(shape.ParamProbe(name=probe.name, body=dict(probe.body), verdict=shape.CANNOT_ASK,
+                                          reason=carried))
         elif not judge.fits(each, left_s - spent):
             found.append(shape.ParamProbe(name=probe.name, body=dict(probe.body), verdict=shape.NOT_RUN, reason=(
                 f"the budget left too little: run servecheck staircase URL --n 1,{result.plan.param_n} "
@@ -286,7 +294,8 @@ async def _param(driver: Driver, sc: StaircaseResult, n: int, probe: Probe, base
         batches = (*batches, MeasuredBatch(n=n, rep=rep, batch=batch))
         ones = tuple(mb for mb in sc.batches if mb.n == 1)
         with_field = replace(sc, ns=(1, n), batches=(*ones, *batches), complete=True,
-                             notes=(*sc.notes, f"N={n} carried {probe.name}; N=1 is the concurrency card's, without it"))
+                             notes=(*sc.notes,
+                                    f"N={n} carried {probe.name}; N=1 is the concurrency card's, without it"))
         body = with_field.body()
         word: shape.ConcurrencyWord = "batched" if baseline == "batched" else "partial"
         out = replace(judge.param_verdict(probe.name, word, body), staircase=body)
@@ -304,7 +313,8 @@ def _carrying(probe: Probe) -> Callable[..., Awaitable[list[GenRequest]]]:
     return factory
 
 
-async def prefix_cache(driver: Driver, result: CheckResult, rng: random.Random, left_s: float) -> tuple[shape.Card, CheckResult]:
+async def prefix_cache(driver: Driver, result: CheckResult, rng: random.Random,
+                       left_s: float) -> tuple[shape.Card, CheckResult]:
     costs = result.costs
     assert costs is not None
     tokens = result.plan.prefix_prompt_tokens
@@ -319,11 +329,13 @@ async def prefix_cache(driver: Driver, result: CheckResult, rng: random.Random, 
 def interference_sizes(plan: CheckPlan, server: ServerInfo) -> tuple[int, int] | None:
     """The two intruder sizes: the larger the context holds (up to the plan's), and a quarter of it."""
     ctx = server.n_ctx_per_request
-    large = plan.intruder_tokens if ctx is None else min(plan.intruder_tokens, ctx - INTRUDER_TOKENS - CTX_MARGIN_TOKENS)
+    large = (plan.intruder_tokens if ctx is None
+             else min(plan.intruder_tokens, ctx - INTRUDER_TOKENS - CTX_MARGIN_TOKENS))
     return None if large < 4 * 64 else (large // 4, large)
 
 
-async def chunked_prefill(driver: Driver, result: CheckResult, rng: random.Random, left_s: float) -> tuple[shape.Card, CheckResult]:
+async def chunked_prefill(driver: Driver, result: CheckResult, rng: random.Random,
+                          left_s: float) -> tuple[shape.Card, CheckResult]:
     costs, plan = result.costs, result.plan
     assert costs is not None
     sizes = interference_sizes(plan, result.server)
@@ -342,7 +354,8 @@ async def chunked_prefill(driver: Driver, result: CheckResult, rng: random.Rando
     return _timed(t, replace(judge.interference_card(body), interference=body), estimate), result
 
 
-async def speculative(driver: Driver, result: CheckResult, rng: random.Random, left_s: float) -> tuple[shape.Card, CheckResult]:
+async def speculative(driver: Driver, result: CheckResult, rng: random.Random,
+                      left_s: float) -> tuple[shape.Card, CheckResult]:
     costs, tokens = result.costs, max(result.plan.speculative_tokens, 16)
     assert costs is not None
     estimate = 3 * costs.request_s(16, tokens)  # the warm-up and one stream of each prompt kind
@@ -354,14 +367,16 @@ async def speculative(driver: Driver, result: CheckResult, rng: random.Random, l
     return _timed(t, replace(judge.speculative_card(body), speculative=body), estimate), result
 
 
-async def client(driver: Driver, result: CheckResult, rng: random.Random, left_s: float) -> tuple[shape.Card, CheckResult]:
+async def client(driver: Driver, result: CheckResult, rng: random.Random,
+                 left_s: float) -> tuple[shape.Card, CheckResult]:
     sc = result.staircase
     body = None if sc is None else sc.body()
     checks = () if body is None or body.client_checks is None else body.client_checks
     return judge.client_card(checks, None if body is None else body.calibration), result
 
 
-async def roofline(driver: Driver, result: CheckResult, rng: random.Random, left_s: float) -> tuple[shape.Card, CheckResult]:
+async def roofline(driver: Driver, result: CheckResult, rng: random.Random,
+                   left_s: float) -> tuple[shape.Card, CheckResult]:
     """The single-stream decode rate the concurrency card measured at N=1, times the bytes every token reads
     (the --model-file's audit), against the memory bandwidth (probed on this machine unless given)."""
     inputs = result.plan.roofline
@@ -388,7 +403,8 @@ def single_stream_rate(result: CheckResult) -> Rate | None:
     rated = [] if sc is None else [
         ((r.tokens - 1) / ((r.end_ns - r.first_token_ns) / NS_PER_S), r) for mb in sc.batches if mb.n == 1
         for r in mb.batch.records
-        if r.ok and r.tokens >= 2 and r.first_token_ns is not None and r.end_ns is not None and r.end_ns > r.first_token_ns]
+        if r.ok and r.tokens >= 2 and r.first_token_ns is not None and r.end_ns is not None
+        and r.end_ns > r.first_token_ns]
     if not rated:
         return None
     rated.sort(key=lambda pair: pair[0])
@@ -397,7 +413,8 @@ def single_stream_rate(result: CheckResult) -> Rate | None:
                 f"card (N=1), prefill excluded", result.server, record)
 
 
-async def context_per_request(driver: Driver, result: CheckResult, rng: random.Random, left_s: float) -> tuple[shape.Card, CheckResult]:
+async def context_per_request(driver: Driver, result: CheckResult, rng: random.Random,
+                              left_s: float) -> tuple[shape.Card, CheckResult]:
     """The advertised per-request context, probed: one request alone whose prompt fills it; where it is
     refused, a few more halving the gap to the longest accepted (bisection, never more than
     `CONTEXT_BISECTIONS`); then, where the concurrency card saw requests run together, that many at once at
@@ -410,7 +427,8 @@ async def context_per_request(driver: Driver, result: CheckResult, rng: random.R
     except ServecheckError:
         advertised, source = None, None
     if advertised is None or source is None:
-        return judge.cannot_ask("context_per_request", "context", "the server does not say its context per request"), result
+        return judge.cannot_ask("context_per_request", "context",
+                                "the server does not say its context per request"), result
     longest = advertised - WARMUP_TOKENS - CTX_MARGIN_TOKENS
     if longest < 1:
         return judge.cannot_ask("context_per_request", "context", f"the advertised {advertised} tokens hold no "
