@@ -12,6 +12,7 @@ Patterns (load/inject.py, in the client's own read path; `proxy` is the simulato
 * `proxy`: the stream passes a hop that releases it in bursts every 35-105 ms.
 
 Cells (the truth): `spec-plain` one token a 3 ms step (`not_speculating`; the issue's fast server);
+`spec-plain-20` one token a 20 ms step (`not_speculating`; the issue's server behind the hop);
 `spec-3` three tokens a 20 ms step (`speculating`, within 15% of 3); `inf-isolated`, `inf-blocking`,
 `inf-chunked` (prefill elsewhere, in one step, in chunks of 256; about 1.6 s for 8,192 tokens). The
 other commands run as a user runs them, the `servecheck` command with its pre-flight, in a process of
@@ -58,8 +59,8 @@ from servecheck.sim.proxy import running_proxy
 
 HERE = Path(__file__).resolve().parent
 PATTERNS = ("none", "wake", "exp", "long-send", "starve", "proxy")
-CELLS = ("spec-plain", "spec-3", "inf-isolated", "inf-blocking", "inf-chunked", "stair-serial", "stair-batched",
-         "arms-serial", "arms-batched", "cap-2", "cache-on", "cache-off", "ctx-falls", "ctx-flat")
+CELLS = ("spec-plain", "spec-plain-20", "spec-3", "inf-isolated", "inf-blocking", "inf-chunked", "stair-serial",
+         "stair-batched", "arms-serial", "arms-batched", "cap-2", "cache-on", "cache-off", "ctx-falls", "ctx-flat")
 # The cells measured through the `servecheck` command: its argv after the URL, and the truth.
 CLI = {
     "stair-serial": (["staircase", "--n", "1,2,4", "--tokens", "32", "--prompt-tokens", "16"], ("staircase", "flat")),
@@ -79,6 +80,8 @@ def config(cell: str) -> tuple[SimConfig, float]:
     """The simulator's law for a cell, and its decode step in ms (the late patterns scale with it)."""
     if cell == "spec-plain":
         return SimConfig(mode="batched", token_s=0.003, per_seq_s=0.0002, prompt_token_s=1e-5), 3.0
+    if cell == "spec-plain-20":
+        return SimConfig(mode="batched", token_s=0.02, per_seq_s=0.0002, prompt_token_s=1e-5), 20.0
     if cell in CLI:
         return cli_config(cell), 20.0 if cell.startswith("stair") else 10.0
     if cell == "spec-3":
@@ -160,8 +163,8 @@ def judge_cli(cell: str, verdict: Any) -> str:
 def judge(cell: str, verdict: Any, tps: list[float | None]) -> str:
     if cell in CLI:
         return judge_cli(cell, verdict)
-    truth = {"spec-plain": "not_speculating", "spec-3": "speculating", "inf-isolated": "isolated",
-             "inf-blocking": "blocking", "inf-chunked": "chunked"}[cell]
+    truth = {"spec-plain": "not_speculating", "spec-plain-20": "not_speculating", "spec-3": "speculating",
+             "inf-isolated": "isolated", "inf-blocking": "blocking", "inf-chunked": "chunked"}[cell]
     if verdict == "inconclusive":
         return "inconclusive"
     if verdict != truth:
