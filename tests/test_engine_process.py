@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from servecheck.engine import process
+from servecheck.engine import managed, process
 from servecheck.engine.process import (
     LlamaServer,
     ManagedServer,
@@ -312,7 +312,7 @@ class _InterruptOnce:
 
 
 def test_ctrl_c_right_after_spawn_still_stops_the_server(stub: Path, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    monkeypatch.setattr(process, "_LIVE_LOCK", _InterruptOnce())
+    monkeypatch.setattr(managed, "_LIVE_LOCK", _InterruptOnce())
     server = _stub_server(stub, tmp_path)
     with pytest.raises(KeyboardInterrupt):
         server.start()

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from servecheck.cli.main import main
-from servecheck.engine import mlx_engine, mlx_model
+from servecheck.engine import mlx_model
 from servecheck.engine.cache import EngineCache, clear, list_entries
+from servecheck.engine.mlx_engine import provision as mlx_provision
 from servecheck.engine.mlx_engine import (
     MlxServer,
     backend_for,
@@ -83,8 +84,9 @@ def fake_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     base = tmp_path / "fake-base-python"
     base.write_text(FAKE_BASE_PYTHON.format(venv_python=venv_python))
     base.chmod(0o755)
-    monkeypatch.setattr(mlx_engine, "backend_for", lambda: "cpu")
-    monkeypatch.setattr(mlx_engine, "check_glibc", lambda: None)
+    # Patched where install_mlx and mlx_key read them: the provision module.
+    monkeypatch.setattr(mlx_provision, "backend_for", lambda: "cpu")
+    monkeypatch.setattr(mlx_provision, "check_glibc", lambda: None)
     for name in ("FAKE_PIP_FAIL", "FAKE_IMPORT_FAIL", "FAKE_MODEL_FAIL"):
         monkeypatch.delenv(name, raising=False)
     return base

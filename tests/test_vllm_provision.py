@@ -18,6 +18,7 @@ import pytest
 from servecheck.engine import hf_model, proctree, vllm
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.hf_model import HF_SIZES, ensure_hf_model, hf_model_dir, resolve_hf_model, training_corpus
+from servecheck.engine.vllm import provision as vllm_provision
 from servecheck.engine.vllm import (
     PipProgress,
     VllmServer,
@@ -91,8 +92,9 @@ def fake_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     base = tmp_path / "fake-base-python"
     base.write_text(FAKE_BASE_PYTHON.format(venv_python=venv_python))
     base.chmod(0o755)
-    monkeypatch.setattr(vllm, "check_machine", lambda: None)
-    monkeypatch.setattr(vllm, "check_free_space", lambda path: None)
+    # Patched where install_vllm reads them: the provision module.
+    monkeypatch.setattr(vllm_provision, "check_machine", lambda: None)
+    monkeypatch.setattr(vllm_provision, "check_free_space", lambda path: None)
     for name in ("FAKE_PIP_FAIL", "FAKE_IMPORT_FAIL", "FAKE_MODEL_FAIL"):
         monkeypatch.delenv(name, raising=False)
     return base

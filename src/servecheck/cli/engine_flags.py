@@ -17,8 +17,8 @@ import click
 from servecheck import exitcodes
 from servecheck.cli.context import AppContext
 from servecheck.engine.cache import EngineCache
+from servecheck.engine.llamacpp_server import LlamaServer
 from servecheck.engine.mlx_engine import MlxServer
-from servecheck.engine.process import LlamaServer
 from servecheck.engine.running import RunningRecords
 from servecheck.engine.vllm import VllmServer
 from servecheck.errors import UsageError

@@ -1,7 +1,7 @@
 """The processes a server started, read from /proc, so that none outlives it.
 
 vLLM's API server starts an engine core and workers; they normally stay in its process group,
-which `process.ManagedServer` signals as a whole. A process that left the group (its own
+which `managed.ManagedServer` signals as a whole. A process that left the group (its own
 session) or was orphaned is still found here: by parent links while its parent lives, and by
 the process group id after. A pid is only signalled while its start time still matches, so a
 reused pid is never hit. Linux only; elsewhere every function finds nothing.

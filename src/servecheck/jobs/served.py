@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servecheck.engine.cache import EngineCache
-from servecheck.engine.process import ManagedServer
+from servecheck.engine.managed import ManagedServer
 from servecheck.engine.running import RunningRecords
 from servecheck.errors import EngineError, ServecheckError, UsageError
 from servecheck.logscan.scan import LogScanResult, scan_log

@@ -1,20 +1,6 @@
-"""MLX as a local engine: `mlx` and `mlx-lm` installed once into their own virtualenv in the cache,
-and mlx-lm's OpenAI-compatible server on 127.0.0.1, stopped on every exit path. (Not `mlx.py`: the
-model scripts run from this folder, where such a file would hide the `mlx` package.)
-
-On Linux the install takes MLX's CPU backend (`mlx[cpu]`, the `mlx-cpu` wheel); on macOS on Apple
-silicon the same code takes plain `mlx`, which brings Metal (untested here: servecheck is tested on
-Linux). An import check runs before the stamp is written, and the stamp is written last, so a
-half-finished install is redone, never used.
-
-What mlx-lm 0.32.2's server (`mlx_lm/server.py`) does that matters here:
-* `--decode-concurrency` (default 32) and `--prompt-concurrency` (default 8) bound its batch; its
-  BatchGenerator holds max(the two) requests at once, so servecheck's `--parallel N` sets both.
-* A request is batched only without a `seed`, without `--kv-bits` and without a draft model;
-  otherwise requests run one at a time, with no log line saying so.
-* No `ignore_eos`, but `logit_bias` is honoured: see `load.eos`.
-* `/v1/models` scans the Hugging Face cache and answers 200 with an empty body when that folder does
-  not exist (`CacheNotFound`); servecheck points HF_HOME at a folder of its own that does.
+"""Provisioning MLX: `mlx` and `mlx-lm` installed once into their own virtualenv in the cache
+(`provision_mlx`), and the model it serves (`provision_mlx_local`). What the install takes on which
+machine: the package's docstring (`engine/mlx_engine/__init__.py`). Running it is `server.py`.
 """
 
 from __future__ import annotations
@@ -27,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TextIO
@@ -35,10 +21,8 @@ from typing import Literal, TextIO
 from servecheck.engine import steps
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.mlx_model import DEFAULT_MLX_SIZE, MLX_SIZES, MlxModel, last_json, resolve_mlx_model
-from servecheck.engine.process import DEFAULT_STARTUP_TIMEOUT_S, LOCALHOST, STOP_GRACE_S, LocalServer, ManagedServer
-from servecheck.engine.running import RunningRecords
-from servecheck.engine.vllm import EnvOrigin, PipProgress, tree_size
-from servecheck.errors import EngineError, UsageError
+from servecheck.engine.vllm.provision import EnvOrigin, PipProgress, tree_size
+from servecheck.errors import EngineError
 from servecheck.model.bodies.demo import MlxEngine
 
 Progress = Callable[[str], None]
@@ -59,6 +43,16 @@ MIN_GLIBC = (2, 35)
 # About 380 MB installed; refuse to start an install that cannot finish.
 MIN_FREE_BYTES = 10**9
 IMPORT_CHECK_TIMEOUT_S = 120.0
+
+# Here rather than in server.py because the import check runs mlx-lm's imports with it too;
+# `server.server_env` starts from it.
+RUNTIME_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONUNBUFFERED": "1",
+}
 
 
 def _noop(_: str) -> None:
@@ -317,93 +311,3 @@ def provision_mlx_local(
     env = provision_mlx(cache, progress=say, allow_install=allow_install)
     say(env.describe())
     return MlxLocal(env=env, model=resolve_mlx_model(model, cache, env.python, say))
-
-
-# -- running ---------------------------------------------------------------------------------------
-
-# mlx-lm loads the tiny model and answers /health within seconds (llama-server's start-up limit,
-# DEFAULT_STARTUP_TIMEOUT_S, covers a big model from a slow disk), and SIGTERM ends it at once
-# (Python's default handler), well within llama-server's STOP_GRACE_S.
-SERVER_MODULE = ("-m", "mlx_lm", "server")  # `python -m mlx_lm.server` is deprecated in 0.32
-RUNTIME_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "HF_HUB_DISABLE_TELEMETRY": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-    "PYTHONUNBUFFERED": "1",
-}
-
-
-def parallel_args(parallel: int | None) -> list[str]:
-    """`--parallel N` as mlx-lm's two flags: its batch holds max(decode, prompt) requests, so
-    setting only --decode-concurrency would leave prompt concurrency 8 and still batch."""
-    if parallel is None:
-        return []
-    return ["--decode-concurrency", str(parallel), "--prompt-concurrency", str(parallel)]
-
-
-def server_env(folder: Path | None) -> dict[str, str]:
-    """What an mlx-lm server gets on top of servecheck's environment. HF_HOME: a Hugging Face cache
-    inside ours whose `hub` folder exists, so /v1/models can scan it (without it mlx-lm 0.32.2
-    answers 200 with an empty body) and finds none of the user's downloads."""
-    env = dict(RUNTIME_ENV)
-    if folder is not None:
-        hf_home = folder / "runtime" / "hf"
-        (hf_home / "hub").mkdir(parents=True, exist_ok=True)
-        env["HF_HOME"] = str(hf_home)
-    return env
-
-
-class MlxServer(LocalServer):
-    """mlx-lm's server on 127.0.0.1 batching up to `parallel` requests (None: mlx-lm's defaults, 32
-    decoding and 8 prompts at once).
-
-    `with MlxServer(env, model_dir) as url:` starts it (on a free port unless `port` is given), waits
-    for /health and stops it on the way out, whatever happens.
-    """
-
-    def __init__(
-        self,
-        env: MlxEnv | Path | str,
-        model: Path | str,
-        *,
-        parallel: int | None = 1,
-        extra_args: Sequence[str] = (),
-        log_path: Path | None = None,
-        port: int | None = None,
-        startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
-        records: RunningRecords | None = None,
-    ) -> None:
-        if parallel is not None and parallel < 1:
-            raise UsageError(f"--parallel {parallel} must be at least 1", "use 1 for one request at a time")
-        self.python = Path(env.python if isinstance(env, MlxEnv) else env)
-        self.folder = env.folder if isinstance(env, MlxEnv) else None
-        self.model = Path(model)
-        self.parallel = parallel
-        self.extra_args = tuple(extra_args)
-        self.log_path = log_path
-        self.port = port
-        self.startup_timeout_s = startup_timeout_s
-        self.records = records
-        self.server: ManagedServer | None = None
-
-    def command(self, port: int) -> list[str]:
-        # The resolved path: /v1/models names the model by it and servecheck sends that name back,
-        # which mlx-lm takes for another model (and loads again) unless it is the --model it was given.
-        model = str(self.model.resolve())
-        cmd = [str(self.python), *SERVER_MODULE, "--model", model, "--host", LOCALHOST, "--port", str(port)]
-        return cmd + parallel_args(self.parallel) + list(self.extra_args)
-
-    def check_inputs(self) -> None:
-        if not (self.model / "config.json").is_file():
-            raise UsageError(f"model folder {self.model} has no config.json",
-                             "give an MLX model folder (config.json, weights, tokenizer)")
-
-    def _managed(self, port: int) -> ManagedServer:
-        server = ManagedServer(
-            self.command(port), url=f"http://{LOCALHOST}:{port}", log_path=self.log_path, health_paths=("/health",),
-            startup_timeout_s=self.startup_timeout_s, stop_grace_s=STOP_GRACE_S, env=server_env(self.folder),
-            check_port=(LOCALHOST, port) if self.port is not None else None, records=self.records,
-        )
-        server.name = "mlx-lm"  # not "python", in messages
-        return server
