@@ -78,38 +78,39 @@ DISTINCT = {
     "model.records.OUTPUT_LENGTH_TOLERANCE": "output length off what was asked or the modal length",
     "model.client.CLIENT_ERROR_FRAC": "the client's timing error against the time a verdict measures",
     "model.client.STAMP_DELAY_FRAC": "calibrate's p99 stamp delay against one stream's token gap",
-    "analysis.staircase.DISPATCH_SKEW_FRAC": "requests' release spread against T1 (CLIENT_ERROR_FRAC borrowed "
-                                             "the value)",
+    "analysis.staircase.validity.DISPATCH_SKEW_FRAC": "requests' release spread against T1 (CLIENT_ERROR_FRAC borrowed "
+                                                      "the value)",
     "analysis.cache.TEMPLATE_HEAD_FRACTION": "share of a prompt a BOS token and template head may have cached",
     "analysis.context.FLAT_TOLERANCE": "the deepest depth's decode rate against the shallowest's: flat",
     "analysis.speculative.NOISE_SHARE": "share of a stream's gaps in the dead band before it is too noisy to group",
-    "analysis.staircase.WINDOW_OVERLAP_TOL": "shared time of two generation windows against T1 before they overlap",
+    "analysis.staircase.windows.WINDOW_OVERLAP_TOL": "shared time of two generation windows against T1 before they "
+                                                     "overlap",
     "analysis.witness.BUSY_STEAL_FRAC": "CPU stolen from the client machine that makes it busy",
     # 0.1
     "analysis.arms.DEFAULT_BIAS_LIMIT": "an arm's median across the positions it held",
     "analysis.context.STEEPER_MARGIN": "measured decode rate below what constant utilization predicts",
     "analysis.speculative.DEAD_LO": "a gap against the step time: inside one step below it",
-    "analysis.staircase.MISLEADING_SUM_FRAC": "the sum of self-reported rates against the true aggregate",
+    "analysis.staircase.records.MISLEADING_SUM_FRAC": "the sum of self-reported rates against the true aggregate",
     # 0.15
     "analysis.roofline.LOW_UTILIZATION": "share of measured bandwidth: a wrong device or fallback below it",
     "analysis.transit.COALESCE_MIN_CV": "the spread of burst sizes a buffering hop leaves",
     "analysis.speculative.COUNTER_TOLERANCE": "the estimate against llama.cpp's own draft counters",
-    "analysis.staircase.SMALL_GAP_FRAC": "a finish gap against T1 that stays inside one group",
+    "analysis.staircase.grouping.SMALL_GAP_FRAC": "a finish gap against T1 that stays inside one group",
     # 0.25
     "analysis.rules.STAIRCASE_STEP_TOL": "a queue's step against T1, a queued wait against k service times",
-    "analysis.staircase.REFERENCE_SPREAD_WARN": "spread of the N=1 measurements "
-                                                "(see analysis.rules beside DRIFT_LIMIT)",
-    "analysis.staircase.CLUSTER_SPREAD_FRAC": "a group's whole finish spread against T1",
+    "analysis.staircase.trend.REFERENCE_SPREAD_WARN": "spread of the N=1 measurements "
+                                                      "(see analysis.rules beside DRIFT_LIMIT)",
+    "analysis.staircase.grouping.CLUSTER_SPREAD_FRAC": "a group's whole finish spread against T1",
     "analysis.cache.FLOOR_MAX_RATIO": "a near-empty prompt's time against the control's, for `inert` by timing",
     "analysis.interference.CLIENT_BURST_FRACTION": "the client's stalls against the time between bursts",
     "analysis.interference.WITNESS_TOLERANCE": "a witness's stated chunk budget against the measured chunk",
     # 0.3
     "analysis.speculative.LATE_PAIR_TOLERANCE": "a late read and its short successor against two step times",
     "analysis.speculative.SPLIT_FRACTION": "where the dead band is split, as a share of the step time",
-    "analysis.staircase.EVEN_STEP_SPREAD": "spread of a schedule's steps against their mean: evenly spaced",
+    "analysis.staircase.grouping.EVEN_STEP_SPREAD": "spread of a schedule's steps against their mean: evenly spaced",
     # 0.4
-    "analysis.staircase.STAIRCASE_EVEN_SPREAD": "spread of a staircase's steps against their mean (a busy "
-                                                "machine's swing)",
+    "analysis.staircase.grouping.STAIRCASE_EVEN_SPREAD": "spread of a staircase's steps against their mean (a busy "
+                                                         "machine's swing)",
     "analysis.interference.CHUNKED_COVER": "the victims' step against the prefill window: chunked",
     "analysis.interference.CLIENT_BASELINE_SHARE": "victims' baseline gaps read late by the client",
     "analysis.interference.CLIENT_STRETCHED_SHARE": "victims' stretched gaps that may be the client's stalls",
@@ -123,16 +124,17 @@ DISTINCT = {
     "analysis.speculative.HELD_SLACK": "a group's opening gap beyond its step count: output held back",
     "analysis.speculative.LATE_READ_FRACTION": "how late a read may be, as a share of the step time",
     "analysis.speculative.MAX_LATE_SHARE": "share of a stream's groups read late before it is not grouped",
-    "analysis.staircase.LARGE_GAP_FRAC": "a finish gap against T1 that starts a new group",
-    "analysis.staircase.WINDOW_MIN_FRAC": "a window's length against the batch's median window: "
-                                          "read in one burst below",
+    "analysis.staircase.grouping.LARGE_GAP_FRAC": "a finish gap against T1 that starts a new group",
+    "analysis.staircase.windows.WINDOW_MIN_FRAC": "a window's length against the batch's median window: "
+                                                  "read in one burst below",
     "analysis.witness.SERVICE_SPREAD_TOL": "spread of one batch's service times: equal requests",
     # 0.6
     "analysis.interference.BLOCKING_COVER": "the victims' step against the prefill window: blocking",
-    "analysis.staircase.REFERENCE_STEP_LO": "lower end of an even staircase's mean step against its first finish",
+    "analysis.staircase.grouping.REFERENCE_STEP_LO": "lower end of an even staircase's mean step against its first "
+                                                     "finish",
     # 0.75
-    "analysis.staircase.PARTIAL_MIN_STEP_FRAC": "a partial batch's step against T1",
-    "analysis.staircase.CLUSTER_MIN_LAST_FRAC": "a cluster's last finish against T1",
+    "analysis.staircase.grouping.PARTIAL_MIN_STEP_FRAC": "a partial batch's step against T1",
+    "analysis.staircase.grouping.CLUSTER_MIN_LAST_FRAC": "a cluster's last finish against T1",
     "analysis.witness.BUSY_LOAD_PER_CPU": "load per core that makes the client machine busy",
     # 0.8
     "analysis.cache.INERT_TTFT_RATIO": "a warm repeat's TTFT kept against the first send's: inert",
@@ -152,17 +154,18 @@ DISTINCT = {
     # 1.15
     "analysis.speculative.SPECULATING_LO": "tokens per step: clearly speculating",
     "analysis.transit.COALESCE_MIN_MEAN": "mean burst size below which nothing passes for speculation",
-    "analysis.staircase.FLAT_HI_RATIO": "aggregate against the reference: upper end of flat",
+    "analysis.staircase.trend.FLAT_HI_RATIO": "aggregate against the reference: upper end of flat",
     # 2
     "analysis.check.WIDER_FACTOR": "check's N=8 batch against its N=4 batch, for the budget",
     "analysis.capacity.MIN_MEASURED_PER_LANE": "requests measured per lane of a probe",
     "analysis.client_timing.DRAIN_TICKS": "ticks after a late window whose reads still carry its data",
     "analysis.interference.PREFILL_GROWTH_MIN": "the intruder's TTFT growth across sizes worth reading",
-    "analysis.staircase.REFERENCE_STEP_HI": "upper end of an even staircase's mean step against its first finish",
+    "analysis.staircase.grouping.REFERENCE_STEP_HI": "upper end of an even staircase's mean step against its first "
+                                                     "finish",
     # 3
     "analysis.check.CONTEXT_BISECTIONS": "more context probes after a refusal, at most",
     "analysis.arms.MIN_REPS_FOR_RISE": "reps behind a rise",
-    "analysis.staircase.WINDOW_MIN_EVENTS": "token events a generation window needs",
+    "analysis.staircase.windows.WINDOW_MIN_EVENTS": "token events a generation window needs",
     "analysis.witness.MIN_GAUGE_SAMPLES": "gauge readings that can show a batch's peak",
     # 4
     "analysis.check.CONTEXT_IN_FLIGHT": "context probes sent together, at most",

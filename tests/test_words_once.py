@@ -60,7 +60,8 @@ def test_the_scan_finds_a_literal_defined_twice(tmp_path: Path) -> None:
 
 
 def modules(package: types.ModuleType) -> list[types.ModuleType]:
-    return [importlib.import_module(m.name) for m in pkgutil.iter_modules(package.__path__, package.__name__ + ".")]
+    """Every module under `package`, its subpackages' included (analysis.staircase is a package)."""
+    return [importlib.import_module(m.name) for m in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
 
 
 def literals_in(tp: Any) -> Iterator[frozenset[str]]:

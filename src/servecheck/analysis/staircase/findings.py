@@ -1,0 +1,214 @@
+"""The run's findings, pure: each builder names one way a run is invalid (failed requests, unequal
+outputs, skew, a client-bound N) or worth a warning (cache contamination, a moving reference, a
+witness against the stopwatch, ...), with the requests it concerns and a hint."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from servecheck.analysis.cache import record_contaminated
+from servecheck.analysis.rules import CLIENT_ERROR_FRAC, FIGURE_FRAC, OUTPUT_LENGTH_TOLERANCE
+from servecheck.analysis.staircase.records import Finding, MeasuredBatch, PointAnalysis, RequestRef
+from servecheck.analysis.staircase.trend import REFERENCE_SPREAD_WARN
+from servecheck.analysis.staircase.validity import DISPATCH_SKEW_FRAC, length_outliers, skew_invalid
+from servecheck.analysis.staircase.weighing import WITNESS_WORDS
+from servecheck.model.client import FIX as CLIENT_FIX
+from servecheck.model.client import ClientCheck, client_bound_message
+from servecheck.model.records import NS_PER_S, RequestRecord
+
+
+def _ref(mb: MeasuredBatch, r: RequestRecord, detail: str) -> RequestRef:
+    return RequestRef(n=mb.n, rep=mb.rep, index=r.index, nonce=r.nonce, detail=detail)
+
+
+def length_finding(batches: Sequence[MeasuredBatch]) -> tuple[int | None, Finding | None]:
+    pairs = [(mb, r) for mb in batches for r in mb.batch.records if r.ok]
+    modal, bad = length_outliers([r.tokens for _, r in pairs])
+    if not bad:
+        return modal, None
+    refs = tuple(_ref(pairs[i][0], pairs[i][1], f"{pairs[i][1].tokens} tokens vs modal {modal}") for i in bad)
+    return modal, Finding(
+        code="output_length",
+        message=f"{len(refs)} request(s) more than {OUTPUT_LENGTH_TOLERANCE:.0%} away from the modal length "
+                f"{modal} tokens",
+        hint="unequal outputs smear a staircase into a cluster; the server may ignore ignore_eos (Ollama stops at EOS)",
+        requests=refs,
+    )
+
+
+def failed_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
+    refs = tuple(
+        _ref(mb, r, f"{r.status}: {r.error or 'no detail'}") for mb in batches for r in mb.batch.records if not r.ok
+    )
+    if not refs:
+        return None
+    return Finding(
+        code="failed_requests",
+        message=f"{len(refs)} request(s) failed; the batches they belong to are not N requests",
+        hint="look at the errors in the JSON; no request is retried because a retry changes N",
+        requests=refs,
+    )
+
+
+def skew_finding(batches: Sequence[MeasuredBatch], single_s: float | None) -> Finding | None:
+    bad = [mb for mb in batches if skew_invalid(mb.batch.dispatch_skew_ns / NS_PER_S, single_s)]
+    if not bad or single_s is None:
+        return None
+    worst = max(mb.batch.dispatch_skew_ns for mb in bad) / NS_PER_S
+    where = ", ".join(f"N={mb.n} rep {mb.rep + 1}" for mb in bad)
+    return Finding(
+        code="dispatch_skew",
+        message=(
+            f"requests did not start together: dispatch skew up to {worst * 1000:.1f} ms "
+            f"> {DISPATCH_SKEW_FRAC:.0%} of the single time ({where})"
+        ),
+        hint="run from a less loaded machine, or use a larger --tokens so each request takes longer",
+    )
+
+
+def contamination_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
+    refs = tuple(
+        _ref(mb, r, f"{r.server.cached_prompt_tokens if r.server else '?'} cached prompt tokens")
+        for mb in batches
+        for r in mb.batch.records
+        if record_contaminated(r)
+    )
+    if not refs:
+        return None
+    return Finding(
+        code="prefix_cache_contamination",
+        message=f"contaminated by the prefix cache: {len(refs)} measured request(s) reused cached prompt tokens",
+        hint="every prompt starts with its own nonce; a hit means the server caches across the nonce or "
+             "matched a suffix",
+        requests=refs,
+    )
+
+
+def approximate_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
+    refs = tuple(
+        _ref(mb, r, f"count from {r.tokens_source}")
+        for mb in batches
+        for r in mb.batch.records
+        if r.ok and r.tokens_approximate
+    )
+    if not refs:
+        return None
+    return Finding(
+        code="approximate_tokens",
+        message=f"{len(refs)} request(s) have approximate token counts (the server reported none)",
+        hint="use a dialect that reports usage (--api openai with stream_options) for exact counts",
+        requests=refs,
+    )
+
+
+def short_of_request_finding(modal: int | None, requested: int) -> Finding | None:
+    if modal is None or modal >= requested * (1 - OUTPUT_LENGTH_TOLERANCE):
+        return None
+    return Finding(
+        code="short_outputs",
+        message=f"requests produced {modal} tokens where {requested} were asked for",
+        hint="the server stops early (an EOS ceiling or a context limit); the aggregate uses the tokens produced",
+    )
+
+
+def reference_finding(times: Sequence[float]) -> Finding | None:
+    """The N=1 measurements moved by more than REFERENCE_SPREAD_WARN, faster or slower."""
+    if len(times) < 2 or min(times) <= 0 or max(times) / min(times) - 1.0 <= REFERENCE_SPREAD_WARN:
+        return None
+    shown = ", ".join(f"{t:.2f}" for t in times)
+    way = "slower" if times[-1] > times[0] else "faster"
+    return Finding(
+        code="reference_spread",
+        message=(
+            f"the single-request time moved during the run: N=1 took {shown} s in turn (the last {way} than the "
+            f"first; {max(times) / min(times) - 1.0:.0%} apart); ratios use their median"
+        ),
+        hint="the machine's speed drifted (load, heat, frequency): run on a quieter machine or add --reps",
+    )
+
+
+def reference_disagreement_finding(points: Sequence[PointAnalysis], single_s: float | None) -> Finding | None:
+    """Staircases decided by their own even steps where the N=1 reference was off: named."""
+    where = [
+        f"N={p.n} rep {b.rep + 1} (first finish {b.finish_s[0]:.2f} s)"
+        for p in points
+        for b in p.batches
+        if b.verdict.reference_disagrees and b.finish_s
+    ]
+    if not where or single_s is None:
+        return None
+    return Finding(
+        code="reference_disagrees",
+        message=(
+            f"the N=1 reference ({single_s:.2f} s) disagrees with the run's own evidence: a queue's first finish is "
+            f"one request alone, and in {', '.join(where)} the steps are even with it but not with the reference"
+        ),
+        hint="the single-request time swings on this machine; the staircase rests on the batch's own steps",
+    )
+
+
+def witness_finding(points: Sequence[PointAnalysis]) -> Finding | None:
+    """Witnesses that contradicted the stopwatch, which stood: the server's self-report does not
+    describe its schedule, and that is a finding of its own. Either they read another schedule than
+    a clean stopwatch verdict of their own batch, or they decided a batch the times left ambiguous
+    against what the stopwatch decided at another N or rep, and were set aside (`overruled_by`)."""
+    seen = [(p, b) for p in points for b in p.batches if b.verdict.contradicted_by]
+    if not seen:
+        return None
+    stood = [(p, b) for p, b in seen if not b.verdict.overruled_by]
+    aside = [(p, b) for p, b in seen if b.verdict.overruled_by]
+    p, b = (stood or aside)[-1]  # the largest N shows the contradiction most plainly
+    said = "; ".join(w.description for w in b.verdict.contradicted_by)
+    words = " and ".join(dict.fromkeys(WITNESS_WORDS.get(w.source, w.source) for _, c in seen
+                                       for w in c.verdict.contradicted_by))
+    where = ", ".join(f"N={q.n} rep {c.rep + 1}" for q, c in seen)
+    message = f"the server's own {words} contradict the stopwatch ({where}): "
+    if stood:
+        message += f"at N={p.n} they said {said}, while {b.verdict.reason}"
+    if aside:
+        q, c = aside[-1]
+        message += "; " if stood else ""
+        message += (f"at N={q.n} rep {c.rep + 1} they decided {c.verdict.contradicted_by[0].schedule} where the "
+                    f"completion times were ambiguous ({'; '.join(w.description for w in c.verdict.contradicted_by)}), "
+                    f"while the stopwatch decided {', '.join(c.verdict.overruled_by)}: their word was set aside")
+    return Finding(
+        code="witness_contradicts",
+        message=f"{message}: its {words} do not describe its schedule",
+        hint="the verdict rests on the completion times; do not read this server's self-report as its schedule",
+    )
+
+
+def client_finding(checks: Sequence[ClientCheck]) -> Finding | None:
+    """The run is invalid when the pre-flight found the client itself the bottleneck at some N: its
+    finish times there would be the client's as much as the server's."""
+    message = client_bound_message(checks)
+    return None if message is None else Finding(code="client_bound", message=message, hint=CLIENT_FIX)
+
+
+def aggregate_error_fracs(points: Sequence[PointAnalysis], checks: Sequence[ClientCheck]) -> dict[int, float]:
+    """Per N with a pre-flight: how far the client's timing error (p99 stamp delay + skew) can move
+    the aggregate, as a fraction of it: the error over the point's last finish."""
+    by_n = {c.streams: c for c in checks}
+    out = {}
+    for p in points:
+        check = by_n.get(p.n)
+        if check is not None and p.finish_s and p.finish_s[-1] > 0:
+            out[p.n] = check.chosen.error_ms / 1e3 / p.finish_s[-1]
+    return out
+
+
+def aggregate_finding(fracs: dict[int, float]) -> Finding | None:
+    """A warning naming each N whose aggregate the client cannot resolve to FIGURE_FRAC."""
+    loose = {n: f for n, f in sorted(fracs.items()) if f > FIGURE_FRAC}
+    if not loose:
+        return None
+    where = ", ".join(f"N={n} to +-{f:.1%}" for n, f in loose.items())
+    return Finding(
+        code="aggregate_client_bound",
+        message=(
+            f"the aggregate is known only {where}: the client's timing error is more than {FIGURE_FRAC:.0%} of "
+            f"the last finish there, so those throughput figures are the client's as much as the server's (the "
+            f"verdicts, which allow {CLIENT_ERROR_FRAC:.0%} of the warm-up request, stand)"
+        ),
+        hint=CLIENT_FIX,
+    )

@@ -1,0 +1,217 @@
+"""How one batch's finish times group, pure: gaps against the single-request time split them into
+groups, and the groups name the schedule (`classify_batch`: cluster, staircase, partial) or none."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from servecheck.analysis.rules import STAIRCASE_STEP_TOL
+from servecheck.analysis.staircase.records import DEFINITE_VERDICTS, BatchVerdict
+from servecheck.model.bodies.staircase import Evidence, Verdict
+
+# --- grouping finish times -------------------------------------------------------------------
+# Gaps are measured against the single-request time T1. Inside a group, finishes differ only by
+# jitter and staggered prefill: a few percent of T1. Between groups the next group needs at least
+# one full decode of the output, i.e. about one T1. A gap below SMALL_GAP_FRAC x T1 joins a group,
+# one above LARGE_GAP_FRAC x T1 starts a new one; the wide dead band in between is where noise or
+# an unknown schedule could fool us, so a gap there makes the batch inconclusive, never a guess.
+SMALL_GAP_FRAC = 0.15
+LARGE_GAP_FRAC = 0.5
+# One group is a cluster only if its whole spread is small too: many small gaps can add up to a
+# slow drift that is neither batching nor a queue (a quarter of T1 is far beyond prefill stagger).
+CLUSTER_SPREAD_FRAC = 0.25
+# Staircase: each step (release -> first finish, then finish -> finish) within STAIRCASE_STEP_TOL
+# (analysis.rules, +-25%) of T1.
+# Evenly spaced: (largest step - smallest step) / mean step at most this. A queue of equal requests
+# is even to a few percent on a quiet machine; a schedule that is not even is not one we know how
+# to name. A staircase's finishes are already separated by gaps of more than half a single time
+# (no batching shows that), so its evenness test may allow a busy machine's swing of +-20%.
+EVEN_STEP_SPREAD = 0.3
+STAIRCASE_EVEN_SPREAD = 0.4
+# A staircase whose steps are even with each other and with its own first finish (in a queue the
+# first request runs alone: that finish is itself a single-request time) stays a staircase when
+# its mean step lies within this band of the N=1 reference; the disagreement is then named.
+# Measured on a loaded 2-core machine: steps 0.70x a stalled reference and 1.5-1.9x a fast one.
+# Steps at half the reference or less are no queue we can name against it.
+REFERENCE_STEP_LO = 0.6
+REFERENCE_STEP_HI = 2.0
+# Partial: a group of K batched requests cannot finish faster than one request alone, so each
+# group's step is at least most of T1; shorter steps mean something we do not understand.
+PARTIAL_MIN_STEP_FRAC = 0.75
+# Cluster: the same bound for one group. N requests done together well before one request alone
+# means the N=1 time is no fair reference (a stall during the single run inflates it, and a
+# queue's finishes then sit closer than any gap threshold), not that batching is faster than alone.
+CLUSTER_MIN_LAST_FRAC = 0.75
+
+
+@dataclass(frozen=True, slots=True)
+class Grouping:
+    groups: tuple[tuple[float, ...], ...]
+    ambiguous: tuple[tuple[int, float], ...]  # (index of the later finish, gap ratio) in the dead band
+    uncertainty_ratio: float = 0.0  # how far a gap may be off (clocks of several machines), / single time
+
+
+def group_finishes(finish_s: Sequence[float], single_s: float, uncertainty_s: float = 0.0) -> Grouping:
+    """Split sorted finish times into groups at gaps larger than LARGE_GAP_FRAC x single time.
+
+    `uncertainty_s` is how far any gap may be off (finishes read on several machines' clocks,
+    `BatchResult.clock_uncertainty_ns`): a gap splits groups only if it is beyond the threshold
+    by more than that, and one that might lie on either side of a threshold is ambiguous, so a gap
+    the clocks cannot resolve is never a group boundary."""
+    u = uncertainty_s / single_s
+    groups: list[list[float]] = []
+    ambiguous: list[tuple[int, float]] = []
+    for i, t in enumerate(finish_s):
+        gap_ratio = (t - finish_s[i - 1]) / single_s if i else float("inf")
+        if gap_ratio - u > LARGE_GAP_FRAC:
+            groups.append([t])
+            continue
+        if gap_ratio + u >= SMALL_GAP_FRAC:
+            ambiguous.append((i, gap_ratio))
+        groups[-1].append(t)
+    return Grouping(groups=tuple(tuple(g) for g in groups), ambiguous=tuple(ambiguous), uncertainty_ratio=u)
+
+
+def group_steps(groups: Sequence[Sequence[float]]) -> list[float]:
+    """Time from release to the first group, then between consecutive groups (by group means)."""
+    centres = [sum(g) / len(g) for g in groups]
+    return [c - prev for prev, c in zip([0.0, *centres], centres)]
+
+
+def _even(steps: Sequence[float], limit: float = EVEN_STEP_SPREAD) -> bool:
+    mean = sum(steps) / len(steps)
+    return mean > 0 and (max(steps) - min(steps)) / mean <= limit
+
+
+def _consistent_sizes(sizes: Sequence[int]) -> bool:
+    """K slots give groups of K, the last one holding the remainder."""
+    head = sizes[:-1]
+    return all(s == head[0] for s in head) and sizes[-1] <= head[0]
+
+
+def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int,
+                   uncertainty_s: float = 0.0) -> BatchVerdict:
+    """Classify one batch of `n` requests from its finish times (seconds from release), each gap
+    known to +-`uncertainty_s` (0: one machine's clock)."""
+    if n == 1:
+        return BatchVerdict(n=1, verdict="baseline", reason="N=1 is the single-request baseline", single_s=single_s)
+    if single_s is None or single_s <= 0:
+        return BatchVerdict(
+            n=n,
+            verdict="inconclusive",
+            reason="no single-request time to compare against (the N=1 request failed or its length was off)",
+        )
+    if len(finish_s) < n:
+        return BatchVerdict(
+            n=n, verdict="inconclusive", reason=f"only {len(finish_s)} of {n} requests finished", single_s=single_s
+        )
+    ordered = sorted(finish_s)
+    grouping = group_finishes(ordered, single_s, uncertainty_s)
+    gaps = [b - a for a, b in zip(ordered, ordered[1:])]
+    steps = group_steps(grouping.groups)
+    spread = ordered[-1] - ordered[0]
+    base = BatchVerdict(
+        n=n,
+        verdict="inconclusive",
+        reason="",
+        single_s=single_s,
+        group_sizes=tuple(len(g) for g in grouping.groups),
+        steps_s=tuple(steps),
+        step_ratios=tuple(s / single_s for s in steps),
+        spread_s=spread,
+        spread_ratio=spread / single_s,
+        first_over_single=ordered[0] / single_s,
+        last_over_single=ordered[-1] / single_s,
+        max_gap_ratio=max(gaps) / single_s,
+    )
+    verdict, reason = _decide(base, grouping, single_s)
+    off_reference = verdict == "staircase" and any(abs(r - 1.0) > STAIRCASE_STEP_TOL for r in base.step_ratios)
+    evidence: tuple[Evidence, ...] = ("completion_times",) if verdict in DEFINITE_VERDICTS else ()
+    slots = base.group_sizes[0] if verdict == "partial" else None
+    return replace(base, verdict=verdict, reason=reason, evidence=evidence, reference_disagrees=off_reference,
+                   slots=slots)
+
+
+def _decide(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdict, str]:
+    if grouping.ambiguous:
+        i, gap_ratio = grouping.ambiguous[0]
+        clocks = (
+            f", to within +-{grouping.uncertainty_ratio:.2f}x (the clocks of the client actors that read the finishes)"
+            if grouping.uncertainty_ratio else ""
+        )
+        return "inconclusive", (
+            f"the gap before finish #{i + 1} is {gap_ratio:.2f}x the single time{clocks}: neither inside a group "
+            f"(< {SMALL_GAP_FRAC}x) nor between groups (> {LARGE_GAP_FRAC}x)"
+        )
+    k = len(grouping.groups)
+    if k == 1:
+        return _decide_cluster(v)
+    if k == v.n:
+        return _decide_staircase(v)
+    return _decide_partial(v, grouping, single_s)
+
+
+def _decide_cluster(v: BatchVerdict) -> tuple[Verdict, str]:
+    assert v.spread_ratio is not None and v.last_over_single is not None
+    if v.last_over_single < CLUSTER_MIN_LAST_FRAC:
+        return "inconclusive", (
+            f"all {v.n} finished by {v.last_over_single:.2f}x the single time, sooner than one request alone "
+            f"(>= {CLUSTER_MIN_LAST_FRAC}x): the N=1 time is no fair reference"
+        )
+    if v.spread_ratio <= CLUSTER_SPREAD_FRAC:
+        return "cluster", f"all {v.n} finish together: spread {v.spread_ratio:.2f}x the single time"
+    return "inconclusive", (
+        f"no clear step, yet the finishes drift {v.spread_ratio:.2f}x the single time apart "
+        f"(a cluster stays within {CLUSTER_SPREAD_FRAC}x)"
+    )
+
+
+def _decide_staircase(v: BatchVerdict) -> tuple[Verdict, str]:
+    lo, hi = min(v.step_ratios), max(v.step_ratios)
+    if not _even(v.steps_s, STAIRCASE_EVEN_SPREAD):
+        return "inconclusive", (
+            f"{v.n} separate finishes, unevenly spaced: steps {_ratios(v.step_ratios)}x the single time "
+            f"(a queue's steps are even within {STAIRCASE_EVEN_SPREAD:.0%})"
+        )
+    if all(abs(r - 1.0) <= STAIRCASE_STEP_TOL for r in v.step_ratios):
+        return "staircase", f"{v.n} finishes one at a time, steps {lo:.2f}-{hi:.2f}x the single time: a queue"
+    mean = sum(v.step_ratios) / len(v.step_ratios)
+    if REFERENCE_STEP_LO <= mean <= REFERENCE_STEP_HI:
+        first = v.steps_s[0]
+        return "staircase", (
+            f"{v.n} finishes one at a time, evenly spaced, each step as long as the first finish "
+            f"({first:.2f} s, one request alone in a queue): a queue; the N=1 reference disagrees "
+            f"(steps {lo:.2f}-{hi:.2f}x of it)"
+        )
+    return "inconclusive", (
+        f"{v.n} separate finishes, but the steps are {lo:.2f}-{hi:.2f}x the single time "
+        f"(a queue steps 1 +- {STAIRCASE_STEP_TOL}x, or evenly within {REFERENCE_STEP_LO}-{REFERENCE_STEP_HI}x of an "
+        "off reference)"
+    )
+
+
+def _ratios(values: Sequence[float]) -> str:
+    return ", ".join(f"{r:.2f}" for r in values)
+
+
+def _decide_partial(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdict, str]:
+    sizes = v.group_sizes
+    if not _consistent_sizes(sizes):
+        return "inconclusive", f"groups of {_sizes(sizes)} are not the groups a fixed number of slots makes"
+    wide = [g for g in grouping.groups if (g[-1] - g[0]) / single_s > CLUSTER_SPREAD_FRAC]
+    if wide:
+        return "inconclusive", "a group's finishes drift apart; its members did not run together"
+    short = [r for r in v.step_ratios if r < PARTIAL_MIN_STEP_FRAC]
+    if short:
+        return "inconclusive", (
+            f"a group step is {short[0]:.2f}x the single time, shorter than one request can run "
+            f"(>= {PARTIAL_MIN_STEP_FRAC}x)"
+        )
+    if not _even(v.steps_s):
+        return "inconclusive", f"groups of {_sizes(sizes)} finish unevenly spaced"
+    return "partial", f"{len(sizes)} groups of {_sizes(sizes)}: about {sizes[0]} run at once, the rest queue"
+
+
+def _sizes(sizes: Sequence[int]) -> str:
+    return "+".join(str(s) for s in sizes)

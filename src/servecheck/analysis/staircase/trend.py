@@ -1,0 +1,140 @@
+"""The trend across N, pure: what concurrency buys, agg(N)/agg(1) read as rising, flat or neither
+(`classify_trend`, the one rule `diff` judges by too), and how a run's points are put to it (`_trend`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from servecheck.analysis.staircase.records import MeasuredBatch, PointAnalysis
+from servecheck.analysis.stats import median, ratio
+from servecheck.model.bodies.staircase import RISING_RATIO, Trend
+
+# --- trend across N --------------------------------------------------------------------------
+# Real batching climbs well above N=1 by N=4 (seed 000: "it is not flat"); a queue stays within a
+# few percent (91.2 vs 93.0 tok/s). Rising needs +30%; flat means within -15%..+15%; between the
+# two (or a fall below -15%) is left inconclusive rather than guessed.
+# RISING_RATIO is the staircase's word (model.bodies.staircase): diff prints it beside its table.
+FLAT_LO_RATIO = 0.85
+FLAT_HI_RATIO = 1.15
+# N=1 measurements that spread more than this (slowest / fastest - 1) mean the machine's speed
+# moved during the run, in either direction; it is named, and rising must hold against the fastest.
+REFERENCE_SPREAD_WARN = 0.25
+
+
+def classify_trend(
+    ratios: dict[int, float],
+    *,
+    against_fastest: dict[int, float] | None = None,
+    own_bound: dict[int, float] | None = None,
+    verdicts: Mapping[int, str] | None = None,
+) -> tuple[Trend, str]:
+    """`rising` or `flat` from agg(N)/agg(1) for every N > 1 (agg(1) the median N=1 aggregate).
+
+    Each word is a claim with its own evidence. `rising` must hold against the fastest N=1
+    measurement too (`against_fastest`), so one slow single request cannot make a queue rise,
+    and a point whose finishes are a staircase (a queue) cannot rise: that contradiction is named.
+    `own_bound` is each point's ceiling on its true ratio from its own batch (no request runs
+    faster than alone, so the first finish is at most one single time: agg(N) / (tokens / first
+    finish)); a rise needs room under it, and flat needs it to leave no room for a rise, unless
+    the point is a staircase (a queue has no gain to hide).
+    """
+    if not ratios:
+        return "inconclusive", "no N > 1 with an aggregate"
+    best_n = max(ratios, key=lambda n: ratios[n])
+    if ratios[best_n] >= RISING_RATIO:
+        strict = (against_fastest or {}).get(best_n, ratios[best_n])
+        if (verdicts or {}).get(best_n) == "staircase":
+            return "inconclusive", (
+                f"the aggregate reads {ratios[best_n]:.2f}x N=1 at N={best_n}, but its finishes are a staircase "
+                "(a queue cannot raise the aggregate): the N=1 reference is no fair measure"
+            )
+        if strict < RISING_RATIO:
+            return "inconclusive", (
+                f"the aggregate reads {ratios[best_n]:.2f}x the median N=1 at N={best_n}, but only {strict:.2f}x "
+                f"the fastest N=1 measurement (rising needs >= {RISING_RATIO}x against every one)"
+            )
+        ceiling = (own_bound or {}).get(best_n)
+        if ceiling is not None and ceiling < RISING_RATIO:
+            return "inconclusive", (
+                f"the aggregate reads {ratios[best_n]:.2f}x N=1 at N={best_n}, but that batch's own first finish "
+                f"(at most one request alone) caps its gain at {ceiling:.2f}x: the N=1 reference ran slow"
+            )
+        return "rising", f"aggregate climbs to {ratios[best_n]:.2f}x N=1 at N={best_n}"
+    # A staircase point is a queue, which cannot raise the aggregate whatever its first finish
+    # leaves room for: its bound is no reason to withhold `flat` (vLLM --max-num-seqs 1 once ran
+    # the first of two queued requests 1.38x slower than alone, a bound of 1.44x on a queue).
+    roomy = {n: b for n, b in (own_bound or {}).items()
+             if b >= RISING_RATIO and (verdicts or {}).get(n) != "staircase"}
+    if roomy and all(FLAT_LO_RATIO <= r <= FLAT_HI_RATIO for r in ratios.values()):
+        n, b = next(iter(sorted(roomy.items())))
+        return "inconclusive", (
+            f"the aggregate reads {ratios[n]:.2f}x N=1 at N={n}, but that batch's finishes leave room for a "
+            f"gain up to {b:.2f}x (its first finish is at most one request alone): the N=1 reference may have run fast"
+        )
+    if all(FLAT_LO_RATIO <= r <= FLAT_HI_RATIO for r in ratios.values()):
+        lo, hi = min(ratios.values()), max(ratios.values())
+        return "flat", f"aggregate stays at {lo:.2f}-{hi:.2f}x N=1: concurrency buys nothing"
+    worst_n = min(ratios, key=lambda n: ratios[n])
+    return "inconclusive", (
+        f"aggregate moves to {ratios[best_n]:.2f}x (N={best_n}) / {ratios[worst_n]:.2f}x (N={worst_n}) of N=1: "
+        f"neither flat ({FLAT_LO_RATIO}-{FLAT_HI_RATIO}x) nor rising (>= {RISING_RATIO}x)"
+    )
+
+
+def single_aggregates(points: Sequence[PointAnalysis]) -> list[float]:
+    """The aggregate of every N=1 measurement: the trend's references."""
+    return [b.aggregate_tok_s for p in points if p.n == 1 for b in p.batches if b.aggregate_tok_s is not None]
+
+
+def prefill_gain_bound(batches: Sequence[MeasuredBatch]) -> float | None:
+    """The most a queue can gain over one request alone by hiding each request's prefill behind
+    the previous one's generation (seed 003's pipelining): latency / (latency - TTFT) of the N=1
+    requests, the median over them. A queue whose windows never overlap gains nothing else."""
+    gains = [
+        r.latency_ns / (r.latency_ns - r.ttft_ns)
+        for mb in batches if mb.n == 1 for r in mb.batch.records
+        if r.ok and r.latency_ns and r.ttft_ns is not None and 0 <= r.ttft_ns < r.latency_ns
+    ]
+    return median(gains) if gains else None
+
+
+def _trend(points: Sequence[PointAnalysis],
+           bound: float | None) -> tuple[Trend, str, dict[int, float], tuple[int, ...], float | None]:
+    """The trend, its reason, agg(N)/agg(1) per N, the N read from their schedule, and the bound.
+
+    A queue whose generating windows never overlapped ran every request alone: its aggregate is one
+    request's rate, whatever the machine's speed did between the N=1 batches and this one (on a
+    busy machine the single-request time wandered 3.45-4.80 s inside one run, and agg(N)/agg(1) of
+    clean queues read 0.77-1.26x). Such a point reads as flat from its schedule when hiding its
+    prefill could gain no more than the flat band allows; its measured ratio is still shown."""
+    refs = single_aggregates(points)
+    base = median(refs) if refs else None
+    fastest = max(refs) if refs else None
+    ratios = {p.n: r for p in points if p.n > 1 and (r := ratio(p.aggregate_tok_s, base)) is not None}
+    strict = {p.n: r for p in points if p.n > 1 and (r := ratio(p.aggregate_tok_s, fastest)) is not None}
+    own = {p.n: b for p in points if p.n > 1 and (b := own_gain_bound(p)) is not None}
+    verdicts = {p.n: p.verdict for p in points}
+    scheduled: tuple[int, ...] = ()
+    if bound is not None and bound <= FLAT_HI_RATIO:
+        scheduled = tuple(p.n for p in points if p.n in ratios and p.verdict == "staircase"
+                          and "generation_windows" in p.evidence)
+    used = {n: 1.0 if n in scheduled else r for n, r in ratios.items()}
+    trend, reason = classify_trend(used, against_fastest=strict, own_bound=own, verdicts=verdicts)
+    if scheduled and trend == "flat":
+        measured = ", ".join(f"N={n} {ratios[n]:.2f}x" for n in scheduled)
+        reason = (f"{reason}, read from the schedule at {', '.join(f'N={n}' for n in scheduled)}: every request there "
+                  f"generated alone (the windows never overlapped), and hiding its prefill could gain at most "
+                  f"{bound:.2f}x; measured against the N=1 batches: {measured}")
+    return trend, reason, ratios, scheduled, bound
+
+
+def own_gain_bound(point: PointAnalysis) -> float | None:
+    """The point's ceiling on agg(N)/agg(1) from its own batches (median over reps): its aggregate
+    over the first request's rate, tokens / first finish. No schedule runs a request faster than
+    it runs alone, so the first finish is at most one single time and the true gain is at most this."""
+    bounds = [
+        b.aggregate_tok_s / (b.tokens[0] / b.finish_s[0])
+        for b in point.batches
+        if b.aggregate_tok_s and b.tokens and b.finish_s and b.tokens[0] > 0 and b.finish_s[0] > 0
+    ]
+    return median(bounds) if bounds else None
