@@ -72,8 +72,9 @@ def cannot_ask(claim: str, command: str | None, why: str) -> Card:
 WIDER_FACTOR = 2
 
 
-def word_at(body: StaircaseBody, n: int) -> ConcurrencyWord | None:
-    """The staircase's verdict at N=`n` in the operator's words; None where it did not measure that N."""
+def word_at(body: StaircaseBody, n: int) -> str | None:
+    """The staircase's verdict at N=`n` in the operator's words (a card's `ConcurrencyWord`); None where it did
+    not measure that N."""
     point = next((p for p in body.points if p.n == n), None)
     return None if point is None else CONCURRENCY.get(point.verdict or "", "inconclusive")
 
