@@ -1,1 +1,2 @@
-"""The load driver (start barrier, fixed concurrency, request records) and equal-length prompts."""
+"""The load driver (`driver`, over `transport`, `release` and `recording`: start barrier, fixed concurrency,
+request records) and equal-length prompts."""
