@@ -87,7 +87,7 @@ DISTINCT = {
                                                      "overlap",
     "analysis.witness.BUSY_STEAL_FRAC": "CPU stolen from the client machine that makes it busy",
     # 0.1
-    "analysis.arms.DEFAULT_BIAS_LIMIT": "an arm's median across the positions it held",
+    "analysis.arms.records.DEFAULT_BIAS_LIMIT": "an arm's median across the positions it held",
     "analysis.context.STEEPER_MARGIN": "measured decode rate below what constant utilization predicts",
     "analysis.speculative.DEAD_LO": "a gap against the step time: inside one step below it",
     "analysis.staircase.records.MISLEADING_SUM_FRAC": "the sum of self-reported rates against the true aggregate",
@@ -115,7 +115,7 @@ DISTINCT = {
     "analysis.interference.CLIENT_BASELINE_SHARE": "victims' baseline gaps read late by the client",
     "analysis.interference.CLIENT_STRETCHED_SHARE": "victims' stretched gaps that may be the client's stalls",
     # 0.5
-    "analysis.arms.MIN_GAUGE_CELL_SHARE": "an arm's cells the server's gauges read",
+    "analysis.arms.records.MIN_GAUGE_CELL_SHARE": "an arm's cells the server's gauges read",
     "analysis.cache.WORKING_TTFT_RATIO": "a warm repeat's TTFT against the first send's: a hit by timing",
     "analysis.cache.HIT_FRACTION": "share of a warm repeat's prompt served from cache: a hit by counters",
     "analysis.interference.PROPORTIONAL": "the victims' step growth against the TTFT's: chunked at most half as fast",
@@ -143,13 +143,13 @@ DISTINCT = {
     "model.bodies.arms.INTERVAL_LEVEL": "the coverage every order-statistic interval aims at",
     "analysis.roofline.SHORT_STREAM_FRACTION": "share of the asked length below which EOS cut a stream",
     # 1
-    "analysis.arms.RISE_INTERVAL_FLOOR": "the within-rep ratio a rise's whole interval lies above",
+    "analysis.arms.records.RISE_INTERVAL_FLOOR": "the within-rep ratio a rise's whole interval lies above",
     "analysis.roofline.MAX_PLAUSIBLE_UTILIZATION": "achieved against measured bandwidth: impossible above",
     "analysis.context.TRUNCATION_SLACK_TOKENS": "tokens a server may count below what was sent",
     "model.result.SCHEMA_VERSION": "the result format's version, not a limit",
     # 1.1
     "analysis.across.PER_STREAM_STEADY": "per-stream rate across levels: constant",
-    "analysis.arms.NO_GAIN_CEILING": "the within-rep ratio a `none` arm's whole interval lies below",
+    "analysis.arms.records.NO_GAIN_CEILING": "the within-rep ratio a `none` arm's whole interval lies below",
     "analysis.speculative.NOT_SPECULATING_HI": "tokens per step: clearly one",
     # 1.15
     "analysis.speculative.SPECULATING_LO": "tokens per step: clearly speculating",
@@ -164,7 +164,7 @@ DISTINCT = {
                                                      "finish",
     # 3
     "analysis.check.CONTEXT_BISECTIONS": "more context probes after a refusal, at most",
-    "analysis.arms.MIN_REPS_FOR_RISE": "reps behind a rise",
+    "analysis.arms.records.MIN_REPS_FOR_RISE": "reps behind a rise",
     "analysis.staircase.windows.WINDOW_MIN_EVENTS": "token events a generation window needs",
     "analysis.witness.MIN_GAUGE_SAMPLES": "gauge readings that can show a batch's peak",
     # 4
