@@ -102,8 +102,8 @@ DISTINCT = {
                                                       "(see analysis.rules beside DRIFT_LIMIT)",
     "analysis.staircase.grouping.CLUSTER_SPREAD_FRAC": "a group's whole finish spread against T1",
     "analysis.cache.FLOOR_MAX_RATIO": "a near-empty prompt's time against the control's, for `inert` by timing",
-    "analysis.interference.CLIENT_BURST_FRACTION": "the client's stalls against the time between bursts",
-    "analysis.interference.WITNESS_TOLERANCE": "a witness's stated chunk budget against the measured chunk",
+    "analysis.interference.intrusion.CLIENT_BURST_FRACTION": "the client's stalls against the time between bursts",
+    "analysis.interference.witnesses.WITNESS_TOLERANCE": "a witness's stated chunk budget against the measured chunk",
     # 0.3
     "analysis.speculative.LATE_PAIR_TOLERANCE": "a late read and its short successor against two step times",
     "analysis.speculative.SPLIT_FRACTION": "where the dead band is split, as a share of the step time",
@@ -111,15 +111,16 @@ DISTINCT = {
     # 0.4
     "analysis.staircase.grouping.STAIRCASE_EVEN_SPREAD": "spread of a staircase's steps against their mean (a busy "
                                                          "machine's swing)",
-    "analysis.interference.CHUNKED_COVER": "the victims' step against the prefill window: chunked",
-    "analysis.interference.CLIENT_BASELINE_SHARE": "victims' baseline gaps read late by the client",
-    "analysis.interference.CLIENT_STRETCHED_SHARE": "victims' stretched gaps that may be the client's stalls",
+    "analysis.interference.verdict.CHUNKED_COVER": "the victims' step against the prefill window: chunked",
+    "analysis.interference.intrusion.CLIENT_BASELINE_SHARE": "victims' baseline gaps read late by the client",
+    "analysis.interference.intrusion.CLIENT_STRETCHED_SHARE": "victims' stretched gaps that may be the client's stalls",
     # 0.5
     "analysis.arms.records.MIN_GAUGE_CELL_SHARE": "an arm's cells the server's gauges read",
     "analysis.cache.WORKING_TTFT_RATIO": "a warm repeat's TTFT against the first send's: a hit by timing",
     "analysis.cache.HIT_FRACTION": "share of a warm repeat's prompt served from cache: a hit by counters",
-    "analysis.interference.PROPORTIONAL": "the victims' step growth against the TTFT's: chunked at most half as fast",
-    "analysis.interference.CHUNKED_SHARE": "share of the prefill window spent in stretched gaps",
+    "analysis.interference.verdict.PROPORTIONAL": "the victims' step growth against the TTFT's: chunked at most half "
+                                                  "as fast",
+    "analysis.interference.verdict.CHUNKED_SHARE": "share of the prefill window spent in stretched gaps",
     "analysis.speculative.DEAD_HI": "a gap against the step time: a new step above it",
     "analysis.speculative.HELD_SLACK": "a group's opening gap beyond its step count: output held back",
     "analysis.speculative.LATE_READ_FRACTION": "how late a read may be, as a share of the step time",
@@ -129,7 +130,7 @@ DISTINCT = {
                                                   "read in one burst below",
     "analysis.witness.SERVICE_SPREAD_TOL": "spread of one batch's service times: equal requests",
     # 0.6
-    "analysis.interference.BLOCKING_COVER": "the victims' step against the prefill window: blocking",
+    "analysis.interference.verdict.BLOCKING_COVER": "the victims' step against the prefill window: blocking",
     "analysis.staircase.grouping.REFERENCE_STEP_LO": "lower end of an even staircase's mean step against its first "
                                                      "finish",
     # 0.75
@@ -159,7 +160,7 @@ DISTINCT = {
     "analysis.check.WIDER_FACTOR": "check's N=8 batch against its N=4 batch, for the budget",
     "analysis.capacity.MIN_MEASURED_PER_LANE": "requests measured per lane of a probe",
     "analysis.client_timing.DRAIN_TICKS": "ticks after a late window whose reads still carry its data",
-    "analysis.interference.PREFILL_GROWTH_MIN": "the intruder's TTFT growth across sizes worth reading",
+    "analysis.interference.verdict.PREFILL_GROWTH_MIN": "the intruder's TTFT growth across sizes worth reading",
     "analysis.staircase.grouping.REFERENCE_STEP_HI": "upper end of an even staircase's mean step against its first "
                                                      "finish",
     # 3
@@ -175,7 +176,7 @@ DISTINCT = {
     "analysis.check.PREFIX_PREFILLS": "the full prefills a prefix-cache card is budgeted for",
     # 1.5
     "analysis.check.PREFLIGHT_COST_S": "seconds a pre-flight is budgeted at in a check",
-    "analysis.interference.STRETCH_RATIO": "a victim gap this many baselines long is stretched",
+    "analysis.interference.intrusion.STRETCH_RATIO": "a victim gap this many baselines long is stretched",
     # 1e9
     "model.records.NS_PER_S": "a unit, nanoseconds per second",
     "analysis.roofline.GB": "a unit, bytes per gigabyte",
