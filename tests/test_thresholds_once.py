@@ -82,19 +82,20 @@ DISTINCT = {
                                                       "the value)",
     "analysis.cache.TEMPLATE_HEAD_FRACTION": "share of a prompt a BOS token and template head may have cached",
     "analysis.context.FLAT_TOLERANCE": "the deepest depth's decode rate against the shallowest's: flat",
-    "analysis.speculative.NOISE_SHARE": "share of a stream's gaps in the dead band before it is too noisy to group",
+    "analysis.speculative.grouping.NOISE_SHARE": "share of a stream's gaps in the dead band before it is too noisy "
+                                                 "to group",
     "analysis.staircase.windows.WINDOW_OVERLAP_TOL": "shared time of two generation windows against T1 before they "
                                                      "overlap",
     "analysis.witness.BUSY_STEAL_FRAC": "CPU stolen from the client machine that makes it busy",
     # 0.1
     "analysis.arms.records.DEFAULT_BIAS_LIMIT": "an arm's median across the positions it held",
     "analysis.context.STEEPER_MARGIN": "measured decode rate below what constant utilization predicts",
-    "analysis.speculative.DEAD_LO": "a gap against the step time: inside one step below it",
+    "analysis.speculative.grouping.DEAD_LO": "a gap against the step time: inside one step below it",
     "analysis.staircase.records.MISLEADING_SUM_FRAC": "the sum of self-reported rates against the true aggregate",
     # 0.15
     "analysis.roofline.LOW_UTILIZATION": "share of measured bandwidth: a wrong device or fallback below it",
     "analysis.transit.COALESCE_MIN_CV": "the spread of burst sizes a buffering hop leaves",
-    "analysis.speculative.COUNTER_TOLERANCE": "the estimate against llama.cpp's own draft counters",
+    "analysis.speculative.counters.COUNTER_TOLERANCE": "the estimate against llama.cpp's own draft counters",
     "analysis.staircase.grouping.SMALL_GAP_FRAC": "a finish gap against T1 that stays inside one group",
     # 0.25
     "analysis.rules.STAIRCASE_STEP_TOL": "a queue's step against T1, a queued wait against k service times",
@@ -105,8 +106,8 @@ DISTINCT = {
     "analysis.interference.intrusion.CLIENT_BURST_FRACTION": "the client's stalls against the time between bursts",
     "analysis.interference.witnesses.WITNESS_TOLERANCE": "a witness's stated chunk budget against the measured chunk",
     # 0.3
-    "analysis.speculative.LATE_PAIR_TOLERANCE": "a late read and its short successor against two step times",
-    "analysis.speculative.SPLIT_FRACTION": "where the dead band is split, as a share of the step time",
+    "analysis.speculative.grouping.LATE_PAIR_TOLERANCE": "a late read and its short successor against two step times",
+    "analysis.speculative.grouping.SPLIT_FRACTION": "where the dead band is split, as a share of the step time",
     "analysis.staircase.grouping.EVEN_STEP_SPREAD": "spread of a schedule's steps against their mean: evenly spaced",
     # 0.4
     "analysis.staircase.grouping.STAIRCASE_EVEN_SPREAD": "spread of a staircase's steps against their mean (a busy "
@@ -121,10 +122,10 @@ DISTINCT = {
     "analysis.interference.verdict.PROPORTIONAL": "the victims' step growth against the TTFT's: chunked at most half "
                                                   "as fast",
     "analysis.interference.verdict.CHUNKED_SHARE": "share of the prefill window spent in stretched gaps",
-    "analysis.speculative.DEAD_HI": "a gap against the step time: a new step above it",
-    "analysis.speculative.HELD_SLACK": "a group's opening gap beyond its step count: output held back",
-    "analysis.speculative.LATE_READ_FRACTION": "how late a read may be, as a share of the step time",
-    "analysis.speculative.MAX_LATE_SHARE": "share of a stream's groups read late before it is not grouped",
+    "analysis.speculative.grouping.DEAD_HI": "a gap against the step time: a new step above it",
+    "analysis.speculative.grouping.HELD_SLACK": "a group's opening gap beyond its step count: output held back",
+    "analysis.speculative.grouping.LATE_READ_FRACTION": "how late a read may be, as a share of the step time",
+    "analysis.speculative.grouping.MAX_LATE_SHARE": "share of a stream's groups read late before it is not grouped",
     "analysis.staircase.grouping.LARGE_GAP_FRAC": "a finish gap against T1 that starts a new group",
     "analysis.staircase.windows.WINDOW_MIN_FRAC": "a window's length against the batch's median window: "
                                                   "read in one burst below",
@@ -151,9 +152,9 @@ DISTINCT = {
     # 1.1
     "analysis.across.PER_STREAM_STEADY": "per-stream rate across levels: constant",
     "analysis.arms.records.NO_GAIN_CEILING": "the within-rep ratio a `none` arm's whole interval lies below",
-    "analysis.speculative.NOT_SPECULATING_HI": "tokens per step: clearly one",
+    "analysis.speculative.verdict.NOT_SPECULATING_HI": "tokens per step: clearly one",
     # 1.15
-    "analysis.speculative.SPECULATING_LO": "tokens per step: clearly speculating",
+    "analysis.speculative.verdict.SPECULATING_LO": "tokens per step: clearly speculating",
     "analysis.transit.COALESCE_MIN_MEAN": "mean burst size below which nothing passes for speculation",
     "analysis.staircase.trend.FLAT_HI_RATIO": "aggregate against the reference: upper end of flat",
     # 2
@@ -171,8 +172,8 @@ DISTINCT = {
     # 4
     "analysis.check.CONTEXT_IN_FLIGHT": "context probes sent together, at most",
     "analysis.cache.CONTAMINATION_ALLOWANCE_TOKENS": "cached tokens a template head explains",
-    "analysis.speculative.BIMODAL_RATIO": "the jump between sorted gaps that separates two modes",
-    "analysis.speculative.HELD_LOCAL_STEPS": "steps on each side of a group for its local step time",
+    "analysis.speculative.grouping.BIMODAL_RATIO": "the jump between sorted gaps that separates two modes",
+    "analysis.speculative.grouping.HELD_LOCAL_STEPS": "steps on each side of a group for its local step time",
     "analysis.check.PREFIX_PREFILLS": "the full prefills a prefix-cache card is budgeted for",
     # 1.5
     "analysis.check.PREFLIGHT_COST_S": "seconds a pre-flight is budgeted at in a check",
