@@ -159,7 +159,7 @@ DISTINCT = {
     "analysis.staircase.trend.FLAT_HI_RATIO": "aggregate against the reference: upper end of flat",
     # 2
     "analysis.check.WIDER_FACTOR": "check's N=8 batch against its N=4 batch, for the budget",
-    "analysis.capacity.MIN_MEASURED_PER_LANE": "requests measured per lane of a probe",
+    "analysis.capacity.criteria.MIN_MEASURED_PER_LANE": "requests measured per lane of a probe",
     "analysis.client_timing.DRAIN_TICKS": "ticks after a late window whose reads still carry its data",
     "analysis.interference.verdict.PREFILL_GROWTH_MIN": "the intruder's TTFT growth across sizes worth reading",
     "analysis.staircase.grouping.REFERENCE_STEP_HI": "upper end of an even staircase's mean step against its first "
