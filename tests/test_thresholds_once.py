@@ -82,19 +82,20 @@ DISTINCT = {
                                                       "the value)",
     "analysis.cache.TEMPLATE_HEAD_FRACTION": "share of a prompt a BOS token and template head may have cached",
     "analysis.context.FLAT_TOLERANCE": "the deepest depth's decode rate against the shallowest's: flat",
-    "analysis.speculative.NOISE_SHARE": "share of a stream's gaps in the dead band before it is too noisy to group",
+    "analysis.speculative.grouping.NOISE_SHARE": "share of a stream's gaps in the dead band before it is too noisy "
+                                                 "to group",
     "analysis.staircase.windows.WINDOW_OVERLAP_TOL": "shared time of two generation windows against T1 before they "
                                                      "overlap",
     "analysis.witness.BUSY_STEAL_FRAC": "CPU stolen from the client machine that makes it busy",
     # 0.1
-    "analysis.arms.DEFAULT_BIAS_LIMIT": "an arm's median across the positions it held",
+    "analysis.arms.records.DEFAULT_BIAS_LIMIT": "an arm's median across the positions it held",
     "analysis.context.STEEPER_MARGIN": "measured decode rate below what constant utilization predicts",
-    "analysis.speculative.DEAD_LO": "a gap against the step time: inside one step below it",
+    "analysis.speculative.grouping.DEAD_LO": "a gap against the step time: inside one step below it",
     "analysis.staircase.records.MISLEADING_SUM_FRAC": "the sum of self-reported rates against the true aggregate",
     # 0.15
     "analysis.roofline.LOW_UTILIZATION": "share of measured bandwidth: a wrong device or fallback below it",
     "analysis.transit.COALESCE_MIN_CV": "the spread of burst sizes a buffering hop leaves",
-    "analysis.speculative.COUNTER_TOLERANCE": "the estimate against llama.cpp's own draft counters",
+    "analysis.speculative.counters.COUNTER_TOLERANCE": "the estimate against llama.cpp's own draft counters",
     "analysis.staircase.grouping.SMALL_GAP_FRAC": "a finish gap against T1 that stays inside one group",
     # 0.25
     "analysis.rules.STAIRCASE_STEP_TOL": "a queue's step against T1, a queued wait against k service times",
@@ -102,34 +103,35 @@ DISTINCT = {
                                                       "(see analysis.rules beside DRIFT_LIMIT)",
     "analysis.staircase.grouping.CLUSTER_SPREAD_FRAC": "a group's whole finish spread against T1",
     "analysis.cache.FLOOR_MAX_RATIO": "a near-empty prompt's time against the control's, for `inert` by timing",
-    "analysis.interference.CLIENT_BURST_FRACTION": "the client's stalls against the time between bursts",
-    "analysis.interference.WITNESS_TOLERANCE": "a witness's stated chunk budget against the measured chunk",
+    "analysis.interference.intrusion.CLIENT_BURST_FRACTION": "the client's stalls against the time between bursts",
+    "analysis.interference.witnesses.WITNESS_TOLERANCE": "a witness's stated chunk budget against the measured chunk",
     # 0.3
-    "analysis.speculative.LATE_PAIR_TOLERANCE": "a late read and its short successor against two step times",
-    "analysis.speculative.SPLIT_FRACTION": "where the dead band is split, as a share of the step time",
+    "analysis.speculative.grouping.LATE_PAIR_TOLERANCE": "a late read and its short successor against two step times",
+    "analysis.speculative.grouping.SPLIT_FRACTION": "where the dead band is split, as a share of the step time",
     "analysis.staircase.grouping.EVEN_STEP_SPREAD": "spread of a schedule's steps against their mean: evenly spaced",
     # 0.4
     "analysis.staircase.grouping.STAIRCASE_EVEN_SPREAD": "spread of a staircase's steps against their mean (a busy "
                                                          "machine's swing)",
-    "analysis.interference.CHUNKED_COVER": "the victims' step against the prefill window: chunked",
-    "analysis.interference.CLIENT_BASELINE_SHARE": "victims' baseline gaps read late by the client",
-    "analysis.interference.CLIENT_STRETCHED_SHARE": "victims' stretched gaps that may be the client's stalls",
+    "analysis.interference.verdict.CHUNKED_COVER": "the victims' step against the prefill window: chunked",
+    "analysis.interference.intrusion.CLIENT_BASELINE_SHARE": "victims' baseline gaps read late by the client",
+    "analysis.interference.intrusion.CLIENT_STRETCHED_SHARE": "victims' stretched gaps that may be the client's stalls",
     # 0.5
-    "analysis.arms.MIN_GAUGE_CELL_SHARE": "an arm's cells the server's gauges read",
+    "analysis.arms.records.MIN_GAUGE_CELL_SHARE": "an arm's cells the server's gauges read",
     "analysis.cache.WORKING_TTFT_RATIO": "a warm repeat's TTFT against the first send's: a hit by timing",
     "analysis.cache.HIT_FRACTION": "share of a warm repeat's prompt served from cache: a hit by counters",
-    "analysis.interference.PROPORTIONAL": "the victims' step growth against the TTFT's: chunked at most half as fast",
-    "analysis.interference.CHUNKED_SHARE": "share of the prefill window spent in stretched gaps",
-    "analysis.speculative.DEAD_HI": "a gap against the step time: a new step above it",
-    "analysis.speculative.HELD_SLACK": "a group's opening gap beyond its step count: output held back",
-    "analysis.speculative.LATE_READ_FRACTION": "how late a read may be, as a share of the step time",
-    "analysis.speculative.MAX_LATE_SHARE": "share of a stream's groups read late before it is not grouped",
+    "analysis.interference.verdict.PROPORTIONAL": "the victims' step growth against the TTFT's: chunked at most half "
+                                                  "as fast",
+    "analysis.interference.verdict.CHUNKED_SHARE": "share of the prefill window spent in stretched gaps",
+    "analysis.speculative.grouping.DEAD_HI": "a gap against the step time: a new step above it",
+    "analysis.speculative.grouping.HELD_SLACK": "a group's opening gap beyond its step count: output held back",
+    "analysis.speculative.grouping.LATE_READ_FRACTION": "how late a read may be, as a share of the step time",
+    "analysis.speculative.grouping.MAX_LATE_SHARE": "share of a stream's groups read late before it is not grouped",
     "analysis.staircase.grouping.LARGE_GAP_FRAC": "a finish gap against T1 that starts a new group",
     "analysis.staircase.windows.WINDOW_MIN_FRAC": "a window's length against the batch's median window: "
                                                   "read in one burst below",
     "analysis.witness.SERVICE_SPREAD_TOL": "spread of one batch's service times: equal requests",
     # 0.6
-    "analysis.interference.BLOCKING_COVER": "the victims' step against the prefill window: blocking",
+    "analysis.interference.verdict.BLOCKING_COVER": "the victims' step against the prefill window: blocking",
     "analysis.staircase.grouping.REFERENCE_STEP_LO": "lower end of an even staircase's mean step against its first "
                                                      "finish",
     # 0.75
@@ -143,39 +145,39 @@ DISTINCT = {
     "model.bodies.arms.INTERVAL_LEVEL": "the coverage every order-statistic interval aims at",
     "analysis.roofline.SHORT_STREAM_FRACTION": "share of the asked length below which EOS cut a stream",
     # 1
-    "analysis.arms.RISE_INTERVAL_FLOOR": "the within-rep ratio a rise's whole interval lies above",
+    "analysis.arms.records.RISE_INTERVAL_FLOOR": "the within-rep ratio a rise's whole interval lies above",
     "analysis.roofline.MAX_PLAUSIBLE_UTILIZATION": "achieved against measured bandwidth: impossible above",
     "analysis.context.TRUNCATION_SLACK_TOKENS": "tokens a server may count below what was sent",
     "model.result.SCHEMA_VERSION": "the result format's version, not a limit",
     # 1.1
     "analysis.across.PER_STREAM_STEADY": "per-stream rate across levels: constant",
-    "analysis.arms.NO_GAIN_CEILING": "the within-rep ratio a `none` arm's whole interval lies below",
-    "analysis.speculative.NOT_SPECULATING_HI": "tokens per step: clearly one",
+    "analysis.arms.records.NO_GAIN_CEILING": "the within-rep ratio a `none` arm's whole interval lies below",
+    "analysis.speculative.verdict.NOT_SPECULATING_HI": "tokens per step: clearly one",
     # 1.15
-    "analysis.speculative.SPECULATING_LO": "tokens per step: clearly speculating",
+    "analysis.speculative.verdict.SPECULATING_LO": "tokens per step: clearly speculating",
     "analysis.transit.COALESCE_MIN_MEAN": "mean burst size below which nothing passes for speculation",
     "analysis.staircase.trend.FLAT_HI_RATIO": "aggregate against the reference: upper end of flat",
     # 2
     "analysis.check.WIDER_FACTOR": "check's N=8 batch against its N=4 batch, for the budget",
-    "analysis.capacity.MIN_MEASURED_PER_LANE": "requests measured per lane of a probe",
+    "analysis.capacity.criteria.MIN_MEASURED_PER_LANE": "requests measured per lane of a probe",
     "analysis.client_timing.DRAIN_TICKS": "ticks after a late window whose reads still carry its data",
-    "analysis.interference.PREFILL_GROWTH_MIN": "the intruder's TTFT growth across sizes worth reading",
+    "analysis.interference.verdict.PREFILL_GROWTH_MIN": "the intruder's TTFT growth across sizes worth reading",
     "analysis.staircase.grouping.REFERENCE_STEP_HI": "upper end of an even staircase's mean step against its first "
                                                      "finish",
     # 3
     "analysis.check.CONTEXT_BISECTIONS": "more context probes after a refusal, at most",
-    "analysis.arms.MIN_REPS_FOR_RISE": "reps behind a rise",
+    "analysis.arms.records.MIN_REPS_FOR_RISE": "reps behind a rise",
     "analysis.staircase.windows.WINDOW_MIN_EVENTS": "token events a generation window needs",
     "analysis.witness.MIN_GAUGE_SAMPLES": "gauge readings that can show a batch's peak",
     # 4
     "analysis.check.CONTEXT_IN_FLIGHT": "context probes sent together, at most",
     "analysis.cache.CONTAMINATION_ALLOWANCE_TOKENS": "cached tokens a template head explains",
-    "analysis.speculative.BIMODAL_RATIO": "the jump between sorted gaps that separates two modes",
-    "analysis.speculative.HELD_LOCAL_STEPS": "steps on each side of a group for its local step time",
+    "analysis.speculative.grouping.BIMODAL_RATIO": "the jump between sorted gaps that separates two modes",
+    "analysis.speculative.grouping.HELD_LOCAL_STEPS": "steps on each side of a group for its local step time",
     "analysis.check.PREFIX_PREFILLS": "the full prefills a prefix-cache card is budgeted for",
     # 1.5
     "analysis.check.PREFLIGHT_COST_S": "seconds a pre-flight is budgeted at in a check",
-    "analysis.interference.STRETCH_RATIO": "a victim gap this many baselines long is stretched",
+    "analysis.interference.intrusion.STRETCH_RATIO": "a victim gap this many baselines long is stretched",
     # 1e9
     "model.records.NS_PER_S": "a unit, nanoseconds per second",
     "analysis.roofline.GB": "a unit, bytes per gigabyte",

@@ -1,0 +1,58 @@
+"""Whether speculation pays, pure: the per-stream decode rate against a baseline's at one point (pays,
+costs or inconclusive), and the first N that stops paying."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from servecheck.analysis.rules import FIGURE_FRAC
+from servecheck.analysis.stats import mean_interval, student_t_95
+from servecheck.model.bodies.speculative import PaysVerdict
+
+
+# The per-stream decode rate against the baseline's: pays when the interval of the ratio lies above
+# 1 + FIGURE_FRAC, costs when it lies below 1 - FIGURE_FRAC. 2% is the schema's rule for figures
+# (analysis.rules): a difference smaller than that is not one servecheck reports.
+
+
+@dataclass(frozen=True, slots=True)
+class Pays:
+    """The per-stream decode rate against the baseline's at one point."""
+
+    verdict: PaysVerdict
+    ratio: float | None  # mean rate / baseline mean rate
+    interval: tuple[float, float] | None
+    reason: str
+
+
+def pays(rates: Sequence[float], baseline: Sequence[float]) -> Pays:
+    """pays / costs / inconclusive from two sets of per-stream rates (tok/s), each with its interval."""
+    a, b = mean_interval(rates, student_t_95), mean_interval(baseline, student_t_95)
+    if a is None or b is None:
+        return Pays("inconclusive", None, None, f"{len(rates)} stream(s) and {len(baseline)} baseline stream(s): "
+                    "at least two of each needed (more --reps)")
+    ratio = a.mean / b.mean if b.mean > 0 else None
+    if ratio is None or b.lo <= 0:
+        return Pays("inconclusive", ratio, None, "the baseline's rate interval reaches zero: more --reps")
+    lo, hi = a.lo / b.hi, a.hi / b.lo
+    span = f"{ratio:.2f}x [{lo:.2f}, {hi:.2f}]"
+    if lo > 1 + FIGURE_FRAC:
+        return Pays("pays", ratio, (lo, hi), f"per-stream rate {span} of the baseline's: above {1 + FIGURE_FRAC:g}")
+    if hi < 1 - FIGURE_FRAC:
+        return Pays("costs", ratio, (lo, hi), f"per-stream rate {span} of the baseline's: below {1 - FIGURE_FRAC:g}")
+    return Pays("inconclusive", ratio, (lo, hi), f"per-stream rate {span} of the baseline's straddles "
+                f"{1 - FIGURE_FRAC:g}..{1 + FIGURE_FRAC:g}: more --reps would decide it")
+
+
+def stops_paying(by_n: Mapping[int, PaysVerdict]) -> tuple[int | None, str]:
+    """The first N (ascending) that does not pay after a smaller one did; None with why otherwise."""
+    ordered = sorted(by_n)
+    if not ordered:
+        return None, "no baseline"
+    if by_n[ordered[0]] != "pays":
+        return None, f"does not pay at N={ordered[0]} already ({by_n[ordered[0]]})"
+    for n in ordered[1:]:
+        if by_n[n] != "pays":
+            return n, f"pays up to N={ordered[ordered.index(n) - 1]}, {by_n[n]} at N={n}"
+    return None, f"pays at every N up to {ordered[-1]}"
