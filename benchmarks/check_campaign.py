@@ -32,16 +32,14 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
 from speculative_campaign import DRAFT_SPEC, spec_args
-from truth_campaign import cell_table, keep_doc, measure_cell, save_cell
+from truth_campaign import cell_table, judged_run, measure_cell, save_cell
 
 from servecheck.engine.build import ensure_vocab
 from servecheck.engine.cache import EngineCache
@@ -124,22 +122,12 @@ def judge(config: str, doc: dict[str, Any]) -> tuple[str, str]:
 
 
 def one_run(config: str, url: str, api: str, seed: int) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "servecheck", "--quiet", "check", url, "--api", api, "--timeout", "300", "--no-save",
-           "--seed", str(seed), "--json", "-"]
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-    took = round(time.monotonic() - t0, 1)
-    try:
-        doc = json.loads(proc.stdout)
-    except ValueError:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"outcome": "crash", "detail": f"exit {proc.returncode}: {tail}", "seconds": took, "seed": seed}
-    outcome, detail = judge(config, doc)
-    keep_doc(config, seed, proc.stdout)
-    cards = [{k: c.get(k) for k in ("claim", "verdict", "figure", "seconds")} for c in doc.get("cards", [])]
-    return {"outcome": outcome, "detail": detail, "seconds": took, "seed": seed, "exit": proc.returncode,
-            "spent_s": doc.get("spent_s"), "budget_s": doc.get("budget_s"), "complete": doc.get("complete"),
-            "cards": cards}
+    argv = ["check", url, "--api", api, "--timeout", "300"]
+    out, doc = judged_run(config, seed, argv, lambda d: judge(config, d), timeout_s=1200)
+    if doc is not None:
+        cards = [{k: c.get(k) for k in ("claim", "verdict", "figure", "seconds")} for c in doc.get("cards", [])]
+        out.update(spent_s=doc.get("spent_s"), budget_s=doc.get("budget_s"), complete=doc.get("complete"), cards=cards)
+    return out
 
 
 @contextmanager

@@ -34,14 +34,12 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
-import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from truth_campaign import cell_table, keep_doc, measure_cell, save_cell
+from truth_campaign import cell_table, judged_run, measure_cell, save_cell
 
 from servecheck.engine.local import provision_local
 from servecheck.engine.process import LlamaServer
@@ -85,20 +83,9 @@ def judge(cell: str, doc: dict[str, Any]) -> tuple[str, str]:
 
 def one_run(cell: str, url: str, seed: int, api: str, model: str | None) -> dict[str, Any]:
     sizes = VLLM_SIZES if model else SIZES
-    cmd = [sys.executable, "-m", "servecheck", "--quiet", "interference", url, "--streams", "2",
-           "--prompt-sizes", sizes, "--tokens", str(TOKENS), "--reps", "1", "--api", api, "--timeout", "300",
-           "--no-save", *(["--model", model] if model else []), "--seed", str(seed), "--json", "-"]
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    took = round(time.monotonic() - t0, 1)
-    try:
-        doc = json.loads(proc.stdout)
-    except ValueError:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"outcome": "crash", "detail": f"exit {proc.returncode}: {tail}", "seconds": took, "seed": seed}
-    outcome, detail = judge(cell, doc)
-    keep_doc(cell, seed, proc.stdout)
-    return {"outcome": outcome, "detail": detail, "seconds": took, "seed": seed, "exit": proc.returncode}
+    argv = ["interference", url, "--streams", "2", "--prompt-sizes", sizes, "--tokens", str(TOKENS), "--reps", "1",
+            "--api", api, "--timeout", "300", *(["--model", model] if model else [])]
+    return judged_run(cell, seed, argv, lambda doc: judge(cell, doc))[0]
 
 
 def main() -> int:

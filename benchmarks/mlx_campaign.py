@@ -36,15 +36,13 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from truth_campaign import cell_table, keep_doc, measure_cell, save_cell
+from truth_campaign import cell_table, judged_run, measure_cell, save_cell
 
 from servecheck.engine.mlx_engine import MlxServer, provision_mlx_local
 from servecheck.envinfo import environment
@@ -134,19 +132,7 @@ CELLS: dict[str, Cell] = {
 
 def one_run(name: str, cell: Cell, url: str, seed: int) -> dict[str, Any]:
     command, *rest = cell.argv
-    cmd = [sys.executable, "-m", "servecheck", "--quiet", command, url, *rest, "--api", "openai-chat",
-           "--timeout", "300", "--no-save", "--seed", str(seed), "--json", "-"]
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    took = round(time.monotonic() - t0, 1)
-    try:
-        doc = json.loads(proc.stdout)
-    except ValueError:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"outcome": "crash", "detail": f"exit {proc.returncode}: {tail}", "seconds": took, "seed": seed}
-    outcome, detail = cell.judge(doc)
-    keep_doc(name, seed, proc.stdout)
-    return {"outcome": outcome, "detail": detail, "seconds": took, "seed": seed, "exit": proc.returncode}
+    return judged_run(name, seed, [command, url, *rest, "--api", "openai-chat", "--timeout", "300"], cell.judge)[0]
 
 
 def main() -> int:

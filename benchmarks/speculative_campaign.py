@@ -38,14 +38,12 @@ import argparse
 import json
 import os
 import random
-import subprocess
 import sys
-import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from truth_campaign import cell_table, keep_doc, measure_cell, save_cell
+from truth_campaign import cell_table, judged_run, measure_cell, save_cell
 
 from servecheck.engine.build import ensure_vocab
 from servecheck.engine.cache import EngineCache
@@ -127,21 +125,10 @@ def judge(cell: str, doc: dict[str, Any]) -> tuple[str, str]:
 
 def one_run(cell: str, url: str, baseline: str | None, seed: int, api: str = "llamacpp",
             model: str | None = None) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "servecheck", "--quiet", "speculative", url, "--n", "1", "--tokens", str(TOKENS),
-           "--reps", str(REPS * 2 if baseline else REPS), "--api", api, "--timeout", "300", "--no-save",
-           *(["--model", model] if model else []),
-           "--seed", str(seed), "--json", "-", *(["--baseline", baseline] if baseline else [])]
-    t0 = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
-    took = round(time.monotonic() - t0, 1)
-    try:
-        doc = json.loads(proc.stdout)
-    except ValueError:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return {"outcome": "crash", "detail": f"exit {proc.returncode}: {tail}", "seconds": took, "seed": seed}
-    outcome, detail = judge(cell, doc)
-    keep_doc(cell, seed, proc.stdout)
-    return {"outcome": outcome, "detail": detail, "seconds": took, "seed": seed, "exit": proc.returncode}
+    argv = ["speculative", url, "--n", "1", "--tokens", str(TOKENS), "--reps", str(REPS * 2 if baseline else REPS),
+            "--api", api, "--timeout", "300", *(["--model", model] if model else []),
+            *(["--baseline", baseline] if baseline else [])]
+    return judged_run(cell, seed, argv, lambda doc: judge(cell, doc))[0]
 
 
 def main() -> int:

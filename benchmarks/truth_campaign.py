@@ -240,6 +240,25 @@ def save_cell(doc: dict[str, Any], path: Path, cell: str, condition: str, outcom
     path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
+def judged_run(name: str, seed: int, argv: list[str], judge: Callable[[dict[str, Any]], tuple[str, str]],
+               timeout_s: float = 1800) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """One `servecheck ... --json -` first try as a user runs it: the outcome record (right / inconclusive /
+    wrong from `judge`, or a crash with the last line of stderr) and the document (None on a crash). The
+    speculative, interference, check and MLX campaigns."""
+    cmd = [sys.executable, "-m", "servecheck", "--quiet", *argv, "--no-save", "--seed", str(seed), "--json", "-"]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    took = round(time.monotonic() - t0, 1)
+    try:
+        doc = json.loads(proc.stdout)
+    except ValueError:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"outcome": "crash", "detail": f"exit {proc.returncode}: {tail}", "seconds": took, "seed": seed}, None
+    outcome, detail = judge(doc)
+    keep_doc(name, seed, proc.stdout)
+    return {"outcome": outcome, "detail": detail, "seconds": took, "seed": seed, "exit": proc.returncode}, doc
+
+
 def keep_doc(name: str, seed: int, text: str) -> None:
     """With SERVECHECK_CAMPAIGN_DOCS set, keep a run's whole document there, for a closer look."""
     if keep := os.environ.get("SERVECHECK_CAMPAIGN_DOCS"):

@@ -204,14 +204,7 @@ async def run_staircase(
     result = StaircaseResult(server, planned, tokens, prompt_tokens, reps, max_reps=budget, notes=notes,
                              calibration=calibration, evidence_mode=evidence_mode)
     result = replace(result, warmup=await _warm_up(requests_factory, driver, prompt_tokens, tokens, rng))
-    plan = first_plan(planned, reps)
-    while plan:
-        for n in plan:
-            result = await _measure_one(driver, result, n, requests_factory, rng)
-            if on_point is not None:
-                on_point(result)
-        plan = next_plan(result)
-    return replace(result, complete=True)
+    return await _measure_rounds(driver, result, first_plan(planned, reps), requests_factory, rng, on_point)
 
 
 async def extend_staircase(driver: Driver, result: StaircaseResult, n: int, rng: random.Random, *,
@@ -222,10 +215,15 @@ async def extend_staircase(driver: Driver, result: StaircaseResult, n: int, rng:
     if n in result.ns:
         return result
     result = replace(result, ns=tuple(sorted({*result.ns, n})), complete=False)
-    plan = [n, 1]
+    return await _measure_rounds(driver, result, [n, 1], requests_factory, rng, on_point)
+
+
+async def _measure_rounds(driver: Driver, result: StaircaseResult, plan: list[int], factory: RequestFactory | None,
+                          rng: random.Random, on_point: OnPoint | None) -> StaircaseResult:
+    """`plan` measured in order, then each round `next_plan` asks for, until the run needs no more."""
     while plan:
-        for m in plan:
-            result = await _measure_one(driver, result, m, requests_factory, rng)
+        for n in plan:
+            result = await _measure_one(driver, result, n, factory, rng)
             if on_point is not None:
                 on_point(result)
         plan = next_plan(result)
