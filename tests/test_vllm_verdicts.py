@@ -56,7 +56,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
 NS = (1, 2, 4)
 TOKENS = 256  # about 2.5 s a request at N=1 here
 PROMPT_TOKENS = 32
-ARMS = ArmsDesign(arms=(1, 2, 4), requests=4, reps=6, tokens=64, prompt_tokens=32, max_reps=12)
+ARMS = ArmsDesign(arms=(1, 2, 4), requests=4, reps=6, tokens=32, prompt_tokens=32, max_reps=12)
 PREFIX_PROMPT = 1500
 STOP_WITHIN_S = 15  # every vLLM process gone this long after a stop
 # Two four-sequence configurations serve every four-sequence test (each vLLM start is the suite's
