@@ -110,6 +110,34 @@ def test_what_differs_between_runs_is_named() -> None:
     assert result.verdict == "only c rises; flat: a, b"
 
 
+def test_a_cluster_whose_aggregate_did_not_rise_is_named_by_its_own_verdict() -> None:
+    # mlx-lm 0.28.3 against 0.32.2 (benchmarks/mlx_versions.py): the newer one finishes four requests
+    # together, its aggregate only 1.25x, the trend undecided; "no configuration batches" would be false
+    queued, together = samples.staircase(serial=True), samples.staircase(serial=False, trend="inconclusive")
+    result = diff_runs(runs_of([queued, together]), labels=["old", "new"])
+    assert [line.verdict for line in result.lines] == ["staircase", "cluster"]
+    assert result.verdict == ("the runs' own verdicts: old staircase, new cluster; aggregate: no configuration's "
+                              "aggregate rises: every decided line is flat; inconclusive (no N=1 point or one level "
+                              "only): new")
+    flat = samples.staircase(serial=True)
+    assert "no configuration batches" in diff_runs(runs_of([queued, flat]), labels=["a", "b"]).verdict
+
+
+def test_the_diff_json_and_table_carry_each_runs_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = []
+    for name, doc in (("old", samples.staircase(serial=True)), ("new", samples.staircase(serial=False,
+                                                                                           trend="inconclusive"))):
+        files.append(tmp_path / f"{name}.json")
+        files[-1].write_text(json.dumps(doc))
+    out = tmp_path / "diff.json"
+    with pytest.raises(SystemExit) as info:
+        main_mod.main(["diff", *map(str, files), "--json", str(out)])
+    assert info.value.code in (0, None)
+    assert [line["verdict"] for line in json.loads(out.read_text())["lines"]] == ["staircase", "cluster"]
+    table = capsys.readouterr().out
+    assert "verdict" in table and "staircase" in table and "cluster" in table
+
+
 @pytest.mark.parametrize(
     ("docs", "message"),
     [([seed_table_doc(SEED_OLD)], "at least two runs"),

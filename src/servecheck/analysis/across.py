@@ -68,15 +68,33 @@ def trend_of_levels(aggregates: Mapping[int, float]) -> str:
     return classify_trend({n: a / base for n, a in aggregates.items() if n > 1})[0]
 
 
-def verdict_across(trends: Sequence[tuple[str, str]]) -> str:
-    """Which configurations batch, from each line's (label, trend)."""
+BATCHED_VERDICTS = ("cluster", "partial")  # a staircase run's own words for requests served together
+
+
+def verdict_across(trends: Sequence[tuple[str, str]], verdicts: Sequence[tuple[str, str | None]] = ()) -> str:
+    """Which configurations batch, from each line's (label, trend), led by the staircase runs' own verdicts
+    where the aggregates alone would tell another story: a run that read `cluster` batched whether or not
+    its aggregate rose, and one that read `staircase` queued whatever its aggregate did."""
+    said = [(label, v) for label, v in verdicts if v is not None]
+    batched = [label for label, v in said if v in BATCHED_VERDICTS]
+    trend_of = dict(trends)
+    if any((v in BATCHED_VERDICTS) != (trend_of.get(label) == "rising") and trend_of.get(label) != "inconclusive"
+           or (v in BATCHED_VERDICTS and trend_of.get(label) == "inconclusive") for label, v in said):
+        lead = "the runs' own verdicts: " + ", ".join(f"{label} {v}" for label, v in said)
+        return f"{lead}; aggregate: {_by_trend(trends, batched)}"
+    return _by_trend(trends, batched)
+
+
+def _by_trend(trends: Sequence[tuple[str, str]], batched: Sequence[str]) -> str:
+    """The throughput sentence; "no configuration batches" only where no run's own verdict says it batched."""
     rising = [label for label, trend in trends if trend == "rising"]
     flat = [label for label, trend in trends if trend == "flat"]
     unknown = [label for label, trend in trends if trend not in ("rising", "flat")]
     tail = f"; inconclusive (no N=1 point or one level only): {', '.join(unknown)}" if unknown else ""
     if not rising and flat:
-        return ("no configuration batches: all lines flat" + tail if not unknown
-                else "no configuration batches: every decided line is flat" + tail)
+        subject = "no configuration's aggregate rises" if batched else "no configuration batches"
+        return (f"{subject}: all lines flat" + tail if not unknown
+                else f"{subject}: every decided line is flat" + tail)
     if not rising:
         return "no verdict: no line can be judged" + tail
     if not flat and not unknown:
@@ -103,7 +121,8 @@ def diff_runs(runs: Sequence[RunResult[Any]], labels: Sequence[str] | None = Non
     configs = config_notes(runs)
     lines = tuple(line_of(run, name, config) for run, name, config in zip(runs, names, configs))
     levels = tuple(sorted({n for line in lines for n in line.aggregate_tok_s}))
-    return Diff(lines=lines, levels=levels, verdict=verdict_across([(line.label, line.trend) for line in lines]))
+    return Diff(lines=lines, levels=levels, verdict=verdict_across([(line.label, line.trend) for line in lines],
+                                                                   [(line.label, line.verdict) for line in lines]))
 
 
 def line_of(run: RunResult[Any], label: str, config: str = "—") -> Line:
@@ -132,6 +151,7 @@ def line_of(run: RunResult[Any], label: str, config: str = "—") -> Line:
         steady_per_stream_tok_s=(statistics.median(per_level.values()) if per_stream_steady(per_level.values())
                                  else None),
         marks=marks_of(run),
+        verdict=body.verdict if isinstance(body, StaircaseBody) else None,
     )
 
 

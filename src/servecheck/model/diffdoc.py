@@ -23,6 +23,7 @@ class StaircaseLine:
     trend: str = ""
     trend_from: str = ""  # "run" or "computed"
     marks: tuple[str, ...] = ()
+    verdict: str | None = None  # the staircase run's own verdict; None for an arms run
 
 
 @record

@@ -35,6 +35,7 @@ class Line:
     # the median of those when they hold across levels (`analysis.across.per_stream_steady`), else None
     steady_per_stream_tok_s: float | None = None
     marks: tuple[str, ...] = ()  # simulated, incomplete, invalid: a line must never pass for a clean real run
+    verdict: str | None = None  # a staircase run's own verdict (staircase, cluster, partial, ...); None for arms
 
 
 @dataclass(frozen=True, slots=True)

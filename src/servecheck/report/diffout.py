@@ -49,6 +49,9 @@ def diff_table(result: Diff) -> Table:
     if show_model:
         table.add_column("model", max_width=40)  # its cells stay one line, cut with an ellipsis
     table.add_column("differs by", overflow="fold", min_width=len("differs by"))
+    show_verdict = any(line.verdict is not None for line in result.lines)
+    if show_verdict:
+        table.add_column("verdict", no_wrap=True)
     for n in result.levels:
         table.add_column(f"C={n}", justify="right", no_wrap=True)
     for name in ("per-stream", "agg ratio", "trend"):
@@ -57,17 +60,18 @@ def diff_table(result: Diff) -> Table:
     if show_marks:
         table.add_column("marks", no_wrap=True)
     for line in result.lines:
-        table.add_row(*_row(line, result.levels, show_model),
+        table.add_row(*_row(line, result.levels, show_model, show_verdict),
                       *([Text(" ".join(line.marks), style="yellow")] if show_marks else []))
     return table
 
 
-def _row(line: Line, levels: tuple[int, ...], show_model: bool) -> list[str | Text]:
+def _row(line: Line, levels: tuple[int, ...], show_model: bool, show_verdict: bool = False) -> list[str | Text]:
     cells = [f"{line.aggregate_tok_s[n]:.1f}" if n in line.aggregate_tok_s else "—" for n in levels]
     ratio = "—" if line.ratio is None else f"{line.ratio:.2f}×"
     style = "bold green" if line.trend == "rising" else ""
     model = Text(line.model or "—", no_wrap=True, overflow="ellipsis")
-    head: list[str | Text] = [Text(line.label), *([model] if show_model else []), Text(line.config)]
+    head: list[str | Text] = [Text(line.label), *([model] if show_model else []), Text(line.config),
+                              *([Text(line.verdict or "—")] if show_verdict else [])]
     return [*head, *cells, per_stream(line), ratio, Text(line.trend, style=style)]
 
 
@@ -77,7 +81,7 @@ def staircase_record(result: Diff) -> doc.StaircaseDiff:
             label=ln.label, config=ln.config, command=ln.command, server_url=ln.server_url, model=ln.model,
             aggregate_tok_s=_by_key(ln.aggregate_tok_s), per_user_tok_s=ln.per_user_tok_s,
             per_user_tok_s_by_level=_by_key(ln.per_user_by_level), ratio=ln.ratio, trend=ln.trend,
-            trend_from=ln.trend_from, marks=ln.marks,
+            trend_from=ln.trend_from, marks=ln.marks, verdict=ln.verdict,
         ) for ln in result.lines))
 
 

@@ -106,11 +106,12 @@ def side_by_side(result: Diff | None) -> str:
     rows = []
     for line in result.lines:
         cells = [fmt(line.aggregate_tok_s.get(n), 1) for n in result.levels]
-        rows.append([esc(line.label), esc(line.config), *cells, esc(per_stream(line)), fmt_ratio(line.ratio),
+        rows.append([esc(line.label), esc(line.config), esc(line.verdict or DASH), *cells, esc(per_stream(line)),
+                     fmt_ratio(line.ratio),
                      f'<span class="trend-{esc(line.trend)}">{esc(line.trend)}</span>',
                      esc(" ".join(line.marks)) or DASH])
-    headers = ["run", "differs by", *[f"C={n}" for n in result.levels], "per-stream tok/s", "agg ratio", "trend",
-               "marks"]
+    headers = ["run", "differs by", "verdict", *[f"C={n}" for n in result.levels], "per-stream tok/s", "agg ratio",
+               "trend", "marks"]
     series = [Series(line.label, tuple(sorted((float(n), v) for n, v in line.aggregate_tok_s.items())),
                      f"s{k % SERIES_STYLES}")
               for k, line in enumerate(result.lines[:MAX_SERIES]) if line.aggregate_tok_s]
