@@ -86,11 +86,21 @@ def test_a_rule_that_a_real_log_shows_is_marked_checked(rule):
 
 
 def test_rules_of_engines_never_run_here_say_so():
-    """No Ollama, SGLang, TGI or MLX log is kept here: every one of their rules is from documentation,
+    """No Ollama, SGLang or TGI log is kept here: every one of their rules is from documentation,
     and `servecheck log` prints that beside its finding."""
-    unrun = [r for r in RULES if r.engine in ("ollama", "sglang", "tgi", "mlx")]
-    assert len(unrun) == 16 and not any(r.provenance.checked for r in unrun)
+    unrun = [r for r in RULES if r.engine in ("ollama", "sglang", "tgi")]
+    assert len(unrun) == 15 and not any(r.provenance.checked for r in unrun)
     assert all(r.provenance.describe().startswith(NOT_CHECKED) for r in unrun)
+
+
+def test_every_mlx_rule_was_checked_against_a_real_mlx_lm_log():
+    """mlx-lm runs here (the engine cache's MLX environment): each of its rules names the log it was
+    checked against, and that log is one of the real logs the scanner is tested on."""
+    mlx = [r for r in RULES if r.engine == "mlx"]
+    assert mlx and all(r.provenance.checked for r in mlx)
+    for rule in mlx:
+        assert "mlx-lm 0.32.2" in rule.provenance.describe(), rule.id
+        assert not rule.provenance.describe().startswith(NOT_CHECKED)
 
 
 def test_an_args_dump_is_an_echo_that_decides_nothing():
