@@ -43,6 +43,15 @@ CASES = [
     ("mlx", "--decode-concurrency 32 --draft-model d --prompt-cache-size 10",
      {"continuous_batching": ("--decode-concurrency 32", None), "speculative_decoding": ("--draft-model d", None),
       "prefix_cache": ("--prompt-cache-size 10", None)}),
+    # mlx-lm batches max(decode, prompt concurrency): one flag at 1 alone leaves the other's default
+    ("mlx", "--decode-concurrency 1",
+     {"continuous_batching": ("--decode-concurrency 1 (mlx-lm raises its batch to max(decode, prompt concurrency) = 8)",
+                              None)}),
+    ("mlx", "--prompt-concurrency=1", {"continuous_batching": (
+        "--prompt-concurrency 1 (mlx-lm raises its batch to max(decode, prompt concurrency) = 32)", None)}),
+    ("mlx", "--decode-concurrency 1 --prompt-concurrency 1", {}),
+    ("mlx", "--decode-concurrency 4 --prompt-concurrency 4", {"continuous_batching": (
+        "--decode-concurrency 4 --prompt-concurrency 4", None)}),
     ("tgi", "PREFIX_CACHING=1", {"prefix_cache": ("PREFIX_CACHING=1", None)}),
     # the prefill batch and its micro-batch, compared with the n_batch / n_ubatch the log states
     ("llamacpp", "--batch-size 256 -ub 256", {"prefill_batch": ("--batch-size 256", 256.0),

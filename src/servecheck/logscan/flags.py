@@ -154,8 +154,13 @@ SGLANG: tuple[FlagSpec, ...] = (
     *_GENERIC,
 )
 
+# mlx-lm's batch holds max(--decode-concurrency, --prompt-concurrency) requests (mlx-lm 0.32.2
+# server.py: the decode batch is raised to the prompt concurrency), so the two flags decide continuous
+# batching together (`_mlx_batch`), not one by one.
+MLX_DEFAULT_DECODE_CONCURRENCY = 32
+MLX_DEFAULT_PROMPT_CONCURRENCY = 8
+MLX_BATCH_FLAGS = ("--decode-concurrency", "--prompt-concurrency")
 MLX: tuple[FlagSpec, ...] = (
-    FlagSpec(("--decode-concurrency",), "continuous_batching", True, _int_above(1, keep_value=False)),
     FlagSpec(("--draft-model",), "speculative_decoding", True, _on),
     FlagSpec(("--prompt-cache-size",), "prefix_cache", True, _int_above(0, keep_value=False)),
     *_GENERIC,
@@ -228,7 +233,34 @@ def _switches(text: str | None, engine: str) -> list[Switch]:
     if not text or not text.strip():
         return []
     tokens = split_flags(text)
-    return _parse_env(tokens, ENV_TABLES.get(engine, {})) + _parse_argv(tokens, FLAG_TABLES.get(engine, _GENERIC))
+    batch = _mlx_batch(tokens) if engine == "mlx" else []
+    return (_parse_env(tokens, ENV_TABLES.get(engine, {})) + batch
+            + _parse_argv(tokens, FLAG_TABLES.get(engine, _GENERIC)))
+
+
+def _mlx_batch(tokens: list[str]) -> list[Switch]:
+    """mlx-lm's continuous batching from its two concurrency flags together: on unless both are at most
+    1, and where one alone was set to 1 the words say what mlx-lm raised it to."""
+    given: dict[str, int] = {}
+    words: list[str] = []
+    for i, token in enumerate(tokens):
+        name, eq, inline = token.partition("=")
+        if name in MLX_BATCH_FLAGS:
+            raw = inline if eq else (tokens[i + 1] if i + 1 < len(tokens) else None)
+            if (n := _int(raw)) is not None:
+                given[name] = n
+                words = [w for w in words if not w.startswith(name + " ")] + [f"{name} {n}"]
+    if not given:
+        return []
+    decode = given.get("--decode-concurrency", MLX_DEFAULT_DECODE_CONCURRENCY)
+    prompt = given.get("--prompt-concurrency", MLX_DEFAULT_PROMPT_CONCURRENCY)
+    batch = max(decode, prompt)
+    if batch <= 1:
+        return [("--decode-concurrency", "continuous_batching", None)]
+    asked = " ".join(words)
+    if min(given.values()) <= 1:
+        asked += f" (mlx-lm raises its batch to max(decode, prompt concurrency) = {batch})"
+    return [("--decode-concurrency", "continuous_batching", FeatureRequest("continuous_batching", asked, None))]
 
 
 def _parse_env(tokens: list[str], table: dict[str, tuple[str, Decide]]) -> list[Switch]:
