@@ -78,8 +78,7 @@ def verdict_across(trends: Sequence[tuple[str, str]], verdicts: Sequence[tuple[s
     said = [(label, v) for label, v in verdicts if v is not None]
     batched = [label for label, v in said if v in BATCHED_VERDICTS]
     trend_of = dict(trends)
-    if any((v in BATCHED_VERDICTS) != (trend_of.get(label) == "rising") and trend_of.get(label) != "inconclusive"
-           or (v in BATCHED_VERDICTS and trend_of.get(label) == "inconclusive") for label, v in said):
+    if any((v in BATCHED_VERDICTS) != (trend_of.get(label) == "rising") for label, v in said):
         lead = "the runs' own verdicts: " + ", ".join(f"{label} {v}" for label, v in said)
         return f"{lead}; aggregate: {_by_trend(trends, batched)}"
     return _by_trend(trends, batched)
