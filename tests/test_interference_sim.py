@@ -5,6 +5,7 @@ itself on a fake clock, then the stopwatch through the real driver, 10 runs of 1
 from __future__ import annotations
 
 import random
+import statistics
 
 import pytest
 
@@ -123,9 +124,18 @@ async def test_reps_are_kept_beside_each_pooled_point() -> None:
     doc = await measure(law(prefill_chunk=256), 11, reps=2, sizes=(512, 4096))
     assert doc["order"] == [512, 4096, 4096, 512]
     for p in doc["points"]:
-        assert [r["rep"] for r in sorted(p["reps"], key=lambda r: r["rep"])] == [0, 1]
-        assert p["victim_max_gap_s"] == pytest.approx(sorted(r["victim_max_gap_s"] for r in p["reps"])[0] / 2
-                                                      + sorted(r["victim_max_gap_s"] for r in p["reps"])[1] / 2)
+        # every try is kept: a try the client could not vouch for is marked and run again (a busy machine
+        # did so in CI), so each planned rep ends in exactly one try that is not marked late, or in late ones
+        by_order = sorted(p["reps"], key=lambda r: r["order"])
+        for rep in (0, 1):
+            tries = [r for r in by_order if r["rep"] == rep]
+            assert tries and all(r["client_late"] for r in tries[:-1]), tries
+        assert all(not r["valid"] for r in p["reps"] if r["client_late"])
+        valid = sorted(r["victim_max_gap_s"] for r in p["reps"] if r["valid"])
+        if valid:
+            assert p["victim_max_gap_s"] == pytest.approx(statistics.median(valid))
+        else:
+            assert p["valid"] is False
         assert all(len(r["victims"]) == 2 and r["victims"][0]["token_s"] for r in p["reps"])
     assert doc["baseline_interval_s"] == pytest.approx(TOKEN_S + 2 * PER_SEQ_S, rel=0.2)
 
