@@ -321,3 +321,65 @@ def test_ctrl_c_right_after_spawn_still_stops_the_server(stub: Path, tmp_path: P
     while _alive(server.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(server.pid)
+
+
+class _StubLocal(managed.LocalServer):
+    """A LocalServer over the stub: what `launch` and `start` do around `_managed`."""
+
+    def __init__(self, stub: Path, tmp_path: Path, name: str, delay_s: float = 0.3) -> None:
+        self.stub, self.log_path, self.delay_s = stub, tmp_path / f"{name}.log", delay_s
+        self.port, self.server = None, None
+        self.spawned = 0
+
+    def _managed(self, port: int) -> ManagedServer:
+        self.spawned += 1
+        cmd = [sys.executable, str(self.stub), str(port), str(self.delay_s)]
+        return ManagedServer(cmd, url=f"http://127.0.0.1:{port}", log_path=self.log_path)
+
+
+def test_launched_servers_start_side_by_side_and_start_waits_for_the_same_process(stub: Path, tmp_path: Path) -> None:
+    first, second = _StubLocal(stub, tmp_path, "a", delay_s=1.0), _StubLocal(stub, tmp_path, "b", delay_s=1.0)
+    first.launch()
+    second.launch()
+    pids = first.pid, second.pid
+    assert all(p is not None and _alive(p) for p in pids)  # both running before either is waited for
+    with first as url:
+        assert urllib.request.urlopen(url + "/health", timeout=5).status == 200
+        assert second.server is not None and second.server.running
+    assert pids[0] is not None and not _alive(pids[0])
+    with second as url:
+        assert second.pid == pids[1] and second.spawned == 1  # the launched process, not a new one
+        assert urllib.request.urlopen(url + "/health", timeout=5).status == 200
+    assert pids[1] is not None and not _alive(pids[1])
+
+
+def test_a_launched_server_never_started_is_stopped_by_its_launcher(stub: Path, tmp_path: Path) -> None:
+    claimed, unclaimed = _StubLocal(stub, tmp_path, "a"), _StubLocal(stub, tmp_path, "b")
+    claimed.launch()
+    unclaimed.launch()
+    pid = unclaimed.pid
+    with claimed:
+        claimed.stop_unclaimed()  # `start` took it over: the launcher's stop leaves it to the block
+        assert claimed.server is not None and claimed.server.running
+    unclaimed.stop_unclaimed()
+    assert pid is not None and not _alive(pid)
+    assert pid not in process.live_pids()
+
+
+def test_a_launched_server_that_died_before_its_start_is_quoted(tmp_path: Path) -> None:
+    script = tmp_path / "dies.py"
+    script.write_text("import sys\nprint('model file is broken', flush=True)\nsys.exit(3)\n")
+
+    class Dies(_StubLocal):
+        def _managed(self, port: int) -> ManagedServer:
+            self.spawned += 1
+            return ManagedServer([sys.executable, str(script)], url=f"http://127.0.0.1:{port}",
+                                 log_path=self.log_path)
+
+    server = Dies(script, tmp_path, "dies")
+    server.launch()
+    pid = server.pid
+    with pytest.raises(EngineError) as err:
+        server.start()
+    assert "model file is broken" in err.value.message and server.spawned == 1
+    assert pid is not None and not _alive(pid)

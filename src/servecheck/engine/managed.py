@@ -139,17 +139,29 @@ class ManagedServer:
         return self.proc is not None and self.proc.poll() is None
 
     def start(self) -> str:
-        """Start the process and wait for health; on any failure the process is stopped first."""
-        if self.check_port is not None:
-            ensure_port_free(*self.check_port)
+        """Start the process (unless `launch` did) and wait for health; on any failure the process is
+        stopped first."""
+        if self.proc is None:
+            self.launch()
         try:
-            # The spawn is inside: a Ctrl-C between Popen and the return must not leave the child.
-            self._spawn()
             self.wait_healthy()
         except BaseException:
             self.stop()
             raise
         return self.url
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (`start` waits): servers launched one after the
+        other come up side by side. From the main thread only (the parent-death signal follows the
+        thread that spawned the child)."""
+        if self.check_port is not None:
+            ensure_port_free(*self.check_port)
+        try:
+            # The spawn is inside: a Ctrl-C between Popen and the return must not leave the child.
+            self._spawn()
+        except BaseException:
+            self.stop()
+            raise
 
     def _spawn(self) -> None:
         _install_safety_net()
@@ -392,6 +404,7 @@ class LocalServer:
     server: ManagedServer | None
     bind_retries: int = BIND_RETRIES
     records: RunningRecords | None = None  # where the running server is recorded (serve-local, the demo)
+    _launched: bool = False  # spawned by `launch`, not yet waited for
 
     def check_inputs(self) -> None:
         """Raise UsageError when the server cannot start as configured (a missing model file)."""
@@ -407,7 +420,28 @@ class LocalServer:
     def pid(self) -> int | None:
         return None if self.server is None else self.server.pid
 
+    def launch(self) -> None:
+        """Start the engine on a port without waiting for it; `start` (or `with`) then waits for its
+        health. Launching a slow starter beside another (two vLLMs, the demo) overlaps their starts."""
+        self.check_inputs()
+        self.server = self._managed(self.port if self.port is not None else free_port())
+        self.server.launch()
+        self._launched = True
+
+    def stop_unclaimed(self) -> None:
+        """Stop a launched server that `start` never took over (from then on, `start` and `with` stop it)."""
+        if self._launched:
+            self._launched = False
+            self.stop()
+
     def start(self) -> str:
+        if self._launched and self.server is not None:
+            self._launched = False
+            try:
+                return self.server.start()
+            except EngineError:
+                if self.port is not None or not self.server.log_mentions_bind_failure():
+                    raise  # else the port was taken before the bind: the loop below tries fresh ones
         self.check_inputs()
         attempts = 1 if self.port is not None else self.bind_retries
         for attempt in range(attempts):
