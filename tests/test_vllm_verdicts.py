@@ -6,7 +6,9 @@ generated tiny model). The ground truth is what the test tells vLLM's scheduler:
   with what it was told; one sequence (`staircase`, `flat`) and four (`cluster`, `rising`), with the
   log audit of each, are the two runs of tests/test_vllm_demo.py (the same measurement, the user's
   first try);
-- arms: four sequences label 4-way `batching`; one labels every arm `none`;
+- arms: four sequences label 4-way `batching`. (`none` at one sequence, 9-12 reps and 60-90 s on 2 cores,
+  is held on llama.cpp's one slot, tests/test_arms_engine.py, and in the vLLM campaign, docs/benchmarks.md:
+  the suite's 25 minutes buy it once);
 - prefix-cache: `working` by default, `inert` with `--no-enable-prefix-caching`;
 - speculative: ngram drafts (`--speculative-config`) read `speculating`, vLLM's counters agreeing;
 - interference: chunked prefill with a 256-token budget reads `chunked`, unchunked with room for the
@@ -18,10 +20,11 @@ On a noisy machine `inconclusive` (or `unknown`) earns the staircase, arms and p
 retry (the test's seed + 1), never more; every verdict's first try is recorded (tests/conftest.py
 `first_try.record_tries`), retried or not; only the right verdict passes.
 
-One vLLM runs at a time (a start takes about 30 s here in eager mode), reused by every test of its
-configuration, and the tests are in configuration order so that the module starts five: one, two, four
-with chunked prefill (256 tokens a step), four with ngram drafts, four with whole prompts and no
-prefix cache. The two teardown tests take over a running server instead of starting their own.
+Each vLLM (a start takes about 40 s here in eager mode) is reused by every test of its configuration,
+and the tests are in configuration order (`PLAN`) so that the module starts four, two side by side
+(`TwoAtATime`): two and four with chunked prefill (256 tokens a step), then four with ngram drafts and
+four with whole prompts and no prefix cache. The two teardown tests take over a running server
+instead of starting their own.
 """
 
 from __future__ import annotations
@@ -69,27 +72,48 @@ FOUR_CHUNKED = ("--enable-chunked-prefill", "--max-num-batched-tokens", "256")
 FOUR_WHOLE = ("--no-enable-chunked-prefill", "--max-num-batched-tokens", "4096", "--no-enable-prefix-caching")
 
 
-class OneAtATime:
-    """At most one vLLM running: asking for another configuration stops the one before. Every server
-    starts in eager mode (`EAGER_ARGS`: 24 s of each start saved, the scheduler unchanged)."""
+NGRAM = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1})
+# The module's configurations in the order its tests ask for them (--max-num-seqs, the other flags).
+PLAN: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (2, ()), (4, FOUR_CHUNKED), (4, ("--speculative-config", NGRAM)), (4, FOUR_WHOLE))
+
+
+class TwoAtATime:
+    """The module's vLLMs, started two side by side: asking for a configuration that is not up stops
+    the one before and launches it together with the next of `PLAN`, which then waits, idle, for its
+    tests (two starts side by side took 54 s on 2 cores where one took 40 s; an idle vLLM takes 2% of a
+    core and 2.9 GiB). Nothing is launched while a server is being measured. Every server starts in
+    eager mode (`EAGER_ARGS`: 24 s of each start saved, the scheduler unchanged)."""
 
     def __init__(self, local: VllmLocal, log_dir: Path) -> None:
         self.local, self.log_dir = local, log_dir
         self.key: tuple[int, tuple[str, ...]] | None = None
         self.server: VllmServer | None = None
+        self.waiting: dict[tuple[int, tuple[str, ...]], VllmServer] = {}  # launched, not yet asked for
         self.url = ""
         self.starts = 0
+
+    def _launch(self, key: tuple[int, tuple[str, ...]]) -> None:
+        parallel, extra = key
+        name = f"seqs{parallel}{'-' + '-'.join(a.strip('-')[:24] for a in extra) if extra else ''}.log"
+        server = VllmServer(self.local.env, self.local.model_path, max_num_seqs=parallel,
+                            served_model_name=self.local.model_name, extra_args=(*EAGER_ARGS, *extra),
+                            log_path=self.log_dir / name)
+        self.waiting[key] = server
+        server.launch()
+        self.starts += 1
 
     def get(self, parallel: int, *extra: str) -> tuple[str, Path]:
         key = (parallel, extra)
         if key != self.key:
             self.close()
-            name = f"seqs{parallel}{'-' + '-'.join(a.strip('-') for a in extra) if extra else ''}.log"
-            self.server = VllmServer(self.local.env, self.local.model_path, max_num_seqs=parallel,
-                                     served_model_name=self.local.model_name, extra_args=(*EAGER_ARGS, *extra),
-                                     log_path=self.log_dir / name)
+            if key not in self.waiting:
+                self._launch(key)
+                later = PLAN[PLAN.index(key) + 1:] if key in PLAN else ()
+                if later and later[0] not in self.waiting:
+                    self._launch(later[0])
+            self.server = self.waiting.pop(key)
             self.url, self.key = self.server.start(), key
-            self.starts += 1
         assert self.server is not None and self.server.log_path is not None
         return self.url, self.server.log_path
 
@@ -106,20 +130,26 @@ class OneAtATime:
             self.server.stop()
         self.server, self.key = None, None
 
+    def close_all(self) -> None:
+        self.close()
+        for server in self.waiting.values():
+            server.stop_unclaimed()
+        self.waiting.clear()
+
 
 @pytest.fixture(scope="module")
-def vllm() -> Iterator[OneAtATime]:
+def vllm() -> Iterator[TwoAtATime]:
     local = provision_vllm_local("tiny", progress=lambda m: print(m, file=sys.stderr))
     # SERVECHECK_TEST_VLLM_LOGS keeps the server logs (the fixtures under tests/fixtures/logs/ came so).
     keep = os.environ.get("SERVECHECK_TEST_VLLM_LOGS")
     with tempfile.TemporaryDirectory(prefix="servecheck-vllm-") as tmp:
         log_dir = Path(keep) if keep else Path(tmp)
         log_dir.mkdir(parents=True, exist_ok=True)
-        servers = OneAtATime(local, log_dir)
+        servers = TwoAtATime(local, log_dir)
         try:
             yield servers
         finally:
-            servers.close()
+            servers.close_all()
 
 
 def config_of(parallel: int) -> tuple[str, ...]:
@@ -130,7 +160,7 @@ def _target(url: str, model: str) -> Any:
     return make_target(url, api="openai", model=model, first_token_timeout_s=120)
 
 
-def staircase_doc(vllm: OneAtATime, parallel: int, seed: int, first_try: Any, test_id: str,
+def staircase_doc(vllm: TwoAtATime, parallel: int, seed: int, first_try: Any, test_id: str,
                   expected: str) -> dict[str, Any]:
     """A staircase run through the driver every user gets (the pre-flight before each N); an
     `inconclusive` verdict earns one retry (seed + 1), and the first try is recorded."""
@@ -162,7 +192,7 @@ def assert_decided_by_the_stopwatch(doc: dict[str, Any]) -> None:
             assert "completion_times" in point["evidence"], (point["n"], point["verdict"], point["evidence"])
 
 
-def arms_labels(vllm: OneAtATime, parallel: int, seed: int, first_try: Any, test_id: str,
+def arms_labels(vllm: TwoAtATime, parallel: int, seed: int, first_try: Any, test_id: str,
                 expected: dict[int, str]) -> dict[int, str]:
     """The arm labels; a run whose `expected` arms are not yet decided earns one retry (seed + 1),
     and the first try of each is recorded."""
@@ -197,20 +227,10 @@ def gauges_at_n4(doc: dict[str, Any]) -> dict[str, Any]:
     return top["gauges"]
 
 
-# ---------------------------------------------------------------- one sequence at a time
-
-
-def test_one_sequence_buys_nothing_at_any_arm(vllm: OneAtATime, test_seed: int, first_try: Any,
-                                              request: pytest.FixtureRequest) -> None:
-    # recorded at the arms where batching could show; arm 1 is the reference, `none` by definition
-    labels = arms_labels(vllm, 1, test_seed, first_try, request.node.nodeid, {2: "none", 4: "none"})
-    assert set(labels.values()) == {"none"}, labels
-
-
 # ---------------------------------------------------------------- two
 
 
-def test_two_sequences_pair_up_at_four(vllm: OneAtATime, test_seed: int, first_try: Any,
+def test_two_sequences_pair_up_at_four(vllm: TwoAtATime, test_seed: int, first_try: Any,
                                        request: pytest.FixtureRequest) -> None:
     doc = staircase_doc(vllm, 2, test_seed, first_try, request.node.nodeid, "partial")
     assert doc["verdict"] == "partial", doc["verdict_reason"]
@@ -221,7 +241,7 @@ def test_two_sequences_pair_up_at_four(vllm: OneAtATime, test_seed: int, first_t
 # ---------------------------------------------------------------- teardown after an error mid-run
 
 
-def test_an_error_in_the_middle_of_a_run_leaves_no_vllm_process(vllm: OneAtATime) -> None:
+def test_an_error_in_the_middle_of_a_run_leaves_no_vllm_process(vllm: TwoAtATime) -> None:
     """A failure raised between two points of a staircase, inside `with server:` (the two-sequence
     server, taken over rather than started again): the API server, its engine core and its workers are
     all gone afterwards."""
@@ -265,13 +285,13 @@ def assert_gone(procs: list[Any]) -> None:
 # ---------------------------------------------------------------- four
 
 
-def test_four_sequences_batch_at_four_way(vllm: OneAtATime, test_seed: int, first_try: Any,
+def test_four_sequences_batch_at_four_way(vllm: TwoAtATime, test_seed: int, first_try: Any,
                                           request: pytest.FixtureRequest) -> None:
     labels = arms_labels(vllm, 4, test_seed, first_try, request.node.nodeid, {4: "batching"})
     assert labels[4] == "batching", labels
 
 
-def prefix_cache(vllm: OneAtATime, tmp_path: Path, first_try: Any, test_id: str, expected: str,
+def prefix_cache(vllm: TwoAtATime, tmp_path: Path, first_try: Any, test_id: str, expected: str,
                  *extra: str) -> tuple[int, dict[str, Any]]:
     """An `unknown` verdict earns one retry, never more, and the first try is recorded."""
     url, _ = vllm.get(4, *extra)
@@ -288,7 +308,7 @@ def prefix_cache(vllm: OneAtATime, tmp_path: Path, first_try: Any, test_id: str,
     return first_try.record_tries(test_id, expected, attempt, lambda got: got[1]["verdict"], tries=2)
 
 
-def test_prefix_cache_is_working_by_default(vllm: OneAtATime, tmp_path: Path, first_try: Any,
+def test_prefix_cache_is_working_by_default(vllm: TwoAtATime, tmp_path: Path, first_try: Any,
                                             request: pytest.FixtureRequest) -> None:
     """vLLM's default prefix cache (on), here beside chunked prefill."""
     code, doc = prefix_cache(vllm, tmp_path, first_try, request.node.nodeid, "working", *FOUR_CHUNKED)
@@ -301,7 +321,7 @@ def test_prefix_cache_is_working_by_default(vllm: OneAtATime, tmp_path: Path, fi
 INTERFERENCE_SIZES = "256,1024,3072"  # within the tiny model's 4096-token max-model-len, with the victims' 96
 
 
-def interference(vllm: OneAtATime, tmp_path: Path, seed: int, first_try: Any, test_id: str, expected: str,
+def interference(vllm: TwoAtATime, tmp_path: Path, seed: int, first_try: Any, test_id: str, expected: str,
                  *extra: str) -> dict[str, Any]:
     """One run, as a user's: no retry; its verdict is recorded as a first try."""
     url, _ = vllm.get(4, *extra)
@@ -318,7 +338,7 @@ def interference(vllm: OneAtATime, tmp_path: Path, seed: int, first_try: Any, te
     return first_try.record_tries(test_id, expected, attempt, lambda d: d["verdict"], seed=seed)
 
 
-def test_chunked_prefill_with_a_small_budget_reads_chunked(vllm: OneAtATime, tmp_path: Path, test_seed: int,
+def test_chunked_prefill_with_a_small_budget_reads_chunked(vllm: TwoAtATime, tmp_path: Path, test_seed: int,
                                                           first_try: Any, request: pytest.FixtureRequest) -> None:
     """`--max-num-batched-tokens 256` with chunked prefill: every step carries the victims' tokens and at most
     254 prompt tokens, so the victims' longest gap stays bounded while the intruder's TTFT grows."""
@@ -331,10 +351,8 @@ def test_chunked_prefill_with_a_small_budget_reads_chunked(vllm: OneAtATime, tmp
 
 # ---------------------------------------------------------------- speculative decoding (ngram)
 
-NGRAM = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3, "prompt_lookup_min": 1})
 
-
-def test_ngram_speculation_reads_speculating_and_its_counters_agree(vllm: OneAtATime, tmp_path: Path, test_seed: int,
+def test_ngram_speculation_reads_speculating_and_its_counters_agree(vllm: TwoAtATime, tmp_path: Path, test_seed: int,
                                                                      first_try: Any,
                                                                     request: pytest.FixtureRequest) -> None:
     """vLLM told to draft 3 tokens a step from the prompt's own n-grams: the stopwatch sees several tokens
@@ -376,14 +394,14 @@ def test_ngram_speculation_reads_speculating_and_its_counters_agree(vllm: OneAtA
 
 # ---------------------------------------------------------------- four, whole prompts, no prefix cache
 
-def test_prefix_cache_is_inert_when_switched_off(vllm: OneAtATime, tmp_path: Path, first_try: Any,
+def test_prefix_cache_is_inert_when_switched_off(vllm: TwoAtATime, tmp_path: Path, first_try: Any,
                                                  request: pytest.FixtureRequest) -> None:
     code, doc = prefix_cache(vllm, tmp_path, first_try, request.node.nodeid, "inert", *FOUR_WHOLE)
     assert doc["verdict"] == "inert", doc["verdict_reason"]
     assert code == exitcodes.INVALID  # an inert cache is a refused feature
 
 
-def test_unchunked_prefill_with_room_for_the_prompt_reads_blocking(vllm: OneAtATime, tmp_path: Path, test_seed: int,
+def test_unchunked_prefill_with_room_for_the_prompt_reads_blocking(vllm: TwoAtATime, tmp_path: Path, test_seed: int,
                                                                    first_try: Any,
                                                                    request: pytest.FixtureRequest) -> None:
     """`--no-enable-chunked-prefill --max-num-batched-tokens 4096`: the whole prompt in one step, the victims
@@ -398,7 +416,7 @@ def test_unchunked_prefill_with_room_for_the_prompt_reads_blocking(vllm: OneAtAT
 # ---------------------------------------------------------------- one completion, a stop, nothing left
 
 
-def test_one_completion_then_a_stop_leaves_no_vllm_process(vllm: OneAtATime) -> None:
+def test_one_completion_then_a_stop_leaves_no_vllm_process(vllm: TwoAtATime) -> None:
     """The last server of the module: one completion of exactly the length asked, then `stop()` ends
     every process vLLM started, and a second `stop()` is harmless."""
     server, url = vllm.take(4, *FOUR_WHOLE)
@@ -414,4 +432,4 @@ def test_one_completion_then_a_stop_leaves_no_vllm_process(vllm: OneAtATime) -> 
     assert server.stop() is not None
     assert_gone(procs)
     assert server.stop() is not None  # idempotent
-    assert vllm.starts <= 5, f"{vllm.starts} vLLM starts in this module: the tests are out of configuration order"
+    assert vllm.starts <= len(PLAN), f"{vllm.starts} vLLM starts in this module: the tests are out of order"
