@@ -11,6 +11,7 @@ import pytest
 
 from servecheck.analysis import interference as inf
 from servecheck.client.base import Target
+from servecheck.experiments import interference as experiment
 from servecheck.experiments.interference import plan_order, run_interference
 from servecheck.load.driver import LoadDriver
 from servecheck.sim import SimConfig, sim_in_thread
@@ -129,7 +130,7 @@ async def test_reps_are_kept_beside_each_pooled_point() -> None:
         by_order = sorted(p["reps"], key=lambda r: r["order"])
         for rep in (0, 1):
             tries = [r for r in by_order if r["rep"] == rep]
-            assert tries and all(r["client_late"] for r in tries[:-1]), tries
+            assert tries and all(r["client_late"] or sent_early(r) for r in tries[:-1]), tries
         assert all(not r["valid"] for r in p["reps"] if r["client_late"])
         valid = sorted(r["victim_max_gap_s"] for r in p["reps"] if r["valid"])
         if valid:
@@ -138,6 +139,27 @@ async def test_reps_are_kept_beside_each_pooled_point() -> None:
             assert p["valid"] is False
         assert all(len(r["victims"]) == 2 and r["victims"][0]["token_s"] for r in p["reps"])
     assert doc["baseline_interval_s"] == pytest.approx(TOKEN_S + 2 * PER_SEQ_S, rel=0.2)
+
+
+def sent_early(rep: dict) -> bool:
+    return any(p.startswith(inf.SENT_EARLY) for p in rep["problems"])
+
+
+async def test_an_intruder_sent_before_the_victims_generate_is_sent_again_after_the_wait_it_showed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ground truth the test controls: the run's calibrated wait cut to nothing, so every first intruder goes
+    # out with its victims, before either generates (what a busy machine or a server slow to admit does to
+    # a wait that is too short). Each is run again after the wait its own trial showed was needed.
+    monkeypatch.setattr(experiment, "steady_wait_s", lambda records: 0.0)
+    doc = await measure(law(prefill_chunk=256), 12, reps=1, sizes=(512, 4096))
+    trials = sorted((r for p in doc["points"] for r in p["reps"]), key=lambda r: r["order"])
+    first, again = trials[0], trials[1]
+    assert sent_early(first) and not first["valid"] and not first["client_late"], first["problems"]
+    assert (again["rep"], again["prompt_tokens"]) == (first["rep"], first["prompt_tokens"])  # the same trial again
+    # the wait the first trial showed holds for the rest of the run: each size ends on a trial sent in time
+    for p in doc["points"]:
+        assert not sent_early(max(p["reps"], key=lambda r: r["order"])), [r["problems"] for r in p["reps"]]
+    assert doc["verdict"] == "chunked", doc["verdict_reason"]
 
 
 async def test_a_truncating_server_is_named_and_its_points_invalid() -> None:

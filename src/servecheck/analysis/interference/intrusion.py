@@ -30,6 +30,7 @@ GAP_PERCENTILE = 0.99
 # decodes in a tenth of a millisecond): the stream was buffered on its way and released in bursts.
 BURST_S = 0.0001
 CLIENT_BURSTS = "the victims' tokens were read in bursts because the client itself was late"
+SENT_EARLY = "the intruder was sent before every victim was generating"
 HOP_BURSTS = "the victims' tokens arrived in bursts (their median gap under 100 µs) while the client read on time"
 # Bursts are the client's doing where its stalls last a quarter of the time between bursts or more (120 ms
 # of every 200 ms starved: 0.6); a hop's bursts 35-105 ms apart beside a busy client's 2-3 ms stalls: 0.04.
@@ -88,6 +89,7 @@ class Reading:
     stretched_share: float | None = None  # CHUNKED_SHARE: the window's time in stretched gaps, median victim
     client_late: bool = False  # the client could not vouch for the prefill window: the rep is repeated
     hop_held: bool = False  # a hop on the way delivered the victims' tokens in bursts
+    sent_early: bool = False  # the run's wait was short of the victims' start: the rep is repeated, waiting longer
 
     @property
     def valid(self) -> bool:
@@ -173,7 +175,7 @@ def intrusion_problems(i: Intrusion) -> list[str]:
                         "queued, nothing to measure")
         return problems
     if live and max(firsts) > i.send_ns:
-        problems.append("the intruder was sent before every victim was generating: raise --tokens or check the server")
+        problems.append(f"{SENT_EARLY}: raise --tokens or check the server")
     if live and min(ends) <= i.first_token_ns:
         slots = f" (it advertises {i.server_slots} slots)" if i.server_slots is not None else ""
         problems.append("a victim finished before the intruder's first token: the intruder waited for a slot, the "
@@ -291,4 +293,5 @@ def read_intrusion(i: Intrusion) -> Reading:
         stretched_share=stretched_share(i, baseline),
         client_late=late is not None or any(p.startswith(CLIENT_BURSTS) for p in problems),
         hop_held=any(p.startswith(HOP_BURSTS) for p in problems),
+        sent_early=any(p.startswith(SENT_EARLY) for p in problems),
     )
