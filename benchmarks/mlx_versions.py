@@ -25,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import venv
 from pathlib import Path
 
@@ -43,17 +44,25 @@ def old_env(version: str) -> Path:
     """The python of an environment with mlx-lm `version` on servecheck's mlx pin (made on first use)."""
     folder = EngineCache.default().root / "mlx" / f"versions-mlx-{MLX_VERSION}-lm-{version}-tf4"
     python = folder / "bin" / "python"
+    install_s = None
     if not python.exists():
         print(f"creating {folder} (mlx[cpu]=={MLX_VERSION}, mlx-lm=={version}, {OLD_TRANSFORMERS}) from PyPI",
               file=sys.stderr)
+        started = time.monotonic()
         venv.EnvBuilder(with_pip=True, clear=True).create(folder)
         subprocess.run([str(python), "-m", "pip", "install", "-q", f"mlx[cpu]=={MLX_VERSION}", f"mlx-lm=={version}",
                         OLD_TRANSFORMERS],
                        check=True, timeout=900)
+        install_s = round(time.monotonic() - started, 1)
     got = subprocess.run([str(python), "-c", "import mlx_lm; print(mlx_lm.__version__)"], capture_output=True,
                          text=True, check=True, timeout=120).stdout.strip()
     if got != version:
         raise SystemExit(f"{folder} holds mlx-lm {got}, not {version}: remove the folder and run again")
+    stamp = folder / "stamp.json"
+    if not stamp.exists():  # what `servecheck cache show` reads: finished, and by whom (`cache clear` removes it)
+        stamp.write_text(json.dumps({"mlx_version": MLX_VERSION, "mlx_lm_version": got, "backend": "cpu",
+                                     "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                     "install_s": install_s, "made_by": "benchmarks/mlx_versions.py"}, indent=2))
     return python
 
 

@@ -293,6 +293,18 @@ def test_cache_show_lists_the_mlx_env_and_model(tmp_path: Path, fake_base: Path)
     assert any("MLX checkpoint" in line for line in models)
 
 
+def test_cache_show_names_who_made_an_mlx_env_that_is_not_servecheck_s_own(tmp_path: Path) -> None:
+    # benchmarks/mlx_versions.py keeps an older mlx-lm beside the cache's own, stamped as made by it
+    folder = tmp_path / "cache" / "mlx" / "versions-mlx-0.32.4-lm-0.28.3-tf4"
+    folder.mkdir(parents=True)
+    (folder / "stamp.json").write_text(json.dumps({"mlx_version": "0.32.4", "mlx_lm_version": "0.28.3",
+                                                   "backend": "cpu", "installed_at": "2026-12-06T00:00:00Z",
+                                                   "install_s": 61.0, "made_by": "benchmarks/mlx_versions.py"}))
+    (line,) = [e.line() for e in list_entries(EngineCache(tmp_path / "cache")) if e.kind == "mlx"]
+    assert "mlx-lm 0.28.3 (cpu backend)" in line and line.endswith("for benchmarks/mlx_versions.py)"), line
+    assert "unfinished" not in line
+
+
 def test_cache_clear_removes_the_mlx_env(tmp_path: Path, fake_base: Path) -> None:
     cache = EngineCache(tmp_path / "cache")
     provision_mlx(cache, base_python=fake_base)

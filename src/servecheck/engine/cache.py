@@ -107,9 +107,11 @@ class CacheEntry:
             return (f"{info.get('dist')} {info.get('version')}: vLLM {info.get('vllm_version')}, torch "
                     f"{info.get('torch_version')}, installed {info.get('installed_at')} in {info.get('install_s')} s")
         if self.kind == "mlx":
+            when = f", installed {info['installed_at']}" if info.get("installed_at") else ""
+            took = f" in {info['install_s']} s" if info.get("install_s") is not None else ""
+            by = f", for {info['made_by']}" if info.get("made_by") else ""
             return (f"MLX {info.get('mlx_version')}, mlx-lm {info.get('mlx_lm_version')} "
-                    f"({info.get('backend')} backend), "
-                    f"installed {info.get('installed_at')} in {info.get('install_s')} s")
+                    f"({info.get('backend')} backend){when}{took}{by}")
         if info.get("format") == "mlx":
             return f"MLX checkpoint, {info.get('params')} parameters, vocabulary {info.get('vocab_size')}"
         return f"Hugging Face checkpoint, {info.get('params')} parameters, vocabulary {info.get('vocab_size')}"
