@@ -166,3 +166,15 @@ def test_a_one_at_a_time_server_whose_log_says_nothing_is_not_asked(tmp_path: Pa
     log.write_text("nothing about slots\n", encoding="utf-8")
     audit = job.audit_log(log, ("llama-server", "-np", "1"), "llamacpp", listed=("parallel_slots",))
     assert [(f.feature, f.status, f.line) for f in audit.findings] == [("parallel_slots", "not asked", None)]
+
+
+@pytest.mark.parametrize(("engine", "free", "together"), [
+    (VLLM, 16 * 2**30, True),  # vLLM's two starts overlap where the memory holds both servers
+    (VLLM, 6 * 2**30, False),  # two tiny vLLMs held 5.8 GiB: one after the other below TOGETHER_MEMORY_BYTES
+    (VLLM, None, False),  # memory unknown: the safe order
+    (LLAMA, 64 * 2**30, False),  # llama-server starts in seconds
+])
+def test_the_demo_starts_vllm_side_by_side_only_where_the_memory_holds_both(
+        monkeypatch: pytest.MonkeyPatch, engine: job.DemoEngine, free: int | None, together: bool) -> None:
+    monkeypatch.setattr(job, "available_memory_bytes", lambda: free)
+    assert engine.starts_together is together
