@@ -28,9 +28,9 @@ def read_url(proc: subprocess.Popen[str], timeout_s: float) -> str:
     return box[0].strip()
 
 
-def launch_serve_local(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen([*SERVECHECK, "serve-local", *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, env=env)
+def launch_serve_local(args: list[str], env: dict[str, str], stderr: int = subprocess.DEVNULL) -> subprocess.Popen[str]:
+    return subprocess.Popen([*SERVECHECK, "serve-local", *args], stdout=subprocess.PIPE, stderr=stderr, text=True,
+                            env=env)
 
 
 def sigkill_leaves_nothing(proc: subprocess.Popen[str], least: int) -> list[str]:

@@ -5,8 +5,9 @@ tests/test_vllm_verdicts.py, on servers it already runs.) Provisioned once per s
 the cache on first use: minutes; `servecheck cache build --vllm` does it ahead of time).
 
 Each start here is in eager mode (`EAGER_ARGS`), about 40 s on 2 cores; the three start side by side
-(`serve_locals` launches both `serve-local` runs before the failing start), about 60 s for all three
-where one after another took 120-150 s."""
+(`serve_locals` launches both `serve-local` runs before the failing start): 66-90 s for all three in the
+fresh-clone runs at 8415ee0 and da7be8e, where one after another took 154 s in CI at 0d74856
+(benchmarks/results/suite_times.jsonl, docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -48,10 +49,9 @@ def serve_locals(vllm_local: VllmLocal, tmp_path_factory: pytest.TempPathFactory
     SIGINT, one by SIGKILL); whatever is left at the module's end is killed."""
     logs = tmp_path_factory.mktemp("serve-local")
     procs = {
-        "sigint": subprocess.Popen(
-            [*SERVECHECK, "serve-local", "--engine", "vllm", "--parallel", "2", "--log", str(logs / "sigint.log"),
-             "--engine-args", " ".join(EAGER_ARGS)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+        # the SIGINT test reads what serve-local said on its way out
+        "sigint": launch_serve_local(["--engine", "vllm", "--parallel", "2", "--log", str(logs / "sigint.log"),
+                                      "--engine-args", " ".join(EAGER_ARGS)], dict(os.environ), stderr=subprocess.PIPE),
         "sigkill": launch_serve_local(["--engine", "vllm", "--parallel", "1", "--log", str(logs / "sigkill.log"),
                                        "--engine-args", " ".join(EAGER_ARGS)], dict(os.environ)),
     }
