@@ -29,8 +29,8 @@ CHUNK_TOLERANCE = 0.25
 
 
 def law(**kw: object) -> SimConfig:
-    return SimConfig(mode="batched", token_s=TOKEN_S, per_seq_s=PER_SEQ_S, prompt_token_s=PROMPT_TOKEN_S, n_ctx=16384,
-                     **kw)  # type: ignore[arg-type]
+    return SimConfig(**{"mode": "batched", "token_s": TOKEN_S, "per_seq_s": PER_SEQ_S,  # type: ignore[arg-type]
+                        "prompt_token_s": PROMPT_TOKEN_S, "n_ctx": 16384, **kw})
 
 
 def victim_gaps_ms(config: SimConfig, size: int) -> tuple[list[float], float]:
@@ -160,6 +160,25 @@ async def test_an_intruder_sent_before_the_victims_generate_is_sent_again_after_
     for p in doc["points"]:
         assert not sent_early(max(p["reps"], key=lambda r: r["order"])), [r["problems"] for r in p["reps"]]
     assert doc["verdict"] == "chunked", doc["verdict_reason"]
+
+
+async def test_the_raised_wait_leaves_the_victims_half_their_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Ground truth the test controls: the run's wait cut to nothing on a server that prefills whole prompts
+    # eight times slower than the other tests' (2,048 tokens take 0.82 s, the victims' 96 tokens about 0.7 s),
+    # so the first trial's last victim starts only after the intruder's prefill. Waiting all of that would
+    # outlast the victims (mlx-lm under load did so); the wait is held to half the victims' stream instead.
+    monkeypatch.setattr(experiment, "steady_wait_s", lambda records: 0.0)
+    doc = await measure(law(prompt_token_s=8 * PROMPT_TOKEN_S), 13, reps=1, sizes=(2048, 8192))
+    trials = sorted((r for p in doc["points"] for r in p["reps"]), key=lambda r: r["order"])
+    assert sent_early(trials[0]), trials[0]["problems"]
+    step_s = TOKEN_S + 2 * PER_SEQ_S  # the victims' step, two of them decoding
+    for t in trials[1:]:
+        sends = [v["send_s"] for v in t["victims"]]
+        assert t["intruder"]["send_s"] - min(sends) < 96 * step_s, t["problems"]  # well short of the whole 0.8 s
+    for p in doc["points"]:
+        last = max(p["reps"], key=lambda r: r["order"])
+        assert last["valid"], last["problems"]
+    assert doc["verdict"] == "blocking", doc["verdict_reason"]
 
 
 async def test_a_truncating_server_is_named_and_its_points_invalid() -> None:

@@ -281,6 +281,7 @@ async def run_interference(
     result = replace(result, preflight=calibration_mode(driver), client_checks=checks)
     index = 1 + streams
     step_s = victims_step_s(calibration.records)
+    most_s = longest_wait_s(wait_s, tokens, step_s)
     for rep, size in plan:
         for _ in range(1 + CLIENT_RETRIES):
             trial = await _trial(driver, rep, len(result.trials), size, result, rng, wait_s, index,
@@ -291,10 +292,18 @@ async def run_interference(
                 on_point(result)
             reading = inf.read_intrusion(trial.intrusion(server.dialect, server.total_slots))
             if reading.sent_early:
-                wait_s = max(wait_s, victims_started_s(trial.victims, step_s))
+                wait_s = min(max(wait_s, victims_started_s(trial.victims, step_s)), most_s)
             if not (reading.client_late or reading.sent_early):
                 break
     return replace(result, complete=True)
+
+
+def longest_wait_s(wait_s: float, tokens: int, step_s: float) -> float:
+    """The most an intruder is held back after a trial sent it early: the calibrated wait plus half the
+    victims' tokens at their calibrated step, so at least half their stream is left to be interfered with. A
+    trial sent early can show a need longer than that: where the server prefilled the intruder before the last
+    victim's first token, that first token came only after the intruder's whole prefill (mlx-lm under load)."""
+    return wait_s + tokens * step_s / 2
 
 
 def victims_started_s(victims: Sequence[RequestRecord], step_s: float) -> float:
