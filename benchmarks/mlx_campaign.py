@@ -29,7 +29,9 @@ MLX model (`servecheck cache build --engines mlx`), one server per configuration
 
 A run is right on the truth, `inconclusive` where servecheck says so, wrong on any other definite word or
 an estimate outside its tolerance, a `crash` when the command failed. "busy" runs the shared
-`tools/busy.py` during the cell. Run:
+`tools/busy.py` during the cell, "late" makes the client late on purpose (`SERVECHECK_CLIENT_STALLS`),
+"proxy" puts the buffering hop of issue 39 between servecheck and the server (bursts every 35-105 ms);
+joined by "+". Run:
 
     .venv/bin/python benchmarks/mlx_campaign.py --cells p1,default,seed --conditions quiet,busy --runs 5
 
@@ -48,13 +50,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contextlib import ExitStack
+
 from truth_campaign import cell_table, judged_run, measure_cell, save_cell
 
 from servecheck.engine.mlx_engine import MlxServer, provision_mlx_local
 from servecheck.envinfo import environment
+from servecheck.sim.proxy import running_proxy
 
 HERE = Path(__file__).resolve().parent
 TOLERANCE = 0.15
+PROXY_BURST_MS = "35-105"  # issue 39's buffering hop
 INTERFERENCE_SIZES = "512,2048,6144"  # inside the tiny MLX model's 8,192 positions, beside the victims' output
 
 
@@ -114,6 +120,11 @@ def speculative_judge(doc: dict[str, Any]) -> tuple[str, str]:
     return ("right" if got == "speculating" else "inconclusive"), detail
 
 
+# The victims at the command's default length (256 tokens): mlx-lm admits a new request only between
+# slices of up to 0.5 s or 25 steps of its batch (`TimeBudget` in server.py), and its prefill (about 250
+# prompt tokens a second here) lets the victims on about 12 tokens a second; at 96 tokens the victims
+# finished before 2,048-token intruders' first tokens (2 of 5 quiet runs at b3a92d4 inconclusive, named so).
+INTERFERENCE = ("interference", "--streams", "2", "--prompt-sizes", INTERFERENCE_SIZES, "--reps", "1")
 STAIRCASE = ("staircase", "--n", "1,2,4", "--tokens", "128", "--reps", "1", "--max-reps", "3")
 CELLS: dict[str, Cell] = {
     "p1": Cell((), 1, STAIRCASE, staircase_judge("staircase", "flat")),
@@ -127,12 +138,8 @@ CELLS: dict[str, Cell] = {
     "cache-on": Cell((), None, ("prefix-cache", "--prompt-tokens", "2000"), cache_judge("working")),
     "cache-off": Cell(("--prompt-cache-size", "0"), None, ("prefix-cache", "--prompt-tokens", "2000"),
                       cache_judge("inert")),
-    "step256": Cell(("--prefill-step-size", "256"), None,
-                    ("interference", "--streams", "2", "--prompt-sizes", INTERFERENCE_SIZES, "--tokens", "96",
-                     "--reps", "1"), interference_judge("chunked")),
-    "step-whole": Cell(("--prefill-step-size", "16384"), None,
-                       ("interference", "--streams", "2", "--prompt-sizes", INTERFERENCE_SIZES, "--tokens", "96",
-                        "--reps", "1"), interference_judge("blocking")),
+    "step256": Cell(("--prefill-step-size", "256"), None, INTERFERENCE, interference_judge("chunked")),
+    "step-whole": Cell(("--prefill-step-size", "16384"), None, INTERFERENCE, interference_judge("blocking")),
 }
 
 
@@ -167,8 +174,12 @@ def main() -> int:
         with MlxServer(local.env, local.model_path, parallel=cell.parallel, extra_args=flags,
                        log_path=log_dir / f"mlx-{name}.log") as url:
             for condition in args.conditions.split(","):
-                outcomes, load = measure_cell(name, condition, args.runs,
-                                              lambda n=name, c=cell, u=url: one_run(n, c, u, rng.randrange(2**32)))
+                with ExitStack() as hop:
+                    # "proxy": a gateway that passes the stream on in bursts every 35-105 ms (sim/proxy.py)
+                    where = (hop.enter_context(running_proxy(url, "--burst", PROXY_BURST_MS))
+                             if "proxy" in condition.split("+") else url)
+                    run = lambda n=name, c=cell, u=where: one_run(n, c, u, rng.randrange(2**32))  # noqa: E731
+                    outcomes, load = measure_cell(name, condition, args.runs, run)
                 save_cell(doc, args.out, name, condition, outcomes, campaign_seed=seed, load=load,
                           server_flags=list(cell.server), parallel=cell.parallel, command=list(cell.argv))
     print(cell_table(doc["cells"]))
