@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from servecheck.analysis import staircase as sc
+from servecheck.model.client import ClientLateness
 from servecheck.model.records import NS_PER_S, BatchResult, GaugeSample, RequestRecord, ServerGauges
 
 TOKENS = 64
@@ -280,6 +281,59 @@ def test_a_queue_is_flat_against_its_own_first_finish_when_the_reference_wandere
     assert run.trend_by_schedule == (2, 4)
     assert run.prefill_gain_bound == pytest.approx(4.7 / (4.7 - PREFILL_S), rel=1e-3)
     assert "generated alone" in run.trend_reason
+
+
+def _pipelined(durations: list[float], prefill: float, gap: float) -> list[RequestRecord]:
+    """A one-slot queue that prefills each next request while the one before is still generating (mlx-lm
+    with one decode and one prompt slot): the first request's prefill alone, each later window opening
+    `gap` after the one before it closed."""
+    out, t = [], prefill
+    for i, d in enumerate(durations):
+        out.append(_stream(i, t, t + d))
+        t += d + gap
+    return out
+
+
+def _lateness(to_s: float, late: tuple[tuple[float, float], ...] = ()) -> ClientLateness:
+    return ClientLateness(tick_ns=1_000_000, floor_ns=500_000, from_ns=0, to_ns=int(to_s * NS_PER_S),
+                          late_ns=tuple((int(a * NS_PER_S), int(b * NS_PER_S)) for a, b in late))
+
+
+def _timed(n: int, records: list[RequestRecord], lateness: ClientLateness) -> sc.MeasuredBatch:
+    return sc.MeasuredBatch(n=n, rep=0, batch=BatchResult(0, n, tuple(records), 1000, None, lateness=lateness))
+
+
+def test_a_queue_that_prefills_during_the_request_before_is_flat_by_what_its_stamps_show_it_hid() -> None:
+    """Measured on real mlx-lm, one decode and one prompt slot, busy: each window opened 10-16 ms after the
+    one before closed, against a 0.16-0.18 s prefill alone, and the N=1 reference wandered (0.78-0.95 s):
+    agg(4)/agg(1) read 0.81x. The N=1 share of prefill allows 1.26x; what the batch hid is at most 1.12x."""
+    singles = [_mb(1, [_stream(0, 0.17, d)], rep=i) for i, d in enumerate((0.78, 0.81, 0.95, 0.86))]
+    four = _pipelined([1.10, 1.19, 0.96, 0.62], prefill=0.18, gap=0.013)
+    two = _pipelined([1.10, 1.19], prefill=0.18, gap=0.013)
+    run = _run([*singles[:2], _timed(2, two, _lateness(2.6)), _timed(4, four, _lateness(4.2)), *singles[2:]])
+    assert [p.verdict for p in run.points] == ["baseline", "staircase", "staircase"], [p.reason for p in run.points]
+    assert run.prefill_gain_bound > sc.FLAT_HI_RATIO  # the N=1 requests' share of prefill leaves room
+    assert run.trend_ratios[4] < sc.FLAT_LO_RATIO  # against the wandering reference it would not be flat
+    # what decided: three prefills of 0.18 s less 13 ms gaps (plus the client's 1.5 ms resolution) over 4.07 s
+    assert run.hidden_prefill_gain[4] == pytest.approx(1 + 3 * (0.18 - 0.013 + 0.0015) / (0.18 + 3.87 + 3 * 0.013),
+                                                      rel=1e-3)
+    assert run.trend == "flat" and run.trend_by_schedule == (2, 4), run.trend_reason
+    assert "the prefill done while the request before was generating gained at most" in run.trend_reason
+
+
+def test_a_late_first_token_counts_as_prefill_hidden() -> None:
+    """The same queue with the client late for 41 ms up to the second window's first token (under the 42 ms
+    the windows tolerate, so they still read a queue): each gap may have been that much shorter, the batch's
+    own bound rises past the flat band, and nothing is read flat from the schedule."""
+    singles = [_mb(1, [_stream(0, 0.17, d)], rep=i) for i, d in enumerate((0.78, 0.81, 0.95, 0.86))]
+    four = _pipelined([1.10, 1.19, 0.96, 0.62], prefill=0.18, gap=0.013)
+    first_of_second = four[1].first_token_ns / NS_PER_S
+    run = _run([*singles[:2], _timed(4, four, _lateness(4.2, ((first_of_second - 0.041, first_of_second),))),
+                *singles[2:]])
+    assert run.points[1].batches[0].verdict.windows.schedule == "staircase"
+    assert run.hidden_prefill_gain[4] == pytest.approx(1 + 3 * (0.18 - 0.013 + 0.0015 + 0.041) / 4.089, rel=1e-3)
+    assert run.hidden_prefill_gain[4] > sc.FLAT_HI_RATIO
+    assert run.trend_by_schedule == () and run.trend != "flat", run.trend_reason
 
 
 def test_a_batch_still_rises_against_the_single_reference() -> None:

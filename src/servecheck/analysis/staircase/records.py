@@ -188,6 +188,9 @@ class StaircaseAnalysis:
     # overlapped, where hiding each request's prefill could gain at most `prefill_gain_bound`
     trend_by_schedule: tuple[int, ...] = ()
     prefill_gain_bound: float | None = None
+    # per N > 1 that is a queue by its windows: what prefill done during the request before could have gained
+    # it, from its own batches' stamps (`trend.hidden_prefill_gain`); flat from its schedule at or below 1.15x
+    hidden_prefill_gain: dict[int, float] = field(default_factory=dict)
     # the agg(N)/agg(1) at or above which the trend reads rising: the rule travels with the run it judged
     trend_rising_ratio: float = RISING_RATIO
 
@@ -216,6 +219,7 @@ class StaircaseAnalysis:
             single_s=self.single_s, single_times_s=self.single_times_s, single_spread=self.single_spread,
             evidence=self.evidence, decided_by_witness=self.decided_by_witness,
             trend_by_schedule=self.trend_by_schedule, prefill_gain_bound=self.prefill_gain_bound,
+            hidden_prefill_gain={str(n): g for n, g in sorted(self.hidden_prefill_gain.items())},
             modal_tokens=self.modal_tokens, trend_rising_ratio=self.trend_rising_ratio,
             invalid=tuple(f.record() for f in self.invalid), warnings=tuple(f.record() for f in self.warnings),
         )

@@ -20,7 +20,7 @@ from servecheck.analysis.staircase.findings import (
     witness_finding,
 )
 from servecheck.analysis.staircase.records import MeasuredBatch, StaircaseAnalysis
-from servecheck.analysis.staircase.trend import _trend, prefill_gain_bound
+from servecheck.analysis.staircase.trend import _trend
 from servecheck.analysis.staircase.validity import single_times_s
 from servecheck.analysis.staircase.weighing import (
     _run_verdict,
@@ -51,7 +51,7 @@ def analyze_staircase(
     noise = {n: [mb.batch.noise for mb in batches if mb.n == n] for n in ns}
     points = tuple(analyze_point(n, [b for b in analysed if b.n == n], noise[n]) for n in ns)
     verdict, verdict_reason, evidence = _run_verdict(points)
-    trend, trend_reason, ratios, scheduled, bound = _trend(points, prefill_gain_bound(batches))
+    trend, trend_reason, ratios, scheduled, bound, queue_gains = _trend(points, batches)
     fracs = aggregate_error_fracs(points, client_checks)
     invalid = [f for f in (length, failed_finding(batches), skew_finding(batches, single),
                            client_finding(client_checks))
@@ -85,6 +85,7 @@ def analyze_staircase(
         aggregate_error_frac=fracs,
         trend_by_schedule=scheduled,
         prefill_gain_bound=bound,
+        hidden_prefill_gain=queue_gains,
     )
 
 

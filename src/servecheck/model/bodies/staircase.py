@@ -177,6 +177,9 @@ class StaircaseBody:
     decided_by_witness: bool | None = None  # the run's verdict rests on the server's word alone
     trend_by_schedule: tuple[int, ...] | None = None  # N read as flat from their queue's windows
     prefill_gain_bound: float | None = None  # the most hiding prefill could gain a queue (N=1 latency / decode)
+    # per N (as a string) that is a queue by its windows: the most prefill done while the request before was
+    # generating could have gained it, from its own batches' stamps
+    hidden_prefill_gain: Mapping[str, float] | None = None
     max_reps: int | None = None
     modal_tokens: int | None = None
     server: Server | None = None
