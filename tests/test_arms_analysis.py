@@ -9,7 +9,8 @@ import pytest
 
 from servecheck.analysis import arms as A
 from servecheck.model.codec import encode
-from servecheck.model.records import NS_PER_S, RequestRecord, ServerTimings
+from servecheck.model.records import RequestRecord, ServerTimings
+from factories import request_s
 
 # --- helpers -------------------------------------------------------------------------------
 
@@ -73,22 +74,10 @@ def seed_cells(reps: int = 10, *, fixed: bool = False) -> list[A.Cell]:
 
 def rec(index: int, send_s: float, first_s: float, n_tokens: int, step_s: float, *,
         cached: int | None = None) -> RequestRecord:
-    """A request whose token events arrive every `step_s` after the first."""
-    times = tuple(int((first_s + i * step_s) * NS_PER_S) for i in range(n_tokens))
-    return RequestRecord(
-        index=index,
-        nonce=f"n{index}",
-        status="ok",
-        tokens_requested=n_tokens,
-        send_ns=int(send_s * NS_PER_S),
-        first_token_ns=times[0],
-        end_ns=times[-1],
-        token_ns=times,
-        tokens=n_tokens,
-        tokens_source="usage",
-        prompt_tokens=64,
-        server=None if cached is None else ServerTimings(cached_prompt_tokens=cached, prompt_tokens=64),
-    )
+    """A request for n_tokens with a 64-token prompt whose token events, one a token, arrive every `step_s`
+    after the first; with `cached` the server said that many prompt tokens came from its cache."""
+    return request_s(index, send_s=send_s, first_token_s=first_s, events=n_tokens, step_s=step_s, prompt_tokens=64,
+                   server=None if cached is None else ServerTimings(cached_prompt_tokens=cached, prompt_tokens=64))
 
 
 # --- the seed's worked example -------------------------------------------------------------

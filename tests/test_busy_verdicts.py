@@ -7,8 +7,6 @@ builds (a queue, a batch, K slots), never what the classifier said before.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,29 +15,19 @@ from servecheck.analysis import arms as A
 from servecheck.analysis import staircase as sc
 from servecheck.analysis import witness as W
 from servecheck.model.client import ClientLateness
-from servecheck.model.records import (
-    NS_PER_S,
-    BatchResult,
-    ClientNoise,
-    GaugeSample,
-    RequestRecord,
-    ServerGauges,
-    ServerTimings,
-)
+from servecheck.model.records import NS_PER_S, ClientNoise, GaugeSample, RequestRecord, ServerGauges, ServerTimings
+from factories import lateness_s, measured_batch, request_s
 
 TOKENS = 256
 
 
 def _record(i: int, end_s: float, *, start_s: float = 0.0, service_s: float | None = None) -> RequestRecord:
+    """A request for TOKENS sent at start_s, its first token 50 ms later, no stream recorded."""
     server = None
     if service_s is not None:  # the server's own timings: prefill is a tenth of the service time
         server = ServerTimings(prompt_tokens=32, prompt_s=0.1 * service_s, generated_tokens=TOKENS,
                                decode_s=0.9 * service_s)
-    return RequestRecord(
-        index=i, nonce=f"n{i}", status="ok", tokens_requested=TOKENS, send_ns=int(start_s * NS_PER_S),
-        first_token_ns=int((start_s + 0.05) * NS_PER_S), end_ns=int(end_s * NS_PER_S), tokens=TOKENS,
-        tokens_source="usage", server=server,
-    )
+    return request_s(i, send_s=start_s, first_token_s=start_s + 0.05, end_s=end_s, tokens=TOKENS, server=server)
 
 
 def _gauges(running: list[int], waiting: list[int | None]) -> ServerGauges:
@@ -48,11 +36,10 @@ def _gauges(running: list[int], waiting: list[int | None]) -> ServerGauges:
 
 
 def _batch(n: int, finishes: list[float], rep: int = 0, *, gauges: ServerGauges | None = None,
-           services: list[float] | None = None, noise: ClientNoise | None = None) -> sc.MeasuredBatch:
-    records = tuple(
-        _record(i, f, service_s=None if services is None else services[i]) for i, f in enumerate(finishes)
-    )
-    return sc.MeasuredBatch(n=n, rep=rep, batch=BatchResult(0, n, records, 1000, gauges, noise))
+           services: list[float] | None = None, noise: ClientNoise | None = None,
+           lateness: ClientLateness | None = None) -> sc.MeasuredBatch:
+    records = [_record(i, f, service_s=None if services is None else services[i]) for i, f in enumerate(finishes)]
+    return measured_batch(n, records, rep=rep, gauges=gauges, noise=noise, lateness=lateness)
 
 
 def _queue(n: int, step_s: float) -> list[float]:
@@ -372,24 +359,19 @@ def test_without_the_stall_record_the_same_times_read_as_a_cluster() -> None:
 
 
 def _late(*windows_s: tuple[float, float], to_s: float = 30.0) -> ClientLateness:
-    """The ticker's record (1 ms ticks, 0.5 ms floor) with late windows [armed, fired] in seconds."""
-    return ClientLateness(tick_ns=1_000_000, floor_ns=500_000, from_ns=0, to_ns=int(to_s * NS_PER_S),
-                          late_ns=tuple((int(a * NS_PER_S), int(b * NS_PER_S)) for a, b in windows_s))
-
-
-def _late_batch(n: int, finishes: list[float], lateness: ClientLateness) -> sc.MeasuredBatch:
-    b = _batch(n, finishes)
-    return replace(b, batch=replace(b.batch, lateness=lateness))
+    """The ticker's record (1 ms ticks, 0.5 ms floor) with late windows [armed, fired] in seconds, over
+    the first 30 s unless `to_s` says less: longer than any batch here."""
+    return lateness_s(*windows_s, to_s=to_s)
 
 
 def test_the_ticker_judges_a_queue_read_as_the_client_caught_up() -> None:
     """The same measured queue with the ticker's record instead of the noise record: the client's
     lateness judge (analysis.client_timing) withholds the cluster, naming the client. The ticker, 1 ms
     fine, sees the catch-up too: its window runs until the loop fired on time again, after the reads."""
-    run = [_late_batch(1, [2.08], _late()),
-           _late_batch(2, [3.9457, 3.9505], _late((0.05, 3.951))),
+    run = [_batch(1, [2.08], lateness=_late()),
+           _batch(2, [3.9457, 3.9505], lateness=_late((0.05, 3.951))),
            # lanes' records merge to the narrowest span: one worker's ended before the last finish was read
-           _late_batch(4, [7.7108, 7.7163, 7.7209, 7.7256], _late((0.06, 7.726), to_s=7.72))]
+           _batch(4, [7.7108, 7.7163, 7.7209, 7.7256], lateness=_late((0.06, 7.726), to_s=7.72))]
     a = sc.analyze_staircase(run, tokens_requested=TOKENS)
     top = a.points[-1].batches[-1].verdict
     assert top.verdict == "inconclusive" and "client itself was late by up to 7.67 s" in top.reason
@@ -400,8 +382,8 @@ def test_a_ticker_record_without_long_windows_leaves_the_cluster_standing() -> N
     """The control: ticks late by 1-3 ms all through the batch (a busy machine, not a stalled reader)
     are far below 25% of the single time, so the finishes stand and the verdict is the times'."""
     jitter = _late(*[(t / 100, t / 100 + 0.003) for t in range(0, 780, 7)])
-    run = [_late_batch(1, [2.08], _late()), _late_batch(2, [2.09, 2.1], jitter),
-           _late_batch(4, [2.1, 2.11, 2.12, 2.13], jitter)]
+    run = [_batch(1, [2.08], lateness=_late()), _batch(2, [2.09, 2.1], lateness=jitter),
+           _batch(4, [2.1, 2.11, 2.12, 2.13], lateness=jitter)]
     assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "cluster"
 
 
@@ -458,12 +440,9 @@ def test_a_queue_whose_finishes_a_stall_gathers_is_never_called_a_cluster(
         assert verdict == "inconclusive"
 
 
-def _window(index: int, first_s: float, end_s: float, events: int = 16) -> RequestRecord:
-    step = (end_s - first_s) / (events - 1)
-    times = tuple(int((first_s + k * step) * NS_PER_S) for k in range(events))
-    return RequestRecord(index=index, nonce=f"n{index}", status="ok", tokens_requested=events, send_ns=0,
-                         first_token_ns=times[0], end_ns=times[-1], token_ns=times, tokens=events,
-                         tokens_source="usage")
+def _window(index: int, first_s: float, end_s: float) -> RequestRecord:
+    """A request that streamed 16 tokens, one an event, evenly spaced from first_s to end_s."""
+    return request_s(index, first_token_s=first_s, end_s=end_s, events=16)
 
 
 def test_windows_that_overlap_only_by_a_late_read_decide_nothing() -> None:

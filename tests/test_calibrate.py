@@ -14,13 +14,15 @@ from servecheck.cli import main as main_mod
 from servecheck.client.base import RunClock
 from servecheck.errors import EngineError, UsageError
 from servecheck.load import calibrate as C
-from servecheck.model.records import BatchResult, RequestRecord
+from servecheck.model.records import RequestRecord
+from factories import batch_result, request_ns
 
 
 def _record(i: int, written: list[int], seen: list[int]) -> RequestRecord:
-    return RequestRecord(index=i, nonce=f"{i}", status="ok", tokens_requested=len(written), send_ns=0,
-                         first_token_ns=seen[0], end_ns=seen[-1], tokens=len(written), tokens_source="usage",
-                         token_ns=tuple(seen), text="".join(f"{w} " for w in written))
+    """A stamp request: the server wrote the stamps `written` (its perf_counter_ns) into the text, one a
+    token, and the client saw its events at `seen` (run-clock ns)."""
+    return request_ns(i, nonce=f"{i}", token_ns=tuple(seen), tokens=len(written),
+                      text="".join(f"{w} " for w in written))
 
 
 def _calibration(p99_ms: float, gap_ms: float = 32.0) -> C.Calibration:
@@ -33,7 +35,7 @@ def test_stamp_delay_is_the_client_stamp_less_the_server_write() -> None:
     clock = RunClock(start_ns=1_000_000_000, wall_anchor_s=0.0)
     # the server wrote at 1.010 s and 1.020 s (its perf_counter_ns); the client saw them 0.5 and 2 ms later
     rec = _record(0, [1_010_000_000, 1_020_000_000], [10_500_000, 22_000_000])
-    batch = BatchResult(0, 1, (rec,), 0)
+    batch = batch_result([rec], dispatch_skew_ns=0)
     assert C.stamp_delays_ms(batch, clock) == pytest.approx([0.5, 2.0])
     cal = C.calibration_from(batch, clock, streams=1, gap_ms=10.0)
     assert cal.events == 2 and cal.stamp_delay_max_ms == pytest.approx(2.0)
@@ -42,7 +44,7 @@ def test_stamp_delay_is_the_client_stamp_less_the_server_write() -> None:
 
 def test_events_and_stamps_that_do_not_pair_are_an_error_not_a_figure() -> None:
     clock = RunClock(start_ns=0, wall_anchor_s=0.0)
-    batch = BatchResult(0, 1, (_record(0, [5, 6, 7], [10, 20]),), 0)
+    batch = batch_result([_record(0, [5, 6, 7], [10, 20])], dispatch_skew_ns=0)
     with pytest.raises(EngineError, match="2 events, 3 stamps"):
         C.stamp_delays_ms(batch, clock)
 

@@ -24,6 +24,7 @@ from servecheck.analysis.capacity import (
 from servecheck.analysis.rules import DRIFT_LIMIT
 from servecheck.analysis.stats import coverage, interval_ranks, quantile_interval, samples_needed
 from servecheck.model.records import NS_PER_S, RequestRecord
+from factories import request_ns
 
 MS = 1_000_000
 
@@ -244,10 +245,11 @@ def test_ordinal(n: int, word: str) -> None:
 
 
 def record(index: int, send_ms: int, ttft_ms: int, tokens: int, step_ms: int, status: str = "ok") -> RequestRecord:
+    """A request for `tokens` sent at send_ms whose tokens, one an event, arrive every step_ms from ttft_ms
+    after it; whole milliseconds, kept exactly."""
     first = (send_ms + ttft_ms) * MS
     times = tuple(first + i * step_ms * MS for i in range(tokens))
-    return RequestRecord(index=index, nonce=f"n{index}", status=status, tokens_requested=tokens, send_ns=send_ms * MS,
-                         first_token_ns=first, end_ns=times[-1], token_ns=times, tokens=tokens, tokens_source="usage")
+    return request_ns(index, send_ns=send_ms * MS, token_ns=times, tokens=tokens, status=status)
 
 
 def closed_loop(n: int, per_lane: int, ttft_ms: int, tokens: int, step_ms: int) -> list[RequestRecord]:

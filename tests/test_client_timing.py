@@ -21,13 +21,14 @@ from servecheck.load.lateness import LatenessMeter
 from servecheck.model.client import ClientLateness
 from servecheck.sim import SimConfig, sim_in_thread
 from servecheck.sim.proxy import running_proxy
+from factories import lateness_ms
 
 MS = 1_000_000
-METER = dict(tick_ns=1 * MS, floor_ns=MS // 2, from_ns=0, to_ns=1_000 * MS)
 
 
-def record(*windows: tuple[int, int], **kw: int) -> ClientLateness:
-    return ClientLateness(**{**METER, **kw}, late_ns=tuple((a * MS, b * MS) for a, b in windows))  # type: ignore[arg-type]
+def record(*windows_ms: tuple[int, int], **kw: float) -> ClientLateness:
+    """The meter's record over the first second (1 ms ticks, 0.5 ms floor), late in `windows_ms`."""
+    return lateness_ms(*windows_ms, to_ms=1_000, **kw)
 
 
 # ---------------------------------------------------------------- the judge, pure
@@ -61,7 +62,7 @@ def test_late_reads_are_the_ones_inside_or_just_after_a_stall() -> None:
 
 def test_late_in_clips_to_the_stretch_and_merged_keeps_every_stall() -> None:
     assert ct.late_in(record((0, 30), (40, 45), (60, 61)), 10 * MS, 50 * MS, 2 * MS) == (20 * MS, 25 * MS)
-    both = ct.merged([record((1, 5)), record((7, 9), tick_ns=2 * MS)])
+    both = ct.merged([record((1, 5)), record((7, 9), tick_ms=2)])
     assert both is not None and both.late_ns == ((1 * MS, 5 * MS), (7 * MS, 9 * MS)) and both.tick_ns == 2 * MS
     assert ct.merged([record(), None]) is None  # one reader unmetered: nothing vouched
 

@@ -27,6 +27,7 @@ from servecheck.model.bodies.context import ModelBytesSummary
 from servecheck.model.codec import decode, encode
 from servecheck.model.records import RequestRecord, ServerInfo, ServerTimings
 from written import fields_of, reads_back
+from factories import request_ns
 from test_audit_fixtures import write_gguf
 from test_audit_gguf import DENSE_KV, dense_tensors
 
@@ -54,9 +55,8 @@ SERVER = ServerInfo(url="http://127.0.0.1:8080", dialect="llamacpp", model="m", 
 def stream(index: int, start_ms: int, prompt_tokens: int) -> RequestRecord:
     first = (start_ms + 50) * MS
     times = tuple(first + i * STEP_MS * MS for i in range(TOKENS))
-    return RequestRecord(index=index, nonce=f"n{index}", status="ok", tokens_requested=TOKENS, send_ns=start_ms * MS,
-                         first_token_ns=first, end_ns=times[-1], token_ns=times, tokens=TOKENS, tokens_source="usage",
-                         prompt_tokens=prompt_tokens, server=ServerTimings(prompt_tokens=prompt_tokens))
+    return request_ns(index, send_ns=start_ms * MS, token_ns=times, tokens=TOKENS, prompt_tokens=prompt_tokens,
+                      server=ServerTimings(prompt_tokens=prompt_tokens))
 
 
 def result(plan: tuple[int, ...] = (0, 512, 0), *, reported: dict[int, int] | None = None,

@@ -28,8 +28,9 @@ from servecheck.model.bodies.log import LogBody
 from servecheck.model.bodies.staircase import StaircaseBody
 from servecheck.model.codec import decode, encode, json_keys
 from written import fields_of
-from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord, ServerInfo
+from servecheck.model.records import NS_PER_S, ServerInfo
 from servecheck.report.lines.demo import audit_cell
+from factories import measured_batch, request_ns
 
 BINARY = EngineBinary(Path("/x/llama-server"), "0.5.0-dev (build 1, commit 0c1e570)", "cache")
 ENV = VllmEnv(Path("/c/vllm/k"), Path("/c/vllm/k/venv/bin/python"), "0.11.0", "2.8.0+cpu", 3_500_000_000, 412.5,
@@ -57,12 +58,10 @@ def staircase(finish_s: dict[int, float], *, complete: bool = True) -> Staircase
     server = ServerInfo(url="http://127.0.0.1:1", dialect="llamacpp", model="m", simulated=True)
 
     def batch(n: int) -> MeasuredBatch:
-        records = tuple(RequestRecord(index=i, nonce=f"n{n}{i}", status="ok", tokens_requested=8, send_ns=0,
-                                      first_token_ns=10_000_000,
-                                      end_ns=int((i + 1 if finish_s[n] == 0 else finish_s[n]) * NS_PER_S), tokens=8,
-                                      tokens_source="usage")
-                        for i in range(n))
-        return MeasuredBatch(n, 0, BatchResult(release_ns=0, in_flight=n, records=records, dispatch_skew_ns=0))
+        records = [request_ns(i, nonce=f"n{n}{i}", first_token_ns=10_000_000, tokens=8,
+                              end_ns=int((i + 1 if finish_s[n] == 0 else finish_s[n]) * NS_PER_S))
+                   for i in range(n)]
+        return measured_batch(n, records, dispatch_skew_ns=0)
 
     return StaircaseResult(server=server, ns=(1, 2, 4), tokens=8, prompt_tokens=8, reps=1,
                            batches=tuple(batch(n) for n in (1, 2, 4)), complete=complete)

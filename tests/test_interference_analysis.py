@@ -9,11 +9,10 @@ import pytest
 from servecheck.analysis import interference as inf
 from functools import partial
 
-from servecheck.model.client import ClientLateness
+from factories import NEVER_LATE
 
 # A client that read every token on time (hand-built arrivals have no client to be late).
-ON_TIME = ClientLateness(tick_ns=0, floor_ns=0, from_ns=0, to_ns=0)
-Intrusion = partial(inf.Intrusion, lateness=ON_TIME)
+Intrusion = partial(inf.Intrusion, lateness=NEVER_LATE)
 
 MS = 1_000_000
 STEP_MS = 10

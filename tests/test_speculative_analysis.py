@@ -7,11 +7,10 @@ import pytest
 from functools import partial
 
 from servecheck.analysis import speculative as sp
-from servecheck.model.client import ClientLateness
+from factories import NEVER_LATE
 
 # A client that read every event on time (a hand-built stream has no client to be late).
-ON_TIME = ClientLateness(tick_ns=0, floor_ns=0, from_ns=0, to_ns=0)
-Stream = partial(sp.Stream, lateness=ON_TIME)
+Stream = partial(sp.Stream, lateness=NEVER_LATE)
 
 STEP_NS = 10_000_000  # 10 ms per decode step
 WRITE_NS = 20_000  # 20 µs between the tokens of one step

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from servecheck.analysis import staircase as sc
 from servecheck.analysis.stats import Summary, median, mode, value_range
-from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord, ServerTimings
+from servecheck.model.records import NS_PER_S, RequestRecord, ServerTimings
+from factories import measured_batch, request_s
 
 SEED_SINGLE_S = 5.51
 
@@ -179,24 +180,14 @@ def test_stats_helpers():
 
 
 def _record(i: int, end_s: float, tokens: int = 512, **kw) -> RequestRecord:
-    return RequestRecord(
-        index=i,
-        nonce=f"n{i}",
-        status=kw.pop("status", "ok"),
-        tokens_requested=512,
-        send_ns=kw.pop("send_ns", 0),
-        first_token_ns=int(0.1 * NS_PER_S),
-        end_ns=int(end_s * NS_PER_S),
-        tokens=tokens,
-        tokens_source=kw.pop("tokens_source", "usage"),
-        **kw,
-    )
+    """A request for 512 tokens, its first token at 100 ms and no stream recorded; `kw` as `request` takes them."""
+    return request_s(i, first_token_s=0.1, end_s=end_s, tokens=tokens, tokens_requested=512, **kw)
 
 
 def _batch(n: int, finishes: list[float], rep: int = 0, tokens=None, skew_s: float = 0.001, **kw) -> sc.MeasuredBatch:
     tokens = tokens or [512] * len(finishes)
-    records = tuple(_record(i, f, t, **kw) for i, (f, t) in enumerate(zip(finishes, tokens)))
-    return sc.MeasuredBatch(n=n, rep=rep, batch=BatchResult(0, n, records, int(skew_s * NS_PER_S)))
+    records = [_record(i, f, t, **kw) for i, (f, t) in enumerate(zip(finishes, tokens))]
+    return measured_batch(n, records, rep=rep, dispatch_skew_ns=int(skew_s * NS_PER_S))
 
 
 SERIAL_RUN = [
@@ -232,7 +223,7 @@ def test_short_output_is_named_and_invalidates():
 
 def test_skew_and_failures_invalidate():
     records = (_record(0, 1.0), _record(1, 2.0, status="error", error="boom"))
-    failed = sc.MeasuredBatch(2, 0, BatchResult(0, 2, records, 0))
+    failed = measured_batch(2, records, dispatch_skew_ns=0)
     run = [_batch(1, [1.0]), failed, _batch(4, [1.0, 1.0, 1.0, 1.0], skew_s=0.2)]
     a = sc.analyze_staircase(run, tokens_requested=512)
     codes = {f.code for f in a.invalid}

@@ -7,35 +7,29 @@ from __future__ import annotations
 import pytest
 
 from servecheck.analysis import staircase as sc
-from servecheck.model.client import ClientLateness
-from servecheck.model.records import NS_PER_S, BatchResult, GaugeSample, RequestRecord, ServerGauges
+from servecheck.model.records import NS_PER_S, GaugeSample, RequestRecord, ServerGauges
+from factories import batch, lateness_s, measured_batch, queue, request_s
 
 TOKENS = 64
 PREFILL_S = 0.05
 
 
-def _stream(i: int, first_s: float, end_s: float, *, send_s: float = 0.0, events: int = 16) -> RequestRecord:
-    """A request that streamed `events` evenly spaced token events from first_s to end_s."""
-    step = (end_s - first_s) / (events - 1)
-    token_ns = tuple(int((first_s + k * step) * NS_PER_S) for k in range(events))
-    return RequestRecord(
-        index=i, nonce=f"n{i}", status="ok", tokens_requested=TOKENS, send_ns=int(send_s * NS_PER_S),
-        first_token_ns=token_ns[0], end_ns=int(end_s * NS_PER_S), token_ns=token_ns, tokens=TOKENS,
-        tokens_source="usage",
-    )
+def _stream(i: int, first_s: float, end_s: float, *, tokens: int = TOKENS) -> RequestRecord:
+    """A request asked for TOKENS that streamed 16 evenly spaced token events from first_s to end_s."""
+    return request_s(i, first_token_s=first_s, end_s=end_s, events=16, tokens=tokens, tokens_requested=TOKENS)
 
 
-def _queue(durations: list[float]) -> list[RequestRecord]:
-    """A queue: each request is prefilled when the one before it finished, then generates alone."""
-    out, t = [], 0.0
-    for i, d in enumerate(durations):
-        out.append(_stream(i, t + PREFILL_S, t + d))
-        t += d
-    return out
+def _finished(finishes_s: list[float]) -> list[RequestRecord]:
+    """Requests with a first token at 50 ms and the given finishes, and no stream to read windows from."""
+    return [request_s(i, first_token_s=0.05, end_s=f, tokens=TOKENS) for i, f in enumerate(finishes_s)]
 
 
-def _batch_of(n: int, duration: float, stagger: float = 0.02) -> list[RequestRecord]:
-    return [_stream(i, PREFILL_S + i * stagger, duration + i * stagger) for i in range(n)]
+def _queue(durations_s: list[float]) -> list[RequestRecord]:
+    return queue(durations_s, prefill_s=PREFILL_S, tokens=TOKENS)
+
+
+def _batch_of(n: int, duration_s: float, stagger_s: float = 0.02) -> list[RequestRecord]:
+    return batch(n, duration_s=duration_s, prefill_s=PREFILL_S, stagger_s=stagger_s, tokens=TOKENS)
 
 
 def _lying(n: int, readings: int = 20) -> ServerGauges:
@@ -49,16 +43,12 @@ def _honest_queue(n: int, readings: int = 20) -> ServerGauges:
                                                          for k in range(readings)))
 
 
-def _mb(n: int, records: list[RequestRecord], rep: int = 0, gauges: ServerGauges | None = None) -> sc.MeasuredBatch:
-    return sc.MeasuredBatch(n=n, rep=rep, batch=BatchResult(0, n, tuple(records), 1000, gauges))
-
-
 def _run(batches: list[sc.MeasuredBatch], **kw) -> sc.StaircaseAnalysis:
     return sc.analyze_staircase(batches, tokens_requested=TOKENS, **kw)
 
 
 def _singles(*durations: float) -> list[sc.MeasuredBatch]:
-    return [_mb(1, [_stream(0, PREFILL_S, d)], rep=i) for i, d in enumerate(durations)]
+    return [measured_batch(1, [_stream(0, PREFILL_S, d)], rep=i) for i, d in enumerate(durations)]
 
 
 # --- lying gauges never withhold a clean queue ---------------------------------------------
@@ -66,8 +56,8 @@ def _singles(*durations: float) -> list[sc.MeasuredBatch]:
 
 def test_gauges_that_claim_all_at_once_do_not_hide_a_clean_queue() -> None:
     """The seed's serial server whose /metrics counts every admitted request as processing."""
-    run = _run([*_singles(2.0), _mb(2, _queue([2.0, 2.0]), gauges=_lying(2)),
-                _mb(4, _queue([2.0] * 4), gauges=_lying(4)), *_singles(2.0)])
+    run = _run([*_singles(2.0), measured_batch(2, _queue([2.0, 2.0]), gauges=_lying(2)),
+                measured_batch(4, _queue([2.0] * 4), gauges=_lying(4)), *_singles(2.0)])
     assert run.verdict == "staircase", run.verdict_reason
     assert run.trend == "flat", run.trend_reason
     top = run.points[-1].batches[0].verdict
@@ -81,7 +71,7 @@ def test_gauges_that_claim_all_at_once_do_not_hide_a_clean_queue() -> None:
 
 
 def test_honest_gauges_corroborate_the_same_queue_and_raise_no_finding() -> None:
-    run = _run([*_singles(2.0), _mb(4, _queue([2.0] * 4), gauges=_honest_queue(4)), *_singles(2.0)])
+    run = _run([*_singles(2.0), measured_batch(4, _queue([2.0] * 4), gauges=_honest_queue(4)), *_singles(2.0)])
     assert run.verdict == "staircase"
     assert run.evidence == ("completion_times", "generation_windows", "server_gauges")
     assert "witness_contradicts" not in {f.code for f in run.warnings}
@@ -90,17 +80,15 @@ def test_honest_gauges_corroborate_the_same_queue_and_raise_no_finding() -> None
 
 def test_a_cluster_from_the_finishes_alone_is_withheld_by_a_contradicting_witness() -> None:
     """Finishes together but no stream to read windows from (a client stall can fake that shape)."""
-    records = [RequestRecord(index=i, nonce=f"n{i}", status="ok", tokens_requested=TOKENS, send_ns=0,
-                             first_token_ns=int(0.05 * NS_PER_S), end_ns=int((2.1 + 0.01 * i) * NS_PER_S),
-                             tokens=TOKENS, tokens_source="usage") for i in range(4)]
-    run = _run([*_singles(2.0), _mb(4, records, gauges=_honest_queue(4))])
+    records = _finished([2.1 + 0.01 * i for i in range(4)])
+    run = _run([*_singles(2.0), measured_batch(4, records, gauges=_honest_queue(4))])
     assert run.points[-1].verdict == "inconclusive"
     assert "the completion times say cluster" in run.points[-1].reason
 
 
 def test_windows_that_overlap_confirm_a_cluster_against_a_lying_witness() -> None:
     """All four were seen generating at one instant: nothing on the client makes windows overlap."""
-    run = _run([*_singles(2.0), _mb(4, _batch_of(4, 2.4), gauges=_honest_queue(4))])
+    run = _run([*_singles(2.0), measured_batch(4, _batch_of(4, 2.4), gauges=_honest_queue(4))])
     v = run.points[-1].batches[0].verdict
     assert v.verdict == "cluster" and "generation_windows" in v.evidence
     assert [w.schedule for w in v.contradicted_by] == ["staircase"]
@@ -112,7 +100,8 @@ def test_windows_that_overlap_confirm_a_cluster_against_a_lying_witness() -> Non
 def test_uneven_queue_steps_are_decided_by_windows_that_never_overlap() -> None:
     """Seen in the demo's report on a busy machine: steps 1.15, 0.91, 1.46, 0.95x the single time."""
     single = 2.0
-    run = _run([*_singles(single), _mb(4, _queue([1.15 * single, 0.91 * single, 1.46 * single, 0.95 * single]))])
+    steps = [1.15 * single, 0.91 * single, 1.46 * single, 0.95 * single]
+    run = _run([*_singles(single), measured_batch(4, _queue(steps))])
     point = run.points[-1]
     v = point.batches[0].verdict
     assert v.times_verdict == "inconclusive"  # the steps alone are uneven
@@ -128,7 +117,7 @@ def test_a_dead_band_gap_in_a_two_slot_server_is_decided_by_windows() -> None:
     single = 2.0
     first = [_stream(0, PREFILL_S, 2.0), _stream(1, PREFILL_S, 2.6)]
     second = [_stream(2, 2.05, 4.2), _stream(3, 2.65, 4.7)]
-    run = _run([*_singles(single), _mb(4, first + second)])
+    run = _run([*_singles(single), measured_batch(4, first + second)])
     v = run.points[-1].batches[0].verdict
     assert v.times_verdict == "inconclusive"
     assert v.verdict == "partial" and v.slots == 2, v.reason
@@ -139,7 +128,7 @@ def test_windows_that_contradict_the_finishes_make_the_batch_inconclusive() -> N
     """Finishes a queue's step apart, yet requests 1 and 2 were generating together."""
     single = 2.0
     records = [_stream(0, PREFILL_S, 2.0), _stream(1, 0.1, 4.0), _stream(2, 4.05, 6.0), _stream(3, 6.05, 8.0)]
-    v = _run([*_singles(single), _mb(4, records)]).points[-1].batches[0].verdict
+    v = _run([*_singles(single), measured_batch(4, records)]).points[-1].batches[0].verdict
     assert v.verdict == "inconclusive"
     assert v.times_verdict == "staircase" and "generating" in v.reason
 
@@ -155,10 +144,8 @@ def test_degenerate_windows_read_in_one_burst_show_nothing() -> None:
 
 def _ambiguous_queue_with_gauges() -> list[sc.MeasuredBatch]:
     # the gap before #2 is 0.5x the single time (the dead band); no stream to read windows from
-    records = [RequestRecord(index=i, nonce=f"n{i}", status="ok", tokens_requested=TOKENS, send_ns=0,
-                             first_token_ns=int(0.05 * NS_PER_S), end_ns=int(f * NS_PER_S), tokens=TOKENS,
-                             tokens_source="usage") for i, f in enumerate([2.0, 3.0, 5.0, 7.0])]
-    return [*_singles(2.0), _mb(4, records, gauges=_honest_queue(4, readings=30))]
+    records = _finished([2.0, 3.0, 5.0, 7.0])
+    return [*_singles(2.0), measured_batch(4, records, gauges=_honest_queue(4, readings=30))]
 
 
 def test_a_verdict_the_server_decided_says_so_in_words() -> None:
@@ -180,17 +167,14 @@ def test_evidence_stopwatch_forbids_the_witness_from_deciding() -> None:
 
 def _ambiguous(n: int, finishes: list[float], gauges: ServerGauges, rep: int = 0) -> sc.MeasuredBatch:
     """Finishes with a gap in the dead band and no stream to read windows from: the times cannot decide."""
-    records = [RequestRecord(index=i, nonce=f"n{i}", status="ok", tokens_requested=TOKENS, send_ns=0,
-                             first_token_ns=int(0.05 * NS_PER_S), end_ns=int(f * NS_PER_S), tokens=TOKENS,
-                             tokens_source="usage") for i, f in enumerate(finishes)]
-    return _mb(n, records, rep=rep, gauges=gauges)
+    return measured_batch(n, _finished(finishes), rep=rep, gauges=gauges)
 
 
 def _lying_run(**kw) -> sc.StaircaseAnalysis:
     """A serial server whose gauges claim every admitted request runs: at N=2 the finishes are 0.5x
     the single time apart (ambiguous) and the lying gauges decide `cluster`; at N=4 a clean queue."""
     return _run([*_singles(2.0), _ambiguous(2, [2.0, 3.0], _lying(2, readings=30)),
-                 _mb(4, _queue([2.0] * 4), gauges=_lying(4)), *_singles(2.0)], **kw)
+                 measured_batch(4, _queue([2.0] * 4), gauges=_lying(4)), *_singles(2.0)], **kw)
 
 
 def test_lying_gauges_that_decided_another_n_do_not_withhold_a_clean_staircase() -> None:
@@ -218,7 +202,7 @@ def test_lying_gauges_that_decided_another_n_do_not_withhold_a_clean_staircase()
 def test_a_rep_the_gauges_decided_does_not_withhold_the_points_stopwatch_verdict() -> None:
     """Inside one point: rep 1 a clean queue, rep 2 ambiguous and decided `cluster` by lying gauges.
     Before: `repetitions disagree`; now the rep is set aside and the point is the stopwatch's."""
-    run = _run([*_singles(2.0), _mb(4, _queue([2.0] * 4), gauges=_lying(4)),
+    run = _run([*_singles(2.0), measured_batch(4, _queue([2.0] * 4), gauges=_lying(4)),
                 _ambiguous(4, [2.0, 3.0, 5.0, 7.0], _lying(4, readings=30), rep=1)])
     point = run.points[-1]
     assert point.verdict == "staircase", point.reason
@@ -231,7 +215,7 @@ def test_a_rep_the_gauges_decided_does_not_withhold_the_points_stopwatch_verdict
 def test_a_witness_decision_the_stopwatch_agrees_with_stands() -> None:
     """Honest gauges decide the ambiguous N=2 as a queue, which the N=4 stopwatch queue allows."""
     run = _run([*_singles(2.0), _ambiguous(2, [2.0, 3.0], _honest_queue(2, readings=30)),
-                _mb(4, _queue([2.0] * 4), gauges=_honest_queue(4)), *_singles(2.0)])
+                measured_batch(4, _queue([2.0] * 4), gauges=_honest_queue(4)), *_singles(2.0)])
     two = run.points[1]
     assert (two.verdict, two.decided_by_witness) == ("staircase", True)
     assert two.batches[0].verdict.overruled_by == () and not two.batches[0].verdict.contradicted_by
@@ -241,7 +225,7 @@ def test_a_witness_decision_the_stopwatch_agrees_with_stands() -> None:
 def test_a_witness_decision_set_aside_at_the_top_leaves_only_its_own_point_undecided() -> None:
     """The top N rests on lying gauges against a clean queue at N=2: the top point is undecided (more
     reps may decide it), not `the points disagree`."""
-    run = _run([*_singles(2.0), _mb(2, _queue([2.0, 2.0]), gauges=_lying(2)),
+    run = _run([*_singles(2.0), measured_batch(2, _queue([2.0, 2.0]), gauges=_lying(2)),
                 _ambiguous(4, [2.0, 3.0, 5.0, 7.0], _lying(4, readings=30)), *_singles(2.0)])
     assert run.verdict == "inconclusive" and "points disagree" not in run.verdict_reason, run.verdict_reason
     assert "set aside" in run.verdict_reason
@@ -252,10 +236,8 @@ def test_a_witness_decision_set_aside_at_the_top_leaves_only_its_own_point_undec
 def test_a_cluster_the_client_could_have_faked_sets_no_witness_aside() -> None:
     """As inside one batch: four finishes together with no stream to read windows from (a client stall
     can fake that) are no clean verdict, so honest gauges that decided N=2 a queue still withhold it."""
-    together = [RequestRecord(index=i, nonce=f"n{i}", status="ok", tokens_requested=TOKENS, send_ns=0,
-                              first_token_ns=int(0.05 * NS_PER_S), end_ns=int((2.1 + 0.01 * i) * NS_PER_S),
-                              tokens=TOKENS, tokens_source="usage") for i in range(4)]
-    run = _run([*_singles(2.0), _ambiguous(2, [2.0, 3.0], _honest_queue(2, readings=30)), _mb(4, together)])
+    together = _finished([2.1 + 0.01 * i for i in range(4)])
+    run = _run([*_singles(2.0), _ambiguous(2, [2.0, 3.0], _honest_queue(2, readings=30)), measured_batch(4, together)])
     four = run.points[-1].batches[0].verdict
     assert (four.verdict, four.stopwatch_clean) == ("cluster", False)
     assert run.points[1].decided_by_witness and run.points[1].batches[0].verdict.overruled_by == ()
@@ -263,7 +245,7 @@ def test_a_cluster_the_client_could_have_faked_sets_no_witness_aside() -> None:
 
 
 def test_stopwatch_verdicts_that_disagree_with_each_other_still_withhold_the_run() -> None:
-    run = _run([*_singles(2.0), _mb(2, _batch_of(2, 2.1)), _mb(4, _queue([2.0] * 4))])
+    run = _run([*_singles(2.0), measured_batch(2, _batch_of(2, 2.1)), measured_batch(4, _queue([2.0] * 4))])
     assert run.verdict == "inconclusive" and "the points disagree" in run.verdict_reason
 
 
@@ -273,8 +255,8 @@ def test_stopwatch_verdicts_that_disagree_with_each_other_still_withhold_the_run
 def test_a_queue_is_flat_against_its_own_first_finish_when_the_reference_wandered() -> None:
     """Measured on real llama.cpp --parallel 1, busy: the single time wandered 3.45-4.80 s and the
     aggregate read 1.24x (N=2) / 1.19x (N=4) of the N=1 median, though both points were queues."""
-    run = _run([*_singles(4.80, 4.60), _mb(2, _queue([3.6, 3.7])), _mb(4, _queue([3.7, 3.8, 3.9, 3.8])),
-                *_singles(4.7)])
+    run = _run([*_singles(4.80, 4.60), measured_batch(2, _queue([3.6, 3.7])),
+                measured_batch(4, _queue([3.7, 3.8, 3.9, 3.8])), *_singles(4.7)])
     assert run.points[1].verdict == run.points[2].verdict == "staircase"
     assert run.trend_ratios[2] > sc.FLAT_HI_RATIO  # against the N=1 reference it would not be flat
     assert run.trend == "flat", run.trend_reason
@@ -283,34 +265,26 @@ def test_a_queue_is_flat_against_its_own_first_finish_when_the_reference_wandere
     assert "generated alone" in run.trend_reason
 
 
-def _pipelined(durations: list[float], prefill: float, gap: float) -> list[RequestRecord]:
+def _pipelined(durations_s: list[float], prefill_s: float, gap_s: float) -> list[RequestRecord]:
     """A one-slot queue that prefills each next request while the one before is still generating (mlx-lm
     with one decode and one prompt slot): the first request's prefill alone, each later window opening
-    `gap` after the one before it closed."""
-    out, t = [], prefill
-    for i, d in enumerate(durations):
+    `gap_s` after the one before it closed."""
+    out, t = [], prefill_s
+    for i, d in enumerate(durations_s):
         out.append(_stream(i, t, t + d))
-        t += d + gap
+        t += d + gap_s
     return out
-
-
-def _lateness(to_s: float, late: tuple[tuple[float, float], ...] = ()) -> ClientLateness:
-    return ClientLateness(tick_ns=1_000_000, floor_ns=500_000, from_ns=0, to_ns=int(to_s * NS_PER_S),
-                          late_ns=tuple((int(a * NS_PER_S), int(b * NS_PER_S)) for a, b in late))
-
-
-def _timed(n: int, records: list[RequestRecord], lateness: ClientLateness) -> sc.MeasuredBatch:
-    return sc.MeasuredBatch(n=n, rep=0, batch=BatchResult(0, n, tuple(records), 1000, None, lateness=lateness))
 
 
 def test_a_queue_that_prefills_during_the_request_before_is_flat_by_what_its_stamps_show_it_hid() -> None:
     """Measured on real mlx-lm, one decode and one prompt slot, busy: each window opened 10-16 ms after the
     one before closed, against a 0.16-0.18 s prefill alone, and the N=1 reference wandered (0.78-0.95 s):
     agg(4)/agg(1) read 0.81x. The N=1 share of prefill allows 1.26x; what the batch hid is at most 1.12x."""
-    singles = [_mb(1, [_stream(0, 0.17, d)], rep=i) for i, d in enumerate((0.78, 0.81, 0.95, 0.86))]
-    four = _pipelined([1.10, 1.19, 0.96, 0.62], prefill=0.18, gap=0.013)
-    two = _pipelined([1.10, 1.19], prefill=0.18, gap=0.013)
-    run = _run([*singles[:2], _timed(2, two, _lateness(2.6)), _timed(4, four, _lateness(4.2)), *singles[2:]])
+    singles = [measured_batch(1, [_stream(0, 0.17, d)], rep=i) for i, d in enumerate((0.78, 0.81, 0.95, 0.86))]
+    four = _pipelined([1.10, 1.19, 0.96, 0.62], prefill_s=0.18, gap_s=0.013)
+    two = _pipelined([1.10, 1.19], prefill_s=0.18, gap_s=0.013)
+    run = _run([*singles[:2], measured_batch(2, two, lateness=lateness_s(to_s=2.6)),
+                measured_batch(4, four, lateness=lateness_s(to_s=4.2)), *singles[2:]])
     assert [p.verdict for p in run.points] == ["baseline", "staircase", "staircase"], [p.reason for p in run.points]
     assert run.prefill_gain_bound > sc.FLAT_HI_RATIO  # the N=1 requests' share of prefill leaves room
     assert run.trend_ratios[4] < sc.FLAT_LO_RATIO  # against the wandering reference it would not be flat
@@ -325,11 +299,11 @@ def test_a_late_first_token_counts_as_prefill_hidden() -> None:
     """The same queue with the client late for 41 ms up to the second window's first token (under the 42 ms
     the windows tolerate, so they still read a queue): each gap may have been that much shorter, the batch's
     own bound rises past the flat band, and nothing is read flat from the schedule."""
-    singles = [_mb(1, [_stream(0, 0.17, d)], rep=i) for i, d in enumerate((0.78, 0.81, 0.95, 0.86))]
-    four = _pipelined([1.10, 1.19, 0.96, 0.62], prefill=0.18, gap=0.013)
+    singles = [measured_batch(1, [_stream(0, 0.17, d)], rep=i) for i, d in enumerate((0.78, 0.81, 0.95, 0.86))]
+    four = _pipelined([1.10, 1.19, 0.96, 0.62], prefill_s=0.18, gap_s=0.013)
     first_of_second = four[1].first_token_ns / NS_PER_S
-    run = _run([*singles[:2], _timed(4, four, _lateness(4.2, ((first_of_second - 0.041, first_of_second),))),
-                *singles[2:]])
+    late = lateness_s((first_of_second - 0.041, first_of_second), to_s=4.2)
+    run = _run([*singles[:2], measured_batch(4, four, lateness=late), *singles[2:]])
     assert run.points[1].batches[0].verdict.windows.schedule == "staircase"
     assert run.hidden_prefill_gain[4] == pytest.approx(1 + 3 * (0.18 - 0.013 + 0.0015 + 0.041) / 4.089, rel=1e-3)
     assert run.hidden_prefill_gain[4] > sc.FLAT_HI_RATIO
@@ -337,7 +311,8 @@ def test_a_late_first_token_counts_as_prefill_hidden() -> None:
 
 
 def test_a_batch_still_rises_against_the_single_reference() -> None:
-    run = _run([*_singles(2.0), _mb(2, _batch_of(2, 2.1)), _mb(4, _batch_of(4, 2.3)), *_singles(2.0)])
+    run = _run([*_singles(2.0), measured_batch(2, _batch_of(2, 2.1)), measured_batch(4, _batch_of(4, 2.3)),
+                *_singles(2.0)])
     assert run.verdict == "cluster" and run.trend == "rising"
     assert run.trend_by_schedule == ()
 
@@ -349,9 +324,9 @@ def test_a_points_finishes_and_tokens_are_one_measured_batch() -> None:
     """An EOS-stopping server: two reps whose requests produced different lengths; the point shows
     the median-aggregate rep's own requests, never a per-rank composite."""
     def rec(i: int, end: float, tokens: int) -> RequestRecord:
-        r = _stream(i, PREFILL_S, end)
-        return RequestRecord(**{**{f: getattr(r, f) for f in r.__dataclass_fields__}, "tokens": tokens})
-    reps = [_mb(1, [rec(0, 1.0, 34)], rep=0), _mb(1, [rec(0, 1.4, 49)], rep=1), _mb(1, [rec(0, 1.2, 42)], rep=2)]
+        return _stream(i, PREFILL_S, end, tokens=tokens)
+    reps = [measured_batch(1, [rec(0, 1.0, 34)], rep=0), measured_batch(1, [rec(0, 1.4, 49)], rep=1),
+            measured_batch(1, [rec(0, 1.2, 42)], rep=2)]
     point = _run(reps).points[0]
     produced = {(b.finish_s, b.tokens) for b in point.batches}
     assert (point.finish_s, point.tokens) in produced
@@ -413,7 +388,7 @@ def test_inert_against_the_first_send_says_which_reference_decided() -> None:
 def test_a_queue_with_a_long_prefill_is_not_read_as_flat_from_its_schedule() -> None:
     """Half of each request is prefill: a server that hides it behind the previous request's
     generation (seed 003's pipelining) could gain up to 2x with windows that never overlap."""
-    singles = [_mb(1, [_stream(0, 1.0, 2.0)], rep=i) for i in range(2)]
-    run = _run([*singles, _mb(2, _queue([2.0, 1.6])), _mb(4, _queue([2.0, 1.0, 1.0, 1.0]))])
+    singles = [measured_batch(1, [_stream(0, 1.0, 2.0)], rep=i) for i in range(2)]
+    run = _run([*singles, measured_batch(2, _queue([2.0, 1.6])), measured_batch(4, _queue([2.0, 1.0, 1.0, 1.0]))])
     assert run.prefill_gain_bound == pytest.approx(2.0, rel=1e-3)
     assert run.trend_by_schedule == ()
