@@ -20,7 +20,8 @@ from servecheck.cli.serve import Served, serve_option, served
 from servecheck.cli.values import parse_arms
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
-from servecheck.experiments.arms import ArmsDesign, ArmsExperiment, ArmsRun, PooledArmsJob, pool_runs
+from servecheck.experiments.arms import ArmsDesign, ArmsExperiment, ArmsRun, pool_runs
+from servecheck.jobs.arms import PooledArmsJob
 from servecheck.model.bodies.arms import ArmsBody
 from servecheck.model.codec import encode
 from servecheck.model.result import RunResult

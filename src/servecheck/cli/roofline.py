@@ -16,8 +16,8 @@ from servecheck import exitcodes
 from servecheck.analysis import roofline as rl
 from servecheck.cli.common import ClientOptions, OutputOptions, client_record, options_record, output_record
 from servecheck.cli.context import AppContext
-from servecheck.experiments.roofline import URL_DECODE_TOKENS, URL_PROMPT_TOKENS, RooflineExperiment, RooflineJob
-from servecheck.jobs.roofline import RooflineOptions, prepare
+from servecheck.experiments.roofline import URL_DECODE_TOKENS, URL_PROMPT_TOKENS, RooflineExperiment
+from servecheck.jobs.roofline import RooflineJob, RooflineOptions, prepare
 from servecheck.load.driver import LoadDriver
 from servecheck.model.bodies.roofline import RooflineBody
 from servecheck.model.result import RunResult

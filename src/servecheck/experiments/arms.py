@@ -444,27 +444,6 @@ def _pooled_design(runs: Sequence[RunResult[ArmsBody]]) -> ArmsDesign | None:
 
 
 @dataclass(frozen=True)
-class PooledArmsJob:
-    """`arms --pool` alone: saved cells analysed, nothing measured; a job of `results.runner.run_job`.
-    `design` stands in where the first pooled run did not record its own."""
-
-    pool: Pool
-    design: ArmsDesign
-    bias_limit: float = DEFAULT_BIAS_LIMIT
-    evidence_mode: str = "all"  # "stopwatch": the pooled cells' gauges never decide a label
-
-    def opening(self) -> RunResult[ArmsBody]:
-        return measured("arms", ArmsBody())
-
-    def run(self, on_point: Callable[[ArmsRun], None]) -> ArmsRun:
-        return ArmsRun(self.pool.design or self.design, pooled=self.pool.cells, pooled_from=self.pool.names,
-                       pooled_simulated=self.pool.simulated, complete=True, evidence_mode=self.evidence_mode)
-
-    def document(self, result: ArmsRun) -> RunResult[ArmsBody]:
-        return result.document(bias_limit=self.bias_limit)
-
-
-@dataclass(frozen=True)
 class ArmsExperiment:
     """Arms as `results.runner.run_experiment` drives it: the design, the cells pooled in, the prompt
     seed, and the thermal sampler's running summary (read after every cell)."""

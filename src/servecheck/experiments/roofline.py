@@ -1,5 +1,5 @@
 """The roofline as the run loop drives it: with --url, one fixed-length stream measured through the
-driver seam (`RooflineExperiment`); with --tok-s, a given rate and no server (`RooflineJob`). Either
+driver seam (`RooflineExperiment`); with --tok-s, a given rate and no server (`jobs.roofline.RooflineJob`). Either
 way the command settles the result with the measured bandwidth (the probe lives beside this layer),
 and the document is the analysis of the rate against it (`analysis.roofline`).
 """
@@ -169,25 +169,6 @@ class RooflineExperiment:
 
     def opening(self, server: ServerInfo) -> RunResult[shape.RooflineBody]:
         return measured("roofline", shape.RooflineBody(), simulated=server.simulated)
-
-    def document(self, result: RooflineResult) -> RunResult[shape.RooflineBody]:
-        return document(result, self.weights, self.plan)
-
-
-@dataclass(frozen=True)
-class RooflineJob:
-    """--tok-s: a rate given, nothing to measure on a server; the bandwidth is settled after."""
-
-    weights: Weights
-    plan: Plan
-    tok_s: float
-    settle: Callable[[RooflineResult], RooflineResult]
-
-    def opening(self) -> RunResult[shape.RooflineBody]:
-        return measured("roofline", shape.RooflineBody())
-
-    def run(self, on_point: Callable[[RooflineResult], None]) -> RooflineResult:
-        return self.settle(RooflineResult(Rate(self.tok_s)))
 
     def document(self, result: RooflineResult) -> RunResult[shape.RooflineBody]:
         return document(result, self.weights, self.plan)

@@ -20,6 +20,8 @@ from servecheck.audit.options import options_from
 from servecheck.envinfo import environment
 from servecheck.errors import AuditError, UsageError
 from servecheck.experiments.roofline import (
+    Rate,
+    document,
     URL_DECODE_TOKENS,
     URL_PROMPT_TOKENS,
     Bandwidth,
@@ -29,7 +31,8 @@ from servecheck.experiments.roofline import (
 )
 from servecheck.inputs import check_input_file
 from servecheck.model.bodies.roofline import AuditSummary
-from servecheck.model.result import Envelope
+from servecheck.model.bodies import roofline as shape
+from servecheck.model.result import Envelope, RunResult, measured
 from servecheck.probe import GIB, measure_bandwidth, plan_sizes
 from servecheck.probe.bandwidth import available_memory_bytes
 from servecheck.results.jsonout import envelope, read_json
@@ -238,3 +241,22 @@ def load_run(path: str) -> tuple[dict[int, float], list[str]]:
     if doc.get("complete") is False:
         notes.append(f"--run {path} is incomplete (interrupted): only the points it reached are compared")
     return {n: statistics.median(v) for n, v in samples.items()}, notes
+
+
+@dataclass(frozen=True)
+class RooflineJob:
+    """--tok-s: a rate given, nothing to measure on a server; the bandwidth is settled after."""
+
+    weights: Weights
+    plan: Plan
+    tok_s: float
+    settle: Callable[[RooflineResult], RooflineResult]
+
+    def opening(self) -> RunResult[shape.RooflineBody]:
+        return measured("roofline", shape.RooflineBody())
+
+    def run(self, on_point: Callable[[RooflineResult], None]) -> RooflineResult:
+        return self.settle(RooflineResult(Rate(self.tok_s)))
+
+    def document(self, result: RooflineResult) -> RunResult[shape.RooflineBody]:
+        return document(result, self.weights, self.plan)
