@@ -8,7 +8,8 @@ import pytest
 
 from servecheck.analysis import staircase as sc
 from servecheck.model.records import NS_PER_S, GaugeSample, RequestRecord, ServerGauges
-from factories import batch, lateness_s, measured_batch, queue, request_s
+from factories import batch, lateness_s, measured_batch, queue, request_ns, request_s
+from servecheck.analysis.transit import hop_hold_ns
 
 TOKENS = 64
 PREFILL_S = 0.05
@@ -308,6 +309,39 @@ def test_a_late_first_token_counts_as_prefill_hidden() -> None:
     assert run.hidden_prefill_gain[4] == pytest.approx(1 + 3 * (0.18 - 0.013 + 0.0015 + 0.041) / 4.089, rel=1e-3)
     assert run.hidden_prefill_gain[4] > sc.FLAT_HI_RATIO
     assert run.trend_by_schedule == () and run.trend != "flat", run.trend_reason
+
+
+def test_a_hop_that_held_the_streams_counts_its_hold_as_prefill_hidden() -> None:
+    """The same queue read through a hop that releases each stream in bursts (tokens 6 ms apart on the server,
+    passed on together every 35-105 ms): every stamp may be up to the longest gap between bursts late, so
+    each gap may have been that much shorter, and the batch's own bound leaves room for a rise."""
+    singles = [measured_batch(1, [_stream(0, 0.17, d)], rep=i) for i, d in enumerate((0.78, 0.81, 0.95, 0.86))]
+    four = [_held(r, (0.035, 0.105)) for r in _pipelined([1.10, 1.19, 0.96, 0.62], prefill_s=0.18, gap_s=0.013)]
+    run = _run([*singles[:2], measured_batch(4, four, lateness=lateness_s(to_s=4.2)), *singles[2:]])
+    assert run.points[1].batches[0].verdict.windows.schedule == "staircase"
+    hold_s = max(hop_hold_ns(r.token_ns) for r in four) / NS_PER_S
+    assert 0.09 < hold_s <= 0.105
+    # what decided, from the stamps the hop left: one prefill alone (the first request's, as released), each
+    # gap between windows taken shorter by the client's resolution (1.5 ms) and the hop's hold
+    windows = sorted((r.first_token_ns / NS_PER_S, r.end_ns / NS_PER_S) for r in four)
+    prefill_s, span_s = windows[0][0], windows[-1][1]
+    hidden_s = sum(prefill_s - (a - b) + 0.0015 + hold_s for (_, b), (a, _) in zip(windows, windows[1:]))
+    assert run.hidden_prefill_gain[4] == pytest.approx((span_s + hidden_s) / span_s, rel=1e-6)
+    assert run.hidden_prefill_gain[4] > sc.FLAT_HI_RATIO
+    assert run.trend_by_schedule == () and run.trend != "flat", run.trend_reason
+
+
+def _held(r: RequestRecord, hold_s: tuple[float, float]) -> RequestRecord:
+    """The request's tokens as a hop that holds them and passes them on in bursts, one every hold_s[0] to
+    hold_s[1] seconds (alternating), would deliver them: each token at the next release after it was made."""
+    made = [r.first_token_ns + k * int(0.006 * NS_PER_S) for k in range(int((r.end_ns - r.first_token_ns) / 6e6) + 1)]
+    releases, t, k = [], made[0], 0
+    while t < made[-1]:
+        t += int(hold_s[k % 2] * NS_PER_S)
+        releases.append(t)
+        k += 1
+    stamps = tuple(next(x for x in releases if x >= m) for m in made)
+    return request_ns(r.index, tokens=TOKENS, token_ns=stamps, first_token_ns=stamps[0], end_ns=stamps[-1])
 
 
 def test_a_batch_still_rises_against_the_single_reference() -> None:

@@ -9,6 +9,7 @@ from servecheck.analysis.client_timing import longest_holding
 from servecheck.analysis.staircase.records import MeasuredBatch, PointAnalysis
 from servecheck.analysis.staircase.windows import WINDOW_OVERLAP_TOL, generation_windows
 from servecheck.analysis.stats import median, ratio
+from servecheck.analysis.transit import hop_hold_ns
 from servecheck.model.bodies.staircase import RISING_RATIO, Trend
 from servecheck.model.records import NS_PER_S
 
@@ -108,7 +109,8 @@ def hidden_prefill_gain(batches: Sequence[MeasuredBatch], prefill_s: float, tol_
     the window before it and its own first token. The gap is read on the client's clock: a first token
     stamped late makes it look longer, so each gap is taken shorter by the longest late stretch that held one
     of the batch's first tokens, plus the client's resolution outside them (by `tol_s` where the client's timing
-    was not recorded).
+    was not recorded), plus the longest a hop that buffers the streams may have held an event
+    (`transit.hop_hold_ns`: a proxy releasing bursts every 35-105 ms held mlx-lm's tokens up to 106 ms).
 
     A queue that prefilled every request only after the one before it had finished hid nothing (1.0); one
     that prefilled each next request while the one before was still generating (mlx-lm, one slot: the
@@ -124,6 +126,7 @@ def hidden_prefill_gain(batches: Sequence[MeasuredBatch], prefill_s: float, tol_
         lateness = mb.batch.lateness
         late_s = tol_s if lateness is None else (
             lateness.resolution_ns + longest_holding(lateness, [a for a, _ in windows], 0)) / NS_PER_S
+        late_s += max((hop_hold_ns(r.token_ns) for r in mb.batch.records if r.ok), default=0) / NS_PER_S
         gaps_s = [(a - b) / NS_PER_S for (_, b), (a, _) in zip(windows, windows[1:])]
         hidden_s = sum(max(0.0, prefill_s - gap + late_s) for gap in gaps_s)
         gains.append((span_s + hidden_s) / span_s)
