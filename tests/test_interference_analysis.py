@@ -217,18 +217,31 @@ def test_chunk_steps_tile_the_window_and_one_victim_hiccup_changes_nothing() -> 
 
 def test_stretched_gaps_tiling_a_third_of_the_window_decide_nothing() -> None:
     """Neither a tiled window (chunks) nor a few slow steps (isolated): between the two thresholds."""
-    def thirds(size: int) -> inf.Intrusion:
-        i = isolated(size)
-        window_ms = (i.first_token_ns - i.send_ns) / MS  # type: ignore[operator]
-        out = i
-        for k in range(int(window_ms / 48)):  # one 16 ms gap in every 48 ms: a third of the window stretched
-            out = hiccup(out, 206 + k * 48, 6)
-        return inf.Intrusion(**{**{f: getattr(out, f) for f in out.__slots__},  # type: ignore[arg-type]
-                                "victims": (out.victims[0], out.victims[0])})
     v = judged([thirds(s) for s in (512, 2048, 8192)])
     assert v.verdict == "inconclusive", v.reason
     e = v.evidence
     assert e is not None and inf.ISOLATED_SHARE < e.share_hi < inf.CHUNKED_SHARE, e
+
+
+def thirds(size: int) -> inf.Intrusion:
+    """An isolated prefill whose victims nonetheless stretch one 16 ms gap in every 48 ms of the window."""
+    i = isolated(size)
+    window_ms = (i.first_token_ns - i.send_ns) / MS  # type: ignore[operator]
+    out = i
+    for k in range(int(window_ms / 48)):
+        out = hiccup(out, 206 + k * 48, 6)
+    return inf.Intrusion(**{**{f: getattr(out, f) for f in out.__slots__},  # type: ignore[arg-type]
+                            "victims": (out.victims[0], out.victims[0])})
+
+
+def test_an_undecided_reason_names_the_smaller_size_share_that_ruled_out_isolated() -> None:
+    """Isolated is weighed on the largest stretched share at any size: where that is a smaller size's, the
+    reason names it, not only the largest size's (0% there, which alone would read as isolated)."""
+    v = judged([isolated(512), thirds(2048), isolated(8192)])
+    assert v.verdict == "inconclusive", v.reason
+    e = v.evidence
+    assert e is not None and e.share_hi == 0.0 and e.share_max > inf.ISOLATED_SHARE, e
+    assert f"(and {e.share_max:.0%} of a smaller size's)" in v.reason
 
 
 def test_sizes_the_client_or_a_hop_left_unread_are_named_in_the_run_reason() -> None:

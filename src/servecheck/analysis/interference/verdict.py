@@ -155,10 +155,12 @@ def judge(points: Sequence[Point]) -> Verdict:
         chunk, interval = chunk_estimate(points)
         return Verdict("chunked", f"{cover}, and {growth}: the prompt was split into steps that also carried the "
                        "victims' tokens", "victim gaps", e, chunk, interval)
+    # isolated is weighed on the largest share at any size, which can be a smaller size's: name it then
+    elsewhere = (f" (and {e.share_max:.0%} of a smaller size's)" if e.share_max > e.share_hi else "")
     return Verdict("inconclusive", f"{cover}, {growth}, and the victims spent {e.share_hi:.0%} of that window in "
-                   f"stretched gaps: neither one step (at least {BLOCKING_COVER:.0%} and growing with the TTFT) nor "
-                   f"chunks (at most {CHUNKED_COVER:.0%}, bounded, tiling at least {CHUNKED_SHARE:.0%} of the window) "
-                   f"nor isolated (at most {ISOLATED_SHARE:.0%}); a larger prompt size would span "
+                   f"stretched gaps{elsewhere}: neither one step (at least {BLOCKING_COVER:.0%} and growing with the "
+                   f"TTFT) nor chunks (at most {CHUNKED_COVER:.0%}, bounded, tiling at least {CHUNKED_SHARE:.0%} of "
+                   f"the window) nor isolated (at most {ISOLATED_SHARE:.0%}); a larger prompt size would span "
                    "more chunks and decide it", "nothing", e)
 
 
