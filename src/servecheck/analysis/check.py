@@ -145,7 +145,7 @@ def client_card(checks: Sequence[ClientCheck], calibration: str | None) -> Card:
                      for c in measured)
     return Card(claim="client", verdict=word, figure=figure, evidence=evidence,
                 decided_by="the pre-flight: this client's stamp delay against its own loopback server",
-                reason=bound[0].reason if bound else None, command="calibrate")
+                reason=str(bound[0].reason) if bound else None, command="calibrate")
 
 
 # ---------------------------------------------------------------- request fields

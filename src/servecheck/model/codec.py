@@ -22,6 +22,8 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from functools import cache
 from typing import Any, Literal, TypeVar, Union, cast, dataclass_transform, get_args, get_origin, get_type_hints
 
+from servecheck.model.reason import Reason
+
 T = TypeVar("T")
 
 JSON = Any  # an opaque JSON value, kept exactly as read (parameters, an engine's own report)
@@ -85,7 +87,10 @@ def encode(value: Any, *, nulls: bool = False) -> Any:
     A record's field that is None is left out (a reader treats a missing field and null alike: not
     recorded), unless `nulls`: then it is written as null, at every depth, for a document whose
     schema promises the key (`audit`'s `kv_bytes_per_token` is null without --context, and a script
-    may index it). Every object's keys come sorted, as the JSON files are written."""
+    may index it). Every object's keys come sorted, as the JSON files are written. A reason
+    (`model.reason`) is written as its words: this is where a reason is said into a document."""
+    if isinstance(value, Reason):
+        return str(value)
     if is_dataclass(value) and not isinstance(value, type):
         pairs = ((_key(f), getattr(value, f.name), f.metadata.get("only_when_recorded", False)) for f in fields(value))
         return {k: encode(v, nulls=nulls) for k, v, only in sorted(pairs, key=lambda p: p[0])
@@ -151,6 +156,8 @@ def _value(tp: Any, value: Any) -> Any:
         return _float(value)
     if tp is str:
         return value if isinstance(value, str) else _BAD
+    if tp is Reason:  # a document holds a reason's words, read back as text (`Text`'s str)
+        return _BAD
     raise TypeError(f"the result codec cannot read {tp!r}")
 
 

@@ -65,7 +65,7 @@ def request_ref(ref: RequestRef) -> str:
              f"request #{ref.index}" if ref.index is not None else None,
              f"(nonce {ref.nonce})" if ref.nonce else None]
     head = " ".join(p for p in parts if p)
-    return f"{head}: {ref.detail}" if head and ref.detail else head or ref.detail or "a request"
+    return f"{head}: {ref.detail}" if head and ref.detail else head or str(ref.detail or "a request")
 
 
 def fmt(value: Any, digits: int = 2, suffix: str = "") -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 from servecheck.model.codec import only_when_recorded, record
+from servecheck.model.reason import Text
 
 # The pre-flight of a run: "on" (checked before each concurrency), "off" (--no-calibrate), "none"
 # (a driver without a client of its own: a scripted test fake).
@@ -103,7 +104,7 @@ class RequestRef:
     rep: int | None = None
     index: int | None = None
     nonce: str | None = None
-    detail: str | None = None
+    detail: Text | None = None
 
 
 @record
@@ -111,12 +112,12 @@ class Finding:
     """A validity finding or a warning: what was wrong, and what to do."""
 
     code: str | None = only_when_recorded()  # absent where the command names no code
-    message: str | None = None
-    hint: str | None = None
+    message: Text | None = None
+    hint: Text | None = None
     requests: tuple[RequestRef, ...] | None = only_when_recorded()  # absent where the finding names no request
 
 
-Warning = Finding | str  # older documents and some commands keep plain strings
+Warning = Finding | Text  # older documents and some commands keep plain strings
 # --evidence: "stopwatch" keeps the server's own witnesses (gauges, timings, cache counters) from deciding
 EvidenceMode = Literal["all", "stopwatch"]
 
@@ -229,7 +230,7 @@ class ClientCheck:
     stamp_delay_p99_ms: float | None = None
     dispatch_skew_ms: float | None = None
     client_bound: bool | None = None
-    reason: str | None = None  # why every figure at this N would measure the client
+    reason: Text | None = None  # why every figure at this N would measure the client
     tried: tuple[Calibration, ...] = ()
 
 

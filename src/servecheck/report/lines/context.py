@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import RenderableType
 
 from servecheck.model.figures import format_figure
-from servecheck.model.bodies.common import Server, Warning
+from servecheck.model.bodies.common import Finding, Server, Warning
 from servecheck.model.bodies.context import ContextBody, ContextPoint, ContextRooflineRow, ModelBytesSummary
 from servecheck.model.readings import RunReading
 from servecheck.model.result import RunResult
@@ -124,7 +124,7 @@ def model_lines(body: ContextBody) -> list[str]:
 
 
 def _finding_line(kind: str, f: Warning) -> str:
-    if isinstance(f, str):
+    if not isinstance(f, Finding):
         return f"{kind}: {f}"
     return f"{kind}: {_given(f.message)}" + (f" ({f.hint})" if f.hint else "")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from servecheck.client.request_params import json_or_text
 
-from servecheck.model.bodies.common import ClientCheck, Warning
+from servecheck.model.bodies.common import ClientCheck, Finding, Warning
 
 
 def num(x: float | None, fmt: str) -> str:
@@ -22,14 +22,14 @@ def signed_pct(x: float | None) -> str:
 
 
 def warning_line(w: Warning) -> str:
-    if isinstance(w, str):
+    if not isinstance(w, Finding):
         return f"warning: {w}"
     return f"warning: {w.message or '-'}" + (f" ({w.hint})" if w.hint else "")
 
 
 def invalid_lines(findings: Sequence[Warning] | None) -> list[str]:
     """One INVALID line per finding that makes the run invalid (a client-bound pre-flight), with its fix."""
-    return [f"INVALID: {w}" if isinstance(w, str)
+    return [f"INVALID: {w}" if not isinstance(w, Finding)
             else f"INVALID: {w.message or '-'}" + (f" ({w.hint})" if w.hint else "")
             for w in findings or ()]
 
