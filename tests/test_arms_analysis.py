@@ -9,10 +9,16 @@ import pytest
 
 from servecheck.analysis import arms as A
 from servecheck.model.codec import encode
+from servecheck.model.reason import Reason
 from servecheck.model.records import RequestRecord, ServerTimings
 from factories import request_s
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def said(result: A.ArmsAnalysis) -> set[str]:
+    """The reason codes of the result's warnings: each message's, and those of the reasons inside it."""
+    return {code for w in result.warnings if isinstance(w.message, Reason) for code in w.message.codes()}
 
 
 def make_cell(
@@ -268,7 +274,7 @@ def test_interval_level_of_the_arms_estimates() -> None:
     ],
 )
 def test_ttft_words(multiple: float, words: str) -> None:
-    assert A.ttft_words(multiple) == words
+    assert str(Reason("arms.ttft", multiple=multiple)) == words
 
 
 # --- checks --------------------------------------------------------------------------------
@@ -285,7 +291,9 @@ def test_position_bias_refusal_names_arm_and_spread() -> None:
     assert result.headline_refused and result.headline is None
     assert result.position_bias is not None and result.position_bias.concurrency == 4
     assert result.position_bias.spread == pytest.approx(0.25, abs=0.03)
-    assert result.refusal is not None and "4-way" in result.refusal and "%" in result.refusal
+    assert result.refusal is not None and result.refusal.code == "arms.withheld"
+    assert result.refusal["concurrency"] == 4 and result.refusal["spread"] == pytest.approx(0.25, abs=0.03)
+    assert result.refusal["method"] == "positions" and result.refusal["limit"] == A.DEFAULT_BIAS_LIMIT
 
 
 def test_position_bias_limit_is_configurable() -> None:
@@ -333,7 +341,7 @@ def test_rotated_order_under_drift_keeps_estimates() -> None:
     four = result.arm(4)
     assert four.aggregate_speedup is not None
     assert four.aggregate_speedup.median == pytest.approx(1.39, rel=0.06)
-    assert any("lost" in w.message for w in result.warnings)
+    assert "arms.drift_lost" in said(result)
 
 
 def test_deviant_cell_named_and_throughput_uses_tokens_produced() -> None:
@@ -345,7 +353,7 @@ def test_deviant_cell_named_and_throughput_uses_tokens_produced() -> None:
         (odd.rep, odd.concurrency, 933, 720)
     ]
     assert cells[4].aggregate_tok_s == pytest.approx(933 / odd.wall_s)
-    assert any("output-length trap" in w.message for w in result.warnings)
+    assert {"arms.output_length_trap", "arms.deviant_cell"} <= said(result)
 
 
 def test_deviant_cells_use_each_runs_own_mode() -> None:
@@ -369,7 +377,8 @@ def test_cached_prompt_suspects_named_beyond_allowance() -> None:
     records = [(0, 4, rec(0, 0, 0.1, 4, 0.01, cached=1)), (1, 2, rec(3, 0, 0.1, 4, 0.01, cached=40)),
                (0, 1, rec(1, 0, 0.1, 4, 0.01))]
     named = A.cached_prompt_suspects(records)
-    assert len(named) == 1 and "rep 1 2-way request 3" in named[0] and "40 cached" in named[0]
+    assert [(r.code, r["rep"], r["concurrency"], r["request"], r["cached"]) for r in named] == [
+        ("arms.cached_prompt", 1, 2, 3, 40)]
 
 
 @pytest.mark.parametrize(
@@ -400,13 +409,20 @@ def test_too_few_reps_label_nothing_and_say_why(reps: int) -> None:
     """One rep gives a zero-width 'interval' and two give [min, max]: neither can show a rise."""
     result = A.analyse(seed_cells(reps))
     assert [a.label for a in result.arms] == ["none", "inconclusive", "inconclusive"]
-    assert any("too few for an interval" in w.message for w in result.warnings)
+    assert "arms.too_few_paired" in said(result)
 
 
 def test_three_reps_are_enough_to_label() -> None:
     result = A.analyse(seed_cells(3))
     assert (result.arm(2).label, result.arm(4).label) == ("pipelining", "batching")
-    assert not any("too few" in w.message for w in result.warnings)
+    assert not {"arms.too_few_paired", "arms.too_few_reps"} & said(result)
+
+
+def test_an_arm_without_its_evidence_says_which_is_missing() -> None:
+    assert A.label_with_reason(None, None) == ("inconclusive", "no rep pairs this arm with the serial arm")
+    label, reason = A.label_with_reason(A.Estimate(1.39, 1.30, 1.45, 3), None)
+    assert label == "inconclusive" and reason.code == "arms.generation_unmeasured"
+    assert reason["aggregate"]["median"] == 1.39
 
 
 def test_label_arm_needs_enough_reps() -> None:
@@ -431,7 +447,7 @@ def two_steady_runs(*, fixed: bool) -> list[A.Cell]:
 def test_drift_is_measured_within_each_run() -> None:
     result = A.analyse(two_steady_runs(fixed=False))
     assert result.drift is not None and abs(result.drift.loss) < 0.05
-    assert not any("lost" in w.message for w in result.warnings)
+    assert "arms.drift_lost" not in said(result)
 
 
 def test_fixed_order_drift_bias_ignores_the_level_between_runs() -> None:
@@ -458,10 +474,10 @@ def test_a_noisy_generation_gain_is_inconclusive_not_pipelining() -> None:
     result = A.analyse(cells)
     two = result.arm(2)
     assert two.label == "inconclusive" and two.generation_gain is not None and two.generation_gain.median > A.MIN_RISE
-    assert "neither shown to gain nor shown not to" in two.label_reason
-    assert any("2-way is inconclusive" in w.message for w in result.warnings)
+    assert two.label_reason.code == "arms.unsure_generation" and two.label_reason["rise"] == A.MIN_RISE
+    assert any(w.message.code == "arms.inconclusive" and w.message["concurrency"] == 2 for w in result.warnings)
     clean = A.analyse(seed_cells())  # 0.94x: the generation stage is shown not to gain, clean pipelining
-    assert clean.arm(2).label == "pipelining" and not any("inconclusive" in w.message for w in clean.warnings)
+    assert clean.arm(2).label == "pipelining" and "arms.inconclusive" not in said(clean)
 
 
 # --- --evidence stopwatch: the gauges never decide a label -----------------------------------
@@ -483,10 +499,10 @@ def _queue_behind_gauges() -> list[A.Cell]:
 def test_evidence_stopwatch_keeps_the_gauges_from_deciding_none() -> None:
     cells = _queue_behind_gauges()
     by_gauges = A.analyse(cells).arm(2)
-    assert by_gauges.label == "none" and "the server's gauges showed one request running" in by_gauges.label_reason
+    assert by_gauges.label == "none" and by_gauges.label_reason.code == "arms.one_running"
     stopwatch = A.analyse(cells, gauges_decide=False).arm(2)
     assert stopwatch.label == "inconclusive", stopwatch.label_reason
-    assert "gauges" not in stopwatch.label_reason
+    assert not {"arms.one_running", "arms.gauges_disagree"} & set(stopwatch.label_reason.codes())
     assert stopwatch.aggregate_speedup == by_gauges.aggregate_speedup  # the same measurement, read without them
 
 
@@ -500,7 +516,7 @@ def test_late_reads_that_cannot_change_a_label_are_kept_and_said() -> None:
     result = A.analyse(cells)
     four = result.arm(4)
     assert four.aggregate_speedup is not None and four.aggregate_speedup.n == 10 and four.label == "batching"
-    assert any("1 rep(s) had cells read late" in w.message and "kept" in w.message for w in result.warnings)
+    assert any(w.message.code == "arms.late_kept" and w.message["reps"] == 1 for w in result.warnings)
 
 
 def test_a_late_rep_that_could_change_a_label_is_left_out_and_named() -> None:
@@ -512,8 +528,9 @@ def test_a_late_rep_that_could_change_a_label_is_left_out_and_named() -> None:
     result = A.analyse(cells)
     two = result.arm(2)
     assert two.label == "inconclusive" and two.aggregate_speedup is not None and two.aggregate_speedup.n == 2
-    assert "only 2 paired rep(s)" in two.label_reason and "client itself was late" in two.label_reason
-    assert any("1 rep(s) left out: the client itself was late by up to 3000 ms" in w.message for w in result.warnings)
+    assert {"arms.too_few_reps", "arms.late_left_out"} <= set(two.label_reason.codes())
+    assert any(w.message.code == "arms.client_late" and (w.message["reps"], w.message["late_ms"]) == (1, 3000.0)
+               for w in result.warnings)
     assert A.analyse([replace(c, client_late_ms=0.0) for c in cells]).arm(2).label == "pipelining"
 
 

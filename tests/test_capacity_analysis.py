@@ -17,13 +17,14 @@ from servecheck.analysis.capacity import (
     held,
     limit_of,
     next_n,
-    ordinal,
     probe_from_records,
     steady_records,
 )
 from servecheck.analysis.rules import DRIFT_LIMIT
 from servecheck.analysis.stats import coverage, interval_ranks, quantile_interval, samples_needed
-from servecheck.model.records import NS_PER_S, RequestRecord
+from servecheck.model.reason import Reason
+from servecheck.model.records import NS_PER_S, RequestRecord, ServerTimings
+from servecheck.model.words.capacity import ordinal
 from factories import request_ns
 
 MS = 1_000_000
@@ -93,7 +94,8 @@ def test_a_verdict_needs_the_whole_interval_on_one_side(rates, ttfts, status, ra
 
 def test_too_few_samples_say_so() -> None:
     p = assess(2, [sample(2, [60, 61, 62])], FLOOR)
-    assert p.status == "uncertain" and "below the 95% a verdict needs" in p.reason
+    assert p.status == "uncertain" and p.reason.code == "capacity.interval_short"
+    assert (p.reason["samples"], p.reason["needed"]) == (3, 0.95) and p.reason["level"] < 0.95
 
 
 def test_remeasures_pool_their_samples() -> None:
@@ -103,7 +105,8 @@ def test_remeasures_pool_their_samples() -> None:
 
 def test_failed_requests_fail_the_n_with_the_reason() -> None:
     p = assess(8, [sample(8, [60] * 6, failure="2 of 24 requests failed (error: HTTP 503: busy)")], FLOOR)
-    assert p.status == "fail" and p.rate_status == "fail" and "HTTP 503" in p.reason
+    assert p.status == "fail" and p.rate_status == "fail"
+    assert p.reason == "2 of 24 requests failed (error: HTTP 503: busy)"
 
 
 def test_percentile_reads_as_share_of_users_served() -> None:
@@ -191,13 +194,15 @@ def test_a_floor_above_one_user_alone_is_zero_users_said_plainly() -> None:
 
 def test_nothing_shown_is_null_and_undetermined() -> None:
     a = analyse({1: [sample(1, [45, 46, 47, 48, 49, 50])]}, Criteria(47.0), max_n=64)
-    assert (a.max_concurrency, a.limit) == (None, "undetermined") and a.answer.startswith("undetermined")
+    assert (a.max_concurrency, a.limit) == (None, "undetermined") and a.answer.code == "capacity.alone_undetermined"
+    assert a.answer["why"].code == "capacity.rate_side" and a.answer["why"]["status"] == "uncertain"
 
 
 def test_max_n_says_at_least() -> None:
     probes = {n: [sample(n, [100.0] * 6, agg=100.0 * n)] for n in (1, 2, 4)}
     a = analyse(probes, Criteria(47.0), max_n=4)
-    assert (a.max_concurrency, a.limit) == (4, "max_n") and a.answer.startswith("holds at least 4 users")
+    assert (a.max_concurrency, a.limit) == (4, "max_n") and a.answer.code == "capacity.holds_up_to_max_n"
+    assert (a.answer["held"], a.answer["max_n"]) == (4, 4)
 
 
 # ---------------------------------------------------------------- what each user buys
@@ -213,7 +218,9 @@ def test_marginals_and_the_least_valuable_user() -> None:
     assert by_n[2].per_user_change == pytest.approx(-0.455)
     assert by_n[4].gain_tok_s_per_user == pytest.approx(15.0) and by_n[4].prev_n == 2
     assert a.least is not None and a.least.n == 2
-    assert "from N=1 to N=2: the 2nd user adds +9.0 tok/s (+9% aggregate)" in a.least.record().text
+    text = a.least.record().text
+    assert isinstance(text, Reason) and text.code == "capacity.least_marginal"
+    assert (text["prev_n"], text["n"]) == (1, 2) and text["gain_tok_s_per_user"] == pytest.approx(9.0)
     assert a.point_records()[1].marginal_gain_tok_s_per_user == pytest.approx(9.0)
 
 
@@ -222,7 +229,7 @@ def test_drift_is_warned_in_both_directions(end: float, warned: bool) -> None:
     probes = {1: [sample(1, [100.0] * 6, agg=100.0)], 2: [sample(2, [90.0] * 6, agg=180.0)]}
     a = analyse(probes, Criteria(10.0), max_n=2, baseline_end=sample(1, [end] * 6, agg=end))
     assert a.drift is not None and a.drift.change == pytest.approx(end / 100 - 1)
-    assert any(w.message.startswith("drift") for w in a.warnings) is warned
+    assert any(isinstance(w.message, Reason) and w.message.code == "capacity.drift" for w in a.warnings) is warned
     assert DRIFT_LIMIT == 0.05
 
 
@@ -232,7 +239,7 @@ def test_non_monotone_curves_are_reported() -> None:
     kinds = {(x.kind, x.n_low, x.n_high) for x in a.non_monotone}
     assert ("status", 2, 3) in kinds and ("per_user_rate", 2, 3) in kinds and ("per_user_rate", 1, 3) in kinds
     assert a.max_concurrency == 1  # 3 passed, but not with every smaller N passing
-    assert any(w.message.startswith("non-monotone") for w in a.warnings)
+    assert any(isinstance(w.message, Reason) and w.message.code == "capacity.non_monotone" for w in a.warnings)
 
 
 @pytest.mark.parametrize(("n", "word"), [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (12, "12th"),
@@ -286,7 +293,9 @@ def test_probe_names_failures_and_length_off() -> None:
                                http_status=503, error="HTTP 503: busy")
     s = probe_from_records(records, n=1, tokens_asked=11)
     assert s.failed == 1 and s.failure == "1 of 4 requests failed (error: HTTP 503: busy)"
-    assert len(s.length_off) == 1 and "8 tokens for 11 asked" in s.length_off[0]
+    assert s.failure is not None and s.failure.code == "capacity.requests_failed"
+    assert len(s.length_off) == 1 and s.length_off[0].code == "capacity.request_off_length"
+    assert (s.length_off[0]["tokens"], s.length_off[0]["asked"]) == (8, 11)
 
 
 def test_a_request_the_client_read_late_leaves_the_samples_and_is_named() -> None:
@@ -300,4 +309,37 @@ def test_a_request_the_client_read_late_leaves_the_samples_and_is_named() -> Non
     assert with_late.client_late == (f"request {steady.index} ({steady.nonce}): 300 ms",)
     assert probe_from_records(records, n=2, tokens_asked=11).measured == 5
     point = assess(2, [replace(with_late, rates_tok_s=())], Criteria(min_user_rate_tok_s=50.0))
-    assert point.status == "uncertain" and "client itself was late" in point.reason
+    assert point.status == "uncertain" and "capacity.late_left_out" in set(point.reason.codes())
+
+
+def test_the_warnings_name_what_was_left_out_each_with_its_fix() -> None:
+    """A request off the asked length, one the prefix cache served and one a hop may have held are named
+    in the warnings; an N whose interval is short of the level is named too, with why it is undecided."""
+    records = closed_loop(n=1, per_lane=8, ttft_ms=20, tokens=11, step_ms=10)
+    records[2] = record(2, records[2].send_ns // MS, 20, 8, 10)  # stopped early: 8 of 11 tokens
+    records[3] = replace(records[3], server=ServerTimings(prompt_tokens=64, cached_prompt_tokens=60))
+    one = probe_from_records(records, n=1, tokens_asked=11, held={records[4].index: 200.0})
+    assert [r.code for r in one.contaminated] == ["capacity.request_cached"]
+    assert [(r.code, r["held_ms"]) for r in one.hop_held] == [("capacity.request_held", 200.0)]
+    two = replace(sample(2, [60.0, 61.0, 62.0]), hop_held=one.hop_held)  # held, its rate unknown: left out
+    a = analyse({1: [one], 2: [two]}, Criteria(50.0), max_n=2)
+    point = a.points[1]
+    assert point.status == "uncertain" and point.reason.code == "joined"
+    assert list(point.reason.codes()) == ["joined", "capacity.interval_short", "capacity.held_left_out"]
+    said = {w.message.code: w for w in a.warnings if isinstance(w.message, Reason)}
+    assert set(said) == {"capacity.length_trap", "capacity.contaminated", "capacity.hop_held",
+                         "capacity.intervals_short"}
+    assert said["capacity.length_trap"].message["requests"] == 1
+    assert said["capacity.intervals_short"].message["ns"] == (2,)
+    assert all(isinstance(w.hint, Reason) and w.hint.code == f"{code}_fix" for code, w in said.items())
+
+
+def test_one_user_alone_failing_or_waiting_too_long_says_which() -> None:
+    failed = analyse({1: [sample(1, [60.0] * 6, failure="1 of 7 requests failed (error: HTTP 503: busy)")]}, FLOOR,
+                     max_n=4)
+    assert failed.max_concurrency == 0 and failed.answer.code == "capacity.holds_none"
+    assert failed.answer["alone"].code == "capacity.alone_fails"
+    slow = analyse({1: [sample(1, [60.0] * 6, [0.9] * 6)]}, FLOOR, max_n=4)
+    assert (slow.max_concurrency, slow.limit) == (0, "ttft")
+    assert slow.answer == ("holds 0 users: one user alone waits 0.90 s for a first token (median), above the "
+                           "0.5 s ceiling")

@@ -19,6 +19,7 @@ from servecheck.errors import UsageError
 from servecheck.experiments import check as check_mod
 from servecheck.experiments.check import CheckPlan, run_check
 from servecheck.load.driver import LoadDriver
+from servecheck.model.reason import Reason
 from servecheck.model.result import from_doc
 from servecheck.sim import SimConfig, sim_in_thread
 from written import fields_of
@@ -117,8 +118,11 @@ async def test_a_serial_server_reads_serial_and_its_request_fields_cannot_be_ask
     conc, params = result.cards
     assert conc.staircase is not None and conc.staircase.verdict == "staircase"
     assert (conc.verdict, groups_of(conc.staircase)) == ("serial", [1, 1, 1, 1]), conc.reason
-    assert "completion_times" in (conc.decided_by or "") and conc.figure == "N=4: 4 finishes, one after another; " \
-        f"aggregate {conc.staircase.trend_ratios['4']:.2f}x N=1"  # type: ignore[index]
+    assert isinstance(conc.decided_by, Reason) and conc.decided_by.code == "check.decided_by"
+    assert "completion_times" in conc.decided_by["evidence"]
+    assert isinstance(conc.figure, Reason) and conc.figure.code == "check.one_after_another"
+    assert (conc.figure["n"], conc.figure["finishes"]) == (4, 4)
+    assert conc.figure["ratio"] == conc.staircase.trend_ratios["4"]  # type: ignore[index]
     assert params.verdict == "cannot ask" and "one request at a time" in (params.reason or "") and params.params is None
 
 
@@ -150,7 +154,8 @@ async def test_four_slots_read_batched_at_four_and_partial_at_eight_with_the_slo
     conc, params = result.cards
     assert conc.staircase is not None and [p.n for p in conc.staircase.points] == [1, 2, 4, 8]
     assert (conc.verdict, groups_of(conc.staircase)) == ("partial", [4, 4]), conc.reason
-    assert conc.figure is not None and conc.figure.startswith("4 slots: N=8 finishes in groups of 4 / 4"), conc.figure
+    assert isinstance(conc.figure, Reason) and conc.figure.code == "check.slots", conc.figure
+    assert (conc.figure["n"], conc.figure["groups"]) == (8, (4, 4)), conc.figure
     assert params.params and all(p.staircase is None or [q.n for q in p.staircase.points] == [1, 4]
                                  for p in params.params)
     assert params.verdict == "batched as before", [(p.name, p.verdict) for p in params.params]
@@ -169,7 +174,8 @@ async def test_the_prefix_cache_card_is_the_prefix_cache_verdict(cache, verdict)
     assert card.prefix_cache is not None and card.prefix_cache.analysis is not None
     ratio = card.prefix_cache.analysis.warm_ttft_ratio
     assert ratio is not None and (ratio < 0.5 if cache == "on" else ratio > 0.8)
-    assert f"{ratio:.2f}x the first send's" in (card.figure or "")
+    assert isinstance(card.figure, Reason) and card.figure.code == "check.prefix_figure"
+    assert card.figure["warm"] == ratio
 
 
 @pytest.mark.timing(seconds=3)
@@ -225,9 +231,9 @@ async def test_the_advertised_context_is_accepted_alone_and_four_at_once():
     card = result.cards[1]
     probes = card.context_probes or ()
     assert [(p.in_flight, p.outcome) for p in probes] == [(1, "accepted")] + [(4, "accepted")] * 4, card.evidence
-    assert card.verdict == "as advertised" and "advertises 2048 per request" in (card.figure or ""), card.figure
-    assert (card.figure or "").endswith(f"a prompt of {2048 - 8 - 64} tokens was accepted alone "
-                                        "and 4 at once"), card.figure
+    assert card.verdict == "as advertised" and isinstance(card.figure, Reason), card.figure
+    assert card.figure.code == "check.context_as_advertised" and card.figure["said"]["advertised"] == 2048
+    assert (card.figure["accepted"], card.figure["in_flight"]) == (2048 - 8 - 64, 4), card.figure
     assert probes[0].sent_tokens == 2048 - 8 - 64 and probes[0].counted_tokens == probes[0].sent_tokens
 
 
@@ -242,7 +248,8 @@ async def test_a_context_shared_among_the_requests_in_flight_is_less_than_advert
     assert sorted(p.outcome for p in together) == ["accepted", "accepted", "refused", "refused"], card.evidence
     assert all(p.http_status == 400 and "shared by the requests in flight" in (p.message or "")
                for p in together if p.outcome == "refused")
-    assert card.verdict == "less than advertised" and "with 4 in flight 2 of them were refused" in (card.figure or "")
+    assert card.verdict == "less than advertised" and isinstance(card.figure, Reason), card.figure
+    assert (card.figure.code, card.figure["in_flight"], card.figure["refused"]) == ("check.context_shared", 4, 2)
 
 
 @pytest.mark.timing(seconds=8)
@@ -259,7 +266,8 @@ async def test_a_context_smaller_than_advertised_is_bisected_in_a_few_probes():
     assert probes[0].outcome == "refused" and refused and accepted
     assert max(accepted) + 8 <= 1024 < min(refused) + 8  # the limit lies between the two the card names
     assert card.verdict == "less than advertised", card.figure
-    assert f"accepts {max(accepted)} tokens alone, refused {min(refused)}" in (card.figure or "")
+    assert isinstance(card.figure, Reason) and card.figure.code == "check.context_bisected"
+    assert (card.figure["accepted"], card.figure["refused"]) == (max(accepted), min(refused))
 
 
 @pytest.mark.timing(seconds=5)
@@ -267,6 +275,8 @@ async def test_a_server_that_keeps_only_part_of_a_long_prompt_reads_truncated():
     result = await checked(SimConfig(mode="serial", n_ctx=2048, truncate_prompt=1000, **TIMING), context_steps())
     card = result.cards[1]
     assert card.verdict == "truncated" and (card.context_probes or ())[0].counted_tokens == 1000, card.figure
+    assert isinstance(card.figure, Reason) and card.figure.code == "check.context_truncated"
+    assert card.figure["counted"] == 1000
 
 
 @pytest.mark.timing(seconds=8)

@@ -79,12 +79,13 @@ def test_plan_brackets_the_run_with_the_shallowest_depth(depths, reps, plan):
 
 @pytest.mark.parametrize(
     ("depths", "problem"),
-    [([0], "at least two depths"), ([2048], "at least two depths"), ([], "at least two depths"),
-     ([0, 8192, 2048], "strictly increasing"), ([0, 2048, 2048], "strictly increasing"), ([-1, 10], "zero or more")],
+    [([0], "context.too_few_depths"), ([2048], "context.too_few_depths"), ([], "context.too_few_depths"),
+     ([0, 8192, 2048], "context.depths_not_increasing"), ([0, 2048, 2048], "context.depths_not_increasing"),
+     ([-1, 10], "context.negative_depth")],
 )
 def test_bad_depths(depths, problem):
-    message = ctx.check_depths(depths)
-    assert message is not None and problem in message
+    reason = ctx.check_depths(depths)
+    assert reason is not None and reason.code == problem and reason["depths"] == tuple(depths)
 
 
 def test_good_depths():
@@ -138,7 +139,9 @@ def test_a_steady_drift_is_corrected_and_never_called_a_context_effect(heat_per_
     assert abs(raw[8192] - raw[2048]) > 0.02  # uncorrected, the drift would pose as a change with depth
     assert a.effect == "inconclusive"
     assert a.drift is not None and a.drift.change == pytest.approx(rate(0, 3) / rate(0, 0) - 1)
-    assert a.warnings and "drift" in a.warnings[0].message and "--reps 2" in (a.warnings[0].hint or "")
+    assert a.warnings and a.warnings[0].message.code == "context.drift"
+    assert a.warnings[0].message["change"] == pytest.approx(a.drift.change)
+    assert a.warnings[0].hint is not None and a.warnings[0].hint.code == "context.drift_hint"
 
 
 def test_law_and_drift_together_still_read_the_law():
@@ -161,7 +164,7 @@ def test_a_fall_within_the_drift_is_inconclusive():
             return 100.0 * (1 - 0.10 * t / 3)
         return 94.0 * (1 - 0.10 * t / 3)
     a = ctx.analyze_context(samples_for(ctx.plan_order(DEPTHS, 1), rate), DEPTHS)
-    assert a.effect == "inconclusive" and "within the drift" in a.effect_reason
+    assert a.effect == "inconclusive" and a.effect_reason.code == "context.within_drift"
 
 
 def test_a_truncating_server_is_named_and_its_point_invalid():
@@ -169,7 +172,8 @@ def test_a_truncating_server_is_named_and_its_point_invalid():
     a = ctx.analyze_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: law_rate(d), over=over), DEPTHS)
     by = {p.depth: p for p in a.points}
     assert not a.valid and not by[8192].valid and by[8192].ratio is None
-    assert "truncated the prompt: it reports 4096 prompt tokens, 8192 were sent" in a.invalid[0].message
+    m = a.invalid[0].message
+    assert (m.code, m["depth"], m["reported"], m["sent"]) == ("context.truncated", 8192, 4096, 8192)
     assert by[2048].valid and by[2048].ratio is not None
 
 
@@ -180,12 +184,14 @@ def test_one_special_token_fewer_is_not_truncation():
 
 
 @pytest.mark.parametrize(
-    ("over", "words"),
-    [({"tokens": 80}, "80 tokens generated, 100 asked"), ({"error": "timeout"}, "the request failed (timeout)")],
+    ("over", "code", "values"),
+    [({"tokens": 80}, "context.off_length", {"tokens": 80, "requested": 100}),
+     ({"error": "timeout"}, "context.request_failed", {"error": "timeout"})],
 )
-def test_off_length_and_failed_points_are_invalid(over, words):
+def test_off_length_and_failed_points_are_invalid(over, code, values):
     a = ctx.analyze_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: law_rate(d), over={2048: over}), DEPTHS)
-    assert not a.valid and words in a.invalid[0].message
+    assert not a.valid and a.invalid[0].message.code == code
+    assert {k: a.invalid[0].message[k] for k in values} == values
 
 
 # ---------------------------------------------------------------- roofline at depth
@@ -217,7 +223,7 @@ def test_a_fall_steeper_than_the_bytes_is_named():
     rows = ctx.roofline_at_depth([point(0, 50.0, 1.0), point(32768, 20.0, 0.4)], model, 128, None)
     assert rows[1].steeper and rows[1].utilization is None
     note = ctx.steeper_note(rows)
-    assert note is not None and "steeper than the bytes explain" in note and "depth 32768" in note
+    assert note is not None and (note.code, note["depth"]) == ("context.steeper", 32768)
 
 
 def test_invalid_points_are_left_out_of_the_roofline():
@@ -239,8 +245,19 @@ def test_a_stream_read_late_is_kept_where_the_effect_cannot_turn_on_it():
 
     kept = ctx.analyze_context(late(10.0), DEPTHS)
     assert kept.effect == "falls" and kept.valid and kept.late_kept
-    assert any("kept: the effect is the same" in w.message for w in kept.warnings)
+    assert any(w.message.code == "context.late_kept" for w in kept.warnings)
     lost = ctx.analyze_context(late(1500.0), DEPTHS)
     assert not lost.late_kept and not lost.valid
     deep = next(p for p in lost.points if p.depth == 8192)
-    assert not deep.valid and "client itself was late by up to 1500 ms" in deep.problems[0]
+    assert not deep.valid and deep.problems[0].code == "context.client_late" and deep.problems[0]["late_ms"] == 1500
+
+
+def test_a_stream_a_hop_held_and_a_shallowest_depth_without_a_decode_leave_the_effect_open():
+    """The shallowest depth timed no decode interval (so no ratio and no drift), and a hop held a deep
+    stream longer than its effect could stand: both are problems of their points, and no effect is read."""
+    over = {0: {"decode_s": None}, 8192: {"hop_held_ms": 1500.0}}
+    a = ctx.analyze_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: law_rate(d), over=over), DEPTHS)
+    codes = {f.message.code for f in a.invalid}
+    assert {"context.no_decode_interval", "context.hop_held"} <= codes
+    assert a.effect == "inconclusive" and a.effect_reason.code == "context.too_few_valid"
+    assert (a.effect_reason["hop_held"], a.effect_reason["client_late"]) == (True, False)

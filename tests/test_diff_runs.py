@@ -41,7 +41,9 @@ BATCHING = {1: 90.0, 2: 160.0, 4: 250.0, 8: 300.0}
 def test_seed_three_flat_lines() -> None:
     result = diff_runs(runs_of([seed_table_doc(a) for a in (SEED_OLD, SEED_NEW, SEED_CB8)]),
                        labels=["old", "new", "new CB=8"])
-    assert result.verdict == "no configuration batches: all lines flat"
+    assert result.verdict.code == "across.none_rises"
+    assert (result.verdict["batched"], result.verdict["unknown"]) == (False, ())
+    assert result.verdict == "no configuration batches: all lines flat"  # the sentence `diff` prints
     assert result.levels == (1, 2, 4, 8)
     assert [line.trend_from for line in result.lines] == ["computed"] * 3
     assert result.lines[0].ratio == pytest.approx(88.5 / 90.3)
@@ -50,7 +52,9 @@ def test_seed_three_flat_lines() -> None:
 def test_one_rising_line_is_named() -> None:
     result = diff_runs(runs_of([seed_table_doc(a) for a in (SEED_OLD, SEED_NEW, BATCHING)]),
                        labels=["old", "new", "fixed"])
-    assert result.verdict == "only fixed rises; flat: old, new"
+    assert result.verdict.code == "across.some_rise"
+    assert result.verdict["rising"] == ("fixed",) and result.verdict["flat"] == ("old", "new")
+    assert result.verdict["unknown"] == ()
     assert [line.label for line in result.rising] == ["fixed"]
 
 
@@ -89,8 +93,8 @@ def test_runs_own_trend_wins_over_the_computed_one() -> None:
 
 def test_inconclusive_line_is_reported() -> None:
     result = diff_runs(runs_of([seed_table_doc(SEED_OLD), seed_table_doc({2: 90.0, 4: 91.0})]), labels=["a", "b"])
-    assert result.verdict.startswith("no configuration batches: every decided line is flat")
-    assert "inconclusive" in result.verdict and "b" in result.verdict
+    assert result.verdict.code == "across.none_rises"
+    assert (result.verdict["batched"], result.verdict["unknown"]) == (False, ("b",))
 
 
 def test_arms_runs_use_the_cell_medians() -> None:
@@ -99,7 +103,8 @@ def test_arms_runs_use_the_cell_medians() -> None:
         cell["aggregate_tok_s"] = 64.0
     result = diff_runs(runs_of([flat, batched]), labels=["flat", "batched"])
     assert result.lines[1].aggregate_tok_s == {1: 64.0, 2: pytest.approx(69.76), 4: pytest.approx(88.96)}
-    assert result.verdict == "only batched rises; flat: flat"
+    assert result.verdict.code == "across.some_rise"
+    assert (result.verdict["rising"], result.verdict["flat"]) == (("batched",), ("flat",))
 
 
 def test_what_differs_between_runs_is_named() -> None:
@@ -107,7 +112,8 @@ def test_what_differs_between_runs_is_named() -> None:
             samples.staircase(serial=False)]
     result = diff_runs(runs_of(docs), labels=["a", "b", "c"])
     assert [line.config for line in result.lines] == ["—", "flag=--cb 8", "—"]
-    assert result.verdict == "only c rises; flat: a, b"
+    assert result.verdict.code == "across.some_rise"
+    assert (result.verdict["rising"], result.verdict["flat"]) == (("c",), ("a", "b"))
 
 
 def test_a_cluster_whose_aggregate_did_not_rise_is_named_by_its_own_verdict() -> None:
@@ -119,8 +125,13 @@ def test_a_cluster_whose_aggregate_did_not_rise_is_named_by_its_own_verdict() ->
     assert result.verdict == ("the runs' own verdicts: old staircase, new cluster; aggregate: no configuration's "
                               "aggregate rises: every decided line is flat; inconclusive (no N=1 point or one level "
                               "only): new")
+    assert result.verdict.code == "across.own_verdicts"
+    assert result.verdict["verdicts"] == (("old", "staircase"), ("new", "cluster"))
+    aggregate = result.verdict["aggregate"]
+    assert aggregate.code == "across.none_rises" and aggregate["batched"] and aggregate["unknown"] == ("new",)
     flat = samples.staircase(serial=True)
-    assert "no configuration batches" in diff_runs(runs_of([queued, flat]), labels=["a", "b"]).verdict
+    plain = diff_runs(runs_of([queued, flat]), labels=["a", "b"]).verdict
+    assert plain.code == "across.none_rises" and not plain["batched"]
 
 
 def test_the_diff_json_and_table_carry_each_runs_verdict(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from servecheck.analysis import interference as inf
+from servecheck.model.reason import Reason
 from functools import partial
 
 from factories import NEVER_LATE
@@ -97,8 +98,10 @@ def test_blocking_intrusions_read_blocking_by_cover_and_growth() -> None:
     assert e.gap_growth >= inf.PROPORTIONAL * e.prefill_growth
     assert v.chunk_tokens is None
     line = inf.sentence(v, inf.pool([inf.read_intrusion(blocking(s)) for s in (512, 2048, 8192)]), 2)
-    assert line.startswith("an 8,192-token prompt froze both other streams for 0.42 s (blocking)")
-    assert "with chunks of about 512 tokens the longest gap would be about" in line
+    assert line.code == "interference.headline_blocking"
+    assert line["size"] == 8192 and line["streams"] == 2 and line["longest_s"] == pytest.approx(0.42, abs=0.005)
+    assert line["chunk"] == inf.REFERENCE_CHUNK == 512 and line["would_s"] < line["longest_s"]
+    assert str(line).startswith("an 8,192-token prompt froze both other streams for 0.42 s (blocking)")
 
 
 def test_isolated_intrusions_read_isolated() -> None:
@@ -110,14 +113,14 @@ def test_isolated_intrusions_read_isolated() -> None:
 def test_a_prefill_too_cheap_to_see_is_inconclusive_and_says_what_would_decide() -> None:
     v = judged([blocking(s, per_token_ms=0.0005) for s in (512, 1024)])
     assert v.verdict == "inconclusive" and v.decided_by == "nothing"
-    assert "too cheap to see" in v.reason and "larger --prompt-sizes" in v.reason
+    assert v.reason.code == "interference.too_cheap" and v.reason["growth"] < inf.PREFILL_GROWTH_MIN
 
 
 def test_two_chunks_at_the_largest_size_cannot_be_told_from_one_step() -> None:
     """A chunk of 1024 with prompts of 512 and 2048: one step, then two; the gap covers about half the window."""
     v = judged([chunked(s, 1024) for s in (512, 2048)])
     assert v.verdict == "inconclusive", v.reason
-    assert "a larger prompt size would span more chunks" in v.reason
+    assert v.reason.code == "interference.undecided"
 
 
 def test_a_truncated_prompt_is_named_and_its_point_invalid() -> None:
@@ -125,16 +128,16 @@ def test_a_truncated_prompt_is_named_and_its_point_invalid() -> None:
     cut = inf.Intrusion(**{**{f: getattr(cut, f) for f in cut.__slots__}, "counted_tokens": 4096})  # type: ignore[arg-type]
     r = inf.read_intrusion(cut)
     assert not r.valid
-    assert any("counted 4096 prompt tokens of the 8192 sent: it truncates" in p for p in r.problems)
+    assert any(p.code == "interference.truncated" and p["counted"] == 4096 and p["sent"] == 8192 for p in r.problems)
     v = judged([blocking(512), cut])
-    assert v.verdict == "inconclusive" and "1 valid prompt size" in v.reason
+    assert v.verdict == "inconclusive" and v.reason.code == "interference.too_few_sizes" and v.reason["valid"] == 1
 
 
 def test_victims_that_queued_behind_each_other_are_named() -> None:
     one, two = steady(0, 30), steady(400, 30)
     r = inf.read_intrusion(Intrusion(prompt_tokens=512, send_ns=100 * MS, first_token_ns=150 * MS, end_ns=160 * MS,
                                          victims=(tuple(one), tuple(two))))
-    assert not r.valid and any("victims queued" in p for p in r.problems)
+    assert not r.valid and any(p.code == "interference.victims_queued" for p in r.problems)
 
 
 def test_an_intruder_that_waited_for_a_slot_is_named() -> None:
@@ -143,7 +146,7 @@ def test_an_intruder_that_waited_for_a_slot_is_named() -> None:
     r = inf.read_intrusion(Intrusion(prompt_tokens=512, send_ns=100 * MS, first_token_ns=340 * MS, end_ns=350 * MS,
                                          victims=tracks, server_slots=2))
     assert not r.valid
-    assert any("the intruder waited for a slot" in p and "advertises 2 slots" in p for p in r.problems)
+    assert any(p.code == "interference.waited_for_slot" and p["slots"] == 2 for p in r.problems)
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -241,23 +244,28 @@ def test_an_undecided_reason_names_the_smaller_size_share_that_ruled_out_isolate
     assert v.verdict == "inconclusive", v.reason
     e = v.evidence
     assert e is not None and e.share_hi == 0.0 and e.share_max > inf.ISOLATED_SHARE, e
-    assert f"(and {e.share_max:.0%} of a smaller size's)" in v.reason
+    assert v.reason.code == "interference.undecided" and v.reason["smaller_share"] == e.share_max
 
 
 def test_sizes_the_client_or_a_hop_left_unread_are_named_in_the_run_reason() -> None:
     """Fewer than two readable sizes: the run's reason says which were the client's doing and which a hop's,
     from the readings' flags, and points at the rest."""
-    def unread(size: int, *, client: bool = False, hop: bool = False, problem: str = "x") -> inf.Reading:
-        return inf.Reading(size, None, None, None, None, None, None, None, problems=(problem,), client_late=client,
+    def unread(size: int, *, client: bool = False, hop: bool = False, problem: str = "victim_silent") -> inf.Reading:
+        why = Reason(f"interference.{problem}")
+        return inf.Reading(size, None, None, None, None, None, None, None, problems=(why,), client_late=client,
                            hop_held=hop)
 
     late = inf.judge(inf.pool([unread(512, client=True), unread(2048, client=True), unread(8192, client=True)]))
     assert late.verdict == "inconclusive" and late.decided_by == "nothing"
-    assert "the client itself was late" in late.reason and "512, 2,048, 8,192 prompt tokens" in late.reason
-    assert "other sizes" not in late.reason
-    held = inf.judge(inf.pool([unread(512, hop=True), unread(2048, problem="a victim produced no tokens")]))
-    assert "a hop on the way" in held.reason and "at 512 prompt" in held.reason
-    assert "client" not in held.reason and "the problems of the other sizes" in held.reason
+    why = late.reason["unread"]
+    assert why.code == "interference.unread" and not why["others"]
+    assert [r.code for r in why["parts"]] == ["interference.unread_client_late"]
+    assert why["parts"][0]["sizes"] == (512, 2048, 8192)
+    assert "512, 2,048, 8,192 prompt tokens" in str(late.reason)
+    held = inf.judge(inf.pool([unread(512, hop=True), unread(2048, problem="no_window_gaps")]))
+    why = held.reason["unread"]
+    assert why["others"]
+    assert [(r.code, r["sizes"]) for r in why["parts"]] == [("interference.unread_hop_bursts", (512,))]
     # a size with one client-late rep and one rep that failed otherwise is not the client's alone
     mixed = inf.judge(inf.pool([unread(512, client=True), unread(512), unread(2048)]))
-    assert mixed.reason.endswith("see the problems named per size"), mixed.reason
+    assert mixed.reason["unread"].code == "interference.unread_elsewhere", mixed.reason

@@ -142,7 +142,7 @@ async def test_reps_are_kept_beside_each_pooled_point() -> None:
 
 
 def sent_early(rep: dict) -> bool:
-    return any(p.startswith(inf.SENT_EARLY) for p in rep["problems"])
+    return any(p.startswith("the intruder was sent before every victim was generating") for p in rep["problems"])
 
 
 async def test_an_intruder_sent_before_the_victims_generate_is_sent_again_after_the_wait_it_showed(

@@ -73,10 +73,11 @@ def test_counters_that_claim_every_hit_on_repeats_as_slow_as_a_fresh_prompt_are_
     long as a fresh prompt of equal length while a short prompt (what a hit costs) took 0.02x it."""
     v = decide_cache(_with_floor([0.40, 0.41, 0.40], [5999, 5999, 5999], 0.40, 0.008))
     assert (v.verdict, v.signal, v.decided_by_witness) == ("inert", "timing", False), v.reason
-    assert v.witness_contradicts == "every warm repeat had at least 100% of its prompt cached"
+    assert v.witness_contradicts is not None and v.witness_contradicts.code == "prefix_cache.counters_hit"
+    assert v.witness_contradicts["lowest"] == pytest.approx(5999 / P)
     assert v.warm_cached_fraction == pytest.approx(5999 / P)
-    assert "nothing was served from the cache" in v.reason
-    assert "the server's cache counters contradict the timing" in v.reason
+    assert v.reason.code == "prefix_cache.counters_contradict"
+    assert v.reason["timing"].code == "prefix_cache.as_slow_as_control"
     assert v.record().witness_contradicts == v.witness_contradicts
     assert decide_cache(_with_floor([0.40, 0.41, 0.40], [5999, 5999, 5999], 0.40, 0.008), counters_decide=False) == v
 
@@ -84,7 +85,7 @@ def test_counters_that_claim_every_hit_on_repeats_as_slow_as_a_fresh_prompt_are_
 def test_counters_that_agree_with_the_timing_corroborate_it():
     v = decide_cache(_with_floor([0.40, 0.01, 0.01], [0, 5999, 5999], 0.40, 0.008))
     assert (v.verdict, v.signal, v.decided_by_witness, v.witness_contradicts) == ("working", "timing", False, None)
-    assert "the cache counters agree" in v.reason
+    assert v.reason.code == "prefix_cache.counters_agree" and v.reason["counters"].code == "prefix_cache.counters_hit"
 
 
 def test_counters_break_a_tie_the_timing_leaves_open_and_say_so():
@@ -93,11 +94,11 @@ def test_counters_break_a_tie_the_timing_leaves_open_and_say_so():
     sends = _with_floor([0.02, 0.02, 0.02], [0, 5999, 5999], 0.02, 0.02)
     v = decide_cache(sends)
     assert (v.verdict, v.signal, v.decided_by_witness) == ("working", "counters", True), v.reason
-    assert v.reason.startswith("decided by the server's own cache counters; the timing alone was ambiguous")
+    assert v.reason.code == "prefix_cache.decided_by_counters"
     assert v.record().decided_by_witness is True
     stopwatch = decide_cache(sends, counters_decide=False)
     assert (stopwatch.verdict, stopwatch.decided_by_witness) == ("unknown", False)
-    assert "with --evidence stopwatch the counters do not decide" in stopwatch.reason
+    assert stopwatch.reason.code == "prefix_cache.counters_undecided" and stopwatch.reason["held_back"] is True
 
 
 def test_ratios_reported():
@@ -191,7 +192,8 @@ def test_a_first_send_read_late_is_no_reference():
     assert (blind.verdict, blind.warm_ttft_ratio) == ("working", 0.4)  # what the record prevents
     v = decide_cache(sends)
     assert (v.verdict, v.signal) == ("unknown", "none")
-    assert "late by up to 1500 ms reading the first send and the control" in v.reason
+    assert v.reason.code == "prefix_cache.reference_late"
+    assert (v.reason["late_ms"], v.reason["first"], v.reason["control"]) == (1500.0, True, True)
 
 
 def test_a_control_read_late_is_no_reference_either():
@@ -202,7 +204,8 @@ def test_a_control_read_late_is_no_reference_either():
     # what the record prevents
     assert decide_cache([replace(s, client_late_ms=0.0) for s in sends]).verdict == "working"
     v = decide_cache(sends)
-    assert v.verdict == "unknown" and "reading the control" in v.reason
+    assert v.verdict == "unknown" and v.reason.code == "prefix_cache.reference_late"
+    assert (v.reason["first"], v.reason["control"]) == (False, True)
 
 
 def test_a_late_send_that_cannot_change_the_verdict_stands():
@@ -210,7 +213,7 @@ def test_a_late_send_that_cannot_change_the_verdict_stands():
     are hits all the same, so the verdict stands and says what was read late."""
     v = decide_cache(_late(run([7.3, 0.2, 0.2], [None] * 3, 7.3, None), "repeat", 300.0))
     assert (v.verdict, v.signal) == ("working", "timing")
-    assert "read some sends late (up to 300 ms)" in v.reason
+    assert v.reason.code == "prefix_cache.late_kept" and v.reason["late_ms"] == 300.0
 
 
 def test_a_warm_repeat_read_late_is_left_out_and_the_rest_decide():
@@ -220,3 +223,14 @@ def test_a_warm_repeat_read_late_is_left_out_and_the_rest_decide():
     v = decide_cache(sends)
     assert (v.verdict, v.signal) == ("working", "timing"), v.reason
     assert v.warm_ttft_ratio == pytest.approx(0.2 / 7.3, rel=0.01)
+
+
+def test_repeats_as_slow_as_the_first_send_beside_a_slow_control_are_inert_against_the_first():
+    """No counters, the one control send slow (1.3x the repeats): the first send of the prompt is the
+    reference, and a short prompt at 0.02x it shows a hit would have been visible."""
+    sends = [*run([0.40, 0.41, 0.41], [None] * 3, 0.53, None, 2000), CacheSend("floor", 0.008, None, 32)]
+    v = decide_cache(sends)
+    assert (v.verdict, v.signal) == ("inert", "timing"), v.reason
+    assert v.reason.code == "prefix_cache.as_slow_as_first" and v.reason["no_counters"] is True
+    assert v.reason["floor_first_ratio"] == pytest.approx(0.02)
+    assert v.reason["control"] == pytest.approx(0.41 / 0.53)

@@ -68,7 +68,8 @@ def test_a_gap_the_clocks_cannot_resolve_is_never_a_group_boundary():
     known only to +-0.15 s it might be 0.45 s, inside the dead band, so the batch is inconclusive."""
     assert classify_batch([1.0, 1.6], 1.0, 2).group_sizes == (1, 1)
     unresolved = classify_batch([1.0, 1.6], 1.0, 2, uncertainty_s=0.15)
-    assert unresolved.verdict == "inconclusive" and "clocks of the client actors" in unresolved.reason
+    assert unresolved.verdict == "inconclusive" and unresolved.reason.code == "staircase.gap_ambiguous"
+    assert unresolved.reason["uncertainty_ratio"] == pytest.approx(0.15)
     assert group_finishes([1.0, 1.6], 1.0, 0.15).groups == ((1.0, 1.6),)
     # a gap beyond the threshold by more than the uncertainty still splits
     assert classify_batch([1.0, 2.0], 1.0, 2, uncertainty_s=0.15).verdict == "staircase"

@@ -53,3 +53,22 @@ def test_two_staircase_runs_are_read_side_by_side_and_one_is_not() -> None:
     assert both.side_by_side is not None
     assert [line.trend for line in both.side_by_side.lines] == ["flat", "rising"]
     assert read_report([flat]).side_by_side is None
+
+
+@pytest.mark.parametrize(
+    ("held", "limit", "word", "code"),
+    [
+        (None, "undetermined", "undetermined", None),
+        (8, "undetermined", "holds >= 8 (undetermined)", "run.holds_at_least"),
+        (4, "ttft", "holds 4 (ttft)", "run.holds"),
+    ],
+)
+def test_a_capacity_run_is_named_by_what_it_held(held: int | None, limit: str, word: str, code: str | None) -> None:
+    from servecheck.analysis.run_verdict import run_verdict
+    from servecheck.model.bodies.capacity import CapacityBody
+    from servecheck.model.reason import Reason
+    from servecheck.model.result import measured
+
+    said = run_verdict(measured("capacity", CapacityBody(max_concurrency=held, limit=limit)))  # type: ignore[arg-type]  # a str for a Limit
+    assert said == word
+    assert (said.code if isinstance(said, Reason) else None) == code

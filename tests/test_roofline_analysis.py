@@ -10,6 +10,7 @@ import pytest
 from servecheck.analysis import roofline as rl
 from servecheck.analysis.roofline import Span
 from servecheck.model.bodies.roofline import Ceiling
+from servecheck.model.reason import Reason
 
 SEED_BYTES = 1.849e9
 SEED_BW = Span(265.0, 315.0)
@@ -135,7 +136,10 @@ def test_analyse_the_seed() -> None:
     assert r.achieved_gb_s == pytest.approx(181.0, abs=0.5)
     assert (round(r.utilization.lo, 2), round(r.utilization.hi, 2)) == (0.57, 0.68)
     assert r.gate == "close" and r.valid and r.batch is None
-    assert r.headroom.ceiling_name == "typical moe ceiling 0.60-0.65"
+    name = r.headroom.ceiling_name
+    assert isinstance(name, Reason) and name.code == "roofline.typical_ceiling"
+    assert (name["kind"], name["lo"], name["hi"]) == ("moe", 0.60, 0.65)
+    assert r.speed_of_light.ceiling_name == rl.SPEED_OF_LIGHT
     assert r.target is not None and r.target.within_reach is False
     assert r.ceiling_record() == Ceiling(name="typical moe ceiling 0.60-0.65", utilization=(0.60, 0.65))
     assert r.headroom_record().speed_of_light_tok_s == pytest.approx((265e9 / 1.849e9, 315e9 / 1.849e9))
@@ -174,19 +178,20 @@ NO_CAVEAT = {"audited": True, "kv_counted": True, "kind_given": True, "batched":
 
 
 @pytest.mark.parametrize(
-    ("util", "flags", "says"),
+    ("util", "flags", "code", "values"),
     [
-        (Span(0.95, 1.13), {}, "utilization above 100%"),
-        (Span(0.10, 0.12), {}, "utilization below 15%"),
-        (Span(0.5, 0.6), {"audited": False, "kind_given": False}, "model kind assumed dense"),
-        (Span(0.5, 0.6), {"audited": False, "batched": True}, "batching ceiling without an audit"),
-        (Span(0.5, 0.6), {"kv_counted": False}, "KV cache not counted"),
-        (Span(0.5, 0.6), {"stream_tokens": 20, "asked_tokens": 40}, "stopped at 20 of 40 tokens"),
+        (Span(0.95, 1.13), {}, "roofline.above_bandwidth", {"limit": 1.0}),
+        (Span(0.10, 0.12), {}, "roofline.low_utilization", {"limit": 0.15}),
+        (Span(0.5, 0.6), {"audited": False, "kind_given": False}, "roofline.kind_assumed_dense", {}),
+        (Span(0.5, 0.6), {"audited": False, "batched": True}, "roofline.batch_unaudited", {}),
+        (Span(0.5, 0.6), {"kv_counted": False}, "roofline.kv_not_counted", {}),
+        (Span(0.5, 0.6), {"stream_tokens": 20, "asked_tokens": 40}, "roofline.short_stream",
+         {"tokens": 20, "asked": 40}),
     ],
 )
-def test_each_sanity_note(util: Span, flags: dict[str, Any], says: str) -> None:
+def test_each_sanity_note(util: Span, flags: dict[str, Any], code: str, values: dict[str, Any]) -> None:
     (note,) = rl.sanity_notes(util, **{**NO_CAVEAT, **flags})
-    assert says in note
+    assert note.code == code and {name: note[name] for name in values} == values
 
 
 @pytest.mark.parametrize(

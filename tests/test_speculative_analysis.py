@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from dataclasses import replace
 from functools import partial
 
 from servecheck.analysis import speculative as sp
+from servecheck.model.client import ClientLateness
+from servecheck.model.reason import Reason
 from factories import NEVER_LATE
 
 # A client that read every event on time (a hand-built stream has no client to be late).
@@ -88,7 +91,7 @@ def test_output_held_back_and_sent_with_the_next_token_is_not_a_step() -> None:
         times[i] = times[i + 1] - WRITE_NS
     g = sp.group_steps(Stream(tuple(times), tokens=len(times)))
     assert g.problem is None and set(g.steps) == {1}
-    assert "5 group(s) after about as many step times as tokens read as held-back output" in g.method
+    assert isinstance(g.method, Reason) and g.method.code == "speculative.split" and g.method["held"] == 5
 
 
 def spell(steps: list[int], slow: range, factor: float) -> list[int]:
@@ -112,7 +115,8 @@ def test_a_real_step_inside_a_slow_spell_is_not_held_back_output() -> None:
     assert est.tokens_per_step == 2.0 and est.verdict == "speculating"
     wide_mean = sum(g.steps_stream_wide) / len(g.steps_stream_wide)
     assert est.interval is not None and est.interval[0] < wide_mean  # the interval covers both readings
-    assert "covers both readings" in est.reason
+    assert est.reason.code == "speculative.both_readings" and est.reason["wide_mean"] == pytest.approx(wide_mean)
+    assert est.reason["mean"] == 2.0
 
 
 def test_a_catch_up_inside_a_slow_spell_is_still_two_steps() -> None:
@@ -134,19 +138,20 @@ def test_several_tokens_per_event_come_from_the_stream() -> None:
 
 
 @pytest.mark.parametrize(
-    ("build", "problem"),
+    ("build", "problem", "values"),
     [
-        (lambda: Stream((5_000_000,), tokens=256), "1 event(s): the server does not stream tokens"),
-        (lambda: Stream(arrivals([1] * 60)[:20:2], tokens=256), "does not say which event carried which"),
-        (lambda: stream([1] * 6), "too short to estimate"),
-        (lambda: stream([1] * 40, step_ns=50_000, write_ns=10), "one burst"),
+        (lambda: Stream((5_000_000,), tokens=256), "speculative.not_streamed", {"tokens": 256, "events": 1}),
+        (lambda: Stream(arrivals([1] * 60)[:20:2], tokens=256), "speculative.events_unsized", {"events": 10}),
+        (lambda: stream([1] * 6), "speculative.too_few_events", {"events": 7}),
+        (lambda: stream([1] * 40, step_ns=50_000, write_ns=10), "speculative.one_burst", {"max_gap_us": 50.0}),
         # a 3 ms gap after a 10 ms one: no late arrival (those sum to two steps) and no write inside a step
-        (lambda: stream([1] * 40, jitter=[-7_000_000, 0, 0]), "too noisy to group"),
+        (lambda: stream([1] * 40, jitter=[-7_000_000, 0, 0]), "speculative.too_noisy", {"client": False}),
     ],
 )
-def test_what_cannot_be_grouped_is_named(build: object, problem: str) -> None:
+def test_what_cannot_be_grouped_is_named(build: object, problem: str, values: dict[str, object]) -> None:
     g = sp.group_steps(build())  # type: ignore[operator]
-    assert g.problem is not None and problem in g.problem
+    assert isinstance(g.problem, Reason) and g.problem.code == problem
+    assert {name: g.problem[name] for name in values} == values
     assert not g.steps
 
 
@@ -173,30 +178,41 @@ def test_estimate_and_verdict(steps: list[int], verdict: str, mean: float) -> No
 
 
 def test_estimate_without_steps_names_why() -> None:
-    est = sp.estimate([sp.Grouping(problem="every event arrived within 1 µs")])
-    assert est.verdict == "inconclusive" and est.tokens_per_step is None and "every event arrived" in est.reason
+    burst = Reason("speculative.one_burst", max_gap_us=1.0)
+    est = sp.estimate([sp.Grouping(problem=burst)])
+    assert est.verdict == "inconclusive" and est.tokens_per_step is None
+    assert est.reason.code == "speculative.no_estimate" and est.reason["problem"] is burst and est.problems == (burst,)
 
 
 @pytest.mark.parametrize(
-    ("words", "kinds", "verdict", "because"),
+    ("words", "kinds", "verdict", "because", "values"),
     [
         # a draft that fails on open-ended text and works on repetition: speculating, from the kind that shows it
         (["not_speculating", "speculating"], ["unpredictable", "predictable"], "speculating",
-         "1 of 1 point(s) (predictable"),
-        (["speculating", "speculating"], ["predictable", "predictable"], "speculating", "2 of 2 point(s)"),
-        (["speculating", "inconclusive"], ["predictable", "predictable"], "speculating", "1 of 2 point(s)"),
+         "speculative.speculating_run", {"speculating": 1, "points": 1, "kind": "predictable"}),
+        (["speculating", "speculating"], ["predictable", "predictable"], "speculating", "speculative.speculating_run",
+         {"speculating": 2, "points": 2}),
+        (["speculating", "inconclusive"], ["predictable", "predictable"], "speculating", "speculative.speculating_run",
+         {"speculating": 1, "points": 2}),
         # one point alone does not make the run: its kind's other points must not read one token per step
-        (["not_speculating", "speculating"], ["predictable", "predictable"], "inconclusive", "points disagree"),
+        (["not_speculating", "speculating"], ["predictable", "predictable"], "inconclusive",
+         "speculative.points_disagree", {"speculating": 1, "one": 1, "undecided": 0}),
         # nor may it stand alone among undecided ones (less than half of its kind decided)
-        (["speculating", "inconclusive", "inconclusive"], ["predictable"] * 3, "inconclusive", "2 undecided"),
-        (["not_speculating", "not_speculating"], ["predictable", "unpredictable"], "not_speculating", "every point"),
-        (["not_speculating", "inconclusive"], ["predictable", "predictable"], "inconclusive", "reason inconclusive"),
+        (["speculating", "inconclusive", "inconclusive"], ["predictable"] * 3, "inconclusive",
+         "speculative.points_disagree", {"undecided": 2}),
+        (["not_speculating", "not_speculating"], ["predictable", "unpredictable"], "not_speculating",
+         "speculative.not_speculating_run", {}),
+        # else the first undecided point's own reason
+        (["not_speculating", "inconclusive"], ["predictable", "predictable"], "inconclusive", "speculative.steps_open",
+         {"lo": 1.0, "hi": 1.2}),
     ],
 )
-def test_run_verdict(words: list[str], kinds: list[str], verdict: str, because: str) -> None:
-    ests = [sp.Estimate(1.0, (1.0, 1.0), 10, 1, 1, w, f"reason {w}") for w in words]  # type: ignore[arg-type]
+def test_run_verdict(words: list[str], kinds: list[str], verdict: str, because: str, values: dict[str, object]) -> None:
+    spans = {"speculating": (1.5, 1.6), "not_speculating": (1.0, 1.0), "inconclusive": (1.0, 1.2)}
+    ests = [sp.Estimate(1.0, spans[w], 10, 1, 1, w, sp.judge(*spans[w])[1]) for w in words]  # type: ignore[arg-type]
     got, reason = sp.run_verdict(ests, kinds)
-    assert got == verdict and because in reason
+    assert got == verdict and reason.code == because
+    assert {name: reason[name] for name in values} == values
 
 
 @pytest.mark.parametrize(
@@ -222,26 +238,29 @@ def _point(rates: list[float], base: list[float] | None, extra_reps: int = 0) ->
 
 
 @pytest.mark.parametrize(
-    ("rates", "base", "extra", "undecided", "note"),
+    ("rates", "base", "extra", "undecided", "repeated"),
     [
-        ([82, 81, 83], [100, 101, 99], 0, False, None),  # decided at the planned reps: nothing added
-        ([150, 60, 120], [100, 101, 99], 0, True, None),  # straddles: another pair could decide it
-        ([150], [100, 101], 0, True, None),  # one stream: no interval yet
-        ([82, 81, 83], [100, 101, 99], 2, False, "decided after 2 more rep(s): the planned reps left it open"),
-        ([150, 60, 120], [100, 101, 99], 3, True, "still open after 3 more rep(s), the most --max-reps allowed"),
-        ([82, 81, 83], None, 0, False, None),  # no baseline: no pays / costs to repeat
+        ([82, 81, 83], [100, 101, 99], 0, False, False),  # decided at the planned reps: nothing added
+        ([150, 60, 120], [100, 101, 99], 0, True, False),  # straddles: another pair could decide it
+        ([150], [100, 101], 0, True, False),  # one stream: no interval yet
+        ([82, 81, 83], [100, 101, 99], 2, False, True),  # decided after 2 more reps: the planned ones left it open
+        ([150, 60, 120], [100, 101, 99], 3, True, True),  # still open after 3 more, the most --max-reps allowed
+        ([82, 81, 83], None, 0, False, False),  # no baseline: no pays / costs to repeat
     ],
 )
 def test_an_undecided_pays_is_the_analysis_answer_and_its_reason_counts_the_extra_reps(
-        rates: list[float], base: list[float] | None, extra: int, undecided: bool, note: str | None) -> None:
+        rates: list[float], base: list[float] | None, extra: int, undecided: bool, repeated: bool) -> None:
     point = _point(rates, base, extra)
     assert sp.pays_undecided(point) is undecided
     record = point.record()
     assert record.extra_reps == (None if base is None else extra)
-    if note is None:
-        assert record.pays_reason is None or "more rep(s)" not in record.pays_reason
+    reason = record.pays_reason
+    if not repeated:
+        assert reason is None or (isinstance(reason, Reason) and reason.code != "speculative.repeated")
     else:
-        assert record.pays_reason is not None and record.pays_reason.endswith(f"({note})")
+        assert isinstance(reason, Reason) and reason.code == "speculative.repeated"
+        assert (reason["extra_reps"], reason["still_open"]) == (extra, undecided)
+        assert point.paid is not None and reason["pays_reason"] is not None
 
 
 @pytest.mark.parametrize(
@@ -266,7 +285,8 @@ def test_server_counters_give_one_plus_accepted_per_step() -> None:
     assert sp.check_counters([s], est).agrees is True
     far = sp.Estimate(1.2, (1.16, 1.24), 100, 1, 1, "speculating", "")
     check = sp.check_counters([s], far)
-    assert check.agrees is False and "DISAGREES" in check.note
+    assert check.agrees is False and check.note.code == "speculative.counters_disagree"
+    assert check.note["off"] == pytest.approx(1.2 / 2.0 - 1)
 
 
 def test_no_counters_is_said_not_guessed() -> None:
@@ -285,7 +305,7 @@ def test_vllm_counters_give_one_plus_accepted_per_draft() -> None:
     agree = sp.check_counters([], est, d)
     assert agree.server_tokens_per_step == 2.5 and agree.agrees is True and agree.acceptance == 0.5
     off = sp.check_counters([], est, sp.MetricDeltas(drafts=40, draft_tokens=120, accepted=120))
-    assert off.agrees is False and "DISAGREES" in off.note and "the stopwatch decides" in off.note
+    assert off.agrees is False and off.note.code == "speculative.counters_disagree" and off.note["server"] == 4.0
     assert est.verdict == "speculating"  # the witness changed no verdict
 
 
@@ -299,7 +319,8 @@ def test_counters_over_more_requests_than_the_estimate_read_are_not_compared() -
     assert (est.streams, est.grouped, est.tokens_per_step) == (2, 1, pytest.approx(2.0))
     check = sp.check_counters([], est, sp.MetricDeltas(drafts=40, draft_tokens=120, accepted=80))
     assert check.server_tokens_per_step == pytest.approx(3.0)
-    assert check.agrees is None and "reads 1 of them" in check.note and "not compared" in check.note
+    assert check.agrees is None and check.note.code == "speculative.counters_not_compared"
+    assert (check.note["grouped"], check.note["streams"]) == (1, 2)
     whole = sp.estimate([sp.group_steps(stream([3] * 40))])
     assert sp.check_counters([], whole, sp.MetricDeltas(drafts=40, draft_tokens=120, accepted=80)).agrees is True
 
@@ -320,7 +341,7 @@ def test_a_late_arrival_is_two_steps_not_noise_and_not_a_pair() -> None:
     in the band made the stream "too noisy to group"."""
     g = sp.group_steps(stream([1] * 40, jitter=[6_000_000, -6_000_000, 0, 0]))
     assert g.problem is None, g.problem
-    assert set(g.steps) == {1} and "late arrival(s)" in g.method
+    assert set(g.steps) == {1} and isinstance(g.method, Reason) and g.method["late"] > 0
     assert sp.late_arrivals([16, 4, 10, 10], 10) == frozenset({1})
 
 
@@ -335,4 +356,41 @@ def test_a_speculative_steps_late_second_token_is_not_a_late_arrival() -> None:
         t += late
     g = sp.group_steps(Stream(arrivals_ns=tuple(out), tokens=len(out)))
     assert sp.late_arrivals([b - a for a, b in zip(out[1:], out[2:])], STEP_NS) == frozenset()
-    assert g.problem is not None and "too noisy to group" in g.problem
+    assert isinstance(g.problem, Reason) and g.problem.code == "speculative.too_noisy"
+
+
+def test_a_client_that_cannot_vouch_for_half_a_step_is_named() -> None:
+    """A meter that reads on time only to 6 ms cannot tell 10 ms steps from reads late by half a step; no
+    meter at all cannot vouch for anything."""
+    times = arrivals([1] * 40)
+    meter = ClientLateness(tick_ns=4_000_000, floor_ns=2_000_000, from_ns=0, to_ns=times[-1])
+    coarse = sp.group_steps(sp.Stream(arrivals_ns=times, tokens=len(times), lateness=meter))
+    assert coarse.problem_code == "client_coarse" and isinstance(coarse.problem, Reason)
+    assert coarse.problem.code == "speculative.client_coarse" and coarse.problem["resolution_ms"] == 6.0
+    unmetered = sp.group_steps(sp.Stream(arrivals_ns=times, tokens=len(times)))
+    assert unmetered.problem_code == "client_no_meter" and isinstance(unmetered.problem, Reason)
+    assert list(unmetered.problem.codes()) == ["speculative.client_unvouched", "run.vouch"]
+
+
+def test_nothing_to_judge_is_named() -> None:
+    assert sp.run_verdict([]) == ("inconclusive", Reason("speculative.no_point"))
+    assert sp.run_verdict([])[1].code == "speculative.no_point"
+    assert sp.stops_paying({})[1].code == "speculative.no_baseline"
+    counted = Stream((), tokens=257, draft_n=512, draft_accepted=128, server_generated=257)
+    nothing = sp.estimate([])
+    assert nothing.reason.code == "speculative.no_estimate" and nothing.reason["problem"] is None
+    note = sp.check_counters([counted], nothing).note
+    assert note.code == "speculative.counters_alone" and note["server"] == pytest.approx(2.0)
+
+
+def test_a_hop_leaves_every_decided_point_and_the_run_undecided() -> None:
+    point = sp.analyse_point(1, "predictable", [stream([2] * 40)], failed=0, rates=[], aggregates=[],
+                             baseline_rates=None)
+    assert point.estimate.verdict == "speculating"
+    held = replace(point, coalesced=1)
+    run = sp.analyse_run([held], with_baseline=False)
+    assert run.verdict == "inconclusive" and run.reason.code == "speculative.run_behind_a_hop"
+    assert run.reason["points_read"].code == "speculative.speculating_run" and run.reason["streams"] == 1
+    (left,) = sp.behind_a_hop([held])
+    assert left.estimate.verdict == "inconclusive" and left.estimate.reason.code == "speculative.point_behind_a_hop"
+    assert left.estimate.reason["alone"] is point.estimate.reason

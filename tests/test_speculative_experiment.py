@@ -63,7 +63,8 @@ def test_only_the_undecided_point_is_measured_again_until_it_decides() -> None:
     assert pred.paid is not None and pred.paid.verdict == "costs"
     assert pred.extra_reps == 1 and pred.estimate.streams == 3
     assert pred.paid.interval is not None and pred.paid.interval[1] < 1 - FIGURE_FRAC  # what decided it
-    assert "decided after 1 more rep(s)" in pred.paid.reason
+    assert pred.paid.reason.code == "speculative.repeated"
+    assert (pred.paid.reason["extra_reps"], pred.paid.reason["still_open"]) == (1, False)
     # the extra rep keeps the alternation: the target first on even reps
     assert reps_run(result, "predictable") == [(0, "target"), (0, "baseline"), (1, "baseline"), (1, "target"),
                                               (2, "target"), (2, "baseline")]
@@ -90,7 +91,8 @@ def test_a_point_that_never_decides_stops_at_the_bound() -> None:
         assert point.paid is not None and point.paid.verdict == "inconclusive", kind
         assert point.extra_reps == MAX_REPS_FACTOR * 2 - 2
         assert len(reps_run(result, kind)) == 2 * MAX_REPS_FACTOR * 2  # target and baseline, every rep
-        assert "still open after 2 more rep(s), the most --max-reps allowed" in point.paid.reason
+        assert point.paid.reason.code == "speculative.repeated"
+        assert (point.paid.reason["extra_reps"], point.paid.reason["still_open"]) == (2, True)
 
 
 def test_max_reps_bounds_the_repetition_and_at_the_planned_reps_turns_it_off() -> None:
@@ -101,7 +103,9 @@ def test_max_reps_bounds_the_repetition_and_at_the_planned_reps_turns_it_off() -
     assert [p.extra_reps for p in three.points()] == [1, 1] and three.max_reps == 3
     off = run(alternating(), reps=2, max_reps=2, target=FakeServer(token_s=flat(0.007)))
     assert [p.extra_reps for p in off.points()] == [0, 0] and len(off.batches) == 8
-    assert all(p.paid is not None and "more --reps" in p.paid.reason and "--max-reps" not in p.paid.reason
+    # undecided at the planned reps and not repeated: the reason asks for more --reps, no extra rep is named
+    assert all(p.paid is not None and p.paid.reason.code in ("speculative.pays_open", "speculative.baseline_zero",
+                                                            "speculative.too_few_streams")
                for p in off.points())
     below = run(alternating(), reps=2, max_reps=1, target=FakeServer(token_s=flat(0.007)))
     assert below.max_reps == 2 and len(below.batches) == 8  # never below the planned reps

@@ -274,7 +274,8 @@ def test_reps_give_median_and_range_and_disagreement_is_inconclusive():
     base = a.points[0].aggregate
     assert base.median == pytest.approx(512 / 1.1) and base.lo == pytest.approx(512 / 1.2)
     assert a.points[1].verdict == "inconclusive"
-    assert "disagree" in a.points[1].reason
+    assert a.points[1].reason.code == "staircase.reps_disagree"
+    assert a.points[1].reason["verdicts"] == ("cluster", "staircase", "cluster")
     assert a.points[1].finish_s == pytest.approx((1.1, 1.15))
 
 
@@ -295,7 +296,9 @@ def test_unequal_lengths_on_a_serial_server_do_not_read_as_a_cluster():
     assert sc.classify_batch(ends, 1.0, 2).verdict == "cluster"  # what the times alone say
     a = sc.analyze_staircase(run, tokens_requested=512)
     assert a.points[1].verdict == "inconclusive"
-    assert "output lengths differ" in a.points[1].reason and "cluster" in a.points[1].reason
+    reason = a.points[1].reason
+    assert reason.code == "staircase.doubted" and reason["looked"] == "cluster"
+    assert reason["why"].code == "staircase.lengths_differ" and reason["why"]["off"] == ((1, 40),)
     assert a.verdict == "inconclusive" and not a.valid
 
 
@@ -303,7 +306,7 @@ def test_skewed_release_makes_the_batch_inconclusive():
     run = [_batch(1, [1.0]), _batch(2, [1.0, 2.0], skew_s=0.3)]
     a = sc.analyze_staircase(run, tokens_requested=512)
     assert a.points[1].verdict == "inconclusive"
-    assert "did not start together" in a.points[1].reason
+    assert "staircase.not_together" in set(a.points[1].reason.codes())
     assert {f.code for f in a.invalid} == {"dispatch_skew"}
 
 
@@ -335,7 +338,7 @@ def test_points_that_no_slot_count_explains_give_no_run_verdict(points, verdict)
     a = sc.analyze_staircase(run, tokens_requested=512)
     assert a.verdict == verdict, a.verdict_reason
     if verdict == "inconclusive":
-        assert "disagree" in a.verdict_reason
+        assert a.verdict_reason.code == "staircase.points_disagree"
 
 
 lengths = st.lists(st.sampled_from([512, 512, 512, 480, 300, 40]), min_size=7, max_size=7)
@@ -430,7 +433,7 @@ def test_a_first_finish_that_leaves_room_withholds_flat_unless_the_point_is_a_qu
     got, reason = sc.classify_trend(ratios, own_bound=bound, verdicts={2: "staircase", 4: "staircase"})
     assert got == "flat", reason
     got, reason = sc.classify_trend(ratios, own_bound=bound, verdicts={2: "inconclusive", 4: "staircase"})
-    assert got == "inconclusive" and "leave room for a gain up to 1.44x" in reason
+    assert got == "inconclusive" and reason.code == "staircase.flat_with_room" and reason["bound"] == 1.44
     got, _ = sc.classify_trend(ratios, own_bound=bound)
     assert got == "inconclusive"
 
@@ -451,7 +454,8 @@ def test_an_aggregate_the_client_cannot_resolve_to_two_percent_says_so():
     assert loose.points[-1].verdict == "cluster" and loose.valid
     assert abs(loose.aggregate_error_frac[4] - 0.025) < 1e-9 and abs(loose.aggregate_error_frac[1] - 0.01) < 1e-9
     finding = next(f for f in loose.warnings if f.code == "aggregate_client_bound")
-    assert "N=4 to +-2.5%" in finding.message and "N=1" not in finding.message and "--workers" in finding.hint
+    assert finding.message.code == "staircase.aggregate_client_bound"
+    assert [n for n, _ in finding.message["loose"]] == [4] and "--workers" in str(finding.hint)
     tight = sc.analyze_staircase(run, tokens_requested=512, client_checks=[check(1, 2.0), check(4, 2.0)])
     assert not any(f.code == "aggregate_client_bound" for f in tight.warnings)
 

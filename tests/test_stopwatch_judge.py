@@ -10,6 +10,7 @@ from servecheck.analysis import staircase as sc
 from servecheck.model.records import NS_PER_S, GaugeSample, RequestRecord, ServerGauges
 from factories import batch, lateness_s, measured_batch, queue, request_ns, request_s
 from servecheck.analysis.transit import hop_hold_ns
+from servecheck.model.reason import Reason
 
 TOKENS = 64
 PREFILL_S = 0.05
@@ -27,6 +28,17 @@ def _finished(finishes_s: list[float]) -> list[RequestRecord]:
 
 def _queue(durations_s: list[float]) -> list[RequestRecord]:
     return queue(durations_s, prefill_s=PREFILL_S, tokens=TOKENS)
+
+
+def _inner(reason: Reason, code: str) -> Reason:
+    """The reason with this code: `reason` itself, or the first one inside its values."""
+    if reason.code == code:
+        return reason
+    for _, value in reason.values:
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, Reason) and code in set(item.codes()):
+                return _inner(item, code)
+    raise AssertionError(f"{code} is not in {reason!r}")
 
 
 def _batch_of(n: int, duration_s: float, stagger_s: float = 0.02) -> list[RequestRecord]:
@@ -68,7 +80,11 @@ def test_gauges_that_claim_all_at_once_do_not_hide_a_clean_queue() -> None:
     found = {f.code: f for f in run.warnings}
     assert "witness_contradicts" in found
     message = found["witness_contradicts"].message
-    assert "all 4 ran at once" in message and "one at a time" in message and "do not describe its schedule" in message
+    assert message.code == "staircase.witness_contradicts" and message["aside"] is None
+    assert message["sources"] == ("server_gauges",) and message["where"] == ((2, 0), (4, 0))
+    stood = message["stood"]
+    assert stood.code == "staircase.witnesses_stood_against" and stood["n"] == 4
+    assert "all 4 ran at once" in str(stood["said"][0]) and "staircase.queue" in set(stood["reason"].codes())
 
 
 def test_honest_gauges_corroborate_the_same_queue_and_raise_no_finding() -> None:
@@ -84,7 +100,8 @@ def test_a_cluster_from_the_finishes_alone_is_withheld_by_a_contradicting_witnes
     records = _finished([2.1 + 0.01 * i for i in range(4)])
     run = _run([*_singles(2.0), measured_batch(4, records, gauges=_honest_queue(4))])
     assert run.points[-1].verdict == "inconclusive"
-    assert "the completion times say cluster" in run.points[-1].reason
+    reason = run.points[-1].reason
+    assert reason.code == "staircase.witness_disagrees" and reason["times_verdict"] == "cluster"
 
 
 def test_windows_that_overlap_confirm_a_cluster_against_a_lying_witness() -> None:
@@ -131,7 +148,8 @@ def test_windows_that_contradict_the_finishes_make_the_batch_inconclusive() -> N
     records = [_stream(0, PREFILL_S, 2.0), _stream(1, 0.1, 4.0), _stream(2, 4.05, 6.0), _stream(3, 6.05, 8.0)]
     v = _run([*_singles(single), measured_batch(4, records)]).points[-1].batches[0].verdict
     assert v.verdict == "inconclusive"
-    assert v.times_verdict == "staircase" and "generating" in v.reason
+    assert v.times_verdict == "staircase" and v.reason.code == "staircase.windows_disagree"
+    assert v.reason["windows"] == v.windows.description and v.reason["times_verdict"] == "staircase"
 
 
 def test_degenerate_windows_read_in_one_burst_show_nothing() -> None:
@@ -153,7 +171,9 @@ def test_a_verdict_the_server_decided_says_so_in_words() -> None:
     run = _run(_ambiguous_queue_with_gauges())
     assert run.verdict == "staircase"
     assert run.decided_by_witness and run.points[-1].decided_by_witness
-    assert "decided by the server's own gauges; the completion times alone were ambiguous" in run.verdict_reason
+    assert run.verdict_reason.code == "staircase.run_at"
+    decided = _inner(run.verdict_reason, "staircase.witnesses_decide")
+    assert decided["sources"] == ("server_gauges",)
 
 
 def test_evidence_stopwatch_forbids_the_witness_from_deciding() -> None:
@@ -188,13 +208,17 @@ def test_lying_gauges_that_decided_another_n_do_not_withhold_a_clean_staircase()
     v = two.batches[0].verdict
     assert (two.n, two.verdict, two.decided_by_witness) == (2, "inconclusive", False)
     assert (v.verdict, v.times_verdict, v.decided_by_witness, v.evidence) == ("inconclusive", "inconclusive", False, ())
-    assert v.overruled_by == ("N=4 rep 1 staircase",)
+    assert [(o.code, o["n"], o["rep"], o["verdict"]) for o in v.overruled_by] == [
+        ("staircase.batch_named", 4, 0, "staircase")]
     assert [(w.source, w.schedule) for w in v.contradicted_by] == [("server_gauges", "cluster")]
-    assert "set aside" in v.reason and "decided by the server's own gauges" in v.reason
+    assert v.reason.code == "staircase.set_aside" and v.reason["verdict"] == "cluster"
+    assert v.reason["was"].code == "staircase.witnesses_decide" and v.reason["was"]["sources"] == ("server_gauges",)
     found = {f.code: f.message for f in run.warnings}
-    assert "N=2 rep 1" in found["witness_contradicts"] and "N=4 rep 1" in found["witness_contradicts"]
-    assert "they decided cluster where the completion times were ambiguous" in found["witness_contradicts"]
-    assert "set aside" in found["witness_contradicts"]
+    message = found["witness_contradicts"]
+    assert message.code == "staircase.witness_contradicts" and message["where"] == ((2, 0), (4, 0))
+    aside = message["aside"]
+    assert aside.code == "staircase.witnesses_set_aside" and (aside["n"], aside["rep"]) == (2, 0)
+    assert aside["schedule"] == "cluster" and aside["overruled_by"] == v.overruled_by
     assert v.record().overruled_by == ("N=4 rep 1 staircase",)  # and so in the document
     stopwatch = _lying_run(witnesses_decide=False)
     assert (stopwatch.verdict, stopwatch.points[1].verdict) == (run.verdict, two.verdict)
@@ -207,9 +231,10 @@ def test_a_rep_the_gauges_decided_does_not_withhold_the_points_stopwatch_verdict
                 _ambiguous(4, [2.0, 3.0, 5.0, 7.0], _lying(4, readings=30), rep=1)])
     point = run.points[-1]
     assert point.verdict == "staircase", point.reason
-    assert "1 of 2 reps staircase, the rest inconclusive" in point.reason
+    assert point.reason.code == "staircase.reps_some"
+    assert (point.reason["decided"], point.reason["reps"], point.reason["verdict"]) == (1, 2, "staircase")
     assert point.evidence == ("completion_times", "generation_windows")
-    assert point.batches[1].verdict.overruled_by == ("N=4 rep 1 staircase",)
+    assert [(o["n"], o["rep"], o["verdict"]) for o in point.batches[1].verdict.overruled_by] == [(4, 0, "staircase")]
     assert run.verdict == "staircase" and "witness_contradicts" in {f.code for f in run.warnings}
 
 
@@ -228,8 +253,9 @@ def test_a_witness_decision_set_aside_at_the_top_leaves_only_its_own_point_undec
     reps may decide it), not `the points disagree`."""
     run = _run([*_singles(2.0), measured_batch(2, _queue([2.0, 2.0]), gauges=_lying(2)),
                 _ambiguous(4, [2.0, 3.0, 5.0, 7.0], _lying(4, readings=30)), *_singles(2.0)])
-    assert run.verdict == "inconclusive" and "points disagree" not in run.verdict_reason, run.verdict_reason
-    assert "set aside" in run.verdict_reason
+    codes = set(run.verdict_reason.codes())
+    assert run.verdict == "inconclusive" and "staircase.points_disagree" not in codes, run.verdict_reason
+    assert "staircase.set_aside" in codes
     assert run.points[1].verdict == "staircase"
     assert sc.needs_more(run)[0] == [4]
 
@@ -242,12 +268,13 @@ def test_a_cluster_the_client_could_have_faked_sets_no_witness_aside() -> None:
     four = run.points[-1].batches[0].verdict
     assert (four.verdict, four.stopwatch_clean) == ("cluster", False)
     assert run.points[1].decided_by_witness and run.points[1].batches[0].verdict.overruled_by == ()
-    assert run.verdict == "inconclusive" and "the points disagree" in run.verdict_reason
+    assert run.verdict == "inconclusive" and run.verdict_reason.code == "staircase.points_disagree"
+    assert run.verdict_reason["seen"] == ((2, "staircase"), (4, "cluster"))
 
 
 def test_stopwatch_verdicts_that_disagree_with_each_other_still_withhold_the_run() -> None:
     run = _run([*_singles(2.0), measured_batch(2, _batch_of(2, 2.1)), measured_batch(4, _queue([2.0] * 4))])
-    assert run.verdict == "inconclusive" and "the points disagree" in run.verdict_reason
+    assert run.verdict == "inconclusive" and run.verdict_reason.code == "staircase.points_disagree"
 
 
 # --- the trend of a queue is measured inside its own batch ----------------------------------
@@ -263,7 +290,8 @@ def test_a_queue_is_flat_against_its_own_first_finish_when_the_reference_wandere
     assert run.trend == "flat", run.trend_reason
     assert run.trend_by_schedule == (2, 4)
     assert run.prefill_gain_bound == pytest.approx(4.7 / (4.7 - PREFILL_S), rel=1e-3)
-    assert "generated alone" in run.trend_reason
+    assert run.trend_reason.code == "staircase.flat_by_schedule" and run.trend_reason["ns"] == (2, 4)
+    assert run.trend_reason["could"].code == "staircase.prefill_bound"
 
 
 def _pipelined(durations_s: list[float], prefill_s: float, gap_s: float) -> list[RequestRecord]:
@@ -293,7 +321,7 @@ def test_a_queue_that_prefills_during_the_request_before_is_flat_by_what_its_sta
     assert run.hidden_prefill_gain[4] == pytest.approx(1 + 3 * (0.18 - 0.013 + 0.0015) / (0.18 + 3.87 + 3 * 0.013),
                                                       rel=1e-3)
     assert run.trend == "flat" and run.trend_by_schedule == (2, 4), run.trend_reason
-    assert "the prefill done while the request before was generating gained at most" in run.trend_reason
+    assert run.trend_reason["could"].code == "staircase.prefill_gained" and run.trend_reason["could"]["ns"] == (2, 4)
 
 
 def test_a_late_first_token_counts_as_prefill_hidden() -> None:
@@ -412,11 +440,12 @@ def test_the_prefix_cache_by_timing_alone(first, warm, control, floor, verdict) 
 
 def test_inert_against_the_first_send_says_which_reference_decided() -> None:
     got = decide_cache(_sends(0.40, 0.41, 0.53, 0.008))
-    assert "of the first send of the same prompt" in got.reason and "0.02x it" in got.reason, got.reason
-    assert "the one control send took 1.29x the repeats' time" in got.reason, got.reason
+    said = str(got.reason)  # the prefix cache's words (analysis.cache), as said
+    assert "of the first send of the same prompt" in said and "0.02x it" in said, said
+    assert "the one control send took 1.29x the repeats' time" in said, said
     floor_close = decide_cache(_sends(0.05, 0.05, 0.07, 0.04))
     assert floor_close.verdict == "unknown"
-    assert "a short prompt took 0.80x the first send's time too" in floor_close.reason, floor_close.reason
+    assert "a short prompt took 0.80x the first send's time too" in str(floor_close.reason), floor_close.reason
 
 
 def test_a_queue_with_a_long_prefill_is_not_read_as_flat_from_its_schedule() -> None:

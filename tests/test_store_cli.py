@@ -71,7 +71,7 @@ def test_show_every_kind(db: Path, run: str, capsys: pytest.CaptureFixture[str])
     assert run_cli(["show", run, "--db", str(db)]) == 0
     docs = samples.all_kinds()
     word = run_verdict(from_doc(docs[-1 if run == "last" else int(run) - 1]))
-    assert word is not None and word.split(" at ")[0] in capsys.readouterr().out
+    assert word is not None and str(word).split(" at ")[0] in capsys.readouterr().out
 
 
 def test_show_json_to_stdout_is_the_saved_document(db: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from servecheck.analysis import arms as A
 from servecheck.analysis.transit import bursts, hop_hold_ns
+from servecheck.model.reason import Reason
 
 MS = 1_000_000
 
@@ -55,8 +56,9 @@ def test_an_arms_rep_a_hop_held_is_left_out_and_named() -> None:
     held = [replace(c, hop_held_ms=3000.0) if (c.rep, c.concurrency) == (1, 4) else c for c in cells]
     result = A.analyse(held)
     assert result.arm(4).aggregate_speedup is not None and result.arm(4).aggregate_speedup.n == 3
-    assert any("coalesced in transit" in w.message and "3000 ms" in w.message for w in result.warnings)
+    assert any(isinstance(w.message, Reason) and w.message.code == "arms.hop_held" and w.message["held_ms"] == 3000.0
+               for w in result.warnings)
     # a hold no label can feel is kept, and said
     small = A.analyse([replace(c, hop_held_ms=5.0) if (c.rep, c.concurrency) == (1, 4) else c for c in cells])
     assert small.arm(4).aggregate_speedup is not None and small.arm(4).aggregate_speedup.n == 4
-    assert any("held by a hop" in w.message and "kept" in w.message for w in small.warnings)
+    assert any(isinstance(w.message, Reason) and w.message.code == "arms.late_kept" for w in small.warnings)

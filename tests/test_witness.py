@@ -250,3 +250,40 @@ def test_a_gauge_probe_that_got_no_answer_is_asked_again_at_the_next_batch():
     for _ in range(GAUGE_PROBE_TRIES + 2):
         assert asyncio.run(mute.gauge_source()) is None
     assert len(asked) == GAUGE_PROBE_TRIES  # bounded: a server that never answers is not asked forever
+
+
+# ---------------------------------------------------------------- what analysis.witness reads off the witnesses
+
+
+def _gauges(running: list[int], waiting: list[int | None]) -> ServerGauges:
+    samples = tuple(GaugeSample(k * 200_000_000, r, w) for k, (r, w) in enumerate(zip(running, waiting)))
+    return ServerGauges("vllm /metrics", 0.2, samples)
+
+
+def test_the_gauges_read_as_a_schedule() -> None:
+    from servecheck.analysis.witness import gauge_reading
+
+    partial = gauge_reading(_gauges([1, 2, 2], [3, 2, 2]), 4)
+    assert partial is not None and (partial.schedule, partial.slots) == ("partial", 2)
+    assert partial.description.code == "witness.gauges_partial" and partial.description["slots"] == 2
+    seen = partial.description["seen"]
+    assert (seen.code, seen["running"], seen["waiting"], seen["readings"]) == ("witness.gauges_seen", 2, 3, 3)
+    assert str(partial.description) == ("vllm /metrics: at most 2 running, up to 3 waiting over 3 readings: 2 at once, "
+                                        "the rest waited")
+    queue = gauge_reading(_gauges([1, 1, 1], [1, 0, 0]), 2)
+    assert queue is not None and queue.description.code == "witness.gauges_staircase"
+    batch = gauge_reading(_gauges([1, 2, 2], [1, 0, 0]), 2)
+    assert batch is not None and batch.description.code == "witness.gauges_cluster" and batch.description["admitted"]
+
+
+def test_a_busy_client_machine_is_said_with_its_numbers() -> None:
+    from servecheck.analysis.witness import busy_words
+    from servecheck.model.records import ClientNoise
+
+    assert busy_words([None, ClientNoise(cpus=4, load_avg_1m=1.0, steal_frac=0.01, loop_lag_p99_ms=1.0)]) is None
+    busy = busy_words([ClientNoise(cpus=2, load_avg_1m=1.9, steal_frac=0.12, loop_lag_p99_ms=2.0)])
+    assert busy is not None and busy.code == "witness.busy"
+    assert [p.code for p in busy["parts"]] == ["witness.busy_load", "witness.busy_steal"]
+    assert busy["parts"][1]["steal"] == 0.12
+    assert str(busy) == ("the machine was busy: load 1.9 on 2 cores, 12% of CPU time stolen (a server on this machine "
+                         "counts in the load too)")

@@ -17,8 +17,9 @@ from servecheck.errors import UsageError
 from servecheck.model.bodies.arms import ArmsBody
 from servecheck.model.bodies.common import Request
 from servecheck.model.bodies.staircase import StaircaseBody
+from servecheck.model.reason import Reason, twin
 from servecheck.model.result import RunResult
-from servecheck.model.sidebyside import DIFFABLE, Diff, Line, config_notes, label_for, marks_of
+from servecheck.model.sidebyside import DIFFABLE, Diff, Line, config_notes, label_for, marks_of, numbered_label
 
 # Within 10% across levels the per-stream rate is "constant" (seed 000: ~95-98 on every line).
 PER_STREAM_STEADY = 1.10
@@ -71,35 +72,41 @@ def trend_of_levels(aggregates: Mapping[int, float]) -> str:
 BATCHED_VERDICTS = ("cluster", "partial")  # a staircase run's own words for requests served together
 
 
-def verdict_across(trends: Sequence[tuple[str, str]], verdicts: Sequence[tuple[str, str | None]] = ()) -> str:
+def verdict_across(trends: Sequence[tuple[str, str]], verdicts: Sequence[tuple[str, str | None]] = ()) -> Reason:
     """Which configurations batch, from each line's (label, trend), led by the staircase runs' own verdicts
     where the aggregates alone would tell another story: a run that read `cluster` batched whether or not
     its aggregate rose, and one that read `staircase` queued whatever its aggregate did."""
-    said = [(label, v) for label, v in verdicts if v is not None]
+    said = tuple((label, v) for label, v in verdicts if v is not None)
     batched = [label for label, v in said if v in BATCHED_VERDICTS]
     trend_of = dict(trends)
     if any((v in BATCHED_VERDICTS) != (trend_of.get(label) == "rising") for label, v in said):
-        lead = "the runs' own verdicts: " + ", ".join(f"{label} {v}" for label, v in said)
-        return f"{lead}; aggregate: {_by_trend(trends, batched)}"
+        aggregate = _by_trend(trends, batched)
+        return twin(Reason("across.own_verdicts", verdicts=said, aggregate=aggregate),
+                    "the runs' own verdicts: " + ", ".join(f"{label} {v}" for label, v in said)
+                    + f"; aggregate: {aggregate}")
     return _by_trend(trends, batched)
 
 
-def _by_trend(trends: Sequence[tuple[str, str]], batched: Sequence[str]) -> str:
+def _by_trend(trends: Sequence[tuple[str, str]], batched: Sequence[str]) -> Reason:
     """The throughput sentence; "no configuration batches" only where no run's own verdict says it batched."""
-    rising = [label for label, trend in trends if trend == "rising"]
-    flat = [label for label, trend in trends if trend == "flat"]
-    unknown = [label for label, trend in trends if trend not in ("rising", "flat")]
-    tail = f"; inconclusive (no N=1 point or one level only): {', '.join(unknown)}" if unknown else ""
+    rising = tuple(label for label, trend in trends if trend == "rising")
+    flat = tuple(label for label, trend in trends if trend == "flat")
+    unknown = tuple(label for label, trend in trends if trend not in ("rising", "flat"))
     if not rising and flat:
-        subject = "no configuration's aggregate rises" if batched else "no configuration batches"
-        return (f"{subject}: all lines flat" + tail if not unknown
-                else f"{subject}: every decided line is flat" + tail)
+        return twin(Reason("across.none_rises", batched=bool(batched), unknown=unknown),
+                    ("no configuration's aggregate rises" if batched else "no configuration batches")
+                    + (": all lines flat" if not unknown else ": every decided line is flat")
+                    + (f"; inconclusive (no N=1 point or one level only): {', '.join(unknown)}" if unknown else ""))
     if not rising:
-        return "no verdict: no line can be judged" + tail
+        return twin(Reason("across.none_judged", unknown=unknown),
+                    "no verdict: no line can be judged"
+                    + (f"; inconclusive (no N=1 point or one level only): {', '.join(unknown)}" if unknown else ""))
     if not flat and not unknown:
-        return "every configuration batches: all lines rise"
-    subject = f"only {rising[0]} rises" if len(rising) == 1 else f"{', '.join(rising)} rise"
-    return f"{subject}; flat: {', '.join(flat) or 'none'}" + tail
+        return twin(Reason("across.all_rise"), "every configuration batches: all lines rise")
+    return twin(Reason("across.some_rise", rising=rising, flat=flat, unknown=unknown),
+                (f"only {rising[0]} rises" if len(rising) == 1 else f"{', '.join(rising)} rise")
+                + f"; flat: {', '.join(flat) or 'none'}"
+                + (f"; inconclusive (no N=1 point or one level only): {', '.join(unknown)}" if unknown else ""))
 
 
 # ---------------------------------------------------------------- staircase or arms runs, by level
@@ -116,7 +123,7 @@ def diff_runs(runs: Sequence[RunResult[Any]], labels: Sequence[str] | None = Non
                 "(or context runs with each other)",
                 "pick staircase or arms runs, or only context runs, from `servecheck history`",
             )
-    names = list(labels) if labels is not None else [label_for(r, f"run {i + 1}") for i, r in enumerate(runs)]
+    names = list(labels) if labels is not None else [numbered_label(r, i + 1) for i, r in enumerate(runs)]
     configs = config_notes(runs)
     lines = tuple(line_of(run, name, config) for run, name, config in zip(runs, names, configs))
     levels = tuple(sorted({n for line in lines for n in line.aggregate_tok_s}))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from servecheck.model.bodies.prefix_cache import CacheAnalysis, CacheSignal, CacheThresholds, SendKind
 from servecheck.model.bodies.prefix_cache import CacheVerdict as CacheVerdictName
+from servecheck.model.reason import Reason, twin
 from servecheck.model.records import RequestRecord
 
 
@@ -60,7 +61,7 @@ class CacheSend:
 @dataclass(frozen=True)
 class CacheVerdict:
     verdict: CacheVerdictName
-    reason: str
+    reason: Reason
     signal: CacheSignal  # what decided it
     warm_ttft_ratio: float | None = None  # median warm repeat TTFT / first send's TTFT
     control_ttft_ratio: float | None = None  # median warm repeat TTFT / control TTFT
@@ -68,7 +69,7 @@ class CacheVerdict:
     floor_ttft_ratio: float | None = None  # the short floor prompt's TTFT / the control's TTFT
     decided_by_witness: bool = False  # the timing left it open and the server's cache counters decided
     # what the cache counters read, in words, where the timing decided otherwise: a finding of its own
-    witness_contradicts: str | None = None
+    witness_contradicts: Reason | None = None
 
     def record(self) -> CacheAnalysis:
         """As the `prefix-cache` document records it, with the thresholds it was decided against."""
@@ -90,7 +91,7 @@ class CounterReading:
     """What the server's cache counters say about the warm repeats: a witness, weighed after the timing."""
 
     says: CacheVerdictName  # working (hits), inert (flat), unknown (mixed, or the control was cached too)
-    description: str
+    description: Reason
     lowest: float | None  # the smallest cached share over the warm repeats
     shared_prefix: bool = False  # the control had as much cached: hits say nothing about repeats
 
@@ -127,8 +128,10 @@ def _decided_despite_lateness(sends: Sequence[CacheSend], *, counters_decide: bo
     verdicts = [_decide(e, counters_decide=counters_decide) for e in ends]
     worst = max(s.client_late_ms for s in sends)
     if len({v.verdict for v in verdicts}) == 1 and verdicts[0].verdict != "unknown":
-        return replace(verdicts[0], reason=f"{verdicts[0].reason}; the client read some sends late (up to {worst:.0f} "
-                       "ms), and the verdict is the same whatever their true times within that")
+        return replace(verdicts[0], reason=twin(
+            Reason("prefix_cache.late_kept", verdict=verdicts[0].reason, late_ms=worst),
+            f"{verdicts[0].reason}; the client read some sends late (up to {worst:.0f} "
+            "ms), and the verdict is the same whatever their true times within that"))
     return _decide(sends, counters_decide=counters_decide)
 
 
@@ -143,10 +146,14 @@ def _decide(sends: Sequence[CacheSend], *, counters_decide: bool) -> CacheVerdic
     control = next((s for s in sends if s.kind == "control"), None)
     floor = next((s for s in sends if s.kind == "floor" and s.ttft_s is not None and not s.client_late_ms), None)
     if len(repeats) < 2:
-        why = " (the client itself was late reading the others)" if any(s.client_late_ms for s in sends) else ""
-        return CacheVerdict("unknown", f"need at least two sends of the same prompt{why}", "none")
+        others_late = any(s.client_late_ms for s in sends)
+        return CacheVerdict("unknown", twin(
+            Reason("prefix_cache.too_few_repeats", others_late=others_late),
+            "need at least two sends of the same prompt"
+            f"{' (the client itself was late reading the others)' if others_late else ''}"), "none")
     if any(s.ttft_s is None for s in (*repeats, *([control] if control else []))):
-        return CacheVerdict("unknown", "a send failed, so the sends cannot be compared", "none")
+        return CacheVerdict("unknown", twin(Reason("prefix_cache.send_failed"),
+                                            "a send failed, so the sends cannot be compared"), "none")
     timing = _timing(repeats, control)
     counters = read_counters(repeats, control)
     floor_ratio = floor_first_ratio = None
@@ -154,8 +161,7 @@ def _decide(sends: Sequence[CacheSend], *, counters_decide: bool) -> CacheVerdic
         floor_ratio = floor.ttft_s / control.ttft_s
     if floor is not None and floor.ttft_s is not None and repeats[0].ttft_s:
         floor_first_ratio = floor.ttft_s / repeats[0].ttft_s
-    what = "no cache counters" if counters is None else None
-    clocked = _by_timing(timing, what, floor_ratio=floor_ratio, floor_first_ratio=floor_first_ratio)
+    clocked = _by_timing(timing, counters is None, floor_ratio=floor_ratio, floor_first_ratio=floor_first_ratio)
     clocked = replace(clocked, floor_ttft_ratio=floor_ratio,
                       warm_cached_fraction=None if counters is None else counters.lowest)
     if counters is None:
@@ -165,7 +171,7 @@ def _decide(sends: Sequence[CacheSend], *, counters_decide: bool) -> CacheVerdic
     return _tie_break(clocked, counters, timing, counters_decide=counters_decide)
 
 
-def client_late(sends: Sequence[CacheSend]) -> str | None:
+def client_late(sends: Sequence[CacheSend]) -> Reason | None:
     """Why the sends every ratio is taken of cannot be compared, or None: the first send of the prompt
     or the control read late looks slower than it was, which makes any repeat look like a hit."""
     first = next((s for s in sends if s.kind == "repeat"), None)
@@ -173,9 +179,12 @@ def client_late(sends: Sequence[CacheSend]) -> str | None:
     late = [s for s in (first, control) if s is not None and s.client_late_ms]
     if not late:
         return None
-    names = " and ".join("the first send" if s is first else "the control" for s in late)
-    return (f"the client itself was late by up to {max(s.client_late_ms for s in late):.0f} ms reading {names} "
-            "(a busy machine or a late reader), so its time to first token is no reference")
+    return twin(
+        Reason("prefix_cache.reference_late", late_ms=max(s.client_late_ms for s in late),
+               first=any(s is first for s in late), control=any(s is not first for s in late)),
+        f"the client itself was late by up to {max(s.client_late_ms for s in late):.0f} ms reading "
+        f"{' and '.join('the first send' if s is first else 'the control' for s in late)} "
+        "(a busy machine or a late reader), so its time to first token is no reference")
 
 
 def read_counters(repeats: Sequence[CacheSend], control: CacheSend | None) -> CounterReading | None:
@@ -186,26 +195,37 @@ def read_counters(repeats: Sequence[CacheSend], control: CacheSend | None) -> Co
     lowest, highest = min(fractions), max(fractions)
     control_fraction = _fraction(control, repeats[0]) if control is not None else None
     if control_fraction is not None and control_fraction >= HIT_FRACTION:
-        return CounterReading("unknown", f"the control prompt also had {control_fraction:.0%} cached: the prompts "
-                              "share a prefix, so hits say nothing about caching of repeated prompts", lowest, True)
+        return CounterReading("unknown", twin(
+            Reason("prefix_cache.counters_shared_prefix", control_fraction=control_fraction),
+            f"the control prompt also had {control_fraction:.0%} cached: the prompts "
+            "share a prefix, so hits say nothing about caching of repeated prompts"), lowest, True)
     if lowest >= HIT_FRACTION:
-        return CounterReading("working", f"every warm repeat had at least {lowest:.0%} of its prompt cached", lowest)
+        return CounterReading("working", twin(
+            Reason("prefix_cache.counters_hit", lowest=lowest),
+            f"every warm repeat had at least {lowest:.0%} of its prompt cached"), lowest)
     if highest <= TEMPLATE_HEAD_FRACTION:
-        return CounterReading("inert", f"the cache counters stayed flat (at most {highest:.0%} cached on warm repeats)",
-                              lowest)
-    return CounterReading("unknown", f"cache counters mixed ({lowest:.0%}-{highest:.0%} cached on warm repeats)",
-                          lowest)
+        return CounterReading("inert", twin(
+            Reason("prefix_cache.counters_flat", highest=highest),
+            f"the cache counters stayed flat (at most {highest:.0%} cached on warm repeats)"), lowest)
+    return CounterReading("unknown", twin(
+        Reason("prefix_cache.counters_mixed", lowest=lowest, highest=highest),
+        f"cache counters mixed ({lowest:.0%}-{highest:.0%} cached on warm repeats)"), lowest)
 
 
 def _beside_counters(clocked: CacheVerdict, counters: CounterReading) -> CacheVerdict:
     """A verdict the timing gave, with the counters beside it: they agree, say nothing, or contradict it."""
     if counters.says == clocked.verdict:
-        return replace(clocked, reason=f"{clocked.reason}; the cache counters agree: {counters.description}")
+        return replace(clocked, reason=twin(
+            Reason("prefix_cache.counters_agree", timing=clocked.reason, counters=counters.description),
+            f"{clocked.reason}; the cache counters agree: {counters.description}"))
     if counters.says == "unknown" and not counters.shared_prefix:
-        return replace(clocked, reason=f"{clocked.reason}; {counters.description}")
-    return replace(clocked, witness_contradicts=counters.description,
-                   reason=f"{clocked.reason}; the server's cache counters contradict the timing: "
-                   f"{counters.description}, so they do not describe its cache")
+        return replace(clocked, reason=twin(
+            Reason("prefix_cache.counters_beside", timing=clocked.reason, counters=counters.description),
+            f"{clocked.reason}; {counters.description}"))
+    return replace(clocked, witness_contradicts=counters.description, reason=twin(
+        Reason("prefix_cache.counters_contradict", timing=clocked.reason, counters=counters.description),
+        f"{clocked.reason}; the server's cache counters contradict the timing: "
+        f"{counters.description}, so they do not describe its cache"))
 
 
 def _tie_break(clocked: CacheVerdict, counters: CounterReading, timing: tuple[float | None, float | None], *,
@@ -216,59 +236,80 @@ def _tie_break(clocked: CacheVerdict, counters: CounterReading, timing: tuple[fl
     if says == "inert" and not _as_slow(timing):
         says = "unknown"
     if says == "unknown" or not counters_decide:
-        why = ("" if counters_decide or counters.says == "unknown"
-               else "; with --evidence stopwatch the counters do not decide")
+        held_back = not (counters_decide or counters.says == "unknown")  # --evidence stopwatch kept them out
         signal: CacheSignal = "counters" if counters.shared_prefix or counters.says == "inert" else "none"
-        return replace(clocked, reason=f"{clocked.reason}; {counters.description}{why}", signal=signal)
+        return replace(clocked, signal=signal, reason=twin(
+            Reason("prefix_cache.counters_undecided", timing=clocked.reason, counters=counters.description,
+                   held_back=held_back),
+            f"{clocked.reason}; {counters.description}"
+            f"{'; with --evidence stopwatch the counters do not decide' if held_back else ''}"))
     return replace(
-        clocked, verdict=says, signal="counters", decided_by_witness=True,
-        reason=f"decided by the server's own cache counters; the timing alone was ambiguous ({clocked.reason}): "
-        f"{counters.description}",
+        clocked, verdict=says, signal="counters", decided_by_witness=True, reason=twin(
+            Reason("prefix_cache.decided_by_counters", timing=clocked.reason, counters=counters.description),
+            f"decided by the server's own cache counters; the timing alone was ambiguous ({clocked.reason}): "
+            f"{counters.description}"),
     )
 
 
 def _by_timing(
-    timing: tuple[float | None, float | None], what: str | None = "no cache counters", *,
+    timing: tuple[float | None, float | None], no_counters: bool = True, *,
     floor_ratio: float | None = None, floor_first_ratio: float | None = None,
 ) -> CacheVerdict:
-    """What the timing alone says; `what` opens the reason (None: the counters are weighed after it)."""
+    """What the timing alone says; `no_counters` opens the reason with that (else the counters are weighed
+    after it)."""
     warm, control = timing
-    but, and_ = (f"{what}, but ", f"{what}, and ") if what else ("", "")
     if _faster(timing):
         return CacheVerdict(
             "working",
-            f"{but}warm repeats took {warm:.2f}x the first send's time to first token"
-            + ("" if control is None else f" and {control:.2f}x the control's"),
+            twin(Reason("prefix_cache.faster", no_counters=no_counters, warm=warm, control=control),
+                 f"{'no cache counters, but ' if no_counters else ''}"
+                 f"warm repeats took {warm:.2f}x the first send's time to first token"
+                 + ("" if control is None else f" and {control:.2f}x the control's")),
             "timing",
             *timing,
         )
     if _as_slow(timing) and control is not None and floor_ratio is not None and floor_ratio <= FLOOR_MAX_RATIO:
         return CacheVerdict(
             "inert",
-            f"{but}warm repeats took {control:.2f}x the time to first token of a fresh prompt of equal "
-            f"length, while a short prompt (what a hit costs) took {floor_ratio:.2f}x it: nothing was served "
-            "from the cache",
+            twin(Reason("prefix_cache.as_slow_as_control", no_counters=no_counters, control=control,
+                        floor_ratio=floor_ratio),
+                 f"{'no cache counters, but ' if no_counters else ''}"
+                 f"warm repeats took {control:.2f}x the time to first token of a "
+                 f"fresh prompt of equal length, while a short prompt (what a hit costs) took {floor_ratio:.2f}x it: "
+                 "nothing was served from the cache"),
             "timing",
             *timing,
         )
     if _slow_as_the_first(warm, floor_first_ratio):
         return CacheVerdict(
             "inert",
-            f"{but}warm repeats took {warm:.2f}x the time to first token of the first send of the same "
-            f"prompt (a fresh prefill), while a short prompt (what a hit costs) took {floor_first_ratio:.2f}x it: "
-            f"nothing was served from the cache{_control_aside(control)}",
+            twin(Reason("prefix_cache.as_slow_as_first", no_counters=no_counters, warm=warm,
+                        floor_first_ratio=floor_first_ratio, control=control),
+                 f"{'no cache counters, but ' if no_counters else ''}"
+                 f"warm repeats took {warm:.2f}x the time to first token of the "
+                 f"first send of the same prompt (a fresh prefill), while a short prompt (what a hit costs) took "
+                 f"{floor_first_ratio:.2f}x it: nothing was served from the cache"
+                 + ("" if not control else f" (the one control send took {1 / control:.2f}x the repeats' time)")),
             "timing",
             *timing,
         )
     if warm is not None and warm >= INERT_TTFT_RATIO:
-        reason = f"{and_}the repeats were {_ratio_text(warm)} the first send"
         if floor_first_ratio is None:
-            reason += ", but no short prompt was timed to show what a hit would cost"
+            reason = twin(Reason("prefix_cache.no_floor", no_counters=no_counters, warm=warm),
+                          f"{'no cache counters, and ' if no_counters else ''}"
+                          f"the repeats were {warm:.2f}x the first send"
+                          ", but no short prompt was timed to show what a hit would cost")
         else:
-            reason += (f", but a short prompt took {floor_first_ratio:.2f}x the first send's time too (a hit would "
-                       f"need <= {FLOOR_MAX_RATIO}x to show)")
+            reason = twin(Reason("prefix_cache.floor_too_slow", no_counters=no_counters, warm=warm,
+                                 floor_first_ratio=floor_first_ratio, floor_max=FLOOR_MAX_RATIO),
+                          f"{'no cache counters, and ' if no_counters else ''}"
+                          f"the repeats were {warm:.2f}x the first send"
+                          f", but a short prompt took {floor_first_ratio:.2f}x the first send's time too (a hit would "
+                          f"need <= {FLOOR_MAX_RATIO}x to show)")
     else:
-        reason = f"{and_}a time difference ({_ratio_text(warm)} the first) that noise could explain"
+        reason = twin(Reason("prefix_cache.within_noise", no_counters=no_counters, warm=warm),
+                      f"{'no cache counters, and ' if no_counters else ''}a time difference "
+                      f"({'?x' if warm is None else format(warm, '.2f') + 'x'} the first) that noise could explain")
     return CacheVerdict("unknown", reason, "none", *timing)
 
 
@@ -276,11 +317,6 @@ def _slow_as_the_first(warm: float | None, floor_first_ratio: float | None) -> b
     """Repeats as slow as the first send of their prompt, and a hit would have shown against it."""
     return (warm is not None and warm >= INERT_TTFT_RATIO and floor_first_ratio is not None
             and floor_first_ratio <= FLOOR_MAX_RATIO)
-
-
-def _control_aside(control: float | None) -> str:
-    """The control send's time against the repeats', when it could not be the reference."""
-    return "" if not control else f" (the one control send took {1 / control:.2f}x the repeats' time)"
 
 
 def _faster(timing: tuple[float | None, float | None]) -> bool:
@@ -295,10 +331,6 @@ def _as_slow(timing: tuple[float | None, float | None]) -> bool:
     warm, control = timing
     reference = control if control is not None else warm
     return reference is not None and reference >= INERT_TTFT_RATIO
-
-
-def _control_text(control: float | None) -> str:
-    return "" if control is None else f" and {control:.2f}x the control"
 
 
 def _timing(repeats: list[CacheSend], control: CacheSend | None) -> tuple[float | None, float | None]:
@@ -322,10 +354,6 @@ def _fraction(send: CacheSend, first: CacheSend) -> float | None:
     if send.cached_tokens is None or not length:
         return None
     return min(send.cached_tokens / length, 1.0)
-
-
-def _ratio_text(ratio: float | None) -> str:
-    return "?x" if ratio is None else f"{ratio:.2f}x"
 
 
 # --- contamination of load tests --------------------------------------------------------------

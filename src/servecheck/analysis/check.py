@@ -8,8 +8,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from servecheck.model.bodies.check import (
+    BATCHED_AS_BEFORE,
     CANNOT_ASK,
+    LESS_THAN_ADVERTISED,
     NOT_RUN,
+    PARAMS_COMMAND,
     UNDECIDED,
     Card,
     ClientWord,
@@ -26,6 +29,7 @@ from servecheck.model.bodies.prefix_cache import PrefixCacheBody
 from servecheck.model.bodies.roofline import RooflineBody
 from servecheck.model.bodies.speculative import SpeculativeBody
 from servecheck.model.bodies.staircase import Point, StaircaseBody
+from servecheck.model.reason import Reason, Text, joined, twin
 
 CONCURRENCY: dict[str, ConcurrencyWord] = {"cluster": "batched", "staircase": "serial", "partial": "partial"}
 # `--expect` may name a claim as the issue and the other commands' flags do
@@ -53,13 +57,16 @@ def fits(estimate_s: float, left_s: float) -> bool:
 
 def not_run(claim: str, command: str, estimate_s: float | None, left_s: float) -> Card:
     """The card of a claim the budget could not fit, naming the command that decides it."""
-    need = "" if estimate_s is None else f"about {estimate_s * ESTIMATE_MARGIN:.0f} s needed, "
-    return Card(claim=claim, verdict=NOT_RUN, seconds=0.0, estimate_s=estimate_s, command=command,
-                reason=f"the budget left too little ({need}{max(left_s, 0):.0f} s left): run servecheck {command} "
-                       "URL for more, or give check a larger --budget")
+    reason = twin(
+        Reason("check.not_run", needed_s=None if estimate_s is None else estimate_s * ESTIMATE_MARGIN,
+               left_s=max(left_s, 0), command=command),
+        "the budget left too little (" + ("" if estimate_s is None else f"about {estimate_s * ESTIMATE_MARGIN:.0f} s "
+                                          "needed, ") + f"{max(left_s, 0):.0f} s left): run servecheck {command} "
+        "URL for more, or give check a larger --budget")
+    return Card(claim=claim, verdict=NOT_RUN, seconds=0.0, estimate_s=estimate_s, command=command, reason=reason)
 
 
-def cannot_ask(claim: str, command: str | None, why: str) -> Card:
+def cannot_ask(claim: str, command: str | None, why: Text) -> Card:
     return Card(claim=claim, verdict=CANNOT_ASK, seconds=0.0, command=command, reason=why)
 
 
@@ -111,18 +118,28 @@ def concurrency_card(body: StaircaseBody) -> Card:
     groups = () if top is None else finish_groups(top)
     n = None if top is None else top.n
     ratio = (body.trend_ratios or {}).get(str(n)) if n is not None else None
-    gain = "" if ratio is None else f"; aggregate {ratio:.2f}x N=1"
-    figure = {
-        "batched": f"N={n}: all {n} finish together{gain}",
-        "serial": f"N={n}: {len(groups)} finishes, one after another{gain}",
-        "partial": (f"{groups[0] if groups else '?'} slots: N={n} finishes in groups of "
-                    f"{' / '.join(map(str, groups))}{gain}"),
-    }.get(word, f"N={n}: {body.verdict_reason or 'undecided'}")
-    evidence = [f"N={p.n}: {p.verdict} ({p.reason})" for p in body.points if (p.n or 0) > 1]
-    evidence.append(f"trend {body.trend}: {body.trend_reason}")
-    decided = " + ".join(body.evidence) or "nothing"
-    if body.decided_by_witness:
-        decided += " (the server's own word: the finish times left it open)"
+    figure: Reason
+    if word == "batched":
+        figure = twin(Reason("check.all_together", n=n, ratio=ratio),
+                      f"N={n}: all {n} finish together" + ("" if ratio is None else f"; aggregate {ratio:.2f}x N=1"))
+    elif word == "serial":
+        figure = twin(Reason("check.one_after_another", n=n, finishes=len(groups), ratio=ratio),
+                      f"N={n}: {len(groups)} finishes, one after another"
+                      + ("" if ratio is None else f"; aggregate {ratio:.2f}x N=1"))
+    elif word == "partial":
+        figure = twin(Reason("check.slots", n=n, groups=tuple(groups), ratio=ratio),
+                      f"{groups[0] if groups else '?'} slots: N={n} finishes in groups of "
+                      f"{' / '.join(map(str, groups))}" + ("" if ratio is None else f"; aggregate {ratio:.2f}x N=1"))
+    else:
+        figure = twin(Reason("check.undecided_at", n=n, reason=body.verdict_reason),
+                      f"N={n}: {body.verdict_reason or 'undecided'}")
+    evidence = [twin(Reason("check.point", n=p.n, verdict=p.verdict, reason=p.reason),
+                     f"N={p.n}: {p.verdict} ({p.reason})") for p in body.points if (p.n or 0) > 1]
+    evidence.append(twin(Reason("check.trend", trend=body.trend, reason=body.trend_reason),
+                         f"trend {body.trend}: {body.trend_reason}"))
+    decided = twin(Reason("check.decided_by", evidence=tuple(body.evidence), witness=bool(body.decided_by_witness)),
+                   (" + ".join(body.evidence) or "nothing")
+                   + (" (the server's own word: the finish times left it open)" if body.decided_by_witness else ""))
     return Card(claim="concurrency", verdict=word, figure=figure, evidence=tuple(evidence), decided_by=decided,
                 reason=body.verdict_reason, command="staircase")
 
@@ -131,21 +148,29 @@ def client_card(checks: Sequence[ClientCheck], calibration: str | None) -> Card:
     """The client's own timing error, from the pre-flight the concurrency card took before each N."""
     measured = [c for c in checks if c.error_ms is not None and c.tolerance_ms]
     if not measured:
-        why = ("--no-calibrate: the client did not check itself" if calibration == "off"
-               else "the client did not check itself (a driver without a pre-flight, or the concurrency card "
-                    "did not run)")
+        why = (twin(Reason("check.no_calibrate"), "--no-calibrate: the client did not check itself")
+               if calibration == "off"
+               else twin(Reason("check.not_checked"),
+                         "the client did not check itself (a driver without a pre-flight, or the concurrency card "
+                         "did not run)"))
         word: ClientWord = "not calibrated"
         return Card(claim="client", verdict=word, reason=why, decided_by="nothing", command="calibrate")
     worst = max(measured, key=lambda c: (c.error_ms or 0.0) / (c.tolerance_ms or 1.0))
     bound = [c for c in measured if c.client_bound]
     word = "client-bound" if bound else "within bound"
-    figure = (f"timing error {worst.error_ms:.1f} ms at N={worst.streams} "
-              f"(bound {worst.tolerance_ms:.1f} ms, {worst.basis})")
-    evidence = tuple(f"N={c.streams}: {c.error_ms:.1f} ms of {c.tolerance_ms:.1f} ms on {c.workers or 1} process(es)"
+    figure = twin(Reason("check.client_error", error_ms=worst.error_ms, streams=worst.streams,
+                         tolerance_ms=worst.tolerance_ms, basis=worst.basis),
+                  f"timing error {worst.error_ms:.1f} ms at N={worst.streams} "
+                  f"(bound {worst.tolerance_ms:.1f} ms, {worst.basis})")
+    evidence = tuple(twin(Reason("check.client_check", streams=c.streams, error_ms=c.error_ms,
+                                 tolerance_ms=c.tolerance_ms, workers=c.workers),
+                          f"N={c.streams}: {c.error_ms:.1f} ms of {c.tolerance_ms:.1f} ms on {c.workers or 1} "
+                          "process(es)")
                      for c in measured)
-    return Card(claim="client", verdict=word, figure=figure, evidence=evidence,
-                decided_by="the pre-flight: this client's stamp delay against its own loopback server",
-                reason=str(bound[0].reason) if bound else None, command="calibrate")
+    decided = twin(Reason("check.preflight"),
+                   "the pre-flight: this client's stamp delay against its own loopback server")
+    return Card(claim="client", verdict=word, figure=figure, evidence=evidence, decided_by=decided,
+                reason=bound[0].reason if bound else None, command="calibrate")
 
 
 # ---------------------------------------------------------------- request fields
@@ -159,18 +184,24 @@ def param_verdict(name: str, baseline: ConcurrencyWord, body: StaircaseBody) -> 
     n = None if top is None else top.n
     if word == "serial" and baseline in ("batched", "partial"):
         verdict: ParamWord = "serialized"
-        figure = f"N={n}: {len(groups)} finishes one after another, where the same batch without it was {baseline}"
+        figure = twin(Reason("check.field_serialized", n=n, finishes=len(groups), baseline=baseline),
+                      f"N={n}: {len(groups)} finishes one after another, where the same batch without it was "
+                      f"{baseline}")
     elif word == baseline:
-        verdict, figure = "batched as before", f"N={n}: {word} as without it (groups {' / '.join(map(str, groups))})"
+        verdict, figure = BATCHED_AS_BEFORE, twin(Reason("check.field_as_before", n=n, word=word, groups=tuple(groups)),
+                                                  f"N={n}: {word} as without it (groups "
+                                                  f"{' / '.join(map(str, groups))})")
     else:
-        verdict, figure = "inconclusive", f"N={n}: {word} with it, {baseline} without"
+        verdict, figure = "inconclusive", twin(Reason("check.field_open", n=n, word=word, baseline=baseline),
+                                               f"N={n}: {word} with it, {baseline} without")
     return ParamProbe(name=name, verdict=verdict, figure=figure, reason=None if top is None else top.reason)
 
 
 def rejected(name: str, status: int | None, message: str | None) -> ParamProbe:
     verdict: ParamWord = "rejected"
     return ParamProbe(name=name, verdict=verdict, http_status=status, message=message,
-                      figure=f"HTTP {status if status is not None else '?'}: {message or 'no message'}")
+                      figure=twin(Reason("check.rejected", status=status, message=message),
+                                  f"HTTP {status if status is not None else '?'}: {message or 'no message'}"))
 
 
 def params_card(probes: Sequence[ParamProbe]) -> Card:
@@ -178,13 +209,16 @@ def params_card(probes: Sequence[ParamProbe]) -> Card:
     else batched as before (a rejected field changes no schedule: it is named in the figure)."""
     words = [p.verdict for p in probes]
     by_word = {w: [p.name or "?" for p in probes if p.verdict == w] for w in dict.fromkeys(words) if w is not None}
-    verdict = next((w for w in ("serialized", "inconclusive", "batched as before") if w in by_word),
+    verdict = next((w for w in ("serialized", "inconclusive", BATCHED_AS_BEFORE) if w in by_word),
                    NOT_RUN if NOT_RUN in by_word else CANNOT_ASK)
-    figure = "; ".join(f"{', '.join(names)} {word}" for word, names in by_word.items())
-    evidence = tuple(f"{p.name}: {p.verdict}: {p.figure or p.reason}" for p in probes)
-    return Card(claim="request_params", verdict=verdict, figure=figure, evidence=evidence,
-                decided_by="finish times of the same N=4 batch with each field, against the concurrency card's",
-                command="staircase --request-param KEY=VALUE")
+    figure = joined(twin(Reason("check.fields_said", names=tuple(names), word=word), f"{', '.join(names)} {word}")
+                    for word, names in by_word.items())
+    evidence = tuple(twin(Reason("check.probe_said", name=p.name, verdict=p.verdict, figure=p.figure, reason=p.reason),
+                          f"{p.name}: {p.verdict}: {p.figure or p.reason}") for p in probes)
+    decided = twin(Reason("check.same_batch"),
+                   "finish times of the same N=4 batch with each field, against the concurrency card's")
+    return Card(claim="request_params", verdict=verdict, figure=figure, evidence=evidence, decided_by=decided,
+                command=PARAMS_COMMAND)
 
 
 # ---------------------------------------------------------------- the other commands' verdicts
@@ -194,33 +228,46 @@ def prefix_card(body: PrefixCacheBody) -> Card:
     a = body.analysis
     warm = None if a is None else a.warm_ttft_ratio
     control = None if a is None else a.control_ttft_ratio
-    figure = (f"warm repeat TTFT {_x(warm)} the first send's, {_x(control)} the control's "
-              f"({body.prompt_tokens}-token prompt)")
-    evidence = (f"TTFT s per repeat: {', '.join(_s(t) for t in body.ttft_s)}; control {_s(body.control_ttft_s)}",
-                f"cached tokens per repeat: {', '.join('-' if c is None else str(c) for c in body.cached_tokens)}")
+    figure = twin(Reason("check.prefix_figure", warm=warm, control=control, prompt_tokens=body.prompt_tokens),
+                  f"warm repeat TTFT {'?' if warm is None else f'{warm:.2f}x'} the first send's, "
+                  f"{'?' if control is None else f'{control:.2f}x'} the control's "
+                  f"({body.prompt_tokens}-token prompt)")
+    evidence = (twin(Reason("check.prefix_ttft", ttft_s=tuple(body.ttft_s), control_s=body.control_ttft_s),
+                     f"TTFT s per repeat: {', '.join('-' if t is None else f'{t:.3f}' for t in body.ttft_s)}; control "
+                     f"{'-' if body.control_ttft_s is None else f'{body.control_ttft_s:.3f}'}"),
+                twin(Reason("check.prefix_cached", cached=tuple(body.cached_tokens)),
+                     "cached tokens per repeat: "
+                     f"{', '.join('-' if c is None else str(c) for c in body.cached_tokens)}"))
     return Card(claim="prefix_cache", verdict=body.verdict or "unknown", figure=figure, evidence=evidence,
                 decided_by=None if a is None else a.signal, reason=body.verdict_reason, command="prefix-cache")
 
 
 def interference_card(body: InterferenceBody) -> Card:
-    chunk = "" if body.chunk_tokens is None else f"chunk about {body.chunk_tokens:.0f} tokens; "
-    figure = f"{chunk}{body.sentence or body.verdict_reason or ''}".strip("; ")
-    evidence = tuple(f"{p.prompt_tokens}-token intruder: victims' longest gap {_s(p.victim_max_gap_s)} s"
+    figure = twin(Reason("check.interference_figure", chunk_tokens=body.chunk_tokens, sentence=body.sentence,
+                         reason=body.verdict_reason),
+                  f"{'' if body.chunk_tokens is None else f'chunk about {body.chunk_tokens:.0f} tokens; '}"
+                  f"{body.sentence or body.verdict_reason or ''}".strip("; "))
+    evidence = tuple(twin(Reason("check.intruder_gap", prompt_tokens=p.prompt_tokens, gap_s=p.victim_max_gap_s),
+                          f"{p.prompt_tokens}-token intruder: victims' longest gap "
+                          f"{'-' if p.victim_max_gap_s is None else f'{p.victim_max_gap_s:.3f}'} s")
                      for p in body.points)
     return Card(claim="chunked_prefill", verdict=body.verdict or "inconclusive", figure=figure, evidence=evidence,
                 decided_by=body.decided_by, reason=body.verdict_reason, command="interference")
 
 
 def speculative_card(body: SpeculativeBody) -> Card:
-    steps = [f"{p.prompt_kind} N={p.n}: {p.tokens_per_step:.2f} tokens per step" for p in body.points
+    steps = [twin(Reason("check.tokens_per_step", kind=p.prompt_kind, n=p.n, tokens_per_step=p.tokens_per_step),
+                  f"{p.prompt_kind} N={p.n}: {p.tokens_per_step:.2f} tokens per step") for p in body.points
              if p.tokens_per_step is not None]
-    figure = steps[0] if steps else (body.verdict_reason or "")
+    figure: Text = steps[0] if steps else (body.verdict_reason or "")
     if len(steps) > 1:
-        figure = "; ".join(steps)
-    return Card(claim="speculative", verdict=body.verdict or "inconclusive", figure=figure,
-                evidence=tuple(f"{p.prompt_kind} N={p.n}: {p.verdict} ({p.reason})" for p in body.points),
-                decided_by="each stream's arrival times, grouped into steps", reason=body.verdict_reason,
-                command="speculative")
+        figure = joined(steps)
+    evidence = tuple(twin(Reason("check.speculative_point", kind=p.prompt_kind, n=p.n, verdict=p.verdict,
+                                 reason=p.reason), f"{p.prompt_kind} N={p.n}: {p.verdict} ({p.reason})")
+                     for p in body.points)
+    return Card(claim="speculative", verdict=body.verdict or "inconclusive", figure=figure, evidence=evidence,
+                decided_by=twin(Reason("check.arrival_steps"), "each stream's arrival times, grouped into steps"),
+                reason=body.verdict_reason, command="speculative")
 
 
 # The context card's probes: a refused length is halved toward the longest accepted at most this many
@@ -266,52 +313,67 @@ def context_card(advertised: int, source: str, slots: int | None, probes: Sequen
     together; what the longest accepted prompt was alone and with others in flight."""
     alone = [p for p in probes if p.in_flight == 1]
     at_once = [p for p in probes if p.in_flight > 1]
-    said = f"advertises {advertised} per request ({source}{_slots(slots)})"
+    said = twin(Reason("check.advertised", advertised=advertised, source=source, slots=slots),
+                f"advertises {advertised} per request ({source}"
+                f"{'' if not slots or slots < 2 else f'; {slots} slots advertised'})")
     accepted = [p.sent_tokens or 0 for p in alone if p.outcome == "accepted"]
     refused = [p.sent_tokens or 0 for p in alone if p.outcome == "refused"]
     evidence = tuple(_probe_line(p) for p in probes)
     word: ContextWord
+    figure: Reason
     if any(p.outcome == "truncated" for p in probes):
         cut = next(p for p in probes if p.outcome == "truncated")
-        word, figure = "truncated", (f"{said}; a prompt of {cut.sent_tokens} tokens ({_alone(cut)}) was counted as "
-                                     f"{cut.counted_tokens}: the server keeps only part of it")
+        word, figure = "truncated", twin(
+            Reason("check.context_truncated", said=said, sent=cut.sent_tokens, in_flight=cut.in_flight,
+                   counted=cut.counted_tokens),
+            f"{said}; a prompt of {cut.sent_tokens} tokens "
+            f"({'alone' if cut.in_flight == 1 else f'one of {cut.in_flight} at once'}) was counted as "
+            f"{cut.counted_tokens}: the server keeps only part of it")
     elif any(p.outcome == "failed" for p in probes):
         failed = next(p for p in probes if p.outcome == "failed")
-        word, figure = "inconclusive", (f"{said}; a probe of {failed.sent_tokens} tokens ({_alone(failed)}) failed: "
-                                        f"{failed.message}")
+        word, figure = "inconclusive", twin(
+            Reason("check.context_failed", said=said, sent=failed.sent_tokens, in_flight=failed.in_flight,
+                   message=failed.message),
+            f"{said}; a probe of {failed.sent_tokens} tokens "
+            f"({'alone' if failed.in_flight == 1 else f'one of {failed.in_flight} at once'}) failed: "
+            f"{failed.message}")
     elif refused and not accepted:
-        word, figure = "less than advertised", (f"{said}; refused alone at {min(refused)} tokens, and no shorter probe "
-                                                "fitted the budget")
+        word, figure = LESS_THAN_ADVERTISED, twin(
+            Reason("check.context_refused_alone", said=said, refused=min(refused)),
+            f"{said}; refused alone at {min(refused)} tokens, and no shorter probe fitted the budget")
     elif refused:
-        word, figure = "less than advertised", (f"{said}; accepts {max(accepted)} tokens alone, refused {min(refused)} "
-                                                f"(found in {len(alone)} probes)")
+        word, figure = LESS_THAN_ADVERTISED, twin(
+            Reason("check.context_bisected", said=said, accepted=max(accepted), refused=min(refused),
+                   probes=len(alone)),
+            f"{said}; accepts {max(accepted)} tokens alone, refused {min(refused)} (found in {len(alone)} probes)")
     elif at_once and any(p.outcome == "refused" for p in at_once):
         n_refused = sum(p.outcome == "refused" for p in at_once)
-        word, figure = "less than advertised", (f"{said}; {max(accepted)} tokens accepted alone, but with "
-                                                f"{len(at_once)} in flight {n_refused} of them were refused: "
-                                                "the context is shared")
+        word, figure = LESS_THAN_ADVERTISED, twin(
+            Reason("check.context_shared", said=said, accepted=max(accepted), in_flight=len(at_once),
+                   refused=n_refused),
+            f"{said}; {max(accepted)} tokens accepted alone, but with {len(at_once)} in flight {n_refused} of them "
+            "were refused: the context is shared")
     else:
-        with_others = (f" and {len(at_once)} at once" if at_once else
-                       "" if together > 1 else " (the server runs one request at a time: none in flight beside it)")
-        word, figure = "as advertised", f"{said}; a prompt of {max(accepted)} tokens was accepted alone{with_others}"
-    decided = "requests at the advertised length" + (", halved toward the longest accepted" if refused else "") + (
-        f", then {len(at_once)} at once" if at_once else "")
+        word, figure = "as advertised", twin(
+            Reason("check.context_as_advertised", said=said, accepted=max(accepted), in_flight=len(at_once),
+                   one_at_a_time=together <= 1),
+            f"{said}; a prompt of {max(accepted)} tokens was accepted alone"
+            + (f" and {len(at_once)} at once" if at_once else
+               "" if together > 1 else " (the server runs one request at a time: none in flight beside it)"))
+    decided = twin(Reason("check.context_decided_by", bisected=bool(refused), in_flight=len(at_once)),
+                   "requests at the advertised length" + (", halved toward the longest accepted" if refused else "")
+                   + (f", then {len(at_once)} at once" if at_once else ""))
     return Card(claim="context_per_request", verdict=word, figure=figure, evidence=evidence, decided_by=decided,
                 command="context")
 
 
-def _slots(slots: int | None) -> str:
-    return "" if not slots or slots < 2 else f"; {slots} slots advertised"
-
-
-def _alone(p: ContextProbe) -> str:
-    return "alone" if p.in_flight == 1 else f"one of {p.in_flight} at once"
-
-
-def _probe_line(p: ContextProbe) -> str:
-    counted = "" if p.counted_tokens is None else f", counted {p.counted_tokens}"
-    status = "" if p.http_status is None or p.outcome == "accepted" else f" (HTTP {p.http_status})"
-    return f"{p.sent_tokens} tokens {_alone(p)}: {p.outcome}{status}{counted}"
+def _probe_line(p: ContextProbe) -> Reason:
+    return twin(Reason("check.context_probe", sent=p.sent_tokens, in_flight=p.in_flight, outcome=p.outcome,
+                       status=None if p.outcome == "accepted" else p.http_status, counted=p.counted_tokens),
+                f"{p.sent_tokens} tokens {'alone' if p.in_flight == 1 else f'one of {p.in_flight} at once'}: "
+                f"{p.outcome}"
+                f"{'' if p.http_status is None or p.outcome == 'accepted' else f' (HTTP {p.http_status})'}"
+                f"{'' if p.counted_tokens is None else f', counted {p.counted_tokens}'}")
 
 
 # A server that counted under this share of the prompt we sent kept only part of it (llama.cpp's context
@@ -328,17 +390,23 @@ def roofline_card(body: RooflineBody) -> Card:
     """The roofline's gate on the card: `close` (at the ceiling already), `open`, `straddle`."""
     util, bw = body.utilization, body.bandwidth_gb_s
     if body.gate is None or util is None or bw is None or body.tok_s is None or body.bytes_per_token is None:
-        return Card(claim="roofline", verdict="inconclusive", reason="the roofline could not be drawn",
-                    command="roofline")
-    figure = (f"{body.tok_s:.1f} tok/s x {body.bytes_per_token / 1e9:.3f} GB per token = {body.achieved_gb_s:.2f} GB/s "
-              f"of {_span(*bw, '{:.1f}')} GB/s: {_span(*util, '{:.0%}')} of the memory bandwidth")
-    evidence = (f"rate: {body.tok_s_source}", f"bandwidth: {body.bandwidth_source}", *(body.notes or ()))
+        return Card(claim="roofline", verdict="inconclusive",
+                    reason=twin(Reason("check.no_roofline"), "the roofline could not be drawn"), command="roofline")
+    figure = twin(Reason("check.roofline_figure", tok_s=body.tok_s, gb_per_token=body.bytes_per_token / 1e9,
+                         achieved_gb_s=body.achieved_gb_s, bandwidth_gb_s=tuple(bw), utilization=tuple(util)),
+                  f"{body.tok_s:.1f} tok/s x {body.bytes_per_token / 1e9:.3f} GB per token = "
+                  f"{body.achieved_gb_s:.2f} GB/s of "
+                  f"{f'{bw[0]:.1f}' if f'{bw[0]:.1f}' == f'{bw[1]:.1f}' else f'{bw[0]:.1f}-{bw[1]:.1f}'} GB/s: "
+                  f"{f'{util[0]:.0%}' if f'{util[0]:.0%}' == f'{util[1]:.0%}' else f'{util[0]:.0%}-{util[1]:.0%}'} "
+                  "of the memory bandwidth")
+    evidence = (twin(Reason("check.rate_source", source=body.tok_s_source), f"rate: {body.tok_s_source}"),
+                twin(Reason("check.bandwidth_source", source=body.bandwidth_source),
+                     f"bandwidth: {body.bandwidth_source}"),
+                *(body.notes or ()))
     return Card(claim="roofline", verdict=body.gate, figure=figure, evidence=evidence,
-                decided_by=f"utilization against the gate at {body.gate_threshold:.0%}", command="roofline")
-
-
-def _span(lo: float, hi: float, fmt: str) -> str:
-    return fmt.format(lo) if fmt.format(lo) == fmt.format(hi) else f"{fmt.format(lo)}-{fmt.format(hi)}"
+                decided_by=twin(Reason("check.gate_at", threshold=body.gate_threshold),
+                                f"utilization against the gate at {body.gate_threshold:.0%}"),
+                command="roofline")
 
 
 # ---------------------------------------------------------------- --expect
@@ -358,15 +426,18 @@ def find(cards: Sequence[Card], claim: str) -> tuple[str | None, str | None]:
     return None, None
 
 
-def expect_outcome(cards: Sequence[Card], expect: Mapping[str, str]) -> tuple[list[str], list[str]]:
+def expect_outcome(cards: Sequence[Card], expect: Mapping[str, str]) -> tuple[list[Reason], list[Reason]]:
     """(mismatches, undecided): the claims whose card says another verdict, and those no card decided."""
-    mismatches, undecided = [], []
+    mismatches: list[Reason] = []
+    undecided: list[Reason] = []
     for claim, wanted in expect.items():
         name, got = find(cards, claim)
         if name is None or got is None or got in UNDECIDED or got == "inconclusive":
-            undecided.append(f"{claim}: expected {wanted}, the card says {got or 'nothing'}")
+            undecided.append(twin(Reason("check.expected_undecided", claim=claim, wanted=wanted, got=got),
+                                  f"{claim}: expected {wanted}, the card says {got or 'nothing'}"))
         elif got != wanted:
-            mismatches.append(f"{claim}: expected {wanted}, the card says {got}")
+            mismatches.append(twin(Reason("check.expected_other", claim=claim, wanted=wanted, got=got),
+                                   f"{claim}: expected {wanted}, the card says {got}"))
     return mismatches, undecided
 
 
@@ -374,26 +445,24 @@ def timed(card: Card, seconds: float, estimate_s: float | None) -> Card:
     return replace(card, seconds=round(seconds, 3), estimate_s=estimate_s)
 
 
-def lesson(cards: Sequence[Card]) -> str:
+def lesson(cards: Sequence[Card]) -> Reason:
     """The one line the report ends with: what the server claims and does not do, else what it does."""
     said = {c.claim: c.verdict for c in cards}
-    worst = [f"{c.claim} {c.verdict}" for c in cards
-             if c.verdict in ("serial", "serialized", "inert", "blocking", "client-bound", "less than advertised",
+    worst = [twin(Reason("check.claim_verdict", claim=c.claim, verdict=c.verdict), f"{c.claim} {c.verdict}")
+             for c in cards
+             if c.verdict in ("serial", "serialized", "inert", "blocking", "client-bound", LESS_THAN_ADVERTISED,
                               "truncated")]
     open_ = [c.claim or "?" for c in cards if c.verdict in (*UNDECIDED, "inconclusive", "unknown")]
     decided = [c for c in cards if c.verdict not in (*UNDECIDED, "inconclusive", "unknown", "not calibrated")]
+    head: Reason
     if worst:
-        head = "; ".join(worst)
+        head = joined(worst)
     elif decided:
-        head = f"concurrency {said.get('concurrency', '?')}; no decided card found a claim the server does not keep"
+        head = twin(Reason("check.nothing_broken", concurrency=said.get("concurrency", "?")),
+                    f"concurrency {said.get('concurrency', '?')}; no decided card found a claim the server does not "
+                    "keep")
     else:
-        head = "no card decided: give a larger --budget, or run the commands the cards name"
-    return head + (f"; undecided: {', '.join(open_)}" if open_ else "")
-
-
-def _x(ratio: float | None) -> str:
-    return "?" if ratio is None else f"{ratio:.2f}x"
-
-
-def _s(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
+        head = twin(Reason("check.no_card_decided"),
+                    "no card decided: give a larger --budget, or run the commands the cards name")
+    return twin(Reason("check.lesson", head=head, undecided=tuple(open_)),
+                str(head) + (f"; undecided: {', '.join(open_)}" if open_ else ""))

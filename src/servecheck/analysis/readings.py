@@ -19,7 +19,7 @@ from servecheck.model.bodies.log import LogBody
 from servecheck.model.bodies.staircase import Point, StaircaseBody
 from servecheck.model.readings import ArmsReading, ReportReading, RunReading, StaircasePointReading
 from servecheck.model.result import RunResult, measured
-from servecheck.model.sidebyside import DIFFABLE, Diff, label_for
+from servecheck.model.sidebyside import DIFFABLE, Diff, numbered_label
 
 
 def read_report(runs: Sequence[RunResult[Any]]) -> ReportReading:
@@ -31,7 +31,7 @@ def side_by_side(runs: Sequence[RunResult[Any]]) -> Diff | None:
     picked = [(i, r) for i, r in enumerate(runs) if r.command in DIFFABLE]
     if len(picked) < 2:
         return None
-    return diff_runs([r for _, r in picked], labels=[label_for(r, f"run {i + 1}") for i, r in picked])
+    return diff_runs([r for _, r in picked], labels=[numbered_label(r, i + 1) for i, r in picked])
 
 
 def read_run(run: RunResult[Any]) -> RunReading:

@@ -14,7 +14,7 @@ from typing import Literal
 
 from servecheck.model.bodies import roofline as shape
 from servecheck.model.bodies.roofline import Gate, Range
-from servecheck.model.figures import GIB
+from servecheck.model.reason import Reason, Text, twin
 
 GB = 1_000_000_000
 
@@ -83,12 +83,12 @@ def gate_verdict(util: Span, threshold: float = DEFAULT_GATE) -> Gate:
 class Headroom:
     """How much faster a better engine could go: ceiling / utilization, as a range."""
 
-    ceiling_name: str
+    ceiling_name: Text  # roofline.typical_ceiling or roofline.speed_of_light
     ceiling: Span
     factor: Span  # lo = ceiling.lo / util.hi, hi = ceiling.hi / util.lo
 
 
-def headroom(util: Span, ceiling: Span, ceiling_name: str) -> Headroom:
+def headroom(util: Span, ceiling: Span, ceiling_name: Text) -> Headroom:
     if util.lo <= 0:
         raise ValueError("utilization must be positive")
     return Headroom(ceiling_name, ceiling, Span(ceiling.lo / util.hi, ceiling.hi / util.lo))
@@ -247,7 +247,7 @@ MAX_PLAUSIBLE_UTILIZATION = 1.0
 LOW_UTILIZATION = 0.15
 # A stream shorter than this share of the asked length was cut by EOS: its rate rests on fewer tokens.
 SHORT_STREAM_FRACTION = 0.95
-SPEED_OF_LIGHT = "speed of light (every byte at the measured bandwidth)"
+SPEED_OF_LIGHT = Reason("roofline.speed_of_light")  # the ceiling of every byte at the measured bandwidth
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,11 +314,13 @@ def analyse(bytes_per_token: int, kind: str, tok_s: float, bandwidth_gb_s: Span,
     `measured` holds a saved run's aggregate tok/s per batch size."""
     achieved = achieved_gb_s(tok_s, bytes_per_token)
     util = utilization(achieved, bandwidth_gb_s)
-    name = f"typical {kind} ceiling {ceiling.lo:.2f}-{ceiling.hi:.2f}"
+    name = twin(Reason("roofline.typical_ceiling", kind=kind, lo=ceiling.lo, hi=ceiling.hi),
+                f"typical {kind} ceiling {ceiling.lo:.2f}-{ceiling.hi:.2f}")
     return Roofline(
         bytes_per_token=bytes_per_token, kind=kind, tok_s=tok_s, achieved_gb_s=achieved, bandwidth_gb_s=bandwidth_gb_s,
         utilization=util, gate=gate_verdict(util, gate_threshold), gate_threshold=gate_threshold,
-        headroom=headroom(util, ceiling, name), speed_of_light=headroom(util, Span.point(1.0), SPEED_OF_LIGHT),
+        headroom=headroom(util, ceiling, name), speed_of_light=headroom(
+            util, Span.point(1.0), twin(SPEED_OF_LIGHT, "speed of light (every byte at the measured bandwidth)")),
         speed_of_light_tok_s=speed_of_light_tok_s(bandwidth_gb_s, bytes_per_token),
         target=None if target_tok_s is None else back_solve(target_tok_s, bytes_per_token, bandwidth_gb_s, ceiling),
         batch=(_batch_rows(step or StepBytes(bytes_per_token, 0, 0, 0, 0), batches, achieved, measured or {})
@@ -338,7 +340,7 @@ def plausible(util: Span) -> bool:
 
 
 def sanity_notes(util: Span, *, audited: bool, kv_counted: bool, kind_given: bool, batched: bool,
-                 stream_tokens: int | None = None, asked_tokens: int | None = None) -> list[str]:
+                 stream_tokens: int | None = None, asked_tokens: int | None = None) -> list[Reason]:
     """The caveats these numbers need (reference/roofline.md section 6.3 item 7 for the first two): U > 1 means
     bytes over-counted or a cache-resident model, U < 0.15 usually the wrong device or a fallback path.
 
@@ -347,20 +349,28 @@ def sanity_notes(util: Span, *, audited: bool, kv_counted: bool, kind_given: boo
     `stream_tokens` of `asked_tokens`: what the --url measuring stream produced."""
     notes = []
     if util.hi > MAX_PLAUSIBLE_UTILIZATION:
-        notes.append("utilization above 100%: bytes over-counted, the model fits in a cache, "
-                     "or the bandwidth was probed on the wrong device")
+        notes.append(twin(Reason("roofline.above_bandwidth", limit=MAX_PLAUSIBLE_UTILIZATION),
+                          "utilization above 100%: bytes over-counted, the model fits in a cache, "
+                          "or the bandwidth was probed on the wrong device"))
     if util.lo < LOW_UTILIZATION:
-        notes.append("utilization below 15%: often the wrong device or a fallback path (check where the engine runs)")
+        notes.append(twin(Reason("roofline.low_utilization", limit=LOW_UTILIZATION),
+                          "utilization below 15%: often the wrong device or a fallback path (check where the engine "
+                          "runs)"))
     if not audited and not kind_given:
-        notes.append("model kind assumed dense with --bytes-per-token: pass --kind moe for a mixture of experts")
+        notes.append(twin(Reason("roofline.kind_assumed_dense"),
+                          "model kind assumed dense with --bytes-per-token: pass --kind moe for a mixture of experts"))
     if not audited and batched:
-        notes.append("batching ceiling without an audit: every byte counted once per step (no experts, no KV cache); "
-                     "give the MODEL file for the split")
+        notes.append(twin(Reason("roofline.batch_unaudited"),
+                          "batching ceiling without an audit: every byte counted once per step (no experts, no KV "
+                          "cache); give the MODEL file for the split"))
     if audited and not kv_counted:
-        notes.append("KV cache not counted: pass --context N for long-context decode")
+        notes.append(twin(Reason("roofline.kv_not_counted"),
+                          "KV cache not counted: pass --context N for long-context decode"))
     if stream_tokens is not None and asked_tokens and stream_tokens < SHORT_STREAM_FRACTION * asked_tokens:
-        notes.append(f"the measuring stream stopped at {stream_tokens} of {asked_tokens} tokens (the server did not "
-                     "pin the length): the rate rests on fewer tokens, rerun with a server that honours ignore_eos")
+        notes.append(twin(Reason("roofline.short_stream", tokens=stream_tokens, asked=asked_tokens),
+                          f"the measuring stream stopped at {stream_tokens} of {asked_tokens} tokens (the server did "
+                          "not pin the length): the rate rests on fewer tokens, rerun with a server that honours "
+                          "ignore_eos"))
     return notes
 
 
@@ -405,13 +415,3 @@ def parse_bytes(text: str) -> int:
     if nbytes < 1:
         raise ValueError(f"{text!r} must be a positive byte figure (at least 1 byte)")
     return nbytes
-
-
-def format_gb(nbytes: float, digits: int = 3) -> str:
-    return f"{nbytes / GB:.{digits}f} GB"
-
-
-def format_gib(nbytes: float, digits: int = 2) -> str:
-    return f"{nbytes / GIB:.{digits}f} GiB"
-
-

@@ -8,10 +8,11 @@ from typing import Any
 
 from servecheck.analysis.logaudit import audit_word
 from servecheck.model.bodies import Other
+from servecheck.model.reason import Reason, Text, twin
 from servecheck.model.result import RunResult
 
 
-def run_verdict(run: RunResult[Any]) -> str | None:
+def run_verdict(run: RunResult[Any]) -> Text | None:
     body = run.body
     if isinstance(body, Other):  # a command this servecheck does not know: its own verdict field, if any
         word = body.fields.get("verdict")
@@ -29,39 +30,45 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def _context(body: Any) -> str | None:
+def _context(body: Any) -> Text | None:
     effect = _text(body.effect)
     if effect is None:
         return None
-    return f"decode {effect} with depth" if effect != "inconclusive" else "inconclusive"
+    if effect == "inconclusive":
+        return "inconclusive"
+    return twin(Reason("run.decode_with_depth", effect=effect), f"decode {effect} with depth")
 
 
-def _capacity(body: Any) -> str | None:
+def _capacity(body: Any) -> Text | None:
     limit, held = _text(body.limit), body.max_concurrency
     if limit is None:
         return None
     if limit == "undetermined":
-        return "undetermined" if held is None else f"holds >= {held} (undetermined)"
-    return f"holds {held} ({limit})"
+        return ("undetermined" if held is None
+                else twin(Reason("run.holds_at_least", held=held), f"holds >= {held} (undetermined)"))
+    return twin(Reason("run.holds", held=held, limit=limit), f"holds {held} ({limit})")
 
 
-def _arms(body: Any) -> str | None:
+def _arms(body: Any) -> Text | None:
     arms = getattr(body, "arms", ())
     if not arms:
         return None
     top = max(arms, key=lambda a: a.concurrency or 0)
     label, concurrency = _text(top.label), top.concurrency
-    return f"{label} at {concurrency}" if label and concurrency else label
+    if not (label and concurrency):
+        return label
+    return twin(Reason("run.arm_at", label=label, concurrency=concurrency), f"{label} at {concurrency}")
 
 
-def _demo(body: Any) -> str | None:
+def _demo(body: Any) -> Text | None:
     verdicts = getattr(body, "verdicts", None)
-    words = [w for w in (verdicts or {}).values() if isinstance(w, str) and w] if isinstance(verdicts, dict) else []
+    words = tuple(w for w in verdicts.values() if isinstance(w, str) and w) if isinstance(verdicts, dict) else ()
     if not words:
         return None
-    expected = body.as_expected
-    tail = "" if not isinstance(expected, bool) else " (as expected)" if expected else " (not as expected)"
-    return ", ".join(words) + tail
+    expected = body.as_expected if isinstance(body.as_expected, bool) else None
+    return twin(Reason("run.demo_verdicts", verdicts=words, as_expected=expected),
+                ", ".join(words)
+                + ("" if not isinstance(expected, bool) else " (as expected)" if expected else " (not as expected)"))
 
 
 def _log(body: Any) -> str | None:

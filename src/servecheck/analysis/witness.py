@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from servecheck.analysis.rules import STAIRCASE_STEP_TOL
 from servecheck.analysis.stats import median
 from servecheck.model.bodies.staircase import Schedule, Witness, WitnessSource
+from servecheck.model.reason import Reason, twin
 from servecheck.model.records import NS_PER_S, ClientNoise, RequestRecord, ServerGauges
 
 
@@ -38,7 +39,7 @@ class Reading:
     source: WitnessSource
     schedule: Schedule
     slots: int  # concurrent requests the reading shows (1 for a staircase, N for a cluster)
-    description: str
+    description: Reason  # what the witness saw (witness.gauges_* or witness.timings_*), its schedule last
 
     def agrees(self, verdict: str, slots: int | None) -> bool:
         return self.schedule == verdict and (verdict != "partial" or slots == self.slots)
@@ -58,8 +59,10 @@ def gauge_reading(gauges: ServerGauges | None, n: int, min_samples: int = MIN_GA
     running, waiting = gauges.peak_running, gauges.peak_waiting
     if running is None or running < 1 or running > n:
         return None  # idle all batch (missed it), or other clients' requests in the gauge
-    where = f"{gauges.source}: at most {running} running" + ("" if waiting is None else f", up to {waiting} waiting")
-    where += f" over {len(gauges.samples)} readings"
+    where = twin(Reason("witness.gauges_seen", source=gauges.source, running=running, waiting=waiting,
+                        readings=len(gauges.samples)),
+                 f"{gauges.source}: at most {running} running"
+                 + ("" if waiting is None else f", up to {waiting} waiting") + f" over {len(gauges.samples)} readings")
     if running == n:
         # A batch needs one reading with all n running and none waiting. A request seen waiting at
         # another reading was being admitted (a scheduler takes new requests at a step boundary, and
@@ -67,13 +70,17 @@ def gauge_reading(gauges: ServerGauges | None, n: int, min_samples: int = MIN_GA
         # every such reading is another client's requests in the gauge: no whole picture.
         if not any(s.running == n and not s.waiting for s in gauges.samples):
             return None
-        admitted = "" if not waiting else " (those seen waiting were being admitted)"
-        return Reading("server_gauges", "cluster", n, f"{where}: all {n} ran at once{admitted}")
+        return Reading("server_gauges", "cluster", n, twin(
+            Reason("witness.gauges_cluster", seen=where, n=n, admitted=bool(waiting)),
+            f"{where}: all {n} ran at once" + ("" if not waiting else " (those seen waiting were being admitted)")))
     if waiting is not None and waiting < n - running:
         return None  # some requests were neither running nor waiting when read: no whole picture
     if running == 1:
-        return Reading("server_gauges", "staircase", 1, f"{where}: one at a time")
-    return Reading("server_gauges", "partial", running, f"{where}: {running} at once, the rest waited")
+        return Reading("server_gauges", "staircase", 1,
+                       twin(Reason("witness.gauges_staircase", seen=where), f"{where}: one at a time"))
+    return Reading("server_gauges", "partial", running,
+                   twin(Reason("witness.gauges_partial", seen=where, slots=running),
+                        f"{where}: {running} at once, the rest waited"))
 
 
 def timing_reading(records: Sequence[RequestRecord], n: int) -> Reading | None:
@@ -98,15 +105,20 @@ def timing_reading(records: Sequence[RequestRecord], n: int) -> Reading | None:
     if any(lv < 0 or abs(q - lv * service) > STAIRCASE_STEP_TOL * service for q, lv in zip(queues, levels)):
         return None
     sizes = [levels.count(lv) for lv in range(max(levels) + 1)]
-    shown = " / ".join(f"{q:.2f}" for q in queues)
-    where = f"server timings: queued {shown} s against a service time of {service:.2f} s"
+    where = twin(Reason("witness.timings_seen", queued_s=tuple(queues), service_s=service),
+                 f"server timings: queued {' / '.join(f'{q:.2f}' for q in queues)} s against a service time of "
+                 f"{service:.2f} s")
     if sizes == [n]:
-        return Reading("server_timings", "cluster", n, f"{where}: none waited")
+        return Reading("server_timings", "cluster", n,
+                       twin(Reason("witness.timings_cluster", seen=where), f"{where}: none waited"))
     if sizes == [1] * n:
-        return Reading("server_timings", "staircase", 1, f"{where}: each waited for every one ahead of it")
+        return Reading("server_timings", "staircase", 1, twin(Reason("witness.timings_staircase", seen=where),
+                                                              f"{where}: each waited for every one ahead of it"))
     head = sizes[:-1]
     if head and all(s == head[0] for s in head) and 0 < sizes[-1] <= head[0]:
-        return Reading("server_timings", "partial", head[0], f"{where}: {head[0]} at a time")
+        return Reading("server_timings", "partial", head[0],
+                       twin(Reason("witness.timings_partial", seen=where, slots=head[0]),
+                            f"{where}: {head[0]} at a time"))
     return None
 
 
@@ -136,8 +148,9 @@ def token_interval_cv(records: Sequence[RequestRecord]) -> float | None:
     return median(cvs) if cvs else None
 
 
-def busy_words(noises: Sequence[ClientNoise | None]) -> str | None:
-    """'the machine was busy: load 1.9 on 2 cores, ...' when any batch ran on a busy client."""
+def busy_words(noises: Sequence[ClientNoise | None]) -> Reason | None:
+    """Why the client machine was busy (witness.busy: 'the machine was busy: load 1.9 on 2 cores, ...'),
+    when any batch ran on a busy client."""
     seen = [x for x in noises if x is not None]
     if not seen:
         return None
@@ -145,13 +158,16 @@ def busy_words(noises: Sequence[ClientNoise | None]) -> str | None:
     steal = max((x.steal_frac for x in seen if x.steal_frac is not None), default=None)
     lag = max((x.loop_lag_p99_ms for x in seen if x.loop_lag_p99_ms is not None), default=None)
     cpus = seen[0].cpus
-    parts = []
+    parts: list[Reason] = []
     if load is not None and load / cpus >= BUSY_LOAD_PER_CPU:
-        parts.append(f"load {load:.1f} on {cpus} cores")
+        parts.append(twin(Reason("witness.busy_load", load=load, cpus=cpus), f"load {load:.1f} on {cpus} cores"))
     if steal is not None and steal >= BUSY_STEAL_FRAC:
-        parts.append(f"{steal:.0%} of CPU time stolen")
+        parts.append(twin(Reason("witness.busy_steal", steal=steal), f"{steal:.0%} of CPU time stolen"))
     if lag is not None and lag >= BUSY_LOOP_LAG_MS:
-        parts.append(f"the client's event loop woke up to {lag:.0f} ms late (p99)")
+        parts.append(twin(Reason("witness.busy_loop_lag", lag_ms=lag),
+                          f"the client's event loop woke up to {lag:.0f} ms late (p99)"))
     if not parts:
         return None
-    return "the machine was busy: " + ", ".join(parts) + " (a server on this machine counts in the load too)"
+    return twin(Reason("witness.busy", parts=tuple(parts)),
+                "the machine was busy: " + ", ".join(map(str, parts))
+                + " (a server on this machine counts in the load too)")

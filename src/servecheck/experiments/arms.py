@@ -46,6 +46,7 @@ from servecheck.model.client import FIX as CLIENT_FIX
 from servecheck.model.client import FIGURE_FRAC, ClientCheck
 from servecheck.model.bodies import arms as shape
 from servecheck.model.bodies.arms import ArmsBody, ArmsCell
+from servecheck.model.reason import Reason, Text
 from servecheck.model.records import NS_PER_S, RequestRecord, ServerInfo
 from servecheck.model.result import RunResult, from_doc, measured
 from servecheck.model.thermal import ThermalSummary
@@ -157,7 +158,7 @@ class ArmsRun:
         FIGURE_FRAC of the warm-up's TTFT."""
         return frozenset(c.streams for c in ttft_unresolved(self.client_checks, self.warmup))
 
-    def cached_suspects(self) -> list[str]:
+    def cached_suspects(self) -> list[Reason]:
         return cached_prompt_suspects(
             (m.cell.rep, m.cell.concurrency, r) for m in self.measured for r in m.records
         )
@@ -166,7 +167,7 @@ class ArmsRun:
         out = list(analysis.warnings) if analysis is not None else []
         suspects = self.cached_suspects()
         if suspects:
-            shown = "; ".join(suspects[:4]) + (f"; and {len(suspects) - 4} more" if len(suspects) > 4 else "")
+            shown = "; ".join(map(str, suspects[:4])) + (f"; and {len(suspects) - 4} more" if len(suspects) > 4 else "")
             out.append(
                 Warning_(
                     f"contaminated by the prefix cache: {len(suspects)} measured request(s) "
@@ -294,7 +295,7 @@ async def run_arms(
     return replace(run, complete=True)
 
 
-def undecided(run: ArmsRun, bias_limit: float) -> str | None:
+def undecided(run: ArmsRun, bias_limit: float) -> Text | None:
     """Why more reps could still decide this run: a withheld headline or an inconclusive label."""
     a = run.analysis(bias_limit=bias_limit)
     if a is None or any(c.failed for c in run.cells()):

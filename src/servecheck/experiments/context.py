@@ -33,6 +33,7 @@ from servecheck.load.prompts import fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
 from servecheck.model.bodies import context as shape
 from servecheck.model.client import ClientCheck
+from servecheck.model.reason import Text
 from servecheck.model.result import RunResult, measured
 from servecheck.model.records import NS_PER_S, GenRequest, RequestRecord, ServerInfo
 
@@ -84,8 +85,8 @@ class ContextResult:
         """The context body record (docs/schema.md)."""
         a = self.analysis()
         rows = self.roofline(a)
-        notes = (self.notes + tuple(f"depth {d} skipped: {why}" for d, why in self.skipped)
-                 + calibration_notes(self.calibration))
+        notes: tuple[Text, ...] = (self.notes + tuple(f"depth {d} skipped: {why}" for d, why in self.skipped)
+                                   + calibration_notes(self.calibration))
         if rows and (steep := ctx.steeper_note(rows)) is not None:
             notes += (steep,)
         by_sample = dict(zip(self.samples, self.records))

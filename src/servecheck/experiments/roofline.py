@@ -20,6 +20,7 @@ from servecheck.load.protocol import Driver
 from servecheck.model.bodies import roofline as shape
 from servecheck.model.bodies.audit import Kind
 from servecheck.model.bodies.bandwidth import BandwidthBody
+from servecheck.model.reason import Reason
 from servecheck.model.result import RunResult, measured
 from servecheck.model.records import RequestRecord, ServerInfo
 
@@ -123,7 +124,7 @@ def body(r: rl.Roofline, rate: Rate, bw: Bandwidth, weights: Weights, plan: Plan
     )
 
 
-def notes(r: rl.Roofline, rate: Rate, weights: Weights, plan: Plan) -> list[str]:
+def notes(r: rl.Roofline, rate: Rate, weights: Weights, plan: Plan) -> list[Reason]:
     """The caveats these numbers need (analysis.roofline.sanity_notes)."""
     audited = weights.audit_summary is not None
     return rl.sanity_notes(r.utilization, audited=audited, kv_counted=audited and weights.kv_counted,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from servecheck.model.reason import Text
 from servecheck.model.sidebyside import Diff
 
 
@@ -41,7 +42,7 @@ class ArmsReading:
 class RunReading:
     """Everything a report of one run shows beyond the document's own fields."""
 
-    verdict: str | None = None  # the run's one word (`analysis.run_verdict`); None where it has none
+    verdict: Text | None = None  # the run's one word (`analysis.run_verdict`); None where it has none
     log_audit: str | None = None  # the word of the run's log findings (`log`, or a --serve run's audit); None without
     staircase: tuple[StaircasePointReading, ...] = ()  # one per point, in the document's order
     arms: ArmsReading = field(default_factory=ArmsReading)

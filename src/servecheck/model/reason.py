@@ -38,6 +38,15 @@ class Reason:
                 return value
         raise KeyError(f"{self.code} has no value {name!r}")
 
+    def __bool__(self) -> bool:  # as the text it says: clauses joined from nothing say nothing
+        return bool(str(self))
+
+    def __contains__(self, item: object) -> bool:
+        raise TypeError("a Reason is not text: ask its codes() or its values, or say it with str()")
+
+    def __iter__(self) -> Iterator[Any]:
+        raise TypeError("a Reason is not text or a sequence: ask its codes() or its values")
+
     def codes(self) -> Iterator[str]:
         """This reason's code and those of the reasons inside it, outermost first."""
         yield self.code

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from servecheck.model.codec import JSON
+from servecheck.model.reason import Reason
 from servecheck.model.result import RunResult
 
 DIFFABLE = ("staircase", "arms")
@@ -42,7 +43,7 @@ class Line:
 class Diff:
     lines: tuple[Line, ...]
     levels: tuple[int, ...]
-    verdict: str
+    verdict: Reason  # which configurations batch (`analysis.across.verdict_across`)
 
     @property
     def rising(self) -> tuple[Line, ...]:
@@ -52,6 +53,11 @@ class Diff:
 def label_for(run: RunResult[Any], fallback: str) -> str:
     run_id = run.envelope.run_id
     return f"#{run_id}" if run_id is not None else fallback
+
+
+def numbered_label(run: RunResult[Any], number: int) -> str:
+    """The run's label among others: its id, else its place among them ("run 2", counted from 1)."""
+    return label_for(run, f"run {number}")
 
 
 def config_notes(runs: Sequence[RunResult[Any]]) -> list[str]:

@@ -32,7 +32,7 @@ def staircase_lines(result: Diff) -> list[RenderableType]:
     models = {line.model for line in result.lines}
     if len(models) == 1:
         out.append(Text(f"model: {models.pop() or '—'}"))
-    out += [diff_table(result), Text.assemble("verdict: ", (result.verdict, "bold"))]
+    out += [diff_table(result), Text.assemble("verdict: ", (str(result.verdict), "bold"))]
     simulated = [line.label for line in result.lines if "simulated" in line.marks]
     if simulated:
         out.append(Text(f"SIMULATED: {', '.join(simulated)} measured servecheck's simulated server, not a real engine",
@@ -76,7 +76,7 @@ def _row(line: Line, levels: tuple[int, ...], show_model: bool, show_verdict: bo
 
 
 def staircase_record(result: Diff) -> doc.StaircaseDiff:
-    return doc.StaircaseDiff(levels=result.levels, verdict=result.verdict, rising_ratio=RISING_RATIO, lines=tuple(
+    return doc.StaircaseDiff(levels=result.levels, verdict=str(result.verdict), rising_ratio=RISING_RATIO, lines=tuple(
         doc.StaircaseLine(
             label=ln.label, config=ln.config, command=ln.command, server_url=ln.server_url, model=ln.model,
             aggregate_tok_s=_by_key(ln.aggregate_tok_s), per_user_tok_s=ln.per_user_tok_s,

@@ -12,6 +12,7 @@ from rich.console import Console, Group, RenderableType
 from rich.progress import BarColumn, Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from servecheck.model.reason import Reason
 from servecheck.model.result import RunResult, from_doc
 from servecheck.report.lines import SHORTS
 from servecheck.report.lines.short import scalar, table
@@ -89,7 +90,7 @@ def _make_progress(console: Console, with_bar: bool) -> Progress:
 # ---------------------------------------------------------------- re-rendering saved runs
 
 
-def render_doc(doc: dict[str, Any], verdict: str | None,
+def render_doc(doc: dict[str, Any], verdict: str | Reason | None,
                body: Sequence[RenderableType] | None = None) -> RenderableType:
     """Head and marks (SIMULATED, INCOMPLETE, INVALID), then `body` (the command's own report) or a short
     rendering of any result document: `verdict` (the run's word, `analysis.run_verdict`), the key numbers,
@@ -100,7 +101,7 @@ def render_doc(doc: dict[str, Any], verdict: str | None,
     if body is not None:
         return Group(*parts, *body)
     if verdict:
-        parts.append(Text.assemble("verdict: ", (verdict, "bold")))
+        parts.append(Text.assemble("verdict: ", (str(verdict), "bold")))
     short = SHORTS.get(run.command)
     parts += short(run) if short is not None else _generic_body(doc)
     return Group(*parts)

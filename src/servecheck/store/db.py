@@ -218,7 +218,7 @@ def _row_values(run: RunResult[Any], complete: bool) -> dict[str, Any]:
         "command": run.command,
         "server_url": run.url,
         "model": run.model,
-        "verdict": run_verdict(run),
+        "verdict": None if (word := run_verdict(run)) is None else str(word),
         "simulated": int(run.simulated),
         "complete": int(complete),
         "valid": None if run.valid is None else int(run.valid),

@@ -8,9 +8,11 @@ queue cannot pass for batching.
 Its modules, each importing only those listed before it: `records` (what the analysis takes in and
 decides, and the rules its labels read), `cells` (a batch's request records reduced to a cell) and
 `order` (the rotated design), `labels` (each arm's intervals and label), `checks` (position bias, drift,
-deviant cells, cached prompts), `late` and `words` (reps the client read late or a hop held; the
-headline), `findings` (the warnings), and `run` (`analyse`); a layers contract in pyproject.toml holds
-that order. Every public name is re-exported here: `analysis.arms.NAME` reads as it always did.
+deviant cells, cached prompts), `late` (reps the client read late or a hop held), `findings` (the
+headline or why it is withheld, and the warnings), and `run` (`analyse`); a layers contract in
+pyproject.toml holds that order. Every public name is re-exported here: `analysis.arms.NAME` reads as it
+always did. What the analysis decides it returns as reasons (`model.reason`); their words are
+`model.words.arms`'.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from servecheck.analysis.arms.checks import (
     position_bias,
     position_spreads,
 )
+from servecheck.analysis.arms.findings import headline, refusal
 from servecheck.analysis.arms.labels import (
     arm_result,
     interval_level,
@@ -53,7 +56,6 @@ from servecheck.analysis.arms.records import (
     Warning_,
 )
 from servecheck.analysis.arms.run import analyse
-from servecheck.analysis.arms.words import headline, refusal_text, ttft_words
 from servecheck.analysis.rules import OUTPUT_LENGTH_TOLERANCE
 from servecheck.model.bodies.arms import INTERVAL_LEVEL
 
@@ -66,6 +68,6 @@ __all__ = [
     "PositionBias", "RISE_INTERVAL_FLOOR", "Warning_", "analyse", "arm_result", "balanced", "cached_prompt_suspects",
     "cell_from_records", "decode_interval_ns", "deviant_cells", "drift", "drift_position_bias", "headline",
     "interval_level", "label_arm", "label_with_reason", "labels_stand", "late_reps", "median_by_arm",
-    "median_interval", "observed_peak", "per_user_rate_tok_s", "position_bias", "position_spreads", "refusal_text",
-    "rotated_order", "schedule", "shifted", "ttft_words", "union_length_ns", "within_rep_ratios",
+    "median_interval", "observed_peak", "per_user_rate_tok_s", "position_bias", "position_spreads", "refusal",
+    "rotated_order", "schedule", "shifted", "union_length_ns", "within_rep_ratios",
 ]

@@ -13,6 +13,7 @@ from servecheck.analysis.arms.records import Cell, DeviantCell, Drift, PositionB
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.rules import OUTPUT_LENGTH_TOLERANCE
 from servecheck.analysis.stats import median, mode
+from servecheck.model.reason import Reason, twin
 from servecheck.model.records import RequestRecord
 
 
@@ -136,13 +137,15 @@ def deviant_cells(cells: Sequence[Cell], limit: float = OUTPUT_LENGTH_TOLERANCE)
 
 def cached_prompt_suspects(
     records: Iterable[tuple[int, int, RequestRecord]],
-) -> list[str]:
+) -> list[Reason]:
     """Requests (rep, concurrency, record) whose prompt the prefix cache partly served, named."""
     out = []
     for rep, conc, r in records:
         if record_contaminated(r):
             cached = r.server.cached_prompt_tokens if r.server else None
-            out.append(f"rep {rep} {conc}-way request {r.index} ({r.nonce}): {cached} cached prompt tokens")
+            out.append(twin(Reason("arms.cached_prompt", rep=rep, concurrency=conc, request=r.index, nonce=r.nonce,
+                                   cached=cached),
+                            f"rep {rep} {conc}-way request {r.index} ({r.nonce}): {cached} cached prompt tokens"))
     return out
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from servecheck.model.bodies import arms as shape
 from servecheck.model.bodies.arms import INTERVAL_LEVEL, BiasMethod, Label
 from servecheck.model.bodies.common import Finding
+from servecheck.model.reason import Reason, Text, twin
 
 
 # A rise counts only when the whole interval of the within-rep ratio lies above 1: a median above
@@ -130,7 +131,7 @@ class ArmResult:
     per_user_rate_ratio: Estimate | None
     ttft_multiple: Estimate | None
     label: Label
-    label_reason: str = ""
+    label_reason: Text = ""  # what decided the label (labels.label_with_reason)
 
     @property
     def efficiency(self) -> float | None:
@@ -213,8 +214,10 @@ class DeviantCell:
         return shape.DeviantCell(run=self.run, rep=self.rep, concurrency=self.concurrency, tokens=self.tokens,
                                  modal_tokens=self.modal_tokens, deviation=self.deviation)
 
-    def describe(self) -> str:
-        return (
+    def describe(self) -> Reason:
+        return twin(
+            Reason("arms.deviant_cell", rep=self.rep, concurrency=self.concurrency, tokens=self.tokens,
+                   modal=self.modal_tokens, deviation=self.deviation),
             f"rep {self.rep} at {self.concurrency}-way produced {self.tokens} tokens against the modal "
             f"{self.modal_tokens} ({self.deviation:+.0%})"
         )
@@ -222,10 +225,10 @@ class DeviantCell:
 
 @dataclass(frozen=True, slots=True)
 class Warning_:
-    """A warning is data: what happened and what to do about it."""
+    """A warning is data: what happened and what to do about it (reasons, or the text a caller built)."""
 
-    message: str
-    hint: str | None = None
+    message: Text
+    hint: Text | None = None
 
     def record(self) -> Finding:
         return Finding(message=self.message, hint=self.hint)
@@ -238,8 +241,8 @@ class ArmsAnalysis:
     bias_limit: float
     drift: Drift | None
     deviant_cells: tuple[DeviantCell, ...]
-    headline: str | None
-    refusal: str | None
+    headline: Reason | None
+    refusal: Reason | None
     warnings: tuple[Warning_, ...] = field(default=())
 
     @property

@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from servecheck.analysis.arms.checks import _arms, _rep_key, deviant_cells, drift, position_bias
-from servecheck.analysis.arms.findings import _warnings
+from servecheck.analysis.arms.findings import _warnings, headline, refusal
 from servecheck.analysis.arms.labels import arm_result
 from servecheck.analysis.arms.late import _client_named, labels_stand, late_reps
 from servecheck.analysis.arms.records import DEFAULT_BIAS_LIMIT, ArmsAnalysis, Cell
-from servecheck.analysis.arms.words import headline, refusal_text
 
 
 def analyse(
@@ -34,7 +33,7 @@ def analyse(
     results = tuple(_client_named(arm_result(timed, a, gauges_decide=gauges_decide), len(late))
                     for a in _arms(cells))
     bias = position_bias(timed)
-    refusal = refusal_text(bias, bias_limit) if bias is not None and bias.spread > bias_limit else None
+    refused = refusal(bias, bias_limit) if bias is not None and bias.spread > bias_limit else None
     top = results[-1]
     drift_ = drift(timed, baseline)
     deviants = tuple(deviant_cells(cells))
@@ -44,8 +43,8 @@ def analyse(
         bias_limit=bias_limit,
         drift=drift_,
         deviant_cells=deviants,
-        headline=None if refusal else headline(top, with_ttft=not ({top.concurrency, baseline} & ttft_unresolved)),
-        refusal=refusal,
+        headline=None if refused else headline(top, with_ttft=not ({top.concurrency, baseline} & ttft_unresolved)),
+        refusal=refused,
         warnings=tuple(_warnings(cells, results, drift_, deviants, late_kept=kept)),
     )
 

@@ -6,10 +6,11 @@ per-user rate at the asked percentile lies wholly above the floor (and, with a T
 TTFT interval wholly below it); `max_concurrency` is never an N that was not shown to pass.
 
 Its modules, each importing only those listed before it: `criteria` (what is judged), `probes` (one
-probe from its request records) and `records` (what the analysis decides), `judging` (one probed N),
-`search` (the next N) and `words` (the answer), and `run` (`analyse`); a layers contract in
-pyproject.toml holds that order. Every public name is re-exported here: `analysis.capacity.NAME` reads
-as it always did.
+probe from its request records) and `records` (what the analysis decides), `judging` (one probed N) and
+`search` (the next N), and `run` (the answer, and `analyse`); a layers contract in pyproject.toml holds
+that order. The analysis builds no sentence: its reasons are codes and values (`model.reason`), said by
+`model.words.capacity`. Every public name is re-exported here: `analysis.capacity.NAME` reads as it
+always did.
 """
 
 from __future__ import annotations
@@ -30,11 +31,9 @@ from servecheck.analysis.capacity.records import (
     NonMonotone,
     Point,
     least_words,
-    ordinal,
 )
-from servecheck.analysis.capacity.run import analyse, drift_of, held, limit_of, marginals, non_monotone
+from servecheck.analysis.capacity.run import analyse, answer_of, drift_of, held, limit_of, marginals, non_monotone
 from servecheck.analysis.capacity.search import next_n
-from servecheck.analysis.capacity.words import answer_text
 from servecheck.analysis.rules import OUTPUT_LENGTH_TOLERANCE
 from servecheck.model.bodies.capacity import Status
 
@@ -43,7 +42,7 @@ from servecheck.model.bodies.capacity import Status
 # Status (experiments/capacity.py).
 __all__ = [
     "CapacityAnalysis", "Criteria", "Drift", "MIN_MEASURED_PER_LANE", "Marginal", "NonMonotone",
-    "OUTPUT_LENGTH_TOLERANCE", "Point", "ProbeSample", "Status", "analyse", "answer_text", "assess", "combine",
-    "drift_of", "held", "least_words", "length_valid", "limit_of", "marginals", "next_n", "non_monotone", "ordinal",
+    "OUTPUT_LENGTH_TOLERANCE", "Point", "ProbeSample", "Status", "analyse", "answer_of", "assess", "combine",
+    "drift_of", "held", "least_words", "length_valid", "limit_of", "marginals", "next_n", "non_monotone",
     "probe_from_records", "side", "steady_records", "tokens_in_window", "ttfts_with_untimed", "with_untimed",
 ]

@@ -40,11 +40,6 @@ class Criteria:
     def ttft_quantile(self) -> float:
         return self.percentile / 100.0
 
-    @property
-    def words(self) -> str:
-        """How the percentile reads in a sentence."""
-        return "median" if self.percentile == 50 else f"{self.percentile:g}% of users"
-
     def samples_needed(self) -> int:
         return max(samples_needed(self.rate_quantile, self.level), samples_needed(self.ttft_quantile, self.level))
 

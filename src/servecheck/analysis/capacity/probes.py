@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from servecheck.analysis.arms import per_user_rate_tok_s
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.rules import OUTPUT_LENGTH_TOLERANCE
+from servecheck.model.reason import Reason, twin
 from servecheck.model.records import NS_PER_S, RequestRecord
 
 
@@ -25,15 +26,15 @@ class ProbeSample:
     requests: int  # sent in the probe, the discarded ones included
     discarded: int
     failed: int
-    failure: str | None  # the first failure's reason, in the server's words
-    length_off: tuple[str, ...] = ()  # measured requests more than 5% off the asked length, named
-    contaminated: tuple[str, ...] = ()  # measured requests the prefix cache partly served, named
+    failure: Reason | None  # how many failed, and the first failure's reason in the server's words
+    length_off: tuple[Reason, ...] = ()  # measured requests more than 5% off the asked length, named
+    contaminated: tuple[Reason, ...] = ()  # measured requests the prefix cache partly served, named
     # Steady requests whose stamps the client itself read late (analysis.client_timing), named: their
     # rate and TTFT are no evidence and are left out of the samples.
-    client_late: tuple[str, ...] = ()
+    client_late: tuple[Reason, ...] = ()
     # Steady requests whose stream arrived in bursts a hop that buffers it may have held beyond the same
     # tolerance (analysis.transit), named: left out of the samples too.
-    hop_held: tuple[str, ...] = ()
+    hop_held: tuple[Reason, ...] = ()
     # The left-out requests' rates, each with the share of its decode span that is untimed (how late, or
     # how long held, over the span): `assess` keeps them where the status is the same whatever their truth.
     untimed_rates: tuple[tuple[float, float], ...] = ()
@@ -71,18 +72,21 @@ def tokens_in_window(records: Sequence[RequestRecord], start_ns: int, end_ns: in
     return total
 
 
-def _failure(records: Sequence[RequestRecord]) -> str | None:
+def _failure(records: Sequence[RequestRecord]) -> Reason | None:
     bad = [r for r in records if not r.ok]
     if not bad:
         return None
     r = bad[0]
-    what = r.error or (f"HTTP {r.http_status}" if r.http_status else r.status)
-    return f"{len(bad)} of {len(records)} requests failed ({r.status}: {what})"
+    return twin(Reason("capacity.requests_failed", failed=len(bad), sent=len(records), status=r.status, error=r.error,
+                       http_status=r.http_status),
+                f"{len(bad)} of {len(records)} requests failed "
+                f"({r.status}: {r.error or (f'HTTP {r.http_status}' if r.http_status else r.status)})")
 
 
-def _length_off(records: Sequence[RequestRecord], asked: int) -> tuple[str, ...]:
+def _length_off(records: Sequence[RequestRecord], asked: int) -> tuple[Reason, ...]:
     return tuple(
-        f"request {r.index} ({r.nonce}): {r.tokens} tokens for {asked} asked"
+        twin(Reason("capacity.request_off_length", index=r.index, nonce=r.nonce, tokens=r.tokens, asked=asked),
+             f"request {r.index} ({r.nonce}): {r.tokens} tokens for {asked} asked")
         for r in records
         if asked > 0 and abs(r.tokens - asked) / asked > OUTPUT_LENGTH_TOLERANCE
     )
@@ -118,11 +122,16 @@ def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked
         window_s=None if window is None else (window[0] / NS_PER_S, window[1] / NS_PER_S),
         requests=len(records), discarded=n, failed=sum(1 for r in records if not r.ok), failure=_failure(records),
         length_off=_length_off(kept, tokens_asked),
-        contaminated=tuple(f"request {r.index} ({r.nonce})" for r in kept if record_contaminated(r)),
-        client_late=tuple(f"request {r.index} ({r.nonce}): {late[r.index]:.0f} ms" for r in kept if r.index in late)
-        + tuple(f"request {r.index} ({r.nonce}): its TTFT, {late_ttfts[r.index]:.0f} ms" for r in kept
+        contaminated=tuple(twin(Reason("capacity.request_cached", index=r.index, nonce=r.nonce),
+                                f"request {r.index} ({r.nonce})") for r in kept if record_contaminated(r)),
+        client_late=tuple(twin(Reason("capacity.request_late", index=r.index, nonce=r.nonce, late_ms=late[r.index]),
+                               f"request {r.index} ({r.nonce}): {late[r.index]:.0f} ms")
+                          for r in kept if r.index in late)
+        + tuple(twin(Reason("capacity.request_ttft_late", index=r.index, nonce=r.nonce, late_ms=late_ttfts[r.index]),
+                     f"request {r.index} ({r.nonce}): its TTFT, {late_ttfts[r.index]:.0f} ms") for r in kept
                 if r.index in late_ttfts and r.index not in late),
-        hop_held=tuple(f"request {r.index} ({r.nonce}): {held[r.index]:.0f} ms" for r in kept if r.index in held),
+        hop_held=tuple(twin(Reason("capacity.request_held", index=r.index, nonce=r.nonce, held_ms=held[r.index]),
+                            f"request {r.index} ({r.nonce}): {held[r.index]:.0f} ms") for r in kept if r.index in held),
         untimed_rates=tuple(untimed),
         untimed_ttfts=tuple(untimed_ttfts),
     )

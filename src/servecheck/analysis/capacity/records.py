@@ -1,5 +1,5 @@
 """What the capacity analysis decides, pure: one probed N's point, the marginal user between two points
-(with the sentence its record carries, `least_words`), the serial baseline's drift, a non-monotone
+(with the reason its record carries, `least_words`), the serial baseline's drift, a non-monotone
 reading, and the whole analysis."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from servecheck.analysis.rules import DRIFT_LIMIT, drifted
 from servecheck.analysis.stats import QuantileInterval
 from servecheck.model.bodies import capacity as body
 from servecheck.model.bodies.capacity import Limit, NonMonotoneKind, Status
+from servecheck.model.reason import Reason, twin
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +26,7 @@ class Point:
     status: Status
     rate_status: Status
     ttft_status: Status | None  # None without a TTFT ceiling
-    reason: str
+    reason: Reason
     failed: int = 0
 
     @property
@@ -89,7 +90,7 @@ class NonMonotone:
     kind: NonMonotoneKind
     n_low: int
     n_high: int
-    message: str
+    message: Reason
 
     def record(self) -> body.NonMonotone:
         return body.NonMonotone(kind=self.kind, n_low=self.n_low, n_high=self.n_high, message=self.message)
@@ -100,7 +101,7 @@ class CapacityAnalysis:
     points: tuple[Point, ...]
     max_concurrency: int | None
     limit: Limit
-    answer: str
+    answer: Reason
     marginals: tuple[Marginal, ...]
     least: Marginal | None
     drift: Drift | None
@@ -116,13 +117,13 @@ class CapacityAnalysis:
         return tuple(p.record(by_n.get(p.n)) for p in self.points)
 
 
-def ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
-
-
-def least_words(m: Marginal) -> str:
-    cost = "" if m.per_user_change is None else f" and changes each user's rate by {m.per_user_change:+.0%}"
-    users = f"the {ordinal(m.n)} user" if m.n - m.prev_n == 1 else f"each of users {m.prev_n + 1}-{m.n}"
-    return (f"the marginal user buys least from N={m.prev_n} to N={m.n}: {users} adds "
-            f"{m.gain_tok_s_per_user:+.1f} tok/s ({m.aggregate_gain:+.0%} aggregate){cost}")
+def least_words(m: Marginal) -> Reason:
+    """Where the marginal user buys least, for the record's text (`model.words.capacity` says it)."""
+    return twin(
+        Reason("capacity.least_marginal", n=m.n, prev_n=m.prev_n, gain_tok_s_per_user=m.gain_tok_s_per_user,
+               aggregate_gain=m.aggregate_gain, per_user_change=m.per_user_change),
+        f"the marginal user buys least from N={m.prev_n} to N={m.n}: "
+        f"""{f"the {m.n}{'th' if 10 <= m.n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(m.n % 10, 'th')} user"
+             if m.n - m.prev_n == 1 else f"each of users {m.prev_n + 1}-{m.n}"} adds """
+        f"{m.gain_tok_s_per_user:+.1f} tok/s ({m.aggregate_gain:+.0%} aggregate)"
+        f"""{"" if m.per_user_change is None else f" and changes each user's rate by {m.per_user_change:+.0%}"}""")

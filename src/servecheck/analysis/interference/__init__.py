@@ -12,10 +12,11 @@ about K. A server that prefills elsewhere leaves the victims' gaps as they were.
 budget an engine logged) are compared with the measured chunk; they never decide.
 
 Its modules, each importing only those listed before it: `intrusion` (one intrusion read, and the rules
-that read it), `points` (one prompt size, its reps pooled), `verdict` (the verdict across sizes), `words`
-(the sentence) and `witnesses` (the engine's stated budget beside the measured chunk); a layers contract
-in pyproject.toml holds that order. Every public name is re-exported here: `analysis.interference.NAME`
-reads as it always did.
+that read it), `points` (one prompt size, its reps pooled), `verdict` (the verdict across sizes), `headline`
+(the figures the run's one sentence quotes) and `witnesses` (the engine's stated budget beside the measured
+chunk); a layers contract in pyproject.toml holds that order. Each returns its reasons as codes and values
+(`model.reason`); their words are `model.words.interference`'s. Every public name is re-exported here:
+`analysis.interference.NAME` reads as it always did.
 """
 
 from __future__ import annotations
@@ -61,15 +62,15 @@ from servecheck.analysis.interference.verdict import (
     what_left_sizes_unread,
 )
 from servecheck.analysis.interference.witnesses import WITNESS_TOLERANCE, WitnessCheck, check_witness
-from servecheck.analysis.interference.words import REFERENCE_CHUNK, a_size, sentence, streams_word
+from servecheck.analysis.interference.headline import REFERENCE_CHUNK, sentence
 
 # The names the module `analysis/interference.py` defined.
 __all__ = [
     "BLOCKING_COVER", "BURST_S", "CHUNKED_COVER", "CHUNKED_SHARE", "CLIENT_BASELINE_SHARE", "CLIENT_BURSTS",
     "CLIENT_BURST_FRACTION", "CLIENT_STRETCHED_SHARE", "Evidence", "GAP_PERCENTILE", "HOP_BURSTS", "ISOLATED_SHARE",
     "Intrusion", "MIN_BASELINE_GAPS", "PREFILL_GROWTH_MIN", "PROPORTIONAL", "Point", "REFERENCE_CHUNK", "Reading",
-    "SENT_EARLY", "STRETCH_RATIO", "TRUNCATED_SHARE", "Verdict", "WITNESS_TOLERANCE", "WitnessCheck", "a_size",
+    "SENT_EARLY", "STRETCH_RATIO", "TRUNCATED_SHARE", "Verdict", "WITNESS_TOLERANCE", "WitnessCheck",
     "baseline_gaps", "baseline_spans", "check_witness", "chunk_estimate", "client_problem", "evidence_of", "gaps",
-    "intrusion_problems", "judge", "percentile", "pool", "read_intrusion", "sentence", "streams_word",
+    "intrusion_problems", "judge", "percentile", "pool", "read_intrusion", "sentence",
     "stretched_share", "time_weighted_median", "what_left_sizes_unread", "window_gaps",
 ]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from servecheck.analysis.client_timing import delayed_since, vouch
 from servecheck.analysis.stats import median
 from servecheck.model.client import ClientLateness
+from servecheck.model.reason import Reason, twin
 from servecheck.model.records import NS_PER_S
 
 
@@ -29,9 +30,10 @@ GAP_PERCENTILE = 0.99
 # A victims' median gap this short is no decode step (a loopback write takes microseconds, no engine
 # decodes in a tenth of a millisecond): the stream was buffered on its way and released in bursts.
 BURST_S = 0.0001
-CLIENT_BURSTS = "the victims' tokens were read in bursts because the client itself was late"
-SENT_EARLY = "the intruder was sent before every victim was generating"
-HOP_BURSTS = "the victims' tokens arrived in bursts (their median gap under 100 µs) while the client read on time"
+# The problems (reason codes) that flag a rep read in the client's bursts, a hop's, or sent too early.
+CLIENT_BURSTS = "interference.client_bursts"
+SENT_EARLY = "interference.sent_early"
+HOP_BURSTS = "interference.hop_bursts"
 # Bursts are the client's doing where its stalls last a quarter of the time between bursts or more (120 ms
 # of every 200 ms starved: 0.6); a hop's bursts 35-105 ms apart beside a busy client's 2-3 ms stalls: 0.04.
 CLIENT_BURST_FRACTION = 0.25
@@ -85,7 +87,7 @@ class Reading:
     # four, a freeze and a short gap.)
     step_gap_s: float | None = None
     window_gaps_s: tuple[float, ...] = ()
-    problems: tuple[str, ...] = ()
+    problems: tuple[Reason, ...] = ()
     stretched_share: float | None = None  # CHUNKED_SHARE: the window's time in stretched gaps, median victim
     client_late: bool = False  # the client could not vouch for the prefill window: the rep is repeated
     hop_held: bool = False  # a hop on the way delivered the victims' tokens in bursts
@@ -140,19 +142,22 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def intrusion_problems(i: Intrusion) -> list[str]:
-    """Why an intrusion cannot be read, in words that name what to change."""
-    problems = [f"victim {k + 1} failed: {e}" for k, e in enumerate(i.victim_errors) if e]
+def intrusion_problems(i: Intrusion) -> list[Reason]:
+    """Why an intrusion cannot be read (reasons whose words name what to change)."""
+    problems = [twin(Reason("interference.victim_failed", victim=k + 1, error=e), f"victim {k + 1} failed: {e}")
+                for k, e in enumerate(i.victim_errors) if e]
     if i.intruder_error or i.first_token_ns is None:
-        problems.append(f"the intruder failed: {i.intruder_error or 'no first token'}")
+        problems.append(twin(Reason("interference.intruder_failed", error=i.intruder_error),
+                             f"the intruder failed: {i.intruder_error or 'no first token'}"))
         return problems
     if (i.sent_tokens is not None and i.counted_tokens is not None
             and i.counted_tokens < TRUNCATED_SHARE * i.sent_tokens):
-        problems.append(f"the server counted {i.counted_tokens} prompt tokens of the {i.sent_tokens} sent: it "
-                        "truncates long prompts, so this point is not the prompt asked for (point invalid)")
+        problems.append(twin(Reason("interference.truncated", counted=i.counted_tokens, sent=i.sent_tokens),
+                             f"the server counted {i.counted_tokens} prompt tokens of the {i.sent_tokens} sent: it "
+                             "truncates long prompts, so this point is not the prompt asked for (point invalid)"))
     live = [v for v in i.victims if v]
     if len(live) < len(i.victims):
-        problems.append("a victim produced no tokens")
+        problems.append(twin(Reason("interference.victim_silent"), "a victim produced no tokens"))
         return problems
     every_gap = [(a, b) for v in live for a, b in gaps(v)]
     if every_gap and median([b - a for a, b in every_gap]) < BURST_S * NS_PER_S:
@@ -162,25 +167,38 @@ def intrusion_problems(i: Intrusion) -> list[str]:
         held = 0 if i.lateness is None else sum(
             delayed_since(i.lateness, b, max(floor, i.lateness.resolution_ns)) is not None for _, b in every_gap)
         if held > CLIENT_BASELINE_SHARE * len(every_gap):
-            problems.append(f"{CLIENT_BURSTS} for {held} of their {len(every_gap)} reads (its own stalls): no decode "
-                            "interval to measure against; the rep is repeated")
+            problems.append(twin(
+                Reason(CLIENT_BURSTS, held=held, reads=len(every_gap)),
+                "the victims' tokens were read in bursts because the client itself was late"
+                f" for {held} of their {len(every_gap)} reads (its own stalls): no decode "
+                "interval to measure against; the rep is repeated"))
         else:
-            problems.append(f"{HOP_BURSTS}: a stream buffered on its way (a proxy or gateway), no decode interval to "
-                            "measure against; measure without the hop")
+            problems.append(twin(
+                Reason(HOP_BURSTS, burst_s=BURST_S),
+                "the victims' tokens arrived in bursts (their median gap under 100 µs) while the client read on time"
+                ": a stream buffered on its way (a proxy or gateway), no decode interval to "
+                "measure against; measure without the hop"))
         return problems
     firsts, ends = [v[0] for v in live], [v[-1] for v in live]
     if live and max(firsts) >= min(ends):
-        problems.append(f"the {len(live)} victims did not generate at the same time (one began after another ended): "
-                        f"the server runs fewer than {len(live)} streams at once, the victims "
-                        "queued, nothing to measure")
+        problems.append(twin(
+            Reason("interference.victims_queued", victims=len(live)),
+            f"the {len(live)} victims did not generate at the same time (one began after another ended): "
+            f"the server runs fewer than {len(live)} streams at once, the victims "
+            "queued, nothing to measure"))
         return problems
     if live and max(firsts) > i.send_ns:
-        problems.append(f"{SENT_EARLY}: raise --tokens or check the server")
+        problems.append(twin(Reason(SENT_EARLY), "the intruder was sent before every victim was generating"
+                             ": raise --tokens or check the server"))
     if live and min(ends) <= i.first_token_ns:
-        slots = f" (it advertises {i.server_slots} slots)" if i.server_slots is not None else ""
-        problems.append("a victim finished before the intruder's first token: the intruder waited for a slot, the "
-                        f"server runs fewer than {len(live) + 1} streams at once{slots}, or --tokens is too short for "
-                        f"a {i.prompt_tokens}-token prefill")
+        problems.append(twin(
+            Reason("interference.waited_for_slot", streams=len(live) + 1, slots=i.server_slots,
+                   prompt_tokens=i.prompt_tokens),
+            "a victim finished before the intruder's first token: the intruder waited for a slot, the "
+            f"server runs fewer than {len(live) + 1} streams at once"
+            + (f" (it advertises {i.server_slots} slots)" if i.server_slots is not None else "")
+            + ", or --tokens is too short for "
+            f"a {i.prompt_tokens}-token prefill"))
     return problems
 
 
@@ -217,7 +235,7 @@ def stretched_share(i: Intrusion, baseline_s: float | None) -> float | None:
     return median(shares)
 
 
-def client_problem(i: Intrusion, baseline_s: float | None) -> str | None:
+def client_problem(i: Intrusion, baseline_s: float | None) -> Reason | None:
     """Why the client cannot vouch for this rep, or None. A gap is lengthened by the client only where its
     closing token was read late (it fell in, or in the drain of, a stall of the client's own longer than
     (STRETCH_RATIO - 1) x the baseline, analysis.client_timing); a stall inside a gap that ends on time
@@ -238,11 +256,16 @@ def client_problem(i: Intrusion, baseline_s: float | None) -> str | None:
         held = [(a, b) for a, b in base if delayed_since(i.lateness, b, floor) is not None
                 or delayed_since(i.lateness, a, floor) is not None]
         if base and len(held) > CLIENT_BASELINE_SHARE * len(base):
-            return (f"the client itself read {len(held)} of the victims' {len(base)} baseline gaps late (its own "
-                    f"stalls; at most {CLIENT_BASELINE_SHARE:.0%} leave the median the server's): the rep is repeated")
+            return twin(
+                Reason("interference.client_late_baseline", held=len(held), gaps=len(base),
+                       share=CLIENT_BASELINE_SHARE),
+                f"the client itself read {len(held)} of the victims' {len(base)} baseline gaps late (its own "
+                f"stalls; at most {CLIENT_BASELINE_SHARE:.0%} leave the median the server's): the rep is repeated")
     word = vouch(i.lateness, i.send_ns, i.first_token_ns, limit)
     if i.lateness is None or (not word.ok and word.code != "late"):
-        return f"{word.words()} (the victims' gaps around the prefill window): the rep is repeated"
+        why = word.words()
+        return twin(Reason("interference.client_unvouched", vouch=why),
+                    f"{str(why)} (the victims' gaps around the prefill window): the rep is repeated")
     lo, hi, stretched = i.send_ns, i.first_token_ns, STRETCH_RATIO * baseline_s * NS_PER_S
     doubtful = total = 0
     for v in i.victims:
@@ -254,10 +277,13 @@ def client_problem(i: Intrusion, baseline_s: float | None) -> str | None:
             if since is not None:  # the closing token may have arrived as early as the stall began
                 doubtful += min(b, hi) - max(a, since, lo)
     if total and doubtful > CLIENT_STRETCHED_SHARE * total:
-        return (f"the client itself was late inside the prefill window: {doubtful / 1e6:.0f} ms of the victims' "
-                f"{total / 1e6:.0f} ms of stretched gaps in it may be its own stalls (at most "
-                f"{CLIENT_STRETCHED_SHARE:.0%} leave the step the rules read the server's): no evidence, the rep is "
-                "repeated")
+        return twin(
+            Reason("interference.client_late_window", doubtful_ms=doubtful / 1e6, total_ms=total / 1e6,
+                   share=CLIENT_STRETCHED_SHARE),
+            f"the client itself was late inside the prefill window: {doubtful / 1e6:.0f} ms of the victims' "
+            f"{total / 1e6:.0f} ms of stretched gaps in it may be its own stalls (at most "
+            f"{CLIENT_STRETCHED_SHARE:.0%} leave the step the rules read the server's): no evidence, the rep is "
+            "repeated")
     return None
 
 
@@ -265,11 +291,14 @@ def read_intrusion(i: Intrusion) -> Reading:
     problems = intrusion_problems(i)
     base = baseline_gaps(i)
     if len(base) < MIN_BASELINE_GAPS and not problems:
-        problems.append(f"only {len(base)} victim gaps outside the intrusion (at least {MIN_BASELINE_GAPS} are needed "
-                        "for a baseline): raise --tokens")
+        problems.append(twin(
+            Reason("interference.few_baseline_gaps", gaps=len(base), needed=MIN_BASELINE_GAPS),
+            f"only {len(base)} victim gaps outside the intrusion (at least {MIN_BASELINE_GAPS} are needed "
+            "for a baseline): raise --tokens"))
     window = window_gaps(i)
     if not window and not problems:
-        problems.append("no victim token arrived during or right after the intruder's prefill")
+        problems.append(twin(Reason("interference.no_window_gaps"),
+                             "no victim token arrived during or right after the intruder's prefill"))
     baseline = median([g / NS_PER_S for g in base]) if base else None
     late = None if problems else client_problem(i, baseline)
     if late is not None:
@@ -291,7 +320,7 @@ def read_intrusion(i: Intrusion) -> Reading:
         window_gaps_s=window_s,
         problems=tuple(problems),
         stretched_share=stretched_share(i, baseline),
-        client_late=late is not None or any(p.startswith(CLIENT_BURSTS) for p in problems),
-        hop_held=any(p.startswith(HOP_BURSTS) for p in problems),
-        sent_early=any(p.startswith(SENT_EARLY) for p in problems),
+        client_late=late is not None or any(p.code == CLIENT_BURSTS for p in problems),
+        hop_held=any(p.code == HOP_BURSTS for p in problems),
+        sent_early=any(p.code == SENT_EARLY for p in problems),
     )

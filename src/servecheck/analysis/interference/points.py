@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from servecheck.analysis.interference.intrusion import GAP_PERCENTILE, Reading, percentile
 from servecheck.analysis.stats import median
+from servecheck.model.reason import Reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +76,7 @@ class Point:
         return self._median([r.chunk_tokens for r in self.valid_readings])
 
     @property
-    def problems(self) -> tuple[str, ...]:
+    def problems(self) -> tuple[Reason, ...]:
         return tuple(dict.fromkeys(p for r in self.readings for p in r.problems))
 
 

@@ -12,6 +12,7 @@ from servecheck.analysis.client_timing import late_reads, vouch
 from servecheck.analysis.stats import median
 from servecheck.analysis.transit import BURST_NS, MIN_STEPS, in_transit
 from servecheck.model.client import ClientLateness
+from servecheck.model.reason import Reason, Text, twin
 
 
 # Two gap modes are told apart by the widest jump between neighbouring sorted gaps. Tokens of one
@@ -69,6 +70,9 @@ LATE_READ_FRACTION = 0.5
 # A stream whose reads were late for more than this share of its groups is not grouped at all: what
 # is left is what a busy client happened to catch, and the verdict names the client instead.
 MAX_LATE_SHARE = 0.5
+# Grouping.problem_code where the client cannot vouch for the stream at all, by `vouch`'s code (a coarse
+# meter and late reads are decided on their own above these).
+CLIENT_PROBLEM_CODES = {"no_meter": "client_no_meter", "uncovered": "client_uncovered", "dropped": "client_dropped"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +98,8 @@ class Grouping:
     steps_stream_wide: tuple[int, ...] = ()
     step_ns: float | None = None  # the step time: median gap of the larger mode
     threshold_ns: float | None = None
-    method: str = ""
-    problem: str | None = None
+    method: Text = ""  # how the steps were split (a reason; "" where the stream could not be grouped)
+    problem: Text | None = None
     late_groups: int = 0  # groups left out: the client was late for the read that opened them
     # "client_late" | "client_coarse" | "coalesced" | ... where the client or a hop decided it
     problem_code: str | None = None
@@ -105,7 +109,7 @@ class Grouping:
         return self.problem is None
 
 
-def event_sizes(stream: Stream) -> tuple[tuple[int, ...] | None, str | None]:
+def event_sizes(stream: Stream) -> tuple[tuple[int, ...] | None, Reason | None]:
     """Tokens per event, or why they cannot be known."""
     events = len(stream.arrivals_ns)
     if stream.event_tokens and len(stream.event_tokens) == events:
@@ -113,10 +117,12 @@ def event_sizes(stream: Stream) -> tuple[tuple[int, ...] | None, str | None]:
     if stream.tokens <= events:
         return (1,) * events, None
     if events <= 2:
-        return None, (f"{stream.tokens} tokens arrived in {events} event(s): the server does not stream tokens as it "
-                      "makes them, nothing to group")
-    return None, (f"{stream.tokens} tokens arrived in {events} events and the stream does not say which event carried "
-                  "which (no token ids or logprobs): cannot group")
+        return None, twin(Reason("speculative.not_streamed", tokens=stream.tokens, events=events),
+                          f"{stream.tokens} tokens arrived in {events} event(s): the server does not stream tokens as "
+                          "it makes them, nothing to group")
+    return None, twin(Reason("speculative.events_unsized", tokens=stream.tokens, events=events),
+                      f"{stream.tokens} tokens arrived in {events} events and the stream does not say which event "
+                      "carried which (no token ids or logprobs): cannot group")
 
 
 def group_steps(stream: Stream) -> Grouping:
@@ -127,13 +133,16 @@ def group_steps(stream: Stream) -> Grouping:
     arrivals = stream.arrivals_ns
     gaps = [b - a for a, b in zip(arrivals[1:], arrivals[2:])]  # the first event is the prompt's own step
     if len(gaps) < MIN_STEPS + 2:
-        return Grouping(problem=f"{len(arrivals)} output events: "
-                                f"too short to estimate (at least {MIN_STEPS + 3} needed)")
+        return Grouping(problem=twin(Reason("speculative.too_few_events", events=len(arrivals), needed=MIN_STEPS + 3),
+                                     f"{len(arrivals)} output events: "
+                                     f"too short to estimate (at least {MIN_STEPS + 3} needed)"))
     if max(gaps) < BURST_NS:
-        return Grouping(problem=f"every event arrived within {max(gaps) / 1e3:.0f} µs of the one before: one burst "
-                                "(a buffered stream), no step time shows, nothing to group")
+        return Grouping(problem=twin(Reason("speculative.one_burst", max_gap_us=max(gaps) / 1e3),
+                                     f"every event arrived within {max(gaps) / 1e3:.0f} µs of the one before: one "
+                                     "burst (a buffered stream), no step time shows, nothing to group"))
     if (apart := sum(g >= BURST_NS for g in gaps)) < MIN_STEPS:
-        return Grouping(problem_code="too_few_groups", problem=(
+        return Grouping(problem_code="too_few_groups", problem=twin(
+            Reason("speculative.too_few_bursts", bursts=apart + 1, gaps=apart, needed=MIN_STEPS),
             f"the events arrived in {apart + 1} bursts (at most {apart} gaps of 100 µs or more): a stream buffered on "
             f"its way (a proxy, a gateway) or very long steps; at least {MIN_STEPS} steps are needed to group"))
     step_ns, how = step_time(gaps)
@@ -142,25 +151,32 @@ def group_steps(stream: Stream) -> Grouping:
     needed = LATE_READ_FRACTION * step_ns
     word = vouch(stream.lateness, arrivals[0], arrivals[-1], needed)
     if not word.ok and word.code == "coarse":
-        return Grouping(step_ns=step_ns, problem_code="client_coarse", problem=(
+        return Grouping(step_ns=step_ns, problem_code="client_coarse", problem=twin(
+            Reason("speculative.client_coarse", step_ms=step_ns / 1e6, resolution_ms=word.resolution_ms),
             f"the stream's step time ({step_ns / 1e6:.3g} ms) is finer than the client can vouch for: it reads on time "
             f"to {word.resolution_ms:.2f} ms and needs half a step; cannot tell steps from late reads"))
     if not word.ok and word.code != "late":
-        return Grouping(step_ns=step_ns, problem=f"cannot tell steps from late reads: {word.words()}",
-                        problem_code=f"client_{word.code}")
+        unvouched = word.words()
+        return Grouping(step_ns=step_ns, problem=twin(Reason("speculative.client_unvouched", why=unvouched),
+                                                      f"cannot tell steps from late reads: {unvouched}"),
+                        problem_code=CLIENT_PROBLEM_CODES.get(word.code, "client_unvouched"))
     late_read = late_reads(stream.lateness, arrivals, needed) if stream.lateness is not None else frozenset()
     if len(dead) > NOISE_SHARE * len(gaps):
         client = len(late_read) > NOISE_SHARE * len(arrivals)
-        why = (f"; the client itself was late for {len(late_read)} of its {len(arrivals)} reads (by more than "
-               f"{needed / 1e6:.2f} ms): rerun on a quieter client" if client else "; rerun on a quiet machine")
-        return Grouping(step_ns=step_ns, problem_code="client_late" if client else "noisy", problem=(
+        return Grouping(step_ns=step_ns, problem_code="client_late" if client else "noisy", problem=twin(
+            Reason("speculative.too_noisy", dead=len(dead), gaps=len(gaps), dead_lo=DEAD_LO, dead_hi=DEAD_HI,
+                   step_ms=step_ns / 1e6, noise_share=NOISE_SHARE, client=client, late_reads=len(late_read),
+                   reads=len(arrivals), needed_ms=needed / 1e6),
             f"gaps too noisy to group: {len(dead)} of {len(gaps)} lie between {DEAD_LO:g} and {DEAD_HI:g} of the step "
-            f"time {step_ns / 1e6:.2f} ms (at most {NOISE_SHARE:.0%} allowed){why}"))
+            f"time {step_ns / 1e6:.2f} ms (at most {NOISE_SHARE:.0%} allowed)"
+            + (f"; the client itself was late for {len(late_read)} of its {len(arrivals)} reads (by more than "
+               f"{needed / 1e6:.2f} ms): rerun on a quieter client" if client else "; rerun on a quiet machine")))
     threshold = SPLIT_FRACTION * step_ns
     split = _split(sizes[1:], gaps, threshold, late)
     opened_late = {i for i, (_, _, opener) in enumerate(split) if opener in late_read}
     if len(opened_late) > MAX_LATE_SHARE * len(split):
-        return Grouping(step_ns=step_ns, late_groups=len(opened_late), problem_code="client_late", problem=(
+        return Grouping(step_ns=step_ns, late_groups=len(opened_late), problem_code="client_late", problem=twin(
+            Reason("speculative.client_late", late=len(opened_late), groups=len(split), needed_ms=needed / 1e6),
             f"the client was late for {len(opened_late)} of the {len(split)} reads that opened a group (by more than "
             f"{needed / 1e6:.2f} ms, half the step time): its own lateness, not the server's steps, shaped them; "
             "rerun on a quieter client"))
@@ -172,19 +188,24 @@ def group_steps(stream: Stream) -> Grouping:
     wide = [k for k, i in zip(wide[:-1], wide_source[:-1]) if i not in opened_late]
     if len(steps) < 2:
         return Grouping(step_ns=step_ns, late_groups=len(opened_late),
-                        problem=f"only {len(steps) + 1} decode steps: too short to estimate")
-    held_note = f"; {held} group(s) after about as many step times as tokens read as held-back output" if held else ""
-    late_note = (f"; {len(late)} late arrival(s) (a long gap, then a short one, two steps in all) read as steps"
-                 if late else "")
-    client_note = (f"; {len(opened_late)} group(s) left out, opened by a read the client made late" if opened_late
-                   else "")
-    method = (f"{how}; split at gaps above {threshold / 1e6:.3g} ms ({SPLIT_FRACTION:g} of the step time "
-              f"{step_ns / 1e6:.3g} ms){late_note}{held_note}{client_note}; first and last step left out")
+                        problem=twin(Reason("speculative.too_few_steps", steps=len(steps) + 1),
+                                     f"only {len(steps) + 1} decode steps: too short to estimate"))
+    method = twin(Reason("speculative.split", how=how, threshold_ms=threshold / 1e6, split_fraction=SPLIT_FRACTION,
+                         step_ms=step_ns / 1e6, late=len(late), held=held, left_out=len(opened_late)),
+                  f"{how}; split at gaps above {threshold / 1e6:.3g} ms ({SPLIT_FRACTION:g} of the step time "
+                  f"{step_ns / 1e6:.3g} ms)"
+                  + (f"; {len(late)} late arrival(s) (a long gap, then a short one, two steps in all) read as steps"
+                     if late else "")
+                  + (f"; {held} group(s) after about as many step times as tokens read as held-back output"
+                     if held else "")
+                  + (f"; {len(opened_late)} group(s) left out, opened by a read the client made late"
+                     if opened_late else "")
+                  + "; first and last step left out")
     return Grouping(steps=tuple(steps), steps_stream_wide=tuple(wide), step_ns=step_ns,
                     threshold_ns=threshold, method=method, late_groups=len(opened_late))
 
 
-def step_time(gaps: Sequence[int]) -> tuple[float, str]:
+def step_time(gaps: Sequence[int]) -> tuple[float, Reason]:
     """The step time and how it was found: the median of the top mode where the gaps are bimodal, else the
     median of all gaps. The top mode lies above the highest jump of BIMODAL_RATIO with at least MIN_STEPS
     gaps above it: on a busy client the writes inside a step form two modes of their own (microseconds,
@@ -198,9 +219,11 @@ def step_time(gaps: Sequence[int]) -> tuple[float, str]:
             at, jump = i + 1, ratio
     if at is not None:
         upper = ordered[at:]
-        return median(upper), (f"bimodal gaps ({len(ordered) - len(upper)} within a step, "
-                               f"{len(upper)} between steps, a {jump:.0f}x jump)")
-    return median(ordered), "one gap mode: every event its own step"
+        within = len(ordered) - len(upper)
+        return median(upper), twin(Reason("speculative.bimodal", within=within, between=len(upper), jump=jump),
+                                   f"bimodal gaps ({within} within a step, {len(upper)} between steps, a {jump:.0f}x "
+                                   "jump)")
+    return median(ordered), twin(Reason("speculative.one_mode"), "one gap mode: every event its own step")
 
 
 def late_arrivals(gaps: Sequence[int], step_ns: float) -> frozenset[int]:

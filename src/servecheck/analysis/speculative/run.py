@@ -13,6 +13,7 @@ from servecheck.analysis.speculative.paying import Pays, pays, stops_paying
 from servecheck.analysis.speculative.verdict import Estimate, estimate, run_verdict
 from servecheck.analysis.stats import median
 from servecheck.model.bodies.speculative import PROMPT_KINDS, SpecVerdict, SpeculativePoint, kind_label
+from servecheck.model.reason import Reason, Text, twin
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +24,7 @@ class PointAnalysis:
     n: int
     kind: str
     estimate: Estimate
-    grouping: tuple[str, ...]  # how the grouped streams' arrivals were split into steps
+    grouping: tuple[Text, ...]  # how the grouped streams' arrivals were split into steps (Grouping.method)
     failed: int
     counters: CounterCheck
     per_stream_tok_s: float | None
@@ -60,7 +61,8 @@ def analyse_point(n: int, kind: str, streams: Sequence[Stream], *, failed: int, 
     est = estimate(groupings)
     paid = None if baseline_rates is None else repeated(pays(rates, baseline_rates), extra_reps)
     return PointAnalysis(
-        n=n, kind=kind, estimate=est, grouping=tuple(sorted({g.method for g in groupings if g.ok})), failed=failed,
+        n=n, kind=kind, estimate=est, grouping=tuple(sorted({g.method for g in groupings if g.ok}, key=str)),
+        failed=failed,
         counters=check_counters(streams, est, metrics), per_stream_tok_s=median(rates) if rates else None,
         aggregate_tok_s=median(aggregates) if aggregates else None,
         baseline_per_stream_tok_s=median(baseline_rates) if baseline_rates else None,
@@ -80,11 +82,11 @@ def repeated(paid: Pays, extra_reps: int) -> Pays:
     """The verdict's reason with the reps a still-open figure took beyond the planned ones."""
     if extra_reps <= 0:
         return paid
-    if paid.verdict == "inconclusive":
-        note = f" (still open after {extra_reps} more rep(s), the most --max-reps allowed)"
-    else:
-        note = f" (decided after {extra_reps} more rep(s): the planned reps left it open)"
-    return Pays(paid.verdict, paid.ratio, paid.interval, paid.reason + note)
+    still_open = paid.verdict == "inconclusive"
+    return Pays(paid.verdict, paid.ratio, paid.interval, twin(
+        Reason("speculative.repeated", pays_reason=paid.reason, extra_reps=extra_reps, still_open=still_open),
+        str(paid.reason) + (f" (still open after {extra_reps} more rep(s), the most --max-reps allowed)" if still_open
+                            else f" (decided after {extra_reps} more rep(s): the planned reps left it open)")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +94,9 @@ class RunAnalysis:
     """The run's verdict from its points, and with a baseline the first N that stops paying per prompt kind."""
 
     verdict: SpecVerdict
-    reason: str
+    reason: Reason
     stops_paying_n: dict[str, int | None]
-    stops_paying_reason: dict[str, str]
+    stops_paying_reason: dict[str, Reason]
 
 
 def behind_a_hop(points: Sequence[PointAnalysis]) -> list[PointAnalysis]:
@@ -103,11 +105,12 @@ def behind_a_hop(points: Sequence[PointAnalysis]) -> list[PointAnalysis]:
     hop = sum(p.coalesced for p in points)
     if not hop:
         return list(points)
-    why = (f"{hop} stream(s) of the run arrived in bursts coalesced in transit (a proxy or gateway that buffers "
-           "the stream): this point's groups may be bursts too, not decode steps; measure without the hop")
     return [p if p.estimate.verdict == "inconclusive" else
-            replace(p, estimate=replace(p.estimate, verdict="inconclusive",
-                                        reason=f"{why} (alone it read: {p.estimate.reason})"))
+            replace(p, estimate=replace(p.estimate, verdict="inconclusive", reason=twin(
+                Reason("speculative.point_behind_a_hop", streams=hop, alone=p.estimate.reason),
+                f"{hop} stream(s) of the run arrived in bursts coalesced in transit (a proxy or gateway that buffers "
+                "the stream): this point's groups may be bursts too, not decode steps; measure without the hop"
+                f" (alone it read: {p.estimate.reason})")))
             for p in points]
 
 
@@ -117,12 +120,13 @@ def analyse_run(points: Sequence[PointAnalysis], *, with_baseline: bool) -> RunA
     hop = sum(p.coalesced for p in points)
     if hop and verdict != "inconclusive":
         # a hop that buffers does so for every stream: where it showed, the other streams' groups may be bursts too
-        verdict, reason = "inconclusive", (
+        verdict, reason = "inconclusive", twin(
+            Reason("speculative.run_behind_a_hop", streams=hop, points_read=reason),
             f"{hop} stream(s) arrived in bursts coalesced in transit (a proxy or gateway that buffers the stream), so "
             f"no stream's groups can be trusted as decode steps (the points alone read: {reason}); measure without "
             "the hop")
     stops: dict[str, int | None] = {}
-    stops_reason: dict[str, str] = {}
+    stops_reason: dict[str, Reason] = {}
     if with_baseline:
         for kind in PROMPT_KINDS:
             by_n = {p.n: p.paid.verdict for p in points if p.kind == kind and p.paid is not None}

@@ -10,6 +10,7 @@ from servecheck.analysis.speculative.grouping import Grouping
 from servecheck.analysis.stats import mean_interval, normal_95
 from servecheck.analysis.transit import MIN_STEPS
 from servecheck.model.bodies.speculative import SpecVerdict
+from servecheck.model.reason import Reason, Text, twin
 
 
 # The mean tokens per step over every step of a point (every stream and rep at one N and kind) has a
@@ -32,8 +33,8 @@ class Estimate:
     streams: int
     grouped: int  # streams that could be grouped
     verdict: SpecVerdict
-    reason: str
-    problems: tuple[str, ...] = ()
+    reason: Reason
+    problems: tuple[Text, ...] = ()  # why a stream could not be grouped (Grouping.problem), each once
 
 
 def estimate(groupings: Sequence[Grouping]) -> Estimate:
@@ -42,17 +43,21 @@ def estimate(groupings: Sequence[Grouping]) -> Estimate:
     problems = tuple(dict.fromkeys(g.problem for g in groupings if g.problem))
     steps = [s for g in ok for s in g.steps]
     if len(steps) < MIN_STEPS:
-        why = problems[0] if problems else "no stream"
+        first = problems[0] if problems else None
         return Estimate(None, None, len(steps), len(groupings), len(ok), "inconclusive",
-                        f"no estimate: {why}", problems)
+                        twin(Reason("speculative.no_estimate", problem=first),
+                             f"no estimate: {problems[0] if problems else 'no stream'}"), problems)
     mean, lo, hi = _normal_interval(steps)
     wide = [s for g in ok for s in (g.steps_stream_wide or g.steps)]
     _, wide_lo, wide_hi = _normal_interval(wide)
     lo, hi = min(lo, wide_lo), max(hi, wide_hi)  # a group read either way: the verdict must hold for both
     verdict, reason = judge(lo, hi)
     if wide != steps:
-        reason += (f" (the interval covers both readings of the groups that opened late: {mean:.2f} against the "
-                   f"neighbouring steps, {sum(wide) / len(wide):.2f} against the stream's own step time)")
+        reason = twin(Reason("speculative.both_readings", verdict_reason=reason, mean=mean,
+                             wide_mean=sum(wide) / len(wide)),
+                      str(reason) + f" (the interval covers both readings of the groups that opened late: {mean:.2f} "
+                      f"against the neighbouring steps, {sum(wide) / len(wide):.2f} against the stream's own step "
+                      "time)")
     return Estimate(mean, (lo, hi), len(steps), len(groupings), len(ok), verdict, reason, problems)
 
 
@@ -62,41 +67,49 @@ def _normal_interval(steps: Sequence[int]) -> tuple[float, float, float]:
     return iv.mean, iv.lo, iv.hi
 
 
-def judge(lo: float, hi: float) -> tuple[SpecVerdict, str]:
+def judge(lo: float, hi: float) -> tuple[SpecVerdict, Reason]:
     """The verdict from the interval of the mean tokens per step."""
-    span = f"[{lo:.2f}, {hi:.2f}]"
     if lo >= SPECULATING_LO:
-        return "speculating", f"tokens per step {span}: lower end at least {SPECULATING_LO:g}"
+        return "speculating", twin(Reason("speculative.speculating", lo=lo, hi=hi, bound=SPECULATING_LO),
+                                   f"tokens per step [{lo:.2f}, {hi:.2f}]: lower end at least {SPECULATING_LO:g}")
     if hi <= NOT_SPECULATING_HI:
-        return "not_speculating", f"tokens per step {span}: upper end at most {NOT_SPECULATING_HI:g}"
-    return "inconclusive", (f"tokens per step {span} neither clears {SPECULATING_LO:g} nor stays under "
-                            f"{NOT_SPECULATING_HI:g}: more --reps or --tokens would narrow it")
+        return "not_speculating", twin(Reason("speculative.not_speculating", lo=lo, hi=hi, bound=NOT_SPECULATING_HI),
+                                       f"tokens per step [{lo:.2f}, {hi:.2f}]: upper end at most "
+                                       f"{NOT_SPECULATING_HI:g}")
+    return "inconclusive", twin(Reason("speculative.steps_open", lo=lo, hi=hi, speculating_lo=SPECULATING_LO,
+                                       not_speculating_hi=NOT_SPECULATING_HI),
+                                f"tokens per step [{lo:.2f}, {hi:.2f}] neither clears {SPECULATING_LO:g} nor stays "
+                                f"under {NOT_SPECULATING_HI:g}: more --reps or --tokens would narrow it")
 
 
-def run_verdict(estimates: Sequence[Estimate], kinds: Sequence[str] | None = None) -> tuple[SpecVerdict, str]:
+def run_verdict(estimates: Sequence[Estimate], kinds: Sequence[str] | None = None) -> tuple[SpecVerdict, Reason]:
     """Speculating on evidence that holds across a prompt kind's points: at least one point of the kind
     speculating, at least half of its points decided, and none of them reading one token per step (a
     draft may fail on open-ended text and still be on, so the kinds are judged apart). Not speculating
     when every point reads 1 per step; else inconclusive. `kinds` names each estimate's prompt kind
     (None: one kind)."""
     if not estimates:
-        return "inconclusive", "no point was measured"
+        return "inconclusive", twin(Reason("speculative.no_point"), "no point was measured")
     labels = list(kinds) if kinds is not None else [""] * len(estimates)
-    disagree = ""
+    disagree: Reason | None = None
     for kind in dict.fromkeys(labels):
         mine = [e for e, k in zip(estimates, labels) if k == kind]
         decided = [e for e in mine if e.verdict != "inconclusive"]
         said = sum(e.verdict == "speculating" for e in decided)
         if said and said == len(decided) and 2 * len(decided) >= len(mine):
-            where = f" ({kind} prompts)" if kind else ""
-            return "speculating", (f"{said} of {len(mine)} point(s){where} deliver clearly more than one token "
-                                   "per step and none reads one")
+            return "speculating", twin(Reason("speculative.speculating_run", speculating=said, points=len(mine),
+                                              kind=kind),
+                                       f"{said} of {len(mine)} point(s){f' ({kind} prompts)' if kind else ''} deliver "
+                                       "clearly more than one token per step and none reads one")
         if said:
-            disagree = (f"the {kind + ' ' if kind else ''}points disagree: {said} speculating, "
-                        f"{len(decided) - said} one token per step, {len(mine) - len(decided)} undecided")
+            disagree = twin(Reason("speculative.points_disagree", kind=kind, speculating=said,
+                                   one=len(decided) - said, undecided=len(mine) - len(decided)),
+                            f"the {kind + ' ' if kind else ''}points disagree: {said} speculating, "
+                            f"{len(decided) - said} one token per step, {len(mine) - len(decided)} undecided")
     if all(e.verdict == "not_speculating" for e in estimates):
-        return "not_speculating", "every point delivers one token per step"
-    if disagree:
+        return "not_speculating", twin(Reason("speculative.not_speculating_run"),
+                                       "every point delivers one token per step")
+    if disagree is not None:
         return "inconclusive", disagree
     open_ = [e.reason for e in estimates if e.verdict == "inconclusive"]
     return "inconclusive", open_[0]

@@ -82,7 +82,6 @@ from servecheck.analysis.staircase.validity import (
     stall_doubt,
 )
 from servecheck.analysis.staircase.weighing import (
-    WITNESS_WORDS,
     analyze_batch,
     analyze_point,
     contradiction,
@@ -112,7 +111,7 @@ __all__ = [
     "MISLEADING_SUM_FRAC", "MeasuredBatch", "OUTPUT_LENGTH_TOLERANCE", "PARTIAL_MIN_STEP_FRAC", "PointAnalysis",
     "REFERENCE_SPREAD_WARN", "REFERENCE_STEP_HI", "REFERENCE_STEP_LO", "RISING_RATIO", "RequestRef", "SMALL_GAP_FRAC",
     "STAIRCASE_EVEN_SPREAD", "STALL_DOUBT_FRAC", "STALL_READ_FRAC", "STOPWATCH", "StaircaseAnalysis",
-    "WINDOW_MIN_EVENTS", "WINDOW_MIN_FRAC", "WINDOW_OVERLAP_TOL", "WITNESS_WORDS", "WindowReading",
+    "WINDOW_MIN_EVENTS", "WINDOW_MIN_FRAC", "WINDOW_OVERLAP_TOL", "WindowReading",
     "aggregate_error_fracs", "aggregate_finding", "aggregate_tok_s", "analyze_batch", "analyze_point",
     "analyze_staircase", "approximate_finding", "batch_doubt", "classify_batch", "classify_trend", "client_finding",
     "contamination_finding", "contradiction", "failed_finding", "generation_windows", "group_finishes", "group_steps",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from servecheck.analysis.rules import STAIRCASE_STEP_TOL
 from servecheck.analysis.staircase.records import DEFINITE_VERDICTS, BatchVerdict
 from servecheck.model.bodies.staircase import Evidence, Verdict
+from servecheck.model.reason import Reason, joined, twin
 
 # --- grouping finish times -------------------------------------------------------------------
 # Gaps are measured against the single-request time T1. Inside a group, finishes differ only by
@@ -95,16 +96,20 @@ def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int,
     """Classify one batch of `n` requests from its finish times (seconds from release), each gap
     known to +-`uncertainty_s` (0: one machine's clock)."""
     if n == 1:
-        return BatchVerdict(n=1, verdict="baseline", reason="N=1 is the single-request baseline", single_s=single_s)
+        return BatchVerdict(n=1, verdict="baseline", single_s=single_s,
+                            reason=twin(Reason("staircase.baseline"), "N=1 is the single-request baseline"))
     if single_s is None or single_s <= 0:
         return BatchVerdict(
             n=n,
             verdict="inconclusive",
-            reason="no single-request time to compare against (the N=1 request failed or its length was off)",
+            reason=twin(Reason("staircase.no_reference"),
+                        "no single-request time to compare against (the N=1 request failed or its length was off)"),
         )
     if len(finish_s) < n:
         return BatchVerdict(
-            n=n, verdict="inconclusive", reason=f"only {len(finish_s)} of {n} requests finished", single_s=single_s
+            n=n, verdict="inconclusive", single_s=single_s,
+            reason=twin(Reason("staircase.unfinished", finished=len(finish_s), n=n),
+                        f"only {len(finish_s)} of {n} requests finished"),
         )
     ordered = sorted(finish_s)
     grouping = group_finishes(ordered, single_s, uncertainty_s)
@@ -114,7 +119,7 @@ def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int,
     base = BatchVerdict(
         n=n,
         verdict="inconclusive",
-        reason="",
+        reason=joined(()),  # decided below
         single_s=single_s,
         group_sizes=tuple(len(g) for g in grouping.groups),
         steps_s=tuple(steps),
@@ -133,16 +138,16 @@ def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int,
                    slots=slots)
 
 
-def _decide(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdict, str]:
+def _decide(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdict, Reason]:
     if grouping.ambiguous:
         i, gap_ratio = grouping.ambiguous[0]
-        clocks = (
-            f", to within +-{grouping.uncertainty_ratio:.2f}x (the clocks of the client actors that read the finishes)"
-            if grouping.uncertainty_ratio else ""
-        )
-        return "inconclusive", (
-            f"the gap before finish #{i + 1} is {gap_ratio:.2f}x the single time{clocks}: neither inside a group "
-            f"(< {SMALL_GAP_FRAC}x) nor between groups (> {LARGE_GAP_FRAC}x)"
+        return "inconclusive", twin(
+            Reason("staircase.gap_ambiguous", index=i, gap_ratio=gap_ratio,
+                   uncertainty_ratio=grouping.uncertainty_ratio, small=SMALL_GAP_FRAC, large=LARGE_GAP_FRAC),
+            f"the gap before finish #{i + 1} is {gap_ratio:.2f}x the single time"
+            + (f", to within +-{grouping.uncertainty_ratio:.2f}x (the clocks of the client actors that read the "
+               "finishes)" if grouping.uncertainty_ratio else "")
+            + f": neither inside a group (< {SMALL_GAP_FRAC}x) nor between groups (> {LARGE_GAP_FRAC}x)"
         )
     k = len(grouping.groups)
     if k == 1:
@@ -152,66 +157,74 @@ def _decide(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdi
     return _decide_partial(v, grouping, single_s)
 
 
-def _decide_cluster(v: BatchVerdict) -> tuple[Verdict, str]:
+def _decide_cluster(v: BatchVerdict) -> tuple[Verdict, Reason]:
     assert v.spread_ratio is not None and v.last_over_single is not None
     if v.last_over_single < CLUSTER_MIN_LAST_FRAC:
-        return "inconclusive", (
+        return "inconclusive", twin(
+            Reason("staircase.cluster_too_soon", n=v.n, last_over_single=v.last_over_single,
+                   min_last=CLUSTER_MIN_LAST_FRAC),
             f"all {v.n} finished by {v.last_over_single:.2f}x the single time, sooner than one request alone "
             f"(>= {CLUSTER_MIN_LAST_FRAC}x): the N=1 time is no fair reference"
         )
     if v.spread_ratio <= CLUSTER_SPREAD_FRAC:
-        return "cluster", f"all {v.n} finish together: spread {v.spread_ratio:.2f}x the single time"
-    return "inconclusive", (
+        return "cluster", twin(Reason("staircase.cluster", n=v.n, spread_ratio=v.spread_ratio),
+                               f"all {v.n} finish together: spread {v.spread_ratio:.2f}x the single time")
+    return "inconclusive", twin(
+        Reason("staircase.cluster_drift", spread_ratio=v.spread_ratio, max_spread=CLUSTER_SPREAD_FRAC),
         f"no clear step, yet the finishes drift {v.spread_ratio:.2f}x the single time apart "
         f"(a cluster stays within {CLUSTER_SPREAD_FRAC}x)"
     )
 
 
-def _decide_staircase(v: BatchVerdict) -> tuple[Verdict, str]:
+def _decide_staircase(v: BatchVerdict) -> tuple[Verdict, Reason]:
     lo, hi = min(v.step_ratios), max(v.step_ratios)
     if not _even(v.steps_s, STAIRCASE_EVEN_SPREAD):
-        return "inconclusive", (
-            f"{v.n} separate finishes, unevenly spaced: steps {_ratios(v.step_ratios)}x the single time "
-            f"(a queue's steps are even within {STAIRCASE_EVEN_SPREAD:.0%})"
+        return "inconclusive", twin(
+            Reason("staircase.steps_uneven", n=v.n, step_ratios=v.step_ratios, even=STAIRCASE_EVEN_SPREAD),
+            f"{v.n} separate finishes, unevenly spaced: steps {', '.join(f'{r:.2f}' for r in v.step_ratios)}x the "
+            f"single time (a queue's steps are even within {STAIRCASE_EVEN_SPREAD:.0%})"
         )
     if all(abs(r - 1.0) <= STAIRCASE_STEP_TOL for r in v.step_ratios):
-        return "staircase", f"{v.n} finishes one at a time, steps {lo:.2f}-{hi:.2f}x the single time: a queue"
+        return "staircase", twin(Reason("staircase.queue", n=v.n, lo=lo, hi=hi),
+                                 f"{v.n} finishes one at a time, steps {lo:.2f}-{hi:.2f}x the single time: a queue")
     mean = sum(v.step_ratios) / len(v.step_ratios)
     if REFERENCE_STEP_LO <= mean <= REFERENCE_STEP_HI:
         first = v.steps_s[0]
-        return "staircase", (
+        return "staircase", twin(
+            Reason("staircase.queue_off_reference", n=v.n, first_s=first, lo=lo, hi=hi),
             f"{v.n} finishes one at a time, evenly spaced, each step as long as the first finish "
             f"({first:.2f} s, one request alone in a queue): a queue; the N=1 reference disagrees "
             f"(steps {lo:.2f}-{hi:.2f}x of it)"
         )
-    return "inconclusive", (
+    return "inconclusive", twin(
+        Reason("staircase.steps_off", n=v.n, lo=lo, hi=hi, tol=STAIRCASE_STEP_TOL, ref_lo=REFERENCE_STEP_LO,
+               ref_hi=REFERENCE_STEP_HI),
         f"{v.n} separate finishes, but the steps are {lo:.2f}-{hi:.2f}x the single time "
         f"(a queue steps 1 +- {STAIRCASE_STEP_TOL}x, or evenly within {REFERENCE_STEP_LO}-{REFERENCE_STEP_HI}x of an "
         "off reference)"
     )
 
 
-def _ratios(values: Sequence[float]) -> str:
-    return ", ".join(f"{r:.2f}" for r in values)
-
-
-def _decide_partial(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdict, str]:
+def _decide_partial(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdict, Reason]:
     sizes = v.group_sizes
     if not _consistent_sizes(sizes):
-        return "inconclusive", f"groups of {_sizes(sizes)} are not the groups a fixed number of slots makes"
+        return "inconclusive", twin(
+            Reason("staircase.groups_unslotted", sizes=sizes),
+            f"groups of {'+'.join(str(s) for s in sizes)} are not the groups a fixed number of slots makes")
     wide = [g for g in grouping.groups if (g[-1] - g[0]) / single_s > CLUSTER_SPREAD_FRAC]
     if wide:
-        return "inconclusive", "a group's finishes drift apart; its members did not run together"
+        return "inconclusive", twin(Reason("staircase.group_drift"),
+                                    "a group's finishes drift apart; its members did not run together")
     short = [r for r in v.step_ratios if r < PARTIAL_MIN_STEP_FRAC]
     if short:
-        return "inconclusive", (
+        return "inconclusive", twin(
+            Reason("staircase.group_step_short", step_ratio=short[0], min_step=PARTIAL_MIN_STEP_FRAC),
             f"a group step is {short[0]:.2f}x the single time, shorter than one request can run "
             f"(>= {PARTIAL_MIN_STEP_FRAC}x)"
         )
     if not _even(v.steps_s):
-        return "inconclusive", f"groups of {_sizes(sizes)} finish unevenly spaced"
-    return "partial", f"{len(sizes)} groups of {_sizes(sizes)}: about {sizes[0]} run at once, the rest queue"
-
-
-def _sizes(sizes: Sequence[int]) -> str:
-    return "+".join(str(s) for s in sizes)
+        return "inconclusive", twin(Reason("staircase.groups_uneven", sizes=sizes),
+                                    f"groups of {'+'.join(str(s) for s in sizes)} finish unevenly spaced")
+    return "partial", twin(
+        Reason("staircase.partial", sizes=sizes),
+        f"{len(sizes)} groups of {'+'.join(str(s) for s in sizes)}: about {sizes[0]} run at once, the rest queue")

@@ -12,6 +12,7 @@ from servecheck.analysis.witness import Reading
 from servecheck.model.bodies import common
 from servecheck.model.bodies import staircase as shape
 from servecheck.model.bodies.staircase import RISING_RATIO, Evidence, Schedule, Trend, Verdict
+from servecheck.model.reason import Reason, Text
 from servecheck.model.records import BatchResult
 
 DEFINITE_VERDICTS: frozenset[Verdict] = frozenset(get_args(Schedule))  # the verdicts that claim a schedule
@@ -32,7 +33,7 @@ class BatchVerdict:
 
     n: int
     verdict: Verdict
-    reason: str
+    reason: Reason
     single_s: float | None = None
     group_sizes: tuple[int, ...] = ()
     steps_s: tuple[float, ...] = ()  # release -> first group, then group -> group (group means)
@@ -55,7 +56,7 @@ class BatchVerdict:
     decided_by_witness: bool = False  # the times could not decide and the server's word did
     # the stopwatch verdicts of other batches ("N=4 rep 1 staircase") that set aside the schedule this
     # batch's witnesses decided: the batch is then undecided and its witnesses are in contradicted_by
-    overruled_by: tuple[str, ...] = ()
+    overruled_by: tuple[Reason, ...] = ()
 
     @property
     def stopwatch_clean(self) -> bool:
@@ -101,7 +102,7 @@ class RequestRef:
     rep: int
     index: int
     nonce: str
-    detail: str
+    detail: Reason
 
     def record(self) -> common.RequestRef:
         return common.RequestRef(n=self.n, rep=self.rep, index=self.index, nonce=self.nonce, detail=self.detail)
@@ -112,8 +113,8 @@ class Finding:
     """A warning or a reason the run is invalid: data with a hint, rendered by the CLI."""
 
     code: str
-    message: str
-    hint: str | None = None
+    message: Text  # the run's own reason, or the pre-flight's (model.client) as it was put
+    hint: Text | None = None
     requests: tuple[RequestRef, ...] = ()
 
     def record(self) -> common.Finding:
@@ -152,7 +153,7 @@ class PointAnalysis:
     tokens: tuple[int, ...]  # what that batch's requests produced, in finishing order
     aggregate: Summary | None
     verdict: Verdict
-    reason: str
+    reason: Reason
     batches: tuple[BatchAnalysis, ...]
     evidence: tuple[Evidence, ...] = ()
     shown_rep: int | None = None  # the rep whose aggregate is the median over the reps
@@ -172,9 +173,9 @@ class StaircaseAnalysis:
     single_s: float | None
     points: tuple[PointAnalysis, ...]
     verdict: Verdict
-    verdict_reason: str
+    verdict_reason: Reason
     trend: Trend
-    trend_reason: str
+    trend_reason: Reason
     trend_ratios: dict[int, float]
     modal_tokens: int | None
     invalid: tuple[Finding, ...] = ()

@@ -37,6 +37,7 @@ from servecheck.analysis.witness import (
     token_interval_cv,
 )
 from servecheck.model.bodies.staircase import Evidence, Verdict
+from servecheck.model.reason import Reason, joined, twin
 from servecheck.model.records import NS_PER_S
 
 
@@ -58,18 +59,18 @@ def weigh_windows(verdict: BatchVerdict, w: WindowReading | None, *, may_decide:
             return replace(verdict, evidence=(*verdict.evidence, "generation_windows"), windows=w)
         return replace(
             verdict, verdict="inconclusive", evidence=(), windows=w, times_verdict=verdict.verdict,
-            reason=f"the finishes say {verdict.verdict} ({verdict.reason}), but {w.description}",
+            reason=twin(Reason("staircase.windows_disagree", times_verdict=verdict.verdict, reason=verdict.reason,
+                               windows=w.description),
+                        f"the finishes say {verdict.verdict} ({verdict.reason}), but {w.description}"),
         )
     if not may_decide or w.schedule not in DEFINITE_VERDICTS:
         return replace(verdict, windows=w)
     return replace(
         verdict, verdict=w.schedule, evidence=("completion_times", "generation_windows"), windows=w,
         times_verdict=verdict.verdict, slots=w.open_max if w.schedule == "partial" else None,
-        reason=f"{w.description} (the finish times alone were ambiguous: {verdict.reason})",
+        reason=twin(Reason("staircase.windows_decide", windows=w.description, reason=verdict.reason),
+                    f"{w.description} (the finish times alone were ambiguous: {verdict.reason})"),
     )
-
-
-WITNESS_WORDS = {"server_gauges": "gauges", "server_timings": "per-request timings"}
 
 
 def weigh_witnesses(verdict: BatchVerdict, readings: Sequence[Reading], *, may_decide: bool) -> BatchVerdict:
@@ -94,13 +95,15 @@ def weigh_witnesses(verdict: BatchVerdict, readings: Sequence[Reading], *, may_d
         if against:
             return replace(
                 verdict, verdict="inconclusive", evidence=(), witnesses=readings, times_verdict=verdict.verdict,
-                reason=f"the completion times say {verdict.verdict} ({verdict.reason}), but {against[0].description}",
+                reason=twin(Reason("staircase.witness_disagrees", times_verdict=verdict.verdict, reason=verdict.reason,
+                                   witness=against[0].description),
+                            f"the completion times say {verdict.verdict} ({verdict.reason}), but "
+                            f"{against[0].description}"),
             )
         return replace(verdict, evidence=(*verdict.evidence, *agreeing), witnesses=readings)
     first = readings[0]
     if not may_decide or any(not w.agrees(first.schedule, first.slots) for w in readings[1:]):
         return replace(verdict, witnesses=readings)
-    words = " and ".join(dict.fromkeys(WITNESS_WORDS.get(w.source, w.source) for w in readings))
     return replace(
         verdict,
         verdict=first.schedule,
@@ -109,8 +112,12 @@ def weigh_witnesses(verdict: BatchVerdict, readings: Sequence[Reading], *, may_d
         times_verdict=verdict.verdict,
         slots=first.slots if first.schedule == "partial" else None,
         decided_by_witness=True,
-        reason=(f"decided by the server's own {words}; the completion times alone were ambiguous "
-                f"({verdict.reason}): {'; '.join(w.description for w in readings)}"),
+        reason=twin(Reason("staircase.witnesses_decide", sources=tuple(dict.fromkeys(w.source for w in readings)),
+                           reason=verdict.reason, said=tuple(w.description for w in readings)),
+                    "decided by the server's own " + " and ".join(dict.fromkeys(
+                        {"server_gauges": "gauges", "server_timings": "per-request timings"}.get(w.source, w.source)
+                        for w in readings)) + f"; the completion times alone were ambiguous ({verdict.reason}): "
+                    + "; ".join(str(w.description) for w in readings)),
     )
 
 
@@ -130,9 +137,10 @@ def analyze_batch(
     why = doubt or stalled
     if why is not None and verdict.verdict != "inconclusive":
         verdict = replace(verdict, verdict="inconclusive", evidence=(), slots=None,
-                          reason=f"{why} (it looked like {verdict.verdict})")
+                          reason=twin(Reason("staircase.doubted", why=why, looked=verdict.verdict),
+                                      f"{why} (it looked like {verdict.verdict})"))
     elif stalled is not None:
-        verdict = replace(verdict, reason=f"{stalled}; {verdict.reason}")
+        verdict = replace(verdict, reason=twin(joined((stalled, verdict.reason)), f"{stalled}; {verdict.reason}"))
     complete = len(finish) == mb.n and single_s is not None
     windows = read_windows(mb.batch.records, mb.n, single_s, mb.batch.lateness) if doubt is None and complete else None
     verdict = weigh_windows(verdict, windows, may_decide=doubt is None and complete)
@@ -158,7 +166,7 @@ def analyze_batch(
     )
 
 
-def point_verdict(n: int, batches: Sequence[BatchAnalysis]) -> tuple[Verdict, str, tuple[Evidence, ...]]:
+def point_verdict(n: int, batches: Sequence[BatchAnalysis]) -> tuple[Verdict, Reason, tuple[Evidence, ...]]:
     """One N across its reps: the definite verdict its reps give, when they all give the same one
     and at least half the reps are definite; repetitions that name two schedules are inconclusive."""
     if n == 1:
@@ -166,20 +174,26 @@ def point_verdict(n: int, batches: Sequence[BatchAnalysis]) -> tuple[Verdict, st
     definite = [b for b in batches if b.verdict.verdict in DEFINITE_VERDICTS]
     kinds = {_schedule_key(b.verdict) for b in definite}
     if len(kinds) > 1:
-        return "inconclusive", "repetitions disagree: " + ", ".join(b.verdict.verdict for b in batches), ()
+        return "inconclusive", twin(
+            Reason("staircase.reps_disagree", verdicts=tuple(b.verdict.verdict for b in batches)),
+            "repetitions disagree: " + ", ".join(b.verdict.verdict for b in batches)), ()
     if not definite or 2 * len(definite) < len(batches):
         last = batches[-1].verdict
         if len(batches) == 1:
             return "inconclusive", last.reason, ()
-        return "inconclusive", (
+        return "inconclusive", twin(
+            Reason("staircase.reps_few_decided", decided=len(definite), reps=len(batches), last=last.reason),
             f"{len(definite)} of {len(batches)} reps decided, fewer than half (last: {last.reason})"
         ), ()
     first = definite[0].verdict
     reason = first.reason
-    if len(batches) > 1:
-        reason += f" ({len(definite)} of {len(batches)} reps {first.verdict}, the rest inconclusive)" if len(
-            definite
-        ) < len(batches) else f" ({len(batches)} of {len(batches)} reps)"
+    if len(batches) > 1 and len(definite) < len(batches):
+        reason = twin(Reason("staircase.reps_some", reason=reason, decided=len(definite), reps=len(batches),
+                             verdict=first.verdict),
+                      f"{reason} ({len(definite)} of {len(batches)} reps {first.verdict}, the rest inconclusive)")
+    elif len(batches) > 1:
+        reason = twin(Reason("staircase.reps_all", reason=reason, reps=len(batches)),
+                      f"{reason} ({len(batches)} of {len(batches)} reps)")
     evidence = tuple(dict.fromkeys(e for b in definite for e in b.verdict.evidence))
     return first.verdict, reason, evidence
 
@@ -200,7 +214,7 @@ def median_batch(batches: Sequence[BatchAnalysis]) -> BatchAnalysis | None:
 def analyze_point(n: int, batches: Sequence[BatchAnalysis], noises: Sequence[Any] = ()) -> PointAnalysis:
     verdict, reason, evidence = point_verdict(n, batches)
     if verdict == "inconclusive" and (busy := busy_words(noises)) is not None:
-        reason = f"{reason}; {busy}"
+        reason = twin(joined((reason, busy)), f"{reason}; {busy}")
     aggs = [b.aggregate_tok_s for b in batches if b.aggregate_tok_s is not None]
     shown = median_batch(batches)
     by_witness = verdict in DEFINITE_VERDICTS and not STOPWATCH.intersection(evidence)
@@ -230,14 +244,16 @@ def slots_implied(n: int, verdict: BatchVerdict) -> tuple[int, float] | None:
     return None
 
 
-def _slot_range(batches: Sequence[BatchAnalysis]) -> tuple[int, float, list[str]]:
-    """The slots every definite batch among `batches` allows together (lo > hi: none), and what each said."""
-    lo, hi, seen = 1, float("inf"), []
+def _slot_range(batches: Sequence[BatchAnalysis]) -> tuple[int, float, list[tuple[int, Verdict]]]:
+    """The slots every definite batch among `batches` allows together (lo > hi: none), and what each said
+    (N and verdict)."""
+    lo, hi = 1, float("inf")
+    seen: list[tuple[int, Verdict]] = []
     for b in batches:
         implied = slots_implied(b.n, b.verdict)
         if implied is None:
             continue
-        seen.append(f"N={b.n} {b.verdict.verdict}")
+        seen.append((b.n, b.verdict.verdict))
         lo, hi = max(lo, implied[0]), min(hi, implied[1])
     return lo, hi, seen
 
@@ -273,16 +289,20 @@ def _set_aside(b: BatchAnalysis, clocked: Sequence[BatchAnalysis], lo: int, hi: 
     implied = slots_implied(b.n, v) if v.decided_by_witness else None
     if implied is None or max(lo, implied[0]) <= min(hi, implied[1]):
         return b
-    against = tuple(f"N={c.n} rep {c.rep + 1} {c.verdict.verdict}" for c in clocked
+    against = tuple(twin(Reason("staircase.batch_named", n=c.n, rep=c.rep, verdict=c.verdict.verdict),
+                         f"N={c.n} rep {c.rep + 1} {c.verdict.verdict}") for c in clocked
                     if (s := slots_implied(c.n, c.verdict)) is not None
                     and max(s[0], implied[0]) > min(s[1], implied[1]))
-    reason = (f"undecided: the stopwatch decided {', '.join(against)}, and no fixed number of slots gives both that "
-              f"and the {v.verdict} the server's witnesses read here, so their word is set aside (it was {v.reason})")
+    reason = twin(
+        Reason("staircase.set_aside", against=against, verdict=v.verdict, was=v.reason),
+        f"undecided: the stopwatch decided {', '.join(str(a) for a in against)}, and no fixed number of slots gives "
+        f"both that and the {v.verdict} the server's witnesses read here, so their word is set aside (it was "
+        f"{v.reason})")
     return replace(b, verdict=replace(v, verdict="inconclusive", evidence=(), slots=None, decided_by_witness=False,
                                       contradicted_by=v.witnesses, overruled_by=against, reason=reason))
 
 
-def contradiction(points: Sequence[PointAnalysis]) -> str | None:
+def contradiction(points: Sequence[PointAnalysis]) -> Reason | None:
     """Two definite verdicts no fixed number of slots can give (a staircase at N=2 beside a cluster
     at N=4): the schedule is not the one the verdict words assume, so no run verdict is named.
 
@@ -298,14 +318,17 @@ def contradiction(points: Sequence[PointAnalysis]) -> str | None:
     for kept in stages:
         lo, hi, seen = _slot_range(kept)
         if lo > hi:
-            return f"the points disagree ({', '.join(dict.fromkeys(seen))}): no fixed number of slots gives both"
+            return twin(Reason("staircase.points_disagree", seen=tuple(dict.fromkeys(seen))),
+                        f"the points disagree ({', '.join(dict.fromkeys(f'N={n} {w}' for n, w in seen))}): no fixed "
+                        "number of slots gives both")
     return None
 
 
-def _run_verdict(points: Sequence[PointAnalysis]) -> tuple[Verdict, str, tuple[Evidence, ...]]:
+def _run_verdict(points: Sequence[PointAnalysis]) -> tuple[Verdict, Reason, tuple[Evidence, ...]]:
     top = max(points, key=lambda p: p.n, default=None)
     if top is None or top.n == 1:
-        return "inconclusive", "no N > 1 was measured", ()
+        return "inconclusive", twin(Reason("staircase.no_batch"), "no N > 1 was measured"), ()
     if top.verdict in DEFINITE_VERDICTS and (why := contradiction(points)) is not None:
         return "inconclusive", why, ()
-    return top.verdict, f"N={top.n}: {top.reason}", top.evidence
+    return top.verdict, twin(Reason("staircase.run_at", n=top.n, reason=top.reason), f"N={top.n}: {top.reason}"), \
+        top.evidence

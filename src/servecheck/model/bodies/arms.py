@@ -20,6 +20,7 @@ from servecheck.model.bodies.common import (
     Warning,
 )
 from servecheck.model.codec import only_when_recorded, record, until_finished
+from servecheck.model.reason import Text
 
 Label = Literal["batching", "pipelining", "none", "inconclusive"]
 BiasMethod = Literal["positions", "drift"]  # across the positions an arm held, or along the run
@@ -64,7 +65,7 @@ class Arm:
     ttft_multiple_interval: Interval | None = None
     efficiency: float | None = None
     label: Label | None = None
-    label_reason: str | None = None
+    label_reason: Text | None = None
 
 
 @record
@@ -153,9 +154,9 @@ class DeviantCell:
 
 @record
 class ArmsBody:
-    headline: str | None = None
+    headline: Text | None = None
     headline_refused: bool | None = None
-    refusal: str | None = None  # why the headline was withheld
+    refusal: Text | None = None  # why the headline was withheld
     design: ArmsDesign | None = None
     reps_taken: int | None = None
     arms: tuple[Arm, ...] = ()
@@ -166,7 +167,7 @@ class ArmsBody:
     drift: ArmsDrift | None = None
     thermal: Thermal | None = None
     deviant_cells: tuple[DeviantCell, ...] = ()
-    cached_prompt_requests: tuple[str, ...] = ()
+    cached_prompt_requests: tuple[Text, ...] = ()
     server: Server | None = None
     warmup: Request | None = None
     warnings: tuple[Warning, ...] = ()

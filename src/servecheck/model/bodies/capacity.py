@@ -15,6 +15,7 @@ from servecheck.model.bodies.common import (
     Warning,
 )
 from servecheck.model.codec import only_when_recorded, record, until_finished
+from servecheck.model.reason import Text
 
 Status = Literal["pass", "fail", "uncertain"]
 Limit = Literal["user_rate", "ttft", "max_n", "undetermined"]
@@ -57,7 +58,7 @@ class CapacityPoint:
     failed: int | None = None
     rate_status: Status | None = None
     ttft_status: Status | None = None  # None without --max-ttft
-    reason: str | None = None
+    reason: Text | None = None
     prev_n: int | None = None
     marginal_gain_tok_s_per_user: float | None = None
     marginal_aggregate_gain: float | None = None
@@ -73,7 +74,7 @@ class LeastMarginal:
     gain_tok_s_per_user: float | None = None
     aggregate_gain: float | None = None
     per_user_change: float | None = None
-    text: str | None = None
+    text: Text | None = None
 
 
 @record
@@ -92,7 +93,7 @@ class NonMonotone:
     kind: NonMonotoneKind | None = None
     n_low: int | None = None
     n_high: int | None = None
-    message: str | None = None
+    message: Text | None = None
 
 
 @record
@@ -108,17 +109,17 @@ class CapacityProbe:
     discarded: int | None = None
     measured: int | None = None
     failed: int | None = None
-    failure: str | None = None  # the first failure's reason, in the server's words
+    failure: Text | None = None  # how many failed, and the first failure's reason in the server's words
     aggregate_tok_s: float | None = None
     per_user_rates_tok_s: tuple[float, ...] = ()
     ttfts_s: tuple[float, ...] = ()
-    length_off: tuple[str, ...] = ()
+    length_off: tuple[Text, ...] = ()
     # steady requests the client itself read late, named with how late: left out of the samples (present
     # only where there were some, so a document written before the field reads back to itself)
-    client_late: tuple[str, ...] | None = only_when_recorded()
+    client_late: tuple[Text, ...] | None = only_when_recorded()
     # steady requests whose stream arrived coalesced in transit, which a hop may have held beyond the same
     # tolerance, named with how long: left out of the samples (present only where there were some)
-    hop_held: tuple[str, ...] | None = only_when_recorded()
+    hop_held: tuple[Text, ...] | None = only_when_recorded()
     requests: tuple[Request, ...] = ()
 
 
@@ -127,7 +128,7 @@ class CapacityBody:
     max_concurrency: int | None = None  # 0: one user alone fails; None: not even N=1 was shown either way
     limit: Limit | None = None
     determined: bool | None = None
-    answer: str | None = None
+    answer: Text | None = None
     design: CapacityDesign | None = None
     points: tuple[CapacityPoint, ...] = ()
     least_marginal: LeastMarginal | None = None

@@ -18,6 +18,7 @@ from servecheck.model.bodies.roofline import RooflineBody
 from servecheck.model.bodies.speculative import SpeculativeBody
 from servecheck.model.bodies.staircase import StaircaseBody
 from servecheck.model.codec import JSON, only_when_recorded, record, until_finished
+from servecheck.model.reason import Text
 
 Claim = Literal["concurrency", "request_params", "prefix_cache", "chunked_prefill", "speculative", "client",
                 "roofline", "context_per_request"]
@@ -28,12 +29,16 @@ ParamWord = Literal["batched as before", "serialized", "rejected", "inconclusive
 ClientWord = Literal["within bound", "client-bound", "not calibrated"]
 ContextWord = Literal["as advertised", "less than advertised", "truncated", "inconclusive"]
 ContextOutcome = Literal["accepted", "refused", "truncated", "failed"]
+BATCHED_AS_BEFORE: ParamWord = "batched as before"
+LESS_THAN_ADVERTISED: ContextWord = "less than advertised"
 # a card no measurement decided: the budget left too little (the card names the command that decides
 # it), or the server cannot be asked (no context for the sizes, no streaming, the claim needs a file)
 NOT_RUN = "not run"
 CANNOT_ASK = "cannot ask"
 Undecided = Literal["not run", "cannot ask"]
 UNDECIDED: tuple[str, ...] = (NOT_RUN, CANNOT_ASK)
+# the request_params card's command: the concurrency card's batch with one field more
+PARAMS_COMMAND = "staircase --request-param KEY=VALUE"
 
 
 @record
@@ -43,8 +48,8 @@ class ParamProbe:
     name: str | None = None  # the field as the card names it (seed, logprobs, ...)
     body: Mapping[str, JSON] = field(default_factory=dict)  # what the requests carried, as sent
     verdict: str | None = None  # a ParamWord, or "not run" / "cannot ask"
-    figure: str | None = None
-    reason: str | None = None
+    figure: Text | None = None
+    reason: Text | None = None
     http_status: int | None = None  # a refusal's status
     message: str | None = None  # a refusal's message, as the server wrote it
     seconds: float | None = None
@@ -69,12 +74,12 @@ class Card:
 
     claim: str | None = None
     verdict: str | None = None
-    figure: str | None = None
-    evidence: tuple[str, ...] = ()
-    decided_by: str | None = None
+    figure: Text | None = None
+    evidence: tuple[Text, ...] = ()
+    decided_by: Text | None = None
     seconds: float | None = None  # spent on this card (0 when not run)
     estimate_s: float | None = None  # what the budget planned for it, from the warm-up
-    reason: str | None = None  # the verdict's reason, or why it was not run
+    reason: Text | None = None  # the verdict's reason, or why it was not run
     command: str | None = None  # `servecheck <command> URL`: the command that measures this claim in full
     staircase: StaircaseBody | None = only_when_recorded()
     prefix_cache: PrefixCacheBody | None = only_when_recorded()
@@ -104,7 +109,7 @@ class CheckBody:
     tokens: int | None = None  # output tokens per request of the concurrency and request-field batches
     warmup: Request | None = None
     server: Server | None = None
-    lesson: str | None = None  # the one line the terminal report ends with
+    lesson: Text | None = None  # the one line the terminal report ends with
     notes: tuple[str, ...] = ()
     log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # the runner's epilogue; null without --serve
 

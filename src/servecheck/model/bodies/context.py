@@ -15,6 +15,7 @@ from servecheck.model.bodies.common import (
     Warning,
 )
 from servecheck.model.codec import only_when_recorded, record, until_finished
+from servecheck.model.reason import Text
 
 Effect = Literal["falls", "flat", "rises", "inconclusive"]
 
@@ -45,7 +46,7 @@ class ContextSample:
     decode_tok_s: float | None = None
     prefill_tok_s: float | None = None
     mid_s: float | None = None
-    problem: str | None = None  # why it cannot stand for its depth
+    problem: Text | None = None  # why it cannot stand for its depth
     # how late the client itself read it, ms beyond 5% of its own time; present only where it was (the
     # sample then stands for nothing: `problem` says so)
     client_late_ms: float | None = only_when_recorded()
@@ -71,7 +72,7 @@ class ContextPoint:
     ratio: float | None = None  # over the shallowest depth's decode rate, drift-corrected; None when invalid
     ratio_raw: float | None = None
     valid: bool | None = None
-    problems: tuple[str, ...] = ()
+    problems: tuple[Text, ...] = ()
     samples: tuple[ContextSample, ...] = ()
 
 
@@ -130,7 +131,7 @@ class ContextBody:
     order: tuple[int, ...] = ()  # the plan as run
     cache_prompt: bool | None = None  # false, or None where the engine does not take it
     effect: Effect | None = None
-    effect_reason: str | None = None
+    effect_reason: Text | None = None
     drift: ContextDrift | None = None
     points: tuple[ContextPoint, ...] = ()
     skipped: tuple[SkippedDepth, ...] = ()
@@ -141,7 +142,7 @@ class ContextBody:
     warmup: Request | None = None
     invalid: tuple[Warning, ...] = ()
     warnings: tuple[Warning, ...] = ()
-    notes: tuple[str, ...] = ()
+    notes: tuple[Text, ...] = ()
     log_audit: LogAudit | UnscannedLogAudit | None = until_finished()  # with --serve; null in a finished run without
     calibration: Calibrated | None = None  # the client's pre-flight; None: a document from before it
     client_checks: tuple[ClientCheck, ...] | None = None  # the one before the first stream; None: from before it

@@ -18,6 +18,7 @@ from servecheck.model.bodies.common import (
     UnscannedLogAudit,
 )
 from servecheck.model.codec import only_when_recorded, record, until_finished
+from servecheck.model.reason import Text
 
 InterferenceVerdict = Literal["chunked", "blocking", "isolated", "inconclusive"]
 
@@ -31,7 +32,7 @@ class InterferenceRep:
     prompt_tokens: int | None = None  # as asked
     sent_tokens: int | None = None  # by the server's tokenizer
     valid: bool | None = None
-    problems: tuple[str, ...] = ()
+    problems: tuple[Text, ...] = ()
     baseline_interval_s: float | None = None
     victim_max_gap_s: float | None = None
     victim_p99_gap_s: float | None = None
@@ -66,7 +67,7 @@ class InterferencePoint:
     cover: float | None = None
     chunk_tokens: float | None = None
     valid: bool | None = None
-    problems: tuple[str, ...] = ()
+    problems: tuple[Text, ...] = ()
     reps: tuple[InterferenceRep, ...] = ()
 
 
@@ -104,16 +105,16 @@ class InterferenceWitness:
     configured_tokens: float | None = None
     source: str | None = None
     agrees: bool | None = None
-    note: str | None = None
+    note: Text | None = None
 
 
 @record
 class InterferenceBody:
     verdict: InterferenceVerdict | None = None
-    verdict_reason: str | None = None
+    verdict_reason: Text | None = None
     decided_by: str | None = None
     evidence: InterferenceEvidence | None = None
-    sentence: str | None = None
+    sentence: Text | None = None
     chunk_tokens: float | None = None
     chunk_interval: tuple[float, float] | None = None
     baseline_interval_s: float | None = None

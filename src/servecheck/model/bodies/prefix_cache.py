@@ -18,6 +18,7 @@ from servecheck.model.bodies.common import (
     Server,
 )
 from servecheck.model.codec import only_when_recorded, record, until_finished
+from servecheck.model.reason import Text
 
 CacheVerdict = Literal["working", "inert", "unknown"]
 CacheSignal = Literal["counters", "timing", "none"]  # what decided the verdict
@@ -40,7 +41,7 @@ class CacheAnalysis:
     """The verdict with what decided it (counters, timing or nothing) and the ratios it read."""
 
     verdict: CacheVerdict | None = None
-    reason: str | None = None
+    reason: Text | None = None
     signal: CacheSignal | None = None
     warm_ttft_ratio: float | None = None  # median warm repeat TTFT / first send's TTFT
     control_ttft_ratio: float | None = None  # median warm repeat TTFT / control TTFT
@@ -50,7 +51,7 @@ class CacheAnalysis:
     # the timing left it open and the server's cache counters decided; None in documents before it
     decided_by_witness: bool | None = None
     # what the cache counters read, in words, where the timing decided otherwise (the run warns witness_contradicts)
-    witness_contradicts: str | None = None
+    witness_contradicts: Text | None = None
 
 
 @record
@@ -77,7 +78,7 @@ class PrefixSend:
 @record
 class PrefixCacheBody:
     verdict: CacheVerdict | None = None
-    verdict_reason: str | None = None
+    verdict_reason: Text | None = None
     analysis: CacheAnalysis | None = None
     prompt_tokens: int | None = None  # as sent (capped to the per-request context)
     prompt_tokens_asked: int | None = None

@@ -15,6 +15,7 @@ from servecheck.model.bodies.audit import AuditBody, Experts, Format, Kind
 from servecheck.model.bodies.bandwidth import BandwidthBody
 from servecheck.model.bodies.common import Server, ServerTimings
 from servecheck.model.codec import json_keys, record
+from servecheck.model.reason import Text
 
 Range = tuple[float, float]  # [lo, hi]
 Gate = Literal["close", "open", "straddle"]
@@ -24,13 +25,13 @@ Gate = Literal["close", "open", "straddle"]
 class Ceiling:
     """The typical best utilization of the model's kind."""
 
-    name: str | None = None
+    name: Text | None = None
     utilization: Range | None = None
 
 
 @record
 class Headroom:
-    ceiling: str | None = None  # the ceiling's name
+    ceiling: Text | None = None  # the ceiling's name
     factor: Range | None = None  # ceiling / utilization
     speed_of_light_factor: Range | None = None  # 100% / utilization
     speed_of_light_tok_s: Range | None = None  # every byte at the measured bandwidth
@@ -123,7 +124,7 @@ class RooflineBody:
     audit: AuditSummary | None = None
     probe: BandwidthBody | None = None  # the bandwidth probe's own result
     measurement: Measurement | None = None
-    notes: tuple[str, ...] | None = None
+    notes: tuple[Text, ...] | None = None
 
     def unrecorded(self) -> tuple[str, ...]:
         """The keys this document leaves out: before the bandwidth is in, all but the rate's (`RooflineRate`)."""

@@ -17,6 +17,7 @@ from servecheck.model.bodies.common import (
     Server,
 )
 from servecheck.model.codec import only_when_recorded, record, until_finished
+from servecheck.model.reason import Text
 
 SpecVerdict = Literal["speculating", "not_speculating", "inconclusive"]
 PaysVerdict = Literal["pays", "costs", "inconclusive"]
@@ -42,21 +43,21 @@ class SpeculativePoint:
     aggregate_tok_s: float | None = None
     pays: PaysVerdict | None = None  # None without --baseline
     verdict: SpecVerdict | None = None
-    reason: str | None = None
+    reason: Text | None = None
     steps: int | None = None
     streams: int | None = None
     grouped: int | None = None
-    grouping: tuple[str, ...] = ()  # how the streams' arrivals were split into steps
-    problems: tuple[str, ...] = ()  # why a stream could not be grouped
+    grouping: tuple[Text, ...] = ()  # how the streams' arrivals were split into steps
+    problems: tuple[Text, ...] = ()  # why a stream could not be grouped
     failed: int | None = None
     server_tokens_per_step: float | None = None  # from llama.cpp's draft counters: a witness
     server_acceptance: float | None = None  # draft_n_accepted / draft_n
     counters_agree: bool | None = None
-    counters_note: str | None = None
+    counters_note: Text | None = None
     baseline_per_stream_tok_s: float | None = None
     pays_ratio: float | None = None
     pays_interval: tuple[float, float] | None = None
-    pays_reason: str | None = None
+    pays_reason: Text | None = None
     client_late_groups: int | None = None  # groups left out: the client read them late (analysis.client_timing)
     coalesced_streams: int | None = None  # streams whose groups were bursts made in transit, not steps
     # reps beyond the planned ones, taken while pays / costs was undecided; None without a baseline
@@ -66,7 +67,7 @@ class SpeculativePoint:
 @record
 class SpeculativeBody:
     verdict: SpecVerdict | None = None
-    verdict_reason: str | None = None
+    verdict_reason: Text | None = None
     expect: str | None = None
     server: Server | None = None
     baseline: Server | None = None
@@ -76,7 +77,7 @@ class SpeculativeBody:
     max_reps: int | None = None  # reps in all an undecided pays / costs may take; None without a baseline
     points: tuple[SpeculativePoint, ...] = ()
     stops_paying_n: Mapping[str, int | None] = field(default_factory=dict)
-    stops_paying_reason: Mapping[str, str] = field(default_factory=dict)
+    stops_paying_reason: Mapping[str, Text] = field(default_factory=dict)
     warmup: Request | None = None
     # present only when not empty; why the run is invalid: `client_bound` (the pre-flight)
     invalid: tuple[Finding, ...] | None = only_when_recorded()

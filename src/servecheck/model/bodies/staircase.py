@@ -20,6 +20,7 @@ from servecheck.model.bodies.common import (
     Server,
 )
 from servecheck.model.codec import only_when_recorded, record, until_finished
+from servecheck.model.reason import Text
 
 Verdict = Literal["baseline", "cluster", "staircase", "partial", "inconclusive"]
 Schedule = Literal["cluster", "staircase", "partial"]
@@ -40,7 +41,7 @@ class Witness:
     source: Evidence | None = None
     schedule: Schedule | None = None
     slots: int | None = None  # requests the reading shows running at once
-    description: str | None = None
+    description: Text | None = None
 
 
 @record
@@ -49,7 +50,7 @@ class Windows:
 
     schedule: Verdict | None = None
     open_max: int | None = None  # the most windows open at one instant
-    description: str | None = None
+    description: Text | None = None
 
 
 @record
@@ -57,7 +58,7 @@ class BatchVerdict:
     """What one batch's finish times (and the server's witnesses) said; times in seconds."""
 
     verdict: Verdict | None = None
-    reason: str | None = None
+    reason: Text | None = None
     evidence: tuple[Evidence, ...] = ()
     times_verdict: Verdict | None = None  # what the finish times alone said, when a witness changed it
     reference_disagrees: bool | None = None  # a staircase decided by its own even steps against an off N=1 time
@@ -77,7 +78,7 @@ class BatchVerdict:
     decided_by_witness: bool | None = None  # the stopwatch was ambiguous and the server's word decided
     # the stopwatch verdicts of other batches ("N=4 rep 1 staircase") that set aside the schedule this
     # batch's witnesses decided: the batch is undecided; None in documents before it
-    overruled_by: tuple[str, ...] | None = None
+    overruled_by: tuple[Text, ...] | None = None
 
 
 @record
@@ -153,7 +154,7 @@ class Point:
     aggregate_client_error_frac: float | None = only_when_recorded()
     aggregate_client_bound: bool | None = only_when_recorded()
     verdict: Verdict | None = None
-    reason: str | None = None
+    reason: Text | None = None
     evidence: tuple[Evidence, ...] | None = None  # None: an older document that did not record it
     reps_taken: int | None = None
     decided_by_witness: bool | None = None  # the definite verdict rests on the server's word alone
@@ -164,9 +165,9 @@ class Point:
 @record
 class StaircaseBody:
     verdict: Verdict | None = None  # the verdict at the largest N
-    verdict_reason: str | None = None
+    verdict_reason: Text | None = None
     trend: Trend | None = None  # aggregate across N
-    trend_reason: str | None = None
+    trend_reason: Text | None = None
     trend_ratios: Mapping[str, float] | None = None  # "N" -> agg(N) / agg(1)
     trend_rising_ratio: float | None = None  # the agg(N)/agg(1) at which the trend reads rising; None: from before it
     single_s: float | None = None  # the median of every N=1 measurement

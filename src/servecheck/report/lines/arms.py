@@ -134,7 +134,7 @@ def report_lines(run: RunResult[ArmsBody], reading: RunReading) -> list[str]:
     if body.headline_refused:
         lines.append(f"REFUSED: {body.refusal or '-'}")
     elif body.headline:
-        lines.append(body.headline)
+        lines.append(str(body.headline))
     lines += carried_lines(run.envelope.params)
     if body.arms:
         lines += ["", *arm_table(body.arms), "", *decomposition_table(body.arms, reading.arms.interval_level), ""]
@@ -163,7 +163,7 @@ def short(run: RunResult[ArmsBody]) -> list[RenderableType]:
     body = run.body
     out: list[RenderableType] = []
     if body.headline:
-        out.append(Text(body.headline))
+        out.append(Text(str(body.headline)))
     rows = [
         [num(a.concurrency, 0), num(a.aggregate_speedup, 2, "×"), num(a.generation_gain, 2, "×"),
          pct(a.per_user_rate_change, signed=True), num(a.ttft_multiple, 2, "×"), pct(a.efficiency), a.label or DASH]

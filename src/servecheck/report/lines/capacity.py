@@ -62,7 +62,7 @@ def point_table(points: tuple[CapacityPoint, ...]) -> list[str]:
 def check_lines(body: CapacityBody) -> list[str]:
     lines = []
     if body.least_marginal is not None and body.least_marginal.text:
-        lines.append(body.least_marginal.text)
+        lines.append(str(body.least_marginal.text))
     drift = body.drift
     if drift is not None:
         lines.append(f"drift: serial baseline {_num(drift.start_tok_s, '.1f')} -> {_num(drift.end_tok_s, '.1f')} tok/s "

@@ -8,6 +8,7 @@ from typing import Any
 from servecheck.model.bodies.check import UNDECIDED, Card, CheckBody
 from servecheck.model.bodies.common import Server
 from servecheck.model.readings import RunReading
+from servecheck.model.reason import Text
 from servecheck.model.result import RunResult
 from servecheck.report.lines import check_html, register
 from servecheck.report.lines.text import carried_lines, num
@@ -15,7 +16,7 @@ from servecheck.report.lines.text import carried_lines, num
 WIDTHS = (22, 20)  # the claim's column, the verdict's
 
 
-def row(claim: str, verdict: str, figure: str, seconds: float | None) -> str:
+def row(claim: str, verdict: str, figure: Text, seconds: float | None) -> str:
     took = "" if not seconds else f"  ({seconds:.1f} s)"
     return f"{claim:<{WIDTHS[0]}}{verdict:<{WIDTHS[1]}}{figure}{took}"
 

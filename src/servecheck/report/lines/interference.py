@@ -57,7 +57,7 @@ def detail_lines(body: InterferenceBody) -> list[str]:
 
 def report_lines(run: RunResult[InterferenceBody]) -> list[str]:
     body = run.body
-    lines = header_lines(body) + ["", body.sentence or "no point measured", ""] + table_lines(body) + [""]
+    lines = header_lines(body) + ["", str(body.sentence or "no point measured"), ""] + table_lines(body) + [""]
     lines += detail_lines(body)
     lines.append(f"verdict  {body.verdict or '-'}  (decided by {body.decided_by or '-'}: {body.verdict_reason or '-'})")
     lines += carried_lines(run.envelope.params)
