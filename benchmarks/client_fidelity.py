@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Iterator
 
-from servecheck.client.base import RunClock, Target
+from servecheck.wire.base import RunClock, Target
 from servecheck.load.driver import LoadDriver
 from servecheck.load.lanes import LaneDriver
 from servecheck.load.preflight import CheckedDriver

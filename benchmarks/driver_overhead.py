@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from collections.abc import Iterator
 
-from servecheck.client.base import RunClock, Target
+from servecheck.wire.base import RunClock, Target
 from servecheck.load.calibrate import STAMP_SERVER
 from servecheck.load.driver import LoadDriver
 from servecheck.model.records import GenRequest

@@ -75,7 +75,7 @@ def main() -> int:
     rows = []
     for name, doc in documents(args.source):
         cell = name.split("-")[0]
-        v = inf.judge(inf.pool(readings(doc)))
+        v = inf.analyse_interference(inf.pool(readings(doc)))
         e = v.evidence
         rows.append({"document": name, "truth": TRUTH.get(cell), "stored_verdict": doc["verdict"],
                      "stored_chunk_tokens": doc.get("chunk_tokens"),

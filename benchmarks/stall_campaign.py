@@ -48,7 +48,7 @@ from typing import Any
 
 from truth_campaign import commit
 
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.envinfo import environment
 from servecheck.experiments.interference import run_interference
 from servecheck.experiments.speculative import run_speculative

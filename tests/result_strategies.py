@@ -11,6 +11,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 from hypothesis import strategies as st
 
 from servecheck.model.bodies.common import UnscannedLogAudit
+from servecheck.model.reason import Reason, joined
 
 # Records the writer writes that read back as another record (an unscanned log audit reads as a
 # `LogAudit` that found nothing): a round trip cannot give them back, so no strategy draws them.
@@ -51,4 +52,6 @@ def strategy(tp: Any) -> st.SearchStrategy[Any]:
         return st.floats(allow_nan=False, allow_infinity=False, width=64)
     if tp is str:
         return st.text(max_size=12)
+    if tp is Reason:  # a reason in memory is written as its words and reads back as them (`Text`)
+        return st.text(max_size=12).map(lambda words: joined((words,), sep=""))
     raise TypeError(f"no strategy for {tp!r}")

@@ -90,7 +90,7 @@ def rec(index: int, send_s: float, first_s: float, n_tokens: int, step_s: float,
 
 
 def test_seed_worked_figures() -> None:
-    result = A.analyse(seed_cells())
+    result = A.analyse_arms(seed_cells())
     two, four = result.arm(2), result.arm(4)
     assert four.aggregate_speedup is not None and two.aggregate_speedup is not None
     assert four.aggregate_speedup.median == pytest.approx(1.39, abs=0.01)
@@ -111,8 +111,8 @@ def test_seed_worked_figures() -> None:
 
 
 def test_seed_generation_gain_equals_per_user_rate_times_mean_decoding() -> None:
-    four = A.analyse(seed_cells()).arm(4)
-    one = A.analyse(seed_cells()).arm(1)
+    four = A.analyse_arms(seed_cells()).arm(4)
+    one = A.analyse_arms(seed_cells()).arm(1)
     assert four.mean_decoding is not None and four.per_user_rate_tok_s and one.per_user_rate_tok_s
     equivalent = four.per_user_rate_tok_s * four.mean_decoding / one.per_user_rate_tok_s
     assert four.generation_gain is not None
@@ -120,7 +120,7 @@ def test_seed_generation_gain_equals_per_user_rate_times_mean_decoding() -> None
 
 
 def test_json_shape_uses_ratios_and_signed_fractions() -> None:
-    analysis = A.analyse(seed_cells())
+    analysis = A.analyse_arms(seed_cells())
     four = encode(analysis.arm(4).record(), nulls=True)
     assert set(four) >= {"concurrency", "aggregate_speedup", "generation_gain", "per_user_rate_change", "ttft_multiple",
                          "efficiency", "label"}
@@ -157,7 +157,7 @@ def test_queue_is_labelled_none() -> None:
     for rep in range(4):
         s, q = queue_cells()
         cells += [replace(s, rep=rep), replace(q, rep=rep)]
-    result = A.analyse(cells)
+    result = A.analyse_arms(cells)
     assert result.arm(4).label == "none"
     assert result.arm(4).generation_gain is not None
     assert result.arm(4).generation_gain.median == pytest.approx(1.0, abs=0.02)
@@ -256,9 +256,9 @@ def test_order_statistic_interval_and_its_exact_level(n: int, k: int, level: flo
 
 
 def test_interval_level_of_the_arms_estimates() -> None:
-    four = A.analyse(seed_cells(3)).arm(4).aggregate_speedup
+    four = A.analyse_arms(seed_cells(3)).arm(4).aggregate_speedup
     assert four is not None and four.level == pytest.approx(0.75) == A.interval_level(3)
-    four = A.analyse(seed_cells(12)).arm(4).aggregate_speedup
+    four = A.analyse_arms(seed_cells(12)).arm(4).aggregate_speedup
     assert four is not None and four.level > 0.95 and A.interval_level(0) == 0.0
 
 
@@ -287,7 +287,7 @@ def test_position_bias_refusal_names_arm_and_spread() -> None:
         penalty = 0.8 if (c == 4 and pos == 2) else 1.0  # 4-way loses 20% whenever it runs last
         cells.append(make_cell(rep, pos, c, agg=f["agg"] * penalty, gen=f["gen"], per_user=f["per_user"],
                                ttft=f["ttft"]))
-    result = A.analyse(cells)
+    result = A.analyse_arms(cells)
     assert result.headline_refused and result.headline is None
     assert result.position_bias is not None and result.position_bias.concurrency == 4
     assert result.position_bias.spread == pytest.approx(0.25, abs=0.03)
@@ -303,8 +303,8 @@ def test_position_bias_limit_is_configurable() -> None:
         penalty = 0.93 if (c == 2 and pos == 0) else 1.0
         cells.append(make_cell(rep, pos, c, agg=f["agg"] * penalty, gen=f["gen"], per_user=f["per_user"],
                                ttft=f["ttft"]))
-    assert not A.analyse(cells).headline_refused
-    assert A.analyse(cells, bias_limit=0.05).headline_refused
+    assert not A.analyse_arms(cells).headline_refused
+    assert A.analyse_arms(cells, bias_limit=0.05).headline_refused
 
 
 def test_balanced_seed_run_has_small_spread() -> None:
@@ -323,7 +323,7 @@ def drifting_cells(*, fixed: bool, loss_per_cell: float, reps: int = 6) -> list[
 
 
 def test_fixed_order_under_drift_is_refused() -> None:
-    result = A.analyse(drifting_cells(fixed=True, loss_per_cell=0.06))
+    result = A.analyse_arms(drifting_cells(fixed=True, loss_per_cell=0.06))
     assert result.position_bias is not None and result.position_bias.method == "drift"
     assert result.position_bias.concurrency == 4
     assert result.headline_refused
@@ -331,13 +331,13 @@ def test_fixed_order_under_drift_is_refused() -> None:
 
 
 def test_fixed_order_without_drift_is_not_refused() -> None:
-    result = A.analyse(drifting_cells(fixed=True, loss_per_cell=0.0))
+    result = A.analyse_arms(drifting_cells(fixed=True, loss_per_cell=0.0))
     assert not result.headline_refused
     assert result.position_bias is not None and result.position_bias.spread == pytest.approx(0.0, abs=1e-9)
 
 
 def test_rotated_order_under_drift_keeps_estimates() -> None:
-    result = A.analyse(drifting_cells(fixed=False, loss_per_cell=0.02))
+    result = A.analyse_arms(drifting_cells(fixed=False, loss_per_cell=0.02))
     four = result.arm(4)
     assert four.aggregate_speedup is not None
     assert four.aggregate_speedup.median == pytest.approx(1.39, rel=0.06)
@@ -348,7 +348,7 @@ def test_deviant_cell_named_and_throughput_uses_tokens_produced() -> None:
     cells = seed_cells(3)
     odd = cells[4]
     cells[4] = replace(odd, tokens=933)
-    result = A.analyse(cells)
+    result = A.analyse_arms(cells)
     assert [(d.rep, d.concurrency, d.tokens, d.modal_tokens) for d in result.deviant_cells] == [
         (odd.rep, odd.concurrency, 933, 720)
     ]
@@ -370,7 +370,7 @@ def test_pooled_runs_pair_reps_within_their_run() -> None:
 
 def test_analyse_needs_serial_arm() -> None:
     with pytest.raises(ValueError):
-        A.analyse([make_cell(0, 0, 2, agg=1, gen=1, per_user=1, ttft=1)])
+        A.analyse_arms([make_cell(0, 0, 2, agg=1, gen=1, per_user=1, ttft=1)])
 
 
 def test_cached_prompt_suspects_named_beyond_allowance() -> None:
@@ -407,13 +407,13 @@ def test_headline_words(speedup: float, rate: float, ttft: float, text: str) -> 
 @pytest.mark.parametrize("reps", [1, 2])
 def test_too_few_reps_label_nothing_and_say_why(reps: int) -> None:
     """One rep gives a zero-width 'interval' and two give [min, max]: neither can show a rise."""
-    result = A.analyse(seed_cells(reps))
+    result = A.analyse_arms(seed_cells(reps))
     assert [a.label for a in result.arms] == ["none", "inconclusive", "inconclusive"]
     assert "arms.too_few_paired" in said(result)
 
 
 def test_three_reps_are_enough_to_label() -> None:
-    result = A.analyse(seed_cells(3))
+    result = A.analyse_arms(seed_cells(3))
     assert (result.arm(2).label, result.arm(4).label) == ("pipelining", "batching")
     assert not {"arms.too_few_paired", "arms.too_few_reps"} & said(result)
 
@@ -445,13 +445,13 @@ def two_steady_runs(*, fixed: bool) -> list[A.Cell]:
 
 
 def test_drift_is_measured_within_each_run() -> None:
-    result = A.analyse(two_steady_runs(fixed=False))
+    result = A.analyse_arms(two_steady_runs(fixed=False))
     assert result.drift is not None and abs(result.drift.loss) < 0.05
     assert "arms.drift_lost" not in said(result)
 
 
 def test_fixed_order_drift_bias_ignores_the_level_between_runs() -> None:
-    result = A.analyse(two_steady_runs(fixed=True))
+    result = A.analyse_arms(two_steady_runs(fixed=True))
     assert result.position_bias is not None and result.position_bias.method == "drift"
     assert result.position_bias.spread < 0.02 and not result.headline_refused
 
@@ -459,7 +459,7 @@ def test_fixed_order_drift_bias_ignores_the_level_between_runs() -> None:
 def test_drift_names_the_run_that_lost_most() -> None:
     steady = seed_cells(6)
     heating = [replace(c, run=1) for c in drifting_cells(fixed=False, loss_per_cell=0.02)]
-    d = A.analyse(steady + heating).drift
+    d = A.analyse_arms(steady + heating).drift
     assert d is not None and d.run == 1 and d.loss > 0.2 and d.record().run == 1
 
 
@@ -471,12 +471,12 @@ def test_a_noisy_generation_gain_is_inconclusive_not_pipelining() -> None:
         swing = 1.0 if c == 1 else (0.9, 1.6, 1.3, 0.95, 1.5, 1.35)[rep]
         cells.append(make_cell(rep, pos, c, agg=100.0 if c == 1 else 150.0, gen=100.0 * swing, per_user=100.0,
                                ttft=0.2))
-    result = A.analyse(cells)
+    result = A.analyse_arms(cells)
     two = result.arm(2)
     assert two.label == "inconclusive" and two.generation_gain is not None and two.generation_gain.median > A.MIN_RISE
     assert two.label_reason.code == "arms.unsure_generation" and two.label_reason["rise"] == A.MIN_RISE
     assert any(w.message.code == "arms.inconclusive" and w.message["concurrency"] == 2 for w in result.warnings)
-    clean = A.analyse(seed_cells())  # 0.94x: the generation stage is shown not to gain, clean pipelining
+    clean = A.analyse_arms(seed_cells())  # 0.94x: the generation stage is shown not to gain, clean pipelining
     assert clean.arm(2).label == "pipelining" and "arms.inconclusive" not in said(clean)
 
 
@@ -498,9 +498,9 @@ def _queue_behind_gauges() -> list[A.Cell]:
 
 def test_evidence_stopwatch_keeps_the_gauges_from_deciding_none() -> None:
     cells = _queue_behind_gauges()
-    by_gauges = A.analyse(cells).arm(2)
+    by_gauges = A.analyse_arms(cells).arm(2)
     assert by_gauges.label == "none" and by_gauges.label_reason.code == "arms.one_running"
-    stopwatch = A.analyse(cells, gauges_decide=False).arm(2)
+    stopwatch = A.analyse_arms(cells, gauges_decide=False).arm(2)
     assert stopwatch.label == "inconclusive", stopwatch.label_reason
     assert not {"arms.one_running", "arms.gauges_disagree"} & set(stopwatch.label_reason.codes())
     assert stopwatch.aggregate_speedup == by_gauges.aggregate_speedup  # the same measurement, read without them
@@ -513,7 +513,7 @@ def test_late_reads_that_cannot_change_a_label_are_kept_and_said() -> None:
     """One 4-way cell read 20 ms late: whatever its reads' true times within 20 ms, every label is the
     same, so the rep stays in (ten paired reps) and a warning says what was kept and why."""
     cells = [replace(c, client_late_ms=20.0) if (c.rep, c.concurrency) == (3, 4) else c for c in seed_cells(10)]
-    result = A.analyse(cells)
+    result = A.analyse_arms(cells)
     four = result.arm(4)
     assert four.aggregate_speedup is not None and four.aggregate_speedup.n == 10 and four.label == "batching"
     assert any(w.message.code == "arms.late_kept" and w.message["reps"] == 1 for w in result.warnings)
@@ -525,13 +525,13 @@ def test_a_late_rep_that_could_change_a_label_is_left_out_and_named() -> None:
     reason names the client. The control: without the record the same times label the arm."""
     cells = [replace(c, client_late_ms=3000.0) if (c.rep, c.concurrency) == (0, 2) else c for c in seed_cells(3)]
     assert not A.labels_stand(cells)
-    result = A.analyse(cells)
+    result = A.analyse_arms(cells)
     two = result.arm(2)
     assert two.label == "inconclusive" and two.aggregate_speedup is not None and two.aggregate_speedup.n == 2
     assert {"arms.too_few_reps", "arms.late_left_out"} <= set(two.label_reason.codes())
     assert any(w.message.code == "arms.client_late" and (w.message["reps"], w.message["late_ms"]) == (1, 3000.0)
                for w in result.warnings)
-    assert A.analyse([replace(c, client_late_ms=0.0) for c in cells]).arm(2).label == "pipelining"
+    assert A.analyse_arms([replace(c, client_late_ms=0.0) for c in cells]).arm(2).label == "pipelining"
 
 
 def test_the_cell_records_its_lateness_only_when_late() -> None:

@@ -86,7 +86,7 @@ def test_bias_drift_and_deviant_cells_write_as_analysed() -> None:
     assert written(bias.record()) == {"concurrency": 4, "spread": 0.125, "method": "positions", "by_position": [
         {"position": 0, "aggregate_tok_s": 100.0}, {"position": 2, "aggregate_tok_s": 112.5}]}
     assert written(A.PositionBias(2, 0.5, "drift").record())["by_position"] == []
-    assert written(A.Drift(200.0, 150.0, 3, run=2).record()) == {
+    assert written(A.SerialDrift(200.0, 150.0, 3, run=2).record()) == {
         "first_tok_s": 200.0, "last_tok_s": 150.0, "loss": 0.25, "reps_each": 3, "run": 2}
     assert written(A.DeviantCell(1, 4, 2, 96, 128).record()) == {
         "run": 1, "rep": 4, "concurrency": 2, "tokens": 96, "modal_tokens": 128, "deviation": -0.25}
@@ -95,7 +95,7 @@ def test_bias_drift_and_deviant_cells_write_as_analysed() -> None:
 def test_the_analysis_flags_the_cells_it_names_deviant() -> None:
     cells = [cell(rep, pos, c) for rep, pos, c in A.schedule([1, 2], 3)]
     cells[3] = cell(1, 1, 1, tokens=60)
-    a = A.analyse(cells)
+    a = A.analyse_arms(cells)
     assert [(d.rep, d.concurrency) for d in a.deviant_cells] == [(1, 1)]
     run = ArmsRun(ArmsDesign(arms=(1, 2), requests=2, reps=3), pooled=tuple(cells), complete=True)
     doc = fields_of(run.document())

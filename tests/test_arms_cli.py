@@ -12,7 +12,7 @@ import pytest
 from servecheck import exitcodes
 from servecheck.cli import arms as cli_arms
 from servecheck.cli import main as main_mod
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.load.fake import FakeDriver, FakeServer, flat
 from servecheck.load.protocol import DriverFactory
 from servecheck.model.records import GenRequest
@@ -98,13 +98,13 @@ def test_evidence_flag_reaches_the_analysis_measured_and_pooled(scripted, tmp_pa
     from servecheck.analysis import arms as analysis_arms
 
     seen: list[bool] = []
-    real = analysis_arms.analyse
+    real = analysis_arms.analyse_arms
 
     def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
         seen.append(kwargs.get("gauges_decide", True))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("servecheck.experiments.arms.analyse", spy)
+    monkeypatch.setattr("servecheck.experiments.arms.analyse_arms", spy)
     out, pooled = tmp_path / "a.json", tmp_path / "p.json"
     assert run_main(["arms", URL, *SMALL, "--evidence", "stopwatch", "--json", str(out)], scripted.open) == exitcodes.OK
     doc = json.loads(out.read_text())

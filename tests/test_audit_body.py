@@ -1,5 +1,5 @@
 """The audit document is written from its body record (issue 25): `audit.job.AuditJob` under
-`results.runner.run_job`, the envelope and `encode(AuditBody, nulls=True)`; every key of the body is
+`runs.runner.run_job`, the envelope and `encode(AuditBody, nulls=True)`; every key of the body is
 written, null where the file or the flags give no value.
 
 The writer this replaces (`audit_doc` in cli/audit.py at 2f13478) gave the same JSON, byte for byte,

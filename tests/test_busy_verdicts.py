@@ -60,20 +60,20 @@ def _queue(n: int, step_s: float) -> list[float]:
 )
 def test_even_steps_against_an_off_reference_are_a_staircase_named(single_s: float, finishes: list[float]) -> None:
     run = [_batch(1, [single_s]), _batch(2, finishes[:1] + [finishes[0] * 2]), _batch(4, finishes)]
-    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    a = sc.analyse_staircase(run, tokens_requested=TOKENS)
     assert a.verdict == "staircase", a.verdict_reason
     assert any(f.code == "reference_disagrees" for f in a.warnings)
     assert a.trend != "rising"
 
 
 def test_a_reference_off_by_more_than_the_band_is_inconclusive_not_a_guess() -> None:
-    a = sc.analyze_staircase([_batch(1, [10.0]), _batch(4, _queue(4, 3.0))], tokens_requested=TOKENS)
+    a = sc.analyse_staircase([_batch(1, [10.0]), _batch(4, _queue(4, 3.0))], tokens_requested=TOKENS)
     assert a.verdict == "inconclusive"
 
 
 def test_the_reference_is_the_median_of_before_and_after() -> None:
     run = [_batch(1, [4.17]), _batch(4, _queue(4, 2.2)), _batch(1, [2.18], rep=1), _batch(1, [2.25], rep=2)]
-    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    a = sc.analyse_staircase(run, tokens_requested=TOKENS)
     assert a.single_s == pytest.approx(2.25)
     assert a.single_times_s == (4.17, 2.18, 2.25)
     assert a.verdict == "staircase"
@@ -89,7 +89,7 @@ def test_a_slow_single_request_does_not_make_a_queue_rise() -> None:
     """Measured on vLLM --max-num-seqs 1: the one N=1 request decoded at 12.1 ms a token (3.1 s),
     the queue's requests faster; agg(N)/agg(1) read 1.39 and 1.29 and the old trend said rising."""
     run = [_batch(1, [3.1]), _batch(2, [2.2, 4.45]), _batch(4, [2.59, 4.68, 6.74, 9.61])]
-    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    a = sc.analyse_staircase(run, tokens_requested=TOKENS)
     assert a.trend_ratios[2] == pytest.approx(1.39, abs=0.01)
     assert a.trend != "rising", a.trend_reason
     assert a.verdict == "staircase", a.verdict_reason  # steps 2.59, 2.09, 2.06, 2.87 s: one request each
@@ -98,11 +98,11 @@ def test_a_slow_single_request_does_not_make_a_queue_rise() -> None:
 def test_rising_must_hold_against_the_fastest_reference() -> None:
     # a batching server (4 together at 1.3x one request) measured against one slow and one fast N=1
     run = [_batch(1, [3.0]), _batch(4, [2.7, 2.72, 2.74, 2.75]), _batch(1, [1.6], rep=1)]
-    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    a = sc.analyse_staircase(run, tokens_requested=TOKENS)
     # against the fastest single (1.6 s) the aggregate gains 4 x 1.6 / 2.75 = 2.3x: a real rise
     assert a.trend == "rising", a.trend_reason
     slow_gain = [_batch(1, [3.0]), _batch(4, [8.0, 8.01, 8.02, 8.05]), _batch(1, [1.6], rep=1)]
-    b = sc.analyze_staircase(slow_gain, tokens_requested=TOKENS)
+    b = sc.analyse_staircase(slow_gain, tokens_requested=TOKENS)
     # median reference 2.3 s: 4 x 2.3 / 8.05 = 1.14x; against the fastest 0.8x: not a rise
     assert b.trend != "rising"
 
@@ -114,7 +114,7 @@ def test_gauges_one_running_three_waiting_decide_an_ambiguous_queue() -> None:
     """Finish times with a gap in the dead band, but the server says one ran and three waited."""
     finishes = [2.0, 3.0, 5.0, 7.0]  # the gap before #2 is 0.5x the single time: ambiguous
     gauges = _gauges([1] * 30, [3] * 10 + [2] * 10 + [1] * 10)
-    a = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, finishes, gauges=gauges)], tokens_requested=TOKENS)
+    a = sc.analyse_staircase([_batch(1, [2.0]), _batch(4, finishes, gauges=gauges)], tokens_requested=TOKENS)
     top = a.points[-1]
     assert top.verdict == "staircase", top.reason
     assert top.evidence == ("server_gauges",)
@@ -125,7 +125,7 @@ def test_gauges_one_running_three_waiting_decide_an_ambiguous_queue() -> None:
 def test_gauges_contradicting_the_times_make_the_batch_inconclusive() -> None:
     # the finish times look like a cluster, but the server says one request ran at a time
     gauges = _gauges([1] * 10, [3] * 10)
-    a = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, [2.1, 2.12, 2.15, 2.2], gauges=gauges)],
+    a = sc.analyse_staircase([_batch(1, [2.0]), _batch(4, [2.1, 2.12, 2.15, 2.2], gauges=gauges)],
                              tokens_requested=TOKENS)
     top = a.points[-1]
     assert top.verdict == "inconclusive"
@@ -135,7 +135,7 @@ def test_gauges_contradicting_the_times_make_the_batch_inconclusive() -> None:
 
 def test_gauges_that_agree_are_named_as_evidence() -> None:
     gauges = _gauges([4] * 10, [0] * 10)
-    a = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, [2.5, 2.52, 2.55, 2.6], gauges=gauges)],
+    a = sc.analyse_staircase([_batch(1, [2.0]), _batch(4, [2.5, 2.52, 2.55, 2.6], gauges=gauges)],
                              tokens_requested=TOKENS)
     assert a.verdict == "cluster"
     assert a.evidence == ("completion_times", "server_gauges")
@@ -156,7 +156,7 @@ def test_server_timings_read_a_queue_and_a_cluster() -> None:
 def test_server_timings_decide_when_the_times_are_ambiguous() -> None:
     finishes = [2.0, 3.0, 5.0, 7.0]
     services = [2.0, 1.0, 2.0, 2.0]  # unequal services: no timing reading, so nothing decides
-    a = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, finishes, services=services)], tokens_requested=TOKENS)
+    a = sc.analyse_staircase([_batch(1, [2.0]), _batch(4, finishes, services=services)], tokens_requested=TOKENS)
     assert a.verdict == "inconclusive"
 
 
@@ -181,7 +181,7 @@ def test_gauges_above_n_are_other_clients_and_no_witness() -> None:
 def test_an_inconclusive_point_says_the_machine_was_busy() -> None:
     noise = ClientNoise(cpus=2, load_avg_1m=1.9, busy_frac=0.97, steal_frac=0.0, loop_lag_p99_ms=1.0)
     run = [_batch(1, [2.0]), _batch(4, [2.0, 3.0, 5.0, 7.0], noise=noise)]
-    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    a = sc.analyse_staircase(run, tokens_requested=TOKENS)
     assert a.points[-1].verdict == "inconclusive"
     reason = a.points[-1].reason
     assert reason.code == "joined" and reason["parts"][0] == a.points[-1].batches[0].verdict.reason
@@ -193,7 +193,7 @@ def test_an_inconclusive_point_says_the_machine_was_busy() -> None:
 
 def test_one_inconclusive_rep_and_one_staircase_decide() -> None:
     run = [_batch(1, [2.0]), _batch(4, [2.0, 3.0, 5.0, 7.0]), _batch(4, _queue(4, 2.0), rep=1)]
-    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    a = sc.analyse_staircase(run, tokens_requested=TOKENS)
     assert a.points[-1].verdict == "staircase" and a.points[-1].reps_taken == 2
     reason = a.points[-1].reason
     assert reason.code == "staircase.reps_some"
@@ -203,12 +203,12 @@ def test_one_inconclusive_rep_and_one_staircase_decide() -> None:
 def test_one_definite_rep_of_three_is_not_enough() -> None:
     ambiguous = [2.0, 3.0, 5.0, 7.0]
     run = [_batch(1, [2.0]), _batch(4, ambiguous), _batch(4, ambiguous, rep=1), _batch(4, _queue(4, 2.0), rep=2)]
-    assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "inconclusive"
+    assert sc.analyse_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "inconclusive"
 
 
 def test_reps_naming_two_schedules_are_inconclusive() -> None:
     run = [_batch(1, [2.0]), _batch(4, [2.2, 2.21, 2.22, 2.23]), _batch(4, _queue(4, 2.0), rep=1)]
-    assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "inconclusive"
+    assert sc.analyse_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "inconclusive"
 
 
 # --- arms labels: a claim needs its own evidence ------------------------------------------------
@@ -268,7 +268,7 @@ def test_a_queue_with_any_reference_and_noise_is_never_a_cluster_or_partial(sing
         ends.append(t)
     gauges = None if running is None else _gauges([1] * 10, [3] * 5 + [1] * 5)
     run = [_batch(1, [single * ref_factor]), _batch(4, ends, gauges=gauges)]
-    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    a = sc.analyse_staircase(run, tokens_requested=TOKENS)
     assert a.verdict in ("staircase", "inconclusive"), a.verdict_reason
     assert a.trend != "rising", a.trend_reason
 
@@ -286,7 +286,7 @@ def test_a_queue_against_a_reference_inside_the_band_is_a_staircase(single, ref_
     for x in noise:
         t += single * (1 + x)
         ends.append(t)
-    a = sc.analyze_staircase([_batch(1, [single * ref_factor]), _batch(4, ends)], tokens_requested=TOKENS)
+    a = sc.analyse_staircase([_batch(1, [single * ref_factor]), _batch(4, ends)], tokens_requested=TOKENS)
     assert a.verdict == "staircase", a.verdict_reason
     assert "completion_times" in a.points[-1].batches[-1].verdict.evidence
 
@@ -303,7 +303,7 @@ def test_a_batch_with_any_reference_is_a_cluster(single, slow, ref_factor, noise
     ends = [single * slow * (1 + x) for x in noise]
     gauges = _gauges([4] * 10, [0] * 10)
     run = [_batch(1, [single * ref_factor]), _batch(4, ends, gauges=gauges)]
-    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    a = sc.analyse_staircase(run, tokens_requested=TOKENS)
     assert a.verdict == "cluster", a.verdict_reason
 
 
@@ -327,14 +327,14 @@ def test_two_gauge_reads_that_saw_a_queue_contradict_a_cluster() -> None:
     "cluster", while the two /metrics reads that came back showed 1 running and 3 waiting. Too few
     reads to decide an ambiguous batch, enough to contradict a definite one: inconclusive, not cluster."""
     gauges = _gauges([1, 1], [3, 3])
-    a = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, [6.18, 6.18, 6.18, 6.18], gauges=gauges)],
+    a = sc.analyse_staircase([_batch(1, [2.0]), _batch(4, [6.18, 6.18, 6.18, 6.18], gauges=gauges)],
                              tokens_requested=TOKENS)
     top = a.points[-1]
     assert top.verdict == "inconclusive", top.reason
     assert top.reason.code == "staircase.witness_disagrees" and top.reason["times_verdict"] == "cluster"
     assert "1 running" in str(top.reason["witness"])
     # the same two reads do not decide a batch whose times are ambiguous
-    b = sc.analyze_staircase([_batch(1, [2.0]), _batch(4, [2.0, 3.1, 6.5, 6.6], gauges=gauges)],
+    b = sc.analyse_staircase([_batch(1, [2.0]), _batch(4, [2.0, 3.1, 6.5, 6.6], gauges=gauges)],
                              tokens_requested=TOKENS)
     assert b.points[-1].evidence != ("server_gauges",)
 
@@ -353,7 +353,7 @@ def test_a_queue_read_at_the_end_of_a_client_stall_is_never_a_cluster() -> None:
     run = [_batch(1, [2.08]),
            _batch(2, [3.9457, 3.9505], noise=_stalled((0.05, 3.94))),
            _batch(4, [7.7108, 7.7163, 7.7209, 7.7256], noise=_stalled((0.06, 7.70)))]
-    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    a = sc.analyse_staircase(run, tokens_requested=TOKENS)
     assert a.verdict == "inconclusive", a.verdict_reason
     top = a.points[-1].batches[-1].verdict
     assert top.verdict == "inconclusive" and top.reason.code == "staircase.doubted"
@@ -364,7 +364,7 @@ def test_a_queue_read_at_the_end_of_a_client_stall_is_never_a_cluster() -> None:
 def test_without_the_stall_record_the_same_times_read_as_a_cluster() -> None:
     """The control: the stall record, and nothing else, is what withholds the (wrong) cluster."""
     run = [_batch(1, [2.08]), _batch(2, [3.9457, 3.9505]), _batch(4, [7.7108, 7.7163, 7.7209, 7.7256])]
-    assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "cluster"
+    assert sc.analyse_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "cluster"
 
 
 def _late(*windows_s: tuple[float, float], to_s: float = 30.0) -> ClientLateness:
@@ -381,7 +381,7 @@ def test_the_ticker_judges_a_queue_read_as_the_client_caught_up() -> None:
            _batch(2, [3.9457, 3.9505], lateness=_late((0.05, 3.951))),
            # lanes' records merge to the narrowest span: one worker's ended before the last finish was read
            _batch(4, [7.7108, 7.7163, 7.7209, 7.7256], lateness=_late((0.06, 7.726), to_s=7.72))]
-    a = sc.analyze_staircase(run, tokens_requested=TOKENS)
+    a = sc.analyse_staircase(run, tokens_requested=TOKENS)
     top = a.points[-1].batches[-1].verdict
     assert top.verdict == "inconclusive" and top.reason.code == "staircase.doubted"
     assert top.reason["looked"] == "cluster"
@@ -396,7 +396,7 @@ def test_a_ticker_record_without_long_windows_leaves_the_cluster_standing() -> N
     jitter = _late(*[(t / 100, t / 100 + 0.003) for t in range(0, 780, 7)])
     run = [_batch(1, [2.08], lateness=_late()), _batch(2, [2.09, 2.1], lateness=jitter),
            _batch(4, [2.1, 2.11, 2.12, 2.13], lateness=jitter)]
-    assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "cluster"
+    assert sc.analyse_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "cluster"
 
 
 def test_gauges_still_decide_a_stalled_batch() -> None:
@@ -405,7 +405,7 @@ def test_gauges_still_decide_a_stalled_batch() -> None:
     gauges = _gauges([1, 1, 1, 1], [3, 2, 2, 1])
     run = [_batch(1, [2.08]), _batch(4, [7.7108, 7.7163, 7.7209, 7.7256], gauges=gauges,
                                      noise=_stalled((0.06, 7.70)))]
-    point = sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1]
+    point = sc.analyse_staircase(run, tokens_requested=TOKENS).points[-1]
     assert point.verdict == "staircase", point.verdict_reason
     assert point.batches[-1].verdict.evidence == ("server_gauges",)
 
@@ -415,7 +415,7 @@ def test_server_timings_do_not_decide_a_stalled_batch() -> None:
     batched requests done at 2.0 s, two read before a 2 s stall and two after, look like two
     levels of queueing (a 'partial' of 2) to the timings; the stall voids that reading."""
     run = [_batch(1, [2.0]), _batch(4, [2.0, 2.01, 4.0, 4.01], services=[1.95] * 4, noise=_stalled((2.02, 3.99)))]
-    top = sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1]
+    top = sc.analyse_staircase(run, tokens_requested=TOKENS).points[-1]
     assert top.verdict == "inconclusive", top.verdict_reason
     assert not any(w.source == "server_timings" for w in top.batches[-1].verdict.witnesses)
 
@@ -423,14 +423,14 @@ def test_server_timings_do_not_decide_a_stalled_batch() -> None:
 def test_a_stall_no_finish_was_read_after_leaves_the_verdict_alone() -> None:
     """A 1 s stall early in a queue's first request, long before any finish: no finish time moved."""
     run = [_batch(1, [2.5]), _batch(4, _queue(4, 2.5), noise=_stalled((0.2, 1.2)))]
-    assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "staircase"
+    assert sc.analyse_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "staircase"
 
 
 def test_a_stall_shorter_than_the_join_gap_leaves_the_verdict_alone() -> None:
     """A 0.2 s stall (8% of a 2.5 s single time) right before a cluster's finishes cannot have
     merged anything the grouping would have kept apart."""
     run = [_batch(1, [2.5]), _batch(4, [2.61, 2.62, 2.63, 2.64], noise=_stalled((2.4, 2.6)))]
-    assert sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "cluster"
+    assert sc.analyse_staircase(run, tokens_requested=TOKENS).points[-1].verdict == "cluster"
 
 
 @settings(max_examples=200, deadline=None)
@@ -444,7 +444,7 @@ def test_a_queue_whose_finishes_a_stall_gathers_is_never_called_a_cluster(
     a, b = start * single, start * single + stall * (n - 1) * single
     seen = sorted(b + 0.001 * k if a <= t <= b else t for k, t in enumerate(true))
     run = [_batch(1, [single]), _batch(n, seen, noise=_stalled((a, b)))]
-    verdict = sc.analyze_staircase(run, tokens_requested=TOKENS).points[-1].verdict
+    verdict = sc.analyse_staircase(run, tokens_requested=TOKENS).points[-1].verdict
     assert verdict in ("staircase", "inconclusive")
     # A finish the stall held is no time at all, so that batch cannot be decided from the times;
     # the exact answers of the same shape are the stall-free tests above and below.

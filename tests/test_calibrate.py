@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from servecheck.cli import main as main_mod
-from servecheck.client.base import RunClock
+from servecheck.wire.base import RunClock
 from servecheck.errors import EngineError, UsageError
 from servecheck.load import calibrate as C
 from servecheck.model.records import RequestRecord

@@ -1,5 +1,5 @@
 """The calibrate document is written from its body record (issue 25): `jobs.calibrate.CalibrateJob`
-under `results.runner.run_job`, `{"calibration": Calibration.body()}` encoded by the codec.
+under `runs.runner.run_job`, `{"calibration": Calibration.body()}` encoded by the codec.
 
 The writer this replaces (`"calibration": result.to_dict()` in cli/calibrate.py at 2f13478) gave the
 same JSON, byte for byte, on the same calibrations for 11 runs (1 to 8 streams, gaps of 1 to 50 ms,

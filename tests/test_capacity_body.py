@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from servecheck.analysis.capacity import Criteria, Drift, Marginal, NonMonotone, Point, least_words
+from servecheck.analysis.capacity import Criteria, BaselineDrift, Marginal, NonMonotone, Point, least_words
 from servecheck.analysis.stats import QuantileInterval as Interval
 from servecheck.experiments.capacity import CapacityDesign, CapacityRun, run_capacity
 from servecheck.experiments.common import NOT_CALIBRATED
@@ -96,9 +96,9 @@ def test_the_least_marginal_carries_its_sentence_and_drift_its_limit() -> None:
     m = Marginal(n=8, prev_n=6, gain_tok_s_per_user=36.1, aggregate_gain=0.13, per_user_change=None)
     assert encode(m.record(), nulls=True) == {"n": 8, "prev_n": 6, "gain_tok_s_per_user": 36.1, "aggregate_gain": 0.13,
                                               "per_user_change": None, "text": least_words(m)}
-    assert encode(Drift(200.0, 180.0).record(), nulls=True) == {
+    assert encode(BaselineDrift(200.0, 180.0).record(), nulls=True) == {
         "start_tok_s": 200.0, "end_tok_s": 180.0, "change": pytest.approx(-0.1), "limit": 0.05, "exceeded": True}
-    assert encode(Drift(200.0, 200.0).record(), nulls=True)["exceeded"] is False
+    assert encode(BaselineDrift(200.0, 200.0).record(), nulls=True)["exceeded"] is False
     odd = NonMonotone(kind="per_user_rate", n_low=2, n_high=4, message="m")
     assert encode(odd.record(), nulls=True) == {"kind": "per_user_rate", "n_low": 2, "n_high": 4, "message": "m"}
 

@@ -14,7 +14,7 @@ import pytest
 from servecheck import exitcodes
 from servecheck.cli import main as main_mod
 from servecheck.cli.check import exit_code, parse_expect
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.errors import UsageError
 from servecheck.experiments import check as check_mod
 from servecheck.experiments.check import CheckPlan, run_check

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from servecheck.client.dialects import EventReading, get_dialect
-from servecheck.client.ndjson import NdjsonParser
-from servecheck.client.sse import SseParser
-from servecheck.client.tally import StreamTally, plausibility_problem
+from servecheck.wire.dialects import EventReading, get_dialect
+from servecheck.wire.ndjson import NdjsonParser
+from servecheck.wire.sse import SseParser
+from servecheck.wire.tally import StreamTally, plausibility_problem
 from servecheck.model.records import GenRequest
 
 REQ = GenRequest(index=0, prompt="abc: the of", nonce="abc", max_tokens=64, seed=7)

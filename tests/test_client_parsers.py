@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servecheck.client.base import StreamParseError
-from servecheck.client.ndjson import NdjsonParser
-from servecheck.client.sse import SseEvent, SseParser
+from servecheck.wire.base import StreamParseError
+from servecheck.wire.ndjson import NdjsonParser
+from servecheck.wire.sse import SseEvent, SseParser
 
 
 def sse_all(chunks: list[bytes]) -> list[SseEvent]:

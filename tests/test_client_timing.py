@@ -11,7 +11,7 @@ import time
 import pytest
 
 from servecheck.analysis import client_timing as ct
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.errors import UsageError
 from servecheck.experiments.interference import run_interference
 from servecheck.experiments.speculative import run_speculative

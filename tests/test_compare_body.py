@@ -1,5 +1,5 @@
 """The compare document is written from its body record (issue 25): `jobs.compare.CompareJob` under
-`results.runner.run_job`, the envelope and `encode(CompareBody, nulls=True)`, nothing written by hand.
+`runs.runner.run_job`, the envelope and `encode(CompareBody, nulls=True)`, nothing written by hand.
 
 The writer this replaces (`compare_doc` in cli/compare.py at 2f13478) gave the same JSON, byte for byte,
 on the same entries and decompositions for 55 compare runs (two to four entries, byte figures and

@@ -118,7 +118,7 @@ DEPTHS = [0, 2048, 8192]
 
 
 def test_ratios_follow_the_law_without_drift():
-    a = ctx.analyze_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: law_rate(d)), DEPTHS)
+    a = ctx.analyse_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: law_rate(d)), DEPTHS)
     by = {p.depth: p for p in a.points}
     for d in DEPTHS:
         assert by[d].decode_tok_s == pytest.approx(law_rate(d))
@@ -133,7 +133,7 @@ def test_a_steady_drift_is_corrected_and_never_called_a_context_effect(heat_per_
     """Step time grows (or shrinks) linearly with time, depth has no effect: the corrected ratios are 1,
     the drift is named, and the verdict is not 'falls'."""
     rate = lambda d, t: 1 / (0.010 * (1 + heat_per_s * t))  # noqa: E731
-    a = ctx.analyze_context(samples_for(ctx.plan_order(DEPTHS, 1), rate), DEPTHS)
+    a = ctx.analyse_context(samples_for(ctx.plan_order(DEPTHS, 1), rate), DEPTHS)
     assert all(p.ratio == pytest.approx(1.0) for p in a.points)
     raw = {p.depth: p.ratio_raw for p in a.points}
     assert abs(raw[8192] - raw[2048]) > 0.02  # uncorrected, the drift would pose as a change with depth
@@ -146,14 +146,14 @@ def test_a_steady_drift_is_corrected_and_never_called_a_context_effect(heat_per_
 
 def test_law_and_drift_together_still_read_the_law():
     rate = lambda d, t: 1 / ((0.010 + 2e-6 * d) * (1 + 0.02 * t))  # noqa: E731
-    a = ctx.analyze_context(samples_for(ctx.plan_order(DEPTHS, 1), rate), DEPTHS)
+    a = ctx.analyse_context(samples_for(ctx.plan_order(DEPTHS, 1), rate), DEPTHS)
     by = {p.depth: p for p in a.points}
     assert by[8192].ratio == pytest.approx(0.010 / (0.010 + 2e-6 * 8192))
     assert a.effect == "falls"
 
 
 def test_flat_when_depth_changes_nothing_on_a_quiet_run():
-    a = ctx.analyze_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: 100.0), DEPTHS)
+    a = ctx.analyse_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: 100.0), DEPTHS)
     assert a.effect == "flat" and not a.warnings
 
 
@@ -163,13 +163,13 @@ def test_a_fall_within_the_drift_is_inconclusive():
         if d == 0:
             return 100.0 * (1 - 0.10 * t / 3)
         return 94.0 * (1 - 0.10 * t / 3)
-    a = ctx.analyze_context(samples_for(ctx.plan_order(DEPTHS, 1), rate), DEPTHS)
+    a = ctx.analyse_context(samples_for(ctx.plan_order(DEPTHS, 1), rate), DEPTHS)
     assert a.effect == "inconclusive" and a.effect_reason.code == "context.within_drift"
 
 
 def test_a_truncating_server_is_named_and_its_point_invalid():
     over = {8192: {"reported_prompt_tokens": 4096}}
-    a = ctx.analyze_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: law_rate(d), over=over), DEPTHS)
+    a = ctx.analyse_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: law_rate(d), over=over), DEPTHS)
     by = {p.depth: p for p in a.points}
     assert not a.valid and not by[8192].valid and by[8192].ratio is None
     m = a.invalid[0].message
@@ -179,7 +179,7 @@ def test_a_truncating_server_is_named_and_its_point_invalid():
 
 def test_one_special_token_fewer_is_not_truncation():
     over = {2048: {"reported_prompt_tokens": 2047}}
-    a = ctx.analyze_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: law_rate(d), over=over), DEPTHS)
+    a = ctx.analyse_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: law_rate(d), over=over), DEPTHS)
     assert a.valid
 
 
@@ -189,7 +189,7 @@ def test_one_special_token_fewer_is_not_truncation():
      ({"error": "timeout"}, "context.request_failed", {"error": "timeout"})],
 )
 def test_off_length_and_failed_points_are_invalid(over, code, values):
-    a = ctx.analyze_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: law_rate(d), over={2048: over}), DEPTHS)
+    a = ctx.analyse_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: law_rate(d), over={2048: over}), DEPTHS)
     assert not a.valid and a.invalid[0].message.code == code
     assert {k: a.invalid[0].message[k] for k in values} == values
 
@@ -197,8 +197,8 @@ def test_off_length_and_failed_points_are_invalid(over, code, values):
 # ---------------------------------------------------------------- roofline at depth
 
 
-def point(depth: int, rate: float, ratio: float, context: int | None = None) -> ctx.PointAnalysis:
-    return ctx.PointAnalysis(depth, context if context is not None else depth, 128, 0.1, 1000.0, rate, (rate, rate),
+def point(depth: int, rate: float, ratio: float, context: int | None = None) -> ctx.DepthAnalysis:
+    return ctx.DepthAnalysis(depth, context if context is not None else depth, 128, 0.1, 1000.0, rate, (rate, rate),
                              ratio, ratio, True, (), ())
 
 
@@ -228,7 +228,7 @@ def test_a_fall_steeper_than_the_bytes_is_named():
 
 def test_invalid_points_are_left_out_of_the_roofline():
     model = dense(2, 1, 64)
-    bad = ctx.PointAnalysis(2048, 2048, 128, 0.1, 1.0, 40.0, (40.0, 40.0), None, None, False, ("truncated",), ())
+    bad = ctx.DepthAnalysis(2048, 2048, 128, 0.1, 1.0, 40.0, (40.0, 40.0), None, None, False, ("truncated",), ())
     rows = ctx.roofline_at_depth([point(0, 50.0, 1.0), bad], model, 128, None)
     assert [r.depth for r in rows] == [0]
 
@@ -243,10 +243,10 @@ def test_a_stream_read_late_is_kept_where_the_effect_cannot_turn_on_it():
     def late(ms: float) -> list[ctx.Sample]:
         return [replace(s, client_late_ms=ms) if s.depth == 8192 else s for s in base]
 
-    kept = ctx.analyze_context(late(10.0), DEPTHS)
+    kept = ctx.analyse_context(late(10.0), DEPTHS)
     assert kept.effect == "falls" and kept.valid and kept.late_kept
     assert any(w.message.code == "context.late_kept" for w in kept.warnings)
-    lost = ctx.analyze_context(late(1500.0), DEPTHS)
+    lost = ctx.analyse_context(late(1500.0), DEPTHS)
     assert not lost.late_kept and not lost.valid
     deep = next(p for p in lost.points if p.depth == 8192)
     assert not deep.valid and deep.problems[0].code == "context.client_late" and deep.problems[0]["late_ms"] == 1500
@@ -256,7 +256,7 @@ def test_a_stream_a_hop_held_and_a_shallowest_depth_without_a_decode_leave_the_e
     """The shallowest depth timed no decode interval (so no ratio and no drift), and a hop held a deep
     stream longer than its effect could stand: both are problems of their points, and no effect is read."""
     over = {0: {"decode_s": None}, 8192: {"hop_held_ms": 1500.0}}
-    a = ctx.analyze_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: law_rate(d), over=over), DEPTHS)
+    a = ctx.analyse_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: law_rate(d), over=over), DEPTHS)
     codes = {f.message.code for f in a.invalid}
     assert {"context.no_decode_interval", "context.hop_held"} <= codes
     assert a.effect == "inconclusive" and a.effect_reason.code == "context.too_few_valid"

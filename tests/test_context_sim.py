@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.experiments.context import run_context
 from servecheck.load.driver import LoadDriver
 from servecheck.sim import SimConfig, sim_in_thread

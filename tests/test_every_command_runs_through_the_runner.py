@@ -1,4 +1,4 @@
-"""Every `servecheck` command is either a document writer, whose documents come out of `results.runner`
+"""Every `servecheck` command is either a document writer, whose documents come out of `runs.runner`
 (run_experiment, or run_job without a server: the sinks, a partial after every point, the interrupt),
 or a reader / tool that writes no result document. A command in neither list fails here, so a new one
 must be classified (issue 25).
@@ -31,8 +31,8 @@ from servecheck import exitcodes
 from servecheck.cli import main as main_mod
 from servecheck.load.fake import FakeDriver, FakeServer, flat
 from servecheck.model.result import written_doc
-from servecheck.results import runner
-from servecheck.results.jsonout import _finite
+from servecheck.runs import runner
+from servecheck.runs.jsonout import _finite
 
 URL = "http://127.0.0.1:9"
 LOG = Path(__file__).parent / "fixtures" / "logs" / "llamacpp_base.log"
@@ -122,7 +122,7 @@ class Watched:
 
 
 def _bind_everywhere(mp: pytest.MonkeyPatch, name: str, real: Any, replacement: Any) -> None:
-    """Replace `results.runner.<name>` and every binding of it a servecheck module imported."""
+    """Replace `runs.runner.<name>` and every binding of it a servecheck module imported."""
     mp.setattr(runner, name, replacement)
     for module in list(sys.modules.values()):
         if getattr(module, "__name__", "").startswith("servecheck.") and getattr(module, name, None) is real:
@@ -168,7 +168,7 @@ def test_the_document_is_the_one_the_runner_finished(name: str, tmp_path: Path,
     path = tmp_path / "out.json"
     with watched_runner(monkeypatch) as seen:
         code = _invoke(name, tmp_path, monkeypatch, path)
-    assert seen.calls, f"{name} did not go through results.runner"
+    assert seen.calls, f"{name} did not go through runs.runner"
     assert code in (exitcodes.OK, exitcodes.INVALID)
     last = seen.outcomes[-1]
     assert not last.interrupted and last.written is not None

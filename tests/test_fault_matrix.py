@@ -261,7 +261,7 @@ def test_ollama_ps_with_null_models_is_an_empty_list() -> None:
     """`{"models": null}` from /api/ps was an AttributeError; now it just means no context length there."""
     import asyncio
 
-    from servecheck.client.base import Target
+    from servecheck.wire.base import Target
     from servecheck.load.driver import LoadDriver
 
     def routes(conn: socket.socket, req: Request) -> None:
@@ -366,7 +366,7 @@ def test_a_redirect_on_the_same_server_is_followed_with_the_key() -> None:
     """A redirect that stays on the server the user named is followed, and the key goes along."""
     import asyncio
 
-    from servecheck.client.base import Target
+    from servecheck.wire.base import Target
     from servecheck.load.driver import LoadDriver
 
     seen: list[Request] = []
@@ -637,7 +637,7 @@ def test_the_trap_maps_only_interrupted_exits() -> None:
 
 def _tally(events: int, server: int | None = None, where: str = "usage.completion_tokens",
            implausible: str | None = None):
-    from servecheck.client.tally import StreamTally
+    from servecheck.wire.tally import StreamTally
 
     tally = StreamTally(events=events, server_tokens=server, server_tokens_field=where if server is not None else None,
                         server_tokens_source="usage" if server is not None else "none", implausible=implausible)
@@ -659,7 +659,7 @@ def _tally(events: int, server: int | None = None, where: str = "usage.completio
     ],
 )
 def test_plausibility_gate(tally_args: tuple, requested: int, says: str | None) -> None:
-    from servecheck.client.tally import plausibility_problem
+    from servecheck.wire.tally import plausibility_problem
 
     problem = plausibility_problem(_tally(*tally_args), requested)
     assert problem == says if says is None else (problem is not None and problem.startswith(says)), problem
@@ -671,7 +671,7 @@ def test_plausibility_gate(tally_args: tuple, requested: int, says: str | None) 
      (2.5, "2.5"), ("12", None), (True, None)],
 )
 def test_count_problem_names_the_value(value: object, problem: str | None) -> None:
-    from servecheck.client.dialects import count_problem
+    from servecheck.wire.dialects import count_problem
 
     found = count_problem("usage.completion_tokens", value)
     assert (found is None if problem is None

@@ -15,7 +15,7 @@ import pytest
 from servecheck.errors import UsageError
 from servecheck.report import html as report_html
 import samples
-from servecheck.results.jsonout import write_json
+from servecheck.runs.jsonout import write_json
 
 HOSTILE = ["<script>alert(1)</script>", "<img src=x onerror=alert(1)>"]
 

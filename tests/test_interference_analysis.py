@@ -61,7 +61,7 @@ def isolated(size: int, *, per_token_ms: float = 0.05) -> inf.Intrusion:
 
 
 def judged(intrusions: list[inf.Intrusion]) -> inf.Verdict:
-    return inf.judge(inf.pool([inf.read_intrusion(i) for i in intrusions]))
+    return inf.analyse_interference(inf.pool([inf.read_intrusion(i) for i in intrusions]))
 
 
 def test_one_blocking_intrusion_reads_its_freeze_exactly() -> None:
@@ -201,7 +201,7 @@ def test_one_hiccup_in_an_isolated_window_is_not_a_chunk() -> None:
     cover, bounded growth) called it `chunked`."""
     intrusions = [isolated(512), isolated(2048), hiccup(isolated(8192), 300, 9)]
     points = inf.pool([inf.read_intrusion(i) for i in intrusions])
-    v = inf.judge(points)
+    v = inf.analyse_interference(points)
     assert v.verdict == "isolated", v.reason
     e = v.evidence
     assert e is not None and e.stretch_hi >= inf.STRETCH_RATIO  # the hiccup is a stretched gap ...
@@ -255,17 +255,18 @@ def test_sizes_the_client_or_a_hop_left_unread_are_named_in_the_run_reason() -> 
         return inf.Reading(size, None, None, None, None, None, None, None, problems=(why,), client_late=client,
                            hop_held=hop)
 
-    late = inf.judge(inf.pool([unread(512, client=True), unread(2048, client=True), unread(8192, client=True)]))
+    late = inf.analyse_interference(
+        inf.pool([unread(512, client=True), unread(2048, client=True), unread(8192, client=True)]))
     assert late.verdict == "inconclusive" and late.decided_by == "nothing"
     why = late.reason["unread"]
     assert why.code == "interference.unread" and not why["others"]
     assert [r.code for r in why["parts"]] == ["interference.unread_client_late"]
     assert why["parts"][0]["sizes"] == (512, 2048, 8192)
     assert "512, 2,048, 8,192 prompt tokens" in str(late.reason)
-    held = inf.judge(inf.pool([unread(512, hop=True), unread(2048, problem="no_window_gaps")]))
+    held = inf.analyse_interference(inf.pool([unread(512, hop=True), unread(2048, problem="no_window_gaps")]))
     why = held.reason["unread"]
     assert why["others"]
     assert [(r.code, r["sizes"]) for r in why["parts"]] == [("interference.unread_hop_bursts", (512,))]
     # a size with one client-late rep and one rep that failed otherwise is not the client's alone
-    mixed = inf.judge(inf.pool([unread(512, client=True), unread(512), unread(2048)]))
+    mixed = inf.analyse_interference(inf.pool([unread(512, client=True), unread(512), unread(2048)]))
     assert mixed.reason["unread"].code == "interference.unread_elsewhere", mixed.reason

@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from servecheck.analysis import interference as inf
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.experiments import interference as experiment
 from servecheck.experiments.interference import plan_order, run_interference
 from servecheck.load.driver import LoadDriver

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.errors import UsageError
 from servecheck.load.lanes import LaneDriver, merge_noise, split_lanes
 from servecheck.load.prompts import make_requests

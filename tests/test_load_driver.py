@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 import pytest
 from aiohttp import web
 
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.errors import ConnectError, ProtocolError, ServerError
 from servecheck.load.driver import LoadDriver, base_url
 from servecheck.load.prompts import fixed_prompt, make_requests

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.load.driver import LoadDriver
 from servecheck.load.prompts import make_requests
 from servecheck.model.records import DIALECTS

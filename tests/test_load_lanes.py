@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.load.driver import LoadDriver
 from servecheck.model.records import GenRequest
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.experiments.staircase import run_staircase
 from servecheck.load.driver import LoadDriver
 from servecheck.load.lanes import LaneDriver

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from servecheck.client.base import Target
-from servecheck.client.dialects import LlamaCpp, OpenAIChat, OpenAICompletions
+from servecheck.wire.base import Target
+from servecheck.wire.dialects import LlamaCpp, OpenAIChat, OpenAICompletions
 from servecheck.load.detect import MLX_LM
 from servecheck.load.driver import LoadDriver
 from servecheck.load.eos import EOS_BIAS, folder_eos_ids, local_model_eos_ids, with_eos_bias

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from servecheck.cli.common import MAX_WORKERS, make_target
-from servecheck.client.request_params import RequestParams, parse_request_params
+from servecheck.wire.request_params import RequestParams, parse_request_params
 from servecheck.engine.mlx_engine import MlxLocal, MlxServer, provision_mlx_local
 from servecheck.experiments.staircase import run_staircase
 from servecheck.load.detect import MLX_LM

@@ -14,9 +14,9 @@ SERIALIZER_NAMES = frozenset({"to_dict", "to_doc", "from_dict", "from_doc"})
 
 # Functions the rule's names catch that write no result: each with why.
 NOT_RESULT_SHAPES = {
-    "client/base.py: public_dict": "the target's flags as the run's `params` record them: an opaque JSON object "
+    "wire/base.py: public_dict": "the target's flags as the run's `params` record them: an opaque JSON object "
     "the envelope keeps as given (model.result.Envelope.params), with secrets left out",
-    "results/fields.py: as_dict": "a lenient reader of a value taken from a document (a dict, else empty); "
+    "runs/fields.py: as_dict": "a lenient reader of a value taken from a document (a dict, else empty); "
                                   "writes nothing",
     "sim/config.py: as_dict": "what the simulator says about itself on its own wire (/props): a server's JSON, "
                               "not servecheck's",

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from servecheck.client.base import StreamParseError
-from servecheck.client.dialects import DIALECT_CLASSES, MAX_PLAUSIBLE_TOKENS, EventReading, get_dialect
-from servecheck.client.ndjson import NdjsonParser
-from servecheck.client.sse import MAX_EVENT_BYTES, SseEvent, SseParser
-from servecheck.client.tally import StreamTally, plausibility_problem
+from servecheck.wire.base import StreamParseError
+from servecheck.wire.dialects import DIALECT_CLASSES, MAX_PLAUSIBLE_TOKENS, EventReading, get_dialect
+from servecheck.wire.ndjson import NdjsonParser
+from servecheck.wire.sse import MAX_EVENT_BYTES, SseEvent, SseParser
+from servecheck.wire.tally import StreamTally, plausibility_problem
 
 EXAMPLES = settings(max_examples=500, deadline=None)
 

@@ -15,7 +15,7 @@ from servecheck.analysis.cache import (
     INERT_TTFT_RATIO,
     WORKING_TTFT_RATIO,
     CacheSend,
-    decide_cache,
+    analyse_prefix_cache,
 )
 from servecheck.model.codec import encode
 
@@ -59,7 +59,7 @@ CASES = [
 
 @pytest.mark.parametrize(("name", "sends", "verdict", "signal"), CASES, ids=[c[0] for c in CASES])
 def test_verdicts(name, sends, verdict, signal):
-    v = decide_cache(sends)
+    v = analyse_prefix_cache(sends)
     assert (v.verdict, v.signal) == (verdict, signal), v.reason
     assert v.reason
 
@@ -71,7 +71,7 @@ def _with_floor(ttfts: list[float], cached: list[int | None], control: float, fl
 def test_counters_that_claim_every_hit_on_repeats_as_slow_as_a_fresh_prompt_are_named_not_believed():
     """The lying-counters server: cache_n says all but one token was cached, yet the repeats took as
     long as a fresh prompt of equal length while a short prompt (what a hit costs) took 0.02x it."""
-    v = decide_cache(_with_floor([0.40, 0.41, 0.40], [5999, 5999, 5999], 0.40, 0.008))
+    v = analyse_prefix_cache(_with_floor([0.40, 0.41, 0.40], [5999, 5999, 5999], 0.40, 0.008))
     assert (v.verdict, v.signal, v.decided_by_witness) == ("inert", "timing", False), v.reason
     assert v.witness_contradicts is not None and v.witness_contradicts.code == "prefix_cache.counters_hit"
     assert v.witness_contradicts["lowest"] == pytest.approx(5999 / P)
@@ -79,11 +79,12 @@ def test_counters_that_claim_every_hit_on_repeats_as_slow_as_a_fresh_prompt_are_
     assert v.reason.code == "prefix_cache.counters_contradict"
     assert v.reason["timing"].code == "prefix_cache.as_slow_as_control"
     assert v.record().witness_contradicts == v.witness_contradicts
-    assert decide_cache(_with_floor([0.40, 0.41, 0.40], [5999, 5999, 5999], 0.40, 0.008), counters_decide=False) == v
+    assert analyse_prefix_cache(_with_floor([0.40, 0.41, 0.40], [5999, 5999, 5999], 0.40, 0.008),
+                                counters_decide=False) == v
 
 
 def test_counters_that_agree_with_the_timing_corroborate_it():
-    v = decide_cache(_with_floor([0.40, 0.01, 0.01], [0, 5999, 5999], 0.40, 0.008))
+    v = analyse_prefix_cache(_with_floor([0.40, 0.01, 0.01], [0, 5999, 5999], 0.40, 0.008))
     assert (v.verdict, v.signal, v.decided_by_witness, v.witness_contradicts) == ("working", "timing", False, None)
     assert v.reason.code == "prefix_cache.counters_agree" and v.reason["counters"].code == "prefix_cache.counters_hit"
 
@@ -92,17 +93,17 @@ def test_counters_break_a_tie_the_timing_leaves_open_and_say_so():
     """A tiny model: a hit saves nothing visible (the floor costs as much as the prompt), so the timing
     cannot tell; the counters decide, labelled, and --evidence stopwatch forbids it."""
     sends = _with_floor([0.02, 0.02, 0.02], [0, 5999, 5999], 0.02, 0.02)
-    v = decide_cache(sends)
+    v = analyse_prefix_cache(sends)
     assert (v.verdict, v.signal, v.decided_by_witness) == ("working", "counters", True), v.reason
     assert v.reason.code == "prefix_cache.decided_by_counters"
     assert v.record().decided_by_witness is True
-    stopwatch = decide_cache(sends, counters_decide=False)
+    stopwatch = analyse_prefix_cache(sends, counters_decide=False)
     assert (stopwatch.verdict, stopwatch.decided_by_witness) == ("unknown", False)
     assert stopwatch.reason.code == "prefix_cache.counters_undecided" and stopwatch.reason["held_back"] is True
 
 
 def test_ratios_reported():
-    v = decide_cache(run([8.0, 2.0, 2.0], [0, 6000, 6000], 4.0, 0))
+    v = analyse_prefix_cache(run([8.0, 2.0, 2.0], [0, 6000, 6000], 4.0, 0))
     assert v.warm_ttft_ratio == pytest.approx(0.25)
     assert v.control_ttft_ratio == pytest.approx(0.5)
     assert v.warm_cached_fraction == pytest.approx(1.0)
@@ -112,12 +113,14 @@ def test_ratios_reported():
 
 def test_threshold_edges():
     just_hit = int(HIT_FRACTION * P)
-    assert decide_cache(run([1.0, 1.0, 1.0], [0, just_hit, just_hit])).verdict == "working"
-    assert decide_cache(run([1.0, 1.0, 1.0], [0, just_hit - 1, just_hit])).verdict == "unknown"  # mixed
+    assert analyse_prefix_cache(run([1.0, 1.0, 1.0], [0, just_hit, just_hit])).verdict == "working"
+    assert analyse_prefix_cache(run([1.0, 1.0, 1.0], [0, just_hit - 1, just_hit])).verdict == "unknown"  # mixed
     flat = int(TEMPLATE_HEAD_FRACTION * P)
-    assert decide_cache(run([1.0, 1.0, 1.0], [0, flat, flat], 1.0)).verdict == "inert"
-    assert decide_cache(run([1.0, WORKING_TTFT_RATIO * 0.99] * 1 + [0.4], [None] * 3, 1.0, None)).verdict == "working"
-    assert decide_cache(run([1.0, WORKING_TTFT_RATIO, WORKING_TTFT_RATIO], [None] * 3, 1.0, None)).verdict == "unknown"
+    assert analyse_prefix_cache(run([1.0, 1.0, 1.0], [0, flat, flat], 1.0)).verdict == "inert"
+    working = run([1.0, WORKING_TTFT_RATIO * 0.99] * 1 + [0.4], [None] * 3, 1.0, None)
+    assert analyse_prefix_cache(working).verdict == "working"
+    unknown = run([1.0, WORKING_TTFT_RATIO, WORKING_TTFT_RATIO], [None] * 3, 1.0, None)
+    assert analyse_prefix_cache(unknown).verdict == "unknown"
     assert INERT_TTFT_RATIO > WORKING_TTFT_RATIO
 
 
@@ -130,8 +133,8 @@ def test_any_numbers_give_a_verdict_that_reads_ratios_and_holds_its_thresholds(t
     """Any sends: the verdict is the same in any time unit (times doubled, an exact scaling), and a
     `working` verdict meets the threshold of the signal that decided it."""
     sends = run(ttfts, cached[: len(ttfts)], control, cached[-1])
-    v = decide_cache(sends)
-    doubled = decide_cache(run([2.0 * t for t in ttfts], cached[: len(ttfts)], 2.0 * control, cached[-1]))
+    v = analyse_prefix_cache(sends)
+    doubled = analyse_prefix_cache(run([2.0 * t for t in ttfts], cached[: len(ttfts)], 2.0 * control, cached[-1]))
     assert (doubled.verdict, doubled.signal) == (v.verdict, v.signal)
     assert v.reason
     if v.verdict == "working" and v.signal == "timing":
@@ -188,9 +191,9 @@ def test_a_first_send_read_late_is_no_reference():
     """An inert cache (1.0 s every time, no counters) whose first send and control the client read 1.5 s
     late: the ratios alone call the repeats a hit (0.40x both); neither late send is a reference, so unknown."""
     sends = _late(_late(run([2.5, 1.0, 1.0], [None] * 3, 2.5, None), "repeat", 1500.0), "control", 1500.0)
-    blind = decide_cache([replace(s, client_late_ms=0.0) for s in sends])
+    blind = analyse_prefix_cache([replace(s, client_late_ms=0.0) for s in sends])
     assert (blind.verdict, blind.warm_ttft_ratio) == ("working", 0.4)  # what the record prevents
-    v = decide_cache(sends)
+    v = analyse_prefix_cache(sends)
     assert (v.verdict, v.signal) == ("unknown", "none")
     assert v.reason.code == "prefix_cache.reference_late"
     assert (v.reason["late_ms"], v.reason["first"], v.reason["control"]) == (1500.0, True, True)
@@ -202,8 +205,8 @@ def test_a_control_read_late_is_no_reference_either():
     do not, so the late control is no reference and the verdict is unknown."""
     sends = _late(run([7.0, 0.5, 0.5], [None] * 3, 2.0, None), "control", 1400.0)
     # what the record prevents
-    assert decide_cache([replace(s, client_late_ms=0.0) for s in sends]).verdict == "working"
-    v = decide_cache(sends)
+    assert analyse_prefix_cache([replace(s, client_late_ms=0.0) for s in sends]).verdict == "working"
+    v = analyse_prefix_cache(sends)
     assert v.verdict == "unknown" and v.reason.code == "prefix_cache.reference_late"
     assert (v.reason["first"], v.reason["control"]) == (False, True)
 
@@ -211,7 +214,7 @@ def test_a_control_read_late_is_no_reference_either():
 def test_a_late_send_that_cannot_change_the_verdict_stands():
     """A working cache (7.3 s, then 0.2 s) whose first send was read 300 ms late: at 7.0 s the repeats
     are hits all the same, so the verdict stands and says what was read late."""
-    v = decide_cache(_late(run([7.3, 0.2, 0.2], [None] * 3, 7.3, None), "repeat", 300.0))
+    v = analyse_prefix_cache(_late(run([7.3, 0.2, 0.2], [None] * 3, 7.3, None), "repeat", 300.0))
     assert (v.verdict, v.signal) == ("working", "timing")
     assert v.reason.code == "prefix_cache.late_kept" and v.reason["late_ms"] == 300.0
 
@@ -220,7 +223,7 @@ def test_a_warm_repeat_read_late_is_left_out_and_the_rest_decide():
     """A working cache (7.3 s, then 0.2 s) with one warm repeat read 7 s late: that repeat is left out,
     the other still shows the hit."""
     sends = _late(run([7.3, 0.2, 7.2], [None] * 3, 7.3, None), "repeat", 7000.0, nth=2)
-    v = decide_cache(sends)
+    v = analyse_prefix_cache(sends)
     assert (v.verdict, v.signal) == ("working", "timing"), v.reason
     assert v.warm_ttft_ratio == pytest.approx(0.2 / 7.3, rel=0.01)
 
@@ -229,7 +232,7 @@ def test_repeats_as_slow_as_the_first_send_beside_a_slow_control_are_inert_again
     """No counters, the one control send slow (1.3x the repeats): the first send of the prompt is the
     reference, and a short prompt at 0.02x it shows a hit would have been visible."""
     sends = [*run([0.40, 0.41, 0.41], [None] * 3, 0.53, None, 2000), CacheSend("floor", 0.008, None, 32)]
-    v = decide_cache(sends)
+    v = analyse_prefix_cache(sends)
     assert (v.verdict, v.signal) == ("inert", "timing"), v.reason
     assert v.reason.code == "prefix_cache.as_slow_as_first" and v.reason["no_counters"] is True
     assert v.reason["floor_first_ratio"] == pytest.approx(0.02)

@@ -15,7 +15,7 @@ import pytest
 
 from servecheck import exitcodes
 from servecheck.cli import main as main_mod
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.engine.process import free_port
 from servecheck.errors import UsageError
 from servecheck.experiments.prefix_cache import (

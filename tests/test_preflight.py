@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.experiments.common import CALIBRATION_NONE, calibration_mode, token_gap_ms
 from servecheck.load.fake import FakeDriver
 from servecheck.load.preflight import MAX_EVENTS, MIN_EVENTS, CheckedDriver, preflight_events

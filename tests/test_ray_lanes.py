@@ -132,7 +132,7 @@ def cluster() -> Iterator[None]:
 
 
 def test_the_offsets_of_two_actors_are_recovered_within_their_uncertainty(cluster):
-    from servecheck.client.base import RunClock, Target
+    from servecheck.wire.base import RunClock, Target
     from servecheck.load.ray_lanes import RayPool
     from servecheck.model.records import ServerInfo
 

@@ -1,4 +1,4 @@
-"""Saved result JSON is read in one place, `results.jsonout.read_json`: `show` (and report, diff),
+"""Saved result JSON is read in one place, `runs.jsonout.read_json`: `show` (and report, diff),
 `arms --pool` and `roofline --run` refuse a bad file with the same one-line error and exit 2."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def test_every_reader_gives_the_same_one_line_error(tmp_path: Path, capsys: pyte
 
 
 def test_the_reader_returns_the_document(tmp_path: Path) -> None:
-    from servecheck.results.jsonout import read_json
+    from servecheck.runs.jsonout import read_json
 
     path = tmp_path / "run.json"
     path.write_text('{"schema_version": 1, "command": "arms", "cells": []}')

@@ -14,8 +14,8 @@ import samples
 from servecheck import exitcodes
 from servecheck.cli import main as main_mod
 from servecheck.cli.common import make_target
-from servecheck.client.dialects import DIALECT_CLASSES
-from servecheck.client.request_params import (
+from servecheck.wire.dialects import DIALECT_CLASSES
+from servecheck.wire.request_params import (
     RESERVED,
     check_eos_bias,
     parse_request_params,

@@ -17,7 +17,7 @@ from servecheck.model.bodies import BODIES, Other
 from servecheck.model.bodies.common import Environment
 from servecheck.model.codec import decode, encode, json_keys, record
 from servecheck.model.result import SCHEMA_VERSION, Envelope, RunResult, from_doc, measured, to_doc, written_doc
-from servecheck.results.jsonout import dumps
+from servecheck.runs.jsonout import dumps
 
 sys.path.insert(0, str(Path(__file__).parent))
 from result_strategies import strategy  # noqa: E402
@@ -114,7 +114,7 @@ def test_the_written_envelope_is_the_typed_one():
     """`jsonout.envelope` writes the typed `Envelope` (one schema version, one set of keys), with the
     parameters and the machine's record as given, nulls included."""
     from servecheck.model.result import ENVELOPE_KEYS
-    from servecheck.results import jsonout
+    from servecheck.runs import jsonout
 
     envelope = jsonout.envelope("staircase", {"url": "http://x", "seed": None}, {"gpu": None, "cpu_count": 2})
     head = written_doc(measured("staircase", Other(fields={})).headed(envelope))

@@ -1,4 +1,4 @@
-"""The one run loop (`results.runner.run_experiment`): every sink gets the first document once the server
+"""The one run loop (`runs.runner.run_experiment`): every sink gets the first document once the server
 answered, one after every point, and the last, complete or not; an interrupt or an error after a point
 keeps what was measured, marked `"complete": false`. Driven by the scripted FakeDriver."""
 
@@ -16,7 +16,7 @@ from servecheck.experiments.staircase import StaircaseExperiment
 from servecheck.load.fake import FakeDriver, FakeServer, flat
 from servecheck.model.bodies import Other
 from servecheck.model.result import Envelope, RunResult, measured, written_doc
-from servecheck.results.runner import run_experiment, run_job
+from servecheck.runs.runner import run_experiment, run_job
 
 QUEUE = FakeServer(slots=1, ttft_s=flat(0.01), token_s=flat(0.001))
 HEAD = Envelope(command="staircase", params={"n": [1, 2]})

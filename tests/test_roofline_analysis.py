@@ -132,7 +132,7 @@ def test_parse_bytes_rejects(text: str) -> None:
 
 
 def test_analyse_the_seed() -> None:
-    r = rl.analyse(1_849_000_000, "moe", 97.83, SEED_BW, rl.TYPICAL_CEILING["moe"], target_tok_s=125.0)
+    r = rl.analyse_roofline(1_849_000_000, "moe", 97.83, SEED_BW, rl.TYPICAL_CEILING["moe"], target_tok_s=125.0)
     assert r.achieved_gb_s == pytest.approx(181.0, abs=0.5)
     assert (round(r.utilization.lo, 2), round(r.utilization.hi, 2)) == (0.57, 0.68)
     assert r.gate == "close" and r.valid and r.batch is None
@@ -148,7 +148,7 @@ def test_analyse_the_seed() -> None:
 
 
 def test_analyse_batch_rows_carry_what_a_run_measured() -> None:
-    r = rl.analyse(10**9, "dense", 50.0, Span.point(100.0), rl.TYPICAL_CEILING["dense"], batches=[1, 4],
+    r = rl.analyse_roofline(10**9, "dense", 50.0, Span.point(100.0), rl.TYPICAL_CEILING["dense"], batches=[1, 4],
                    measured={4: 100.0})
     assert r.batch is not None
     one, four = r.batch
@@ -171,7 +171,7 @@ def test_analyse_batch_rows_carry_what_a_run_measured() -> None:
 )
 def test_plausible_utilization(lo: float, hi: float, valid: bool) -> None:
     assert rl.plausible(Span(lo, hi)) is valid
-    assert rl.analyse(10**9, "dense", hi * 100, Span(100.0, hi / lo * 100), Span(0.85, 0.95)).valid is valid
+    assert rl.analyse_roofline(10**9, "dense", hi * 100, Span(100.0, hi / lo * 100), Span(0.85, 0.95)).valid is valid
 
 
 NO_CAVEAT = {"audited": True, "kv_counted": True, "kind_given": True, "batched": False}

@@ -232,7 +232,7 @@ def test_pays(rates: list[float], base: list[float], verdict: str) -> None:
         assert p.ratio == pytest.approx(sum(rates) / len(rates) / (sum(base) / len(base)))
 
 
-def _point(rates: list[float], base: list[float] | None, extra_reps: int = 0) -> sp.PointAnalysis:
+def _point(rates: list[float], base: list[float] | None, extra_reps: int = 0) -> sp.SpecPointAnalysis:
     return sp.analyse_point(1, "predictable", [], failed=0, rates=rates, aggregates=[], baseline_rates=base,
                             extra_reps=extra_reps)
 
@@ -388,7 +388,7 @@ def test_a_hop_leaves_every_decided_point_and_the_run_undecided() -> None:
                              baseline_rates=None)
     assert point.estimate.verdict == "speculating"
     held = replace(point, coalesced=1)
-    run = sp.analyse_run([held], with_baseline=False)
+    run = sp.analyse_speculative([held], with_baseline=False)
     assert run.verdict == "inconclusive" and run.reason.code == "speculative.run_behind_a_hop"
     assert run.reason["points_read"].code == "speculative.speculating_run" and run.reason["streams"] == 1
     (left,) = sp.behind_a_hop([held])

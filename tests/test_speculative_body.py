@@ -80,7 +80,7 @@ def test_with_a_baseline_every_point_pays_or_not_and_each_kind_has_its_n() -> No
 def test_the_run_verdict_is_the_analysis_of_the_points_it_writes() -> None:
     result = measured(baseline=True)
     points = result.points()
-    run = sp.analyse_run(points, with_baseline=True)
+    run = sp.analyse_speculative(points, with_baseline=True)
     assert (run.verdict, run.reason) == sp.run_verdict([p.estimate for p in points])
     doc = written(result, None)
     assert (doc["verdict"], doc["verdict_reason"]) == (run.verdict, run.reason)

@@ -37,7 +37,7 @@ def run(baseline: FakeServer, *, reps: int, max_reps: int | None = None,
     return asyncio.run(go())
 
 
-def by_kind(result: SpeculativeResult) -> dict[str, sp.PointAnalysis]:
+def by_kind(result: SpeculativeResult) -> dict[str, sp.SpecPointAnalysis]:
     return {p.kind: p for p in result.points()}
 
 

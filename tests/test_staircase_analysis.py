@@ -198,7 +198,7 @@ SERIAL_RUN = [
 
 
 def test_seed_run():
-    a = sc.analyze_staircase(SERIAL_RUN, tokens_requested=512)
+    a = sc.analyse_staircase(SERIAL_RUN, tokens_requested=512)
     assert a.valid
     assert a.single_s == pytest.approx(5.51)
     assert [p.verdict for p in a.points] == ["baseline", "staircase", "staircase"]
@@ -212,7 +212,7 @@ def test_seed_run():
 
 def test_short_output_is_named_and_invalidates():
     run = [_batch(1, [1.0]), _batch(4, [0.5, 1.0, 1.0, 1.05], tokens=[200, 512, 512, 512])]
-    a = sc.analyze_staircase(run, tokens_requested=512)
+    a = sc.analyse_staircase(run, tokens_requested=512)
     assert not a.valid
     (finding,) = a.invalid
     assert finding.code == "output_length"
@@ -225,7 +225,7 @@ def test_skew_and_failures_invalidate():
     records = (_record(0, 1.0), _record(1, 2.0, status="error", error="boom"))
     failed = measured_batch(2, records, dispatch_skew_ns=0)
     run = [_batch(1, [1.0]), failed, _batch(4, [1.0, 1.0, 1.0, 1.0], skew_s=0.2)]
-    a = sc.analyze_staircase(run, tokens_requested=512)
+    a = sc.analyse_staircase(run, tokens_requested=512)
     codes = {f.code for f in a.invalid}
     assert codes == {"failed_requests", "dispatch_skew"}
     (failures,) = [f for f in a.invalid if f.code == "failed_requests"]
@@ -236,7 +236,7 @@ def test_skew_and_failures_invalidate():
 def test_contamination_is_named_as_a_warning():
     cached = ServerTimings(cached_prompt_tokens=48)
     run = [_batch(1, [1.0]), _batch(2, [1.0, 1.02], server=cached)]
-    a = sc.analyze_staircase(run, tokens_requested=512)
+    a = sc.analyse_staircase(run, tokens_requested=512)
     (w,) = [f for f in a.warnings if f.code == "prefix_cache_contamination"]
     assert [r.index for r in w.requests] == [0, 1]
     assert a.verdict == "cluster"
@@ -245,7 +245,7 @@ def test_contamination_is_named_as_a_warning():
 def test_a_cached_bos_token_is_not_contamination():
     bos_only = ServerTimings(cached_prompt_tokens=1, prompt_tokens=64)
     run = [_batch(1, [1.0], server=bos_only), _batch(2, [1.0, 1.02], server=bos_only)]
-    a = sc.analyze_staircase(run, tokens_requested=512)
+    a = sc.analyse_staircase(run, tokens_requested=512)
     assert not [f for f in a.warnings if f.code == "prefix_cache_contamination"]
 
 
@@ -253,7 +253,7 @@ def test_queue_time_and_self_reported_sum():
     # Serial: each request decodes 1 s; the k-th one waited k-1 s; the server claims 512 tok/s each.
     timings = ServerTimings(prompt_s=0.05, decode_s=0.95, self_reported_tok_s=512 / 0.95)
     run = [_batch(1, [1.0], server=timings), _batch(4, [1.0, 2.0, 3.0, 4.0], server=timings)]
-    a = sc.analyze_staircase(run, tokens_requested=512)
+    a = sc.analyse_staircase(run, tokens_requested=512)
     top = a.points[1].batches[0]
     assert top.queue_s == pytest.approx((0.0, 1.0, 2.0, 3.0))
     assert top.self_reported_sum_tok_s == pytest.approx(4 * 512 / 0.95)
@@ -269,7 +269,7 @@ def test_reps_give_median_and_range_and_disagreement_is_inconclusive():
         _batch(2, [1.1, 2.2], rep=1),
         _batch(2, [1.1, 1.12], rep=2),
     ]
-    a = sc.analyze_staircase(run, tokens_requested=512)
+    a = sc.analyse_staircase(run, tokens_requested=512)
     assert a.single_s == pytest.approx(1.1)
     base = a.points[0].aggregate
     assert base.median == pytest.approx(512 / 1.1) and base.lo == pytest.approx(512 / 1.2)
@@ -280,7 +280,7 @@ def test_reps_give_median_and_range_and_disagreement_is_inconclusive():
 
 
 def test_only_baseline_is_inconclusive():
-    a = sc.analyze_staircase([_batch(1, [1.0])], tokens_requested=512)
+    a = sc.analyse_staircase([_batch(1, [1.0])], tokens_requested=512)
     assert a.verdict == "inconclusive"
     assert a.trend == "inconclusive"
 
@@ -294,7 +294,7 @@ def test_unequal_lengths_on_a_serial_server_do_not_read_as_a_cluster():
     ends = [1.0, 1.0 + 40 / 512]
     run = [_batch(1, [1.0]), _batch(2, ends, tokens=[512, 40])]
     assert sc.classify_batch(ends, 1.0, 2).verdict == "cluster"  # what the times alone say
-    a = sc.analyze_staircase(run, tokens_requested=512)
+    a = sc.analyse_staircase(run, tokens_requested=512)
     assert a.points[1].verdict == "inconclusive"
     reason = a.points[1].reason
     assert reason.code == "staircase.doubted" and reason["looked"] == "cluster"
@@ -304,7 +304,7 @@ def test_unequal_lengths_on_a_serial_server_do_not_read_as_a_cluster():
 
 def test_skewed_release_makes_the_batch_inconclusive():
     run = [_batch(1, [1.0]), _batch(2, [1.0, 2.0], skew_s=0.3)]
-    a = sc.analyze_staircase(run, tokens_requested=512)
+    a = sc.analyse_staircase(run, tokens_requested=512)
     assert a.points[1].verdict == "inconclusive"
     assert "staircase.not_together" in set(a.points[1].reason.codes())
     assert {f.code for f in a.invalid} == {"dispatch_skew"}
@@ -313,7 +313,7 @@ def test_skewed_release_makes_the_batch_inconclusive():
 def test_a_single_request_of_the_wrong_length_is_no_reference():
     # The N=1 request stopped at 100 tokens; the batches produced 512 each.
     run = [_batch(1, [0.2], tokens=[100]), _batch(2, [1.0, 2.0]), _batch(4, [1.0, 2.0, 3.0, 4.0])]
-    a = sc.analyze_staircase(run, tokens_requested=512)
+    a = sc.analyse_staircase(run, tokens_requested=512)
     assert a.single_s is None
     assert [p.verdict for p in a.points] == ["baseline", "inconclusive", "inconclusive"]
     assert a.verdict == "inconclusive"
@@ -335,7 +335,7 @@ def test_a_single_request_of_the_wrong_length_is_no_reference():
 )
 def test_points_that_no_slot_count_explains_give_no_run_verdict(points, verdict):
     run = [_batch(1, [1.0])] + [_batch(n, ends) for n, ends in points.items()]
-    a = sc.analyze_staircase(run, tokens_requested=512)
+    a = sc.analyse_staircase(run, tokens_requested=512)
     assert a.verdict == verdict, a.verdict_reason
     if verdict == "inconclusive":
         assert a.verdict_reason.code == "staircase.points_disagree"
@@ -358,7 +358,7 @@ def test_a_queue_is_never_called_anything_but_a_staircase(tokens, noise):
             ends.append(t)
         run.append(_batch(n, ends, tokens=tokens[k : k + n]))
         k += n
-    a = sc.analyze_staircase(run, tokens_requested=512)
+    a = sc.analyse_staircase(run, tokens_requested=512)
     assert a.verdict in {"staircase", "inconclusive"}, a.verdict_reason
     assert all(p.verdict in {"baseline", "staircase", "inconclusive"} for p in a.points)
     if all(t == 512 for t in tokens):  # the exact answer where the lengths are equal
@@ -377,7 +377,7 @@ def test_a_batch_is_never_called_anything_but_a_cluster(tokens, slow, noise):
         ends = [tokens[k + i] * step * (1 + noise[k + i]) for i in range(n)]
         run.append(_batch(n, ends, tokens=tokens[k : k + n]))
         k += n
-    a = sc.analyze_staircase(run, tokens_requested=512)
+    a = sc.analyse_staircase(run, tokens_requested=512)
     assert a.verdict in {"cluster", "inconclusive"}, a.verdict_reason
     if all(t == 512 for t in tokens):  # the exact answer where the lengths are equal
         assert a.verdict == "cluster", a.verdict_reason
@@ -392,7 +392,7 @@ def test_a_queue_of_equal_lengths_is_a_staircase(noise):
         ends = [sum((1 + noise[k + j]) for j in range(i + 1)) for i in range(n)]
         run.append(_batch(n, ends, tokens=[512] * n))
         k += n
-    a = sc.analyze_staircase(run, tokens_requested=512)
+    a = sc.analyse_staircase(run, tokens_requested=512)
     assert a.verdict == "staircase", a.verdict_reason
     assert [p.verdict for p in a.points] == ["baseline", "staircase", "staircase"]
 
@@ -406,7 +406,7 @@ def test_a_batch_of_equal_lengths_is_a_cluster(slow, noise):
         # noise in single-request units: every gap stays under the 0.15x that joins a group
         run.append(_batch(n, [step + noise[k + i] for i in range(n)], tokens=[512] * n))
         k += n
-    a = sc.analyze_staircase(run, tokens_requested=512)
+    a = sc.analyse_staircase(run, tokens_requested=512)
     assert a.verdict == "cluster", a.verdict_reason
     assert [p.verdict for p in a.points] == ["baseline", "cluster", "cluster"]
 
@@ -420,7 +420,7 @@ def test_a_chat_template_head_in_the_cache_is_not_contamination(cached, named):
     head may be cached, the nonce-led prompt text may not."""
     chat = ServerTimings(prompt_tokens=42, cached_prompt_tokens=cached)
     run = [_batch(1, [1.0], server=chat, prompt_tokens=16), _batch(2, [1.0, 1.02], server=chat, prompt_tokens=16)]
-    a = sc.analyze_staircase(run, tokens_requested=512)
+    a = sc.analyse_staircase(run, tokens_requested=512)
     found = [f for f in a.warnings if f.code == "prefix_cache_contamination"]
     assert bool(found) is named
 
@@ -450,13 +450,13 @@ def test_an_aggregate_the_client_cannot_resolve_to_two_percent_says_so():
         return ClientCheck(streams=n, tolerance_ms=10.0, basis="5% of the 200 ms warm-up request", tried=(c,))
 
     run = [_batch(1, [0.20]), _batch(4, [0.197, 0.198, 0.199, 0.200])]
-    loose = sc.analyze_staircase(run, tokens_requested=512, client_checks=[check(1, 2.0), check(4, 5.0)])
+    loose = sc.analyse_staircase(run, tokens_requested=512, client_checks=[check(1, 2.0), check(4, 5.0)])
     assert loose.points[-1].verdict == "cluster" and loose.valid
     assert abs(loose.aggregate_error_frac[4] - 0.025) < 1e-9 and abs(loose.aggregate_error_frac[1] - 0.01) < 1e-9
     finding = next(f for f in loose.warnings if f.code == "aggregate_client_bound")
     assert finding.message.code == "staircase.aggregate_client_bound"
     assert [n for n, _ in finding.message["loose"]] == [4] and "--workers" in str(finding.hint)
-    tight = sc.analyze_staircase(run, tokens_requested=512, client_checks=[check(1, 2.0), check(4, 2.0)])
+    tight = sc.analyse_staircase(run, tokens_requested=512, client_checks=[check(1, 2.0), check(4, 2.0)])
     assert not any(f.code == "aggregate_client_bound" for f in tight.warnings)
 
 

@@ -57,7 +57,7 @@ def _honest_queue(n: int, readings: int = 20) -> ServerGauges:
 
 
 def _run(batches: list[sc.MeasuredBatch], **kw) -> sc.StaircaseAnalysis:
-    return sc.analyze_staircase(batches, tokens_requested=TOKENS, **kw)
+    return sc.analyse_staircase(batches, tokens_requested=TOKENS, **kw)
 
 
 def _singles(*durations: float) -> list[sc.MeasuredBatch]:
@@ -409,7 +409,7 @@ def test_the_self_reported_sum_is_called_misleading_only_beyond_the_noise(claime
 
 # --- the prefix cache by timing alone (no counters: the seed's engines, or the stripping proxy) ----
 
-from servecheck.analysis.cache import CacheSend, decide_cache  # noqa: E402
+from servecheck.analysis.cache import CacheSend, analyse_prefix_cache  # noqa: E402
 
 
 def _sends(first: float, warm: float, control: float, floor: float | None) -> list[CacheSend]:
@@ -433,17 +433,17 @@ def _sends(first: float, warm: float, control: float, floor: float | None) -> li
     pytest.param(0.40, 0.010, 2.00, 0.008, "working", id="hits-beside-a-very-slow-control"),
 ])
 def test_the_prefix_cache_by_timing_alone(first, warm, control, floor, verdict) -> None:
-    got = decide_cache(_sends(first, warm, control, floor))
+    got = analyse_prefix_cache(_sends(first, warm, control, floor))
     assert got.verdict == verdict, got.reason
     assert got.signal == ("none" if verdict == "unknown" else "timing")
 
 
 def test_inert_against_the_first_send_says_which_reference_decided() -> None:
-    got = decide_cache(_sends(0.40, 0.41, 0.53, 0.008))
+    got = analyse_prefix_cache(_sends(0.40, 0.41, 0.53, 0.008))
     said = str(got.reason)  # the prefix cache's words (analysis.cache), as said
     assert "of the first send of the same prompt" in said and "0.02x it" in said, said
     assert "the one control send took 1.29x the repeats' time" in said, said
-    floor_close = decide_cache(_sends(0.05, 0.05, 0.07, 0.04))
+    floor_close = analyse_prefix_cache(_sends(0.05, 0.05, 0.07, 0.04))
     assert floor_close.verdict == "unknown"
     assert "a short prompt took 0.80x the first send's time too" in str(floor_close.reason), floor_close.reason
 

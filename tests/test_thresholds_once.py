@@ -44,7 +44,7 @@ def test_the_output_length_rule_has_one_name() -> None:
     """The 5% rule once lived as LENGTH_TOL, OUTPUT_DEVIATION_LIMIT, OUTPUT_LENGTH_TOLERANCE and
     LENGTH_TOLERANCE; only `model.records.OUTPUT_LENGTH_TOLERANCE` may say it now."""
     from servecheck.analysis import arms, capacity, context, staircase
-    from servecheck.client import tally
+    from servecheck.wire import tally
     from servecheck.model import records
 
     rules = [(k, [w.split(":")[0] for w in where]) for (k, _), where in numeric_constants(SRC).items()

@@ -10,7 +10,7 @@ import time
 import pytest
 from aiohttp import web
 
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.load import witness as W
 from servecheck.load.driver import LoadDriver
 from servecheck.model.records import GaugeSample, ServerGauges
@@ -217,7 +217,7 @@ def test_a_gauge_probe_that_got_no_answer_is_asked_again_at_the_next_batch():
     first batch has none, the second finds them; a server that answers "no gauges" is asked once."""
     import asyncio
 
-    from servecheck.client.base import Target
+    from servecheck.wire.base import Target
     from servecheck.load.driver import GAUGE_PROBE_TRIES, LoadDriver
     from servecheck.model.records import ServerInfo
 

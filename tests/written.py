@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from servecheck.model.result import ENVELOPE_KEYS, RunResult, from_doc, written_doc
-from servecheck.results.jsonout import dumps
+from servecheck.runs.jsonout import dumps
 
 # the envelope less the four keys a command's own result sets (`model.result.measured`)
 HEAD_ONLY = ENVELOPE_KEYS - {"command", "valid", "simulated", "complete"}

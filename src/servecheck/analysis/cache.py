@@ -59,7 +59,7 @@ class CacheSend:
 
 
 @dataclass(frozen=True)
-class CacheVerdict:
+class PrefixCacheAnalysis:
     verdict: CacheVerdictName
     reason: Reason
     signal: CacheSignal  # what decided it
@@ -96,7 +96,7 @@ class CounterReading:
     shared_prefix: bool = False  # the control had as much cached: hits say nothing about repeats
 
 
-def decide_cache(sends: Sequence[CacheSend], *, counters_decide: bool = True) -> CacheVerdict:
+def analyse_prefix_cache(sends: Sequence[CacheSend], *, counters_decide: bool = True) -> PrefixCacheAnalysis:
     """The verdict for one run: `sends` in the order sent, repeats first, then the control and the floor.
 
     The timing decides first. The server's cache counters corroborate it; counters that read
@@ -109,7 +109,7 @@ def decide_cache(sends: Sequence[CacheSend], *, counters_decide: bool = True) ->
     return _decide(sends, counters_decide=counters_decide)
 
 
-def _decided_despite_lateness(sends: Sequence[CacheSend], *, counters_decide: bool) -> CacheVerdict:
+def _decided_despite_lateness(sends: Sequence[CacheSend], *, counters_decide: bool) -> PrefixCacheAnalysis:
     """A read late by L only lengthens a time to first token: the true one lies in [ttft - L, ttft]. Where
     the verdict is the same at every end of that (the references' late sends earlier, the others', both,
     neither), the late sends stand, and the reason says so; else they are no evidence (`client_late`)."""
@@ -135,24 +135,24 @@ def _decided_despite_lateness(sends: Sequence[CacheSend], *, counters_decide: bo
     return _decide(sends, counters_decide=counters_decide)
 
 
-def _decide(sends: Sequence[CacheSend], *, counters_decide: bool) -> CacheVerdict:
-    """decide_cache's rules, with the sends the client read late left out (or, reading a reference late,
+def _decide(sends: Sequence[CacheSend], *, counters_decide: bool) -> PrefixCacheAnalysis:
+    """analyse_prefix_cache's rules, with the sends the client read late left out (or, reading a reference late,
     no verdict)."""
     late = client_late(sends)
     if late is not None:
-        return CacheVerdict("unknown", late, "none")
+        return PrefixCacheAnalysis("unknown", late, "none")
     # a warm repeat or the floor the client read late is left out; the rest still compare
     repeats = [s for i, s in enumerate(r for r in sends if r.kind == "repeat") if i == 0 or not s.client_late_ms]
     control = next((s for s in sends if s.kind == "control"), None)
     floor = next((s for s in sends if s.kind == "floor" and s.ttft_s is not None and not s.client_late_ms), None)
     if len(repeats) < 2:
         others_late = any(s.client_late_ms for s in sends)
-        return CacheVerdict("unknown", twin(
+        return PrefixCacheAnalysis("unknown", twin(
             Reason("prefix_cache.too_few_repeats", others_late=others_late),
             "need at least two sends of the same prompt"
             f"{' (the client itself was late reading the others)' if others_late else ''}"), "none")
     if any(s.ttft_s is None for s in (*repeats, *([control] if control else []))):
-        return CacheVerdict("unknown", twin(Reason("prefix_cache.send_failed"),
+        return PrefixCacheAnalysis("unknown", twin(Reason("prefix_cache.send_failed"),
                                             "a send failed, so the sends cannot be compared"), "none")
     timing = _timing(repeats, control)
     counters = read_counters(repeats, control)
@@ -212,7 +212,7 @@ def read_counters(repeats: Sequence[CacheSend], control: CacheSend | None) -> Co
         f"cache counters mixed ({lowest:.0%}-{highest:.0%} cached on warm repeats)"), lowest)
 
 
-def _beside_counters(clocked: CacheVerdict, counters: CounterReading) -> CacheVerdict:
+def _beside_counters(clocked: PrefixCacheAnalysis, counters: CounterReading) -> PrefixCacheAnalysis:
     """A verdict the timing gave, with the counters beside it: they agree, say nothing, or contradict it."""
     if counters.says == clocked.verdict:
         return replace(clocked, reason=twin(
@@ -228,8 +228,8 @@ def _beside_counters(clocked: CacheVerdict, counters: CounterReading) -> CacheVe
         f"{counters.description}, so they do not describe its cache"))
 
 
-def _tie_break(clocked: CacheVerdict, counters: CounterReading, timing: tuple[float | None, float | None], *,
-               counters_decide: bool) -> CacheVerdict:
+def _tie_break(clocked: PrefixCacheAnalysis, counters: CounterReading, timing: tuple[float | None, float | None], *,
+               counters_decide: bool) -> PrefixCacheAnalysis:
     """The timing left it open: the counters may decide it, labelled as such; never against the timing's
     own lean (flat counters beside repeats faster than noise explains stay unknown)."""
     says = counters.says
@@ -254,12 +254,12 @@ def _tie_break(clocked: CacheVerdict, counters: CounterReading, timing: tuple[fl
 def _by_timing(
     timing: tuple[float | None, float | None], no_counters: bool = True, *,
     floor_ratio: float | None = None, floor_first_ratio: float | None = None,
-) -> CacheVerdict:
+) -> PrefixCacheAnalysis:
     """What the timing alone says; `no_counters` opens the reason with that (else the counters are weighed
     after it)."""
     warm, control = timing
     if _faster(timing):
-        return CacheVerdict(
+        return PrefixCacheAnalysis(
             "working",
             twin(Reason("prefix_cache.faster", no_counters=no_counters, warm=warm, control=control),
                  f"{'no cache counters, but ' if no_counters else ''}"
@@ -269,7 +269,7 @@ def _by_timing(
             *timing,
         )
     if _as_slow(timing) and control is not None and floor_ratio is not None and floor_ratio <= FLOOR_MAX_RATIO:
-        return CacheVerdict(
+        return PrefixCacheAnalysis(
             "inert",
             twin(Reason("prefix_cache.as_slow_as_control", no_counters=no_counters, control=control,
                         floor_ratio=floor_ratio),
@@ -281,7 +281,7 @@ def _by_timing(
             *timing,
         )
     if _slow_as_the_first(warm, floor_first_ratio):
-        return CacheVerdict(
+        return PrefixCacheAnalysis(
             "inert",
             twin(Reason("prefix_cache.as_slow_as_first", no_counters=no_counters, warm=warm,
                         floor_first_ratio=floor_first_ratio, control=control),
@@ -310,7 +310,7 @@ def _by_timing(
         reason = twin(Reason("prefix_cache.within_noise", no_counters=no_counters, warm=warm),
                       f"{'no cache counters, and ' if no_counters else ''}a time difference "
                       f"({'?x' if warm is None else format(warm, '.2f') + 'x'} the first) that noise could explain")
-    return CacheVerdict("unknown", reason, "none", *timing)
+    return PrefixCacheAnalysis("unknown", reason, "none", *timing)
 
 
 def _slow_as_the_first(warm: float | None, floor_first_ratio: float | None) -> bool:

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from servecheck.analysis.findings import Finding
 from servecheck.analysis.roofline import GB, Span
 from servecheck.analysis.design import mirrored
 from servecheck.analysis.rules import OUTPUT_LENGTH_TOLERANCE, drifted
 from servecheck.analysis.stats import median
-from servecheck.model.bodies import common
 from servecheck.model.bodies.context import Effect
 from servecheck.model.reason import Reason, twin
 
@@ -202,7 +202,7 @@ def sample_problem(s: Sample, *, excuse_late: bool = False) -> Reason | None:
 
 
 @dataclass(frozen=True, slots=True)
-class Drift:
+class ReferenceDrift:
     """The shallowest depth's first and last decode rates, and the change between them."""
 
     first_tok_s: float
@@ -216,7 +216,7 @@ class Drift:
 
 
 @dataclass(frozen=True, slots=True)
-class PointAnalysis:
+class DepthAnalysis:
     depth: int
     context_tokens: int | None
     tokens: int | None
@@ -232,18 +232,9 @@ class PointAnalysis:
 
 
 @dataclass(frozen=True, slots=True)
-class Finding:
-    message: Reason
-    hint: Reason | None = None
-
-    def record(self) -> common.Finding:
-        return common.Finding(message=self.message, hint=self.hint)
-
-
-@dataclass(frozen=True, slots=True)
 class ContextAnalysis:
-    points: tuple[PointAnalysis, ...]
-    drift: Drift | None
+    points: tuple[DepthAnalysis, ...]
+    drift: ReferenceDrift | None
     effect: Effect
     effect_reason: Reason
     invalid: tuple[Finding, ...] = ()
@@ -269,13 +260,13 @@ def _baseline_s_per_token(base: list[Sample], t: float) -> float:
 
 
 def _point(depth: int, samples: list[Sample], base: list[Sample], base_rate: float | None, *,
-           excuse_late: bool = False) -> PointAnalysis:
+           excuse_late: bool = False) -> DepthAnalysis:
     problems = tuple(p for s in samples if (p := sample_problem(s, excuse_late=excuse_late)) is not None)
     good = [s for s in samples if sample_problem(s, excuse_late=excuse_late) is None]
     shown = good or [s for s in samples if s.error is None]
     rates = [r for s in shown if (r := s.decode_tok_s) is not None]
     ratios = [_corrected_ratio(s, base) for s in good] if base else []
-    return PointAnalysis(
+    return DepthAnalysis(
         depth=depth,
         context_tokens=_median_int([s.context_tokens for s in shown]),
         tokens=_median_int([s.tokens for s in shown]),
@@ -306,7 +297,7 @@ def _median_int(values: Sequence[int | None]) -> int | None:
     return None if m is None else round(m)
 
 
-def analyze_context(samples: Sequence[Sample], depths: Sequence[int]) -> ContextAnalysis:
+def analyse_context(samples: Sequence[Sample], depths: Sequence[int]) -> ContextAnalysis:
     """Per depth: medians over its reps and the drift-corrected ratio to the shallowest depth; the
     drift between the shallowest's first and last measurement; whether decode falls with depth. Samples
     the client read late (or a hop held) are kept where the effect is the same whatever their true times
@@ -363,16 +354,16 @@ def _analyse(samples: Sequence[Sample], depths: Sequence[int], *, excuse_late: b
     return ContextAnalysis(points, drift, effect, reason, invalid, warnings)
 
 
-def _drift(base: list[Sample]) -> Drift | None:
+def _drift(base: list[Sample]) -> ReferenceDrift | None:
     ordered = sorted(base, key=lambda s: s.order)
     if len(ordered) < 2:
         return None
     first, last = ordered[0], ordered[-1]
     assert first.decode_tok_s and last.decode_tok_s and first.mid_s is not None and last.mid_s is not None
-    return Drift(first.decode_tok_s, last.decode_tok_s, first.mid_s, last.mid_s)
+    return ReferenceDrift(first.decode_tok_s, last.decode_tok_s, first.mid_s, last.mid_s)
 
 
-def _drift_warnings(drift: Drift | None) -> tuple[Finding, ...]:
+def _drift_warnings(drift: ReferenceDrift | None) -> tuple[Finding, ...]:
     if drift is None or not drifted(drift.change):
         return ()
     return (Finding(
@@ -385,7 +376,7 @@ def _drift_warnings(drift: Drift | None) -> tuple[Finding, ...]:
     ),)
 
 
-def judge_effect(points: Sequence[PointAnalysis], drift: Drift | None) -> tuple[Effect, Reason]:
+def judge_effect(points: Sequence[DepthAnalysis], drift: ReferenceDrift | None) -> tuple[Effect, Reason]:
     """falls / rises: the deepest valid depth's corrected ratio is more than 5% off 1 and off by more than
     the whole drift seen between the shallowest's first and last measurement (so no error in the drift
     correction can make it); flat: within 5% with the drift within 5% too; else inconclusive."""
@@ -433,7 +424,7 @@ class RooflineRow:
     steeper: bool  # the fall is steeper than the bytes explain
 
 
-def roofline_at_depth(points: Sequence[PointAnalysis], model: ModelBytes, tokens: int,
+def roofline_at_depth(points: Sequence[DepthAnalysis], model: ModelBytes, tokens: int,
                       bandwidth_gb_s: Span | None) -> tuple[RooflineRow, ...]:
     """Per valid depth: bytes per token at its mean context, achieved bandwidth, utilization, and the rate
     a constant-utilization model predicts (the shallowest's rate x its bytes / these bytes)."""
@@ -447,7 +438,7 @@ def roofline_at_depth(points: Sequence[PointAnalysis], model: ModelBytes, tokens
     return tuple(_row(p, model, tokens, bandwidth_gb_s, base.decode_tok_s, base_bytes) for p in valid)
 
 
-def _row(p: PointAnalysis, model: ModelBytes, tokens: int, bw: Span | None, base_rate: float,
+def _row(p: DepthAnalysis, model: ModelBytes, tokens: int, bw: Span | None, base_rate: float,
          base_bytes: int) -> RooflineRow:
     assert p.decode_tok_s is not None and p.ratio is not None and p.context_tokens is not None
     ctx = mean_context(p.context_tokens, tokens)

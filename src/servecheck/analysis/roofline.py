@@ -270,7 +270,7 @@ class BatchRow:
 
 
 @dataclass(frozen=True, slots=True)
-class Roofline:
+class RooflineAnalysis:
     """One decode rate against the measured bandwidth: everything `servecheck roofline` reports and judges."""
 
     bytes_per_token: int
@@ -306,9 +306,9 @@ class Roofline:
         return None if self.batch is None else tuple(row.record() for row in self.batch)
 
 
-def analyse(bytes_per_token: int, kind: str, tok_s: float, bandwidth_gb_s: Span, ceiling: Span, *,
+def analyse_roofline(bytes_per_token: int, kind: str, tok_s: float, bandwidth_gb_s: Span, ceiling: Span, *,
             gate_threshold: float = DEFAULT_GATE, target_tok_s: float | None = None, step: StepBytes | None = None,
-            batches: Sequence[int] = (), measured: Mapping[int, float] | None = None) -> Roofline:
+            batches: Sequence[int] = (), measured: Mapping[int, float] | None = None) -> RooflineAnalysis:
     """The roofline of `tok_s` decoding `bytes_per_token` on `bandwidth_gb_s`, against the typical `ceiling` of
     the kind; `step` splits the bytes for the batching ceiling (every byte once per step without it), and
     `measured` holds a saved run's aggregate tok/s per batch size."""
@@ -316,7 +316,7 @@ def analyse(bytes_per_token: int, kind: str, tok_s: float, bandwidth_gb_s: Span,
     util = utilization(achieved, bandwidth_gb_s)
     name = twin(Reason("roofline.typical_ceiling", kind=kind, lo=ceiling.lo, hi=ceiling.hi),
                 f"typical {kind} ceiling {ceiling.lo:.2f}-{ceiling.hi:.2f}")
-    return Roofline(
+    return RooflineAnalysis(
         bytes_per_token=bytes_per_token, kind=kind, tok_s=tok_s, achieved_gb_s=achieved, bandwidth_gb_s=bandwidth_gb_s,
         utilization=util, gate=gate_verdict(util, gate_threshold), gate_threshold=gate_threshold,
         headroom=headroom(util, ceiling, name), speed_of_light=headroom(

@@ -1,4 +1,4 @@
-"""The weight-file audit as a job of `results.runner.run_job`: one read of the headers, written to the
+"""The weight-file audit as a job of `runs.runner.run_job`: one read of the headers, written to the
 sinks like every other command's document (no point before the whole result, so an interrupt saves nothing)."""
 
 from __future__ import annotations

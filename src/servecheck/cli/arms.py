@@ -27,8 +27,8 @@ from servecheck.model.codec import encode
 from servecheck.model.result import RunResult
 from servecheck.probe.thermal import ThermalSampler
 from servecheck.report.lines.arms import report_lines
-from servecheck.results.jsonout import envelope
-from servecheck.results.runner import run_job
+from servecheck.runs.jsonout import envelope
+from servecheck.runs.runner import run_job
 from servecheck.store.pool import load_pool
 
 

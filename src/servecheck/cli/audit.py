@@ -1,5 +1,5 @@
 """`servecheck audit MODEL`: bytes read per decoded token, from the weight file's headers alone.
-The reading is `audit.job.AuditJob`, run by `results.runner.run_job`; this module parses, runs and renders."""
+The reading is `audit.job.AuditJob`, run by `runs.runner.run_job`; this module parses, runs and renders."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from servecheck.inputs import check_input_file
 from servecheck.errors import AuditError
 from servecheck.model.bodies.audit import AuditBody
 from servecheck.report.lines import audit as report
-from servecheck.results.jsonout import envelope
-from servecheck.results.runner import run_job
-from servecheck.results.sinks import JsonFileSink
+from servecheck.runs.jsonout import envelope
+from servecheck.runs.runner import run_job
+from servecheck.runs.sinks import JsonFileSink
 
 
 @click.command("audit")

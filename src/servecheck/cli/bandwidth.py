@@ -14,8 +14,8 @@ from servecheck.errors import UsageError
 from servecheck.model.bodies.bandwidth import BandwidthBody
 from servecheck.probe.job import BandwidthJob
 from servecheck.report.lines import bandwidth as report
-from servecheck.results.jsonout import envelope
-from servecheck.results.runner import run_job
+from servecheck.runs.jsonout import envelope
+from servecheck.runs.runner import run_job
 
 def parse_sizes(raw: str | None) -> list[int] | None:
     """'1,4,8GiB' -> sizes in bytes; a bare number takes the unit of the last item that has one (GiB if none)."""

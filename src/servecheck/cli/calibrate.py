@@ -1,5 +1,5 @@
 """`servecheck calibrate`: how much this client adds to token times at N streams, on this machine, now.
-The measuring is `jobs.calibrate.CalibrateJob`, run by `results.runner.run_job`; this module parses,
+The measuring is `jobs.calibrate.CalibrateJob`, run by `runs.runner.run_job`; this module parses,
 runs and renders."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from servecheck.jobs.calibrate import CalibrateJob
 from servecheck.load.calibrate import DEFAULT_EVENTS, check_design
 from servecheck.model.bodies.calibrate import CalibrateBody
 from servecheck.report.lines.calibrate import report_lines
-from servecheck.results.jsonout import envelope
-from servecheck.results.runner import run_job
-from servecheck.results.sinks import JsonFileSink
+from servecheck.runs.jsonout import envelope
+from servecheck.runs.runner import run_job
+from servecheck.runs.sinks import JsonFileSink
 
 
 @click.command("calibrate")

@@ -20,7 +20,7 @@ from servecheck.model.bodies.capacity import CapacityBody
 from servecheck.model.codec import encode
 from servecheck.model.result import RunResult
 from servecheck.report.lines.capacity import report_lines
-from servecheck.results.jsonout import envelope
+from servecheck.runs.jsonout import envelope
 
 
 def exit_code(run: RunResult[CapacityBody], expect_at_least: int | None) -> int:

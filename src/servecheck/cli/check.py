@@ -25,7 +25,7 @@ from servecheck.model.bodies.check import CheckBody
 from servecheck.model.bodies.common import LogAudit
 from servecheck.model.result import RunResult
 from servecheck.report.lines.check import card_rows, report_lines
-from servecheck.results.jsonout import envelope
+from servecheck.runs.jsonout import envelope
 
 CLAIMS = tuple(step.__name__ for step in STEPS)
 

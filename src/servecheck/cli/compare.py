@@ -1,6 +1,6 @@
 """`servecheck compare NAME=WEIGHTS@TOKS ...`: split a speed ratio into fewer bytes per token times better
 bandwidth use (same machine), each factor with its share of the gap. The entries are read and the job
-run by `jobs.compare` under `results.runner.run_job`; this module parses, runs and renders."""
+run by `jobs.compare` under `runs.runner.run_job`; this module parses, runs and renders."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from servecheck.envinfo import environment
 from servecheck.errors import UsageError
 from servecheck.jobs.compare import EXAMPLE, CompareJob, parse_entries
 from servecheck.report.lines.compare import report_lines
-from servecheck.results.jsonout import envelope
-from servecheck.results.runner import run_job
-from servecheck.results.sinks import JsonFileSink
+from servecheck.runs.jsonout import envelope
+from servecheck.runs.runner import run_job
+from servecheck.runs.sinks import JsonFileSink
 
 
 @click.command("compare")

@@ -23,7 +23,7 @@ from servecheck.experiments.context import ContextExperiment, ContextResult
 from servecheck.model.bodies.context import ContextBody
 from servecheck.model.result import RunResult
 from servecheck.report.lines import context as context_report
-from servecheck.results.jsonout import envelope
+from servecheck.runs.jsonout import envelope
 
 DEFAULT_DEPTHS = "0,2048,8192,32768"
 

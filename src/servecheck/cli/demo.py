@@ -3,7 +3,7 @@
 The staircase test (N = 1, 2, 4) runs against the engine allowed one request at a time (llama.cpp
 `-np 1`, vLLM `--max-num-seqs 1`: requests queue, a staircase) and allowed four (requests are
 batched: a cluster); both server logs are audited and the two results are printed side by side.
-The measuring is `jobs.demo.DemoJob`, run by `results.runner.run_job`; this module parses, runs and renders.
+The measuring is `jobs.demo.DemoJob`, run by `runs.runner.run_job`; this module parses, runs and renders.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from servecheck.cli.serve_local import (
     running_records,
 )
 from servecheck.cli.target_flags import request_options
-from servecheck.client.base import Target
-from servecheck.client.request_params import parse_request_params
+from servecheck.wire.base import Target
+from servecheck.wire.request_params import parse_request_params
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.model import DEFAULT_SIZE
 from servecheck.jobs.demo import (
@@ -38,7 +38,7 @@ from servecheck.jobs.demo import (
 from servecheck.load.preflight import CheckedDriver
 from servecheck.report.lines import demo as report
 from servecheck.report.lines.text import carried_lines
-from servecheck.results.runner import run_job
+from servecheck.runs.runner import run_job
 
 
 def checked_driver(target: Target) -> CheckedDriver:

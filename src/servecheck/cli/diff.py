@@ -26,7 +26,7 @@ from servecheck.report.diff import (
     is_interference_diff,
     is_speculative_diff,
 )
-from servecheck.results.jsonout import write_json
+from servecheck.runs.jsonout import write_json
 from servecheck.store.refs import load_runs
 
 

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from servecheck.cli.context import AppContext
 from servecheck.model.codec import encode
-from servecheck.results.jsonout import dumps
+from servecheck.runs.jsonout import dumps
 from servecheck.store.db import RunSummary, open_store
 
 

@@ -19,7 +19,7 @@ from servecheck.experiments.interference import MIN_TOKENS, InterferenceExperime
 from servecheck.model.bodies.interference import InterferenceBody
 from servecheck.model.result import RunResult
 from servecheck.report.lines import interference as interference_report
-from servecheck.results.jsonout import envelope
+from servecheck.runs.jsonout import envelope
 
 DEFINITE = ("chunked", "blocking", "isolated")
 

@@ -16,8 +16,8 @@ from servecheck.logscan.job import LogJob
 from servecheck.logscan.rules import ENGINE_CHOICES, load_rules
 from servecheck.model.bodies.log import LogBody
 from servecheck.report.lines import log as report
-from servecheck.results.jsonout import envelope
-from servecheck.results.runner import run_job
+from servecheck.runs.jsonout import envelope
+from servecheck.runs.runner import run_job
 
 def exit_code(body: LogBody) -> int:
     return exitcodes.INVALID if report.refused(body) else exitcodes.OK

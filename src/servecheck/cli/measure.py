@@ -1,4 +1,4 @@
-"""The measuring commands' side of `results.runner.run_experiment`: the driver the seam opens, the
+"""The measuring commands' side of `runs.runner.run_experiment`: the driver the seam opens, the
 progress shown while it runs, and what is said when a run is interrupted. Once, for all five."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from servecheck import exitcodes
 from servecheck.cli.common import MAX_WORKERS, SIMULATED_BANNER, say
 from servecheck.cli.context import AppContext
 from servecheck.cli.serve import Served, render_audit
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.errors import UsageError
 from servecheck.load.preflight import CheckedDriver
 from servecheck.load.ray_lanes import RAY_MAX_WORKERS, RayPool, require_ray
 from servecheck.model.records import ServerInfo
 from servecheck.report.terminal import ProgressHandle, progress
 from servecheck.model.result import Envelope
-from servecheck.results.runner import Experiment, Run, RunOutcome, Sink, run_experiment
+from servecheck.runs.runner import Experiment, Run, RunOutcome, Sink, run_experiment
 
 R = TypeVar("R")
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from servecheck.cli.collect import collected
 from servecheck.cli.run_flags import calibrate_option, output_options, output_sinks, ray_option, workers_option
 from servecheck.cli.target_flags import F, target_options_as, make_target
-from servecheck.client.base import Target
-from servecheck.client.request_params import RequestParams, parse_request_params
-from servecheck.results.runner import Sink
+from servecheck.wire.base import Target
+from servecheck.wire.request_params import RequestParams, parse_request_params
+from servecheck.runs.runner import Sink
 
 
 @dataclass(frozen=True)

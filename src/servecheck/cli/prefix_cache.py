@@ -24,7 +24,7 @@ from servecheck.experiments.prefix_cache import (
 from servecheck.model.bodies.prefix_cache import PrefixCacheBody
 from servecheck.model.result import RunResult
 from servecheck.report.lines.prefix_cache import header_line, sends_table, verdict_lines
-from servecheck.results.jsonout import envelope
+from servecheck.runs.jsonout import envelope
 
 VERDICT_STYLE = {"working": "green", "inert": "bold red", "unknown": "yellow"}
 

@@ -2,7 +2,7 @@
 the kill gate, the headroom a better engine could win, a target back-solved, and the batching ceiling.
 
 The flags become `jobs.roofline.RooflineOptions`; `jobs.roofline.prepare` checks them and reads the inputs;
---url runs `experiments.roofline.RooflineExperiment` under `results.runner.run_experiment`, --tok-s runs
+--url runs `experiments.roofline.RooflineExperiment` under `runs.runner.run_experiment`, --tok-s runs
 `RooflineJob` under `run_job`; either settles with the bandwidth (given or probed)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from servecheck.load.driver import LoadDriver
 from servecheck.model.bodies.roofline import RooflineBody
 from servecheck.model.result import RunResult
 from servecheck.report.lines.roofline import report_lines
-from servecheck.results.runner import run_experiment, run_job
+from servecheck.runs.runner import run_experiment, run_job
 
 
 @click.command("roofline")

@@ -1,6 +1,6 @@
 """The flags of a measuring run (--workers, --ray, --no-calibrate, --json, --html, --db, --no-save), the
 concurrency ceiling, and the sinks the output flags ask for; every command writes to them through
-`results.runner` (run_experiment, or run_job without a server)."""
+`runs.runner` (run_experiment, or run_job without a server)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from servecheck.analysis.readings import read_report
 from servecheck.cli.target_flags import F
 from servecheck.errors import UsageError
 from servecheck.model.bodies.common import EvidenceMode
-from servecheck.report.sinks import HtmlFileSink
-from servecheck.results.runner import Sink
-from servecheck.results.sinks import JsonFileSink
-from servecheck.store.sinks import HistorySink
+from servecheck.runs.runner import Sink
+from servecheck.report.html import write_html
+from servecheck.runs.sinks import HistorySink, HtmlFileSink, JsonFileSink
+from servecheck.store.db import open_store
 
 # One client process reads a few hundred streams before its own lag shows in the token times
 # (benchmarks/client_fidelity.py); more processes than cores only compete with each other.
@@ -134,8 +134,8 @@ def output_sinks(*, json_path: str | None, html_path: str | None, db_path: str |
 
     The file paths are checked here, before any server is started or request sent."""
     history: tuple[Sink, ...] = () if no_save else (
-        HistorySink(db_path if db_path is not None else os.environ.get("SERVECHECK_DB")),)
+        HistorySink(db_path if db_path is not None else os.environ.get("SERVECHECK_DB"), open_store),)
     files = (JsonFileSink(json_path) if json_path else None,
-             HtmlFileSink(html_path, read_report) if html_path else None)
+             HtmlFileSink(html_path, read_report, write_html) if html_path else None)
     return history + tuple(sink for sink in files if sink is not None)
 

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from servecheck.analysis.readings import read_run
 from servecheck.cli.context import AppContext
-from servecheck.results.jsonout import write_json
+from servecheck.runs.jsonout import write_json
 from servecheck.model.result import RunResult, from_doc
 from servecheck.report.lines import REPORTS
 from servecheck.report.terminal import render_doc

@@ -20,7 +20,7 @@ from servecheck.cli.context import AppContext
 from servecheck.cli.measure import Progress, interrupted, measure, show_report
 from servecheck.cli.serve import Served, resolve_url, serve_option, served
 from servecheck.cli.staircase import parse_ns
-from servecheck.client.request_params import check_token_counts
+from servecheck.wire.request_params import check_token_counts
 from servecheck.envinfo import environment
 from servecheck.errors import UsageError
 from servecheck.experiments.speculative import SpeculativeExperiment, SpeculativeResult, rep_budget
@@ -28,7 +28,7 @@ from servecheck.load.preflight import CheckedDriver
 from servecheck.model.bodies.speculative import KIND_LABELS, SpeculativeBody
 from servecheck.model.result import RunResult
 from servecheck.report.lines import speculative as spec_report
-from servecheck.results.jsonout import envelope
+from servecheck.runs.jsonout import envelope
 
 DEFINITE = ("not_speculating", "speculating")
 

@@ -27,7 +27,7 @@ from servecheck.experiments.staircase import StaircaseExperiment, StaircaseResul
 from servecheck.model.bodies.staircase import StaircaseBody
 from servecheck.model.result import RunResult
 from servecheck.report.lines.staircase import fmt_finishes, report_lines
-from servecheck.results.jsonout import envelope
+from servecheck.runs.jsonout import envelope
 
 
 # ---------------------------------------------------------------- exit code

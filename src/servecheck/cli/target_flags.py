@@ -11,8 +11,8 @@ from urllib.parse import urlsplit
 
 import click
 
-from servecheck.client.base import Target
-from servecheck.client.request_params import RequestParams
+from servecheck.wire.base import Target
+from servecheck.wire.request_params import RequestParams
 from servecheck.errors import UsageError
 from servecheck.model.records import DIALECTS
 

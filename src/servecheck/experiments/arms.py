@@ -16,8 +16,8 @@ from servecheck.analysis.arms import (
     DEFAULT_BIAS_LIMIT,
     ArmsAnalysis,
     Cell,
-    Warning_,
-    analyse,
+    Finding,
+    analyse_arms,
     balanced,
     cached_prompt_suspects,
     cell_from_records,
@@ -150,7 +150,7 @@ class ArmsRun:
         cells = self.cells()
         if not any(c.concurrency == 1 for c in cells):
             return None
-        return analyse(cells, bias_limit=bias_limit, ttft_unresolved=self.ttft_unresolved(),
+        return analyse_arms(cells, bias_limit=bias_limit, ttft_unresolved=self.ttft_unresolved(),
                        gauges_decide=self.evidence_mode != "stopwatch")
 
     def ttft_unresolved(self) -> frozenset[int]:
@@ -163,25 +163,25 @@ class ArmsRun:
             (m.cell.rep, m.cell.concurrency, r) for m in self.measured for r in m.records
         )
 
-    def warnings(self, analysis: ArmsAnalysis | None) -> list[Warning_]:
+    def warnings(self, analysis: ArmsAnalysis | None) -> list[Finding]:
         out = list(analysis.warnings) if analysis is not None else []
         suspects = self.cached_suspects()
         if suspects:
             shown = "; ".join(map(str, suspects[:4])) + (f"; and {len(suspects) - 4} more" if len(suspects) > 4 else "")
             out.append(
-                Warning_(
+                Finding(
                     f"contaminated by the prefix cache: {len(suspects)} measured request(s) "
                     f"had cached prompt tokens ({shown})",
                     "every prompt opens with its own nonce, so the server is caching across requests; "
                     "restart it or disable prompt caching and rerun",
                 )
             )
-        out += [Warning_(f"client-bound: {message}", CLIENT_FIX)
+        out += [Finding(f"client-bound: {message}", CLIENT_FIX)
                 for message in client_bound_messages(self.client_checks)]
         unresolved = sorted(self.ttft_unresolved())
         if unresolved and self.warmup is not None and self.warmup.ttft_ns is not None:
             worst = max(c.chosen.error_ms for c in self.client_checks if c.streams in unresolved)
-            out.append(Warning_(
+            out.append(Finding(
                 f"TTFT unresolved at {', '.join(f'{n}-way' for n in unresolved)}: the client's timing error (up to "
                 f"{worst:.1f} ms) is above {FIGURE_FRAC:.0%} of the {self.warmup.ttft_ns / 1e6:.1f} ms warm-up TTFT; "
                 "the TTFT figures there are this client's as much as the server's, and the headline leaves them out",
@@ -189,10 +189,10 @@ class ArmsRun:
             ))
         loose = rate_unresolved_message(self.client_checks, self.warmup, lambda n: f"{n}-way")
         if loose is not None:
-            out.append(Warning_(loose, CLIENT_FIX))
+            out.append(Finding(loose, CLIENT_FIX))
         if self.thermal is not None and self.thermal.pressure_samples:
             out.append(
-                Warning_(
+                Finding(
                     f"{self.thermal.describe()}",
                     "the machine throttled during the run: let it cool, or add reps so rotation spreads the cost",
                 )
@@ -446,7 +446,7 @@ def _pooled_design(runs: Sequence[RunResult[ArmsBody]]) -> ArmsDesign | None:
 
 @dataclass(frozen=True)
 class ArmsExperiment:
-    """Arms as `results.runner.run_experiment` drives it: the design, the cells pooled in, the prompt
+    """Arms as `runs.runner.run_experiment` drives it: the design, the cells pooled in, the prompt
     seed, and the thermal sampler's running summary (read after every cell)."""
 
     design: ArmsDesign

@@ -19,7 +19,7 @@ from servecheck.analysis.capacity import (
     Criteria,
     ProbeSample,
     Status,
-    analyse,
+    analyse_capacity,
     assess,
     length_valid,
     next_n,
@@ -149,7 +149,8 @@ class CapacityRun:
         return {n: assess(n, s, c).status for n, s in self.samples().items()}
 
     def analysis(self) -> CapacityAnalysis:
-        return analyse(self.samples(), self.design.criteria, max_n=self.design.max_n, baseline_end=self.baseline_end())
+        return analyse_capacity(self.samples(), self.design.criteria, max_n=self.design.max_n,
+                                baseline_end=self.baseline_end())
 
     def body(self) -> shape.CapacityBody:
         """The capacity body record (docs/schema.md)."""
@@ -322,7 +323,7 @@ async def run_capacity(
 
 @dataclass(frozen=True)
 class CapacityExperiment:
-    """Capacity as `results.runner.run_experiment` drives it: the design and its prompt seed."""
+    """Capacity as `runs.runner.run_experiment` drives it: the design and its prompt seed."""
 
     design: CapacityDesign
     rng: random.Random

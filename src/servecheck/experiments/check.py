@@ -13,7 +13,7 @@ from typing import Any
 
 from servecheck.analysis import check as judge
 from servecheck.analysis.staircase import MeasuredBatch
-from servecheck.client.dialects import get_dialect
+from servecheck.wire.dialects import get_dialect
 from servecheck.errors import ServerError, ServecheckError, UsageError
 from servecheck.experiments.common import CALIBRATION_ON, WARMUP_TOKENS, calibration_mode, make, queue_wait_s
 from servecheck.experiments.interference import INTRUDER_TOKENS, MIN_TOKENS, run_interference
@@ -486,7 +486,7 @@ STEPS: tuple[Step, ...] = (concurrency, request_params, prefix_cache, chunked_pr
 
 @dataclass(frozen=True)
 class CheckExperiment:
-    """The check as `results.runner.run_experiment` drives it."""
+    """The check as `runs.runner.run_experiment` drives it."""
 
     plan: CheckPlan
     rng: random.Random

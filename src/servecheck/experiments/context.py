@@ -74,7 +74,7 @@ class ContextResult:
         return self.analysis().valid and client_bound_finding(self.client_checks) is None
 
     def analysis(self) -> ctx.ContextAnalysis:
-        return ctx.analyze_context(self.samples, self.measured)
+        return ctx.analyse_context(self.samples, self.measured)
 
     def roofline(self, a: ctx.ContextAnalysis) -> tuple[ctx.RooflineRow, ...] | None:
         if self.model is None:
@@ -112,12 +112,12 @@ class ContextResult:
                         complete=self.complete)
 
 
-def _drift(d: ctx.Drift) -> shape.ContextDrift:
+def _drift(d: ctx.ReferenceDrift) -> shape.ContextDrift:
     return shape.ContextDrift(first_tok_s=d.first_tok_s, last_tok_s=d.last_tok_s, first_s=d.first_s, last_s=d.last_s,
                               change=d.change, warn_above=DRIFT_LIMIT)
 
 
-def _point(p: ctx.PointAnalysis, by_sample: Mapping[ctx.Sample, RequestRecord],
+def _point(p: ctx.DepthAnalysis, by_sample: Mapping[ctx.Sample, RequestRecord],
            excuse_late: bool = False) -> shape.ContextPoint:
     return shape.ContextPoint(
         depth=p.depth, context_tokens=p.context_tokens, ttft_s=p.ttft_s, prefill_tok_s=p.prefill_tok_s,
@@ -305,7 +305,7 @@ async def _warm_up(driver: Driver, nonce: str, rng: random.Random, cache_prompt:
 
 @dataclass(frozen=True)
 class ContextExperiment:
-    """The context sweep as `results.runner.run_experiment` drives it: the depths, the prompt seed,
+    """The context sweep as `runs.runner.run_experiment` drives it: the depths, the prompt seed,
     and with --model what every token reads besides the KV cache."""
 
     depths: tuple[int, ...]

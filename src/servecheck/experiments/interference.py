@@ -109,7 +109,7 @@ class InterferenceResult:
         """The interference body record (docs/interference.md)."""
         pairs = self.readings()
         points = inf.pool([r for _, r in pairs])
-        verdict = inf.judge(points)
+        verdict = inf.analyse_interference(points)
         baselines = [p.baseline_s for p in points if p.baseline_s is not None]
         return shape.InterferenceBody(
             verdict=verdict.verdict, verdict_reason=verdict.reason, decided_by=verdict.decided_by,
@@ -347,7 +347,7 @@ def stated_batch(audit: LogAudit | UnscannedLogAudit | None) -> LogFinding | Non
 
 @dataclass(frozen=True)
 class InterferenceExperiment:
-    """The interference test as `results.runner.run_experiment` drives it."""
+    """The interference test as `runs.runner.run_experiment` drives it."""
 
     sizes: tuple[int, ...]
     streams: int

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from servecheck.analysis.cache import CacheSend, CacheVerdict, decide_cache
-from servecheck.client.dialects import count_problem
+from servecheck.analysis.cache import CacheSend, PrefixCacheAnalysis, analyse_prefix_cache
+from servecheck.wire.dialects import count_problem
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.load.prompts import Prompt, fixed_prompt, new_nonce
 from servecheck.experiments.common import (
@@ -113,8 +113,9 @@ class PrefixCacheResult:
     calibration: str = CALIBRATION_NONE  # the pre-flight: "on" before the first send, "off" (--no-calibrate), "none"
     client_checks: tuple[ClientCheck, ...] = ()
 
-    def analysis(self) -> CacheVerdict:
-        return decide_cache([s.for_verdict() for s in self.sends], counters_decide=self.evidence_mode != "stopwatch")
+    def analysis(self) -> PrefixCacheAnalysis:
+        return analyse_prefix_cache([s.for_verdict() for s in self.sends],
+                                    counters_decide=self.evidence_mode != "stopwatch")
 
     @property
     def valid(self) -> bool:
@@ -148,7 +149,7 @@ class PrefixCacheResult:
                         complete=self.complete)
 
 
-def witness_warnings(verdict: CacheVerdict) -> tuple[Finding, ...]:
+def witness_warnings(verdict: PrefixCacheAnalysis) -> tuple[Finding, ...]:
     """The counters the timing contradicted, as the finding staircase names a lying witness by."""
     if verdict.witness_contradicts is None:
         return ()
@@ -375,7 +376,7 @@ def _notes(fit: ContextFit, info: ServerInfo, prompt: Prompt) -> tuple[str, ...]
 
 @dataclass(frozen=True)
 class PrefixCacheExperiment:
-    """The prefix-cache test as `results.runner.run_experiment` drives it."""
+    """The prefix-cache test as `runs.runner.run_experiment` drives it."""
 
     prompt_tokens: int
     repeats: int

@@ -105,13 +105,13 @@ def document(result: RooflineResult, weights: Weights, plan: Plan) -> RunResult[
     return measured("roofline", body(r, rate, bw, weights, plan), valid=r.valid, simulated=simulated)
 
 
-def analyse(rate: Rate, bw: Bandwidth, weights: Weights, plan: Plan) -> rl.Roofline:
-    return rl.analyse(weights.bytes_per_token, weights.kind, rate.tok_s, bw.span, plan.ceiling,
+def analyse(rate: Rate, bw: Bandwidth, weights: Weights, plan: Plan) -> rl.RooflineAnalysis:
+    return rl.analyse_roofline(weights.bytes_per_token, weights.kind, rate.tok_s, bw.span, plan.ceiling,
                       gate_threshold=plan.gate_threshold, target_tok_s=plan.target_tok_s, step=weights.step,
                       batches=plan.batches, measured=plan.runs)
 
 
-def body(r: rl.Roofline, rate: Rate, bw: Bandwidth, weights: Weights, plan: Plan) -> shape.RooflineBody:
+def body(r: rl.RooflineAnalysis, rate: Rate, bw: Bandwidth, weights: Weights, plan: Plan) -> shape.RooflineBody:
     """The roofline body record (docs/schema.md) of the analysis `r` of `rate` against `bw`."""
     return shape.RooflineBody(
         bytes_per_token=r.bytes_per_token, resident_bytes=weights.resident_bytes, kind=cast(Kind, r.kind),
@@ -124,7 +124,7 @@ def body(r: rl.Roofline, rate: Rate, bw: Bandwidth, weights: Weights, plan: Plan
     )
 
 
-def notes(r: rl.Roofline, rate: Rate, weights: Weights, plan: Plan) -> list[Reason]:
+def notes(r: rl.RooflineAnalysis, rate: Rate, weights: Weights, plan: Plan) -> list[Reason]:
     """The caveats these numbers need (analysis.roofline.sanity_notes)."""
     audited = weights.audit_summary is not None
     return rl.sanity_notes(r.utilization, audited=audited, kv_counted=audited and weights.kv_counted,

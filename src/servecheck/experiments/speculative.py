@@ -116,7 +116,7 @@ class SpeculativeResult:
         return sp.MetricDeltas(drafts=sum(d.drafts for d in got), draft_tokens=sum(d.draft_tokens for d in got),
                                accepted=sum(d.accepted for d in got))
 
-    def points(self) -> list[sp.PointAnalysis]:
+    def points(self) -> list[sp.SpecPointAnalysis]:
         """Every N and prompt kind measured, predictable prompts first."""
         return [self.point(n, kind) for kind in PROMPT_KINDS for n in self.ns if self.records(n, kind)]
 
@@ -127,7 +127,7 @@ class SpeculativeResult:
     def body(self, expect: str | None = None) -> shape.SpeculativeBody:
         """The speculative body record (docs/speculative.md)."""
         points = sp.behind_a_hop(self.points())
-        run = sp.analyse_run(points, with_baseline=self.baseline is not None)
+        run = sp.analyse_speculative(points, with_baseline=self.baseline is not None)
         return shape.SpeculativeBody(
             verdict=run.verdict, verdict_reason=run.reason, expect=expect, server=self.server.body(),
             baseline=None if self.baseline is None else self.baseline.body(), ns=self.ns, tokens=self.tokens,
@@ -152,7 +152,7 @@ class SpeculativeResult:
         return [to_stream(r, b.result.lateness) for b in self.batches if (b.n, b.kind, b.side) == (n, kind, "target")
                 for r in b.result.records if r.ok]
 
-    def point(self, n: int, kind: str) -> sp.PointAnalysis:
+    def point(self, n: int, kind: str) -> sp.SpecPointAnalysis:
         """One N and prompt kind from the batches so far."""
         records = [r for r in self.records(n, kind) if r.ok]
         rates = [x for x in (record_rate(r) for r in records) if x is not None]
@@ -329,7 +329,7 @@ def _next_index(result: SpeculativeResult) -> int:
 
 @dataclass(frozen=True)
 class SpeculativeExperiment:
-    """The speculative test as `results.runner.run_experiment` drives it."""
+    """The speculative test as `runs.runner.run_experiment` drives it."""
 
     ns: tuple[int, ...]
     tokens: int

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field, replace
 from servecheck.analysis.staircase import (
     BatchAnalysis,
     MeasuredBatch,
-    PointAnalysis,
+    LevelAnalysis,
     StaircaseAnalysis,
-    analyze_staircase,
+    analyse_staircase,
     needs_more,
 )
 from servecheck.errors import ServerError, UsageError
@@ -59,7 +59,7 @@ class StaircaseResult:
     evidence_mode: str = "all"  # "stopwatch": the server's witnesses never decide (--evidence stopwatch)
 
     def analysis(self) -> StaircaseAnalysis:
-        return analyze_staircase(self.batches, tokens_requested=self.tokens, client_checks=self.client_checks,
+        return analyse_staircase(self.batches, tokens_requested=self.tokens, client_checks=self.client_checks,
                                  witnesses_decide=self.evidence_mode != "stopwatch")
 
     def body(self, a: StaircaseAnalysis | None = None) -> shape.StaircaseBody:
@@ -82,7 +82,7 @@ class StaircaseResult:
                         complete=self.complete)
 
 
-def _point(point: PointAnalysis, batches: Sequence[MeasuredBatch], error_frac: float | None = None) -> shape.Point:
+def _point(point: LevelAnalysis, batches: Sequence[MeasuredBatch], error_frac: float | None = None) -> shape.Point:
     raw = {(mb.n, mb.rep): mb.batch for mb in batches}
     agg = point.aggregate
     return shape.Point(
@@ -244,7 +244,7 @@ async def _measure_one(
 
 @dataclass(frozen=True)
 class StaircaseExperiment:
-    """The staircase as `results.runner.run_experiment` drives it: the design and its prompt seed."""
+    """The staircase as `runs.runner.run_experiment` drives it: the design and its prompt seed."""
 
     ns: tuple[int, ...]
     tokens: int

@@ -13,7 +13,7 @@ from servecheck.model.result import RunResult, measured
 
 @dataclass(frozen=True)
 class PooledArmsJob:
-    """`arms --pool` alone: saved cells analysed, nothing measured; a job of `results.runner.run_job`.
+    """`arms --pool` alone: saved cells analysed, nothing measured; a job of `runs.runner.run_job`.
     `design` stands in where the first pooled run did not record its own."""
 
     pool: Pool

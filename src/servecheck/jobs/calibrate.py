@@ -1,4 +1,4 @@
-"""`servecheck calibrate` as a job of `results.runner.run_job`: one calibration of this client against
+"""`servecheck calibrate` as a job of `runs.runner.run_job`: one calibration of this client against
 its own loopback stamp server, written to the sinks like every other command's document (no point
 before the whole result, so an interrupt saves nothing)."""
 

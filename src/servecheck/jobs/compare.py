@@ -1,5 +1,5 @@
 """`servecheck compare`: the entries NAME=WEIGHTS@TOKS read (a byte figure, or a model file audited),
-and the job of `results.runner.run_job` that splits each speed ratio against the first entry into
+and the job of `runs.runner.run_job` that splits each speed ratio against the first entry into
 fewer bytes per token times better bandwidth use, and writes the document like every other command's."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ requests queue, a staircase) and four (requests are batched: a cluster), the sta
 each, and each server log audited.
 
 This layer composes what the layers below keep apart (an engine, an experiment, the log scan) into a
-job `results.runner.run_job` drives; the command (`cli.demo`) parses, runs it and renders.
+job `runs.runner.run_job` drives; the command (`cli.demo`) parses, runs it and renders.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
-from servecheck.client.base import Target
-from servecheck.client.request_params import RequestParams
+from servecheck.wire.base import Target
+from servecheck.wire.request_params import RequestParams
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.llamacpp_server import LlamaServer, ctx_per_slot_for, default_threads
 from servecheck.engine.local import LocalEngine, provision_local
@@ -40,7 +40,7 @@ from servecheck.model.bodies.demo import DEMO_NS
 from servecheck.model.bodies.staircase import Verdict
 from servecheck.model.result import Envelope, RunResult, measured
 from servecheck.probe.bandwidth import available_memory_bytes
-from servecheck.results.jsonout import envelope
+from servecheck.runs.jsonout import envelope
 
 Say = Callable[[str], None]
 
@@ -260,7 +260,7 @@ def audit_log(
 
 @dataclass(frozen=True)
 class DemoJob:
-    """Both servers in turn, as a job of `results.runner.run_job`: the document after every point of
+    """Both servers in turn, as a job of `runs.runner.run_job`: the document after every point of
     either, so a Ctrl-C (the servers stop on the way out) or a kill keeps what was measured."""
 
     engine: DemoEngine

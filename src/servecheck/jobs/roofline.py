@@ -35,7 +35,7 @@ from servecheck.model.bodies import roofline as shape
 from servecheck.model.result import Envelope, RunResult, measured
 from servecheck.probe import GIB, measure_bandwidth, plan_sizes
 from servecheck.probe.bandwidth import available_memory_bytes
-from servecheck.results.jsonout import envelope, read_json
+from servecheck.runs.jsonout import envelope, read_json
 
 Say = Callable[[str], None]
 

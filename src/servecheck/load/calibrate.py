@@ -21,7 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 
-from servecheck.client.base import RunClock, Target
+from servecheck.wire.base import RunClock, Target
 from servecheck.errors import EngineError, UsageError
 from servecheck.lifeline import pdeathsig_setup
 from servecheck.load.driver import LoadDriver

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from servecheck.client.dialects import MAX_PLAUSIBLE_TOKENS
+from servecheck.wire.dialects import MAX_PLAUSIBLE_TOKENS
 from servecheck.errors import ServerError
 from servecheck.model.records import ServerInfo
 

@@ -17,9 +17,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from servecheck.client.base import RunClock, Target
-from servecheck.client.dialects import MAX_PLAUSIBLE_TOKENS, Dialect, count_problem, get_dialect
-from servecheck.client.request_params import check_eos_bias
+from servecheck.wire.base import RunClock, Target
+from servecheck.wire.dialects import MAX_PLAUSIBLE_TOKENS, Dialect, count_problem, get_dialect
+from servecheck.wire.request_params import check_eos_bias
 from servecheck.errors import ProtocolError, UsageError
 from servecheck.load.detect import MLX_LM, identify, list_models, pick_model, server_info
 from servecheck.load.eos import local_model_eos_ids

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from servecheck.client.dialects import Dialect, OpenAIChat, OpenAICompletions
+from servecheck.wire.dialects import Dialect, OpenAIChat, OpenAICompletions
 from servecheck.model.records import GenRequest
 
 # What a request adds to each EOS id's logit. Greedy decoding takes the largest logit; a random

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.model.client import ClientLateness
 from servecheck.model.records import NS_PER_S, BatchResult, GenRequest, RequestRecord, ServerInfo, ServerTimings
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection, wait
 from typing import Any, Protocol
 
-from servecheck.client.base import RunClock, Target
+from servecheck.wire.base import RunClock, Target
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.analysis.client_timing import merged as merged_lateness
 from servecheck.load.driver import GAUGE_PROBE_TIMEOUT_S, LoadDriver

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from contextlib import ExitStack
 
-from servecheck.client.base import RunClock, Target
+from servecheck.wire.base import RunClock, Target
 from servecheck.load.calibrate import MAX_GAP_MS, MAX_STREAMS, MIN_GAP_MS, calibrate, stamp_server
 from servecheck.load.lanes import LaneDriver, WorkerPool
 from servecheck.load.ray_lanes import RayPool

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, runtime_checkable
 
-from servecheck.client.base import Target
+from servecheck.wire.base import Target
 from servecheck.model.client import ClientCheck, ClientLateness
 from servecheck.model.records import BatchResult, GenRequest, RequestRecord, ServerInfo
 

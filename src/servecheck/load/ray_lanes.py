@@ -33,7 +33,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from servecheck.client.base import RunClock, Target
+from servecheck.wire.base import RunClock, Target
 from servecheck.errors import ServecheckError, UsageError
 from servecheck.load.clocks import estimate_offset
 from servecheck.load.driver import LoadDriver

@@ -15,12 +15,12 @@ from typing import Any
 
 import aiohttp
 
-from servecheck.client.base import RunClock, StreamParseError, shorten
-from servecheck.client.dialects import Dialect, EventReading
-from servecheck.client.ndjson import NdjsonParser
-from servecheck.client.request_params import with_request_params
-from servecheck.client.sse import SseParser
-from servecheck.client.tally import StreamTally, cutoff_tokens, plausibility_problem
+from servecheck.wire.base import RunClock, StreamParseError, shorten
+from servecheck.wire.dialects import Dialect, EventReading
+from servecheck.wire.ndjson import NdjsonParser
+from servecheck.wire.request_params import with_request_params
+from servecheck.wire.sse import SseParser
+from servecheck.wire.tally import StreamTally, cutoff_tokens, plausibility_problem
 from servecheck.load.eos import with_eos_bias
 from servecheck.load.inject import StallInjector
 from servecheck.load.transport import REDIRECT_STATUSES, Transport, _message

@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import aiohttp
 
-from servecheck.client.base import RunClock
-from servecheck.client.dialects import Dialect
+from servecheck.wire.base import RunClock
+from servecheck.wire.dialects import Dialect
 from servecheck.load.witness import GaugeSampler, NoiseMeter
 from servecheck.model.records import GenRequest, RequestRecord
 

@@ -18,9 +18,9 @@ from typing import Any
 import aiohttp
 from yarl import URL
 
-from servecheck.client.base import StreamParseError, Target, shorten
-from servecheck.client.dialects import Dialect
-from servecheck.client.sse import loads_object
+from servecheck.wire.base import StreamParseError, Target, shorten
+from servecheck.wire.dialects import Dialect
+from servecheck.wire.sse import loads_object
 from servecheck.errors import ConnectError, ProtocolError, RequestTimeout, ServerError
 
 SIMULATED_HEADER = "X-Servecheck-Simulated"

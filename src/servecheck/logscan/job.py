@@ -1,4 +1,4 @@
-"""The log audit as a job of `results.runner.run_job`: one scan (and, with a URL, the running server's
+"""The log audit as a job of `runs.runner.run_job`: one scan (and, with a URL, the running server's
 live evidence), written to the sinks like every other command's document."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The bandwidth probe as a job of `results.runner.run_job`: the same documents, sinks and interrupt
+"""The bandwidth probe as a job of `runs.runner.run_job`: the same documents, sinks and interrupt
 behaviour as every measuring command, with no server to open."""
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from servecheck.model.bodies.staircase import RISING_RATIO
 from servecheck.model.readings import ReportReading, RunReading
 from servecheck.model.sidebyside import Diff, label_for
 from servecheck.report.diff import diff_context_runs, per_stream
-from servecheck.results.fields import as_list
-from servecheck.results.jsonout import write_text_atomic
+from servecheck.runs.fields import as_list
+from servecheck.runs.jsonout import write_text_atomic
 from servecheck.report.html_kit import (
     DASH,
     MAX_SERIES,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from servecheck.model.bodies.common import Finding, RequestRef
-from servecheck.results.fields import as_float, as_int, as_str
+from servecheck.runs.fields import as_float, as_int, as_str
 from servecheck.report.svg import (
     esc,
 )

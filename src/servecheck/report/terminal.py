@@ -16,7 +16,7 @@ from servecheck.model.reason import Reason
 from servecheck.model.result import RunResult, from_doc
 from servecheck.report.lines import SHORTS
 from servecheck.report.lines.short import scalar, table
-from servecheck.results.fields import as_dict, as_list
+from servecheck.runs.fields import as_dict, as_list
 
 # Anything shorter finishes before a user wonders whether it hangs; a progress display that
 # flashes for a fraction of a second is noise.

@@ -19,7 +19,7 @@ import platformdirs
 from servecheck.errors import StoreError
 from servecheck.analysis.run_verdict import run_verdict
 from servecheck.model.result import RunResult, written_doc
-from servecheck.results.jsonout import dumps_compact
+from servecheck.runs.jsonout import dumps_compact
 from servecheck.store.migrations import BOOKKEEPING, LATEST_VERSION, MIGRATIONS, Migration
 
 ENV_VAR = "SERVECHECK_DB"

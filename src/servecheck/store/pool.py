@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from servecheck.results.jsonout import read_json
+from servecheck.runs.jsonout import read_json
 from servecheck.store.db import open_store
 
 POOL_FILE_HINT = "pass a JSON file written by `servecheck arms --json`, or a run id"

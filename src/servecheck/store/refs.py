@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from servecheck.errors import UsageError
-from servecheck.results.jsonout import read_json
+from servecheck.runs.jsonout import read_json
 from servecheck.store.db import Store, open_store
 
 LATEST = ("last", "latest")

@@ -9,7 +9,7 @@ Its modules, each importing only those listed before it: `records` (what the ana
 decides, and the rules its labels read), `cells` (a batch's request records reduced to a cell) and
 `order` (the rotated design), `labels` (each arm's intervals and label), `checks` (position bias, drift,
 deviant cells, cached prompts), `late` (reps the client read late or a hop held), `findings` (the
-headline or why it is withheld, and the warnings), and `run` (`analyse`); a layers contract in
+headline or why it is withheld, and the warnings), and `run` (`analyse_arms`); a layers contract in
 pyproject.toml holds that order. Every public name is re-exported here: `analysis.arms.NAME` reads as it
 always did. What the analysis decides it returns as reasons (`model.reason`); their words are
 `model.words.arms`'.
@@ -50,12 +50,12 @@ from servecheck.analysis.arms.records import (
     ArmsAnalysis,
     Cell,
     DeviantCell,
-    Drift,
+    SerialDrift,
     Estimate,
     PositionBias,
-    Warning_,
+    Finding,
 )
-from servecheck.analysis.arms.run import analyse
+from servecheck.analysis.arms.run import analyse_arms
 from servecheck.analysis.rules import OUTPUT_LENGTH_TOLERANCE
 from servecheck.model.bodies.arms import INTERVAL_LEVEL
 
@@ -63,9 +63,10 @@ from servecheck.model.bodies.arms import INTERVAL_LEVEL
 # through it: OUTPUT_LENGTH_TOLERANCE (tests/test_thresholds_once.py checks that it is the one rule) and
 # INTERVAL_LEVEL, the level its intervals aim at (model.bodies.arms).
 __all__ = [
-    "ArmResult", "ArmsAnalysis", "Cell", "DEFAULT_BIAS_LIMIT", "DeviantCell", "Drift", "Estimate", "INTERVAL_LEVEL",
+    "ArmResult", "ArmsAnalysis", "Cell", "DEFAULT_BIAS_LIMIT", "DeviantCell", "SerialDrift", "Estimate", "INTERVAL_LEVEL",
     "MIN_GAUGE_CELL_SHARE", "MIN_REPS_FOR_RISE", "MIN_RISE", "NO_GAIN_CEILING", "OUTPUT_LENGTH_TOLERANCE",
-    "PositionBias", "RISE_INTERVAL_FLOOR", "Warning_", "analyse", "arm_result", "balanced", "cached_prompt_suspects",
+    "PositionBias", "RISE_INTERVAL_FLOOR", "Finding", "analyse_arms", "arm_result", "balanced",
+    "cached_prompt_suspects",
     "cell_from_records", "decode_interval_ns", "deviant_cells", "drift", "drift_position_bias", "headline",
     "interval_level", "label_arm", "label_with_reason", "labels_stand", "late_reps", "median_by_arm",
     "median_interval", "observed_peak", "per_user_rate_tok_s", "position_bias", "position_spreads", "refusal",

@@ -9,7 +9,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from servecheck.analysis.arms.labels import _median_of
-from servecheck.analysis.arms.records import Cell, DeviantCell, Drift, PositionBias
+from servecheck.analysis.arms.records import Cell, DeviantCell, SerialDrift, PositionBias
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.rules import OUTPUT_LENGTH_TOLERANCE
 from servecheck.analysis.stats import median, mode
@@ -104,14 +104,14 @@ def position_bias(cells: Sequence[Cell]) -> PositionBias | None:
     return drift_position_bias(cells)
 
 
-def drift(cells: Sequence[Cell], baseline: int = 1) -> Drift | None:
+def drift(cells: Sequence[Cell], baseline: int = 1) -> SerialDrift | None:
     """Serial throughput over the first quarter of reps (at least one) against the last quarter,
     within each run (pooled runs each count time from their own start); the run that lost most."""
     found = [d for d in (_run_drift(cells, run, baseline) for run in sorted({c.run for c in cells})) if d is not None]
     return max(found, key=lambda d: d.loss, default=None)
 
 
-def _run_drift(cells: Sequence[Cell], run: int, baseline: int) -> Drift | None:
+def _run_drift(cells: Sequence[Cell], run: int, baseline: int) -> SerialDrift | None:
     serial = sorted(
         (c for c in cells if c.run == run and c.concurrency == baseline and c.aggregate_tok_s), key=lambda c: c.start_s
     )
@@ -120,7 +120,7 @@ def _run_drift(cells: Sequence[Cell], run: int, baseline: int) -> Drift | None:
     k = max(1, len(serial) // 4)
     first = median([c.aggregate_tok_s or 0.0 for c in serial[:k]])
     last = median([c.aggregate_tok_s or 0.0 for c in serial[-k:]])
-    return Drift(first, last, k, run)
+    return SerialDrift(first, last, k, run)
 
 
 def deviant_cells(cells: Sequence[Cell], limit: float = OUTPUT_LENGTH_TOLERANCE) -> list[DeviantCell]:

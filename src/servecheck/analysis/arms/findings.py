@@ -14,9 +14,9 @@ from servecheck.analysis.arms.records import (
     ArmResult,
     Cell,
     DeviantCell,
-    Drift,
+    SerialDrift,
     PositionBias,
-    Warning_,
+    Finding,
 )
 from servecheck.analysis.rules import DRIFT_LIMIT, FIGURE_FRAC
 from servecheck.model.reason import Reason, twin
@@ -68,14 +68,14 @@ def refusal(bias: PositionBias, limit: float) -> Reason:
 
 
 def _warnings(
-    cells: Sequence[Cell], results: Sequence[ArmResult], drift_: Drift | None, deviants: Sequence[DeviantCell],
+    cells: Sequence[Cell], results: Sequence[ArmResult], drift_: SerialDrift | None, deviants: Sequence[DeviantCell],
     *, late_kept: bool = False,
-) -> list[Warning_]:
+) -> list[Finding]:
     out = []
     if late_kept:
         untimed = [c for c in cells if _untimed_s(c) > 0]
         reps, late_ms = len(late_reps(cells)), max(_untimed_s(c) for c in untimed) * 1e3
-        out.append(Warning_(
+        out.append(Finding(
             twin(Reason("arms.late_kept", reps=reps, late_ms=late_ms),
                  f"{len(late_reps(cells))} rep(s) had cells read late by the client or held by a hop (up to "
                  f"{max(_untimed_s(c) for c in untimed) * 1e3:.0f} ms), kept: every arm's label is the same whatever "
@@ -86,7 +86,7 @@ def _warnings(
         cells = [c for c in cells if _untimed_s(c) == 0]
     if drift_ is not None and drift_.loss > DRIFT_LIMIT:
         out.append(
-            Warning_(
+            Finding(
                 twin(Reason("arms.drift_lost", loss=drift_.loss),
                      f"the serial arm lost {drift_.loss:.1%} of its throughput between the first and last reps"),
                 twin(Reason("arms.drift_lost_fix"),
@@ -95,7 +95,7 @@ def _warnings(
         )
     elif drift_ is not None and -drift_.loss > DRIFT_LIMIT:
         out.append(
-            Warning_(
+            Finding(
                 twin(Reason("arms.drift_gained", loss=drift_.loss),
                      f"the serial arm gained {-drift_.loss:.1%} throughput between the first and last reps: the server "
                      "or the machine got faster during the run"),
@@ -107,7 +107,7 @@ def _warnings(
     held = [c for c in cells if c.hop_held_ms > 0]
     if held:
         out.append(
-            Warning_(
+            Finding(
                 twin(Reason("arms.hop_held", reps=len({_rep_key(c) for c in held}), cells=len(held),
                             held_ms=max(c.hop_held_ms for c in held)),
                      f"{len({_rep_key(c) for c in held})} rep(s) left out: the streams of {len(held)} cell(s) "
@@ -120,7 +120,7 @@ def _warnings(
     late = [c for c in cells if c.client_late_ms > 0]
     if late:
         out.append(
-            Warning_(
+            Finding(
                 twin(Reason("arms.client_late", reps=len({_rep_key(c) for c in late}),
                             late_ms=max(c.client_late_ms for c in late), cells=len(late)),
                      f"{len({_rep_key(c) for c in late})} rep(s) left out: the client itself was late by up to "
@@ -133,7 +133,7 @@ def _warnings(
     for d in deviants:
         cell = d.describe()
         out.append(
-            Warning_(
+            Finding(
                 twin(Reason("arms.output_length_trap", cell=cell), f"output-length trap: {cell}"),
                 twin(Reason("arms.output_length_trap_fix"),
                      "its throughput uses the tokens it actually produced; never compare its wall clock"),
@@ -143,7 +143,7 @@ def _warnings(
                  default=None)
     if paired is not None and paired < MIN_REPS_FOR_RISE:
         out.append(
-            Warning_(
+            Finding(
                 twin(Reason("arms.too_few_paired", reps=paired),
                      f"only {paired} rep(s) pair an arm with the serial arm: too few for an interval, so no arm is "
                      "labelled batching or pipelining"),
@@ -153,12 +153,12 @@ def _warnings(
         )
     for a in results:
         if a.label == "inconclusive":
-            out.append(Warning_(twin(Reason("arms.inconclusive", concurrency=a.concurrency, reason=a.label_reason),
+            out.append(Finding(twin(Reason("arms.inconclusive", concurrency=a.concurrency, reason=a.label_reason),
                                      f"{a.concurrency}-way is inconclusive: {a.label_reason}"),
                                 twin(Reason("arms.inconclusive_fix"), "add reps (--reps, --max-reps)")))
     failed = sum(c.failed for c in cells)
     if failed:
-        out.append(Warning_(twin(Reason("arms.failed", requests=failed), f"{failed} request(s) failed"),
+        out.append(Finding(twin(Reason("arms.failed", requests=failed), f"{failed} request(s) failed"),
                             twin(Reason("arms.failed_fix"),
                                  "see the cells; a failed request changes the work an arm did")))
     return out

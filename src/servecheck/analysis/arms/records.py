@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from servecheck.model.bodies import arms as shape
 from servecheck.model.bodies.arms import INTERVAL_LEVEL, BiasMethod, Label
-from servecheck.model.bodies.common import Finding
+from servecheck.analysis.findings import Finding
 from servecheck.model.reason import Reason, Text, twin
 
 
@@ -181,7 +181,7 @@ class PositionBias:
 
 
 @dataclass(frozen=True, slots=True)
-class Drift:
+class SerialDrift:
     """The serial arm's throughput in the first reps against the last (burst against plateau)."""
 
     first_tok_s: float
@@ -224,26 +224,15 @@ class DeviantCell:
 
 
 @dataclass(frozen=True, slots=True)
-class Warning_:
-    """A warning is data: what happened and what to do about it (reasons, or the text a caller built)."""
-
-    message: Text
-    hint: Text | None = None
-
-    def record(self) -> Finding:
-        return Finding(message=self.message, hint=self.hint)
-
-
-@dataclass(frozen=True, slots=True)
 class ArmsAnalysis:
     arms: tuple[ArmResult, ...]
     position_bias: PositionBias | None
     bias_limit: float
-    drift: Drift | None
+    drift: SerialDrift | None
     deviant_cells: tuple[DeviantCell, ...]
     headline: Reason | None
     refusal: Reason | None
-    warnings: tuple[Warning_, ...] = field(default=())
+    warnings: tuple[Finding, ...] = field(default=())
 
     @property
     def headline_refused(self) -> bool:

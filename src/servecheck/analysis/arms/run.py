@@ -12,7 +12,7 @@ from servecheck.analysis.arms.late import _client_named, labels_stand, late_reps
 from servecheck.analysis.arms.records import DEFAULT_BIAS_LIMIT, ArmsAnalysis, Cell
 
 
-def analyse(
+def analyse_arms(
     cells: Sequence[Cell],
     *,
     bias_limit: float = DEFAULT_BIAS_LIMIT,

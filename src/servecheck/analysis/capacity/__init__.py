@@ -7,7 +7,7 @@ TTFT interval wholly below it); `max_concurrency` is never an N that was not sho
 
 Its modules, each importing only those listed before it: `criteria` (what is judged), `probes` (one
 probe from its request records) and `records` (what the analysis decides), `judging` (one probed N) and
-`search` (the next N), and `run` (the answer, and `analyse`); a layers contract in pyproject.toml holds
+`search` (the next N), and `run` (the answer, and `analyse_capacity`); a layers contract in pyproject.toml holds
 that order. The analysis builds no sentence: its reasons are codes and values (`model.reason`), said by
 `model.words.capacity`. Every public name is re-exported here: `analysis.capacity.NAME` reads as it
 always did.
@@ -26,13 +26,15 @@ from servecheck.analysis.capacity.probes import (
 )
 from servecheck.analysis.capacity.records import (
     CapacityAnalysis,
-    Drift,
+    BaselineDrift,
     Marginal,
     NonMonotone,
     Point,
     least_words,
 )
-from servecheck.analysis.capacity.run import analyse, answer_of, drift_of, held, limit_of, marginals, non_monotone
+from servecheck.analysis.capacity.run import (
+    analyse_capacity, answer_of, drift_of, held, limit_of, marginals, non_monotone,
+)
 from servecheck.analysis.capacity.search import next_n
 from servecheck.analysis.rules import OUTPUT_LENGTH_TOLERANCE
 from servecheck.model.bodies.capacity import Status
@@ -41,8 +43,8 @@ from servecheck.model.bodies.capacity import Status
 # through it: OUTPUT_LENGTH_TOLERANCE (tests/test_thresholds_once.py checks that it is the one rule) and
 # Status (experiments/capacity.py).
 __all__ = [
-    "CapacityAnalysis", "Criteria", "Drift", "MIN_MEASURED_PER_LANE", "Marginal", "NonMonotone",
-    "OUTPUT_LENGTH_TOLERANCE", "Point", "ProbeSample", "Status", "analyse", "answer_of", "assess", "combine",
+    "CapacityAnalysis", "Criteria", "BaselineDrift", "MIN_MEASURED_PER_LANE", "Marginal", "NonMonotone",
+    "OUTPUT_LENGTH_TOLERANCE", "Point", "ProbeSample", "Status", "analyse_capacity", "answer_of", "assess", "combine",
     "drift_of", "held", "least_words", "length_valid", "limit_of", "marginals", "next_n", "non_monotone",
     "probe_from_records", "side", "steady_records", "tokens_in_window", "ttfts_with_untimed", "with_untimed",
 ]

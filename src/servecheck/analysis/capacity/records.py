@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from servecheck.analysis.arms import Warning_
+from servecheck.analysis.findings import Finding
 from servecheck.analysis.rules import DRIFT_LIMIT, drifted
 from servecheck.analysis.stats import QuantileInterval
 from servecheck.model.bodies import capacity as body
@@ -70,7 +70,7 @@ class Marginal:
 
 
 @dataclass(frozen=True, slots=True)
-class Drift:
+class BaselineDrift:
     """The serial baseline at the start against the same probe at the end."""
 
     start_tok_s: float
@@ -104,9 +104,9 @@ class CapacityAnalysis:
     answer: Reason
     marginals: tuple[Marginal, ...]
     least: Marginal | None
-    drift: Drift | None
+    drift: BaselineDrift | None
     non_monotone: tuple[NonMonotone, ...]
-    warnings: tuple[Warning_, ...] = field(default=())
+    warnings: tuple[Finding, ...] = field(default=())
 
     @property
     def determined(self) -> bool:

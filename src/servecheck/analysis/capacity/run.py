@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from servecheck.analysis.arms import Warning_
+from servecheck.analysis.findings import Finding
 from servecheck.analysis.capacity.criteria import Criteria
 from servecheck.analysis.capacity.judging import assess
 from servecheck.analysis.capacity.probes import ProbeSample
-from servecheck.analysis.capacity.records import CapacityAnalysis, Drift, Marginal, NonMonotone, Point
+from servecheck.analysis.capacity.records import CapacityAnalysis, BaselineDrift, Marginal, NonMonotone, Point
 from servecheck.analysis.rules import DRIFT_LIMIT, drifted
 from servecheck.analysis.stats import quantile_interval
 from servecheck.model.bodies.capacity import Limit
@@ -73,14 +73,14 @@ def non_monotone(points: Sequence[Point]) -> list[NonMonotone]:
     return out
 
 
-def drift_of(start: Point | None, end: ProbeSample | None, c: Criteria) -> Drift | None:
+def drift_of(start: Point | None, end: ProbeSample | None, c: Criteria) -> BaselineDrift | None:
     if start is None or start.per_user_tok_s is None or end is None or not end.rates_tok_s:
         return None
     end_rate = quantile_interval(end.rates_tok_s, c.rate_quantile, c.level).estimate
-    return Drift(start.per_user_tok_s, end_rate) if start.per_user_tok_s > 0 else None
+    return BaselineDrift(start.per_user_tok_s, end_rate) if start.per_user_tok_s > 0 else None
 
 
-def analyse(
+def analyse_capacity(
     probes: Mapping[int, Sequence[ProbeSample]],
     c: Criteria,
     *,
@@ -168,12 +168,12 @@ def _alone(p: Point, c: Criteria) -> Reason:
 
 
 def _warnings(
-    samples: Sequence[ProbeSample], drift: Drift | None, odd: Sequence[NonMonotone], points: Sequence[Point],
+    samples: Sequence[ProbeSample], drift: BaselineDrift | None, odd: Sequence[NonMonotone], points: Sequence[Point],
     c: Criteria
-) -> list[Warning_]:
+) -> list[Finding]:
     out = []
     if drift is not None and drifted(drift.change):
-        out.append(Warning_(
+        out.append(Finding(
             twin(Reason("capacity.drift", change=drift.change, start_tok_s=drift.start_tok_s,
                         end_tok_s=drift.end_tok_s, limit=DRIFT_LIMIT),
                  f"drift: the serial baseline moved {drift.change:+.1%} between the start and the end of the search "
@@ -181,19 +181,19 @@ def _warnings(
             twin(Reason("capacity.drift_fix"),
                  "the machine changed while probing (heat, other load): let it settle and rerun"),
         ))
-    out += [Warning_(twin(Reason("capacity.non_monotone", reading=x.message), f"non-monotone: {x.message}"),
+    out += [Finding(twin(Reason("capacity.non_monotone", reading=x.message), f"non-monotone: {x.message}"),
                      twin(Reason("capacity.non_monotone_fix"), "reported as measured; rerun to see whether it holds"))
             for x in odd]
     off = [name for s in samples for name in s.length_off]
     if off:
-        out.append(Warning_(twin(Reason("capacity.length_trap", requests=len(off), named=tuple(off[:4])),
+        out.append(Finding(twin(Reason("capacity.length_trap", requests=len(off), named=tuple(off[:4])),
                                  f"output-length trap: {len(off)} measured request(s) off the asked length: "
                                  f"{'; '.join(map(str, off[:4]))}"),
                             twin(Reason("capacity.length_trap_fix"),
                                  "the engine does not pin the output length; rates use the tokens actually produced")))
     late = [name for s in samples for name in s.client_late]
     if late:
-        out.append(Warning_(twin(Reason("capacity.client_late", requests=len(late), named=tuple(late[:4])),
+        out.append(Finding(twin(Reason("capacity.client_late", requests=len(late), named=tuple(late[:4])),
                                  f"the client itself was late reading {len(late)} measured request(s), left out of the "
                                  f"samples: {'; '.join(map(str, late[:4]))}"),
                             twin(Reason("capacity.client_late_fix"),
@@ -201,7 +201,7 @@ def _warnings(
                                  "again")))
     held = [name for s in samples for name in s.hop_held]
     if held:
-        out.append(Warning_(twin(Reason("capacity.hop_held", requests=len(held), named=tuple(held[:4])),
+        out.append(Finding(twin(Reason("capacity.hop_held", requests=len(held), named=tuple(held[:4])),
                                  f"{len(held)} measured request(s) arrived in bursts coalesced in transit, which a hop "
                                  "that buffers the stream (a proxy, a gateway) may have held: left out of the samples: "
                                  f"{'; '.join(map(str, held[:4]))}"),
@@ -209,14 +209,14 @@ def _warnings(
                                  "point servecheck at the server itself, not through the hop")))
     dirty = [name for s in samples for name in s.contaminated]
     if dirty:
-        out.append(Warning_(twin(Reason("capacity.contaminated", requests=len(dirty)),
+        out.append(Finding(twin(Reason("capacity.contaminated", requests=len(dirty)),
                                  f"contaminated by the prefix cache: {len(dirty)} measured request(s) "
                                  "had cached prompt tokens"),
                             twin(Reason("capacity.contaminated_fix"),
                                  "restart the server or disable prompt caching and rerun")))
     short = [p.n for p in points if p.rate is not None and p.rate.level < c.level]
     if short:
-        out.append(Warning_(twin(Reason("capacity.intervals_short", level=c.level, ns=tuple(short)),
+        out.append(Finding(twin(Reason("capacity.intervals_short", level=c.level, ns=tuple(short)),
                                  f"too few samples for a {c.level:.0%} interval at N={', '.join(map(str, short))}"),
                             twin(Reason("capacity.intervals_short_fix"),
                                  "raise --remeasures, or a lower --percentile needs fewer samples")))

@@ -58,7 +58,7 @@ from servecheck.analysis.interference.verdict import (
     Verdict,
     chunk_estimate,
     evidence_of,
-    judge,
+    analyse_interference,
     what_left_sizes_unread,
 )
 from servecheck.analysis.interference.witnesses import WITNESS_TOLERANCE, WitnessCheck, check_witness
@@ -71,6 +71,6 @@ __all__ = [
     "Intrusion", "MIN_BASELINE_GAPS", "PREFILL_GROWTH_MIN", "PROPORTIONAL", "Point", "REFERENCE_CHUNK", "Reading",
     "SENT_EARLY", "STRETCH_RATIO", "TRUNCATED_SHARE", "Verdict", "WITNESS_TOLERANCE", "WitnessCheck",
     "baseline_gaps", "baseline_spans", "check_witness", "chunk_estimate", "client_problem", "evidence_of", "gaps",
-    "intrusion_problems", "judge", "percentile", "pool", "read_intrusion", "sentence",
+    "intrusion_problems", "analyse_interference", "percentile", "pool", "read_intrusion", "sentence",
     "stretched_share", "time_weighted_median", "what_left_sizes_unread", "window_gaps",
 ]

@@ -124,7 +124,7 @@ def evidence_of(points: Sequence[Point]) -> Evidence | None:
     )
 
 
-def judge(points: Sequence[Point]) -> Verdict:
+def analyse_interference(points: Sequence[Point]) -> Verdict:
     """chunked | blocking | isolated | inconclusive from the victims' gaps alone, with what decided it."""
     e = evidence_of(points)
     if e is None:

@@ -9,7 +9,7 @@ corroborate, never decide.
 
 Its modules, each importing only those listed before it: `grouping` (one stream's arrivals into steps),
 `verdict` (tokens per step, its interval, the point's and the run's verdict), `paying` and `counters`
-(the rate against a baseline; the server's own account), and `run` (`analyse_point`, `analyse_run`); a
+(the rate against a baseline; the server's own account), and `run` (`analyse_point`, `analyse_speculative`); a
 layers contract in pyproject.toml holds that order. Every public name is re-exported here:
 `analysis.speculative.NAME` reads as it always did.
 """
@@ -46,10 +46,10 @@ from servecheck.analysis.speculative.grouping import (
 )
 from servecheck.analysis.speculative.paying import Pays, pays, stops_paying
 from servecheck.analysis.speculative.run import (
-    PointAnalysis,
-    RunAnalysis,
+    SpecPointAnalysis,
+    SpeculativeAnalysis,
     analyse_point,
-    analyse_run,
+    analyse_speculative,
     behind_a_hop,
     pays_undecided,
     repeated,
@@ -70,8 +70,9 @@ from servecheck.analysis.speculative.verdict import _normal_interval as _normal_
 __all__ = [
     "BIMODAL_RATIO", "COUNTER_TOLERANCE", "CounterCheck", "DEAD_HI", "DEAD_LO", "Estimate", "GAP_FLOOR_NS", "Grouping",
     "HELD_LOCAL_STEPS", "HELD_SLACK", "LATE_PAIR_TOLERANCE", "LATE_READ_FRACTION", "MAX_LATE_SHARE", "MetricDeltas",
-    "NOISE_SHARE", "NOT_SPECULATING_HI", "Pays", "PointAnalysis", "RunAnalysis", "SPECULATING_LO", "SPLIT_FRACTION",
-    "Stream", "analyse_point", "analyse_run", "behind_a_hop", "check_counters", "estimate", "event_sizes",
+    "NOISE_SHARE", "NOT_SPECULATING_HI", "Pays", "SpecPointAnalysis", "SpeculativeAnalysis", "SPECULATING_LO",
+    "SPLIT_FRACTION",
+    "Stream", "analyse_point", "analyse_speculative", "behind_a_hop", "check_counters", "estimate", "event_sizes",
     "group_steps", "judge", "late_arrivals", "metric_tokens_per_step", "pays", "pays_undecided", "repeated",
     "run_verdict", "server_tokens_per_step", "step_time", "stops_paying", "unhold",
 ]

@@ -1,5 +1,5 @@
 """A point and the run, pure: `analyse_point` puts a point's grouping, estimate, counters and pays
-together; `analyse_run` gives the run's verdict and, with a baseline, where it stops paying; a hop
+together; `analyse_speculative` gives the run's verdict and, with a baseline, where it stops paying; a hop
 that buffered any stream leaves every decided point undecided."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from servecheck.model.reason import Reason, Text, twin
 
 
 @dataclass(frozen=True, slots=True)
-class PointAnalysis:
+class SpecPointAnalysis:
     """One N and prompt kind as the run records it: the estimate from the streams' arrivals, the rates,
     the server's counters beside it, and against the baseline (None without one)."""
 
@@ -53,14 +53,14 @@ class PointAnalysis:
 
 def analyse_point(n: int, kind: str, streams: Sequence[Stream], *, failed: int, rates: Sequence[float],
                   aggregates: Sequence[float], baseline_rates: Sequence[float] | None,
-                  metrics: MetricDeltas | None = None, extra_reps: int = 0) -> PointAnalysis:
+                  metrics: MetricDeltas | None = None, extra_reps: int = 0) -> SpecPointAnalysis:
     """A point from its streams (the requests that finished), their decode rates, the batches' aggregates
     and, with a baseline, its streams' rates (None without one); `extra_reps` of its reps were taken
     because the planned ones left pays / costs undecided."""
     groupings = [group_steps(s) for s in streams]
     est = estimate(groupings)
     paid = None if baseline_rates is None else repeated(pays(rates, baseline_rates), extra_reps)
-    return PointAnalysis(
+    return SpecPointAnalysis(
         n=n, kind=kind, estimate=est, grouping=tuple(sorted({g.method for g in groupings if g.ok}, key=str)),
         failed=failed,
         counters=check_counters(streams, est, metrics), per_stream_tok_s=median(rates) if rates else None,
@@ -72,7 +72,7 @@ def analyse_point(n: int, kind: str, streams: Sequence[Stream], *, failed: int, 
     )
 
 
-def pays_undecided(point: PointAnalysis) -> bool:
+def pays_undecided(point: SpecPointAnalysis) -> bool:
     """Whether the point's pays / costs is still open against a baseline: the one figure another pair of
     target and baseline batches could decide (the experiment repeats such a point, up to its bound)."""
     return point.paid is not None and point.paid.verdict == "inconclusive"
@@ -90,7 +90,7 @@ def repeated(paid: Pays, extra_reps: int) -> Pays:
 
 
 @dataclass(frozen=True, slots=True)
-class RunAnalysis:
+class SpeculativeAnalysis:
     """The run's verdict from its points, and with a baseline the first N that stops paying per prompt kind."""
 
     verdict: SpecVerdict
@@ -99,7 +99,7 @@ class RunAnalysis:
     stops_paying_reason: dict[str, Reason]
 
 
-def behind_a_hop(points: Sequence[PointAnalysis]) -> list[PointAnalysis]:
+def behind_a_hop(points: Sequence[SpecPointAnalysis]) -> list[SpecPointAnalysis]:
     """The points as the run can stand by them: where any stream arrived coalesced in transit, a hop buffered
     the run's streams, so no point's groups are steps and every decided point is left undecided, named."""
     hop = sum(p.coalesced for p in points)
@@ -114,7 +114,7 @@ def behind_a_hop(points: Sequence[PointAnalysis]) -> list[PointAnalysis]:
             for p in points]
 
 
-def analyse_run(points: Sequence[PointAnalysis], *, with_baseline: bool) -> RunAnalysis:
+def analyse_speculative(points: Sequence[SpecPointAnalysis], *, with_baseline: bool) -> SpeculativeAnalysis:
     # the reason names each kind as the reports do ("prose", "verbatim repetition"), not by its JSON value
     verdict, reason = run_verdict([p.estimate for p in points], [kind_label(p.kind) for p in points])
     hop = sum(p.coalesced for p in points)
@@ -132,4 +132,4 @@ def analyse_run(points: Sequence[PointAnalysis], *, with_baseline: bool) -> RunA
             by_n = {p.n: p.paid.verdict for p in points if p.kind == kind and p.paid is not None}
             if by_n:
                 stops[kind], stops_reason[kind] = stops_paying(by_n)
-    return RunAnalysis(verdict, reason, stops, stops_reason)
+    return SpeculativeAnalysis(verdict, reason, stops, stops_reason)

@@ -7,7 +7,7 @@ judged from how the finish times group, never from how long the batch took.
 Its modules, each importing only those listed before it: `windows` (the generation windows),
 `records` (what the analysis takes in and decides), `grouping` (one batch's finish times),
 `validity` (which measurements count), `trend` and `weighing` (the trend across N; the verdicts of a
-batch, a point and the run), `findings`, and `run` (`analyze_staircase`); a layers contract in
+batch, a point and the run), `findings`, and `run` (`analyse_staircase`); a layers contract in
 pyproject.toml holds that order. Every public name is re-exported here: `analysis.staircase.NAME`
 reads as it always did.
 """
@@ -44,19 +44,18 @@ from servecheck.analysis.staircase.grouping import (
     group_finishes,
     group_steps,
 )
+from servecheck.analysis.findings import Finding, RequestRef
 from servecheck.analysis.staircase.records import (
     DEFINITE_VERDICTS,
     MISLEADING_SUM_FRAC,
     STOPWATCH,
     BatchAnalysis,
     BatchVerdict,
-    Finding,
+    LevelAnalysis,
     MeasuredBatch,
-    PointAnalysis,
-    RequestRef,
     StaircaseAnalysis,
 )
-from servecheck.analysis.staircase.run import analyze_staircase, needs_more
+from servecheck.analysis.staircase.run import analyse_staircase, needs_more
 from servecheck.analysis.staircase.trend import (
     FLAT_HI_RATIO,
     FLAT_LO_RATIO,
@@ -108,12 +107,12 @@ from servecheck.model.bodies.staircase import RISING_RATIO
 __all__ = [
     "BatchAnalysis", "BatchVerdict", "CLUSTER_MIN_LAST_FRAC", "CLUSTER_SPREAD_FRAC", "DEFINITE_VERDICTS",
     "DISPATCH_SKEW_FRAC", "EVEN_STEP_SPREAD", "FLAT_HI_RATIO", "FLAT_LO_RATIO", "Finding", "Grouping", "LARGE_GAP_FRAC",
-    "MISLEADING_SUM_FRAC", "MeasuredBatch", "OUTPUT_LENGTH_TOLERANCE", "PARTIAL_MIN_STEP_FRAC", "PointAnalysis",
+    "MISLEADING_SUM_FRAC", "MeasuredBatch", "OUTPUT_LENGTH_TOLERANCE", "PARTIAL_MIN_STEP_FRAC", "LevelAnalysis",
     "REFERENCE_SPREAD_WARN", "REFERENCE_STEP_HI", "REFERENCE_STEP_LO", "RISING_RATIO", "RequestRef", "SMALL_GAP_FRAC",
     "STAIRCASE_EVEN_SPREAD", "STALL_DOUBT_FRAC", "STALL_READ_FRAC", "STOPWATCH", "StaircaseAnalysis",
     "WINDOW_MIN_EVENTS", "WINDOW_MIN_FRAC", "WINDOW_OVERLAP_TOL", "WindowReading",
     "aggregate_error_fracs", "aggregate_finding", "aggregate_tok_s", "analyze_batch", "analyze_point",
-    "analyze_staircase", "approximate_finding", "batch_doubt", "classify_batch", "classify_trend", "client_finding",
+    "analyse_staircase", "approximate_finding", "batch_doubt", "classify_batch", "classify_trend", "client_finding",
     "contamination_finding", "contradiction", "failed_finding", "generation_windows", "group_finishes", "group_steps",
     "length_finding", "length_outliers", "median_batch", "needs_more", "off_length", "own_gain_bound", "point_verdict",
     "prefill_gain_bound", "queue_time_s", "read_windows", "reference_disagreement_finding", "reference_finding",

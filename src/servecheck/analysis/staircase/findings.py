@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.rules import CLIENT_ERROR_FRAC, FIGURE_FRAC, OUTPUT_LENGTH_TOLERANCE
-from servecheck.analysis.staircase.records import Finding, MeasuredBatch, PointAnalysis, RequestRef
+from servecheck.analysis.findings import Finding, RequestRef
+from servecheck.analysis.staircase.records import LevelAnalysis, MeasuredBatch
 from servecheck.analysis.staircase.trend import REFERENCE_SPREAD_WARN
 from servecheck.analysis.staircase.validity import DISPATCH_SKEW_FRAC, length_outliers, skew_invalid
 from servecheck.model.client import FIX as CLIENT_FIX
@@ -75,7 +76,7 @@ def skew_finding(batches: Sequence[MeasuredBatch], single_s: float | None) -> Fi
             f"> {DISPATCH_SKEW_FRAC:.0%} of the single time ({', '.join(f'N={mb.n} rep {mb.rep + 1}' for mb in bad)})"
         ),
         hint=twin(Reason("staircase.dispatch_skew_hint"),
-                  "run from a less loaded machine, or use a larger --tokens so each request takes longer"),
+                  "run from a less loaded machine, or use a larger --tokens so each request takes longer"), requests=(),
     )
 
 
@@ -127,7 +128,7 @@ def short_of_request_finding(modal: int | None, requested: int) -> Finding | Non
         message=twin(Reason("staircase.short_outputs", modal=modal, requested=requested),
                      f"requests produced {modal} tokens where {requested} were asked for"),
         hint=twin(Reason("staircase.short_outputs_hint"),
-                  "the server stops early (an EOS ceiling or a context limit); the aggregate uses the tokens produced"),
+                  "the server stops early (an EOS ceiling or a context limit); the aggregate uses the tokens produced"), requests=(),
     )
 
 
@@ -145,11 +146,11 @@ def reference_finding(times: Sequence[float]) -> Finding | None:
             f"first; {max(times) / min(times) - 1.0:.0%} apart); ratios use their median"
         ),
         hint=twin(Reason("staircase.reference_spread_hint"),
-                  "the machine's speed drifted (load, heat, frequency): run on a quieter machine or add --reps"),
+                  "the machine's speed drifted (load, heat, frequency): run on a quieter machine or add --reps"), requests=(),
     )
 
 
-def reference_disagreement_finding(points: Sequence[PointAnalysis], single_s: float | None) -> Finding | None:
+def reference_disagreement_finding(points: Sequence[LevelAnalysis], single_s: float | None) -> Finding | None:
     """Staircases decided by their own even steps where the N=1 reference was off: named."""
     where = tuple(
         (p.n, b.rep, b.finish_s[0])
@@ -169,11 +170,11 @@ def reference_disagreement_finding(points: Sequence[PointAnalysis], single_s: fl
             "the steps are even with it but not with the reference"
         ),
         hint=twin(Reason("staircase.reference_disagrees_hint"),
-                  "the single-request time swings on this machine; the staircase rests on the batch's own steps"),
+                  "the single-request time swings on this machine; the staircase rests on the batch's own steps"), requests=(),
     )
 
 
-def witness_finding(points: Sequence[PointAnalysis]) -> Finding | None:
+def witness_finding(points: Sequence[LevelAnalysis]) -> Finding | None:
     """Witnesses that contradicted the stopwatch, which stood: the server's self-report does not
     describe its schedule, and that is a finding of its own. Either they read another schedule than
     a clean stopwatch verdict of their own batch, or they decided a batch the times left ambiguous
@@ -217,7 +218,7 @@ def witness_finding(points: Sequence[PointAnalysis]) -> Finding | None:
                                          for s in sources))
             + " do not describe its schedule"),
         hint=twin(Reason("staircase.witness_contradicts_hint"),
-                  "the verdict rests on the completion times; do not read this server's self-report as its schedule"),
+                  "the verdict rests on the completion times; do not read this server's self-report as its schedule"), requests=(),
     )
 
 
@@ -225,10 +226,10 @@ def client_finding(checks: Sequence[ClientCheck]) -> Finding | None:
     """The run is invalid when the pre-flight found the client itself the bottleneck at some N: its
     finish times there would be the client's as much as the server's."""
     message = client_bound_message(checks)
-    return None if message is None else Finding(code="client_bound", message=message, hint=CLIENT_FIX)
+    return None if message is None else Finding(code="client_bound", message=message, hint=CLIENT_FIX, requests=())
 
 
-def aggregate_error_fracs(points: Sequence[PointAnalysis], checks: Sequence[ClientCheck]) -> dict[int, float]:
+def aggregate_error_fracs(points: Sequence[LevelAnalysis], checks: Sequence[ClientCheck]) -> dict[int, float]:
     """Per N with a pre-flight: how far the client's timing error (p99 stamp delay + skew) can move
     the aggregate, as a fraction of it: the error over the point's last finish."""
     by_n = {c.streams: c for c in checks}
@@ -255,5 +256,5 @@ def aggregate_finding(fracs: dict[int, float]) -> Finding | None:
             f"the last finish there, so those throughput figures are the client's as much as the server's (the "
             f"verdicts, which allow {CLIENT_ERROR_FRAC:.0%} of the warm-up request, stand)"
         ),
-        hint=CLIENT_FIX,
+        hint=CLIENT_FIX, requests=(),
     )

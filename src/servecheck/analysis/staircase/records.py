@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import get_args
 
+from servecheck.analysis.findings import Finding
 from servecheck.analysis.staircase.windows import WindowReading
 from servecheck.analysis.stats import Summary
 from servecheck.analysis.witness import Reading
-from servecheck.model.bodies import common
 from servecheck.model.bodies import staircase as shape
 from servecheck.model.bodies.staircase import RISING_RATIO, Evidence, Schedule, Trend, Verdict
-from servecheck.model.reason import Reason, Text
+from servecheck.model.reason import Reason
 from servecheck.model.records import BatchResult
 
 DEFINITE_VERDICTS: frozenset[Verdict] = frozenset(get_args(Schedule))  # the verdicts that claim a schedule
@@ -95,34 +95,6 @@ class MeasuredBatch:
 
 
 @dataclass(frozen=True, slots=True)
-class RequestRef:
-    """Names one request in a run so the user can find it in the JSON."""
-
-    n: int
-    rep: int
-    index: int
-    nonce: str
-    detail: Reason
-
-    def record(self) -> common.RequestRef:
-        return common.RequestRef(n=self.n, rep=self.rep, index=self.index, nonce=self.nonce, detail=self.detail)
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """A warning or a reason the run is invalid: data with a hint, rendered by the CLI."""
-
-    code: str
-    message: Text  # the run's own reason, or the pre-flight's (model.client) as it was put
-    hint: Text | None = None
-    requests: tuple[RequestRef, ...] = ()
-
-    def record(self) -> common.Finding:
-        return common.Finding(code=self.code, message=self.message, hint=self.hint,
-                              requests=tuple(r.record() for r in self.requests))
-
-
-@dataclass(frozen=True, slots=True)
 class BatchAnalysis:
     n: int
     rep: int
@@ -145,7 +117,7 @@ class BatchAnalysis:
 
 
 @dataclass(frozen=True, slots=True)
-class PointAnalysis:
+class LevelAnalysis:
     """One N across its repetitions."""
 
     n: int
@@ -171,7 +143,7 @@ class PointAnalysis:
 @dataclass(frozen=True, slots=True)
 class StaircaseAnalysis:
     single_s: float | None
-    points: tuple[PointAnalysis, ...]
+    points: tuple[LevelAnalysis, ...]
     verdict: Verdict
     verdict_reason: Reason
     trend: Trend

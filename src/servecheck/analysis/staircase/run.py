@@ -1,4 +1,4 @@
-"""A whole staircase run judged, pure: the entry point (`analyze_staircase`) that puts the batches,
+"""A whole staircase run judged, pure: the entry point (`analyse_staircase`) that puts the batches,
 points, run verdict, trend and findings together, and what another rep could still decide (`needs_more`)."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from servecheck.analysis.stats import median
 from servecheck.model.client import ClientCheck
 
 
-def analyze_staircase(
+def analyse_staircase(
     batches: Sequence[MeasuredBatch],
     *,
     tokens_requested: int,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from servecheck.analysis.client_timing import longest_holding
-from servecheck.analysis.staircase.records import MeasuredBatch, PointAnalysis
+from servecheck.analysis.staircase.records import MeasuredBatch, LevelAnalysis
 from servecheck.analysis.staircase.windows import WINDOW_OVERLAP_TOL, generation_windows
 from servecheck.analysis.stats import median, ratio
 from servecheck.analysis.transit import hop_hold_ns
@@ -95,7 +95,7 @@ def classify_trend(
     )
 
 
-def single_aggregates(points: Sequence[PointAnalysis]) -> list[float]:
+def single_aggregates(points: Sequence[LevelAnalysis]) -> list[float]:
     """The aggregate of every N=1 measurement: the trend's references."""
     return [b.aggregate_tok_s for p in points if p.n == 1 for b in p.batches if b.aggregate_tok_s is not None]
 
@@ -150,7 +150,7 @@ def single_prefill_s(batches: Sequence[MeasuredBatch]) -> float | None:
     return median(ttfts) if ttfts else None
 
 
-def _queue_gains(points: Sequence[PointAnalysis], batches: Sequence[MeasuredBatch]) -> dict[int, float]:
+def _queue_gains(points: Sequence[LevelAnalysis], batches: Sequence[MeasuredBatch]) -> dict[int, float]:
     """Per N > 1 whose every batch is a queue its generation windows confirm (none overlapped): what hiding
     prefill could have gained it, from its own batches (`hidden_prefill_gain`); each batch's own first
     request's TTFT, when longer than the N=1 median, stands for one prefill alone."""
@@ -175,7 +175,7 @@ def _queue_gains(points: Sequence[PointAnalysis], batches: Sequence[MeasuredBatc
     return out
 
 
-def _trend(points: Sequence[PointAnalysis], batches: Sequence[MeasuredBatch]
+def _trend(points: Sequence[LevelAnalysis], batches: Sequence[MeasuredBatch]
            ) -> tuple[Trend, Reason, dict[int, float], tuple[int, ...], float | None, dict[int, float]]:
     """The trend, its reason, agg(N)/agg(1) per N, the N read from their schedule, the bound, and each
     queue's own bound from its stamps.
@@ -220,7 +220,7 @@ def _trend(points: Sequence[PointAnalysis], batches: Sequence[MeasuredBatch]
     return trend, reason, ratios, scheduled, bound, queue_gains
 
 
-def own_gain_bound(point: PointAnalysis) -> float | None:
+def own_gain_bound(point: LevelAnalysis) -> float | None:
     """The point's ceiling on agg(N)/agg(1) from its own batches (median over reps): its aggregate
     over the first request's rate, tokens / first finish. No schedule runs a request faster than
     it runs alone, so the first finish is at most one single time and the true gain is at most this."""

@@ -15,7 +15,7 @@ from servecheck.analysis.staircase.records import (
     BatchAnalysis,
     BatchVerdict,
     MeasuredBatch,
-    PointAnalysis,
+    LevelAnalysis,
 )
 from servecheck.analysis.staircase.validity import (
     _ok_by_finish,
@@ -211,14 +211,14 @@ def median_batch(batches: Sequence[BatchAnalysis]) -> BatchAnalysis | None:
     return with_agg[(len(with_agg) - 1) // 2] if with_agg else batches[0]
 
 
-def analyze_point(n: int, batches: Sequence[BatchAnalysis], noises: Sequence[Any] = ()) -> PointAnalysis:
+def analyze_point(n: int, batches: Sequence[BatchAnalysis], noises: Sequence[Any] = ()) -> LevelAnalysis:
     verdict, reason, evidence = point_verdict(n, batches)
     if verdict == "inconclusive" and (busy := busy_words(noises)) is not None:
         reason = twin(joined((reason, busy)), f"{reason}; {busy}")
     aggs = [b.aggregate_tok_s for b in batches if b.aggregate_tok_s is not None]
     shown = median_batch(batches)
     by_witness = verdict in DEFINITE_VERDICTS and not STOPWATCH.intersection(evidence)
-    return PointAnalysis(
+    return LevelAnalysis(
         n=n,
         finish_s=() if shown is None else shown.finish_s,
         tokens=() if shown is None else shown.tokens,
@@ -262,7 +262,7 @@ def _by_stopwatch(b: BatchAnalysis) -> bool:
     return b.verdict.verdict in DEFINITE_VERDICTS and not b.verdict.decided_by_witness
 
 
-def _clean_point(p: PointAnalysis) -> bool:
+def _clean_point(p: LevelAnalysis) -> bool:
     """The point's definite verdict rests on clean stopwatch verdicts alone (every definite rep's)."""
     definite = [b for b in p.batches if b.verdict.verdict in DEFINITE_VERDICTS]
     return p.verdict in DEFINITE_VERDICTS and bool(definite) and all(b.verdict.stopwatch_clean for b in definite)
@@ -302,7 +302,7 @@ def _set_aside(b: BatchAnalysis, clocked: Sequence[BatchAnalysis], lo: int, hi: 
                                       contradicted_by=v.witnesses, overruled_by=against, reason=reason))
 
 
-def contradiction(points: Sequence[PointAnalysis]) -> Reason | None:
+def contradiction(points: Sequence[LevelAnalysis]) -> Reason | None:
     """Two definite verdicts no fixed number of slots can give (a staircase at N=2 beside a cluster
     at N=4): the schedule is not the one the verdict words assume, so no run verdict is named.
 
@@ -324,7 +324,7 @@ def contradiction(points: Sequence[PointAnalysis]) -> Reason | None:
     return None
 
 
-def _run_verdict(points: Sequence[PointAnalysis]) -> tuple[Verdict, Reason, tuple[Evidence, ...]]:
+def _run_verdict(points: Sequence[LevelAnalysis]) -> tuple[Verdict, Reason, tuple[Evidence, ...]]:
     top = max(points, key=lambda p: p.n, default=None)
     if top is None or top.n == 1:
         return "inconclusive", twin(Reason("staircase.no_batch"), "no N > 1 was measured"), ()

@@ -9,7 +9,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from servecheck.results.fields import as_float
+from servecheck.runs.fields import as_float
 
 DASH = "—"
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from servecheck.client.request_params import json_or_text
+from servecheck.wire.request_params import json_or_text
 
 from servecheck.model.bodies.common import ClientCheck, Finding, Warning
 

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from servecheck.client.base import StreamParseError
+from servecheck.wire.base import StreamParseError
 
 DONE = "[DONE]"
 # The most one event (or one unfinished line) may hold. Real events are a few kB; a server that never

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from servecheck.client.sse import check_line_length, loads_object
+from servecheck.wire.sse import check_line_length, loads_object
 
 
 class NdjsonParser:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from servecheck.client.dialects import EventReading
+from servecheck.wire.dialects import EventReading
 from servecheck.model.records import OUTPUT_LENGTH_TOLERANCE, ServerTimings, TokenCountSource
 
 # Generated text kept per request; enough to eyeball, bounded so 256 long streams stay small.

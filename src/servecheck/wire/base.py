@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from servecheck.client.request_params import RequestParams
+from servecheck.wire.request_params import RequestParams
 from servecheck.errors import ProtocolError
 
 Clock = Callable[[], int]  # monotonic nanoseconds

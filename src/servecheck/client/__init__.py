@@ -1,1 +1,0 @@
-"""API dialects (OpenAI, llama.cpp native, Ollama native), pure stream parsers and dialect detection."""
