@@ -30,15 +30,6 @@ def sentences_built(source: str) -> list[str]:
                 return True
         return False
 
-    def migrating(node: ast.AST) -> bool:  # the old text a `twin(reason, was)` compares while a module migrates
-        while node in parent:
-            up = parent[node]
-            if isinstance(up, ast.Call) and isinstance(up.func, ast.Name) and up.func.id == "twin" \
-                    and len(up.args) == 2 and up.args[1] is node:
-                return True
-            node = up
-        return False
-
     def text(node: ast.AST) -> bool:
         return isinstance(node, ast.JoinedStr) or (isinstance(node, ast.Constant) and isinstance(node.value, str))
 
@@ -56,7 +47,7 @@ def sentences_built(source: str) -> list[str]:
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
                 and not isinstance(parent.get(node), ast.JoinedStr) and len(node.value.split()) >= PROSE_WORDS:
             what = f"a prose constant {node.value[:40]!r}"
-        if what and not raised(node) and not migrating(node):
+        if what and not raised(node):
             found.append(f"{getattr(node, 'lineno', '?')}: {what}")
     return found
 

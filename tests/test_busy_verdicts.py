@@ -248,7 +248,7 @@ def test_a_serial_server_that_speeds_up_warns() -> None:
                start_s=10.0 * r)
         for r in range(4)
     ]
-    messages = [str(w.message) for w in A.analyse(cells).warnings]
+    messages = [str(w.message) for w in A.analyse_arms(cells).warnings]
     assert any("gained" in m and "faster" in m for m in messages), messages
 
 

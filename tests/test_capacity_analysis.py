@@ -12,7 +12,7 @@ from servecheck.analysis.arms import median_interval
 from servecheck.analysis.capacity import (
     Criteria,
     ProbeSample,
-    analyse,
+    analyse_capacity,
     assess,
     held,
     limit_of,
@@ -139,7 +139,7 @@ def test_search_finds_the_analytic_capacity(capacity: int) -> None:
     law = step_law(0.004, 0.001)
     floor = law(capacity + 0.5)
     order, probes = search(law, Criteria(floor), max_n=64)
-    a = analyse(probes, Criteria(floor), max_n=64)
+    a = analyse_capacity(probes, Criteria(floor), max_n=64)
     assert a.max_concurrency == capacity
     assert a.limit == ("max_n" if capacity == 64 else "user_rate")
     assert len(order) == len(set(order)) and len(order) <= 2 * math.ceil(math.log2(64)) + 1
@@ -169,7 +169,7 @@ def test_held_and_limit(statuses, expected_held, expected_limit) -> None:
 
 def test_a_ttft_failure_names_ttft() -> None:
     probes = {1: [sample(1, [60.0] * 6)], 2: [sample(2, [59.0] * 6, [0.9] * 6)]}
-    a = analyse(probes, FLOOR, max_n=64)
+    a = analyse_capacity(probes, FLOOR, max_n=64)
     assert (a.max_concurrency, a.limit) == (1, "ttft")
     assert a.answer == ("holds 1 user at >= 50 tok/s each and a first token within 0.5 s (median); "
                         "the 2nd makes users wait 0.90 s for a first token")
@@ -181,26 +181,26 @@ def test_a_ttft_failure_names_ttft() -> None:
 def test_answer_line_in_the_issue_shape() -> None:
     probes = {n: [sample(n, [r] * 6, agg=r * n)]
               for n, r in ((1, 80.0), (2, 70.0), (4, 50.0), (8, 30.0), (6, 45.5), (5, 48.0))}
-    a = analyse(probes, Criteria(47.0), max_n=64)
+    a = analyse_capacity(probes, Criteria(47.0), max_n=64)
     assert a.answer == "holds 5 users at >= 47 tok/s each (median); the 6th drops each to 45.5 tok/s"
     assert (a.max_concurrency, a.limit, a.determined) == (5, "user_rate", True)
 
 
 def test_a_floor_above_one_user_alone_is_zero_users_said_plainly() -> None:
-    a = analyse({1: [sample(1, [30.0] * 6, agg=30.0)]}, Criteria(47.0), max_n=64)
+    a = analyse_capacity({1: [sample(1, [30.0] * 6, agg=30.0)]}, Criteria(47.0), max_n=64)
     assert (a.max_concurrency, a.limit) == (0, "user_rate")
     assert a.answer == "holds 0 users: one user alone gets 30.0 tok/s (median), below the 47 tok/s floor"
 
 
 def test_nothing_shown_is_null_and_undetermined() -> None:
-    a = analyse({1: [sample(1, [45, 46, 47, 48, 49, 50])]}, Criteria(47.0), max_n=64)
+    a = analyse_capacity({1: [sample(1, [45, 46, 47, 48, 49, 50])]}, Criteria(47.0), max_n=64)
     assert (a.max_concurrency, a.limit) == (None, "undetermined") and a.answer.code == "capacity.alone_undetermined"
     assert a.answer["why"].code == "capacity.rate_side" and a.answer["why"]["status"] == "uncertain"
 
 
 def test_max_n_says_at_least() -> None:
     probes = {n: [sample(n, [100.0] * 6, agg=100.0 * n)] for n in (1, 2, 4)}
-    a = analyse(probes, Criteria(47.0), max_n=4)
+    a = analyse_capacity(probes, Criteria(47.0), max_n=4)
     assert (a.max_concurrency, a.limit) == (4, "max_n") and a.answer.code == "capacity.holds_up_to_max_n"
     assert (a.answer["held"], a.answer["max_n"]) == (4, 4)
 
@@ -212,7 +212,7 @@ def test_marginals_and_the_least_valuable_user() -> None:
     # seed 003's shape: the 2nd user buys +9%, the 4th buys a lot more
     aggs = {1: 100.0, 2: 109.0, 4: 139.0}
     probes = {n: [sample(n, [aggs[n] / n] * 6, agg=aggs[n])] for n in aggs}
-    a = analyse(probes, Criteria(1.0), max_n=4)
+    a = analyse_capacity(probes, Criteria(1.0), max_n=4)
     by_n = {m.n: m for m in a.marginals}
     assert by_n[2].gain_tok_s_per_user == pytest.approx(9.0) and by_n[2].aggregate_gain == pytest.approx(0.09)
     assert by_n[2].per_user_change == pytest.approx(-0.455)
@@ -227,7 +227,7 @@ def test_marginals_and_the_least_valuable_user() -> None:
 @pytest.mark.parametrize(("end", "warned"), [(100.0, False), (103.0, False), (90.0, True), (110.0, True)])
 def test_drift_is_warned_in_both_directions(end: float, warned: bool) -> None:
     probes = {1: [sample(1, [100.0] * 6, agg=100.0)], 2: [sample(2, [90.0] * 6, agg=180.0)]}
-    a = analyse(probes, Criteria(10.0), max_n=2, baseline_end=sample(1, [end] * 6, agg=end))
+    a = analyse_capacity(probes, Criteria(10.0), max_n=2, baseline_end=sample(1, [end] * 6, agg=end))
     assert a.drift is not None and a.drift.change == pytest.approx(end / 100 - 1)
     assert any(isinstance(w.message, Reason) and w.message.code == "capacity.drift" for w in a.warnings) is warned
     assert DRIFT_LIMIT == 0.05
@@ -235,7 +235,7 @@ def test_drift_is_warned_in_both_directions(end: float, warned: bool) -> None:
 
 def test_non_monotone_curves_are_reported() -> None:
     probes = {1: [sample(1, [60.0] * 6)], 2: [sample(2, [40.0] * 6)], 3: [sample(3, [70.0] * 6)]}
-    a = analyse(probes, FLOOR, max_n=3)
+    a = analyse_capacity(probes, FLOOR, max_n=3)
     kinds = {(x.kind, x.n_low, x.n_high) for x in a.non_monotone}
     assert ("status", 2, 3) in kinds and ("per_user_rate", 2, 3) in kinds and ("per_user_rate", 1, 3) in kinds
     assert a.max_concurrency == 1  # 3 passed, but not with every smaller N passing
@@ -322,7 +322,7 @@ def test_the_warnings_name_what_was_left_out_each_with_its_fix() -> None:
     assert [r.code for r in one.contaminated] == ["capacity.request_cached"]
     assert [(r.code, r["held_ms"]) for r in one.hop_held] == [("capacity.request_held", 200.0)]
     two = replace(sample(2, [60.0, 61.0, 62.0]), hop_held=one.hop_held)  # held, its rate unknown: left out
-    a = analyse({1: [one], 2: [two]}, Criteria(50.0), max_n=2)
+    a = analyse_capacity({1: [one], 2: [two]}, Criteria(50.0), max_n=2)
     point = a.points[1]
     assert point.status == "uncertain" and point.reason.code == "joined"
     assert list(point.reason.codes()) == ["joined", "capacity.interval_short", "capacity.held_left_out"]
@@ -335,11 +335,11 @@ def test_the_warnings_name_what_was_left_out_each_with_its_fix() -> None:
 
 
 def test_one_user_alone_failing_or_waiting_too_long_says_which() -> None:
-    failed = analyse({1: [sample(1, [60.0] * 6, failure="1 of 7 requests failed (error: HTTP 503: busy)")]}, FLOOR,
-                     max_n=4)
+    alone = sample(1, [60.0] * 6, failure="1 of 7 requests failed (error: HTTP 503: busy)")
+    failed = analyse_capacity({1: [alone]}, FLOOR, max_n=4)
     assert failed.max_concurrency == 0 and failed.answer.code == "capacity.holds_none"
     assert failed.answer["alone"].code == "capacity.alone_fails"
-    slow = analyse({1: [sample(1, [60.0] * 6, [0.9] * 6)]}, FLOOR, max_n=4)
+    slow = analyse_capacity({1: [sample(1, [60.0] * 6, [0.9] * 6)]}, FLOOR, max_n=4)
     assert (slow.max_concurrency, slow.limit) == (0, "ttft")
     assert slow.answer == ("holds 0 users: one user alone waits 0.90 s for a first token (median), above the "
                            "0.5 s ceiling")

@@ -54,11 +54,11 @@ def test_an_arms_rep_a_hop_held_is_left_out_and_named() -> None:
                     per_user_rate_tok_s=100.0, ttft_s=0.02, start_s=10.0 * r + p)
              for r in range(4) for p, c in enumerate((1, 4) if r % 2 else (4, 1))]
     held = [replace(c, hop_held_ms=3000.0) if (c.rep, c.concurrency) == (1, 4) else c for c in cells]
-    result = A.analyse(held)
+    result = A.analyse_arms(held)
     assert result.arm(4).aggregate_speedup is not None and result.arm(4).aggregate_speedup.n == 3
     assert any(isinstance(w.message, Reason) and w.message.code == "arms.hop_held" and w.message["held_ms"] == 3000.0
                for w in result.warnings)
     # a hold no label can feel is kept, and said
-    small = A.analyse([replace(c, hop_held_ms=5.0) if (c.rep, c.concurrency) == (1, 4) else c for c in cells])
+    small = A.analyse_arms([replace(c, hop_held_ms=5.0) if (c.rep, c.concurrency) == (1, 4) else c for c in cells])
     assert small.arm(4).aggregate_speedup is not None and small.arm(4).aggregate_speedup.n == 4
     assert any(isinstance(w.message, Reason) and w.message.code == "arms.late_kept" for w in small.warnings)

@@ -17,7 +17,7 @@ from servecheck.errors import UsageError
 from servecheck.model.bodies.arms import ArmsBody
 from servecheck.model.bodies.common import Request
 from servecheck.model.bodies.staircase import StaircaseBody
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 from servecheck.model.result import RunResult
 from servecheck.model.sidebyside import DIFFABLE, Diff, Line, config_notes, label_for, marks_of, numbered_label
 
@@ -81,9 +81,7 @@ def verdict_across(trends: Sequence[tuple[str, str]], verdicts: Sequence[tuple[s
     trend_of = dict(trends)
     if any((v in BATCHED_VERDICTS) != (trend_of.get(label) == "rising") for label, v in said):
         aggregate = _by_trend(trends, batched)
-        return twin(Reason("across.own_verdicts", verdicts=said, aggregate=aggregate),
-                    "the runs' own verdicts: " + ", ".join(f"{label} {v}" for label, v in said)
-                    + f"; aggregate: {aggregate}")
+        return Reason("across.own_verdicts", verdicts=said, aggregate=aggregate)
     return _by_trend(trends, batched)
 
 
@@ -93,20 +91,12 @@ def _by_trend(trends: Sequence[tuple[str, str]], batched: Sequence[str]) -> Reas
     flat = tuple(label for label, trend in trends if trend == "flat")
     unknown = tuple(label for label, trend in trends if trend not in ("rising", "flat"))
     if not rising and flat:
-        return twin(Reason("across.none_rises", batched=bool(batched), unknown=unknown),
-                    ("no configuration's aggregate rises" if batched else "no configuration batches")
-                    + (": all lines flat" if not unknown else ": every decided line is flat")
-                    + (f"; inconclusive (no N=1 point or one level only): {', '.join(unknown)}" if unknown else ""))
+        return Reason("across.none_rises", batched=bool(batched), unknown=unknown)
     if not rising:
-        return twin(Reason("across.none_judged", unknown=unknown),
-                    "no verdict: no line can be judged"
-                    + (f"; inconclusive (no N=1 point or one level only): {', '.join(unknown)}" if unknown else ""))
+        return Reason("across.none_judged", unknown=unknown)
     if not flat and not unknown:
-        return twin(Reason("across.all_rise"), "every configuration batches: all lines rise")
-    return twin(Reason("across.some_rise", rising=rising, flat=flat, unknown=unknown),
-                (f"only {rising[0]} rises" if len(rising) == 1 else f"{', '.join(rising)} rise")
-                + f"; flat: {', '.join(flat) or 'none'}"
-                + (f"; inconclusive (no N=1 point or one level only): {', '.join(unknown)}" if unknown else ""))
+        return Reason("across.all_rise")
+    return Reason("across.some_rise", rising=rising, flat=flat, unknown=unknown)
 
 
 # ---------------------------------------------------------------- staircase or arms runs, by level

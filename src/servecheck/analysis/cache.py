@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from servecheck.model.bodies.prefix_cache import CacheAnalysis, CacheSignal, CacheThresholds, SendKind
 from servecheck.model.bodies.prefix_cache import CacheVerdict as CacheVerdictName
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 from servecheck.model.records import RequestRecord
 
 
@@ -128,10 +128,7 @@ def _decided_despite_lateness(sends: Sequence[CacheSend], *, counters_decide: bo
     verdicts = [_decide(e, counters_decide=counters_decide) for e in ends]
     worst = max(s.client_late_ms for s in sends)
     if len({v.verdict for v in verdicts}) == 1 and verdicts[0].verdict != "unknown":
-        return replace(verdicts[0], reason=twin(
-            Reason("prefix_cache.late_kept", verdict=verdicts[0].reason, late_ms=worst),
-            f"{verdicts[0].reason}; the client read some sends late (up to {worst:.0f} "
-            "ms), and the verdict is the same whatever their true times within that"))
+        return replace(verdicts[0], reason=Reason("prefix_cache.late_kept", verdict=verdicts[0].reason, late_ms=worst))
     return _decide(sends, counters_decide=counters_decide)
 
 
@@ -147,13 +144,9 @@ def _decide(sends: Sequence[CacheSend], *, counters_decide: bool) -> PrefixCache
     floor = next((s for s in sends if s.kind == "floor" and s.ttft_s is not None and not s.client_late_ms), None)
     if len(repeats) < 2:
         others_late = any(s.client_late_ms for s in sends)
-        return PrefixCacheAnalysis("unknown", twin(
-            Reason("prefix_cache.too_few_repeats", others_late=others_late),
-            "need at least two sends of the same prompt"
-            f"{' (the client itself was late reading the others)' if others_late else ''}"), "none")
+        return PrefixCacheAnalysis("unknown", Reason("prefix_cache.too_few_repeats", others_late=others_late), "none")
     if any(s.ttft_s is None for s in (*repeats, *([control] if control else []))):
-        return PrefixCacheAnalysis("unknown", twin(Reason("prefix_cache.send_failed"),
-                                            "a send failed, so the sends cannot be compared"), "none")
+        return PrefixCacheAnalysis("unknown", Reason("prefix_cache.send_failed"), "none")
     timing = _timing(repeats, control)
     counters = read_counters(repeats, control)
     floor_ratio = floor_first_ratio = None
@@ -179,12 +172,8 @@ def client_late(sends: Sequence[CacheSend]) -> Reason | None:
     late = [s for s in (first, control) if s is not None and s.client_late_ms]
     if not late:
         return None
-    return twin(
-        Reason("prefix_cache.reference_late", late_ms=max(s.client_late_ms for s in late),
-               first=any(s is first for s in late), control=any(s is not first for s in late)),
-        f"the client itself was late by up to {max(s.client_late_ms for s in late):.0f} ms reading "
-        f"{' and '.join('the first send' if s is first else 'the control' for s in late)} "
-        "(a busy machine or a late reader), so its time to first token is no reference")
+    return Reason("prefix_cache.reference_late", late_ms=max(s.client_late_ms for s in late),
+               first=any(s is first for s in late), control=any(s is not first for s in late))
 
 
 def read_counters(repeats: Sequence[CacheSend], control: CacheSend | None) -> CounterReading | None:
@@ -195,37 +184,25 @@ def read_counters(repeats: Sequence[CacheSend], control: CacheSend | None) -> Co
     lowest, highest = min(fractions), max(fractions)
     control_fraction = _fraction(control, repeats[0]) if control is not None else None
     if control_fraction is not None and control_fraction >= HIT_FRACTION:
-        return CounterReading("unknown", twin(
-            Reason("prefix_cache.counters_shared_prefix", control_fraction=control_fraction),
-            f"the control prompt also had {control_fraction:.0%} cached: the prompts "
-            "share a prefix, so hits say nothing about caching of repeated prompts"), lowest, True)
+        return CounterReading("unknown", (
+            Reason("prefix_cache.counters_shared_prefix", control_fraction=control_fraction)), lowest, True)
     if lowest >= HIT_FRACTION:
-        return CounterReading("working", twin(
-            Reason("prefix_cache.counters_hit", lowest=lowest),
-            f"every warm repeat had at least {lowest:.0%} of its prompt cached"), lowest)
+        return CounterReading("working", Reason("prefix_cache.counters_hit", lowest=lowest), lowest)
     if highest <= TEMPLATE_HEAD_FRACTION:
-        return CounterReading("inert", twin(
-            Reason("prefix_cache.counters_flat", highest=highest),
-            f"the cache counters stayed flat (at most {highest:.0%} cached on warm repeats)"), lowest)
-    return CounterReading("unknown", twin(
-        Reason("prefix_cache.counters_mixed", lowest=lowest, highest=highest),
-        f"cache counters mixed ({lowest:.0%}-{highest:.0%} cached on warm repeats)"), lowest)
+        return CounterReading("inert", Reason("prefix_cache.counters_flat", highest=highest), lowest)
+    return CounterReading("unknown", Reason("prefix_cache.counters_mixed", lowest=lowest, highest=highest), lowest)
 
 
 def _beside_counters(clocked: PrefixCacheAnalysis, counters: CounterReading) -> PrefixCacheAnalysis:
     """A verdict the timing gave, with the counters beside it: they agree, say nothing, or contradict it."""
     if counters.says == clocked.verdict:
-        return replace(clocked, reason=twin(
-            Reason("prefix_cache.counters_agree", timing=clocked.reason, counters=counters.description),
-            f"{clocked.reason}; the cache counters agree: {counters.description}"))
+        return replace(clocked, reason=(
+            Reason("prefix_cache.counters_agree", timing=clocked.reason, counters=counters.description)))
     if counters.says == "unknown" and not counters.shared_prefix:
-        return replace(clocked, reason=twin(
-            Reason("prefix_cache.counters_beside", timing=clocked.reason, counters=counters.description),
-            f"{clocked.reason}; {counters.description}"))
-    return replace(clocked, witness_contradicts=counters.description, reason=twin(
-        Reason("prefix_cache.counters_contradict", timing=clocked.reason, counters=counters.description),
-        f"{clocked.reason}; the server's cache counters contradict the timing: "
-        f"{counters.description}, so they do not describe its cache"))
+        return replace(clocked, reason=(
+            Reason("prefix_cache.counters_beside", timing=clocked.reason, counters=counters.description)))
+    return replace(clocked, witness_contradicts=counters.description, reason=(
+        Reason("prefix_cache.counters_contradict", timing=clocked.reason, counters=counters.description)))
 
 
 def _tie_break(clocked: PrefixCacheAnalysis, counters: CounterReading, timing: tuple[float | None, float | None], *,
@@ -238,16 +215,12 @@ def _tie_break(clocked: PrefixCacheAnalysis, counters: CounterReading, timing: t
     if says == "unknown" or not counters_decide:
         held_back = not (counters_decide or counters.says == "unknown")  # --evidence stopwatch kept them out
         signal: CacheSignal = "counters" if counters.shared_prefix or counters.says == "inert" else "none"
-        return replace(clocked, signal=signal, reason=twin(
+        return replace(clocked, signal=signal, reason=(
             Reason("prefix_cache.counters_undecided", timing=clocked.reason, counters=counters.description,
-                   held_back=held_back),
-            f"{clocked.reason}; {counters.description}"
-            f"{'; with --evidence stopwatch the counters do not decide' if held_back else ''}"))
+                   held_back=held_back)))
     return replace(
-        clocked, verdict=says, signal="counters", decided_by_witness=True, reason=twin(
-            Reason("prefix_cache.decided_by_counters", timing=clocked.reason, counters=counters.description),
-            f"decided by the server's own cache counters; the timing alone was ambiguous ({clocked.reason}): "
-            f"{counters.description}"),
+        clocked, verdict=says, signal="counters", decided_by_witness=True, reason=(
+            Reason("prefix_cache.decided_by_counters", timing=clocked.reason, counters=counters.description)),
     )
 
 
@@ -261,55 +234,34 @@ def _by_timing(
     if _faster(timing):
         return PrefixCacheAnalysis(
             "working",
-            twin(Reason("prefix_cache.faster", no_counters=no_counters, warm=warm, control=control),
-                 f"{'no cache counters, but ' if no_counters else ''}"
-                 f"warm repeats took {warm:.2f}x the first send's time to first token"
-                 + ("" if control is None else f" and {control:.2f}x the control's")),
+            Reason("prefix_cache.faster", no_counters=no_counters, warm=warm, control=control),
             "timing",
             *timing,
         )
     if _as_slow(timing) and control is not None and floor_ratio is not None and floor_ratio <= FLOOR_MAX_RATIO:
         return PrefixCacheAnalysis(
             "inert",
-            twin(Reason("prefix_cache.as_slow_as_control", no_counters=no_counters, control=control,
+            Reason("prefix_cache.as_slow_as_control", no_counters=no_counters, control=control,
                         floor_ratio=floor_ratio),
-                 f"{'no cache counters, but ' if no_counters else ''}"
-                 f"warm repeats took {control:.2f}x the time to first token of a "
-                 f"fresh prompt of equal length, while a short prompt (what a hit costs) took {floor_ratio:.2f}x it: "
-                 "nothing was served from the cache"),
             "timing",
             *timing,
         )
     if _slow_as_the_first(warm, floor_first_ratio):
         return PrefixCacheAnalysis(
             "inert",
-            twin(Reason("prefix_cache.as_slow_as_first", no_counters=no_counters, warm=warm,
+            Reason("prefix_cache.as_slow_as_first", no_counters=no_counters, warm=warm,
                         floor_first_ratio=floor_first_ratio, control=control),
-                 f"{'no cache counters, but ' if no_counters else ''}"
-                 f"warm repeats took {warm:.2f}x the time to first token of the "
-                 f"first send of the same prompt (a fresh prefill), while a short prompt (what a hit costs) took "
-                 f"{floor_first_ratio:.2f}x it: nothing was served from the cache"
-                 + ("" if not control else f" (the one control send took {1 / control:.2f}x the repeats' time)")),
             "timing",
             *timing,
         )
     if warm is not None and warm >= INERT_TTFT_RATIO:
         if floor_first_ratio is None:
-            reason = twin(Reason("prefix_cache.no_floor", no_counters=no_counters, warm=warm),
-                          f"{'no cache counters, and ' if no_counters else ''}"
-                          f"the repeats were {warm:.2f}x the first send"
-                          ", but no short prompt was timed to show what a hit would cost")
+            reason = Reason("prefix_cache.no_floor", no_counters=no_counters, warm=warm)
         else:
-            reason = twin(Reason("prefix_cache.floor_too_slow", no_counters=no_counters, warm=warm,
-                                 floor_first_ratio=floor_first_ratio, floor_max=FLOOR_MAX_RATIO),
-                          f"{'no cache counters, and ' if no_counters else ''}"
-                          f"the repeats were {warm:.2f}x the first send"
-                          f", but a short prompt took {floor_first_ratio:.2f}x the first send's time too (a hit would "
-                          f"need <= {FLOOR_MAX_RATIO}x to show)")
+            reason = Reason("prefix_cache.floor_too_slow", no_counters=no_counters, warm=warm,
+                                 floor_first_ratio=floor_first_ratio, floor_max=FLOOR_MAX_RATIO)
     else:
-        reason = twin(Reason("prefix_cache.within_noise", no_counters=no_counters, warm=warm),
-                      f"{'no cache counters, and ' if no_counters else ''}a time difference "
-                      f"({'?x' if warm is None else format(warm, '.2f') + 'x'} the first) that noise could explain")
+        reason = Reason("prefix_cache.within_noise", no_counters=no_counters, warm=warm)
     return PrefixCacheAnalysis("unknown", reason, "none", *timing)
 
 

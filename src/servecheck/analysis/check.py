@@ -29,7 +29,7 @@ from servecheck.model.bodies.prefix_cache import PrefixCacheBody
 from servecheck.model.bodies.roofline import RooflineBody
 from servecheck.model.bodies.speculative import SpeculativeBody
 from servecheck.model.bodies.staircase import Point, StaircaseBody
-from servecheck.model.reason import Reason, Text, joined, twin
+from servecheck.model.reason import Reason, Text, joined
 
 CONCURRENCY: dict[str, ConcurrencyWord] = {"cluster": "batched", "staircase": "serial", "partial": "partial"}
 # `--expect` may name a claim as the issue and the other commands' flags do
@@ -57,12 +57,8 @@ def fits(estimate_s: float, left_s: float) -> bool:
 
 def not_run(claim: str, command: str, estimate_s: float | None, left_s: float) -> Card:
     """The card of a claim the budget could not fit, naming the command that decides it."""
-    reason = twin(
-        Reason("check.not_run", needed_s=None if estimate_s is None else estimate_s * ESTIMATE_MARGIN,
-               left_s=max(left_s, 0), command=command),
-        "the budget left too little (" + ("" if estimate_s is None else f"about {estimate_s * ESTIMATE_MARGIN:.0f} s "
-                                          "needed, ") + f"{max(left_s, 0):.0f} s left): run servecheck {command} "
-        "URL for more, or give check a larger --budget")
+    reason = Reason("check.not_run", needed_s=None if estimate_s is None else estimate_s * ESTIMATE_MARGIN,
+               left_s=max(left_s, 0), command=command)
     return Card(claim=claim, verdict=NOT_RUN, seconds=0.0, estimate_s=estimate_s, command=command, reason=reason)
 
 
@@ -120,26 +116,16 @@ def concurrency_card(body: StaircaseBody) -> Card:
     ratio = (body.trend_ratios or {}).get(str(n)) if n is not None else None
     figure: Reason
     if word == "batched":
-        figure = twin(Reason("check.all_together", n=n, ratio=ratio),
-                      f"N={n}: all {n} finish together" + ("" if ratio is None else f"; aggregate {ratio:.2f}x N=1"))
+        figure = Reason("check.all_together", n=n, ratio=ratio)
     elif word == "serial":
-        figure = twin(Reason("check.one_after_another", n=n, finishes=len(groups), ratio=ratio),
-                      f"N={n}: {len(groups)} finishes, one after another"
-                      + ("" if ratio is None else f"; aggregate {ratio:.2f}x N=1"))
+        figure = Reason("check.one_after_another", n=n, finishes=len(groups), ratio=ratio)
     elif word == "partial":
-        figure = twin(Reason("check.slots", n=n, groups=tuple(groups), ratio=ratio),
-                      f"{groups[0] if groups else '?'} slots: N={n} finishes in groups of "
-                      f"{' / '.join(map(str, groups))}" + ("" if ratio is None else f"; aggregate {ratio:.2f}x N=1"))
+        figure = Reason("check.slots", n=n, groups=tuple(groups), ratio=ratio)
     else:
-        figure = twin(Reason("check.undecided_at", n=n, reason=body.verdict_reason),
-                      f"N={n}: {body.verdict_reason or 'undecided'}")
-    evidence = [twin(Reason("check.point", n=p.n, verdict=p.verdict, reason=p.reason),
-                     f"N={p.n}: {p.verdict} ({p.reason})") for p in body.points if (p.n or 0) > 1]
-    evidence.append(twin(Reason("check.trend", trend=body.trend, reason=body.trend_reason),
-                         f"trend {body.trend}: {body.trend_reason}"))
-    decided = twin(Reason("check.decided_by", evidence=tuple(body.evidence), witness=bool(body.decided_by_witness)),
-                   (" + ".join(body.evidence) or "nothing")
-                   + (" (the server's own word: the finish times left it open)" if body.decided_by_witness else ""))
+        figure = Reason("check.undecided_at", n=n, reason=body.verdict_reason)
+    evidence = [Reason("check.point", n=p.n, verdict=p.verdict, reason=p.reason) for p in body.points if (p.n or 0) > 1]
+    evidence.append(Reason("check.trend", trend=body.trend, reason=body.trend_reason))
+    decided = Reason("check.decided_by", evidence=tuple(body.evidence), witness=bool(body.decided_by_witness))
     return Card(claim="concurrency", verdict=word, figure=figure, evidence=tuple(evidence), decided_by=decided,
                 reason=body.verdict_reason, command="staircase")
 
@@ -148,27 +134,20 @@ def client_card(checks: Sequence[ClientCheck], calibration: str | None) -> Card:
     """The client's own timing error, from the pre-flight the concurrency card took before each N."""
     measured = [c for c in checks if c.error_ms is not None and c.tolerance_ms]
     if not measured:
-        why = (twin(Reason("check.no_calibrate"), "--no-calibrate: the client did not check itself")
+        why = (Reason("check.no_calibrate")
                if calibration == "off"
-               else twin(Reason("check.not_checked"),
-                         "the client did not check itself (a driver without a pre-flight, or the concurrency card "
-                         "did not run)"))
+               else Reason("check.not_checked"))
         word: ClientWord = "not calibrated"
         return Card(claim="client", verdict=word, reason=why, decided_by="nothing", command="calibrate")
     worst = max(measured, key=lambda c: (c.error_ms or 0.0) / (c.tolerance_ms or 1.0))
     bound = [c for c in measured if c.client_bound]
     word = "client-bound" if bound else "within bound"
-    figure = twin(Reason("check.client_error", error_ms=worst.error_ms, streams=worst.streams,
-                         tolerance_ms=worst.tolerance_ms, basis=worst.basis),
-                  f"timing error {worst.error_ms:.1f} ms at N={worst.streams} "
-                  f"(bound {worst.tolerance_ms:.1f} ms, {worst.basis})")
-    evidence = tuple(twin(Reason("check.client_check", streams=c.streams, error_ms=c.error_ms,
-                                 tolerance_ms=c.tolerance_ms, workers=c.workers),
-                          f"N={c.streams}: {c.error_ms:.1f} ms of {c.tolerance_ms:.1f} ms on {c.workers or 1} "
-                          "process(es)")
+    figure = Reason("check.client_error", error_ms=worst.error_ms, streams=worst.streams,
+                         tolerance_ms=worst.tolerance_ms, basis=worst.basis)
+    evidence = tuple(Reason("check.client_check", streams=c.streams, error_ms=c.error_ms,
+                                 tolerance_ms=c.tolerance_ms, workers=c.workers)
                      for c in measured)
-    decided = twin(Reason("check.preflight"),
-                   "the pre-flight: this client's stamp delay against its own loopback server")
+    decided = Reason("check.preflight")
     return Card(claim="client", verdict=word, figure=figure, evidence=evidence, decided_by=decided,
                 reason=bound[0].reason if bound else None, command="calibrate")
 
@@ -184,24 +163,18 @@ def param_verdict(name: str, baseline: ConcurrencyWord, body: StaircaseBody) -> 
     n = None if top is None else top.n
     if word == "serial" and baseline in ("batched", "partial"):
         verdict: ParamWord = "serialized"
-        figure = twin(Reason("check.field_serialized", n=n, finishes=len(groups), baseline=baseline),
-                      f"N={n}: {len(groups)} finishes one after another, where the same batch without it was "
-                      f"{baseline}")
+        figure = Reason("check.field_serialized", n=n, finishes=len(groups), baseline=baseline)
     elif word == baseline:
-        verdict, figure = BATCHED_AS_BEFORE, twin(Reason("check.field_as_before", n=n, word=word, groups=tuple(groups)),
-                                                  f"N={n}: {word} as without it (groups "
-                                                  f"{' / '.join(map(str, groups))})")
+        verdict, figure = BATCHED_AS_BEFORE, Reason("check.field_as_before", n=n, word=word, groups=tuple(groups))
     else:
-        verdict, figure = "inconclusive", twin(Reason("check.field_open", n=n, word=word, baseline=baseline),
-                                               f"N={n}: {word} with it, {baseline} without")
+        verdict, figure = "inconclusive", Reason("check.field_open", n=n, word=word, baseline=baseline)
     return ParamProbe(name=name, verdict=verdict, figure=figure, reason=None if top is None else top.reason)
 
 
 def rejected(name: str, status: int | None, message: str | None) -> ParamProbe:
     verdict: ParamWord = "rejected"
     return ParamProbe(name=name, verdict=verdict, http_status=status, message=message,
-                      figure=twin(Reason("check.rejected", status=status, message=message),
-                                  f"HTTP {status if status is not None else '?'}: {message or 'no message'}"))
+                      figure=Reason("check.rejected", status=status, message=message))
 
 
 def params_card(probes: Sequence[ParamProbe]) -> Card:
@@ -211,12 +184,11 @@ def params_card(probes: Sequence[ParamProbe]) -> Card:
     by_word = {w: [p.name or "?" for p in probes if p.verdict == w] for w in dict.fromkeys(words) if w is not None}
     verdict = next((w for w in ("serialized", "inconclusive", BATCHED_AS_BEFORE) if w in by_word),
                    NOT_RUN if NOT_RUN in by_word else CANNOT_ASK)
-    figure = joined(twin(Reason("check.fields_said", names=tuple(names), word=word), f"{', '.join(names)} {word}")
+    figure = joined(Reason("check.fields_said", names=tuple(names), word=word)
                     for word, names in by_word.items())
-    evidence = tuple(twin(Reason("check.probe_said", name=p.name, verdict=p.verdict, figure=p.figure, reason=p.reason),
-                          f"{p.name}: {p.verdict}: {p.figure or p.reason}") for p in probes)
-    decided = twin(Reason("check.same_batch"),
-                   "finish times of the same N=4 batch with each field, against the concurrency card's")
+    evidence = tuple(Reason("check.probe_said", name=p.name, verdict=p.verdict, figure=p.figure, reason=p.reason)
+                     for p in probes)
+    decided = Reason("check.same_batch")
     return Card(claim="request_params", verdict=verdict, figure=figure, evidence=evidence, decided_by=decided,
                 command=PARAMS_COMMAND)
 
@@ -228,45 +200,33 @@ def prefix_card(body: PrefixCacheBody) -> Card:
     a = body.analysis
     warm = None if a is None else a.warm_ttft_ratio
     control = None if a is None else a.control_ttft_ratio
-    figure = twin(Reason("check.prefix_figure", warm=warm, control=control, prompt_tokens=body.prompt_tokens),
-                  f"warm repeat TTFT {'?' if warm is None else f'{warm:.2f}x'} the first send's, "
-                  f"{'?' if control is None else f'{control:.2f}x'} the control's "
-                  f"({body.prompt_tokens}-token prompt)")
-    evidence = (twin(Reason("check.prefix_ttft", ttft_s=tuple(body.ttft_s), control_s=body.control_ttft_s),
-                     f"TTFT s per repeat: {', '.join('-' if t is None else f'{t:.3f}' for t in body.ttft_s)}; control "
-                     f"{'-' if body.control_ttft_s is None else f'{body.control_ttft_s:.3f}'}"),
-                twin(Reason("check.prefix_cached", cached=tuple(body.cached_tokens)),
-                     "cached tokens per repeat: "
-                     f"{', '.join('-' if c is None else str(c) for c in body.cached_tokens)}"))
+    figure = Reason("check.prefix_figure", warm=warm, control=control, prompt_tokens=body.prompt_tokens)
+    evidence = (Reason("check.prefix_ttft", ttft_s=tuple(body.ttft_s), control_s=body.control_ttft_s),
+                Reason("check.prefix_cached", cached=tuple(body.cached_tokens)))
     return Card(claim="prefix_cache", verdict=body.verdict or "unknown", figure=figure, evidence=evidence,
                 decided_by=None if a is None else a.signal, reason=body.verdict_reason, command="prefix-cache")
 
 
 def interference_card(body: InterferenceBody) -> Card:
-    figure = twin(Reason("check.interference_figure", chunk_tokens=body.chunk_tokens, sentence=body.sentence,
-                         reason=body.verdict_reason),
-                  f"{'' if body.chunk_tokens is None else f'chunk about {body.chunk_tokens:.0f} tokens; '}"
-                  f"{body.sentence or body.verdict_reason or ''}".strip("; "))
-    evidence = tuple(twin(Reason("check.intruder_gap", prompt_tokens=p.prompt_tokens, gap_s=p.victim_max_gap_s),
-                          f"{p.prompt_tokens}-token intruder: victims' longest gap "
-                          f"{'-' if p.victim_max_gap_s is None else f'{p.victim_max_gap_s:.3f}'} s")
+    figure = Reason("check.interference_figure", chunk_tokens=body.chunk_tokens, sentence=body.sentence,
+                         reason=body.verdict_reason)
+    evidence = tuple(Reason("check.intruder_gap", prompt_tokens=p.prompt_tokens, gap_s=p.victim_max_gap_s)
                      for p in body.points)
     return Card(claim="chunked_prefill", verdict=body.verdict or "inconclusive", figure=figure, evidence=evidence,
                 decided_by=body.decided_by, reason=body.verdict_reason, command="interference")
 
 
 def speculative_card(body: SpeculativeBody) -> Card:
-    steps = [twin(Reason("check.tokens_per_step", kind=p.prompt_kind, n=p.n, tokens_per_step=p.tokens_per_step),
-                  f"{p.prompt_kind} N={p.n}: {p.tokens_per_step:.2f} tokens per step") for p in body.points
-             if p.tokens_per_step is not None]
+    steps = [Reason("check.tokens_per_step", kind=p.prompt_kind, n=p.n, tokens_per_step=p.tokens_per_step)
+             for p in body.points if p.tokens_per_step is not None]
     figure: Text = steps[0] if steps else (body.verdict_reason or "")
     if len(steps) > 1:
         figure = joined(steps)
-    evidence = tuple(twin(Reason("check.speculative_point", kind=p.prompt_kind, n=p.n, verdict=p.verdict,
-                                 reason=p.reason), f"{p.prompt_kind} N={p.n}: {p.verdict} ({p.reason})")
+    evidence = tuple(Reason("check.speculative_point", kind=p.prompt_kind, n=p.n, verdict=p.verdict,
+                                 reason=p.reason)
                      for p in body.points)
     return Card(claim="speculative", verdict=body.verdict or "inconclusive", figure=figure, evidence=evidence,
-                decided_by=twin(Reason("check.arrival_steps"), "each stream's arrival times, grouped into steps"),
+                decided_by=Reason("check.arrival_steps"),
                 reason=body.verdict_reason, command="speculative")
 
 
@@ -313,9 +273,7 @@ def context_card(advertised: int, source: str, slots: int | None, probes: Sequen
     together; what the longest accepted prompt was alone and with others in flight."""
     alone = [p for p in probes if p.in_flight == 1]
     at_once = [p for p in probes if p.in_flight > 1]
-    said = twin(Reason("check.advertised", advertised=advertised, source=source, slots=slots),
-                f"advertises {advertised} per request ({source}"
-                f"{'' if not slots or slots < 2 else f'; {slots} slots advertised'})")
+    said = Reason("check.advertised", advertised=advertised, source=source, slots=slots)
     accepted = [p.sent_tokens or 0 for p in alone if p.outcome == "accepted"]
     refused = [p.sent_tokens or 0 for p in alone if p.outcome == "refused"]
     evidence = tuple(_probe_line(p) for p in probes)
@@ -323,57 +281,37 @@ def context_card(advertised: int, source: str, slots: int | None, probes: Sequen
     figure: Reason
     if any(p.outcome == "truncated" for p in probes):
         cut = next(p for p in probes if p.outcome == "truncated")
-        word, figure = "truncated", twin(
+        word, figure = "truncated", (
             Reason("check.context_truncated", said=said, sent=cut.sent_tokens, in_flight=cut.in_flight,
-                   counted=cut.counted_tokens),
-            f"{said}; a prompt of {cut.sent_tokens} tokens "
-            f"({'alone' if cut.in_flight == 1 else f'one of {cut.in_flight} at once'}) was counted as "
-            f"{cut.counted_tokens}: the server keeps only part of it")
+                   counted=cut.counted_tokens))
     elif any(p.outcome == "failed" for p in probes):
         failed = next(p for p in probes if p.outcome == "failed")
-        word, figure = "inconclusive", twin(
+        word, figure = "inconclusive", (
             Reason("check.context_failed", said=said, sent=failed.sent_tokens, in_flight=failed.in_flight,
-                   message=failed.message),
-            f"{said}; a probe of {failed.sent_tokens} tokens "
-            f"({'alone' if failed.in_flight == 1 else f'one of {failed.in_flight} at once'}) failed: "
-            f"{failed.message}")
+                   message=failed.message))
     elif refused and not accepted:
-        word, figure = LESS_THAN_ADVERTISED, twin(
-            Reason("check.context_refused_alone", said=said, refused=min(refused)),
-            f"{said}; refused alone at {min(refused)} tokens, and no shorter probe fitted the budget")
+        word, figure = LESS_THAN_ADVERTISED, Reason("check.context_refused_alone", said=said, refused=min(refused))
     elif refused:
-        word, figure = LESS_THAN_ADVERTISED, twin(
+        word, figure = LESS_THAN_ADVERTISED, (
             Reason("check.context_bisected", said=said, accepted=max(accepted), refused=min(refused),
-                   probes=len(alone)),
-            f"{said}; accepts {max(accepted)} tokens alone, refused {min(refused)} (found in {len(alone)} probes)")
+                   probes=len(alone)))
     elif at_once and any(p.outcome == "refused" for p in at_once):
         n_refused = sum(p.outcome == "refused" for p in at_once)
-        word, figure = LESS_THAN_ADVERTISED, twin(
+        word, figure = LESS_THAN_ADVERTISED, (
             Reason("check.context_shared", said=said, accepted=max(accepted), in_flight=len(at_once),
-                   refused=n_refused),
-            f"{said}; {max(accepted)} tokens accepted alone, but with {len(at_once)} in flight {n_refused} of them "
-            "were refused: the context is shared")
+                   refused=n_refused))
     else:
-        word, figure = "as advertised", twin(
+        word, figure = "as advertised", (
             Reason("check.context_as_advertised", said=said, accepted=max(accepted), in_flight=len(at_once),
-                   one_at_a_time=together <= 1),
-            f"{said}; a prompt of {max(accepted)} tokens was accepted alone"
-            + (f" and {len(at_once)} at once" if at_once else
-               "" if together > 1 else " (the server runs one request at a time: none in flight beside it)"))
-    decided = twin(Reason("check.context_decided_by", bisected=bool(refused), in_flight=len(at_once)),
-                   "requests at the advertised length" + (", halved toward the longest accepted" if refused else "")
-                   + (f", then {len(at_once)} at once" if at_once else ""))
+                   one_at_a_time=together <= 1))
+    decided = Reason("check.context_decided_by", bisected=bool(refused), in_flight=len(at_once))
     return Card(claim="context_per_request", verdict=word, figure=figure, evidence=evidence, decided_by=decided,
                 command="context")
 
 
 def _probe_line(p: ContextProbe) -> Reason:
-    return twin(Reason("check.context_probe", sent=p.sent_tokens, in_flight=p.in_flight, outcome=p.outcome,
-                       status=None if p.outcome == "accepted" else p.http_status, counted=p.counted_tokens),
-                f"{p.sent_tokens} tokens {'alone' if p.in_flight == 1 else f'one of {p.in_flight} at once'}: "
-                f"{p.outcome}"
-                f"{'' if p.http_status is None or p.outcome == 'accepted' else f' (HTTP {p.http_status})'}"
-                f"{'' if p.counted_tokens is None else f', counted {p.counted_tokens}'}")
+    return Reason("check.context_probe", sent=p.sent_tokens, in_flight=p.in_flight, outcome=p.outcome,
+                       status=None if p.outcome == "accepted" else p.http_status, counted=p.counted_tokens)
 
 
 # A server that counted under this share of the prompt we sent kept only part of it (llama.cpp's context
@@ -391,21 +329,14 @@ def roofline_card(body: RooflineBody) -> Card:
     util, bw = body.utilization, body.bandwidth_gb_s
     if body.gate is None or util is None or bw is None or body.tok_s is None or body.bytes_per_token is None:
         return Card(claim="roofline", verdict="inconclusive",
-                    reason=twin(Reason("check.no_roofline"), "the roofline could not be drawn"), command="roofline")
-    figure = twin(Reason("check.roofline_figure", tok_s=body.tok_s, gb_per_token=body.bytes_per_token / 1e9,
-                         achieved_gb_s=body.achieved_gb_s, bandwidth_gb_s=tuple(bw), utilization=tuple(util)),
-                  f"{body.tok_s:.1f} tok/s x {body.bytes_per_token / 1e9:.3f} GB per token = "
-                  f"{body.achieved_gb_s:.2f} GB/s of "
-                  f"{f'{bw[0]:.1f}' if f'{bw[0]:.1f}' == f'{bw[1]:.1f}' else f'{bw[0]:.1f}-{bw[1]:.1f}'} GB/s: "
-                  f"{f'{util[0]:.0%}' if f'{util[0]:.0%}' == f'{util[1]:.0%}' else f'{util[0]:.0%}-{util[1]:.0%}'} "
-                  "of the memory bandwidth")
-    evidence = (twin(Reason("check.rate_source", source=body.tok_s_source), f"rate: {body.tok_s_source}"),
-                twin(Reason("check.bandwidth_source", source=body.bandwidth_source),
-                     f"bandwidth: {body.bandwidth_source}"),
+                    reason=Reason("check.no_roofline"), command="roofline")
+    figure = Reason("check.roofline_figure", tok_s=body.tok_s, gb_per_token=body.bytes_per_token / 1e9,
+                         achieved_gb_s=body.achieved_gb_s, bandwidth_gb_s=tuple(bw), utilization=tuple(util))
+    evidence = (Reason("check.rate_source", source=body.tok_s_source),
+                Reason("check.bandwidth_source", source=body.bandwidth_source),
                 *(body.notes or ()))
     return Card(claim="roofline", verdict=body.gate, figure=figure, evidence=evidence,
-                decided_by=twin(Reason("check.gate_at", threshold=body.gate_threshold),
-                                f"utilization against the gate at {body.gate_threshold:.0%}"),
+                decided_by=Reason("check.gate_at", threshold=body.gate_threshold),
                 command="roofline")
 
 
@@ -433,11 +364,9 @@ def expect_outcome(cards: Sequence[Card], expect: Mapping[str, str]) -> tuple[li
     for claim, wanted in expect.items():
         name, got = find(cards, claim)
         if name is None or got is None or got in UNDECIDED or got == "inconclusive":
-            undecided.append(twin(Reason("check.expected_undecided", claim=claim, wanted=wanted, got=got),
-                                  f"{claim}: expected {wanted}, the card says {got or 'nothing'}"))
+            undecided.append(Reason("check.expected_undecided", claim=claim, wanted=wanted, got=got))
         elif got != wanted:
-            mismatches.append(twin(Reason("check.expected_other", claim=claim, wanted=wanted, got=got),
-                                   f"{claim}: expected {wanted}, the card says {got}"))
+            mismatches.append(Reason("check.expected_other", claim=claim, wanted=wanted, got=got))
     return mismatches, undecided
 
 
@@ -448,7 +377,7 @@ def timed(card: Card, seconds: float, estimate_s: float | None) -> Card:
 def lesson(cards: Sequence[Card]) -> Reason:
     """The one line the report ends with: what the server claims and does not do, else what it does."""
     said = {c.claim: c.verdict for c in cards}
-    worst = [twin(Reason("check.claim_verdict", claim=c.claim, verdict=c.verdict), f"{c.claim} {c.verdict}")
+    worst = [Reason("check.claim_verdict", claim=c.claim, verdict=c.verdict)
              for c in cards
              if c.verdict in ("serial", "serialized", "inert", "blocking", "client-bound", LESS_THAN_ADVERTISED,
                               "truncated")]
@@ -458,11 +387,7 @@ def lesson(cards: Sequence[Card]) -> Reason:
     if worst:
         head = joined(worst)
     elif decided:
-        head = twin(Reason("check.nothing_broken", concurrency=said.get("concurrency", "?")),
-                    f"concurrency {said.get('concurrency', '?')}; no decided card found a claim the server does not "
-                    "keep")
+        head = Reason("check.nothing_broken", concurrency=said.get("concurrency", "?"))
     else:
-        head = twin(Reason("check.no_card_decided"),
-                    "no card decided: give a larger --budget, or run the commands the cards name")
-    return twin(Reason("check.lesson", head=head, undecided=tuple(open_)),
-                str(head) + (f"; undecided: {', '.join(open_)}" if open_ else ""))
+        head = Reason("check.no_card_decided")
+    return Reason("check.lesson", head=head, undecided=tuple(open_))

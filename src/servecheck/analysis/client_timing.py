@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servecheck.model.client import ClientLateness
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 from servecheck.model.records import RequestRecord
 
 # After a late window ends the loop drains what queued up in it: reads this soon after its end
@@ -34,17 +34,8 @@ class Vouch:
 
     def words(self) -> Reason:
         """The reason, for a problem list (`model.words.run`'s one sentence per code)."""
-        return twin(Reason("run.vouch", code=self.code, late_ms=self.late_ms, resolution_ms=self.resolution_ms,
-                           needed_ms=self.needed_ms),
-                    "the client's own timing was not metered, so it cannot vouch for this stretch"
-                    if self.code == "no_meter" else
-                    f"the client can vouch for its reads only to {self.resolution_ms:.2f} ms, and this rule needs "
-                    f"{self.needed_ms:.2f} ms" if self.code == "coarse" else
-                    f"the client itself was late by up to {self.late_ms:.0f} ms here (a busy machine or a late "
-                    f"reader; this rule tolerates {self.needed_ms:.2f} ms): no evidence" if self.code == "late" else
-                    "the client's timing meter did not cover this stretch" if self.code == "uncovered" else
-                    "the client's timing meter overflowed, so it cannot vouch for this stretch"
-                    if self.code == "dropped" else "the client read on time")
+        return Reason("run.vouch", code=self.code, late_ms=self.late_ms, resolution_ms=self.resolution_ms,
+                           needed_ms=self.needed_ms)
 
 
 

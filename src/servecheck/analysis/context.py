@@ -17,7 +17,7 @@ from servecheck.analysis.design import mirrored
 from servecheck.analysis.rules import OUTPUT_LENGTH_TOLERANCE, drifted
 from servecheck.analysis.stats import median
 from servecheck.model.bodies.context import Effect
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 
 # Output lengths more than OUTPUT_LENGTH_TOLERANCE (5%) from what was asked make a point invalid.
 # Tokenizing the prompt alone and inside a request may differ by a special token at the boundary
@@ -113,14 +113,11 @@ def plan_order(depths: Sequence[int], reps: int) -> list[int]:
 def check_depths(depths: Sequence[int]) -> Reason | None:
     """Why these depths cannot make a sweep, or None."""
     if len(depths) < 2:
-        return twin(Reason("context.too_few_depths", depths=tuple(depths)),
-                    f"a context sweep needs at least two depths, got {list(depths)}: the ratio is to the shallowest")
+        return Reason("context.too_few_depths", depths=tuple(depths))
     if any(d < 0 for d in depths):
-        return twin(Reason("context.negative_depth", depths=tuple(depths)),
-                    f"depths must be zero or more tokens, got {list(depths)}")
+        return Reason("context.negative_depth", depths=tuple(depths))
     if any(b <= a for a, b in zip(depths, depths[1:])):
-        return twin(Reason("context.depths_not_increasing", depths=tuple(depths)),
-                    f"depths must be strictly increasing, got {list(depths)}")
+        return Reason("context.depths_not_increasing", depths=tuple(depths))
     return None
 
 
@@ -170,31 +167,19 @@ def sample_problem(s: Sample, *, excuse_late: bool = False) -> Reason | None:
     read late by the client itself (analysis.client_timing) on every send of it. `rep` in a reason counts
     from 0, as the sample does."""
     if s.error is not None:
-        return twin(Reason("context.request_failed", depth=s.depth, rep=s.rep, error=s.error),
-                    f"depth {s.depth} rep {s.rep + 1}: the request failed ({s.error})")
+        return Reason("context.request_failed", depth=s.depth, rep=s.rep, error=s.error)
     sent, reported = s.prompt_tokens, s.reported_prompt_tokens
     if sent is not None and reported is not None and reported < sent - TRUNCATION_SLACK_TOKENS:
-        return twin(Reason("context.truncated", depth=s.depth, rep=s.rep, reported=reported, sent=sent),
-                    f"depth {s.depth} rep {s.rep + 1}: the server truncated the prompt: it reports {reported} prompt "
-                    f"tokens, {sent} were sent")
+        return Reason("context.truncated", depth=s.depth, rep=s.rep, reported=reported, sent=sent)
     if abs(s.tokens - s.tokens_requested) > OUTPUT_LENGTH_TOLERANCE * s.tokens_requested:
-        return twin(Reason("context.off_length", depth=s.depth, rep=s.rep, tokens=s.tokens,
-                           requested=s.tokens_requested, tolerance=OUTPUT_LENGTH_TOLERANCE),
-                    f"depth {s.depth} rep {s.rep + 1}: {s.tokens} tokens generated, {s.tokens_requested} asked "
-                    f"(more than {OUTPUT_LENGTH_TOLERANCE:.0%} off)")
+        return Reason("context.off_length", depth=s.depth, rep=s.rep, tokens=s.tokens,
+                           requested=s.tokens_requested, tolerance=OUTPUT_LENGTH_TOLERANCE)
     if s.decode_tok_s is None:
-        return twin(Reason("context.no_decode_interval", depth=s.depth, rep=s.rep),
-                    f"depth {s.depth} rep {s.rep + 1}: no decode interval (fewer than two tokens timed)")
+        return Reason("context.no_decode_interval", depth=s.depth, rep=s.rep)
     if s.client_late_ms and not excuse_late:
-        return twin(Reason("context.client_late", depth=s.depth, rep=s.rep, late_ms=s.client_late_ms, resent=s.resent),
-                    f"depth {s.depth} rep {s.rep + 1}: the client itself was late by up to {s.client_late_ms:.0f} ms "
-                    f"reading it{f' and the {s.resent} send(s) before it' if s.resent else ''} (a busy machine or a "
-                    "late reader), so its times are no evidence")
+        return Reason("context.client_late", depth=s.depth, rep=s.rep, late_ms=s.client_late_ms, resent=s.resent)
     if s.hop_held_ms and not excuse_late:
-        return twin(Reason("context.hop_held", depth=s.depth, rep=s.rep, held_ms=s.hop_held_ms),
-                    f"depth {s.depth} rep {s.rep + 1}: its stream arrived in bursts coalesced in transit, which a hop "
-                    f"that buffers the stream (a proxy, a gateway) may have held up to {s.hop_held_ms:.0f} ms, so its "
-                    "times are the hop's, not the server's")
+        return Reason("context.hop_held", depth=s.depth, rep=s.rep, held_ms=s.hop_held_ms)
     return None
 
 
@@ -306,12 +291,8 @@ def analyse_context(samples: Sequence[Sample], depths: Sequence[int]) -> Context
         a = _analyse(samples, depths, excuse_late=True)
         worst = max(_untimed_s(s) for s in samples) * 1e3
         streams = sum(1 for s in samples if _untimed_s(s))
-        kept = Finding(twin(Reason("context.late_kept", streams=streams, late_ms=worst),
-                            f"{streams} stream(s) were read late by the client or held by "
-                            f"a hop (up to {worst:.0f} ms), kept: the effect is the same whatever "
-                            "their true times within that"),
-                       twin(Reason("context.late_kept_hint"),
-                            "the rates beside it carry that error; measure on a quieter machine for them"))
+        kept = Finding(Reason("context.late_kept", streams=streams, late_ms=worst),
+                       Reason("context.late_kept_hint"))
         return replace(a, warnings=(*a.warnings, kept), late_kept=True)
     return _analyse(samples, depths)
 
@@ -347,7 +328,7 @@ def _analyse(samples: Sequence[Sample], depths: Sequence[int], *, excuse_late: b
     points = tuple(_point(d, [s for s in samples if s.depth == d], base, base_rate, excuse_late=excuse_late)
                    for d in depths if any(s.depth == d for s in samples))
     drift = _drift(base)
-    invalid = tuple(Finding(p, twin(Reason("context.left_out"), "the point is left out of the ratios and the roofline"))
+    invalid = tuple(Finding(p, Reason("context.left_out"))
                     for pt in points for p in pt.problems)
     warnings = _drift_warnings(drift)
     effect, reason = judge_effect(points, drift)
@@ -367,12 +348,8 @@ def _drift_warnings(drift: ReferenceDrift | None) -> tuple[Finding, ...]:
     if drift is None or not drifted(drift.change):
         return ()
     return (Finding(
-        twin(Reason("context.drift", first_tok_s=drift.first_tok_s, last_tok_s=drift.last_tok_s, change=drift.change),
-             f"drift: the shallowest depth ran at {drift.first_tok_s:.1f} tok/s first and {drift.last_tok_s:.1f} tok/s "
-             f"last ({drift.change:+.1%}); ratios are corrected for a steady drift between the two"),
-        twin(Reason("context.drift_hint"),
-             "rerun on a quiet machine, or with --reps 2 (ascending then descending weighs a steady drift on every "
-             "depth alike)"),
+        Reason("context.drift", first_tok_s=drift.first_tok_s, last_tok_s=drift.last_tok_s, change=drift.change),
+        Reason("context.drift_hint"),
     ),)
 
 
@@ -384,27 +361,17 @@ def judge_effect(points: Sequence[DepthAnalysis], drift: ReferenceDrift | None) 
     if len(valid) < 2 or drift is None:
         samples = [x for p in points for x in p.samples]
         late, held = any(x.client_late_ms for x in samples), any(x.hop_held_ms for x in samples)
-        return "inconclusive", twin(
-            Reason("context.too_few_valid", client_late=late, hop_held=held),
-            "fewer than two valid depths, or the shallowest depth has no second measurement to check drift"
-            + ("; the client itself was late reading some of them" if late else "")
-            + ("; a hop that buffers the stream held some of them" if held else ""))
+        return "inconclusive", Reason("context.too_few_valid", client_late=late, hop_held=held)
     deepest = max(valid, key=lambda p: p.depth)
     r = deepest.ratio
     assert r is not None
     gap, swing = abs(1 - r), abs(drift.change)
     if gap > FLAT_TOLERANCE and gap > swing:
-        return ("falls" if r < 1 else "rises"), twin(
-            Reason("context.beyond_drift", depth=deepest.depth, ratio=r, drift=drift.change),
-            f"depth {deepest.depth}: {r:.2f}x the shallowest depth's decode rate, drift {drift.change:+.1%}")
+        return ("falls" if r < 1 else "rises"), (
+            Reason("context.beyond_drift", depth=deepest.depth, ratio=r, drift=drift.change))
     if gap <= FLAT_TOLERANCE and not drifted(drift.change):
-        return "flat", twin(
-            Reason("context.within_tolerance", depth=deepest.depth, ratio=r, drift=drift.change),
-            f"depth {deepest.depth}: {r:.2f}x the shallowest depth's decode rate, drift {drift.change:+.1%}")
-    return "inconclusive", twin(
-        Reason("context.within_drift", depth=deepest.depth, ratio=r, drift=drift.change),
-        f"depth {deepest.depth}: {r:.2f}x the shallowest depth's decode rate, drift {drift.change:+.1%}"
-        ": the change is within the drift; rerun on a quiet machine or with --reps 2")
+        return "flat", Reason("context.within_tolerance", depth=deepest.depth, ratio=r, drift=drift.change)
+    return "inconclusive", Reason("context.within_drift", depth=deepest.depth, ratio=r, drift=drift.change)
 
 
 # ---------------------------------------------------------------- roofline at depth
@@ -466,7 +433,4 @@ def steeper_note(rows: Sequence[RooflineRow]) -> Reason | None:
     if not steep:
         return None
     worst = min(steep, key=lambda r: r.measured_over_predicted)
-    return twin(Reason("context.steeper", depth=worst.depth, measured_over_predicted=worst.measured_over_predicted),
-                f"the fall is steeper than the bytes explain: at depth {worst.depth} decode runs at "
-                f"{worst.measured_over_predicted:.0%} of what constant utilization predicts from the KV bytes; "
-                "attention compute or a kernel that degrades with depth, not bandwidth, takes the rest")
+    return Reason("context.steeper", depth=worst.depth, measured_over_predicted=worst.measured_over_predicted)

@@ -14,7 +14,7 @@ from typing import Literal
 
 from servecheck.model.bodies import roofline as shape
 from servecheck.model.bodies.roofline import Gate, Range
-from servecheck.model.reason import Reason, Text, twin
+from servecheck.model.reason import Reason, Text
 
 GB = 1_000_000_000
 
@@ -314,13 +314,12 @@ def analyse_roofline(bytes_per_token: int, kind: str, tok_s: float, bandwidth_gb
     `measured` holds a saved run's aggregate tok/s per batch size."""
     achieved = achieved_gb_s(tok_s, bytes_per_token)
     util = utilization(achieved, bandwidth_gb_s)
-    name = twin(Reason("roofline.typical_ceiling", kind=kind, lo=ceiling.lo, hi=ceiling.hi),
-                f"typical {kind} ceiling {ceiling.lo:.2f}-{ceiling.hi:.2f}")
+    name = Reason("roofline.typical_ceiling", kind=kind, lo=ceiling.lo, hi=ceiling.hi)
     return RooflineAnalysis(
         bytes_per_token=bytes_per_token, kind=kind, tok_s=tok_s, achieved_gb_s=achieved, bandwidth_gb_s=bandwidth_gb_s,
         utilization=util, gate=gate_verdict(util, gate_threshold), gate_threshold=gate_threshold,
         headroom=headroom(util, ceiling, name), speed_of_light=headroom(
-            util, Span.point(1.0), twin(SPEED_OF_LIGHT, "speed of light (every byte at the measured bandwidth)")),
+            util, Span.point(1.0), SPEED_OF_LIGHT),
         speed_of_light_tok_s=speed_of_light_tok_s(bandwidth_gb_s, bytes_per_token),
         target=None if target_tok_s is None else back_solve(target_tok_s, bytes_per_token, bandwidth_gb_s, ceiling),
         batch=(_batch_rows(step or StepBytes(bytes_per_token, 0, 0, 0, 0), batches, achieved, measured or {})
@@ -349,28 +348,17 @@ def sanity_notes(util: Span, *, audited: bool, kv_counted: bool, kind_given: boo
     `stream_tokens` of `asked_tokens`: what the --url measuring stream produced."""
     notes = []
     if util.hi > MAX_PLAUSIBLE_UTILIZATION:
-        notes.append(twin(Reason("roofline.above_bandwidth", limit=MAX_PLAUSIBLE_UTILIZATION),
-                          "utilization above 100%: bytes over-counted, the model fits in a cache, "
-                          "or the bandwidth was probed on the wrong device"))
+        notes.append(Reason("roofline.above_bandwidth", limit=MAX_PLAUSIBLE_UTILIZATION))
     if util.lo < LOW_UTILIZATION:
-        notes.append(twin(Reason("roofline.low_utilization", limit=LOW_UTILIZATION),
-                          "utilization below 15%: often the wrong device or a fallback path (check where the engine "
-                          "runs)"))
+        notes.append(Reason("roofline.low_utilization", limit=LOW_UTILIZATION))
     if not audited and not kind_given:
-        notes.append(twin(Reason("roofline.kind_assumed_dense"),
-                          "model kind assumed dense with --bytes-per-token: pass --kind moe for a mixture of experts"))
+        notes.append(Reason("roofline.kind_assumed_dense"))
     if not audited and batched:
-        notes.append(twin(Reason("roofline.batch_unaudited"),
-                          "batching ceiling without an audit: every byte counted once per step (no experts, no KV "
-                          "cache); give the MODEL file for the split"))
+        notes.append(Reason("roofline.batch_unaudited"))
     if audited and not kv_counted:
-        notes.append(twin(Reason("roofline.kv_not_counted"),
-                          "KV cache not counted: pass --context N for long-context decode"))
+        notes.append(Reason("roofline.kv_not_counted"))
     if stream_tokens is not None and asked_tokens and stream_tokens < SHORT_STREAM_FRACTION * asked_tokens:
-        notes.append(twin(Reason("roofline.short_stream", tokens=stream_tokens, asked=asked_tokens),
-                          f"the measuring stream stopped at {stream_tokens} of {asked_tokens} tokens (the server did "
-                          "not pin the length): the rate rests on fewer tokens, rerun with a server that honours "
-                          "ignore_eos"))
+        notes.append(Reason("roofline.short_stream", tokens=stream_tokens, asked=asked_tokens))
     return notes
 
 

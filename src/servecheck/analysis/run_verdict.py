@@ -8,7 +8,7 @@ from typing import Any
 
 from servecheck.analysis.logaudit import audit_word
 from servecheck.model.bodies import Other
-from servecheck.model.reason import Reason, Text, twin
+from servecheck.model.reason import Reason, Text
 from servecheck.model.result import RunResult
 
 
@@ -36,7 +36,7 @@ def _context(body: Any) -> Text | None:
         return None
     if effect == "inconclusive":
         return "inconclusive"
-    return twin(Reason("run.decode_with_depth", effect=effect), f"decode {effect} with depth")
+    return Reason("run.decode_with_depth", effect=effect)
 
 
 def _capacity(body: Any) -> Text | None:
@@ -45,8 +45,8 @@ def _capacity(body: Any) -> Text | None:
         return None
     if limit == "undetermined":
         return ("undetermined" if held is None
-                else twin(Reason("run.holds_at_least", held=held), f"holds >= {held} (undetermined)"))
-    return twin(Reason("run.holds", held=held, limit=limit), f"holds {held} ({limit})")
+                else Reason("run.holds_at_least", held=held))
+    return Reason("run.holds", held=held, limit=limit)
 
 
 def _arms(body: Any) -> Text | None:
@@ -57,7 +57,7 @@ def _arms(body: Any) -> Text | None:
     label, concurrency = _text(top.label), top.concurrency
     if not (label and concurrency):
         return label
-    return twin(Reason("run.arm_at", label=label, concurrency=concurrency), f"{label} at {concurrency}")
+    return Reason("run.arm_at", label=label, concurrency=concurrency)
 
 
 def _demo(body: Any) -> Text | None:
@@ -66,9 +66,7 @@ def _demo(body: Any) -> Text | None:
     if not words:
         return None
     expected = body.as_expected if isinstance(body.as_expected, bool) else None
-    return twin(Reason("run.demo_verdicts", verdicts=words, as_expected=expected),
-                ", ".join(words)
-                + ("" if not isinstance(expected, bool) else " (as expected)" if expected else " (not as expected)"))
+    return Reason("run.demo_verdicts", verdicts=words, as_expected=expected)
 
 
 def _log(body: Any) -> str | None:

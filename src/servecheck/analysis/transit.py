@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 
 # No gap above this joins two events into one burst: a loopback write takes microseconds, and no engine
 # completes a forward pass and its HTTP write in a tenth of a millisecond.
@@ -42,10 +42,8 @@ def in_transit(groups: Sequence[tuple[int, int | None, int]]) -> tuple[str, Reas
     pairs = [(size, gap) for size, gap, _ in groups if gap is not None]
     if len(pairs) < MIN_STEPS:
         if sum(k for k, _ in pairs) > COALESCE_MIN_MEAN * len(pairs):
-            return "too_few_groups", twin(
-                Reason("run.too_few_groups", groups=len(pairs), tokens=sum(k for k, _ in pairs), needed=MIN_STEPS),
-                f"only {len(pairs)} groups of {sum(k for k, _ in pairs)} tokens: too few to tell "
-                f"decode steps from bursts coalesced in transit (at least {MIN_STEPS} needed); raise --tokens")
+            return "too_few_groups", (
+                Reason("run.too_few_groups", groups=len(pairs), tokens=sum(k for k, _ in pairs), needed=MIN_STEPS))
         return None
     sizes = [float(k) for k, _ in pairs]
     lengths = [float(g) for _, g in pairs]
@@ -59,11 +57,7 @@ def in_transit(groups: Sequence[tuple[int, int | None, int]]) -> tuple[str, Reas
     fit = sum(abs(k - p) <= max(1.0, COALESCE_FIT_SHARE * p) for k, p in zip(sizes, predicted)) / len(sizes)
     if cv < COALESCE_MIN_CV or r is None or r < COALESCE_MIN_R or fit < COALESCE_FIT:
         return None
-    return "coalesced", twin(
-        Reason("run.coalesced", r=r, fit=fit, per_token_ms=per_token / 1e6),
-        f"the groups' sizes follow the time since the group before (r = {r:.2f}; {fit:.0%} within a "
-        f"token or a third of one per {per_token / 1e6:.3g} ms): bursts coalesced in transit (a proxy or gateway "
-        "that buffers the stream), not decode steps; measure without the hop")
+    return "coalesced", Reason("run.coalesced", r=r, fit=fit, per_token_ms=per_token / 1e6)
 
 
 def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from servecheck.analysis.rules import STAIRCASE_STEP_TOL
 from servecheck.analysis.stats import median
 from servecheck.model.bodies.staircase import Schedule, Witness, WitnessSource
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 from servecheck.model.records import NS_PER_S, ClientNoise, RequestRecord, ServerGauges
 
 
@@ -59,10 +59,8 @@ def gauge_reading(gauges: ServerGauges | None, n: int, min_samples: int = MIN_GA
     running, waiting = gauges.peak_running, gauges.peak_waiting
     if running is None or running < 1 or running > n:
         return None  # idle all batch (missed it), or other clients' requests in the gauge
-    where = twin(Reason("witness.gauges_seen", source=gauges.source, running=running, waiting=waiting,
-                        readings=len(gauges.samples)),
-                 f"{gauges.source}: at most {running} running"
-                 + ("" if waiting is None else f", up to {waiting} waiting") + f" over {len(gauges.samples)} readings")
+    where = Reason("witness.gauges_seen", source=gauges.source, running=running, waiting=waiting,
+                        readings=len(gauges.samples))
     if running == n:
         # A batch needs one reading with all n running and none waiting. A request seen waiting at
         # another reading was being admitted (a scheduler takes new requests at a step boundary, and
@@ -70,17 +68,15 @@ def gauge_reading(gauges: ServerGauges | None, n: int, min_samples: int = MIN_GA
         # every such reading is another client's requests in the gauge: no whole picture.
         if not any(s.running == n and not s.waiting for s in gauges.samples):
             return None
-        return Reading("server_gauges", "cluster", n, twin(
-            Reason("witness.gauges_cluster", seen=where, n=n, admitted=bool(waiting)),
-            f"{where}: all {n} ran at once" + ("" if not waiting else " (those seen waiting were being admitted)")))
+        return Reading("server_gauges", "cluster", n, (
+            Reason("witness.gauges_cluster", seen=where, n=n, admitted=bool(waiting))))
     if waiting is not None and waiting < n - running:
         return None  # some requests were neither running nor waiting when read: no whole picture
     if running == 1:
         return Reading("server_gauges", "staircase", 1,
-                       twin(Reason("witness.gauges_staircase", seen=where), f"{where}: one at a time"))
+                       Reason("witness.gauges_staircase", seen=where))
     return Reading("server_gauges", "partial", running,
-                   twin(Reason("witness.gauges_partial", seen=where, slots=running),
-                        f"{where}: {running} at once, the rest waited"))
+                   Reason("witness.gauges_partial", seen=where, slots=running))
 
 
 def timing_reading(records: Sequence[RequestRecord], n: int) -> Reading | None:
@@ -105,20 +101,16 @@ def timing_reading(records: Sequence[RequestRecord], n: int) -> Reading | None:
     if any(lv < 0 or abs(q - lv * service) > STAIRCASE_STEP_TOL * service for q, lv in zip(queues, levels)):
         return None
     sizes = [levels.count(lv) for lv in range(max(levels) + 1)]
-    where = twin(Reason("witness.timings_seen", queued_s=tuple(queues), service_s=service),
-                 f"server timings: queued {' / '.join(f'{q:.2f}' for q in queues)} s against a service time of "
-                 f"{service:.2f} s")
+    where = Reason("witness.timings_seen", queued_s=tuple(queues), service_s=service)
     if sizes == [n]:
         return Reading("server_timings", "cluster", n,
-                       twin(Reason("witness.timings_cluster", seen=where), f"{where}: none waited"))
+                       Reason("witness.timings_cluster", seen=where))
     if sizes == [1] * n:
-        return Reading("server_timings", "staircase", 1, twin(Reason("witness.timings_staircase", seen=where),
-                                                              f"{where}: each waited for every one ahead of it"))
+        return Reading("server_timings", "staircase", 1, Reason("witness.timings_staircase", seen=where))
     head = sizes[:-1]
     if head and all(s == head[0] for s in head) and 0 < sizes[-1] <= head[0]:
         return Reading("server_timings", "partial", head[0],
-                       twin(Reason("witness.timings_partial", seen=where, slots=head[0]),
-                            f"{where}: {head[0]} at a time"))
+                       Reason("witness.timings_partial", seen=where, slots=head[0]))
     return None
 
 
@@ -160,14 +152,11 @@ def busy_words(noises: Sequence[ClientNoise | None]) -> Reason | None:
     cpus = seen[0].cpus
     parts: list[Reason] = []
     if load is not None and load / cpus >= BUSY_LOAD_PER_CPU:
-        parts.append(twin(Reason("witness.busy_load", load=load, cpus=cpus), f"load {load:.1f} on {cpus} cores"))
+        parts.append(Reason("witness.busy_load", load=load, cpus=cpus))
     if steal is not None and steal >= BUSY_STEAL_FRAC:
-        parts.append(twin(Reason("witness.busy_steal", steal=steal), f"{steal:.0%} of CPU time stolen"))
+        parts.append(Reason("witness.busy_steal", steal=steal))
     if lag is not None and lag >= BUSY_LOOP_LAG_MS:
-        parts.append(twin(Reason("witness.busy_loop_lag", lag_ms=lag),
-                          f"the client's event loop woke up to {lag:.0f} ms late (p99)"))
+        parts.append(Reason("witness.busy_loop_lag", lag_ms=lag))
     if not parts:
         return None
-    return twin(Reason("witness.busy", parts=tuple(parts)),
-                "the machine was busy: " + ", ".join(map(str, parts))
-                + " (a server on this machine counts in the load too)")
+    return Reason("witness.busy", parts=tuple(parts))

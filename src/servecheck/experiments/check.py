@@ -1,6 +1,7 @@
 """The check: every claim a server can be asked about, in the order a user needs them, each by the
 experiment of the command that measures it, at sizes fitted to a time budget. A warm-up request prices
-each claim; one whose estimate does not fit what is left is not run, and its card names the command."""
+each claim; one whose estimate does not fit what is left is not run, and its card names the command.
+It is one module of about 500 lines because the claims share one budget, one warm-up and one order."""
 
 from __future__ import annotations
 

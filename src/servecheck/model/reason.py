@@ -8,12 +8,10 @@ document read back (where it is text) compares equal to the result it was writte
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-# What a field that carries prose holds: a reason while the run is in memory, its text once read back
-# from a document (or a server's own words, kept as written).
+
 class Reason:
     """`Reason("interference.too_cheap", growth=1.4, size_lo=256)`: a code that `model.words` knows, and
     its values (numbers, names, a server's own words, other reasons, tuples of them)."""
@@ -83,22 +81,6 @@ def _rebuilt(code: str, values: tuple[tuple[str, Any], ...]) -> Reason:
 def joined(parts: Iterable[Reason | str], sep: str = "; ") -> Reason:
     """Clauses said one after another, `sep` between them (an empty iterable says nothing)."""
     return Reason("joined", parts=tuple(parts), sep=sep)
-
-
-def twin(reason: Reason, was: str) -> Reason:
-    """Migration check, removed once every call site is migrated: with SERVECHECK_TWIN naming a file, the
-    reason's words are compared with the text the old code built from the same values, and every
-    comparison is logged there (a difference fails loudly)."""
-    log = os.environ.get("SERVECHECK_TWIN")
-    if log:
-        said = str(reason)
-        same = said == was
-        with open(log, "a", encoding="utf-8") as f:
-            f.write(f"{'same' if same else 'DIFFERENT'}\t{reason.code}\n" if same
-                    else f"DIFFERENT\t{reason.code}\t{said!r}\t{was!r}\n")
-        if not same:
-            raise AssertionError(f"{reason.code}: the words say {said!r}, the old code said {was!r}")
-    return reason
 
 
 # What a field that carries prose holds: a reason while the run is in memory, its text once read back

@@ -63,9 +63,9 @@ from servecheck.model.bodies.arms import INTERVAL_LEVEL
 # through it: OUTPUT_LENGTH_TOLERANCE (tests/test_thresholds_once.py checks that it is the one rule) and
 # INTERVAL_LEVEL, the level its intervals aim at (model.bodies.arms).
 __all__ = [
-    "ArmResult", "ArmsAnalysis", "Cell", "DEFAULT_BIAS_LIMIT", "DeviantCell", "SerialDrift", "Estimate", "INTERVAL_LEVEL",
+    "ArmResult", "ArmsAnalysis", "Cell", "DEFAULT_BIAS_LIMIT", "DeviantCell", "Estimate", "Finding", "INTERVAL_LEVEL",
     "MIN_GAUGE_CELL_SHARE", "MIN_REPS_FOR_RISE", "MIN_RISE", "NO_GAIN_CEILING", "OUTPUT_LENGTH_TOLERANCE",
-    "PositionBias", "RISE_INTERVAL_FLOOR", "Finding", "analyse_arms", "arm_result", "balanced",
+    "PositionBias", "RISE_INTERVAL_FLOOR", "SerialDrift", "analyse_arms", "arm_result", "balanced",
     "cached_prompt_suspects",
     "cell_from_records", "decode_interval_ns", "deviant_cells", "drift", "drift_position_bias", "headline",
     "interval_level", "label_arm", "label_with_reason", "labels_stand", "late_reps", "median_by_arm",

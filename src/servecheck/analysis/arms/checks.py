@@ -13,7 +13,7 @@ from servecheck.analysis.arms.records import Cell, DeviantCell, SerialDrift, Pos
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.rules import OUTPUT_LENGTH_TOLERANCE
 from servecheck.analysis.stats import median, mode
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 from servecheck.model.records import RequestRecord
 
 
@@ -143,9 +143,8 @@ def cached_prompt_suspects(
     for rep, conc, r in records:
         if record_contaminated(r):
             cached = r.server.cached_prompt_tokens if r.server else None
-            out.append(twin(Reason("arms.cached_prompt", rep=rep, concurrency=conc, request=r.index, nonce=r.nonce,
-                                   cached=cached),
-                            f"rep {rep} {conc}-way request {r.index} ({r.nonce}): {cached} cached prompt tokens"))
+            out.append(Reason("arms.cached_prompt", rep=rep, concurrency=conc, request=r.index, nonce=r.nonce,
+                                   cached=cached))
     return out
 
 

@@ -18,7 +18,7 @@ from servecheck.analysis.arms.records import (
 )
 from servecheck.analysis.stats import median, quantile_interval
 from servecheck.model.bodies.arms import INTERVAL_LEVEL, Label
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 
 
 def median_interval(values: Sequence[float]) -> Estimate:
@@ -91,61 +91,33 @@ def label_with_reason(
     is (cells read, cells)). Anything else is inconclusive, with what would decide it.
     """
     if aggregate is None:
-        return "inconclusive", twin(Reason("arms.unpaired"), "no rep pairs this arm with the serial arm")
+        return "inconclusive", Reason("arms.unpaired")
     if aggregate.n < MIN_REPS_FOR_RISE:
-        return "inconclusive", twin(
-            Reason("arms.too_few_reps", reps=aggregate.n, needed=MIN_REPS_FOR_RISE),
-            f"only {aggregate.n} paired rep(s): an interval needs {MIN_REPS_FOR_RISE} or more")
+        return "inconclusive", Reason("arms.too_few_reps", reps=aggregate.n, needed=MIN_REPS_FOR_RISE)
     agg = _iv(aggregate)
     if peak_running == 1:
         cells = _cells_read(gauge_cells)
         if generation is not None and generation.rises:
             gen_iv = _iv(generation)
-            return "inconclusive", twin(
-                Reason("arms.gauges_disagree", generation=gen_iv, cells=cells),
-                f"the generation stage reads a gain {gen_iv}, but the server's gauges showed one request "
-                f"running at a time in {cells}: the two disagree"
-            )
-        return "none", twin(
-            Reason("arms.one_running", cells=cells, aggregate=agg),
-            f"the server's gauges showed one request running at a time in {cells}: no batching and no overlap "
-            f"(aggregate {agg})"
-        )
+            return "inconclusive", Reason("arms.gauges_disagree", generation=gen_iv, cells=cells)
+        return "none", Reason("arms.one_running", cells=cells, aggregate=agg)
     if not aggregate.rises:
         if aggregate.hi < NO_GAIN_CEILING:
-            return "none", twin(Reason("arms.no_gain", aggregate=agg, ceiling=NO_GAIN_CEILING),
-                                f"aggregate {agg}: shown below {NO_GAIN_CEILING:.2f}x, no material gain")
-        return "inconclusive", twin(
-            Reason("arms.unsure_gain", aggregate=agg, rise=MIN_RISE, ceiling=NO_GAIN_CEILING),
-            f"aggregate {agg}: neither wholly above 1 with a median >= {MIN_RISE} (a rise) nor wholly below "
-            f"{NO_GAIN_CEILING:.2f}x (no gain); more reps narrow it"
-        )
+            return "none", Reason("arms.no_gain", aggregate=agg, ceiling=NO_GAIN_CEILING)
+        return "inconclusive", Reason("arms.unsure_gain", aggregate=agg, rise=MIN_RISE, ceiling=NO_GAIN_CEILING)
     if generation is None:
-        return "inconclusive", twin(Reason("arms.generation_unmeasured", aggregate=agg),
-                                    f"aggregate rises {agg}, but the generation stage was not measured")
+        return "inconclusive", Reason("arms.generation_unmeasured", aggregate=agg)
     gen = _iv(generation)
     if generation.rises:
-        return "batching", twin(
-            Reason("arms.batching", aggregate=agg, generation=gen),
-            f"aggregate {agg} and generation stage {gen} both rise: the decode steps are shared")
+        return "batching", Reason("arms.batching", aggregate=agg, generation=gen)
     if generation.hi < MIN_RISE:
-        return "pipelining", twin(
-            Reason("arms.pipelining", aggregate=agg, generation=gen),
-            f"aggregate rises {agg} while the generation stage is shown not to gain {gen}: overlap, not batching"
-        )
-    return "inconclusive", twin(
-        Reason("arms.unsure_generation", aggregate=agg, generation=gen, rise=MIN_RISE),
-        f"aggregate rises {agg}, but the generation stage {gen} is neither shown to gain nor shown not to "
-        f"(below {MIN_RISE}); more reps narrow it"
-    )
+        return "pipelining", Reason("arms.pipelining", aggregate=agg, generation=gen)
+    return "inconclusive", Reason("arms.unsure_generation", aggregate=agg, generation=gen, rise=MIN_RISE)
 
 
 def _cells_read(gauge_cells: tuple[int, int] | None) -> Reason:
     read, cells = (None, None) if gauge_cells is None else gauge_cells
-    return twin(Reason("arms.cells_read", read=read, cells=cells),
-                "every cell" if gauge_cells is None or gauge_cells[0] == gauge_cells[1]
-                else f"every cell they were read in ({gauge_cells[0]} of {gauge_cells[1]}; the rest had too few "
-                "readings)")
+    return Reason("arms.cells_read", read=read, cells=cells)
 
 
 def observed_peak(peaks: Sequence[int | None]) -> int | None:
@@ -158,7 +130,7 @@ def observed_peak(peaks: Sequence[int | None]) -> int | None:
 
 
 def _iv(e: Estimate) -> Reason:
-    return twin(Reason("arms.interval", median=e.median, lo=e.lo, hi=e.hi), f"x{e.median:.2f} [{e.lo:.2f}-{e.hi:.2f}]")
+    return Reason("arms.interval", median=e.median, lo=e.lo, hi=e.hi)
 
 
 def arm_result(cells: Sequence[Cell], concurrency: int, *, gauges_decide: bool = True) -> ArmResult:
@@ -173,7 +145,7 @@ def arm_result(cells: Sequence[Cell], concurrency: int, *, gauges_decide: bool =
     label: Label
     reason: Reason
     if concurrency == 1:
-        label, reason = "none", twin(Reason("arms.serial_baseline"), "the serial arm is the baseline")
+        label, reason = "none", Reason("arms.serial_baseline")
     else:
         label, reason = label_with_reason(agg, gen, peak, read)
     return ArmResult(

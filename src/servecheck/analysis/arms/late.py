@@ -11,7 +11,7 @@ from servecheck.analysis.arms.checks import _arms, _rep_key
 from servecheck.analysis.arms.labels import arm_result
 from servecheck.analysis.arms.records import ArmResult, Cell
 from servecheck.model.bodies.arms import Label
-from servecheck.model.reason import Reason, joined, twin
+from servecheck.model.reason import Reason, joined
 
 
 def _untimed_s(c: Cell) -> float:
@@ -56,10 +56,6 @@ def _client_named(arm: ArmResult, late: int) -> ArmResult:
     """An undecided arm whose evidence the client's own lateness thinned says so."""
     if not late or arm.label != "inconclusive":
         return arm
-    left_out = twin(Reason("arms.late_left_out", reps=late),
-                    f"{late} rep(s) were left out because the client itself was late reading them, or a hop that "
-                    "buffers the stream held them")
-    return replace(arm, label_reason=twin(joined((arm.label_reason, left_out)),
-                                          f"{arm.label_reason}; {late} rep(s) were left out because the client itself "
-                                          "was late reading them, or a hop that buffers the stream held them"))
+    left_out = Reason("arms.late_left_out", reps=late)
+    return replace(arm, label_reason=joined((arm.label_reason, left_out)))
 

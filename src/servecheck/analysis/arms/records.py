@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from servecheck.model.bodies import arms as shape
 from servecheck.model.bodies.arms import INTERVAL_LEVEL, BiasMethod, Label
 from servecheck.analysis.findings import Finding
-from servecheck.model.reason import Reason, Text, twin
+from servecheck.model.reason import Reason, Text
 
 
 # A rise counts only when the whole interval of the within-rep ratio lies above 1: a median above
@@ -215,12 +215,8 @@ class DeviantCell:
                                  modal_tokens=self.modal_tokens, deviation=self.deviation)
 
     def describe(self) -> Reason:
-        return twin(
-            Reason("arms.deviant_cell", rep=self.rep, concurrency=self.concurrency, tokens=self.tokens,
-                   modal=self.modal_tokens, deviation=self.deviation),
-            f"rep {self.rep} at {self.concurrency}-way produced {self.tokens} tokens against the modal "
-            f"{self.modal_tokens} ({self.deviation:+.0%})"
-        )
+        return Reason("arms.deviant_cell", rep=self.rep, concurrency=self.concurrency, tokens=self.tokens,
+                   modal=self.modal_tokens, deviation=self.deviation)
 
 
 @dataclass(frozen=True, slots=True)

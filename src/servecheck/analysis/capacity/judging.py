@@ -11,7 +11,7 @@ from servecheck.analysis.capacity.probes import ProbeSample
 from servecheck.analysis.capacity.records import Point
 from servecheck.analysis.stats import QuantileInterval, median, quantile_interval
 from servecheck.model.bodies.capacity import Status
-from servecheck.model.reason import Reason, joined, twin
+from servecheck.model.reason import Reason, joined
 
 
 def side(interval: QuantileInterval | None, bound: float, *, above: bool, level: float) -> Status:
@@ -77,17 +77,12 @@ def assess(n: int, probes: Sequence[ProbeSample], c: Criteria) -> Point:
     late = sum(len(p.client_late) for p in probes)
     if kept is not None:
         untimed = len(kept) - sum(len(p.rates_tok_s) for p in probes)
-        parts.append(twin(Reason("capacity.untimed_kept", rates=untimed),
-                          f"{untimed} rate(s) read late or held by a hop kept: the status is the same whatever their "
-                          "true rates"))
+        parts.append(Reason("capacity.untimed_kept", rates=untimed))
     elif late and status == "uncertain" and not failure:
-        parts.append(twin(Reason("capacity.late_left_out", requests=late),
-                          f"{late} measured request(s) left out because the client itself was late reading them"))
+        parts.append(Reason("capacity.late_left_out", requests=late))
     held = sum(len(p.hop_held) for p in probes)
     if kept is None and held and status == "uncertain" and not failure:
-        parts.append(twin(Reason("capacity.held_left_out", requests=held),
-                          f"{held} measured request(s) left out because a hop that buffers the stream may have held "
-                          "them"))
+        parts.append(Reason("capacity.held_left_out", requests=held))
     return Point(n, len(probes), rate, ttft, median(aggs) if aggs else None, status, rate_status, ttft_status,
                  parts[0] if len(parts) == 1 else joined(parts), failed)
 
@@ -95,17 +90,10 @@ def assess(n: int, probes: Sequence[ProbeSample], c: Criteria) -> Point:
 def _reason(rate: QuantileInterval | None, ttft: QuantileInterval | None, rs: Status, ts: Status | None,
             c: Criteria) -> Reason:
     if rate is None:
-        return twin(Reason("capacity.no_rate"), "no measured request produced a per-user rate")
+        return Reason("capacity.no_rate")
     if rate.level < c.level:
-        return twin(Reason("capacity.interval_short", samples=rate.n, level=rate.level, needed=c.level),
-                    f"{rate.n} samples give a {rate.level:.0%} interval, below the {c.level:.0%} a verdict needs")
-    parts = [twin(Reason("capacity.rate_side", lo=rate.lo, hi=rate.hi, status=rs, floor=c.min_user_rate_tok_s),
-                  f"per-user rate [{rate.lo:.1f}, {rate.hi:.1f}] tok/s "
-                  f"{ {'pass': 'wholly above', 'fail': 'wholly below', 'uncertain': 'straddles'}[rs]} the "
-                  f"{c.min_user_rate_tok_s:g} tok/s floor")]
+        return Reason("capacity.interval_short", samples=rate.n, level=rate.level, needed=c.level)
+    parts = [Reason("capacity.rate_side", lo=rate.lo, hi=rate.hi, status=rs, floor=c.min_user_rate_tok_s)]
     if ts is not None and ttft is not None and c.max_ttft_s is not None:
-        parts.append(twin(Reason("capacity.ttft_side", lo=ttft.lo, hi=ttft.hi, status=ts, ceiling=c.max_ttft_s),
-                          f"TTFT [{ttft.lo:.3f}, {ttft.hi:.3f}] s "
-                          f"{ {'pass': 'wholly below', 'fail': 'wholly above', 'uncertain': 'straddles'}[ts]} the "
-                          f"{c.max_ttft_s:g} s ceiling"))
+        parts.append(Reason("capacity.ttft_side", lo=ttft.lo, hi=ttft.hi, status=ts, ceiling=c.max_ttft_s))
     return parts[0] if len(parts) == 1 else joined(parts)

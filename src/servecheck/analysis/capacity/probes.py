@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from servecheck.analysis.arms import per_user_rate_tok_s
 from servecheck.analysis.cache import record_contaminated
 from servecheck.analysis.rules import OUTPUT_LENGTH_TOLERANCE
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 from servecheck.model.records import NS_PER_S, RequestRecord
 
 
@@ -77,16 +77,13 @@ def _failure(records: Sequence[RequestRecord]) -> Reason | None:
     if not bad:
         return None
     r = bad[0]
-    return twin(Reason("capacity.requests_failed", failed=len(bad), sent=len(records), status=r.status, error=r.error,
-                       http_status=r.http_status),
-                f"{len(bad)} of {len(records)} requests failed "
-                f"({r.status}: {r.error or (f'HTTP {r.http_status}' if r.http_status else r.status)})")
+    return Reason("capacity.requests_failed", failed=len(bad), sent=len(records), status=r.status, error=r.error,
+                       http_status=r.http_status)
 
 
 def _length_off(records: Sequence[RequestRecord], asked: int) -> tuple[Reason, ...]:
     return tuple(
-        twin(Reason("capacity.request_off_length", index=r.index, nonce=r.nonce, tokens=r.tokens, asked=asked),
-             f"request {r.index} ({r.nonce}): {r.tokens} tokens for {asked} asked")
+        Reason("capacity.request_off_length", index=r.index, nonce=r.nonce, tokens=r.tokens, asked=asked)
         for r in records
         if asked > 0 and abs(r.tokens - asked) / asked > OUTPUT_LENGTH_TOLERANCE
     )
@@ -122,16 +119,14 @@ def probe_from_records(records: Sequence[RequestRecord], *, n: int, tokens_asked
         window_s=None if window is None else (window[0] / NS_PER_S, window[1] / NS_PER_S),
         requests=len(records), discarded=n, failed=sum(1 for r in records if not r.ok), failure=_failure(records),
         length_off=_length_off(kept, tokens_asked),
-        contaminated=tuple(twin(Reason("capacity.request_cached", index=r.index, nonce=r.nonce),
-                                f"request {r.index} ({r.nonce})") for r in kept if record_contaminated(r)),
-        client_late=tuple(twin(Reason("capacity.request_late", index=r.index, nonce=r.nonce, late_ms=late[r.index]),
-                               f"request {r.index} ({r.nonce}): {late[r.index]:.0f} ms")
+        contaminated=tuple(Reason("capacity.request_cached", index=r.index, nonce=r.nonce)
+                           for r in kept if record_contaminated(r)),
+        client_late=tuple(Reason("capacity.request_late", index=r.index, nonce=r.nonce, late_ms=late[r.index])
                           for r in kept if r.index in late)
-        + tuple(twin(Reason("capacity.request_ttft_late", index=r.index, nonce=r.nonce, late_ms=late_ttfts[r.index]),
-                     f"request {r.index} ({r.nonce}): its TTFT, {late_ttfts[r.index]:.0f} ms") for r in kept
-                if r.index in late_ttfts and r.index not in late),
-        hop_held=tuple(twin(Reason("capacity.request_held", index=r.index, nonce=r.nonce, held_ms=held[r.index]),
-                            f"request {r.index} ({r.nonce}): {held[r.index]:.0f} ms") for r in kept if r.index in held),
+        + tuple(Reason("capacity.request_ttft_late", index=r.index, nonce=r.nonce, late_ms=late_ttfts[r.index])
+                for r in kept if r.index in late_ttfts and r.index not in late),
+        hop_held=tuple(Reason("capacity.request_held", index=r.index, nonce=r.nonce, held_ms=held[r.index])
+                       for r in kept if r.index in held),
         untimed_rates=tuple(untimed),
         untimed_ttfts=tuple(untimed_ttfts),
     )

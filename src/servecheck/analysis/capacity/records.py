@@ -11,7 +11,7 @@ from servecheck.analysis.rules import DRIFT_LIMIT, drifted
 from servecheck.analysis.stats import QuantileInterval
 from servecheck.model.bodies import capacity as body
 from servecheck.model.bodies.capacity import Limit, NonMonotoneKind, Status
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,11 +119,5 @@ class CapacityAnalysis:
 
 def least_words(m: Marginal) -> Reason:
     """Where the marginal user buys least, for the record's text (`model.words.capacity` says it)."""
-    return twin(
-        Reason("capacity.least_marginal", n=m.n, prev_n=m.prev_n, gain_tok_s_per_user=m.gain_tok_s_per_user,
-               aggregate_gain=m.aggregate_gain, per_user_change=m.per_user_change),
-        f"the marginal user buys least from N={m.prev_n} to N={m.n}: "
-        f"""{f"the {m.n}{'th' if 10 <= m.n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(m.n % 10, 'th')} user"
-             if m.n - m.prev_n == 1 else f"each of users {m.prev_n + 1}-{m.n}"} adds """
-        f"{m.gain_tok_s_per_user:+.1f} tok/s ({m.aggregate_gain:+.0%} aggregate)"
-        f"""{"" if m.per_user_change is None else f" and changes each user's rate by {m.per_user_change:+.0%}"}""")
+    return Reason("capacity.least_marginal", n=m.n, prev_n=m.prev_n, gain_tok_s_per_user=m.gain_tok_s_per_user,
+               aggregate_gain=m.aggregate_gain, per_user_change=m.per_user_change)

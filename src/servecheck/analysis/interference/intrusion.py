@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from servecheck.analysis.client_timing import delayed_since, vouch
 from servecheck.analysis.stats import median
 from servecheck.model.client import ClientLateness
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 from servecheck.model.records import NS_PER_S
 
 
@@ -144,20 +144,17 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def intrusion_problems(i: Intrusion) -> list[Reason]:
     """Why an intrusion cannot be read (reasons whose words name what to change)."""
-    problems = [twin(Reason("interference.victim_failed", victim=k + 1, error=e), f"victim {k + 1} failed: {e}")
+    problems = [Reason("interference.victim_failed", victim=k + 1, error=e)
                 for k, e in enumerate(i.victim_errors) if e]
     if i.intruder_error or i.first_token_ns is None:
-        problems.append(twin(Reason("interference.intruder_failed", error=i.intruder_error),
-                             f"the intruder failed: {i.intruder_error or 'no first token'}"))
+        problems.append(Reason("interference.intruder_failed", error=i.intruder_error))
         return problems
     if (i.sent_tokens is not None and i.counted_tokens is not None
             and i.counted_tokens < TRUNCATED_SHARE * i.sent_tokens):
-        problems.append(twin(Reason("interference.truncated", counted=i.counted_tokens, sent=i.sent_tokens),
-                             f"the server counted {i.counted_tokens} prompt tokens of the {i.sent_tokens} sent: it "
-                             "truncates long prompts, so this point is not the prompt asked for (point invalid)"))
+        problems.append(Reason("interference.truncated", counted=i.counted_tokens, sent=i.sent_tokens))
     live = [v for v in i.victims if v]
     if len(live) < len(i.victims):
-        problems.append(twin(Reason("interference.victim_silent"), "a victim produced no tokens"))
+        problems.append(Reason("interference.victim_silent"))
         return problems
     every_gap = [(a, b) for v in live for a, b in gaps(v)]
     if every_gap and median([b - a for a, b in every_gap]) < BURST_S * NS_PER_S:
@@ -167,38 +164,23 @@ def intrusion_problems(i: Intrusion) -> list[Reason]:
         held = 0 if i.lateness is None else sum(
             delayed_since(i.lateness, b, max(floor, i.lateness.resolution_ns)) is not None for _, b in every_gap)
         if held > CLIENT_BASELINE_SHARE * len(every_gap):
-            problems.append(twin(
-                Reason(CLIENT_BURSTS, held=held, reads=len(every_gap)),
-                "the victims' tokens were read in bursts because the client itself was late"
-                f" for {held} of their {len(every_gap)} reads (its own stalls): no decode "
-                "interval to measure against; the rep is repeated"))
+            problems.append(
+                Reason(CLIENT_BURSTS, held=held, reads=len(every_gap)))
         else:
-            problems.append(twin(
-                Reason(HOP_BURSTS, burst_s=BURST_S),
-                "the victims' tokens arrived in bursts (their median gap under 100 µs) while the client read on time"
-                ": a stream buffered on its way (a proxy or gateway), no decode interval to "
-                "measure against; measure without the hop"))
+            problems.append(
+                Reason(HOP_BURSTS, burst_s=BURST_S))
         return problems
     firsts, ends = [v[0] for v in live], [v[-1] for v in live]
     if live and max(firsts) >= min(ends):
-        problems.append(twin(
-            Reason("interference.victims_queued", victims=len(live)),
-            f"the {len(live)} victims did not generate at the same time (one began after another ended): "
-            f"the server runs fewer than {len(live)} streams at once, the victims "
-            "queued, nothing to measure"))
+        problems.append(
+            Reason("interference.victims_queued", victims=len(live)))
         return problems
     if live and max(firsts) > i.send_ns:
-        problems.append(twin(Reason(SENT_EARLY), "the intruder was sent before every victim was generating"
-                             ": raise --tokens or check the server"))
+        problems.append(Reason(SENT_EARLY))
     if live and min(ends) <= i.first_token_ns:
-        problems.append(twin(
+        problems.append(
             Reason("interference.waited_for_slot", streams=len(live) + 1, slots=i.server_slots,
-                   prompt_tokens=i.prompt_tokens),
-            "a victim finished before the intruder's first token: the intruder waited for a slot, the "
-            f"server runs fewer than {len(live) + 1} streams at once"
-            + (f" (it advertises {i.server_slots} slots)" if i.server_slots is not None else "")
-            + ", or --tokens is too short for "
-            f"a {i.prompt_tokens}-token prefill"))
+                   prompt_tokens=i.prompt_tokens))
     return problems
 
 
@@ -256,16 +238,12 @@ def client_problem(i: Intrusion, baseline_s: float | None) -> Reason | None:
         held = [(a, b) for a, b in base if delayed_since(i.lateness, b, floor) is not None
                 or delayed_since(i.lateness, a, floor) is not None]
         if base and len(held) > CLIENT_BASELINE_SHARE * len(base):
-            return twin(
-                Reason("interference.client_late_baseline", held=len(held), gaps=len(base),
-                       share=CLIENT_BASELINE_SHARE),
-                f"the client itself read {len(held)} of the victims' {len(base)} baseline gaps late (its own "
-                f"stalls; at most {CLIENT_BASELINE_SHARE:.0%} leave the median the server's): the rep is repeated")
+            return Reason("interference.client_late_baseline", held=len(held), gaps=len(base),
+                       share=CLIENT_BASELINE_SHARE)
     word = vouch(i.lateness, i.send_ns, i.first_token_ns, limit)
     if i.lateness is None or (not word.ok and word.code != "late"):
         why = word.words()
-        return twin(Reason("interference.client_unvouched", vouch=why),
-                    f"{str(why)} (the victims' gaps around the prefill window): the rep is repeated")
+        return Reason("interference.client_unvouched", vouch=why)
     lo, hi, stretched = i.send_ns, i.first_token_ns, STRETCH_RATIO * baseline_s * NS_PER_S
     doubtful = total = 0
     for v in i.victims:
@@ -277,13 +255,8 @@ def client_problem(i: Intrusion, baseline_s: float | None) -> Reason | None:
             if since is not None:  # the closing token may have arrived as early as the stall began
                 doubtful += min(b, hi) - max(a, since, lo)
     if total and doubtful > CLIENT_STRETCHED_SHARE * total:
-        return twin(
-            Reason("interference.client_late_window", doubtful_ms=doubtful / 1e6, total_ms=total / 1e6,
-                   share=CLIENT_STRETCHED_SHARE),
-            f"the client itself was late inside the prefill window: {doubtful / 1e6:.0f} ms of the victims' "
-            f"{total / 1e6:.0f} ms of stretched gaps in it may be its own stalls (at most "
-            f"{CLIENT_STRETCHED_SHARE:.0%} leave the step the rules read the server's): no evidence, the rep is "
-            "repeated")
+        return Reason("interference.client_late_window", doubtful_ms=doubtful / 1e6, total_ms=total / 1e6,
+                   share=CLIENT_STRETCHED_SHARE)
     return None
 
 
@@ -291,14 +264,11 @@ def read_intrusion(i: Intrusion) -> Reading:
     problems = intrusion_problems(i)
     base = baseline_gaps(i)
     if len(base) < MIN_BASELINE_GAPS and not problems:
-        problems.append(twin(
-            Reason("interference.few_baseline_gaps", gaps=len(base), needed=MIN_BASELINE_GAPS),
-            f"only {len(base)} victim gaps outside the intrusion (at least {MIN_BASELINE_GAPS} are needed "
-            "for a baseline): raise --tokens"))
+        problems.append(
+            Reason("interference.few_baseline_gaps", gaps=len(base), needed=MIN_BASELINE_GAPS))
     window = window_gaps(i)
     if not window and not problems:
-        problems.append(twin(Reason("interference.no_window_gaps"),
-                             "no victim token arrived during or right after the intruder's prefill"))
+        problems.append(Reason("interference.no_window_gaps"))
     baseline = median([g / NS_PER_S for g in base]) if base else None
     late = None if problems else client_problem(i, baseline)
     if late is not None:

@@ -11,7 +11,7 @@ from servecheck.analysis.interference.intrusion import STRETCH_RATIO
 from servecheck.analysis.interference.points import Point
 from servecheck.analysis.stats import median
 from servecheck.model.bodies.interference import InterferenceEvidence, InterferenceVerdict
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 
 
 # The intruder's TTFT must grow at least this much from the smallest to the largest size: below, the
@@ -90,21 +90,15 @@ def what_left_sizes_unread(points: Sequence[Point]) -> Reason:
     hop = [p.prompt_tokens for p in unread if all(r.hop_held for r in p.readings)]
     said = []
     if client:
-        said.append(twin(
-            Reason("interference.unread_client_late", sizes=tuple(client)),
-            f"the client itself was late (its own stalls) in every rep at {', '.join(f'{s:,}' for s in client)} "
-            "prompt tokens, so its clock cannot vouch for the victims' gaps there; rerun on a quieter client"))
+        said.append(
+            Reason("interference.unread_client_late", sizes=tuple(client)))
     if hop:
-        said.append(twin(
-            Reason("interference.unread_hop_bursts", sizes=tuple(hop)),
-            f"a hop on the way (a proxy or gateway) delivered the victims' tokens in bursts at "
-            f"{', '.join(f'{s:,}' for s in hop)} prompt tokens; measure without the hop"))
+        said.append(
+            Reason("interference.unread_hop_bursts", sizes=tuple(hop)))
     if not said:
-        return twin(Reason("interference.unread_elsewhere"), "see the problems named per size")
+        return Reason("interference.unread_elsewhere")
     others = len(set(client) | set(hop)) < len(unread)
-    return twin(Reason("interference.unread", parts=tuple(said), others=others),
-                "; ".join(str(r) for r in said) + (" (the problems of the other sizes are named per size)"
-                                                   if others else ""))
+    return Reason("interference.unread", parts=tuple(said), others=others)
 
 
 def evidence_of(points: Sequence[Point]) -> Evidence | None:
@@ -130,67 +124,38 @@ def analyse_interference(points: Sequence[Point]) -> Verdict:
     if e is None:
         n = sum(p.valid for p in points)
         unread = what_left_sizes_unread(points)
-        return Verdict("inconclusive", twin(
-            Reason("interference.too_few_sizes", valid=n, unread=unread),
-            f"{n} valid prompt size{'s' if n != 1 else ''} (two are needed to see how the "
-            f"victims' gaps follow the prefill): {str(unread)}"), "nothing")
+        return Verdict("inconclusive", Reason("interference.too_few_sizes", valid=n, unread=unread), "nothing")
     span = dict(size_lo=e.size_lo, size_hi=e.size_hi)
     if e.prefill_growth < PREFILL_GROWTH_MIN:
-        return Verdict("inconclusive", twin(
+        return Verdict("inconclusive", (
             Reason("interference.too_cheap", growth=e.prefill_growth, **span, ttft_lo_s=e.ttft_lo_s,
-                   ttft_hi_s=e.ttft_hi_s, needed=PREFILL_GROWTH_MIN),
-            f"the intruder's TTFT grew only {e.prefill_growth:.2f}x from {e.size_lo:,} to {e.size_hi:,} prompt tokens "
-            f"({e.ttft_lo_s:.3f} s to {e.ttft_hi_s:.3f} s, at least {PREFILL_GROWTH_MIN:g}x is needed): "
-            "prefill is too cheap to see at these sizes; try larger --prompt-sizes"), "nothing", e)
+                   ttft_hi_s=e.ttft_hi_s, needed=PREFILL_GROWTH_MIN)), "nothing", e)
     stretched = [p for p in points if p.valid and p.max_gap_s and p.baseline_s
                  and p.max_gap_s >= STRETCH_RATIO * p.baseline_s]
     if not stretched:
-        return Verdict("isolated", twin(
+        return Verdict("isolated", (
             Reason("interference.isolated_unstretched", ratio=STRETCH_RATIO, stretch_hi=e.stretch_hi, **span,
-                   growth=e.prefill_growth),
-            f"the victims' longest gap stayed below {STRETCH_RATIO:g}x their baseline at every "
-            f"size ({e.stretch_hi:.2f}x at {e.size_hi:,} tokens) while the intruder's TTFT grew "
-            f"{e.prefill_growth:.1f}x from {e.size_lo:,} to {e.size_hi:,} prompt tokens: the prefill ran where "
-            "the victims' steps do not"), "victim gaps", e)
+                   growth=e.prefill_growth)), "victim gaps", e)
     if e.share_max <= ISOLATED_SHARE and e.cover_hi < BLOCKING_COVER:
-        return Verdict("isolated", twin(
+        return Verdict("isolated", (
             Reason("interference.isolated_few_stretched", share_max=e.share_max, allowed=ISOLATED_SHARE,
-                   growth=e.prefill_growth, **span),
-            f"the victims spent at most {e.share_max:.0%} of any prefill window in stretched "
-            f"gaps (a few slow steps, as outside it; {ISOLATED_SHARE:.0%} allowed) while the intruder's "
-            f"TTFT grew {e.prefill_growth:.1f}x from {e.size_lo:,} to {e.size_hi:,} prompt tokens: the prefill ran "
-            "where the victims' steps do not"), "victim gaps", e)
-    growth = twin(
-        Reason("interference.step_growth", gap_growth=e.gap_growth, prefill_growth=e.prefill_growth, **span),
-        f"the victims' stretched step grew {e.gap_growth:.1f}x while the TTFT grew {e.prefill_growth:.1f}x "
-        f"from {e.size_lo:,} to {e.size_hi:,} prompt tokens")
-    cover = twin(
-        Reason("interference.step_cover", size_hi=e.size_hi, gap_hi_s=e.gap_hi_s, longest_hi_s=e.longest_hi_s,
-               cover_hi=e.cover_hi, ttft_hi_s=e.ttft_hi_s),
-        f"at {e.size_hi:,} tokens the victims' stretched step ({e.gap_hi_s:.3f} s, longest gap "
-        f"{e.longest_hi_s:.3f} s) covered {e.cover_hi:.0%} of the {e.ttft_hi_s:.3f} s prefill window")
+                   growth=e.prefill_growth, **span)), "victim gaps", e)
+    growth = Reason("interference.step_growth", gap_growth=e.gap_growth, prefill_growth=e.prefill_growth, **span)
+    cover = Reason("interference.step_cover", size_hi=e.size_hi, gap_hi_s=e.gap_hi_s, longest_hi_s=e.longest_hi_s,
+               cover_hi=e.cover_hi, ttft_hi_s=e.ttft_hi_s)
     if e.cover_hi >= BLOCKING_COVER and e.gap_growth >= PROPORTIONAL * e.prefill_growth:
-        return Verdict("blocking", twin(Reason("interference.blocking", cover=cover, growth=growth),
-                                        f"{cover}, and {growth}: the whole prompt in one step"), "victim gaps", e)
+        return Verdict("blocking", Reason("interference.blocking", cover=cover, growth=growth), "victim gaps", e)
     if (e.cover_hi <= CHUNKED_COVER and e.gap_growth <= PROPORTIONAL * e.prefill_growth
             and e.stretch_hi >= STRETCH_RATIO and e.share_hi >= CHUNKED_SHARE):
         chunk, interval = chunk_estimate(points)
-        return Verdict("chunked", twin(
-            Reason("interference.chunked", cover=cover, growth=growth),
-            f"{cover}, and {growth}: the prompt was split into steps that also carried the "
-            "victims' tokens"), "victim gaps", e, chunk, interval)
+        return Verdict("chunked", (
+            Reason("interference.chunked", cover=cover, growth=growth)), "victim gaps", e, chunk, interval)
     # isolated is weighed on the largest share at any size, which can be a smaller size's: name it then
     smaller = e.share_max if e.share_max > e.share_hi else None
-    return Verdict("inconclusive", twin(
+    return Verdict("inconclusive", (
         Reason("interference.undecided", cover=cover, growth=growth, share_hi=e.share_hi, smaller_share=smaller,
                blocking_cover=BLOCKING_COVER, chunked_cover=CHUNKED_COVER, chunked_share=CHUNKED_SHARE,
-               isolated_share=ISOLATED_SHARE),
-        f"{cover}, {growth}, and the victims spent {e.share_hi:.0%} of that window in stretched gaps"
-        + (f" (and {e.share_max:.0%} of a smaller size's)" if e.share_max > e.share_hi else "")
-        + f": neither one step (at least {BLOCKING_COVER:.0%} and growing with the "
-        f"TTFT) nor chunks (at most {CHUNKED_COVER:.0%}, bounded, tiling at least {CHUNKED_SHARE:.0%} of "
-        f"the window) nor isolated (at most {ISOLATED_SHARE:.0%}); a larger prompt size would span "
-        "more chunks and decide it"), "nothing", e)
+               isolated_share=ISOLATED_SHARE)), "nothing", e)
 
 
 def chunk_estimate(points: Sequence[Point]) -> tuple[float | None, tuple[float, float] | None]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from servecheck.analysis.speculative.grouping import Stream
 from servecheck.analysis.speculative.verdict import Estimate
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 
 
 # The estimate and llama.cpp's own account agree when within 15% of each other (the issue's bound).
@@ -71,31 +71,19 @@ def check_counters(streams: Sequence[Stream], est: Estimate, metrics: MetricDelt
     if server is None and metrics is not None:
         server, acceptance = metric_tokens_per_step(metrics)
     if server is None:
-        return CounterCheck(None, None, None, twin(
-            Reason("speculative.no_counters"),
-            "the server reported no draft counters (llama.cpp leaves them out when it drafted nothing; vLLM has none "
-            "without a speculative config)"))
+        return CounterCheck(None, None, None, Reason("speculative.no_counters"))
     if est.tokens_per_step is None:
-        return CounterCheck(server, acceptance, None, twin(
-            Reason("speculative.counters_alone", server=server),
-            f"the server counts {server:.2f} tokens per step; no estimate to compare"))
+        return CounterCheck(server, acceptance, None, Reason("speculative.counters_alone", server=server))
     if est.grouped < est.streams:
         # the counters count every request of the point; the estimate only the streams the noise guard
         # let through: two readings of different requests (acceptance differs from prompt to prompt)
-        return CounterCheck(server, acceptance, None, twin(
+        return CounterCheck(server, acceptance, None, (
             Reason("speculative.counters_not_compared", server=server, streams=est.streams,
-                   stopwatch=est.tokens_per_step, grouped=est.grouped),
-            f"the server counts {server:.2f} tokens per step over all {est.streams} requests; the "
-            f"stopwatch's {est.tokens_per_step:.2f} reads {est.grouped} of them (the others' gaps "
-            f"could not be grouped): not compared"))
+                   stopwatch=est.tokens_per_step, grouped=est.grouped)))
     off = est.tokens_per_step / server - 1
     if abs(off) <= COUNTER_TOLERANCE:
-        return CounterCheck(server, acceptance, True, twin(
+        return CounterCheck(server, acceptance, True, (
             Reason("speculative.counters_agree", server=server, tolerance=COUNTER_TOLERANCE,
-                   stopwatch=est.tokens_per_step),
-            f"the server's counters give {server:.2f} tokens per step: "
-            f"within {COUNTER_TOLERANCE:.0%} of the stopwatch's {est.tokens_per_step:.2f}"))
-    return CounterCheck(server, acceptance, False, twin(
-        Reason("speculative.counters_disagree", server=server, stopwatch=est.tokens_per_step, off=off),
-        f"DISAGREES: the server's counters give {server:.2f} tokens per "
-        f"step, the stopwatch {est.tokens_per_step:.2f} ({off:+.0%}); the stopwatch decides"))
+                   stopwatch=est.tokens_per_step)))
+    return CounterCheck(server, acceptance, False, (
+        Reason("speculative.counters_disagree", server=server, stopwatch=est.tokens_per_step, off=off)))

@@ -12,7 +12,7 @@ from servecheck.analysis.client_timing import late_reads, vouch
 from servecheck.analysis.stats import median
 from servecheck.analysis.transit import BURST_NS, MIN_STEPS, in_transit
 from servecheck.model.client import ClientLateness
-from servecheck.model.reason import Reason, Text, twin
+from servecheck.model.reason import Reason, Text
 
 
 # Two gap modes are told apart by the widest jump between neighbouring sorted gaps. Tokens of one
@@ -117,12 +117,8 @@ def event_sizes(stream: Stream) -> tuple[tuple[int, ...] | None, Reason | None]:
     if stream.tokens <= events:
         return (1,) * events, None
     if events <= 2:
-        return None, twin(Reason("speculative.not_streamed", tokens=stream.tokens, events=events),
-                          f"{stream.tokens} tokens arrived in {events} event(s): the server does not stream tokens as "
-                          "it makes them, nothing to group")
-    return None, twin(Reason("speculative.events_unsized", tokens=stream.tokens, events=events),
-                      f"{stream.tokens} tokens arrived in {events} events and the stream does not say which event "
-                      "carried which (no token ids or logprobs): cannot group")
+        return None, Reason("speculative.not_streamed", tokens=stream.tokens, events=events)
+    return None, Reason("speculative.events_unsized", tokens=stream.tokens, events=events)
 
 
 def group_steps(stream: Stream) -> Grouping:
@@ -133,53 +129,37 @@ def group_steps(stream: Stream) -> Grouping:
     arrivals = stream.arrivals_ns
     gaps = [b - a for a, b in zip(arrivals[1:], arrivals[2:])]  # the first event is the prompt's own step
     if len(gaps) < MIN_STEPS + 2:
-        return Grouping(problem=twin(Reason("speculative.too_few_events", events=len(arrivals), needed=MIN_STEPS + 3),
-                                     f"{len(arrivals)} output events: "
-                                     f"too short to estimate (at least {MIN_STEPS + 3} needed)"))
+        return Grouping(problem=Reason("speculative.too_few_events", events=len(arrivals), needed=MIN_STEPS + 3))
     if max(gaps) < BURST_NS:
-        return Grouping(problem=twin(Reason("speculative.one_burst", max_gap_us=max(gaps) / 1e3),
-                                     f"every event arrived within {max(gaps) / 1e3:.0f} µs of the one before: one "
-                                     "burst (a buffered stream), no step time shows, nothing to group"))
+        return Grouping(problem=Reason("speculative.one_burst", max_gap_us=max(gaps) / 1e3))
     if (apart := sum(g >= BURST_NS for g in gaps)) < MIN_STEPS:
-        return Grouping(problem_code="too_few_groups", problem=twin(
-            Reason("speculative.too_few_bursts", bursts=apart + 1, gaps=apart, needed=MIN_STEPS),
-            f"the events arrived in {apart + 1} bursts (at most {apart} gaps of 100 µs or more): a stream buffered on "
-            f"its way (a proxy, a gateway) or very long steps; at least {MIN_STEPS} steps are needed to group"))
+        return Grouping(problem_code="too_few_groups", problem=(
+            Reason("speculative.too_few_bursts", bursts=apart + 1, gaps=apart, needed=MIN_STEPS)))
     step_ns, how = step_time(gaps)
     late = late_arrivals(gaps, step_ns)
     dead = [g for k, g in enumerate(gaps) if DEAD_LO * step_ns <= g <= DEAD_HI * step_ns and k not in late]
     needed = LATE_READ_FRACTION * step_ns
     word = vouch(stream.lateness, arrivals[0], arrivals[-1], needed)
     if not word.ok and word.code == "coarse":
-        return Grouping(step_ns=step_ns, problem_code="client_coarse", problem=twin(
-            Reason("speculative.client_coarse", step_ms=step_ns / 1e6, resolution_ms=word.resolution_ms),
-            f"the stream's step time ({step_ns / 1e6:.3g} ms) is finer than the client can vouch for: it reads on time "
-            f"to {word.resolution_ms:.2f} ms and needs half a step; cannot tell steps from late reads"))
+        return Grouping(step_ns=step_ns, problem_code="client_coarse", problem=(
+            Reason("speculative.client_coarse", step_ms=step_ns / 1e6, resolution_ms=word.resolution_ms)))
     if not word.ok and word.code != "late":
         unvouched = word.words()
-        return Grouping(step_ns=step_ns, problem=twin(Reason("speculative.client_unvouched", why=unvouched),
-                                                      f"cannot tell steps from late reads: {unvouched}"),
+        return Grouping(step_ns=step_ns, problem=Reason("speculative.client_unvouched", why=unvouched),
                         problem_code=CLIENT_PROBLEM_CODES.get(word.code, "client_unvouched"))
     late_read = late_reads(stream.lateness, arrivals, needed) if stream.lateness is not None else frozenset()
     if len(dead) > NOISE_SHARE * len(gaps):
         client = len(late_read) > NOISE_SHARE * len(arrivals)
-        return Grouping(step_ns=step_ns, problem_code="client_late" if client else "noisy", problem=twin(
+        return Grouping(step_ns=step_ns, problem_code="client_late" if client else "noisy", problem=(
             Reason("speculative.too_noisy", dead=len(dead), gaps=len(gaps), dead_lo=DEAD_LO, dead_hi=DEAD_HI,
                    step_ms=step_ns / 1e6, noise_share=NOISE_SHARE, client=client, late_reads=len(late_read),
-                   reads=len(arrivals), needed_ms=needed / 1e6),
-            f"gaps too noisy to group: {len(dead)} of {len(gaps)} lie between {DEAD_LO:g} and {DEAD_HI:g} of the step "
-            f"time {step_ns / 1e6:.2f} ms (at most {NOISE_SHARE:.0%} allowed)"
-            + (f"; the client itself was late for {len(late_read)} of its {len(arrivals)} reads (by more than "
-               f"{needed / 1e6:.2f} ms): rerun on a quieter client" if client else "; rerun on a quiet machine")))
+                   reads=len(arrivals), needed_ms=needed / 1e6)))
     threshold = SPLIT_FRACTION * step_ns
     split = _split(sizes[1:], gaps, threshold, late)
     opened_late = {i for i, (_, _, opener) in enumerate(split) if opener in late_read}
     if len(opened_late) > MAX_LATE_SHARE * len(split):
-        return Grouping(step_ns=step_ns, late_groups=len(opened_late), problem_code="client_late", problem=twin(
-            Reason("speculative.client_late", late=len(opened_late), groups=len(split), needed_ms=needed / 1e6),
-            f"the client was late for {len(opened_late)} of the {len(split)} reads that opened a group (by more than "
-            f"{needed / 1e6:.2f} ms, half the step time): its own lateness, not the server's steps, shaped them; "
-            "rerun on a quieter client"))
+        return Grouping(step_ns=step_ns, late_groups=len(opened_late), problem_code="client_late", problem=(
+            Reason("speculative.client_late", late=len(opened_late), groups=len(split), needed_ms=needed / 1e6)))
     if (coalesced := in_transit([g for i, g in enumerate(split) if i not in opened_late])) is not None:
         return Grouping(step_ns=step_ns, late_groups=len(opened_late), problem_code=coalesced[0], problem=coalesced[1])
     steps, held, source = unhold(split, step_ns)
@@ -188,19 +168,9 @@ def group_steps(stream: Stream) -> Grouping:
     wide = [k for k, i in zip(wide[:-1], wide_source[:-1]) if i not in opened_late]
     if len(steps) < 2:
         return Grouping(step_ns=step_ns, late_groups=len(opened_late),
-                        problem=twin(Reason("speculative.too_few_steps", steps=len(steps) + 1),
-                                     f"only {len(steps) + 1} decode steps: too short to estimate"))
-    method = twin(Reason("speculative.split", how=how, threshold_ms=threshold / 1e6, split_fraction=SPLIT_FRACTION,
-                         step_ms=step_ns / 1e6, late=len(late), held=held, left_out=len(opened_late)),
-                  f"{how}; split at gaps above {threshold / 1e6:.3g} ms ({SPLIT_FRACTION:g} of the step time "
-                  f"{step_ns / 1e6:.3g} ms)"
-                  + (f"; {len(late)} late arrival(s) (a long gap, then a short one, two steps in all) read as steps"
-                     if late else "")
-                  + (f"; {held} group(s) after about as many step times as tokens read as held-back output"
-                     if held else "")
-                  + (f"; {len(opened_late)} group(s) left out, opened by a read the client made late"
-                     if opened_late else "")
-                  + "; first and last step left out")
+                        problem=Reason("speculative.too_few_steps", steps=len(steps) + 1))
+    method = Reason("speculative.split", how=how, threshold_ms=threshold / 1e6, split_fraction=SPLIT_FRACTION,
+                         step_ms=step_ns / 1e6, late=len(late), held=held, left_out=len(opened_late))
     return Grouping(steps=tuple(steps), steps_stream_wide=tuple(wide), step_ns=step_ns,
                     threshold_ns=threshold, method=method, late_groups=len(opened_late))
 
@@ -220,10 +190,8 @@ def step_time(gaps: Sequence[int]) -> tuple[float, Reason]:
     if at is not None:
         upper = ordered[at:]
         within = len(ordered) - len(upper)
-        return median(upper), twin(Reason("speculative.bimodal", within=within, between=len(upper), jump=jump),
-                                   f"bimodal gaps ({within} within a step, {len(upper)} between steps, a {jump:.0f}x "
-                                   "jump)")
-    return median(ordered), twin(Reason("speculative.one_mode"), "one gap mode: every event its own step")
+        return median(upper), Reason("speculative.bimodal", within=within, between=len(upper), jump=jump)
+    return median(ordered), Reason("speculative.one_mode")
 
 
 def late_arrivals(gaps: Sequence[int], step_ns: float) -> frozenset[int]:

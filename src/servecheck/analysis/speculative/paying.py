@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from servecheck.analysis.rules import FIGURE_FRAC
 from servecheck.analysis.stats import mean_interval, student_t_95
 from servecheck.model.bodies.speculative import PaysVerdict
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 
 
 # The per-stream decode rate against the baseline's: pays when the interval of the ratio lies above
@@ -31,40 +31,31 @@ def pays(rates: Sequence[float], baseline: Sequence[float]) -> Pays:
     """pays / costs / inconclusive from two sets of per-stream rates (tok/s), each with its interval."""
     a, b = mean_interval(rates, student_t_95), mean_interval(baseline, student_t_95)
     if a is None or b is None:
-        return Pays("inconclusive", None, None, twin(
-            Reason("speculative.too_few_streams", streams=len(rates), baseline_streams=len(baseline)),
-            f"{len(rates)} stream(s) and {len(baseline)} baseline stream(s): "
-            "at least two of each needed (more --reps)"))
+        return Pays("inconclusive", None, None, (
+            Reason("speculative.too_few_streams", streams=len(rates), baseline_streams=len(baseline))))
     ratio = a.mean / b.mean if b.mean > 0 else None
     if ratio is None or b.lo <= 0:
-        return Pays("inconclusive", ratio, None, twin(Reason("speculative.baseline_zero"),
-                                                      "the baseline's rate interval reaches zero: more --reps"))
+        return Pays("inconclusive", ratio, None, Reason("speculative.baseline_zero"))
     lo, hi = a.lo / b.hi, a.hi / b.lo
     if lo > 1 + FIGURE_FRAC:
-        return Pays("pays", ratio, (lo, hi), twin(
-            Reason("speculative.pays", ratio=ratio, lo=lo, hi=hi, above=1 + FIGURE_FRAC),
-            f"per-stream rate {ratio:.2f}x [{lo:.2f}, {hi:.2f}] of the baseline's: above {1 + FIGURE_FRAC:g}"))
+        return Pays("pays", ratio, (lo, hi), (
+            Reason("speculative.pays", ratio=ratio, lo=lo, hi=hi, above=1 + FIGURE_FRAC)))
     if hi < 1 - FIGURE_FRAC:
-        return Pays("costs", ratio, (lo, hi), twin(
-            Reason("speculative.costs", ratio=ratio, lo=lo, hi=hi, below=1 - FIGURE_FRAC),
-            f"per-stream rate {ratio:.2f}x [{lo:.2f}, {hi:.2f}] of the baseline's: below {1 - FIGURE_FRAC:g}"))
-    return Pays("inconclusive", ratio, (lo, hi), twin(
-        Reason("speculative.pays_open", ratio=ratio, lo=lo, hi=hi, below=1 - FIGURE_FRAC, above=1 + FIGURE_FRAC),
-        f"per-stream rate {ratio:.2f}x [{lo:.2f}, {hi:.2f}] of the baseline's straddles "
-        f"{1 - FIGURE_FRAC:g}..{1 + FIGURE_FRAC:g}: more --reps would decide it"))
+        return Pays("costs", ratio, (lo, hi), (
+            Reason("speculative.costs", ratio=ratio, lo=lo, hi=hi, below=1 - FIGURE_FRAC)))
+    return Pays("inconclusive", ratio, (lo, hi), (
+        Reason("speculative.pays_open", ratio=ratio, lo=lo, hi=hi, below=1 - FIGURE_FRAC, above=1 + FIGURE_FRAC)))
 
 
 def stops_paying(by_n: Mapping[int, PaysVerdict]) -> tuple[int | None, Reason]:
     """The first N (ascending) that does not pay after a smaller one did; None with why otherwise."""
     ordered = sorted(by_n)
     if not ordered:
-        return None, twin(Reason("speculative.no_baseline"), "no baseline")
+        return None, Reason("speculative.no_baseline")
     if by_n[ordered[0]] != "pays":
-        return None, twin(Reason("speculative.never_pays", n=ordered[0], pays=by_n[ordered[0]]),
-                          f"does not pay at N={ordered[0]} already ({by_n[ordered[0]]})")
+        return None, Reason("speculative.never_pays", n=ordered[0], pays=by_n[ordered[0]])
     for n in ordered[1:]:
         if by_n[n] != "pays":
-            return n, twin(Reason("speculative.stops_paying", paid_up_to=ordered[ordered.index(n) - 1], n=n,
-                                  pays=by_n[n]),
-                           f"pays up to N={ordered[ordered.index(n) - 1]}, {by_n[n]} at N={n}")
-    return None, twin(Reason("speculative.pays_throughout", n=ordered[-1]), f"pays at every N up to {ordered[-1]}")
+            return n, Reason("speculative.stops_paying", paid_up_to=ordered[ordered.index(n) - 1], n=n,
+                                  pays=by_n[n])
+    return None, Reason("speculative.pays_throughout", n=ordered[-1])

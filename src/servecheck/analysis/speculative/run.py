@@ -13,7 +13,7 @@ from servecheck.analysis.speculative.paying import Pays, pays, stops_paying
 from servecheck.analysis.speculative.verdict import Estimate, estimate, run_verdict
 from servecheck.analysis.stats import median
 from servecheck.model.bodies.speculative import PROMPT_KINDS, SpecVerdict, SpeculativePoint, kind_label
-from servecheck.model.reason import Reason, Text, twin
+from servecheck.model.reason import Reason, Text
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +83,8 @@ def repeated(paid: Pays, extra_reps: int) -> Pays:
     if extra_reps <= 0:
         return paid
     still_open = paid.verdict == "inconclusive"
-    return Pays(paid.verdict, paid.ratio, paid.interval, twin(
-        Reason("speculative.repeated", pays_reason=paid.reason, extra_reps=extra_reps, still_open=still_open),
-        str(paid.reason) + (f" (still open after {extra_reps} more rep(s), the most --max-reps allowed)" if still_open
-                            else f" (decided after {extra_reps} more rep(s): the planned reps left it open)")))
+    return Pays(paid.verdict, paid.ratio, paid.interval, (
+        Reason("speculative.repeated", pays_reason=paid.reason, extra_reps=extra_reps, still_open=still_open)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +104,8 @@ def behind_a_hop(points: Sequence[SpecPointAnalysis]) -> list[SpecPointAnalysis]
     if not hop:
         return list(points)
     return [p if p.estimate.verdict == "inconclusive" else
-            replace(p, estimate=replace(p.estimate, verdict="inconclusive", reason=twin(
-                Reason("speculative.point_behind_a_hop", streams=hop, alone=p.estimate.reason),
-                f"{hop} stream(s) of the run arrived in bursts coalesced in transit (a proxy or gateway that buffers "
-                "the stream): this point's groups may be bursts too, not decode steps; measure without the hop"
-                f" (alone it read: {p.estimate.reason})")))
+            replace(p, estimate=replace(p.estimate, verdict="inconclusive", reason=(
+                Reason("speculative.point_behind_a_hop", streams=hop, alone=p.estimate.reason))))
             for p in points]
 
 
@@ -120,11 +115,7 @@ def analyse_speculative(points: Sequence[SpecPointAnalysis], *, with_baseline: b
     hop = sum(p.coalesced for p in points)
     if hop and verdict != "inconclusive":
         # a hop that buffers does so for every stream: where it showed, the other streams' groups may be bursts too
-        verdict, reason = "inconclusive", twin(
-            Reason("speculative.run_behind_a_hop", streams=hop, points_read=reason),
-            f"{hop} stream(s) arrived in bursts coalesced in transit (a proxy or gateway that buffers the stream), so "
-            f"no stream's groups can be trusted as decode steps (the points alone read: {reason}); measure without "
-            "the hop")
+        verdict, reason = "inconclusive", Reason("speculative.run_behind_a_hop", streams=hop, points_read=reason)
     stops: dict[str, int | None] = {}
     stops_reason: dict[str, Reason] = {}
     if with_baseline:

@@ -10,7 +10,7 @@ from servecheck.analysis.speculative.grouping import Grouping
 from servecheck.analysis.stats import mean_interval, normal_95
 from servecheck.analysis.transit import MIN_STEPS
 from servecheck.model.bodies.speculative import SpecVerdict
-from servecheck.model.reason import Reason, Text, twin
+from servecheck.model.reason import Reason, Text
 
 
 # The mean tokens per step over every step of a point (every stream and rep at one N and kind) has a
@@ -45,19 +45,15 @@ def estimate(groupings: Sequence[Grouping]) -> Estimate:
     if len(steps) < MIN_STEPS:
         first = problems[0] if problems else None
         return Estimate(None, None, len(steps), len(groupings), len(ok), "inconclusive",
-                        twin(Reason("speculative.no_estimate", problem=first),
-                             f"no estimate: {problems[0] if problems else 'no stream'}"), problems)
+                        Reason("speculative.no_estimate", problem=first), problems)
     mean, lo, hi = _normal_interval(steps)
     wide = [s for g in ok for s in (g.steps_stream_wide or g.steps)]
     _, wide_lo, wide_hi = _normal_interval(wide)
     lo, hi = min(lo, wide_lo), max(hi, wide_hi)  # a group read either way: the verdict must hold for both
     verdict, reason = judge(lo, hi)
     if wide != steps:
-        reason = twin(Reason("speculative.both_readings", verdict_reason=reason, mean=mean,
-                             wide_mean=sum(wide) / len(wide)),
-                      str(reason) + f" (the interval covers both readings of the groups that opened late: {mean:.2f} "
-                      f"against the neighbouring steps, {sum(wide) / len(wide):.2f} against the stream's own step "
-                      "time)")
+        reason = Reason("speculative.both_readings", verdict_reason=reason, mean=mean,
+                             wide_mean=sum(wide) / len(wide))
     return Estimate(mean, (lo, hi), len(steps), len(groupings), len(ok), verdict, reason, problems)
 
 
@@ -70,16 +66,11 @@ def _normal_interval(steps: Sequence[int]) -> tuple[float, float, float]:
 def judge(lo: float, hi: float) -> tuple[SpecVerdict, Reason]:
     """The verdict from the interval of the mean tokens per step."""
     if lo >= SPECULATING_LO:
-        return "speculating", twin(Reason("speculative.speculating", lo=lo, hi=hi, bound=SPECULATING_LO),
-                                   f"tokens per step [{lo:.2f}, {hi:.2f}]: lower end at least {SPECULATING_LO:g}")
+        return "speculating", Reason("speculative.speculating", lo=lo, hi=hi, bound=SPECULATING_LO)
     if hi <= NOT_SPECULATING_HI:
-        return "not_speculating", twin(Reason("speculative.not_speculating", lo=lo, hi=hi, bound=NOT_SPECULATING_HI),
-                                       f"tokens per step [{lo:.2f}, {hi:.2f}]: upper end at most "
-                                       f"{NOT_SPECULATING_HI:g}")
-    return "inconclusive", twin(Reason("speculative.steps_open", lo=lo, hi=hi, speculating_lo=SPECULATING_LO,
-                                       not_speculating_hi=NOT_SPECULATING_HI),
-                                f"tokens per step [{lo:.2f}, {hi:.2f}] neither clears {SPECULATING_LO:g} nor stays "
-                                f"under {NOT_SPECULATING_HI:g}: more --reps or --tokens would narrow it")
+        return "not_speculating", Reason("speculative.not_speculating", lo=lo, hi=hi, bound=NOT_SPECULATING_HI)
+    return "inconclusive", Reason("speculative.steps_open", lo=lo, hi=hi, speculating_lo=SPECULATING_LO,
+                                       not_speculating_hi=NOT_SPECULATING_HI)
 
 
 def run_verdict(estimates: Sequence[Estimate], kinds: Sequence[str] | None = None) -> tuple[SpecVerdict, Reason]:
@@ -89,7 +80,7 @@ def run_verdict(estimates: Sequence[Estimate], kinds: Sequence[str] | None = Non
     when every point reads 1 per step; else inconclusive. `kinds` names each estimate's prompt kind
     (None: one kind)."""
     if not estimates:
-        return "inconclusive", twin(Reason("speculative.no_point"), "no point was measured")
+        return "inconclusive", Reason("speculative.no_point")
     labels = list(kinds) if kinds is not None else [""] * len(estimates)
     disagree: Reason | None = None
     for kind in dict.fromkeys(labels):
@@ -97,18 +88,13 @@ def run_verdict(estimates: Sequence[Estimate], kinds: Sequence[str] | None = Non
         decided = [e for e in mine if e.verdict != "inconclusive"]
         said = sum(e.verdict == "speculating" for e in decided)
         if said and said == len(decided) and 2 * len(decided) >= len(mine):
-            return "speculating", twin(Reason("speculative.speculating_run", speculating=said, points=len(mine),
-                                              kind=kind),
-                                       f"{said} of {len(mine)} point(s){f' ({kind} prompts)' if kind else ''} deliver "
-                                       "clearly more than one token per step and none reads one")
+            return "speculating", Reason("speculative.speculating_run", speculating=said, points=len(mine),
+                                              kind=kind)
         if said:
-            disagree = twin(Reason("speculative.points_disagree", kind=kind, speculating=said,
-                                   one=len(decided) - said, undecided=len(mine) - len(decided)),
-                            f"the {kind + ' ' if kind else ''}points disagree: {said} speculating, "
-                            f"{len(decided) - said} one token per step, {len(mine) - len(decided)} undecided")
+            disagree = Reason("speculative.points_disagree", kind=kind, speculating=said,
+                                   one=len(decided) - said, undecided=len(mine) - len(decided))
     if all(e.verdict == "not_speculating" for e in estimates):
-        return "not_speculating", twin(Reason("speculative.not_speculating_run"),
-                                       "every point delivers one token per step")
+        return "not_speculating", Reason("speculative.not_speculating_run")
     if disagree is not None:
         return "inconclusive", disagree
     open_ = [e.reason for e in estimates if e.verdict == "inconclusive"]

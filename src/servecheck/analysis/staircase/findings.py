@@ -14,7 +14,7 @@ from servecheck.analysis.staircase.trend import REFERENCE_SPREAD_WARN
 from servecheck.analysis.staircase.validity import DISPATCH_SKEW_FRAC, length_outliers, skew_invalid
 from servecheck.model.client import FIX as CLIENT_FIX
 from servecheck.model.client import ClientCheck, client_bound_message
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 from servecheck.model.records import NS_PER_S, RequestRecord
 
 
@@ -27,37 +27,29 @@ def length_finding(batches: Sequence[MeasuredBatch]) -> tuple[int | None, Findin
     modal, bad = length_outliers([r.tokens for _, r in pairs])
     if not bad:
         return modal, None
-    refs = tuple(_ref(pairs[i][0], pairs[i][1], twin(Reason("staircase.detail_length", tokens=pairs[i][1].tokens,
-                                                            modal=modal),
-                                                     f"{pairs[i][1].tokens} tokens vs modal {modal}"))
+    refs = tuple(_ref(pairs[i][0], pairs[i][1], Reason("staircase.detail_length", tokens=pairs[i][1].tokens,
+                                                            modal=modal))
                  for i in bad)
     return modal, Finding(
         code="output_length",
-        message=twin(Reason("staircase.output_length", requests=len(refs), tolerance=OUTPUT_LENGTH_TOLERANCE,
+        message=Reason("staircase.output_length", requests=len(refs), tolerance=OUTPUT_LENGTH_TOLERANCE,
                             modal=modal),
-                     f"{len(refs)} request(s) more than {OUTPUT_LENGTH_TOLERANCE:.0%} away from the modal length "
-                     f"{modal} tokens"),
-        hint=twin(Reason("staircase.output_length_hint"),
-                  "unequal outputs smear a staircase into a cluster; the server may ignore ignore_eos (Ollama stops at "
-                  "EOS)"),
+        hint=Reason("staircase.output_length_hint"),
         requests=refs,
     )
 
 
 def failed_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
     refs = tuple(
-        _ref(mb, r, twin(Reason("staircase.detail_failed", status=r.status, error=r.error),
-                         f"{r.status}: {r.error or 'no detail'}"))
+        _ref(mb, r, Reason("staircase.detail_failed", status=r.status, error=r.error))
         for mb in batches for r in mb.batch.records if not r.ok
     )
     if not refs:
         return None
     return Finding(
         code="failed_requests",
-        message=twin(Reason("staircase.failed_requests", requests=len(refs)),
-                     f"{len(refs)} request(s) failed; the batches they belong to are not N requests"),
-        hint=twin(Reason("staircase.failed_requests_hint"),
-                  "look at the errors in the JSON; no request is retried because a retry changes N"),
+        message=Reason("staircase.failed_requests", requests=len(refs)),
+        hint=Reason("staircase.failed_requests_hint"),
         requests=refs,
     )
 
@@ -69,21 +61,15 @@ def skew_finding(batches: Sequence[MeasuredBatch], single_s: float | None) -> Fi
     worst = max(mb.batch.dispatch_skew_ns for mb in bad) / NS_PER_S
     return Finding(
         code="dispatch_skew",
-        message=twin(
-            Reason("staircase.dispatch_skew", worst_s=worst, skew_frac=DISPATCH_SKEW_FRAC,
+        message=Reason("staircase.dispatch_skew", worst_s=worst, skew_frac=DISPATCH_SKEW_FRAC,
                    where=tuple((mb.n, mb.rep) for mb in bad)),
-            f"requests did not start together: dispatch skew up to {worst * 1000:.1f} ms "
-            f"> {DISPATCH_SKEW_FRAC:.0%} of the single time ({', '.join(f'N={mb.n} rep {mb.rep + 1}' for mb in bad)})"
-        ),
-        hint=twin(Reason("staircase.dispatch_skew_hint"),
-                  "run from a less loaded machine, or use a larger --tokens so each request takes longer"), requests=(),
+        hint=Reason("staircase.dispatch_skew_hint"), requests=(),
     )
 
 
 def contamination_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
     refs = tuple(
-        _ref(mb, r, twin(Reason("staircase.detail_cached", cached=r.server.cached_prompt_tokens if r.server else None),
-                         f"{r.server.cached_prompt_tokens if r.server else '?'} cached prompt tokens"))
+        _ref(mb, r, Reason("staircase.detail_cached", cached=r.server.cached_prompt_tokens if r.server else None))
         for mb in batches
         for r in mb.batch.records
         if record_contaminated(r)
@@ -92,18 +78,15 @@ def contamination_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
         return None
     return Finding(
         code="prefix_cache_contamination",
-        message=twin(Reason("staircase.prefix_cache_contamination", requests=len(refs)),
-                     f"contaminated by the prefix cache: {len(refs)} measured request(s) reused cached prompt tokens"),
-        hint=twin(Reason("staircase.prefix_cache_contamination_hint"),
-                  "every prompt starts with its own nonce; a hit means the server caches across the nonce or "
-                  "matched a suffix"),
+        message=Reason("staircase.prefix_cache_contamination", requests=len(refs)),
+        hint=Reason("staircase.prefix_cache_contamination_hint"),
         requests=refs,
     )
 
 
 def approximate_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
     refs = tuple(
-        _ref(mb, r, twin(Reason("staircase.detail_counted", source=r.tokens_source), f"count from {r.tokens_source}"))
+        _ref(mb, r, Reason("staircase.detail_counted", source=r.tokens_source))
         for mb in batches
         for r in mb.batch.records
         if r.ok and r.tokens_approximate
@@ -112,10 +95,8 @@ def approximate_finding(batches: Sequence[MeasuredBatch]) -> Finding | None:
         return None
     return Finding(
         code="approximate_tokens",
-        message=twin(Reason("staircase.approximate_tokens", requests=len(refs)),
-                     f"{len(refs)} request(s) have approximate token counts (the server reported none)"),
-        hint=twin(Reason("staircase.approximate_tokens_hint"),
-                  "use a dialect that reports usage (--api openai with stream_options) for exact counts"),
+        message=Reason("staircase.approximate_tokens", requests=len(refs)),
+        hint=Reason("staircase.approximate_tokens_hint"),
         requests=refs,
     )
 
@@ -125,10 +106,8 @@ def short_of_request_finding(modal: int | None, requested: int) -> Finding | Non
         return None
     return Finding(
         code="short_outputs",
-        message=twin(Reason("staircase.short_outputs", modal=modal, requested=requested),
-                     f"requests produced {modal} tokens where {requested} were asked for"),
-        hint=twin(Reason("staircase.short_outputs_hint"),
-                  "the server stops early (an EOS ceiling or a context limit); the aggregate uses the tokens produced"), requests=(),
+        message=Reason("staircase.short_outputs", modal=modal, requested=requested),
+        hint=Reason("staircase.short_outputs_hint"), requests=(),
     )
 
 
@@ -138,15 +117,9 @@ def reference_finding(times: Sequence[float]) -> Finding | None:
         return None
     return Finding(
         code="reference_spread",
-        message=twin(
-            Reason("staircase.reference_spread", times_s=tuple(times), slower=times[-1] > times[0],
+        message=Reason("staircase.reference_spread", times_s=tuple(times), slower=times[-1] > times[0],
                    apart=max(times) / min(times) - 1.0),
-            f"the single-request time moved during the run: N=1 took {', '.join(f'{t:.2f}' for t in times)} s in "
-            f"turn (the last {'slower' if times[-1] > times[0] else 'faster'} than the "
-            f"first; {max(times) / min(times) - 1.0:.0%} apart); ratios use their median"
-        ),
-        hint=twin(Reason("staircase.reference_spread_hint"),
-                  "the machine's speed drifted (load, heat, frequency): run on a quieter machine or add --reps"), requests=(),
+        hint=Reason("staircase.reference_spread_hint"), requests=(),
     )
 
 
@@ -162,15 +135,8 @@ def reference_disagreement_finding(points: Sequence[LevelAnalysis], single_s: fl
         return None
     return Finding(
         code="reference_disagrees",
-        message=twin(
-            Reason("staircase.reference_disagrees", single_s=single_s, where=where),
-            f"the N=1 reference ({single_s:.2f} s) disagrees with the run's own evidence: a queue's first finish is "
-            f"one request alone, and in "
-            f"{', '.join(f'N={n} rep {rep + 1} (first finish {t:.2f} s)' for n, rep, t in where)} "
-            "the steps are even with it but not with the reference"
-        ),
-        hint=twin(Reason("staircase.reference_disagrees_hint"),
-                  "the single-request time swings on this machine; the staircase rests on the batch's own steps"), requests=(),
+        message=Reason("staircase.reference_disagrees", single_s=single_s, where=where),
+        hint=Reason("staircase.reference_disagrees_hint"), requests=(),
     )
 
 
@@ -187,38 +153,20 @@ def witness_finding(points: Sequence[LevelAnalysis]) -> Finding | None:
     p, b = (stood or aside)[-1]  # the largest N shows the contradiction most plainly
     stood_said = None
     if stood:
-        stood_said = twin(
-            Reason("staircase.witnesses_stood_against", n=p.n,
-                   said=tuple(w.description for w in b.verdict.contradicted_by), reason=b.verdict.reason),
-            f"at N={p.n} they said {'; '.join(str(w.description) for w in b.verdict.contradicted_by)}, while "
-            f"{b.verdict.reason}")
+        stood_said = Reason("staircase.witnesses_stood_against", n=p.n,
+                   said=tuple(w.description for w in b.verdict.contradicted_by), reason=b.verdict.reason)
     aside_said = None
     if aside:
         q, c = aside[-1]
-        aside_said = twin(
+        aside_said = (
             Reason("staircase.witnesses_set_aside", n=q.n, rep=c.rep, schedule=c.verdict.contradicted_by[0].schedule,
-                   said=tuple(w.description for w in c.verdict.contradicted_by), overruled_by=c.verdict.overruled_by),
-            f"at N={q.n} rep {c.rep + 1} they decided {c.verdict.contradicted_by[0].schedule} where the "
-            f"completion times were ambiguous ({'; '.join(str(w.description) for w in c.verdict.contradicted_by)}), "
-            f"while the stopwatch decided {', '.join(str(o) for o in c.verdict.overruled_by)}: their word was set "
-            "aside")
+                   said=tuple(w.description for w in c.verdict.contradicted_by), overruled_by=c.verdict.overruled_by))
     sources = tuple(dict.fromkeys(w.source for _, c in seen for w in c.verdict.contradicted_by))
     return Finding(
         code="witness_contradicts",
-        message=twin(
-            Reason("staircase.witness_contradicts", sources=sources, where=tuple((q.n, c.rep) for q, c in seen),
+        message=Reason("staircase.witness_contradicts", sources=sources, where=tuple((q.n, c.rep) for q, c in seen),
                    stood=stood_said, aside=aside_said),
-            "the server's own "
-            + " and ".join(dict.fromkeys({"server_gauges": "gauges", "server_timings": "per-request timings"}.get(s, s)
-                                         for s in sources))
-            + f" contradict the stopwatch ({', '.join(f'N={q.n} rep {c.rep + 1}' for q, c in seen)}): "
-            + (str(stood_said) if stood_said else "") + ("; " if stood_said and aside_said else "")
-            + (str(aside_said) if aside_said else "") + ": its "
-            + " and ".join(dict.fromkeys({"server_gauges": "gauges", "server_timings": "per-request timings"}.get(s, s)
-                                         for s in sources))
-            + " do not describe its schedule"),
-        hint=twin(Reason("staircase.witness_contradicts_hint"),
-                  "the verdict rests on the completion times; do not read this server's self-report as its schedule"), requests=(),
+        hint=Reason("staircase.witness_contradicts_hint"), requests=(),
     )
 
 
@@ -248,13 +196,7 @@ def aggregate_finding(fracs: dict[int, float]) -> Finding | None:
         return None
     return Finding(
         code="aggregate_client_bound",
-        message=twin(
-            Reason("staircase.aggregate_client_bound", loose=tuple(loose.items()), figure_frac=FIGURE_FRAC,
+        message=Reason("staircase.aggregate_client_bound", loose=tuple(loose.items()), figure_frac=FIGURE_FRAC,
                    client_error_frac=CLIENT_ERROR_FRAC),
-            f"the aggregate is known only {', '.join(f'N={n} to +-{f:.1%}' for n, f in loose.items())}: the client's "
-            f"timing error is more than {FIGURE_FRAC:.0%} of "
-            f"the last finish there, so those throughput figures are the client's as much as the server's (the "
-            f"verdicts, which allow {CLIENT_ERROR_FRAC:.0%} of the warm-up request, stand)"
-        ),
         hint=CLIENT_FIX, requests=(),
     )

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from servecheck.analysis.rules import STAIRCASE_STEP_TOL
 from servecheck.analysis.staircase.records import DEFINITE_VERDICTS, BatchVerdict
 from servecheck.model.bodies.staircase import Evidence, Verdict
-from servecheck.model.reason import Reason, joined, twin
+from servecheck.model.reason import Reason, joined
 
 # --- grouping finish times -------------------------------------------------------------------
 # Gaps are measured against the single-request time T1. Inside a group, finishes differ only by
@@ -97,19 +97,17 @@ def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int,
     known to +-`uncertainty_s` (0: one machine's clock)."""
     if n == 1:
         return BatchVerdict(n=1, verdict="baseline", single_s=single_s,
-                            reason=twin(Reason("staircase.baseline"), "N=1 is the single-request baseline"))
+                            reason=Reason("staircase.baseline"))
     if single_s is None or single_s <= 0:
         return BatchVerdict(
             n=n,
             verdict="inconclusive",
-            reason=twin(Reason("staircase.no_reference"),
-                        "no single-request time to compare against (the N=1 request failed or its length was off)"),
+            reason=Reason("staircase.no_reference"),
         )
     if len(finish_s) < n:
         return BatchVerdict(
             n=n, verdict="inconclusive", single_s=single_s,
-            reason=twin(Reason("staircase.unfinished", finished=len(finish_s), n=n),
-                        f"only {len(finish_s)} of {n} requests finished"),
+            reason=Reason("staircase.unfinished", finished=len(finish_s), n=n),
         )
     ordered = sorted(finish_s)
     grouping = group_finishes(ordered, single_s, uncertainty_s)
@@ -141,14 +139,8 @@ def classify_batch(finish_s: Sequence[float], single_s: float | None, n: int,
 def _decide(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdict, Reason]:
     if grouping.ambiguous:
         i, gap_ratio = grouping.ambiguous[0]
-        return "inconclusive", twin(
-            Reason("staircase.gap_ambiguous", index=i, gap_ratio=gap_ratio,
-                   uncertainty_ratio=grouping.uncertainty_ratio, small=SMALL_GAP_FRAC, large=LARGE_GAP_FRAC),
-            f"the gap before finish #{i + 1} is {gap_ratio:.2f}x the single time"
-            + (f", to within +-{grouping.uncertainty_ratio:.2f}x (the clocks of the client actors that read the "
-               "finishes)" if grouping.uncertainty_ratio else "")
-            + f": neither inside a group (< {SMALL_GAP_FRAC}x) nor between groups (> {LARGE_GAP_FRAC}x)"
-        )
+        return "inconclusive", Reason("staircase.gap_ambiguous", index=i, gap_ratio=gap_ratio,
+                   uncertainty_ratio=grouping.uncertainty_ratio, small=SMALL_GAP_FRAC, large=LARGE_GAP_FRAC)
     k = len(grouping.groups)
     if k == 1:
         return _decide_cluster(v)
@@ -160,71 +152,41 @@ def _decide(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdi
 def _decide_cluster(v: BatchVerdict) -> tuple[Verdict, Reason]:
     assert v.spread_ratio is not None and v.last_over_single is not None
     if v.last_over_single < CLUSTER_MIN_LAST_FRAC:
-        return "inconclusive", twin(
-            Reason("staircase.cluster_too_soon", n=v.n, last_over_single=v.last_over_single,
-                   min_last=CLUSTER_MIN_LAST_FRAC),
-            f"all {v.n} finished by {v.last_over_single:.2f}x the single time, sooner than one request alone "
-            f"(>= {CLUSTER_MIN_LAST_FRAC}x): the N=1 time is no fair reference"
-        )
+        return "inconclusive", Reason("staircase.cluster_too_soon", n=v.n, last_over_single=v.last_over_single,
+                   min_last=CLUSTER_MIN_LAST_FRAC)
     if v.spread_ratio <= CLUSTER_SPREAD_FRAC:
-        return "cluster", twin(Reason("staircase.cluster", n=v.n, spread_ratio=v.spread_ratio),
-                               f"all {v.n} finish together: spread {v.spread_ratio:.2f}x the single time")
-    return "inconclusive", twin(
-        Reason("staircase.cluster_drift", spread_ratio=v.spread_ratio, max_spread=CLUSTER_SPREAD_FRAC),
-        f"no clear step, yet the finishes drift {v.spread_ratio:.2f}x the single time apart "
-        f"(a cluster stays within {CLUSTER_SPREAD_FRAC}x)"
-    )
+        return "cluster", Reason("staircase.cluster", n=v.n, spread_ratio=v.spread_ratio)
+    return "inconclusive", (
+        Reason("staircase.cluster_drift", spread_ratio=v.spread_ratio, max_spread=CLUSTER_SPREAD_FRAC))
 
 
 def _decide_staircase(v: BatchVerdict) -> tuple[Verdict, Reason]:
     lo, hi = min(v.step_ratios), max(v.step_ratios)
     if not _even(v.steps_s, STAIRCASE_EVEN_SPREAD):
-        return "inconclusive", twin(
-            Reason("staircase.steps_uneven", n=v.n, step_ratios=v.step_ratios, even=STAIRCASE_EVEN_SPREAD),
-            f"{v.n} separate finishes, unevenly spaced: steps {', '.join(f'{r:.2f}' for r in v.step_ratios)}x the "
-            f"single time (a queue's steps are even within {STAIRCASE_EVEN_SPREAD:.0%})"
-        )
+        return "inconclusive", (
+            Reason("staircase.steps_uneven", n=v.n, step_ratios=v.step_ratios, even=STAIRCASE_EVEN_SPREAD))
     if all(abs(r - 1.0) <= STAIRCASE_STEP_TOL for r in v.step_ratios):
-        return "staircase", twin(Reason("staircase.queue", n=v.n, lo=lo, hi=hi),
-                                 f"{v.n} finishes one at a time, steps {lo:.2f}-{hi:.2f}x the single time: a queue")
+        return "staircase", Reason("staircase.queue", n=v.n, lo=lo, hi=hi)
     mean = sum(v.step_ratios) / len(v.step_ratios)
     if REFERENCE_STEP_LO <= mean <= REFERENCE_STEP_HI:
         first = v.steps_s[0]
-        return "staircase", twin(
-            Reason("staircase.queue_off_reference", n=v.n, first_s=first, lo=lo, hi=hi),
-            f"{v.n} finishes one at a time, evenly spaced, each step as long as the first finish "
-            f"({first:.2f} s, one request alone in a queue): a queue; the N=1 reference disagrees "
-            f"(steps {lo:.2f}-{hi:.2f}x of it)"
-        )
-    return "inconclusive", twin(
+        return "staircase", Reason("staircase.queue_off_reference", n=v.n, first_s=first, lo=lo, hi=hi)
+    return "inconclusive", (
         Reason("staircase.steps_off", n=v.n, lo=lo, hi=hi, tol=STAIRCASE_STEP_TOL, ref_lo=REFERENCE_STEP_LO,
-               ref_hi=REFERENCE_STEP_HI),
-        f"{v.n} separate finishes, but the steps are {lo:.2f}-{hi:.2f}x the single time "
-        f"(a queue steps 1 +- {STAIRCASE_STEP_TOL}x, or evenly within {REFERENCE_STEP_LO}-{REFERENCE_STEP_HI}x of an "
-        "off reference)"
-    )
+               ref_hi=REFERENCE_STEP_HI))
 
 
 def _decide_partial(v: BatchVerdict, grouping: Grouping, single_s: float) -> tuple[Verdict, Reason]:
     sizes = v.group_sizes
     if not _consistent_sizes(sizes):
-        return "inconclusive", twin(
-            Reason("staircase.groups_unslotted", sizes=sizes),
-            f"groups of {'+'.join(str(s) for s in sizes)} are not the groups a fixed number of slots makes")
+        return "inconclusive", Reason("staircase.groups_unslotted", sizes=sizes)
     wide = [g for g in grouping.groups if (g[-1] - g[0]) / single_s > CLUSTER_SPREAD_FRAC]
     if wide:
-        return "inconclusive", twin(Reason("staircase.group_drift"),
-                                    "a group's finishes drift apart; its members did not run together")
+        return "inconclusive", Reason("staircase.group_drift")
     short = [r for r in v.step_ratios if r < PARTIAL_MIN_STEP_FRAC]
     if short:
-        return "inconclusive", twin(
-            Reason("staircase.group_step_short", step_ratio=short[0], min_step=PARTIAL_MIN_STEP_FRAC),
-            f"a group step is {short[0]:.2f}x the single time, shorter than one request can run "
-            f"(>= {PARTIAL_MIN_STEP_FRAC}x)"
-        )
+        return "inconclusive", (
+            Reason("staircase.group_step_short", step_ratio=short[0], min_step=PARTIAL_MIN_STEP_FRAC))
     if not _even(v.steps_s):
-        return "inconclusive", twin(Reason("staircase.groups_uneven", sizes=sizes),
-                                    f"groups of {'+'.join(str(s) for s in sizes)} finish unevenly spaced")
-    return "partial", twin(
-        Reason("staircase.partial", sizes=sizes),
-        f"{len(sizes)} groups of {'+'.join(str(s) for s in sizes)}: about {sizes[0]} run at once, the rest queue")
+        return "inconclusive", Reason("staircase.groups_uneven", sizes=sizes)
+    return "partial", Reason("staircase.partial", sizes=sizes)

@@ -11,7 +11,7 @@ from servecheck.analysis.staircase.windows import WINDOW_OVERLAP_TOL, generation
 from servecheck.analysis.stats import median, ratio
 from servecheck.analysis.transit import hop_hold_ns
 from servecheck.model.bodies.staircase import RISING_RATIO, Trend
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 from servecheck.model.records import NS_PER_S
 
 # --- trend across N --------------------------------------------------------------------------
@@ -44,32 +44,21 @@ def classify_trend(
     the point is a staircase (a queue has no gain to hide).
     """
     if not ratios:
-        return "inconclusive", twin(Reason("staircase.no_aggregate"), "no N > 1 with an aggregate")
+        return "inconclusive", Reason("staircase.no_aggregate")
     best_n = max(ratios, key=lambda n: ratios[n])
     if ratios[best_n] >= RISING_RATIO:
         strict = (against_fastest or {}).get(best_n, ratios[best_n])
         if (verdicts or {}).get(best_n) == "staircase":
-            return "inconclusive", twin(
-                Reason("staircase.rise_on_queue", ratio=ratios[best_n], n=best_n),
-                f"the aggregate reads {ratios[best_n]:.2f}x N=1 at N={best_n}, but its finishes are a staircase "
-                "(a queue cannot raise the aggregate): the N=1 reference is no fair measure"
-            )
+            return "inconclusive", Reason("staircase.rise_on_queue", ratio=ratios[best_n], n=best_n)
         if strict < RISING_RATIO:
-            return "inconclusive", twin(
+            return "inconclusive", (
                 Reason("staircase.rise_not_against_fastest", ratio=ratios[best_n], n=best_n, strict=strict,
-                       rising=RISING_RATIO),
-                f"the aggregate reads {ratios[best_n]:.2f}x the median N=1 at N={best_n}, but only {strict:.2f}x "
-                f"the fastest N=1 measurement (rising needs >= {RISING_RATIO}x against every one)"
-            )
+                       rising=RISING_RATIO))
         ceiling = (own_bound or {}).get(best_n)
         if ceiling is not None and ceiling < RISING_RATIO:
-            return "inconclusive", twin(
-                Reason("staircase.rise_over_own_bound", ratio=ratios[best_n], n=best_n, ceiling=ceiling),
-                f"the aggregate reads {ratios[best_n]:.2f}x N=1 at N={best_n}, but that batch's own first finish "
-                f"(at most one request alone) caps its gain at {ceiling:.2f}x: the N=1 reference ran slow"
-            )
-        return "rising", twin(Reason("staircase.rising", ratio=ratios[best_n], n=best_n),
-                              f"aggregate climbs to {ratios[best_n]:.2f}x N=1 at N={best_n}")
+            return "inconclusive", (
+                Reason("staircase.rise_over_own_bound", ratio=ratios[best_n], n=best_n, ceiling=ceiling))
+        return "rising", Reason("staircase.rising", ratio=ratios[best_n], n=best_n)
     # A staircase point is a queue, which cannot raise the aggregate whatever its first finish
     # leaves room for: its bound is no reason to withhold `flat` (vLLM --max-num-seqs 1 once ran
     # the first of two queued requests 1.38x slower than alone, a bound of 1.44x on a queue).
@@ -77,22 +66,14 @@ def classify_trend(
              if b >= RISING_RATIO and (verdicts or {}).get(n) != "staircase"}
     if roomy and all(FLAT_LO_RATIO <= r <= FLAT_HI_RATIO for r in ratios.values()):
         n, b = next(iter(sorted(roomy.items())))
-        return "inconclusive", twin(
-            Reason("staircase.flat_with_room", ratio=ratios[n], n=n, bound=b),
-            f"the aggregate reads {ratios[n]:.2f}x N=1 at N={n}, but that batch's finishes leave room for a "
-            f"gain up to {b:.2f}x (its first finish is at most one request alone): the N=1 reference may have run fast"
-        )
+        return "inconclusive", Reason("staircase.flat_with_room", ratio=ratios[n], n=n, bound=b)
     if all(FLAT_LO_RATIO <= r <= FLAT_HI_RATIO for r in ratios.values()):
         lo, hi = min(ratios.values()), max(ratios.values())
-        return "flat", twin(Reason("staircase.flat", lo=lo, hi=hi),
-                            f"aggregate stays at {lo:.2f}-{hi:.2f}x N=1: concurrency buys nothing")
+        return "flat", Reason("staircase.flat", lo=lo, hi=hi)
     worst_n = min(ratios, key=lambda n: ratios[n])
-    return "inconclusive", twin(
+    return "inconclusive", (
         Reason("staircase.neither", best=ratios[best_n], best_n=best_n, worst=ratios[worst_n], worst_n=worst_n,
-               flat_lo=FLAT_LO_RATIO, flat_hi=FLAT_HI_RATIO, rising=RISING_RATIO),
-        f"aggregate moves to {ratios[best_n]:.2f}x (N={best_n}) / {ratios[worst_n]:.2f}x (N={worst_n}) of N=1: "
-        f"neither flat ({FLAT_LO_RATIO}-{FLAT_HI_RATIO}x) nor rising (>= {RISING_RATIO}x)"
-    )
+               flat_lo=FLAT_LO_RATIO, flat_hi=FLAT_HI_RATIO, rising=RISING_RATIO))
 
 
 def single_aggregates(points: Sequence[LevelAnalysis]) -> list[float]:
@@ -204,19 +185,12 @@ def _trend(points: Sequence[LevelAnalysis], batches: Sequence[MeasuredBatch]
     trend, reason = classify_trend(used, against_fastest=strict, own_bound=own, verdicts=verdicts)
     if scheduled and trend == "flat":
         if bound is not None and bound <= FLAT_HI_RATIO:
-            could = twin(Reason("staircase.prefill_bound", bound=bound),
-                         f"hiding its prefill could gain at most {bound:.2f}x")
+            could = Reason("staircase.prefill_bound", bound=bound)
         else:
-            could = twin(Reason("staircase.prefill_gained", ns=scheduled,
-                                gains=tuple(queue_gains[n] for n in scheduled)),
-                         "the prefill done while the request before was generating gained at most "
-                         + ", ".join(f"{queue_gains[n]:.2f}x (N={n})" for n in scheduled))
-        reason = twin(
-            Reason("staircase.flat_by_schedule", reason=reason, ns=scheduled,
-                   ratios=tuple(ratios[n] for n in scheduled), could=could),
-            f"{reason}, read from the schedule at {', '.join(f'N={n}' for n in scheduled)}: every request there "
-            f"generated alone (the windows never overlapped), and {could}; measured against the N=1 "
-            f"batches: {', '.join(f'N={n} {ratios[n]:.2f}x' for n in scheduled)}")
+            could = Reason("staircase.prefill_gained", ns=scheduled,
+                                gains=tuple(queue_gains[n] for n in scheduled))
+        reason = Reason("staircase.flat_by_schedule", reason=reason, ns=scheduled,
+                   ratios=tuple(ratios[n] for n in scheduled), could=could)
     return trend, reason, ratios, scheduled, bound, queue_gains
 
 

@@ -11,7 +11,7 @@ from servecheck.analysis.rules import OUTPUT_LENGTH_TOLERANCE
 from servecheck.analysis.staircase.grouping import SMALL_GAP_FRAC
 from servecheck.analysis.staircase.records import MeasuredBatch
 from servecheck.analysis.stats import median, mode, ratio
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 from servecheck.model.records import NS_PER_S, BatchResult, RequestRecord
 
 # --- validity --------------------------------------------------------------------------------
@@ -106,18 +106,10 @@ def batch_doubt(mb: MeasuredBatch, single_s: float | None, modal: int | None) ->
     """
     off = [r for r in _ok_by_finish(mb.batch) if off_length(r.tokens, modal)]
     if off:
-        return twin(
-            Reason("staircase.lengths_differ", off=tuple((r.index, r.tokens) for r in off), modal=modal),
-            f"output lengths differ (tokens {', '.join(f'#{r.index} {r.tokens}' for r in off)} vs modal {modal}): "
-            "unequal requests finish apart or together whatever the schedule"
-        )
+        return Reason("staircase.lengths_differ", off=tuple((r.index, r.tokens) for r in off), modal=modal)
     skew_s = mb.batch.dispatch_skew_ns / NS_PER_S
     if skew_invalid(skew_s, single_s):
-        return twin(
-            Reason("staircase.not_together", skew_s=skew_s, skew_frac=DISPATCH_SKEW_FRAC),
-            f"the requests did not start together: dispatch skew {skew_s * 1000:.1f} ms "
-            f"> {DISPATCH_SKEW_FRAC:.0%} of the single time"
-        )
+        return Reason("staircase.not_together", skew_s=skew_s, skew_frac=DISPATCH_SKEW_FRAC)
     return None
 
 
@@ -136,12 +128,7 @@ def stall_doubt(batch: BatchResult, single_s: float | None) -> Reason | None:
         read = len(late_reads(batch.lateness, ends, min_ns))
         if read:
             worst_s = longest_holding(batch.lateness, ends, min_ns) / NS_PER_S
-            return twin(
-                Reason("staircase.client_late", worst_s=worst_s, doubt_frac=STALL_DOUBT_FRAC, read=read),
-                f"the client itself was late by up to {worst_s:.2f} s ({STALL_DOUBT_FRAC:.0%} of the single time or "
-                f"more), and {read} of the finishes were read as it caught up: they may have "
-                "happened any time during it"
-            )
+            return Reason("staircase.client_late", worst_s=worst_s, doubt_frac=STALL_DOUBT_FRAC, read=read)
         return None
     if batch.noise is None:
         return None
@@ -149,12 +136,7 @@ def stall_doubt(batch: BatchResult, single_s: float | None) -> Reason | None:
     for a, b in batch.noise.stalls_over(int(min_ns)):
         read = sum(1 for e in ends if a <= e <= b + slack_ns)
         if read:
-            return twin(
+            return (
                 Reason("staircase.client_stalled", stall_s=(b - a) / NS_PER_S, from_s=(a - batch.release_ns) / NS_PER_S,
-                       to_s=(b - batch.release_ns) / NS_PER_S, doubt_frac=STALL_DOUBT_FRAC, read=read),
-                f"the client itself stalled: its event loop did not run for {(b - a) / NS_PER_S:.2f} s "
-                f"({(a - batch.release_ns) / NS_PER_S:.2f}-{(b - batch.release_ns) / NS_PER_S:.2f} s after the "
-                f"release, {STALL_DOUBT_FRAC:.0%} of the single time or more), and {read} of the finishes were read as "
-                "it ended: they may have happened any time during it"
-            )
+                       to_s=(b - batch.release_ns) / NS_PER_S, doubt_frac=STALL_DOUBT_FRAC, read=read))
     return None

@@ -37,7 +37,7 @@ from servecheck.analysis.witness import (
     token_interval_cv,
 )
 from servecheck.model.bodies.staircase import Evidence, Verdict
-from servecheck.model.reason import Reason, joined, twin
+from servecheck.model.reason import Reason, joined
 from servecheck.model.records import NS_PER_S
 
 
@@ -59,17 +59,15 @@ def weigh_windows(verdict: BatchVerdict, w: WindowReading | None, *, may_decide:
             return replace(verdict, evidence=(*verdict.evidence, "generation_windows"), windows=w)
         return replace(
             verdict, verdict="inconclusive", evidence=(), windows=w, times_verdict=verdict.verdict,
-            reason=twin(Reason("staircase.windows_disagree", times_verdict=verdict.verdict, reason=verdict.reason,
+            reason=Reason("staircase.windows_disagree", times_verdict=verdict.verdict, reason=verdict.reason,
                                windows=w.description),
-                        f"the finishes say {verdict.verdict} ({verdict.reason}), but {w.description}"),
         )
     if not may_decide or w.schedule not in DEFINITE_VERDICTS:
         return replace(verdict, windows=w)
     return replace(
         verdict, verdict=w.schedule, evidence=("completion_times", "generation_windows"), windows=w,
         times_verdict=verdict.verdict, slots=w.open_max if w.schedule == "partial" else None,
-        reason=twin(Reason("staircase.windows_decide", windows=w.description, reason=verdict.reason),
-                    f"{w.description} (the finish times alone were ambiguous: {verdict.reason})"),
+        reason=Reason("staircase.windows_decide", windows=w.description, reason=verdict.reason),
     )
 
 
@@ -95,10 +93,8 @@ def weigh_witnesses(verdict: BatchVerdict, readings: Sequence[Reading], *, may_d
         if against:
             return replace(
                 verdict, verdict="inconclusive", evidence=(), witnesses=readings, times_verdict=verdict.verdict,
-                reason=twin(Reason("staircase.witness_disagrees", times_verdict=verdict.verdict, reason=verdict.reason,
+                reason=Reason("staircase.witness_disagrees", times_verdict=verdict.verdict, reason=verdict.reason,
                                    witness=against[0].description),
-                            f"the completion times say {verdict.verdict} ({verdict.reason}), but "
-                            f"{against[0].description}"),
             )
         return replace(verdict, evidence=(*verdict.evidence, *agreeing), witnesses=readings)
     first = readings[0]
@@ -112,12 +108,8 @@ def weigh_witnesses(verdict: BatchVerdict, readings: Sequence[Reading], *, may_d
         times_verdict=verdict.verdict,
         slots=first.slots if first.schedule == "partial" else None,
         decided_by_witness=True,
-        reason=twin(Reason("staircase.witnesses_decide", sources=tuple(dict.fromkeys(w.source for w in readings)),
+        reason=Reason("staircase.witnesses_decide", sources=tuple(dict.fromkeys(w.source for w in readings)),
                            reason=verdict.reason, said=tuple(w.description for w in readings)),
-                    "decided by the server's own " + " and ".join(dict.fromkeys(
-                        {"server_gauges": "gauges", "server_timings": "per-request timings"}.get(w.source, w.source)
-                        for w in readings)) + f"; the completion times alone were ambiguous ({verdict.reason}): "
-                    + "; ".join(str(w.description) for w in readings)),
     )
 
 
@@ -137,10 +129,9 @@ def analyze_batch(
     why = doubt or stalled
     if why is not None and verdict.verdict != "inconclusive":
         verdict = replace(verdict, verdict="inconclusive", evidence=(), slots=None,
-                          reason=twin(Reason("staircase.doubted", why=why, looked=verdict.verdict),
-                                      f"{why} (it looked like {verdict.verdict})"))
+                          reason=Reason("staircase.doubted", why=why, looked=verdict.verdict))
     elif stalled is not None:
-        verdict = replace(verdict, reason=twin(joined((stalled, verdict.reason)), f"{stalled}; {verdict.reason}"))
+        verdict = replace(verdict, reason=joined((stalled, verdict.reason)))
     complete = len(finish) == mb.n and single_s is not None
     windows = read_windows(mb.batch.records, mb.n, single_s, mb.batch.lateness) if doubt is None and complete else None
     verdict = weigh_windows(verdict, windows, may_decide=doubt is None and complete)
@@ -174,26 +165,21 @@ def point_verdict(n: int, batches: Sequence[BatchAnalysis]) -> tuple[Verdict, Re
     definite = [b for b in batches if b.verdict.verdict in DEFINITE_VERDICTS]
     kinds = {_schedule_key(b.verdict) for b in definite}
     if len(kinds) > 1:
-        return "inconclusive", twin(
-            Reason("staircase.reps_disagree", verdicts=tuple(b.verdict.verdict for b in batches)),
-            "repetitions disagree: " + ", ".join(b.verdict.verdict for b in batches)), ()
+        return "inconclusive", (
+            Reason("staircase.reps_disagree", verdicts=tuple(b.verdict.verdict for b in batches))), ()
     if not definite or 2 * len(definite) < len(batches):
         last = batches[-1].verdict
         if len(batches) == 1:
             return "inconclusive", last.reason, ()
-        return "inconclusive", twin(
-            Reason("staircase.reps_few_decided", decided=len(definite), reps=len(batches), last=last.reason),
-            f"{len(definite)} of {len(batches)} reps decided, fewer than half (last: {last.reason})"
-        ), ()
+        return "inconclusive", (
+            Reason("staircase.reps_few_decided", decided=len(definite), reps=len(batches), last=last.reason)), ()
     first = definite[0].verdict
     reason = first.reason
     if len(batches) > 1 and len(definite) < len(batches):
-        reason = twin(Reason("staircase.reps_some", reason=reason, decided=len(definite), reps=len(batches),
-                             verdict=first.verdict),
-                      f"{reason} ({len(definite)} of {len(batches)} reps {first.verdict}, the rest inconclusive)")
+        reason = Reason("staircase.reps_some", reason=reason, decided=len(definite), reps=len(batches),
+                             verdict=first.verdict)
     elif len(batches) > 1:
-        reason = twin(Reason("staircase.reps_all", reason=reason, reps=len(batches)),
-                      f"{reason} ({len(batches)} of {len(batches)} reps)")
+        reason = Reason("staircase.reps_all", reason=reason, reps=len(batches))
     evidence = tuple(dict.fromkeys(e for b in definite for e in b.verdict.evidence))
     return first.verdict, reason, evidence
 
@@ -214,7 +200,7 @@ def median_batch(batches: Sequence[BatchAnalysis]) -> BatchAnalysis | None:
 def analyze_point(n: int, batches: Sequence[BatchAnalysis], noises: Sequence[Any] = ()) -> LevelAnalysis:
     verdict, reason, evidence = point_verdict(n, batches)
     if verdict == "inconclusive" and (busy := busy_words(noises)) is not None:
-        reason = twin(joined((reason, busy)), f"{reason}; {busy}")
+        reason = joined((reason, busy))
     aggs = [b.aggregate_tok_s for b in batches if b.aggregate_tok_s is not None]
     shown = median_batch(batches)
     by_witness = verdict in DEFINITE_VERDICTS and not STOPWATCH.intersection(evidence)
@@ -289,15 +275,10 @@ def _set_aside(b: BatchAnalysis, clocked: Sequence[BatchAnalysis], lo: int, hi: 
     implied = slots_implied(b.n, v) if v.decided_by_witness else None
     if implied is None or max(lo, implied[0]) <= min(hi, implied[1]):
         return b
-    against = tuple(twin(Reason("staircase.batch_named", n=c.n, rep=c.rep, verdict=c.verdict.verdict),
-                         f"N={c.n} rep {c.rep + 1} {c.verdict.verdict}") for c in clocked
+    against = tuple(Reason("staircase.batch_named", n=c.n, rep=c.rep, verdict=c.verdict.verdict) for c in clocked
                     if (s := slots_implied(c.n, c.verdict)) is not None
                     and max(s[0], implied[0]) > min(s[1], implied[1]))
-    reason = twin(
-        Reason("staircase.set_aside", against=against, verdict=v.verdict, was=v.reason),
-        f"undecided: the stopwatch decided {', '.join(str(a) for a in against)}, and no fixed number of slots gives "
-        f"both that and the {v.verdict} the server's witnesses read here, so their word is set aside (it was "
-        f"{v.reason})")
+    reason = Reason("staircase.set_aside", against=against, verdict=v.verdict, was=v.reason)
     return replace(b, verdict=replace(v, verdict="inconclusive", evidence=(), slots=None, decided_by_witness=False,
                                       contradicted_by=v.witnesses, overruled_by=against, reason=reason))
 
@@ -318,17 +299,15 @@ def contradiction(points: Sequence[LevelAnalysis]) -> Reason | None:
     for kept in stages:
         lo, hi, seen = _slot_range(kept)
         if lo > hi:
-            return twin(Reason("staircase.points_disagree", seen=tuple(dict.fromkeys(seen))),
-                        f"the points disagree ({', '.join(dict.fromkeys(f'N={n} {w}' for n, w in seen))}): no fixed "
-                        "number of slots gives both")
+            return Reason("staircase.points_disagree", seen=tuple(dict.fromkeys(seen)))
     return None
 
 
 def _run_verdict(points: Sequence[LevelAnalysis]) -> tuple[Verdict, Reason, tuple[Evidence, ...]]:
     top = max(points, key=lambda p: p.n, default=None)
     if top is None or top.n == 1:
-        return "inconclusive", twin(Reason("staircase.no_batch"), "no N > 1 was measured"), ()
+        return "inconclusive", Reason("staircase.no_batch"), ()
     if top.verdict in DEFINITE_VERDICTS and (why := contradiction(points)) is not None:
         return "inconclusive", why, ()
-    return top.verdict, twin(Reason("staircase.run_at", n=top.n, reason=top.reason), f"N={top.n}: {top.reason}"), \
+    return top.verdict, Reason("staircase.run_at", n=top.n, reason=top.reason), \
         top.evidence

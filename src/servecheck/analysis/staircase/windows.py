@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from servecheck.analysis.client_timing import longest_holding
 from servecheck.model.bodies.staircase import Verdict
 from servecheck.model.client import ClientLateness
-from servecheck.model.reason import Reason, twin
+from servecheck.model.reason import Reason
 from servecheck.model.records import NS_PER_S, RequestRecord
 
 # --- generation windows ------------------------------------------------------------------
@@ -82,18 +82,9 @@ def read_windows(records: Sequence[RequestRecord], n: int, single_s: float | Non
     tol_ns = int(WINDOW_OVERLAP_TOL * single_s * NS_PER_S)
     k = _open_max(windows, tol_ns)
     if k == 1:
-        return WindowReading("staircase", 1, twin(
-            Reason("staircase.windows_queue", n=n),
-            f"the {n} generating windows never overlap: each request's first token "
-            "came after the one before it had finished"))
+        return WindowReading("staircase", 1, Reason("staircase.windows_queue", n=n))
     if k == n:
-        return WindowReading("cluster", n, twin(Reason("staircase.windows_batch", n=n),
-                                                f"all {n} requests were generating at one instant"))
+        return WindowReading("cluster", n, Reason("staircase.windows_batch", n=n))
     if 1 < k < n and _fifo_slots(windows, k, tol_ns):
-        return WindowReading("partial", k, twin(
-            Reason("staircase.windows_slots", slots=k),
-            f"at most {k} requests were generating at once, each next one starting "
-            f"as one of the {k} before it finished"))
-    return WindowReading("inconclusive", k, twin(
-        Reason("staircase.windows_unslotted", open_max=k, n=n),
-        f"up to {k} of {n} requests generated at once, in no fixed number of slots"))
+        return WindowReading("partial", k, Reason("staircase.windows_slots", slots=k))
+    return WindowReading("inconclusive", k, Reason("staircase.windows_unslotted", open_max=k, n=n))
