@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from servecheck.analysis import arms as A
+from servecheck.analysis.arms import findings as AF
 from servecheck.model.codec import encode
 from servecheck.model.reason import Reason
 from servecheck.model.records import RequestRecord, ServerTimings
@@ -274,7 +275,14 @@ def test_interval_level_of_the_arms_estimates() -> None:
     ],
 )
 def test_ttft_words(multiple: float, words: str) -> None:
-    assert str(Reason("arms.ttft", multiple=multiple)) == words
+    assert str(Reason("arms.ttft", multiple=multiple, reading=AF.ttft_reading(multiple))) == words
+
+
+@pytest.mark.parametrize(("multiple", "reading"), [
+    (0.5, "cut"), (0.8999, "cut"), (0.9, "unchanged"), (1.1499, "unchanged"), (1.15, "more"), (3.0, "more"),
+])
+def test_the_analysis_decides_what_a_ttft_multiple_claims(multiple: float, reading: str) -> None:
+    assert AF.ttft_reading(multiple) == reading
 
 
 # --- checks --------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ def isolated(size: int, *, per_token_ms: float = 0.05) -> inf.Intrusion:
                          end_ns=round((first + STEP_MS) * MS), victims=tracks, sent_tokens=size, counted_tokens=size)
 
 
-def judged(intrusions: list[inf.Intrusion]) -> inf.Verdict:
+def judged(intrusions: list[inf.Intrusion]) -> inf.InterferenceAnalysis:
     return inf.analyse_interference(inf.pool([inf.read_intrusion(i) for i in intrusions]))
 
 

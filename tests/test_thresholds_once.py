@@ -153,7 +153,11 @@ DISTINCT = {
     "analysis.across.PER_STREAM_STEADY": "per-stream rate across levels: constant",
     "analysis.arms.records.NO_GAIN_CEILING": "the within-rep ratio a `none` arm's whole interval lies below",
     "analysis.speculative.verdict.NOT_SPECULATING_HI": "tokens per step: clearly one",
+    # 0.9
+    "analysis.arms.findings.TTFT_CUT": "a TTFT multiple the headline calls a cut",
+    "analysis.check.TRUNCATED_FRAC": "share of the prompt a server counted below which it truncated",
     # 1.15
+    "analysis.arms.findings.TTFT_UNCHANGED_HI": "a TTFT multiple the headline calls about unchanged, below",
     "analysis.speculative.verdict.SPECULATING_LO": "tokens per step: clearly speculating",
     "analysis.transit.COALESCE_MIN_MEAN": "mean burst size below which nothing passes for speculation",
     "analysis.staircase.trend.FLAT_HI_RATIO": "aggregate against the reference: upper end of flat",

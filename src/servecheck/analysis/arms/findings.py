@@ -21,6 +21,17 @@ from servecheck.analysis.arms.records import (
 from servecheck.analysis.rules import DRIFT_LIMIT, FIGURE_FRAC
 from servecheck.model.reason import Reason
 
+# How the headline reads a time-to-first-token multiple: below TTFT_CUT it cuts the TTFT, below
+# TTFT_UNCHANGED_HI it leaves it about unchanged (a 15% swing in one request's wait is within what one
+# queued prefill more or less does at these sizes), beyond it the multiple is named.
+TTFT_CUT = 0.9
+TTFT_UNCHANGED_HI = 1.15
+
+
+def ttft_reading(multiple: float) -> str:
+    """"cut", "unchanged" or "more": what a TTFT multiple claims, decided here, worded in the book."""
+    return "cut" if multiple < TTFT_CUT else "unchanged" if multiple < TTFT_UNCHANGED_HI else "more"
+
 
 def headline(arm: ArmResult, *, with_ttft: bool = True) -> Reason | None:
     """The two-sided headline: what the operator gains and what each user pays (without the TTFT when
@@ -34,7 +45,8 @@ def headline(arm: ArmResult, *, with_ttft: bool = True) -> Reason | None:
         unchanged = abs(change) < FIGURE_FRAC
         user.append(Reason("arms.user_rate", change=change, unchanged=unchanged))
     if arm.ttft_multiple is not None and with_ttft:
-        user.append(Reason("arms.ttft", multiple=arm.ttft_multiple.median))
+        multiple = arm.ttft_multiple.median
+        user.append(Reason("arms.ttft", multiple=multiple, reading=ttft_reading(multiple)))
     return Reason("arms.headline", concurrency=arm.concurrency, gain=gain, user=tuple(user))
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from servecheck.analysis.interference.points import Point
-from servecheck.analysis.interference.verdict import Verdict
+from servecheck.analysis.interference.verdict import InterferenceAnalysis
 from servecheck.model.reason import Reason
 
 
@@ -16,7 +16,7 @@ from servecheck.model.reason import Reason
 REFERENCE_CHUNK = 512
 
 
-def sentence(v: Verdict, points: Sequence[Point], streams: int) -> Reason:
+def sentence(v: InterferenceAnalysis, points: Sequence[Point], streams: int) -> Reason:
     """The seed's kind of sentence: what the largest prompt did to the others, and the alternative."""
     e = v.evidence
     if e is None:

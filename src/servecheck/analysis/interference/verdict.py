@@ -73,7 +73,7 @@ class Evidence:
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class InterferenceAnalysis:
     verdict: InterferenceVerdict
     reason: Reason
     decided_by: str  # "victim gaps" where the stopwatch decided; "nothing" for inconclusive
@@ -118,41 +118,43 @@ def evidence_of(points: Sequence[Point]) -> Evidence | None:
     )
 
 
-def analyse_interference(points: Sequence[Point]) -> Verdict:
+def analyse_interference(points: Sequence[Point]) -> InterferenceAnalysis:
     """chunked | blocking | isolated | inconclusive from the victims' gaps alone, with what decided it."""
     e = evidence_of(points)
     if e is None:
         n = sum(p.valid for p in points)
         unread = what_left_sizes_unread(points)
-        return Verdict("inconclusive", Reason("interference.too_few_sizes", valid=n, unread=unread), "nothing")
+        return InterferenceAnalysis("inconclusive", Reason("interference.too_few_sizes", valid=n, unread=unread),
+                                    "nothing")
     span = dict(size_lo=e.size_lo, size_hi=e.size_hi)
     if e.prefill_growth < PREFILL_GROWTH_MIN:
-        return Verdict("inconclusive", (
+        return InterferenceAnalysis("inconclusive", (
             Reason("interference.too_cheap", growth=e.prefill_growth, **span, ttft_lo_s=e.ttft_lo_s,
                    ttft_hi_s=e.ttft_hi_s, needed=PREFILL_GROWTH_MIN)), "nothing", e)
     stretched = [p for p in points if p.valid and p.max_gap_s and p.baseline_s
                  and p.max_gap_s >= STRETCH_RATIO * p.baseline_s]
     if not stretched:
-        return Verdict("isolated", (
+        return InterferenceAnalysis("isolated", (
             Reason("interference.isolated_unstretched", ratio=STRETCH_RATIO, stretch_hi=e.stretch_hi, **span,
                    growth=e.prefill_growth)), "victim gaps", e)
     if e.share_max <= ISOLATED_SHARE and e.cover_hi < BLOCKING_COVER:
-        return Verdict("isolated", (
+        return InterferenceAnalysis("isolated", (
             Reason("interference.isolated_few_stretched", share_max=e.share_max, allowed=ISOLATED_SHARE,
                    growth=e.prefill_growth, **span)), "victim gaps", e)
     growth = Reason("interference.step_growth", gap_growth=e.gap_growth, prefill_growth=e.prefill_growth, **span)
     cover = Reason("interference.step_cover", size_hi=e.size_hi, gap_hi_s=e.gap_hi_s, longest_hi_s=e.longest_hi_s,
                cover_hi=e.cover_hi, ttft_hi_s=e.ttft_hi_s)
     if e.cover_hi >= BLOCKING_COVER and e.gap_growth >= PROPORTIONAL * e.prefill_growth:
-        return Verdict("blocking", Reason("interference.blocking", cover=cover, growth=growth), "victim gaps", e)
+        return InterferenceAnalysis("blocking", Reason("interference.blocking", cover=cover, growth=growth),
+                                    "victim gaps", e)
     if (e.cover_hi <= CHUNKED_COVER and e.gap_growth <= PROPORTIONAL * e.prefill_growth
             and e.stretch_hi >= STRETCH_RATIO and e.share_hi >= CHUNKED_SHARE):
         chunk, interval = chunk_estimate(points)
-        return Verdict("chunked", (
+        return InterferenceAnalysis("chunked", (
             Reason("interference.chunked", cover=cover, growth=growth)), "victim gaps", e, chunk, interval)
     # isolated is weighed on the largest share at any size, which can be a smaller size's: name it then
     smaller = e.share_max if e.share_max > e.share_hi else None
-    return Verdict("inconclusive", (
+    return InterferenceAnalysis("inconclusive", (
         Reason("interference.undecided", cover=cover, growth=growth, share_hi=e.share_hi, smaller_share=smaller,
                blocking_cover=BLOCKING_COVER, chunked_cover=CHUNKED_COVER, chunked_share=CHUNKED_SHARE,
                isolated_share=ISOLATED_SHARE)), "nothing", e)

@@ -33,11 +33,12 @@ def user_rate(*, change: float, unchanged: bool) -> str:
 
 
 @BOOK.says("ttft")
-def ttft(*, multiple: float) -> str:
-    """How a time-to-first-token multiple reads in a sentence."""
-    if multiple < 0.9:
+def ttft(*, multiple: float, reading: str) -> str:
+    """How a time-to-first-token multiple reads in a sentence (`reading`: the analysis's cut, unchanged or
+    more; beyond that, the nearest named multiple is only how it is said)."""
+    if reading == "cut":
         return f"cuts the time to first token to {multiple:.2f}x"
-    if multiple < 1.15:
+    if reading == "unchanged":
         return "leaves the time to first token about unchanged"
     named = {2: "doubles", 3: "triples", 4: "quadruples"}
     nearest = round(multiple)
