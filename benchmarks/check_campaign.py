@@ -41,11 +41,11 @@ from typing import Any
 from speculative_campaign import DRAFT_SPEC, spec_args
 from truth_campaign import cell_table, judged_run, measure_cell, save_cell
 
-from servecheck.engine.build import ensure_vocab
+from servecheck.engine.llamacpp.build import ensure_vocab
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.local import provision_local
 from servecheck.engine.mlx_engine import MlxServer, provision_mlx_local
-from servecheck.engine.model import write_model
+from servecheck.engine.llamacpp.model import write_model
 from servecheck.engine.process import LlamaServer
 from servecheck.engine.vllm import EAGER_ARGS, VllmServer, provision_vllm_local
 from servecheck.envinfo import environment

@@ -45,10 +45,10 @@ from typing import Any
 
 from truth_campaign import cell_table, judged_run, measure_cell, save_cell
 
-from servecheck.engine.build import ensure_vocab
+from servecheck.engine.llamacpp.build import ensure_vocab
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.local import provision_local
-from servecheck.engine.model import ModelSpec, write_model
+from servecheck.engine.llamacpp.model import ModelSpec, write_model
 from servecheck.engine.process import LlamaServer
 from servecheck.engine.vllm import EAGER_ARGS, VllmServer, provision_vllm_local
 from servecheck.envinfo import environment

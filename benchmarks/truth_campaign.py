@@ -194,7 +194,7 @@ def busy(condition: str) -> Iterator[str | None]:
 
 
 def engine_server(engine: str, parallel: int, log: Path, size: str = "tiny") -> tuple[Any, str | None]:
-    """The engine under test; `size` names the generated llama.cpp model (engine/model.py SIZES)."""
+    """The engine under test; `size` names the generated llama.cpp model (engine/llamacpp/model.py SIZES)."""
     if engine == "llama":
         local = provision_local(None, size, progress=lambda m: print(m, file=sys.stderr))
         server = LlamaServer(local.binary, local.model_path, parallel=parallel,

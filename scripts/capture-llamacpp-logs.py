@@ -20,9 +20,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from servecheck.engine.build import cached_binary, ensure_vocab
+from servecheck.engine.llamacpp.build import cached_binary, ensure_vocab
 from servecheck.engine.cache import EngineCache
-from servecheck.engine.model import ModelSpec, ensure_model, write_model
+from servecheck.engine.llamacpp.model import ModelSpec, ensure_model, write_model
 from servecheck.engine.process import free_port
 
 DRAFT = ModelSpec("draft", n_embd=128, n_layer=2, n_head=2, n_ff=256)

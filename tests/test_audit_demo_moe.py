@@ -1,4 +1,4 @@
-"""The local engine's MoE demo model (engine.model SIZES['moe']) audits to the bytes its spec implies."""
+"""The local engine's MoE demo model (engine.llamacpp.model SIZES['moe']) audits to the bytes its spec implies."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 from gguf import GGUFWriter
 
 from servecheck.audit import audit_model
-from servecheck.engine.model import SIZES, write_model
+from servecheck.engine.llamacpp.model import SIZES, write_model
 
 N_VOCAB = 32000
 

@@ -2,7 +2,7 @@
 tokens per slot: decode falls with depth, and the KV bookkeeping is 2 x layers x KV heads x head size x
 2 bytes (f16) per token of context. The direction and the arithmetic are asserted, never a timing.
 
-The ground truth is the model this test generates (`engine.model.SIZES["tiny"]`: 8 layers, 8 KV heads
+The ground truth is the model this test generates (`engine.llamacpp.model.SIZES["tiny"]`: 8 layers, 8 KV heads
 of 64) and the server it starts. About a minute on a busy 2-core machine, most of it the 6144-token prefill."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from servecheck.cli import main as main_mod
 from servecheck.engine.local import LocalEngine, provision_local
-from servecheck.engine.model import SIZES
+from servecheck.engine.llamacpp.model import SIZES
 from servecheck.engine.process import LlamaServer, live_pids
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(600)]

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from servecheck.engine.build import EngineBinary
+from servecheck.engine.llamacpp.build import EngineBinary
 from servecheck.engine.local import LocalEngine
 from servecheck.engine.vllm import VllmEnv, VllmLocal
 from servecheck.experiments.staircase import StaircaseResult

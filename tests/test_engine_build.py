@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from servecheck.engine import build, steps
-from servecheck.engine.build import (
+from servecheck.engine import steps
+from servecheck.engine.llamacpp import build
+from servecheck.engine.llamacpp.build import (
     build_llama_server,
     check_build_tools,
     ensure_sdist,

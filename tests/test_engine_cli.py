@@ -15,7 +15,7 @@ from servecheck.model.bodies import demo as demo_body
 from servecheck.model.codec import decode, encode
 from servecheck.model.result import from_doc
 from servecheck.report.lines import demo as report
-from servecheck.engine.build import EngineBinary
+from servecheck.engine.llamacpp.build import EngineBinary
 from servecheck.engine.local import LocalEngine
 from servecheck.model.result import written_doc
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from servecheck.engine.cache import EngineCache
-from servecheck.engine.model import SIZES, WEIGHT_STD, ModelSpec, parameter_count, resolve_model, write_model
+from servecheck.engine.llamacpp.model import SIZES, WEIGHT_STD, ModelSpec, parameter_count, resolve_model, write_model
 from servecheck.errors import UsageError
 
 N_VOCAB = 300

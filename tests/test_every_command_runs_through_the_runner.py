@@ -69,7 +69,7 @@ def _model(tmp: Path) -> Path:
 def _fake_demo(mp: pytest.MonkeyPatch) -> None:
     """The demo without llama.cpp: a provisioned engine and two staircase runs, as tests/test_engine_cli.py
     fakes them."""
-    from servecheck.engine.build import EngineBinary
+    from servecheck.engine.llamacpp.build import EngineBinary
     from servecheck.engine.local import LocalEngine
     from servecheck.jobs import demo as demo_job
     from test_engine_cli import _doc, _run

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from servecheck.cli import main as main_mod
-from servecheck.engine.build import ensure_vocab
+from servecheck.engine.llamacpp.build import ensure_vocab
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.local import LocalEngine, provision_local
-from servecheck.engine.model import ModelSpec, write_model
+from servecheck.engine.llamacpp.model import ModelSpec, write_model
 from servecheck.engine.process import LlamaServer
 
 pytestmark = [pytest.mark.engine, pytest.mark.timeout(900)]

@@ -8,13 +8,13 @@ import click
 from servecheck import exitcodes
 from servecheck.cli.context import AppContext
 from servecheck.cli.engine_flags import ENGINES, llama_server_option, progress_printer
-from servecheck.engine.build import provision_engine
+from servecheck.engine.llamacpp.build import provision_engine
 from servecheck.engine.cache import CACHE_ENV, EngineCache, clear, fmt_size, list_entries, size_bytes
 from servecheck.engine.hf_model import DEFAULT_HF_SIZE
 from servecheck.engine.mlx_engine import MLX_LM_VERSION, MLX_VERSION, provision_mlx_local
 from servecheck.engine.mlx_model import DEFAULT_MLX_SIZE
 from servecheck.engine.running import RunningRecords
-from servecheck.engine.model import SIZES, ensure_model
+from servecheck.engine.llamacpp.model import SIZES, ensure_model
 from servecheck.engine.vllm import VLLM_DIST, VLLM_VERSION, provision_vllm_local
 from servecheck.errors import UsageError
 

@@ -26,7 +26,7 @@ from servecheck.cli.target_flags import request_options
 from servecheck.wire.base import Target
 from servecheck.wire.request_params import parse_request_params
 from servecheck.engine.cache import EngineCache
-from servecheck.engine.model import DEFAULT_SIZE
+from servecheck.engine.llamacpp.model import DEFAULT_SIZE
 from servecheck.jobs.demo import (
     DEFAULT_PROMPT_TOKENS,
     DEFAULT_TOKENS,

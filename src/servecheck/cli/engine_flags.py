@@ -17,7 +17,7 @@ import click
 from servecheck import exitcodes
 from servecheck.cli.context import AppContext
 from servecheck.engine.cache import EngineCache
-from servecheck.engine.llamacpp_server import LlamaServer
+from servecheck.engine.llamacpp.server import LlamaServer
 from servecheck.engine.mlx_engine import MlxServer
 from servecheck.engine.running import RunningRecords
 from servecheck.engine.vllm import VllmServer

@@ -18,11 +18,11 @@ from servecheck.cli.engine_flags import (
 )
 from servecheck.engine.cache import EngineCache
 from servecheck.engine.hf_model import HF_SIZES
-from servecheck.engine.llamacpp_server import DEFAULT_CTX_PER_SLOT, LlamaServer, default_threads
+from servecheck.engine.llamacpp.server import DEFAULT_CTX_PER_SLOT, LlamaServer, default_threads
 from servecheck.engine.local import provision_local
 from servecheck.engine.mlx_engine import MlxServer, provision_mlx_local
 from servecheck.engine.mlx_model import MLX_SIZES
-from servecheck.engine.model import DEFAULT_SIZE, SIZES
+from servecheck.engine.llamacpp.model import DEFAULT_SIZE, SIZES
 from servecheck.engine.vllm import DEFAULT_MAX_MODEL_LEN, VllmServer, provision_vllm_local
 from servecheck.errors import UsageError
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from servecheck.engine.build import EngineBinary, Progress, provision_engine
+from servecheck.engine.llamacpp.build import EngineBinary, Progress, provision_engine
 from servecheck.engine.cache import EngineCache
-from servecheck.engine.model import DEFAULT_SIZE, SIZES, resolve_model
+from servecheck.engine.llamacpp.model import DEFAULT_SIZE, SIZES, resolve_model
 
 
 @dataclass(frozen=True)
 class LocalEngine:
     binary: EngineBinary
     model_path: Path
-    model_name: str  # a size name (engine.model.SIZES) or the file name of a user's model
+    model_name: str  # a size name (engine.llamacpp.model.SIZES) or the file name of a user's model
 
 
 def provision_local(

@@ -8,7 +8,7 @@ the kernel (Linux) and a watchdog in its group ends the whole group (`servecheck
 `records`, a record of the running server is kept in the cache until it stops (`engine.running`).
 
 `LocalServer` is the base of the engines servecheck starts itself on a free port: llama.cpp's
-(`llamacpp_server`), vLLM's (`vllm.server`) and MLX's (`mlx_engine.server`).
+(`llamacpp.server`), vLLM's (`vllm.server`) and MLX's (`mlx_engine.server`).
 """
 
 from __future__ import annotations

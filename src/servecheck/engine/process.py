@@ -1,12 +1,12 @@
 """The names `engine.process` has always offered, kept importable here: the managed server process
 now lives in `managed` (ManagedServer, LocalServer, ports, the safety net) and llama.cpp's server in
-`llamacpp_server` (LlamaServer and its flags). Tests, benchmarks and scripts import them from here;
+`llamacpp.server` (LlamaServer and its flags). Tests, benchmarks and scripts import them from here;
 new code imports them from their homes. Patch a name in its home, not here: code reads it there.
 """
 
 from __future__ import annotations
 
-from servecheck.engine.llamacpp_server import (
+from servecheck.engine.llamacpp.server import (
     CTX_MARGIN_TOKENS,
     CTX_ROUND_TOKENS,
     DEFAULT_CTX_PER_SLOT,

@@ -22,11 +22,11 @@ from typing import cast
 from servecheck.wire.base import Target
 from servecheck.wire.request_params import RequestParams
 from servecheck.engine.cache import EngineCache
-from servecheck.engine.llamacpp_server import LlamaServer, ctx_per_slot_for, default_threads
+from servecheck.engine.llamacpp.server import LlamaServer, ctx_per_slot_for, default_threads
 from servecheck.engine.local import LocalEngine, provision_local
 from servecheck.engine.mlx_engine import MlxLocal, MlxServer, provision_mlx_local
 from servecheck.engine.mlx_model import DEFAULT_MLX_SIZE
-from servecheck.engine.model import DEFAULT_SIZE
+from servecheck.engine.llamacpp.model import DEFAULT_SIZE
 from servecheck.engine.running import RunningRecords
 from servecheck.engine.vllm import EAGER_ARGS, VllmLocal, VllmServer, provision_vllm_local
 from servecheck.envinfo import environment

@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from servecheck.engine.build import EngineBinary
+from servecheck.engine.llamacpp.build import EngineBinary
 from servecheck.engine.managed import DEFAULT_STARTUP_TIMEOUT_S, LOCALHOST, LocalServer, ManagedServer
 from servecheck.engine.running import RunningRecords
 from servecheck.errors import UsageError

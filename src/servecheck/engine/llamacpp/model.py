@@ -17,7 +17,7 @@ from typing import Any
 import gguf
 import numpy as np
 
-from servecheck.engine.build import Progress, ensure_vocab
+from servecheck.engine.llamacpp.build import Progress, ensure_vocab
 from servecheck.engine.cache import EngineCache
 from servecheck.errors import EngineError, UsageError
 
