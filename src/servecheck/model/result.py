@@ -23,6 +23,7 @@ from servecheck.errors import UsageError
 from servecheck.model.bodies import BODIES, Body, Other
 from servecheck.model.bodies.common import Environment, Finding, Server
 from servecheck.model.codec import JSON, decode, encode, finished_nulls, json_keys, record
+from servecheck.model.reason import Reason, Text
 
 SCHEMA_VERSION = 1
 
@@ -120,7 +121,9 @@ def measured(command: str, body: B, *, valid: bool | None = None, simulated: boo
     return RunResult(Envelope(command=command, valid=valid, simulated=simulated, complete=complete), body)
 
 
-def run_findings(run: RunResult[Any]) -> tuple[tuple[Finding | str, ...], tuple[Finding | str, ...], tuple[str, ...]]:
+def run_findings(
+    run: RunResult[Any],
+) -> tuple[tuple[Finding | Text, ...], tuple[Finding | Text, ...], tuple[Text, ...]]:
     """A run's invalid findings, warnings and notes, for the commands that keep them as lists."""
 
     body = decode(_Common, run.body.fields) if isinstance(run.body, Other) else run.body
@@ -129,7 +132,7 @@ def run_findings(run: RunResult[Any]) -> tuple[tuple[Finding | str, ...], tuple[
         value = getattr(body, name, ())
         return value if isinstance(value, tuple) else ()  # log's `warnings` is a count
 
-    notes = tuple(n for n in listed("notes") if isinstance(n, str))
+    notes = tuple(n for n in listed("notes") if isinstance(n, (str, Reason)))
     return listed("invalid"), listed("warnings"), notes
 
 

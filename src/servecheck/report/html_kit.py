@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from servecheck.model.bodies.common import Finding, RequestRef
-from servecheck.runs.fields import as_float, as_int, as_str
+from servecheck.model.reason import Text
+from servecheck.runs.fields import as_float, as_int
 from servecheck.report.svg import (
     esc,
 )
@@ -44,9 +45,9 @@ def mark_charts_simulated(body: str) -> str:
     return CHART_TITLE.sub(lambda m: f"{m.group(1)}{m.group(2)} — SIMULATED server{m.group(3)}", body)
 
 
-def finding(item: Finding | str) -> str:
-    """A warning as text, or as {message, hint, requests}: escaped HTML."""
-    if isinstance(item, str):
+def finding(item: Finding | Text) -> str:
+    """A warning as text (or a reason), or as {message, hint, requests}: escaped HTML."""
+    if not isinstance(item, Finding):
         return esc(item)
     out = esc(item.message or "") + (f" <i>({esc(item.hint)})</i>" if item.hint else "")
     if item.requests:
@@ -174,9 +175,9 @@ def verdict_line(label: str, word: Any, extra: str = "") -> str:
     return f'<p class="verdict">{esc(label)}: <b>{fmt(word)}</b>{" " + extra if extra else ""}</p>'
 
 
-def reason_line(*reasons: Any) -> str:
-    """Why the verdict came out as it did, in the analysis's own words."""
-    shown = [esc(r) for r in reasons if as_str(r)]
+def reason_line(*reasons: Text | None) -> str:
+    """Why the verdict came out as it did, in the analysis's own words (a reason, or a document's text)."""
+    shown = [esc(r) for r in reasons if r is not None and str(r)]
     return f'<p class="reason">{"<br>".join(shown)}</p>' if shown else ""
 
 

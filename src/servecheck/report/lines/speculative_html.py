@@ -24,8 +24,7 @@ _SPEC_KINDS = ("unpredictable", "predictable")
 def section(run: RunResult[SpeculativeBody], _: RunReading) -> str:
     """Tokens per step and the per-stream rate against N, one line per prompt kind, and the table."""
     body = run.body
-    why = None if body.verdict_reason is None else str(body.verdict_reason)  # a reason, said (or a document's text)
-    parts = [verdict_line("Speculative decoding", body.verdict), reason_line(why),
+    parts = [verdict_line("Speculative decoding", body.verdict), reason_line(body.verdict_reason),
              _spec_chart(body.points, lambda p: p.tokens_per_step, "Tokens per step against N", "tokens per step"),
              _spec_chart(body.points, lambda p: p.per_stream_tok_s, "Per-stream decode rate against N", "tok/s"),
              "<h3>By N and prompt kind</h3>", _spec_table(body.points)]

@@ -32,7 +32,7 @@ def staircase_section(body: StaircaseBody, readings: Sequence[StaircasePointRead
     points = body.points
     parts = [
         verdict_line("Verdict", body.verdict, f"· aggregate across N: <b>{fmt(body.trend)}</b>" + _ratio_note(points)),
-        reason_line(*(None if r is None else str(r) for r in (body.verdict_reason, body.trend_reason))),
+        reason_line(body.verdict_reason, body.trend_reason),
         "<h3>Completion times</h3>",
         _single_note(body),
         table(
