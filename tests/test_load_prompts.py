@@ -63,3 +63,19 @@ async def test_prompts_never_share_a_first_character_pair_and_are_reproducible()
 async def test_too_short_target_gives_the_shortest_prompt_measured() -> None:
     prompt = await fixed_prompt(FakeDriver(words_plus_nonce_pieces), 2, random.Random(1))  # type: ignore[arg-type]
     assert prompt.prompt_tokens == words_plus_nonce_pieces(prompt.text) == 6  # BOS + 4 nonce pieces + 1 word
+
+
+@pytest.mark.parametrize("seed", range(40))
+async def test_prefix_cache_prompts_never_share_a_first_character(seed: int) -> None:
+    """The repeated prompt, the control, the floor and the warm-up open on four different hex digits, so
+    a cache finds none of one in another beyond what the tokenizer puts before the text (BOS, a leading
+    space). Sharing the first two characters only as a pair let a first send find three tokens of the
+    warm-up in llama.cpp's cache (BOS, the space, the same first digit)."""
+    from servecheck.experiments.prefix_cache import _prompts, _warm_prompt
+
+    driver = FakeDriver(words_plus_nonce_pieces)
+    rng = random.Random(seed)
+    sends = await _prompts(driver, 64, rng)  # type: ignore[arg-type]
+    warm = await _warm_prompt(driver, 64, rng, sends)  # type: ignore[arg-type]
+    assert len({p.text[0] for p in (*sends, warm)}) == 4
+    assert all(p.text.startswith(p.nonce + ":") for p in (*sends, warm))

@@ -29,7 +29,7 @@ from servecheck.experiments.common import (
     request_late_ms,
     stream_time_s,
 )
-from servecheck.load.prompts import fixed_prompt, new_nonce
+from servecheck.load.prompts import distinct_nonces, fixed_prompt, new_nonce
 from servecheck.load.protocol import Driver
 from servecheck.model.bodies import context as shape
 from servecheck.model.client import ClientCheck
@@ -170,20 +170,6 @@ def reported_prompt_tokens(record: RequestRecord, dialect: str) -> int | None:
     if dialect == "llamacpp":
         return t.prompt_tokens + (t.cached_prompt_tokens or 0)
     return t.prompt_tokens
-
-
-def distinct_nonces(n: int, rng: random.Random) -> list[str]:
-    """Nonces whose first two characters differ across the whole run (while n <= 256), so no prompt
-    shares even a first token with another request's."""
-    heads: set[str] = set()
-    out: list[str] = []
-    while len(out) < n:
-        nonce = new_nonce(rng)
-        if (nonce[:2] in heads and len(heads) < 256) or nonce in out:
-            continue
-        heads.add(nonce[:2])
-        out.append(nonce)
-    return out
 
 
 # ---------------------------------------------------------------- running

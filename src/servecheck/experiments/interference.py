@@ -25,11 +25,10 @@ from servecheck.experiments.common import (
 )
 from servecheck.experiments.context import (
     CONTEXT_MARGIN_TOKENS,
-    distinct_nonces,
     reported_prompt_tokens,
     takes_cache_prompt,
 )
-from servecheck.load.prompts import fixed_prompt
+from servecheck.load.prompts import distinct_nonces, fixed_prompt
 from servecheck.load.protocol import Driver
 from servecheck.model.bodies import interference as shape
 from servecheck.model.bodies.common import LogAudit, LogFinding, UnscannedLogAudit

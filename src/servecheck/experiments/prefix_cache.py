@@ -295,13 +295,9 @@ def _ollama_num_ctx(parameters: Any) -> int | None:
 async def _prompts(driver: Driver, tokens: int, rng: random.Random) -> tuple[Prompt, Prompt, Prompt]:
     """The repeated prompt and the control (equal length, different bytes from the first character),
     and the short floor prompt (its own nonce too)."""
-    first = new_nonce(rng)
-    other = new_nonce(rng)
-    while other[:2] == first[:2]:
-        other = new_nonce(rng)
-    third = new_nonce(rng)
-    while third[:2] in (first[:2], other[:2]):
-        third = new_nonce(rng)
+    first = _nonce_apart(rng, ())
+    other = _nonce_apart(rng, (first,))
+    third = _nonce_apart(rng, (first, other))
     prompt = await fixed_prompt(driver, tokens, random.Random(rng.getrandbits(32)), first)
     control = await fixed_prompt(driver, tokens, random.Random(rng.getrandbits(32)), other)
     floor = await fixed_prompt(driver, FLOOR_PROMPT_TOKENS, random.Random(rng.getrandbits(32)), third)
@@ -309,12 +305,21 @@ async def _prompts(driver: Driver, tokens: int, rng: random.Random) -> tuple[Pro
 
 
 async def _warm_prompt(driver: Driver, tokens: int, rng: random.Random, taken: tuple[Prompt, ...]) -> Prompt:
-    """The warm-up's prompt: as long as the repeated one, with a nonce whose first two characters no send's
-    share (drawn after theirs, so a seed still sends the prompts it sent before the warm-up existed)."""
-    nonce = new_nonce(rng)
-    while nonce[:2] in {p.nonce[:2] for p in taken}:
-        nonce = new_nonce(rng)
+    """The warm-up's prompt: as long as the repeated one, with a nonce whose first character no send's
+    shares (drawn after theirs, so a seed still sends the prompts it sent before the warm-up existed)."""
+    nonce = _nonce_apart(rng, tuple(p.nonce for p in taken))
     return await fixed_prompt(driver, tokens, random.Random(rng.getrandbits(32)), nonce)
+
+
+def _nonce_apart(rng: random.Random, taken: tuple[str, ...]) -> str:
+    """A nonce whose first character no nonce in `taken` has (four prompts, sixteen hex digits), so two
+    prompts share at most what a tokenizer puts before the text (BOS, a leading space): a cache that
+    finds a few tokens of the warm-up in the first send, or of a send in the control, would read as a
+    small hit where there is none."""
+    nonce = new_nonce(rng)
+    while nonce[0] in {t[0] for t in taken}:
+        nonce = new_nonce(rng)
+    return nonce
 
 
 def _request(index: int, prompt: Prompt, max_tokens: int, cache_prompt: bool | None) -> GenRequest:

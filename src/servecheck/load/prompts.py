@@ -103,7 +103,7 @@ async def make_requests(
     cache_prompt: bool | None = None,
 ) -> list[GenRequest]:
     """`n` requests with equal-length prompts, each opening with its own nonce."""
-    nonces = _distinct_nonces(n, rng)
+    nonces = distinct_nonces(n, rng)
     seeds = [rng.getrandbits(32) for _ in range(n)]  # each prompt's words, independent of timing
     gate = asyncio.Semaphore(TOKENIZE_CONCURRENCY)
 
@@ -123,8 +123,9 @@ async def make_requests(
     return list(await asyncio.gather(*(one(i) for i in range(n))))
 
 
-def _distinct_nonces(n: int, rng: random.Random) -> list[str]:
-    """Nonces whose first two characters differ (while n <= 256), so even their first tokens differ."""
+def distinct_nonces(n: int, rng: random.Random) -> list[str]:
+    """Nonces whose first two characters differ (while n <= 256), so two prompts share at most what the
+    tokenizer puts before the text (BOS, a leading space) and a first digit split off as a token of its own."""
     heads: set[str] = set()
     nonces: list[str] = []
     while len(nonces) < n:
