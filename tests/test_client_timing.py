@@ -177,6 +177,7 @@ async def test_bursts_from_a_buffering_hop_are_named_and_never_read_as_steps(ste
     assert "transit" in said or "buffered on its way" in said, said
     for p in body.points:  # no point stands alone behind a hop either, even one whose own streams looked clean
         assert p.verdict != "speculating", (p.n, p.reason)
+        assert p.tokens_per_step is None and p.counters_agree is None, (p.n, p.tokens_per_step)  # bursts, no figure
     if step_s == 0.02 and mean == 0.0:
         assert all(p.coalesced_streams for p in body.points), [(p.n, p.reason) for p in body.points]
 

@@ -394,3 +394,22 @@ def test_a_hop_leaves_every_decided_point_and_the_run_undecided() -> None:
     (left,) = sp.behind_a_hop([held])
     assert left.estimate.verdict == "inconclusive" and left.estimate.reason.code == "speculative.point_behind_a_hop"
     assert left.estimate.reason["alone"] is point.estimate.reason
+    # the bursts' figure is no measurement: the point keeps none, its reason says what it read alone
+    assert left.estimate.tokens_per_step is None and left.estimate.interval is None
+    assert left.record().tokens_per_step is None and left.record().tokens_per_step_interval is None
+    assert point.estimate.tokens_per_step == pytest.approx(2.0)
+
+
+def test_behind_a_hop_the_counters_are_not_held_against_bursts() -> None:
+    """A server whose draft counters say 1 token a step, read through a hop whose bursts group as 2: before,
+    `counters_disagree` (a finding against the server); behind the hop the counters stand alone."""
+    counted = [replace(stream([2] * 40), draft_n=40, draft_accepted=0, server_generated=81)]
+    point = sp.analyse_point(1, "predictable", counted, failed=0, rates=[], aggregates=[], baseline_rates=None)
+    assert point.counters.agrees is False and point.counters.note.code == "speculative.counters_disagree"
+    (left,) = sp.behind_a_hop([replace(point, coalesced=1)])
+    assert left.counters.agrees is None and left.counters.note.code == "speculative.counters_alone"
+    assert left.counters.server_tokens_per_step == pytest.approx(1.0)
+    assert left.record().counters_agree is None
+    undecided = replace(point, estimate=replace(point.estimate, verdict="inconclusive"), coalesced=1)
+    (also,) = sp.behind_a_hop([undecided])  # an open point's figure is bursts as much as a decided one's
+    assert also.estimate.tokens_per_step is None and also.estimate.reason.code == "speculative.point_behind_a_hop"

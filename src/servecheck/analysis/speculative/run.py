@@ -1,6 +1,6 @@
 """A point and the run, pure: `analyse_point` puts a point's grouping, estimate, counters and pays
 together; `analyse_speculative` gives the run's verdict and, with a baseline, where it stops paying; a hop
-that buffered any stream leaves every decided point undecided."""
+that buffered any stream leaves every point undecided, without an estimate."""
 
 from __future__ import annotations
 
@@ -99,14 +99,26 @@ class SpeculativeAnalysis:
 
 def behind_a_hop(points: Sequence[SpecPointAnalysis]) -> list[SpecPointAnalysis]:
     """The points as the run can stand by them: where any stream arrived coalesced in transit, a hop buffered
-    the run's streams, so no point's groups are steps and every decided point is left undecided, named."""
+    the run's streams, so no point's groups are steps. Every point with an estimate is left undecided, named,
+    and keeps no tokens per step: a figure made of bursts would read as a measurement in the table, in `diff`
+    and in the history (what it read alone stays in the reason, as that). The server's counters are not held
+    against it either: a disagreement with bursts is no finding about the server."""
     hop = sum(p.coalesced for p in points)
     if not hop:
         return list(points)
-    return [p if p.estimate.verdict == "inconclusive" else
-            replace(p, estimate=replace(p.estimate, verdict="inconclusive", reason=(
-                Reason("speculative.point_behind_a_hop", streams=hop, alone=p.estimate.reason))))
+    return [p if p.estimate.tokens_per_step is None else replace(
+                p, estimate=replace(p.estimate, tokens_per_step=None, interval=None, verdict="inconclusive", reason=(
+                    Reason("speculative.point_behind_a_hop", streams=hop, alone=p.estimate.reason))),
+                counters=unheld(p.counters))
             for p in points]
+
+
+def unheld(counters: CounterCheck) -> CounterCheck:
+    """The server's counters alone, where there is no estimate to hold them against."""
+    if counters.server_tokens_per_step is None:
+        return counters
+    return CounterCheck(counters.server_tokens_per_step, counters.acceptance, None,
+                        Reason("speculative.counters_alone", server=counters.server_tokens_per_step))
 
 
 def analyse_speculative(points: Sequence[SpecPointAnalysis], *, with_baseline: bool) -> SpeculativeAnalysis:
