@@ -54,9 +54,11 @@ def test_cache_on_is_working(engine, tmp_path, first_try, request):
     assert doc["verdict"] == "working", doc["verdict_reason"]
     assert code == exitcodes.OK
     first, *warm = doc["cached_tokens"]
-    assert first <= 2  # BOS at most: the warm-up before it was a fresh prompt of its own
+    # BOS and the leading space at most: the warm-up before it was a fresh prompt of its own, opening on
+    # another character (a shared first digit was a third token: CI at e6d5300 read 3)
+    assert first <= 2
     assert all(c >= PROMPT - 2 for c in warm)  # cache_n rises to the prompt (less the last token)
-    assert doc["control_cached_tokens"] <= 2  # BOS at most: the control shares no prefix
+    assert doc["control_cached_tokens"] <= 2  # BOS and the leading space at most: the control shares no prefix
     assert all(s["cached_source"].startswith("response") for s in doc["sends"])
     # Prefill of 600 tokens against ~1: the drop is tens of times, far beyond scheduling noise.
     assert statistics.median(doc["ttft_s"][1:]) < doc["ttft_s"][0]
