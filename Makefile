@@ -25,7 +25,8 @@ demo: setup
 test-deps:
 	bash scripts/install-test-deps.sh
 
-# The habits: the import layers, ruff over src, tests, benchmarks and scripts, mypy over the pure layers (pyproject.toml).
+# The habits: the import layers, ruff over src, tests, benchmarks and scripts, mypy over src, tests and scripts
+# (pyproject.toml).
 lint: setup
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/ruff check src tests benchmarks scripts

@@ -18,7 +18,7 @@ import json
 import os
 import random
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -35,6 +35,9 @@ SEED_ENV = "SERVECHECK_TEST_SEED"
 FIRST_TRY_ENV = "SERVECHECK_FIRST_TRY_LOG"  # a JSON-lines file of every real-engine verdict's first try
 # `make test` sets it: every dependency is installed there, so only skips allowed everywhere pass.
 STRICT_ENV = "SERVECHECK_STRICT_SKIPS"
+# The session's own state, kept on pytest's config (its stash) for the summary at the end.
+FIRST_TRIES = pytest.StashKey["FirstTries"]()
+ENGINE_STARTS = pytest.StashKey[dict[str, int]]()
 T = TypeVar("T")
 
 
@@ -74,7 +77,9 @@ def _skip_reason(report: pytest.TestReport) -> str:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report: pytest.TestReport = yield
     if report.skipped and not hasattr(report, "wasxfail"):
         reason = _skip_reason(report)
@@ -120,10 +125,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         for name, text in report.sections:
             if name == "seed":
                 terminalreporter.write_line(f"seed for {report.nodeid}: {text}")
-    tries: FirstTries | None = getattr(terminalreporter.config, "_servecheck_first_tries", None)
+    tries = terminalreporter.config.stash.get(FIRST_TRIES, None)
     if tries is not None and tries.rows:
         terminalreporter.write_line(tries.summary())
-    starts: dict[str, int] | None = getattr(terminalreporter.config, "_servecheck_engine_starts", None)
+    starts = terminalreporter.config.stash.get(ENGINE_STARTS, None)
     if starts and any(starts.values()):
         terminalreporter.write_line(
             f"engine starts in this process: llama-server {starts['llama-server']}, vLLM {starts['vllm']}, mlx-lm "
@@ -141,7 +146,7 @@ def _count_engine_starts(request: pytest.FixtureRequest) -> Iterator[None]:
         yield
         return
     starts = {"llama-server": 0, "vllm": 0, "mlx-lm": 0, "other": 0}
-    request.config._servecheck_engine_starts = starts
+    request.config.stash[ENGINE_STARTS] = starts
     spawn = ManagedServer._spawn
 
     def counted(self: ManagedServer) -> None:
@@ -186,8 +191,9 @@ class FirstTries:
     rows: list[dict[str, object]] = field(default_factory=list)
 
     def record(self, test_id: str, expected: str, first: str, final: str, seed: int | None = None) -> None:
-        row = {"test": test_id, "expected": expected, "first": first, "final": final,
-               "first_outcome": outcome(expected, first), "final_outcome": outcome(expected, final), "seed": seed}
+        row: dict[str, object] = {"test": test_id, "expected": expected, "first": first, "final": final,
+                                  "first_outcome": outcome(expected, first),
+                                  "final_outcome": outcome(expected, final), "seed": seed}
         self.rows.append(row)
         if self.log_path:
             with open(self.log_path, "a", encoding="utf-8") as fh:
@@ -241,10 +247,10 @@ def _words(reading: str | Mapping[str, str], expected: str | Mapping[str, str]) 
 @pytest.fixture(scope="session")
 def first_try(request: pytest.FixtureRequest) -> FirstTries:
     """Where a real-engine verdict test records its first try (see FirstTries)."""
-    tries: FirstTries | None = getattr(request.config, "_servecheck_first_tries", None)
+    tries = request.config.stash.get(FIRST_TRIES, None)
     if tries is None:
         tries = FirstTries(os.environ.get(FIRST_TRY_ENV) or None)
-        request.config._servecheck_first_tries = tries
+        request.config.stash[FIRST_TRIES] = tries
     return tries
 
 

@@ -41,7 +41,7 @@ def strategy(tp: Any) -> st.SearchStrategy[Any]:
         return st.tuples(*(strategy(a) for a in args))
     if origin is Mapping or origin is dict:
         return st.dictionaries(st.text(max_size=6), strategy(get_args(tp)[1]), max_size=3)
-    if is_dataclass(tp):
+    if isinstance(tp, type) and is_dataclass(tp):  # a dataclass (a type hint is never an instance)
         hints = get_type_hints(tp)
         return st.builds(tp, **{f.name: strategy(hints[f.name]) for f in fields(tp)})
     if tp is bool:

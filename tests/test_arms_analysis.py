@@ -13,6 +13,7 @@ from servecheck.model.codec import encode
 from servecheck.model.reason import Reason
 from servecheck.model.records import RequestRecord, ServerTimings
 from factories import request_s
+from written import as_reason
 
 # --- helpers -------------------------------------------------------------------------------
 
@@ -146,6 +147,7 @@ def queue_cells() -> tuple[A.Cell, A.Cell]:
 def test_queue_trap_naive_formula_says_4x_right_one_says_1x() -> None:
     s, q = queue_cells()
     assert s.per_user_rate_tok_s == pytest.approx(100.0) and q.per_user_rate_tok_s == pytest.approx(100.0)
+    assert q.per_user_rate_tok_s is not None and s.per_user_rate_tok_s is not None
     naive = q.per_user_rate_tok_s * q.concurrency / s.per_user_rate_tok_s
     assert naive == pytest.approx(4.0)
     assert q.generation_tok_s is not None and s.generation_tok_s is not None
@@ -160,8 +162,9 @@ def test_queue_is_labelled_none() -> None:
         cells += [replace(s, rep=rep), replace(q, rep=rep)]
     result = A.analyse_arms(cells)
     assert result.arm(4).label == "none"
-    assert result.arm(4).generation_gain is not None
-    assert result.arm(4).generation_gain.median == pytest.approx(1.0, abs=0.02)
+    gain = result.arm(4).generation_gain
+    assert gain is not None
+    assert gain.median == pytest.approx(1.0, abs=0.02)
 
 
 def test_cell_from_records_counts_tokens_wall_and_ttft() -> None:
@@ -427,7 +430,8 @@ def test_three_reps_are_enough_to_label() -> None:
 
 
 def test_an_arm_without_its_evidence_says_which_is_missing() -> None:
-    assert A.label_with_reason(None, None) == ("inconclusive", "no rep pairs this arm with the serial arm")
+    label, reason = A.label_with_reason(None, None)
+    assert (label, str(reason)) == ("inconclusive", "no rep pairs this arm with the serial arm")
     label, reason = A.label_with_reason(A.Estimate(1.39, 1.30, 1.45, 3), None)
     assert label == "inconclusive" and reason.code == "arms.generation_unmeasured"
     assert reason["aggregate"]["median"] == 1.39
@@ -482,8 +486,10 @@ def test_a_noisy_generation_gain_is_inconclusive_not_pipelining() -> None:
     result = A.analyse_arms(cells)
     two = result.arm(2)
     assert two.label == "inconclusive" and two.generation_gain is not None and two.generation_gain.median > A.MIN_RISE
+    assert isinstance(two.label_reason, Reason)
     assert two.label_reason.code == "arms.unsure_generation" and two.label_reason["rise"] == A.MIN_RISE
-    assert any(w.message.code == "arms.inconclusive" and w.message["concurrency"] == 2 for w in result.warnings)
+    assert any(as_reason(w.message).code == "arms.inconclusive" and as_reason(w.message)["concurrency"] == 2
+               for w in result.warnings)
     clean = A.analyse_arms(seed_cells())  # 0.94x: the generation stage is shown not to gain, clean pipelining
     assert clean.arm(2).label == "pipelining" and "arms.inconclusive" not in said(clean)
 
@@ -507,10 +513,10 @@ def _queue_behind_gauges() -> list[A.Cell]:
 def test_evidence_stopwatch_keeps_the_gauges_from_deciding_none() -> None:
     cells = _queue_behind_gauges()
     by_gauges = A.analyse_arms(cells).arm(2)
-    assert by_gauges.label == "none" and by_gauges.label_reason.code == "arms.one_running"
+    assert by_gauges.label == "none" and as_reason(by_gauges.label_reason).code == "arms.one_running"
     stopwatch = A.analyse_arms(cells, gauges_decide=False).arm(2)
     assert stopwatch.label == "inconclusive", stopwatch.label_reason
-    assert not {"arms.one_running", "arms.gauges_disagree"} & set(stopwatch.label_reason.codes())
+    assert not {"arms.one_running", "arms.gauges_disagree"} & set(as_reason(stopwatch.label_reason).codes())
     assert stopwatch.aggregate_speedup == by_gauges.aggregate_speedup  # the same measurement, read without them
 
 
@@ -524,7 +530,8 @@ def test_late_reads_that_cannot_change_a_label_are_kept_and_said() -> None:
     result = A.analyse_arms(cells)
     four = result.arm(4)
     assert four.aggregate_speedup is not None and four.aggregate_speedup.n == 10 and four.label == "batching"
-    assert any(w.message.code == "arms.late_kept" and w.message["reps"] == 1 for w in result.warnings)
+    assert any(as_reason(w.message).code == "arms.late_kept" and as_reason(w.message)["reps"] == 1
+               for w in result.warnings)
 
 
 def test_a_late_rep_that_could_change_a_label_is_left_out_and_named() -> None:
@@ -536,8 +543,9 @@ def test_a_late_rep_that_could_change_a_label_is_left_out_and_named() -> None:
     result = A.analyse_arms(cells)
     two = result.arm(2)
     assert two.label == "inconclusive" and two.aggregate_speedup is not None and two.aggregate_speedup.n == 2
-    assert {"arms.too_few_reps", "arms.late_left_out"} <= set(two.label_reason.codes())
-    assert any(w.message.code == "arms.client_late" and (w.message["reps"], w.message["late_ms"]) == (1, 3000.0)
+    assert {"arms.too_few_reps", "arms.late_left_out"} <= set(as_reason(two.label_reason).codes())
+    assert any(as_reason(w.message).code == "arms.client_late"
+               and (as_reason(w.message)["reps"], as_reason(w.message)["late_ms"]) == (1, 3000.0)
                for w in result.warnings)
     assert A.analyse_arms([replace(c, client_late_ms=0.0) for c in cells]).arm(2).label == "pipelining"
 

@@ -142,7 +142,8 @@ def test_a_failed_request_makes_the_document_invalid() -> None:
 async def test_a_whole_run_decodes_back_into_the_body_it_was_written_from() -> None:
     hot = ThermalSummary(("linux thermal zones",), 7, 1, 95.5, ("zone0 95.5 C",))
     pooled = (cell(0, 0, 1, run=5), cell(0, 1, 2, run=5))
-    run = await run_arms(QueueDriver(), ArmsDesign(arms=(1, 2), requests=2, reps=2, tokens=4), rng=random.Random(1),
+    run = await run_arms(QueueDriver(),  # type: ignore[arg-type]  # a fake: only what an arms run calls
+                         ArmsDesign(arms=(1, 2), requests=2, reps=2, tokens=4), rng=random.Random(1),
                          requests_factory=factory, thermal=lambda: hot, pooled=pooled, pooled_from=("saved.json",))
     a = run.analysis()
     doc = fields_of(run.document())

@@ -100,7 +100,7 @@ def test_evidence_flag_reaches_the_analysis_measured_and_pooled(scripted, tmp_pa
     seen: list[bool] = []
     real = analysis_arms.analyse_arms
 
-    def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def spy(*args, **kwargs):
         seen.append(kwargs.get("gauges_decide", True))
         return real(*args, **kwargs)
 
@@ -204,7 +204,7 @@ def test_runs_never_repeat_prompts_unless_seeded(scripted, tmp_path: Path) -> No
     assert c["params"]["seed"] == 7 and _nonces(c) == _nonces(d)
 
 
-def test_arms_serve_owns_the_simulator_and_audits_its_log(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_arms_serve_owns_the_simulator_and_audits_its_log(tmp_path) -> None:
     """--serve on arms: the server is started, measured, stopped, and its refusal exits 3."""
     import sys
 

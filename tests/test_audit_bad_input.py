@@ -18,7 +18,7 @@ from servecheck.errors import AuditError
 from test_audit_fixtures import nbytes, write_gguf
 
 KV = {"block_count": 1, "embedding_length": 256, "attention.head_count": 4}
-TENSORS = [
+TENSORS: list[tuple[str, str, tuple[int, ...]]] = [
     ("token_embd.weight", "Q8_0", (256, 64)),
     ("blk.0.attn_q.weight", "Q4_K", (256, 256)),
     ("blk.0.ffn_up.weight", "Q8_0", (256, 512)),

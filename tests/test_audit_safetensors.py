@@ -16,7 +16,8 @@ H, V, FF, L, E, K = 64, 320, 128, 2, 8, 2
 
 
 def _dense(tied: bool) -> dict[str, np.ndarray]:
-    t = {"model.embed_tokens.weight": np.ones((V, H), np.float16), "model.norm.weight": np.ones(H, np.float32)}
+    t: dict[str, np.ndarray] = {"model.embed_tokens.weight": np.ones((V, H), np.float16),
+                                "model.norm.weight": np.ones(H, np.float32)}
     for i in range(L):
         p = f"model.layers.{i}"
         t[f"{p}.input_layernorm.weight"] = np.ones(H, np.float32)

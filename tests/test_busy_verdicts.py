@@ -7,6 +7,8 @@ builds (a queue, a batch, K slots), never what the classifier said before.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +17,7 @@ from servecheck.analysis import arms as A
 from servecheck.analysis import staircase as sc
 from servecheck.analysis import witness as W
 from servecheck.model.client import ClientLateness
+from servecheck.model.reason import Reason
 from servecheck.model.records import NS_PER_S, ClientNoise, GaugeSample, RequestRecord, ServerGauges, ServerTimings
 from factories import lateness_s, measured_batch, request_s
 
@@ -30,7 +33,7 @@ def _record(i: int, end_s: float, *, start_s: float = 0.0, service_s: float | No
     return request_s(i, send_s=start_s, first_token_s=start_s + 0.05, end_s=end_s, tokens=TOKENS, server=server)
 
 
-def _gauges(running: list[int], waiting: list[int | None]) -> ServerGauges:
+def _gauges(running: list[int], waiting: Sequence[int | None]) -> ServerGauges:
     samples = tuple(GaugeSample(int(0.2 * k * NS_PER_S), r, w) for k, (r, w) in enumerate(zip(running, waiting)))
     return ServerGauges("llama.cpp /metrics", 0.2, samples)
 
@@ -78,6 +81,7 @@ def test_the_reference_is_the_median_of_before_and_after() -> None:
     assert a.single_times_s == (4.17, 2.18, 2.25)
     assert a.verdict == "staircase"
     spread = next(f for f in a.warnings if f.code == "reference_spread")
+    assert isinstance(spread.message, Reason)
     assert spread.message.code == "staircase.reference_spread"
     assert spread.message["times_s"] == (4.17, 2.18, 2.25) and spread.message["slower"] is False
 
@@ -406,7 +410,7 @@ def test_gauges_still_decide_a_stalled_batch() -> None:
     run = [_batch(1, [2.08]), _batch(4, [7.7108, 7.7163, 7.7209, 7.7256], gauges=gauges,
                                      noise=_stalled((0.06, 7.70)))]
     point = sc.analyse_staircase(run, tokens_requested=TOKENS).points[-1]
-    assert point.verdict == "staircase", point.verdict_reason
+    assert point.verdict == "staircase", point.reason
     assert point.batches[-1].verdict.evidence == ("server_gauges",)
 
 
@@ -416,7 +420,7 @@ def test_server_timings_do_not_decide_a_stalled_batch() -> None:
     levels of queueing (a 'partial' of 2) to the timings; the stall voids that reading."""
     run = [_batch(1, [2.0]), _batch(4, [2.0, 2.01, 4.0, 4.01], services=[1.95] * 4, noise=_stalled((2.02, 3.99)))]
     top = sc.analyse_staircase(run, tokens_requested=TOKENS).points[-1]
-    assert top.verdict == "inconclusive", top.verdict_reason
+    assert top.verdict == "inconclusive", top.reason
     assert not any(w.source == "server_timings" for w in top.batches[-1].verdict.witnesses)
 
 
@@ -463,7 +467,8 @@ def test_windows_that_overlap_only_by_a_late_read_decide_nothing() -> None:
     read `partial`. A late window of 70 ms over those stamps leaves the windows no evidence; without it
     they read an overlap of two."""
     records = [_window(0, 0.10, 0.70), _window(1, 0.64, 1.30), _window(2, 1.31, 1.90), _window(3, 1.91, 2.50)]
-    assert sc.read_windows(records, 4, 0.64) is not None and sc.read_windows(records, 4, 0.64).open_max == 2
+    read = sc.read_windows(records, 4, 0.64)
+    assert read is not None and read.open_max == 2
     late = _late((0.63, 0.70))
     assert sc.read_windows(records, 4, 0.64, late) is None
     assert sc.read_windows(records, 4, 0.64, _late()) is not None  # a record with no late window vouches

@@ -23,9 +23,10 @@ from servecheck.analysis.capacity import (
 from servecheck.analysis.rules import DRIFT_LIMIT
 from servecheck.analysis.stats import coverage, interval_ranks, quantile_interval, samples_needed
 from servecheck.model.reason import Reason
-from servecheck.model.records import NS_PER_S, RequestRecord, ServerTimings
+from servecheck.model.records import NS_PER_S, RequestRecord, RequestStatus, ServerTimings
 from servecheck.model.words.capacity import ordinal
 from factories import request_ns
+from written import as_reason
 
 MS = 1_000_000
 
@@ -34,7 +35,8 @@ def sample(n: int, rates: list[float], ttfts: list[float] | None = None, agg: fl
            failure: str | None = None) -> ProbeSample:
     ttfts = ttfts if ttfts is not None else [0.01] * len(rates)
     return ProbeSample(n=n, rates_tok_s=tuple(rates), ttfts_s=tuple(ttfts), aggregate_tok_s=agg, window_s=(0.0, 1.0),
-                       requests=len(rates) + n, discarded=n, failed=1 if failure else 0, failure=failure)
+                       requests=len(rates) + n, discarded=n, failed=1 if failure else 0,
+                       failure=failure)  # type: ignore[arg-type]  # the server's words as text, passed on as given
 
 
 # ---------------------------------------------------------------- intervals
@@ -161,7 +163,7 @@ def test_doubling_is_capped_at_max_n() -> None:
     ({1: "pass", 2: "pass", 3: "pass"}, 3, "max_n"),
 ])
 def test_held_and_limit(statuses, expected_held, expected_limit) -> None:
-    rates = {"pass": [60.0] * 6, "fail": [40.0] * 6, "uncertain": [45, 48, 50, 52, 55, 58]}
+    rates: dict[str, list[float]] = {"pass": [60.0] * 6, "fail": [40.0] * 6, "uncertain": [45, 48, 50, 52, 55, 58]}
     points = [assess(n, [sample(n, rates[s])], FLOOR) for n, s in statuses.items()]
     assert held(points) == expected_held
     assert limit_of(points, held(points), max_n=3 if expected_limit == "max_n" else 64) == expected_limit
@@ -251,7 +253,8 @@ def test_ordinal(n: int, word: str) -> None:
 # ---------------------------------------------------------------- a probe from request records
 
 
-def record(index: int, send_ms: int, ttft_ms: int, tokens: int, step_ms: int, status: str = "ok") -> RequestRecord:
+def record(index: int, send_ms: int, ttft_ms: int, tokens: int, step_ms: int,
+           status: RequestStatus = "ok") -> RequestRecord:
     """A request for `tokens` sent at send_ms whose tokens, one an event, arrive every step_ms from ttft_ms
     after it; whole milliseconds, kept exactly."""
     first = (send_ms + ttft_ms) * MS
@@ -280,7 +283,8 @@ def test_probe_discards_each_lanes_first_request_and_the_drain() -> None:
     assert s.measured == 5
     assert all(r == pytest.approx(100.0) for r in s.rates_tok_s)  # 10 tokens in 100 ms
     assert all(t == pytest.approx(0.020) for t in s.ttfts_s)
-    assert s.window_s is not None and s.window_s[0] == pytest.approx(records[4].end_ns / NS_PER_S, abs=0.002)
+    assert s.window_s is not None and records[4].end_ns is not None
+    assert s.window_s[0] == pytest.approx(records[4].end_ns / NS_PER_S, abs=0.002)
     # two lanes, 11 tokens every 121 ms each
     assert s.aggregate_tok_s == pytest.approx(2 * 11 / 0.121, rel=0.08)
     assert s.failure is None and s.length_off == ()
@@ -306,7 +310,7 @@ def test_a_request_the_client_read_late_leaves_the_samples_and_is_named() -> Non
     steady = steady_records(records, 2)[0][0]
     with_late = probe_from_records(records, n=2, tokens_asked=11, late={steady.index: 300.0})
     assert with_late.measured == 4 and len(with_late.ttfts_s) == 5  # its TTFT is judged by its own rule
-    assert with_late.client_late == (f"request {steady.index} ({steady.nonce}): 300 ms",)
+    assert tuple(map(str, with_late.client_late)) == (f"request {steady.index} ({steady.nonce}): 300 ms",)
     assert probe_from_records(records, n=2, tokens_asked=11).measured == 5
     point = assess(2, [replace(with_late, rates_tok_s=())], Criteria(min_user_rate_tok_s=50.0))
     assert point.status == "uncertain" and "capacity.late_left_out" in set(point.reason.codes())
@@ -329,8 +333,8 @@ def test_the_warnings_name_what_was_left_out_each_with_its_fix() -> None:
     said = {w.message.code: w for w in a.warnings if isinstance(w.message, Reason)}
     assert set(said) == {"capacity.length_trap", "capacity.contaminated", "capacity.hop_held",
                          "capacity.intervals_short"}
-    assert said["capacity.length_trap"].message["requests"] == 1
-    assert said["capacity.intervals_short"].message["ns"] == (2,)
+    assert as_reason(said["capacity.length_trap"].message)["requests"] == 1
+    assert as_reason(said["capacity.intervals_short"].message)["ns"] == (2,)
     assert all(isinstance(w.hint, Reason) and w.hint.code == f"{code}_fix" for code, w in said.items())
 
 

@@ -75,7 +75,7 @@ def test_a_point_writes_its_intervals_as_pairs_and_its_marginal_beside_them() ->
     rate = Interval(estimate=110.0, lo=108.0, hi=112.0, n=9, quantile=0.5, level=0.96)
     ttft = Interval(estimate=0.02, lo=0.018, hi=0.03, n=9, quantile=0.5, level=0.96)
     point = Point(n=4, probes=2, rate=rate, ttft=ttft, aggregate_tok_s=440.0, status="pass", rate_status="pass",
-                  ttft_status="pass", reason="r", failed=1)
+                  ttft_status="pass", reason="r", failed=1)  # type: ignore[arg-type]  # a reason as its text
     marginal = Marginal(n=4, prev_n=2, gain_tok_s_per_user=80.0, aggregate_gain=0.5, per_user_change=-0.2)
     assert encode(point.record(marginal), nulls=True) == {
         "n": 4, "per_user_tok_s": 110.0, "ttft_s": 0.02, "aggregate_tok_s": 440.0, "status": "pass",
@@ -99,7 +99,7 @@ def test_the_least_marginal_carries_its_sentence_and_drift_its_limit() -> None:
     assert encode(BaselineDrift(200.0, 180.0).record(), nulls=True) == {
         "start_tok_s": 200.0, "end_tok_s": 180.0, "change": pytest.approx(-0.1), "limit": 0.05, "exceeded": True}
     assert encode(BaselineDrift(200.0, 200.0).record(), nulls=True)["exceeded"] is False
-    odd = NonMonotone(kind="per_user_rate", n_low=2, n_high=4, message="m")
+    odd = NonMonotone(kind="per_user_rate", n_low=2, n_high=4, message="m")  # type: ignore[arg-type]  # as its text
     assert encode(odd.record(), nulls=True) == {"kind": "per_user_rate", "n_low": 2, "n_high": 4, "message": "m"}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from servecheck.errors import UsageError
 from servecheck.experiments import check as check_mod
 from servecheck.experiments.check import CheckPlan, run_check
 from servecheck.load.driver import LoadDriver
+from servecheck.model.bodies.check import ContextProbe
 from servecheck.model.reason import Reason
 from servecheck.model.result import from_doc
 from servecheck.sim import SimConfig, sim_in_thread
@@ -26,7 +28,7 @@ from written import fields_of
 
 pytestmark = [pytest.mark.timeout(120)]
 
-TIMING = {"token_s": 0.010, "per_seq_s": 0.0005, "prompt_token_s": 0.0001}
+TIMING: dict[str, Any] = {"token_s": 0.010, "per_seq_s": 0.0005, "prompt_token_s": 0.0001}
 CARD_KEYS = {"claim", "verdict", "figure", "evidence", "decided_by", "seconds", "estimate_s", "reason", "command"}
 ORDER = ["concurrency", "request_params", "prefix_cache", "chunked_prefill", "speculative", "client", "roofline",
          "context_per_request"]
@@ -122,7 +124,7 @@ async def test_a_serial_server_reads_serial_and_its_request_fields_cannot_be_ask
     assert "completion_times" in conc.decided_by["evidence"]
     assert isinstance(conc.figure, Reason) and conc.figure.code == "check.one_after_another"
     assert (conc.figure["n"], conc.figure["finishes"]) == (4, 4)
-    assert conc.figure["ratio"] == conc.staircase.trend_ratios["4"]  # type: ignore[index]
+    assert conc.figure["ratio"] == conc.staircase.trend_ratios["4"]
     assert params.verdict == "cannot ask" and "one request at a time" in (params.reason or "") and params.params is None
 
 
@@ -229,7 +231,7 @@ async def test_the_advertised_context_is_accepted_alone_and_four_at_once():
     the concurrency card having seen requests run together, four such prompts at once."""
     result = await checked(SimConfig(mode="batched", n_ctx=2048, **TIMING), context_steps())
     card = result.cards[1]
-    probes = card.context_probes or ()
+    probes: tuple[ContextProbe, ...] = card.context_probes or ()
     assert [(p.in_flight, p.outcome) for p in probes] == [(1, "accepted")] + [(4, "accepted")] * 4, card.evidence
     assert card.verdict == "as advertised" and isinstance(card.figure, Reason), card.figure
     assert card.figure.code == "check.context_as_advertised" and card.figure["said"]["advertised"] == 2048
@@ -259,7 +261,7 @@ async def test_a_context_smaller_than_advertised_is_bisected_in_a_few_probes():
     both; one request at a time (serial) sends nothing in flight beside them."""
     result = await checked(SimConfig(mode="serial", n_ctx=2048, n_ctx_shared=1024, **TIMING), context_steps())
     card = result.cards[1]
-    probes = card.context_probes or ()
+    probes: tuple[ContextProbe, ...] = card.context_probes or ()
     assert all(p.in_flight == 1 for p in probes) and 2 <= len(probes) <= 4, card.evidence
     accepted = [p.sent_tokens or 0 for p in probes if p.outcome == "accepted"]
     refused = [p.sent_tokens or 0 for p in probes if p.outcome == "refused"]
@@ -274,7 +276,8 @@ async def test_a_context_smaller_than_advertised_is_bisected_in_a_few_probes():
 async def test_a_server_that_keeps_only_part_of_a_long_prompt_reads_truncated():
     result = await checked(SimConfig(mode="serial", n_ctx=2048, truncate_prompt=1000, **TIMING), context_steps())
     card = result.cards[1]
-    assert card.verdict == "truncated" and (card.context_probes or ())[0].counted_tokens == 1000, card.figure
+    probes: tuple[ContextProbe, ...] = card.context_probes or ()
+    assert card.verdict == "truncated" and probes[0].counted_tokens == 1000, card.figure
     assert isinstance(card.figure, Reason) and card.figure.code == "check.context_truncated"
     assert card.figure["counted"] == 1000
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from typing import Any
 
 import pytest
 
@@ -19,14 +20,16 @@ from servecheck.load.driver import LoadDriver
 from servecheck.load.inject import ENV, StallPattern, parse_pattern
 from servecheck.load.lateness import LatenessMeter
 from servecheck.model.client import ClientLateness
+from servecheck.model.reason import Reason
 from servecheck.sim import SimConfig, sim_in_thread
 from servecheck.sim.proxy import running_proxy
 from factories import lateness_ms
+from written import as_reason
 
 MS = 1_000_000
 
 
-def record(*windows_ms: tuple[int, int], **kw: float) -> ClientLateness:
+def record(*windows_ms: tuple[int, int], **kw: Any) -> ClientLateness:
     """The meter's record over the first second (1 ms ticks, 0.5 ms floor), late in `windows_ms`."""
     return lateness_ms(*windows_ms, to_ms=1_000, **kw)
 
@@ -106,7 +109,9 @@ async def test_a_meter_moved_onto_another_clock_keeps_its_windows_on_it() -> Non
     got = meter.record(t0 - 5 * MS, t1 + 5 * MS)
     assert got is not None and got.from_ns <= t0 and got.to_ns >= t1
     assert any(a <= t0 + MS and b >= t1 for a, b in got.late_ns), got.late_ns
-    assert all(a >= t0 - 10 * MS for a, _ in meter.record(-shift, t1).late_ns)  # nothing left from before the move
+    before = meter.record(-shift, t1)
+    assert before is not None
+    assert all(a >= t0 - 10 * MS for a, _ in before.late_ns)  # nothing left from before the move
 
 
 @pytest.mark.parametrize(("text", "want"), [
@@ -250,7 +255,8 @@ async def test_interference_behind_a_buffering_hop_names_the_hop() -> None:
                                             rng=random.Random(3))
     body = result.body()
     assert body.verdict == "inconclusive", body.verdict_reason
-    assert all(any(q.code == "interference.hop_bursts" for q in p.problems) for p in body.points), [
+    assert all(any(as_reason(q).code == "interference.hop_bursts" for q in p.problems) for p in body.points), [
         p.problems for p in body.points]
+    assert isinstance(body.verdict_reason, Reason)
     hop = [r for r in body.verdict_reason["unread"]["parts"] if r.code == "interference.unread_hop_bursts"]
     assert hop and hop[0]["sizes"] == (512, 2048), body.verdict_reason

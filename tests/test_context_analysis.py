@@ -9,6 +9,8 @@ import pytest
 
 from servecheck.analysis import context as ctx
 from servecheck.analysis.roofline import Span
+from servecheck.model.reason import Reason
+from written import as_reason
 
 F16, Q8_0 = 2.0, 34 / 32
 
@@ -101,7 +103,8 @@ def law_rate(depth: int, base_s: float = 0.010, per_ctx_s: float = 1e-6) -> floa
 
 def samples_for(plan: list[int], rate, *, step_s: float = 1.0, tokens: int = 100, over=None) -> list[ctx.Sample]:
     """One sample per planned depth, each decoding at rate(depth, t) with its middle at t = order x step_s."""
-    out, seen = [], {}
+    out: list[ctx.Sample] = []
+    seen: dict[int, int] = {}
     for order, depth in enumerate(plan):
         t = order * step_s
         r = rate(depth, t)
@@ -136,12 +139,15 @@ def test_a_steady_drift_is_corrected_and_never_called_a_context_effect(heat_per_
     a = ctx.analyse_context(samples_for(ctx.plan_order(DEPTHS, 1), rate), DEPTHS)
     assert all(p.ratio == pytest.approx(1.0) for p in a.points)
     raw = {p.depth: p.ratio_raw for p in a.points}
+    assert raw[8192] is not None and raw[2048] is not None
     assert abs(raw[8192] - raw[2048]) > 0.02  # uncorrected, the drift would pose as a change with depth
     assert a.effect == "inconclusive"
     assert a.drift is not None and a.drift.change == pytest.approx(rate(0, 3) / rate(0, 0) - 1)
-    assert a.warnings and a.warnings[0].message.code == "context.drift"
-    assert a.warnings[0].message["change"] == pytest.approx(a.drift.change)
-    assert a.warnings[0].hint is not None and a.warnings[0].hint.code == "context.drift_hint"
+    assert a.warnings
+    message = a.warnings[0].message
+    assert isinstance(message, Reason) and message.code == "context.drift"
+    assert message["change"] == pytest.approx(a.drift.change)
+    assert isinstance(a.warnings[0].hint, Reason) and a.warnings[0].hint.code == "context.drift_hint"
 
 
 def test_law_and_drift_together_still_read_the_law():
@@ -173,6 +179,7 @@ def test_a_truncating_server_is_named_and_its_point_invalid():
     by = {p.depth: p for p in a.points}
     assert not a.valid and not by[8192].valid and by[8192].ratio is None
     m = a.invalid[0].message
+    assert isinstance(m, Reason)
     assert (m.code, m["depth"], m["reported"], m["sent"]) == ("context.truncated", 8192, 4096, 8192)
     assert by[2048].valid and by[2048].ratio is not None
 
@@ -190,8 +197,10 @@ def test_one_special_token_fewer_is_not_truncation():
 )
 def test_off_length_and_failed_points_are_invalid(over, code, values):
     a = ctx.analyse_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: law_rate(d), over={2048: over}), DEPTHS)
-    assert not a.valid and a.invalid[0].message.code == code
-    assert {k: a.invalid[0].message[k] for k in values} == values
+    assert not a.valid
+    m = a.invalid[0].message
+    assert isinstance(m, Reason) and m.code == code
+    assert {k: m[k] for k in values} == values
 
 
 # ---------------------------------------------------------------- roofline at depth
@@ -228,7 +237,8 @@ def test_a_fall_steeper_than_the_bytes_is_named():
 
 def test_invalid_points_are_left_out_of_the_roofline():
     model = dense(2, 1, 64)
-    bad = ctx.DepthAnalysis(2048, 2048, 128, 0.1, 1.0, 40.0, (40.0, 40.0), None, None, False, ("truncated",), ())
+    bad = ctx.DepthAnalysis(2048, 2048, 128, 0.1, 1.0, 40.0, (40.0, 40.0), None, None, False,
+                            ("truncated",), ())  # type: ignore[arg-type]  # a problem as text: only invalidity counts
     rows = ctx.roofline_at_depth([point(0, 50.0, 1.0), bad], model, 128, None)
     assert [r.depth for r in rows] == [0]
 
@@ -245,7 +255,7 @@ def test_a_stream_read_late_is_kept_where_the_effect_cannot_turn_on_it():
 
     kept = ctx.analyse_context(late(10.0), DEPTHS)
     assert kept.effect == "falls" and kept.valid and kept.late_kept
-    assert any(w.message.code == "context.late_kept" for w in kept.warnings)
+    assert any(as_reason(w.message).code == "context.late_kept" for w in kept.warnings)
     lost = ctx.analyse_context(late(1500.0), DEPTHS)
     assert not lost.late_kept and not lost.valid
     deep = next(p for p in lost.points if p.depth == 8192)
@@ -257,7 +267,7 @@ def test_a_stream_a_hop_held_and_a_shallowest_depth_without_a_decode_leave_the_e
     stream longer than its effect could stand: both are problems of their points, and no effect is read."""
     over = {0: {"decode_s": None}, 8192: {"hop_held_ms": 1500.0}}
     a = ctx.analyse_context(samples_for(ctx.plan_order(DEPTHS, 1), lambda d, t: law_rate(d), over=over), DEPTHS)
-    codes = {f.message.code for f in a.invalid}
+    codes = {as_reason(f.message).code for f in a.invalid}
     assert {"context.no_decode_interval", "context.hop_held"} <= codes
     assert a.effect == "inconclusive" and a.effect_reason.code == "context.too_few_valid"
     assert (a.effect_reason["hop_held"], a.effect_reason["client_late"]) == (True, False)

@@ -64,7 +64,8 @@ def result(plan: tuple[int, ...] = (0, 512, 0), *, reported: dict[int, int] | No
     """A run whose streams are 200 ms apart; `reported` gives a depth the prompt count the server says it read."""
     reported = reported or {}
     measured = tuple(sorted(set(plan)))
-    records, samples = [], []
+    records: list[RequestRecord] = []
+    samples: list[ctx.Sample] = []
     for order, depth in enumerate(plan):
         sent = max(depth, 1)
         record = stream(order + 1, 200 * (order + 1), reported.get(depth, sent))

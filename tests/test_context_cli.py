@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,7 +27,8 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 
 # 16 tokens at 10 ms: a 160 ms stream, which a client on a loaded machine can still time to 5% (8 ms); at
 # 2 ms a step, 32 ms streams, two test workers left it late by more than 1.6 ms on every send of a depth.
-FAST = {"token_s": 0.01, "per_seq_s": 0.0, "prompt_token_s": 1e-5, "context_token_s": 1e-5, "n_ctx": 4096}
+FAST: dict[str, Any] = {"token_s": 0.01, "per_seq_s": 0.0, "prompt_token_s": 1e-5, "context_token_s": 1e-5,
+                         "n_ctx": 4096}
 TOKENS = "16"
 
 

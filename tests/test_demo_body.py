@@ -155,7 +155,7 @@ def test_the_demo_audit_refuses_only_the_slots_its_server_was_asked_for(
     assert (finding.feature, finding.status, finding.value) == ("parallel_slots", status, float(slots))
     assert finding.requested is (flag != "1")
     assert audit_word(audit.findings) == word
-    cell = audit_cell(run(int(flag), "staircase", staircase({1: 0, 2: 0, 4: 0}), audit))
+    cell = audit_cell(run(int(flag), "staircase", staircase({1: 0, 2: 0, 4: 0}), audit).body())
     assert f"parallel_slots: {status}" in cell
     assert ("refused" in cell) is (status == "refused")
 

@@ -153,7 +153,7 @@ def test_verdict_cell_says_why_a_right_verdict_does_not_count() -> None:
     assert verdict_cell(partial) == "cluster (as expected, interrupted)"
 
 
-def test_ctrl_c_in_the_demo_saves_what_was_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_ctrl_c_in_the_demo_saves_what_was_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """Ctrl-C during the second server's run: exit 130, the JSON holds the first run and the
     second one's points so far, marked incomplete."""
     import json
@@ -164,7 +164,7 @@ def test_ctrl_c_in_the_demo_saves_what_was_measured(tmp_path: Path, monkeypatch:
     monkeypatch.setattr(demo_job, "provision_local", lambda *a, **k: engine)
     monkeypatch.setenv("SERVECHECK_CACHE_DIR", str(tmp_path / "cache"))
 
-    def fake_run_one(engine, parallel, expected, *, on_snapshot=None, **kw):  # type: ignore[no-untyped-def]
+    def fake_run_one(engine, parallel, expected, *, on_snapshot=None, **kw):
         if parallel == 1:
             return _run(1, "staircase", _doc("staircase", (250, 250, 251)))
         on_snapshot(_run(4, "cluster", {**_doc("cluster", (250, 400, 520)), "complete": False}))

@@ -311,7 +311,7 @@ class _InterruptOnce:
         return None
 
 
-def test_ctrl_c_right_after_spawn_still_stops_the_server(stub: Path, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_ctrl_c_right_after_spawn_still_stops_the_server(stub: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(managed, "_LIVE_LOCK", _InterruptOnce())
     server = _stub_server(stub, tmp_path)
     with pytest.raises(KeyboardInterrupt):

@@ -4,6 +4,8 @@ spaced events from the first token to the end) cannot drift without a failure he
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from servecheck.model.records import NS_PER_S
@@ -38,7 +40,8 @@ def test_request_ns_takes_first_and_end_from_its_events_and_asks_for_what_it_pro
 
 
 def test_request_ns_keeps_what_it_is_given() -> None:
-    given = dict(first_token_ns=5, end_ns=50, tokens_requested=8, nonce="x", status="timeout", tokens_source="events")
+    given: dict[str, Any] = dict(first_token_ns=5, end_ns=50, tokens_requested=8, nonce="x", status="timeout",
+                                 tokens_source="events")
     r = request_ns(0, token_ns=(10, 20), tokens=2, text="hi", **given)
     assert {k: getattr(r, k) for k in given} == given and r.text == "hi"
     bare = request_ns(1, tokens=0)

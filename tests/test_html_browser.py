@@ -104,7 +104,12 @@ def open_report(path: Path, tmp_path: Path) -> dict[str, Any]:
             uri = path.as_uri()
             context.route("**/*", lambda route: route.continue_() if route.request.url == uri else route.abort())
             page = context.new_page()
-            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+            def dismissed(d: Any) -> None:
+                dialogs.append(d.message)
+                d.dismiss()
+
+            page.on("dialog", dismissed)
             page.on("request", lambda r: requests.append(r.url))
             page.goto(path.as_uri(), wait_until="load")
             page.wait_for_timeout(300)  # give any injected handler (there must be none) time to fire

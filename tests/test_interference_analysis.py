@@ -69,7 +69,7 @@ def test_one_blocking_intrusion_reads_its_freeze_exactly() -> None:
     assert r.valid and r.baseline_s == pytest.approx(0.010)
     # the gap from the victims' token at 210 ms to the one after the prefill step and a decode step
     assert r.max_gap_s == pytest.approx((4096 * 0.05 + STEP_MS) / 1e3)
-    assert r.ttft_s == pytest.approx((5 + 4096 * 0.05 + STEP_MS) / 1e3)
+    assert r.ttft_s is not None and r.ttft_s == pytest.approx((5 + 4096 * 0.05 + STEP_MS) / 1e3)
     # two victims, each with the gap 200..210 (overlapping the send at 205) and the freeze
     assert r.stretched == 2
     assert r.lost_s == pytest.approx(2 * (4096 * 0.05 / 1e3))
@@ -125,7 +125,7 @@ def test_two_chunks_at_the_largest_size_cannot_be_told_from_one_step() -> None:
 
 def test_a_truncated_prompt_is_named_and_its_point_invalid() -> None:
     cut = blocking(8192)
-    cut = inf.Intrusion(**{**{f: getattr(cut, f) for f in cut.__slots__}, "counted_tokens": 4096})  # type: ignore[arg-type]
+    cut = inf.Intrusion(**{**{f: getattr(cut, f) for f in cut.__slots__}, "counted_tokens": 4096})
     r = inf.read_intrusion(cut)
     assert not r.valid
     assert any(p.code == "interference.truncated" and p["counted"] == 4096 and p["sent"] == 8192 for p in r.problems)
@@ -192,7 +192,7 @@ def hiccup(i: inf.Intrusion, at_ms: float, late_ms: float) -> inf.Intrusion:
     first, *rest = i.victims
     k = next(n for n, t in enumerate(first) if t > at_ms * MS)
     moved = (*first[:k], first[k] + round(late_ms * MS), *first[k + 1:])
-    return inf.Intrusion(**{**{f: getattr(i, f) for f in i.__slots__}, "victims": (moved, *rest)})  # type: ignore[arg-type]
+    return inf.Intrusion(**{**{f: getattr(i, f) for f in i.__slots__}, "victims": (moved, *rest)})
 
 
 def test_one_hiccup_in_an_isolated_window_is_not_a_chunk() -> None:
@@ -233,7 +233,7 @@ def thirds(size: int) -> inf.Intrusion:
     out = i
     for k in range(int(window_ms / 48)):
         out = hiccup(out, 206 + k * 48, 6)
-    return inf.Intrusion(**{**{f: getattr(out, f) for f in out.__slots__},  # type: ignore[arg-type]
+    return inf.Intrusion(**{**{f: getattr(out, f) for f in out.__slots__},
                             "victims": (out.victims[0], out.victims[0])})
 
 

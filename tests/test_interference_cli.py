@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,8 @@ from servecheck.sim import SimConfig, sim_in_thread
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.timing]
 
-FAST = {"mode": "batched", "token_s": 0.005, "per_seq_s": 0.001, "prompt_token_s": 0.00005, "n_ctx": 16384}
+FAST: dict[str, Any] = {"mode": "batched", "token_s": 0.005, "per_seq_s": 0.001, "prompt_token_s": 0.00005,
+                         "n_ctx": 16384}
 CONTRACT = {"command", "verdict", "chunk_tokens", "baseline_interval_s", "points"}
 POINT_CONTRACT = {"prompt_tokens", "victim_max_gap_s", "victim_p99_gap_s", "victim_lost_s", "intruder_ttft_s"}
 ARGS = ["--prompt-sizes", "512,4096", "--tokens", "80", "--reps", "1"]

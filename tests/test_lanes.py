@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from servecheck.sim import SimConfig, sim_in_thread
 pytestmark = pytest.mark.timeout(120)
 
 TOKENS = 32
-TIMING = {"token_s": 0.010, "per_seq_s": 0.0005, "prompt_token_s": 0.0001}
+TIMING: dict[str, Any] = {"token_s": 0.010, "per_seq_s": 0.0005, "prompt_token_s": 0.0001}
 
 
 def reqs(n: int) -> list[GenRequest]:

@@ -57,6 +57,7 @@ class FakeLlamaCpp:
         return web.json_response(body, headers=self._headers())
 
     async def health(self, request: web.Request) -> web.Response:
+        assert request.transport is not None
         self.warm_peers.add(request.transport.get_extra_info("peername"))
         return web.json_response({"status": "ok"})
 
@@ -68,6 +69,7 @@ class FakeLlamaCpp:
         return web.json_response({"tokens": [1] + [0] * len(content.split())})  # BOS + one per word
 
     async def completion(self, request: web.Request) -> web.StreamResponse:
+        assert request.transport is not None
         self.peers.add(request.transport.get_extra_info("peername"))
         self.auth_seen.append(request.headers.get("Authorization"))
         self.org_seen.append(request.headers.get("X-Org"))
@@ -108,6 +110,7 @@ class FakeLlamaCpp:
                 await resp.write(b'error: {"code": 500, "message": "slot crashed", "type": "server_error"}\n\n')
                 return resp
             if "CUT" in prompt and i == 1:
+                assert request.transport is not None
                 request.transport.close()
                 return resp
             chunk = {"content": f"t{i}", "tokens": [i], "stop": False, "tokens_predicted": i + 1}
@@ -337,6 +340,7 @@ async def test_token_times_are_recorded_per_event(serve: Starter) -> None:
         rec = await driver.generate(reqs(1, max_tokens=5)[0])
     assert rec.ok and len(rec.token_ns) == 5 and rec.tokens == 5
     assert list(rec.token_ns) == sorted(rec.token_ns) and rec.token_ns[0] == rec.first_token_ns
+    assert rec.first_token_ns is not None and rec.end_ns is not None
     assert rec.send_ns < rec.first_token_ns <= rec.token_ns[-1] <= rec.end_ns
     assert rec.text == "t0t1t2t3t4" and rec.finish_reason == "length"
     # 20 ms between writes: the stamps must be spread, not all equal (wide margin for a loaded box).
@@ -448,7 +452,7 @@ async def test_fixed_prompt_is_reproducible_for_a_nonce(serve: Starter) -> None:
 
 
 @pytest.fixture
-def cert(tmp_path):  # type: ignore[no-untyped-def]
+def cert(tmp_path):
     import shutil
     import subprocess
 
@@ -463,7 +467,7 @@ def cert(tmp_path):  # type: ignore[no-untyped-def]
     return key, crt
 
 
-async def serve_tls(app: web.Application, key, crt) -> tuple[web.AppRunner, str]:  # type: ignore[no-untyped-def]
+async def serve_tls(app: web.Application, key, crt) -> tuple[web.AppRunner, str]:
     import ssl
 
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -474,7 +478,7 @@ async def serve_tls(app: web.Application, key, crt) -> tuple[web.AppRunner, str]
     return runner, f"https://127.0.0.1:{runner.addresses[0][1]}"
 
 
-async def test_https_with_a_trusted_certificate(cert, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+async def test_https_with_a_trusted_certificate(cert, monkeypatch) -> None:
     key, crt = cert
     monkeypatch.setenv("SSL_CERT_FILE", str(crt))
     runner, url = await serve_tls(FakeLlamaCpp().app(), key, crt)
@@ -487,7 +491,7 @@ async def test_https_with_a_trusted_certificate(cert, monkeypatch) -> None:  # t
     assert info.engine == "llama.cpp" and all(r.ok and r.tokens == 3 for r in batch.records)
 
 
-async def test_https_with_an_untrusted_certificate_is_a_one_line_error(cert, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+async def test_https_with_an_untrusted_certificate_is_a_one_line_error(cert, monkeypatch) -> None:
     key, crt = cert
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)
     runner, url = await serve_tls(FakeLlamaCpp().app(), key, crt)

@@ -32,36 +32,36 @@ def two_per_word(text: str) -> int:
 @pytest.mark.parametrize("target", [7, 16, 64, 500])
 async def test_exact_length_when_reachable(target: int) -> None:
     driver = FakeDriver(words_plus_nonce_pieces)
-    made = await make_requests(driver, 6, target, 32, random.Random(target))  # type: ignore[arg-type]
+    made = await make_requests(driver, 6, target, 32, random.Random(target))
     assert [words_plus_nonce_pieces(r.prompt) for r in made] == [target] * 6
     assert all(r.prompt_tokens == target for r in made)
 
 
 async def test_unreachable_length_reports_what_was_measured() -> None:
     driver = FakeDriver(two_per_word)
-    prompt = await fixed_prompt(driver, 33, random.Random(0))  # type: ignore[arg-type]
+    prompt = await fixed_prompt(driver, 33, random.Random(0))
     assert prompt.prompt_tokens == two_per_word(prompt.text) != 33
-    assert abs(prompt.prompt_tokens - 33) <= 1  # type: ignore[operator]
+    assert abs(prompt.prompt_tokens - 33) <= 1
     assert driver.calls <= 9  # bounded round trips
 
 
 async def test_no_tokenizer_leaves_length_unknown() -> None:
     driver = FakeDriver(lambda _: None)
-    made = await make_requests(driver, 4, 64, 16, random.Random(0))  # type: ignore[arg-type]
+    made = await make_requests(driver, 4, 64, 16, random.Random(0))
     assert all(r.prompt_tokens is None for r in made)
     assert all(50 <= len(r.prompt.split()) <= 64 for r in made)  # estimated from the target
 
 
 async def test_prompts_never_share_a_first_character_pair_and_are_reproducible() -> None:
-    a = await make_requests(FakeDriver(words_plus_nonce_pieces), 200, 20, 8, random.Random(9))  # type: ignore[arg-type]
-    b = await make_requests(FakeDriver(words_plus_nonce_pieces), 200, 20, 8, random.Random(9))  # type: ignore[arg-type]
+    a = await make_requests(FakeDriver(words_plus_nonce_pieces), 200, 20, 8, random.Random(9))
+    b = await make_requests(FakeDriver(words_plus_nonce_pieces), 200, 20, 8, random.Random(9))
     assert [r.prompt for r in a] == [r.prompt for r in b]
     assert len({r.prompt[:2] for r in a}) == 200
     assert all(r.prompt.startswith(r.nonce + ":") for r in a)
 
 
 async def test_too_short_target_gives_the_shortest_prompt_measured() -> None:
-    prompt = await fixed_prompt(FakeDriver(words_plus_nonce_pieces), 2, random.Random(1))  # type: ignore[arg-type]
+    prompt = await fixed_prompt(FakeDriver(words_plus_nonce_pieces), 2, random.Random(1))
     assert prompt.prompt_tokens == words_plus_nonce_pieces(prompt.text) == 6  # BOS + 4 nonce pieces + 1 word
 
 

@@ -308,7 +308,7 @@ def test_cli_markup_in_the_log_is_printed_literally(tmp_path, capsys):
     assert "[bold]<script>alert(1)</script>" in capsys.readouterr().out
 
 
-_LINE = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\n\r"), max_size=120)
+_LINE = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00\n\r"), max_size=120)
 
 
 @settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])

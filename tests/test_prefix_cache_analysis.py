@@ -3,6 +3,7 @@ counters corroborating, deciding only what the timing leaves open, and named whe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
@@ -22,7 +23,7 @@ from servecheck.model.codec import encode
 P = 6000  # prompt tokens
 
 
-def run(ttfts: list[float | None], cached: list[int | None], control_ttft: float | None = 6.8,
+def run(ttfts: Sequence[float | None], cached: list[int | None], control_ttft: float | None = 6.8,
         control_cached: int | None = 0, prompt: int | None = P) -> list[CacheSend]:
     sends = [CacheSend("repeat", t, c, prompt) for t, c in zip(ttfts, cached, strict=True)]
     return sends + [CacheSend("control", control_ttft, control_cached, prompt)]
@@ -107,7 +108,8 @@ def test_ratios_reported():
     assert v.warm_ttft_ratio == pytest.approx(0.25)
     assert v.control_ttft_ratio == pytest.approx(0.5)
     assert v.warm_cached_fraction == pytest.approx(1.0)
-    assert v.record().thresholds is not None and v.record().thresholds.working_ttft_ratio == WORKING_TTFT_RATIO
+    thresholds = v.record().thresholds
+    assert thresholds is not None and thresholds.working_ttft_ratio == WORKING_TTFT_RATIO
     assert encode(v.record(), nulls=True)["thresholds"]["working_ttft_ratio"] == WORKING_TTFT_RATIO
 
 

@@ -29,13 +29,14 @@ class MetricsDriver:
     async def generate(self, req: GenRequest) -> RequestRecord:
         self.hits += self.hits_step
         self.queries += self.queries_step
-        return RequestRecord(req.index, req.nonce, "ok", req.max_tokens, 0, 1_000_000, 2_000_000, (1_000_000,), 1)
+        return RequestRecord(req.index, req.nonce, "ok", req.max_tokens, 0, 1_000_000, 2_000_000, (1_000_000,),
+                             tokens=1)
 
 
 def send_with(driver: MetricsDriver):
     info = ServerInfo(url="http://127.0.0.1:9", dialect="openai", model="m", engine="vllm")
     req = GenRequest(index=0, prompt="p", nonce="n", max_tokens=4, prompt_tokens=2000)
-    return asyncio.run(_send(driver, info, "repeat", req))
+    return asyncio.run(_send(driver, info, "repeat", req))  # type: ignore[arg-type]  # a fake: /metrics and a send
 
 
 def test_hit_delta_is_the_cached_tokens_and_both_deltas_are_kept() -> None:

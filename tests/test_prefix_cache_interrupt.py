@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from servecheck.sim import SimConfig, sim_in_thread
 pytestmark = pytest.mark.timeout(120)
 
 # 2,000 prompt tokens at 1 ms each: the control's 2 s prefill leaves time to interrupt it.
-SLOW = {"mode": "slots", "token_s": 0.002, "per_seq_s": 0.0, "prompt_token_s": 0.001}
+SLOW: dict[str, Any] = {"mode": "slots", "token_s": 0.002, "per_seq_s": 0.0, "prompt_token_s": 0.001}
 
 
 @pytest.mark.alone  # a real signal, timed against the run's progress (docs/testing.md)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 import sys
+from typing import Any
 
 import pytest
 
@@ -33,7 +34,7 @@ from written import fields_of
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 
-TIMING = {"mode": "slots", "token_s": 0.002, "per_seq_s": 0.0, "prompt_token_s": 0.0003}
+TIMING: dict[str, Any] = {"mode": "slots", "token_s": 0.002, "per_seq_s": 0.0, "prompt_token_s": 0.0003}
 PROMPT = 1000
 
 

@@ -114,7 +114,8 @@ def test_auto_searches_past_the_bound_for_the_aim():
     """A bound no client misses and an aim none can reach: every count is tried (twice each), and the
     run stays within its bound on the fewest processes."""
     async def go() -> ClientCheck | None:
-        async with CheckedDriver(UNUSED, workers=2, auto=True) as driver:
+        driver = CheckedDriver(UNUSED, workers=2, auto=True)
+        async with driver:  # as a CheckedDriver: `async with ... as` gives a LaneDriver's type
             return await driver.preflight(4, 5.0, 10_000.0, "a bound the test sets", aim_ms=0.0)
 
     result = asyncio.run(go())
@@ -246,7 +247,8 @@ def test_capacity_names_the_n_whose_ttft_the_client_cannot_resolve():
     checks = tuple(ClientCheck(streams=n, tolerance_ms=50.0, basis="b", tried=(cal(1, e),))
                    for n, e in ((1, 0.3), (8, 4.0)))
     warning = ttft_unresolved_warning(checks, warmup)
-    assert warning is not None and warning.message is not None and warning.message.startswith("TTFT unresolved at N=8:")
+    assert warning is not None and isinstance(warning.message, str)
+    assert warning.message.startswith("TTFT unresolved at N=8:")
     assert ttft_unresolved_warning(checks[:1], warmup) is None
 
 

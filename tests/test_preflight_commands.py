@@ -148,11 +148,15 @@ def test_each_bound_is_a_share_of_what_its_command_judges() -> None:
     assert tolerance == pytest.approx(0.05 * cache.warmup.ttft_ns / 1e6)
     tolerance, context = bounds["context"]
     warm = context.warmup
-    assert tolerance == pytest.approx(0.05 * (warm.ttft_ns / 1e6 + 15 * token_gap_ms(warm)))
+    context_gap_ms = token_gap_ms(warm)
+    assert context_gap_ms is not None
+    assert tolerance == pytest.approx(0.05 * (warm.ttft_ns / 1e6 + 15 * context_gap_ms))
     tolerance, interference = bounds["interference"]
     assert tolerance == pytest.approx(0.5 * victims_step_s(interference.calibration) * 1e3)
     tolerance, speculative = bounds["speculative"]
-    assert tolerance == pytest.approx(0.5 * token_gap_ms(speculative.warmup))
+    speculative_gap_ms = token_gap_ms(speculative.warmup)
+    assert speculative_gap_ms is not None
+    assert tolerance == pytest.approx(0.5 * speculative_gap_ms)
 
 
 # ---------------------------------------------------------------- through the CLI
@@ -181,7 +185,7 @@ def test_a_client_bound_run_exits_3(command: str, tmp_path: Path) -> None:
 
 
 # The simulator's step: long enough that a loaded test machine stays within half of it.
-SIM = {"mode": "batched", "token_s": 0.02, "per_seq_s": 0.001, "prompt_token_s": 1e-5, "n_ctx": 8192}
+SIM: dict[str, Any] = {"mode": "batched", "token_s": 0.02, "per_seq_s": 0.001, "prompt_token_s": 1e-5, "n_ctx": 8192}
 
 
 @pytest.mark.timing

@@ -63,7 +63,7 @@ def without_nulls(value):
 def test_a_newer_schema_is_refused_with_what_to_do():
     with pytest.raises(UsageError, match="newer servecheck") as info:
         from_doc({"schema_version": SCHEMA_VERSION + 1, "command": "staircase"})
-    assert "upgrade servecheck" in info.value.hint
+    assert info.value.hint is not None and "upgrade servecheck" in info.value.hint
 
 
 def test_a_command_without_a_body_type_keeps_its_fields():

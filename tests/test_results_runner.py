@@ -79,7 +79,7 @@ def test_an_interrupt_saves_the_points_measured_as_incomplete() -> None:
 
 def test_an_interrupt_before_the_server_answered_saves_nothing() -> None:
     class Silent(FakeDriver):
-        async def detect(self):  # type: ignore[no-untyped-def]
+        async def detect(self):
             raise KeyboardInterrupt
 
     sink = ListSink()
@@ -89,7 +89,7 @@ def test_an_interrupt_before_the_server_answered_saves_nothing() -> None:
 
 def test_an_error_after_a_point_keeps_it_then_propagates() -> None:
     class Breaks(FakeDriver):
-        async def run_batch(self, reqs, in_flight=None, queue_wait_s=0.0):  # type: ignore[no-untyped-def]
+        async def run_batch(self, reqs, in_flight=None, queue_wait_s=0.0):
             if self.batches:
                 raise ServerError("the server went away")
             return await super().run_batch(reqs, in_flight, queue_wait_s)

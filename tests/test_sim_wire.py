@@ -16,7 +16,7 @@ from servecheck.sim import HOSTILE_IMG, HOSTILE_SCRIPT, SIMULATED_HEADER, Runnin
 from servecheck.sim.text import tokenize
 
 TIMEOUT = aiohttp.ClientTimeout(total=20)
-FAST = dict(token_s=0.001, per_seq_s=0.0, prompt_token_s=0.0)
+FAST: dict[str, Any] = dict(token_s=0.001, per_seq_s=0.0, prompt_token_s=0.0)
 MODEL = "servecheck-sim"
 
 

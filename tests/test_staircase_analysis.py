@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from servecheck.analysis import staircase as sc
 from servecheck.analysis.stats import Summary, median, mode, value_range
+from servecheck.model.reason import Reason
 from servecheck.model.records import NS_PER_S, RequestRecord, ServerTimings
 from factories import measured_batch, request_s
 
@@ -215,7 +216,7 @@ def test_short_output_is_named_and_invalidates():
     a = sc.analyse_staircase(run, tokens_requested=512)
     assert not a.valid
     (finding,) = a.invalid
-    assert finding.code == "output_length"
+    assert finding.code == "output_length" and finding.requests is not None
     assert [(r.n, r.index) for r in finding.requests] == [(4, 0)]
     # The aggregate still counts the tokens actually produced.
     assert a.points[1].aggregate_tok_s == pytest.approx((200 + 3 * 512) / 1.05)
@@ -229,6 +230,7 @@ def test_skew_and_failures_invalidate():
     codes = {f.code for f in a.invalid}
     assert codes == {"failed_requests", "dispatch_skew"}
     (failures,) = [f for f in a.invalid if f.code == "failed_requests"]
+    assert failures.requests is not None
     assert [(r.n, r.index) for r in failures.requests] == [(2, 1)]
     assert a.points[1].verdict == "inconclusive"  # one of two finished
 
@@ -238,6 +240,7 @@ def test_contamination_is_named_as_a_warning():
     run = [_batch(1, [1.0]), _batch(2, [1.0, 1.02], server=cached)]
     a = sc.analyse_staircase(run, tokens_requested=512)
     (w,) = [f for f in a.warnings if f.code == "prefix_cache_contamination"]
+    assert w.requests is not None
     assert [r.index for r in w.requests] == [0, 1]
     assert a.verdict == "cluster"
 
@@ -272,6 +275,7 @@ def test_reps_give_median_and_range_and_disagreement_is_inconclusive():
     a = sc.analyse_staircase(run, tokens_requested=512)
     assert a.single_s == pytest.approx(1.1)
     base = a.points[0].aggregate
+    assert base is not None
     assert base.median == pytest.approx(512 / 1.1) and base.lo == pytest.approx(512 / 1.2)
     assert a.points[1].verdict == "inconclusive"
     assert a.points[1].reason.code == "staircase.reps_disagree"
@@ -454,6 +458,7 @@ def test_an_aggregate_the_client_cannot_resolve_to_two_percent_says_so():
     assert loose.points[-1].verdict == "cluster" and loose.valid
     assert abs(loose.aggregate_error_frac[4] - 0.025) < 1e-9 and abs(loose.aggregate_error_frac[1] - 0.01) < 1e-9
     finding = next(f for f in loose.warnings if f.code == "aggregate_client_bound")
+    assert isinstance(finding.message, Reason)
     assert finding.message.code == "staircase.aggregate_client_bound"
     assert [n for n, _ in finding.message["loose"]] == [4] and "--workers" in str(finding.hint)
     tight = sc.analyse_staircase(run, tokens_requested=512, client_checks=[check(1, 2.0), check(4, 2.0)])

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from servecheck.errors import ServerError, UsageError
-from servecheck.experiments.staircase import plan_ns, run_staircase
+from servecheck.experiments.staircase import StaircaseResult, plan_ns, run_staircase
 from servecheck.model.records import NS_PER_S, BatchResult, GenRequest, RequestRecord, ServerInfo
 from written import fields_of
 
@@ -69,9 +69,9 @@ class SerialFakeDriver:
 
 async def test_sequence_partials_and_document():
     driver = SerialFakeDriver()
-    partials = []
+    partials: list[StaircaseResult] = []
     result = await run_staircase(
-        driver,
+        driver,  # type: ignore[arg-type]  # a fake: only what a staircase run calls
         ns=[4, 2],
         tokens=100,
         prompt_tokens=16,
@@ -105,9 +105,10 @@ async def test_sequence_partials_and_document():
 
 async def test_partial_document_is_marked_incomplete():
     driver = SerialFakeDriver()
-    partials = []
+    partials: list[StaircaseResult] = []
     await run_staircase(
-        driver, ns=[1, 2], tokens=10, prompt_tokens=8, reps=1, rng=random.Random(0),
+        driver,  # type: ignore[arg-type]  # a fake: only what a staircase run calls
+        ns=[1, 2], tokens=10, prompt_tokens=8, reps=1, rng=random.Random(0),
         on_point=partials.append, requests_factory=fake_requests,
     )
     first = fields_of(partials[0].document())
@@ -118,7 +119,8 @@ async def test_partial_document_is_marked_incomplete():
 async def test_failed_warmup_is_an_error():
     with pytest.raises(ServerError, match="warm-up"):
         await run_staircase(
-            SerialFakeDriver(warmup_ok=False), ns=[1, 2], tokens=10, prompt_tokens=8, reps=1,
+            SerialFakeDriver(warmup_ok=False),  # type: ignore[arg-type]  # a fake: only what a staircase run calls
+            ns=[1, 2], tokens=10, prompt_tokens=8, reps=1,
             rng=random.Random(0), requests_factory=fake_requests,
         )
 
@@ -149,7 +151,8 @@ async def test_queued_requests_get_the_queue_ahead_added_to_their_wait():
     """The last of N requests on a serial server waits N - 1 single times for its first token."""
     driver = SerialFakeDriver()
     await run_staircase(
-        driver, ns=[1, 2, 4], tokens=10, prompt_tokens=8, reps=1, rng=random.Random(0), requests_factory=fake_requests,
+        driver,  # type: ignore[arg-type]  # a fake: only what a staircase run calls
+        ns=[1, 2, 4], tokens=10, prompt_tokens=8, reps=1, rng=random.Random(0), requests_factory=fake_requests,
     )
     # The warm-up took SINGLE_S; each request ahead is allowed 1.5 times that.
     assert driver.queue_waits == pytest.approx([0.0, 1.5 * SINGLE_S, 3 * 1.5 * SINGLE_S, 0.0])  # N=1 again last

@@ -12,6 +12,7 @@ import os
 import signal
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from servecheck.store.db import open_store
 pytestmark = [pytest.mark.timeout(120), pytest.mark.timing]
 
 TOKENS = 64
-TIMING = {"token_s": 0.012, "per_seq_s": 0.001, "prompt_token_s": 0.0001}
+TIMING: dict[str, Any] = {"token_s": 0.012, "per_seq_s": 0.001, "prompt_token_s": 0.0001}
 
 
 def staircase(config: SimConfig, tmp_path: Path, *args: str, db: Path | None = None) -> tuple[int, dict]:

@@ -80,6 +80,7 @@ def test_gauges_that_claim_all_at_once_do_not_hide_a_clean_queue() -> None:
     found = {f.code: f for f in run.warnings}
     assert "witness_contradicts" in found
     message = found["witness_contradicts"].message
+    assert isinstance(message, Reason)
     assert message.code == "staircase.witness_contradicts" and message["aside"] is None
     assert message["sources"] == ("server_gauges",) and message["where"] == ((2, 0), (4, 0))
     stood = message["stood"]
@@ -149,6 +150,7 @@ def test_windows_that_contradict_the_finishes_make_the_batch_inconclusive() -> N
     v = _run([*_singles(single), measured_batch(4, records)]).points[-1].batches[0].verdict
     assert v.verdict == "inconclusive"
     assert v.times_verdict == "staircase" and v.reason.code == "staircase.windows_disagree"
+    assert v.windows is not None
     assert v.reason["windows"] == v.windows.description and v.reason["times_verdict"] == "staircase"
 
 
@@ -215,6 +217,7 @@ def test_lying_gauges_that_decided_another_n_do_not_withhold_a_clean_staircase()
     assert v.reason["was"].code == "staircase.witnesses_decide" and v.reason["was"]["sources"] == ("server_gauges",)
     found = {f.code: f.message for f in run.warnings}
     message = found["witness_contradicts"]
+    assert isinstance(message, Reason)
     assert message.code == "staircase.witness_contradicts" and message["where"] == ((2, 0), (4, 0))
     aside = message["aside"]
     assert aside.code == "staircase.witnesses_set_aside" and (aside["n"], aside["rep"]) == (2, 0)
@@ -315,6 +318,7 @@ def test_a_queue_that_prefills_during_the_request_before_is_flat_by_what_its_sta
     run = _run([*singles[:2], measured_batch(2, two, lateness=lateness_s(to_s=2.6)),
                 measured_batch(4, four, lateness=lateness_s(to_s=4.2)), *singles[2:]])
     assert [p.verdict for p in run.points] == ["baseline", "staircase", "staircase"], [p.reason for p in run.points]
+    assert run.prefill_gain_bound is not None
     assert run.prefill_gain_bound > sc.FLAT_HI_RATIO  # the N=1 requests' share of prefill leaves room
     assert run.trend_ratios[4] < sc.FLAT_LO_RATIO  # against the wandering reference it would not be flat
     # what decided: three prefills of 0.18 s less 13 ms gaps (plus the client's 1.5 ms resolution) over 4.07 s
@@ -330,10 +334,12 @@ def test_a_late_first_token_counts_as_prefill_hidden() -> None:
     own bound rises past the flat band, and nothing is read flat from the schedule."""
     singles = [measured_batch(1, [_stream(0, 0.17, d)], rep=i) for i, d in enumerate((0.78, 0.81, 0.95, 0.86))]
     four = _pipelined([1.10, 1.19, 0.96, 0.62], prefill_s=0.18, gap_s=0.013)
+    assert four[1].first_token_ns is not None
     first_of_second = four[1].first_token_ns / NS_PER_S
     late = lateness_s((first_of_second - 0.041, first_of_second), to_s=4.2)
     run = _run([*singles[:2], measured_batch(4, four, lateness=late), *singles[2:]])
-    assert run.points[1].batches[0].verdict.windows.schedule == "staircase"
+    read = run.points[1].batches[0].verdict.windows
+    assert read is not None and read.schedule == "staircase"
     assert run.hidden_prefill_gain[4] == pytest.approx(1 + 3 * (0.18 - 0.013 + 0.0015 + 0.041) / 4.089, rel=1e-3)
     assert run.hidden_prefill_gain[4] > sc.FLAT_HI_RATIO
     assert run.trend_by_schedule == () and run.trend != "flat", run.trend_reason
@@ -346,12 +352,13 @@ def test_a_hop_that_held_the_streams_counts_its_hold_as_prefill_hidden() -> None
     singles = [measured_batch(1, [_stream(0, 0.17, d)], rep=i) for i, d in enumerate((0.78, 0.81, 0.95, 0.86))]
     four = [_held(r, (0.035, 0.105)) for r in _pipelined([1.10, 1.19, 0.96, 0.62], prefill_s=0.18, gap_s=0.013)]
     run = _run([*singles[:2], measured_batch(4, four, lateness=lateness_s(to_s=4.2)), *singles[2:]])
-    assert run.points[1].batches[0].verdict.windows.schedule == "staircase"
+    read = run.points[1].batches[0].verdict.windows
+    assert read is not None and read.schedule == "staircase"
     hold_s = max(hop_hold_ns(r.token_ns) for r in four) / NS_PER_S
     assert 0.09 < hold_s <= 0.105
     # what decided, from the stamps the hop left: one prefill alone (the first request's, as released), each
     # gap between windows taken shorter by the client's resolution (1.5 ms) and the hop's hold
-    windows = sorted((r.first_token_ns / NS_PER_S, r.end_ns / NS_PER_S) for r in four)
+    windows = sorted(_window_s(r) for r in four)
     prefill_s, span_s = windows[0][0], windows[-1][1]
     hidden_s = sum(prefill_s - (a - b) + 0.0015 + hold_s for (_, b), (a, _) in zip(windows, windows[1:]))
     assert run.hidden_prefill_gain[4] == pytest.approx((span_s + hidden_s) / span_s, rel=1e-6)
@@ -359,9 +366,16 @@ def test_a_hop_that_held_the_streams_counts_its_hold_as_prefill_hidden() -> None
     assert run.trend_by_schedule == () and run.trend != "flat", run.trend_reason
 
 
+def _window_s(r: RequestRecord) -> tuple[float, float]:
+    """A request's generation window, its first token to its end, in seconds."""
+    assert r.first_token_ns is not None and r.end_ns is not None
+    return r.first_token_ns / NS_PER_S, r.end_ns / NS_PER_S
+
+
 def _held(r: RequestRecord, hold_s: tuple[float, float]) -> RequestRecord:
     """The request's tokens as a hop that holds them and passes them on in bursts, one every hold_s[0] to
     hold_s[1] seconds (alternating), would deliver them: each token at the next release after it was made."""
+    assert r.first_token_ns is not None and r.end_ns is not None
     made = [r.first_token_ns + k * int(0.006 * NS_PER_S) for k in range(int((r.end_ns - r.first_token_ns) / 6e6) + 1)]
     releases, t, k = [], made[0], 0
     while t < made[-1]:
@@ -393,7 +407,8 @@ def test_a_points_finishes_and_tokens_are_one_measured_batch() -> None:
     produced = {(b.finish_s, b.tokens) for b in point.batches}
     assert (point.finish_s, point.tokens) in produced
     shown = next(b for b in point.batches if b.rep == point.shown_rep)
-    aggs = sorted(b.aggregate_tok_s for b in point.batches)
+    assert all(b.aggregate_tok_s is not None for b in point.batches)
+    aggs = sorted(b.aggregate_tok_s for b in point.batches if b.aggregate_tok_s is not None)
     assert shown.aggregate_tok_s == aggs[1]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ from servecheck.sim.proxy import running_proxy as proxy
 pytestmark = [pytest.mark.timeout(180), pytest.mark.timing]
 
 TOKENS = 64
-TIMING = {"token_s": 0.012, "per_seq_s": 0.001, "prompt_token_s": 0.0001}
+TIMING: dict[str, Any] = {"token_s": 0.012, "per_seq_s": 0.001, "prompt_token_s": 0.0001}
 
 
 def staircase(url: str, tmp_path: Path, *args: str) -> tuple[int, dict]:

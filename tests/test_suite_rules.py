@@ -94,9 +94,9 @@ class WordCounter:
 
 async def test_the_same_seed_makes_the_same_prompts(test_seed: int) -> None:
     """What the real-engine tests send is a function of their seed alone."""
-    a = await make_requests(WordCounter(), 4, 32, 16, random.Random(test_seed))  # type: ignore[arg-type]
-    b = await make_requests(WordCounter(), 4, 32, 16, random.Random(test_seed))  # type: ignore[arg-type]
-    other = await make_requests(WordCounter(), 4, 32, 16, random.Random(test_seed + 1))  # type: ignore[arg-type]
+    a = await make_requests(WordCounter(), 4, 32, 16, random.Random(test_seed))
+    b = await make_requests(WordCounter(), 4, 32, 16, random.Random(test_seed))
+    other = await make_requests(WordCounter(), 4, 32, 16, random.Random(test_seed + 1))
     assert [r.prompt for r in a] == [r.prompt for r in b]
     assert [r.prompt for r in a] != [r.prompt for r in other]
     assert len({r.prompt for r in a}) == 4

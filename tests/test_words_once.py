@@ -31,7 +31,8 @@ def literal_sites(tree: ast.AST) -> Iterator[tuple[frozenset[str], int]]:
             continue
         items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         if items and all(isinstance(i, ast.Constant) and isinstance(i.value, str) for i in items):
-            yield frozenset(i.value for i in items if isinstance(i, ast.Constant)), node.lineno
+            yield frozenset(i.value for i in items
+                        if isinstance(i, ast.Constant) and isinstance(i.value, str)), node.lineno
 
 
 def duplicated_literals(root: Path) -> dict[frozenset[str], list[str]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from servecheck.model.reason import Reason, Text
 from servecheck.model.result import ENVELOPE_KEYS, RunResult, from_doc, written_doc
 from servecheck.runs.jsonout import dumps
 
@@ -22,3 +23,9 @@ def fields_of(run: RunResult[Any]) -> dict[str, Any]:
 def reads_back(doc: dict[str, Any]) -> None:
     """The document read into its typed result and written again is the same document, key for key."""
     assert json.dumps(fields_of(from_doc(doc)), sort_keys=True) == json.dumps(doc, sort_keys=True)
+
+
+def as_reason(text: Text | None) -> Reason:
+    """A prose field of a result still in memory, where it holds a Reason (read back from a document, it is text)."""
+    assert isinstance(text, Reason), text
+    return text
