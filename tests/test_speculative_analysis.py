@@ -281,16 +281,17 @@ def test_server_counters_give_one_plus_accepted_per_step() -> None:
     s = Stream((), tokens=257, draft_n=512, draft_accepted=128, server_generated=257)
     tps, acceptance = sp.server_tokens_per_step([s])
     assert tps == pytest.approx(2.0) and acceptance == pytest.approx(0.25)
-    est = sp.Estimate(1.9, (1.8, 2.0), 100, 1, 1, "speculating", "")
+    est = sp.Estimate(1.9, (1.8, 2.0), 100, 1, 1, "speculating", "")  # type: ignore[arg-type]  # reason unread here
     assert sp.check_counters([s], est).agrees is True
-    far = sp.Estimate(1.2, (1.16, 1.24), 100, 1, 1, "speculating", "")
+    far = sp.Estimate(1.2, (1.16, 1.24), 100, 1, 1, "speculating", "")  # type: ignore[arg-type]  # reason unread here
     check = sp.check_counters([s], far)
     assert check.agrees is False and check.note.code == "speculative.counters_disagree"
     assert check.note["off"] == pytest.approx(1.2 / 2.0 - 1)
 
 
 def test_no_counters_is_said_not_guessed() -> None:
-    check = sp.check_counters([Stream((), tokens=10)], sp.Estimate(1.0, (1.0, 1.0), 10, 1, 1, "not_speculating", ""))
+    est = sp.Estimate(1.0, (1.0, 1.0), 10, 1, 1, "not_speculating", "")  # type: ignore[arg-type]  # reason unread here
+    check = sp.check_counters([Stream((), tokens=10)], est)
     assert check.agrees is None and check.server_tokens_per_step is None
 
 
@@ -316,7 +317,7 @@ def test_counters_over_more_requests_than_the_estimate_read_are_not_compared() -
     disagreement. Ground truth here: stream one steps 2 tokens, stream two 4; the counters say 3."""
     refused = sp.Grouping(problem="gaps too noisy to group: 2 of 39 lie between 0.1 and 0.5 of the step time")
     est = sp.estimate([sp.group_steps(stream([2] * 40)), refused])
-    assert (est.streams, est.grouped, est.tokens_per_step) == (2, 1, pytest.approx(2.0))
+    assert (est.streams, est.grouped) == (2, 1) and est.tokens_per_step == pytest.approx(2.0)
     check = sp.check_counters([], est, sp.MetricDeltas(drafts=40, draft_tokens=120, accepted=80))
     assert check.server_tokens_per_step == pytest.approx(3.0)
     assert check.agrees is None and check.note.code == "speculative.counters_not_compared"
@@ -413,3 +414,25 @@ def test_behind_a_hop_the_counters_are_not_held_against_bursts() -> None:
     undecided = replace(point, estimate=replace(point.estimate, verdict="inconclusive"), coalesced=1)
     (also,) = sp.behind_a_hop([undecided])  # an open point's figure is bursts as much as a decided one's
     assert also.estimate.tokens_per_step is None and also.estimate.reason.code == "speculative.point_behind_a_hop"
+
+
+def test_a_hop_seen_only_pooled_leaves_the_points_that_read_more_than_one_undecided() -> None:
+    """No stream alone named a hop, but the run's groups pooled grow with their gaps at a hop's slope: a point
+    that read speculating keeps no figure, while one that read a token a step stands (bursts only join steps)."""
+    spec = sp.analyse_point(1, "predictable", [stream([2] * 40)], failed=0, rates=[], aggregates=[],
+                            baseline_rates=None)
+    plain = sp.analyse_point(1, "unpredictable", [stream([1] * 40)], failed=0, rates=[], aggregates=[],
+                             baseline_rates=None)
+    assert spec.estimate.verdict == "speculating" and plain.estimate.verdict == "not_speculating"
+    assert spec.coalesced == plain.coalesced == 0 and len(spec.paced) > 0
+    gaps = [0.5 + (i % 7) / 6 for i in range(24)]
+    hop = tuple((g, g * (1 + 0.05 * (-1) ** i)) for i, g in enumerate(gaps))  # sizes in proportion to the gaps
+    left = sp.behind_a_hop([replace(spec, paced=hop), replace(plain, paced=())])
+    assert left[0].estimate.verdict == "inconclusive" and left[0].estimate.tokens_per_step is None
+    assert left[0].estimate.reason.code == "speculative.point_paced"
+    assert left[0].estimate.reason["paced"].code == "run.paced"
+    assert left[1] == replace(plain, paced=())
+    steps = tuple((g, 1.0 + 0.05 * (-1) ** i) for i, g in enumerate(gaps))  # sizes whatever the gaps
+    assert sp.behind_a_hop([replace(spec, paced=steps), plain]) == [replace(spec, paced=steps), plain]
+    run = sp.analyse_speculative(left, with_baseline=False)
+    assert run.verdict == "inconclusive"
