@@ -39,7 +39,7 @@ COALESCE_MIN_MEAN = 1.15
 # Across a run's streams a hop shows where no stream alone does. A speculating server's steps vary in size,
 # so the dozen bursts of one stream through a 35-105 ms hop follow their gaps only loosely (real llama.cpp
 # with --spec-synth-len 2 or the target as its own draft: r 0.2-0.9, three of six runs read `speculating`
-# at 1.6-1.9x its tokens per step). Pooled, each group's size and opening gap over its stream's means, the
+# at 1.6-4.4x its tokens per step). Pooled, each group's size and opening gap over its stream's means, the
 # sizes of a hop's bursts grow in proportion to their gaps (a slope of 1), while a server's steps keep their
 # size whatever their length (a slope near 0; a draft whose verify step costs per token, steeper than 1).
 # Where the pooled gaps vary (COALESCE_MIN_CV) and the slope's 95% interval lies above 0 and holds 1, the
