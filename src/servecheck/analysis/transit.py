@@ -42,9 +42,14 @@ COALESCE_MIN_MEAN = 1.15
 # at 1.6-4.4x its tokens per step). Pooled, each group's size and opening gap over its stream's means, the
 # sizes of a hop's bursts grow in proportion to their gaps (a slope of 1), while a server's steps keep their
 # size whatever their length (a slope near 0; a draft whose verify step costs per token, steeper than 1).
-# Where the pooled gaps vary (COALESCE_MIN_CV) and the slope's 95% interval lies above 0 and holds 1, the
-# groups may be bursts made on the way. The first group (its gap is the prefill) and the last (cut short by
-# the token budget) are not paired. Seen: hop slopes 0.55-1.43 (lower ends 0.08-0.98), a server's -0.23-0.67.
+# The groups are read as steps only on that evidence: where the pooled gaps vary (COALESCE_MIN_CV), the
+# slope's 95% interval must lie below PACED_STEPS_HI (half a hop's) or above PACED_STEEP_LO (twice a
+# hop's); an interval that reaches a hop's slope leaves them possibly bursts made on the way. Gaps that vary
+# less tell nothing either way (a hop on a fixed timer; docs/speculative.md, Limits). The first group (its
+# gap is the prefill) and the last (cut short by the token budget) are not paired. Seen: a hop's slopes
+# 0.55-1.43 (intervals' upper ends 1.01 and more); a server's -0.23-0.00 under busy.py (upper ends 0.13-0.49).
+PACED_STEPS_HI = 0.5
+PACED_STEEP_LO = 2.0
 # Fewer than PACED_MIN_GROUPS pooled groups could not show a hop, so they are no evidence of steps either:
 # a run whose streams a hop cut into a few bursts each (the simulator's 2 tokens per 8 ms step behind the
 # hop: one stream of 8 bursts of 14 tokens read `speculating` at 14 tokens a step) decides nothing.
@@ -84,7 +89,7 @@ def paced_on_the_way(pairs: Sequence[tuple[float, float]]) -> Reason | None:
     mean_gap = sum(gaps) / len(gaps)
     cv = math.sqrt(sum((g - mean_gap) ** 2 for g in gaps) / (len(gaps) - 1)) / mean_gap
     fit = slope_interval(pairs)
-    if cv < COALESCE_MIN_CV or fit is None or fit.lo <= 0 or not fit.lo <= 1 <= fit.hi:
+    if cv < COALESCE_MIN_CV or fit is None or fit.hi < PACED_STEPS_HI or fit.lo > PACED_STEEP_LO:
         return None
     return Reason("run.paced", slope=fit.slope, lo=fit.lo, hi=fit.hi, groups=len(pairs), cv=cv)
 
