@@ -182,13 +182,13 @@ async def one_run(cell: str, url: str, seed: int) -> dict[str, Any]:
             result = await run_speculative(driver, ns=(1, 2), tokens=160, reps=1, rng=random.Random(seed))
             body = result.body()
             tps = [p.tokens_per_step for p in body.points if p.verdict == "speculating"]
-            return {"verdict": body.verdict, "reason": body.verdict_reason, "tokens_per_step": tps,
+            return {"verdict": body.verdict, "reason": str(body.verdict_reason), "tokens_per_step": tps,
                     "late_groups": sum(p.client_late_groups or 0 for p in body.points),
                     "coalesced": sum(p.coalesced_streams or 0 for p in body.points)}
         inf = await run_interference(driver, sizes=(512, 2048, 8192), streams=2, tokens=400, reps=1,
                                      rng=random.Random(seed))
         ib = inf.body()
-        return {"verdict": ib.verdict, "reason": ib.verdict_reason, "tokens_per_step": [],
+        return {"verdict": ib.verdict, "reason": str(ib.verdict_reason), "tokens_per_step": [],
                 "chunk_tokens": ib.chunk_tokens, "trials": len(inf.trials),
                 "client_late_reps": sum(bool(r.client_late) for p in ib.points for r in p.reps)}
 
