@@ -121,6 +121,10 @@ def test_eos_ceiling_names_deviant_cells_and_counts_tokens_produced(tmp_path: Pa
         cell = next(c for c in doc["cells"] if c["rep"] == d["rep"] and c["concurrency"] == d["concurrency"])
         assert cell["deviant"] is True
         produced = sum(r["tokens"] for r in cell["requests"])
-        assert cell["tokens"] == d["tokens"] == produced < 4 * 32
+        # deviant against the run's modal output, either way: where the ceiling cut most cells short, a cell
+        # that produced all 4 x 32 is the one away from the mode (CI at b87aac0: modal 115, that cell 128)
+        assert cell["tokens"] == d["tokens"] == produced <= 4 * 32
+        assert abs(produced - d["modal_tokens"]) > 0.05 * d["modal_tokens"]
         assert cell["aggregate_tok_s"] == pytest.approx(produced / cell["wall_s"])
+    assert any(c["tokens"] < 4 * 32 for c in doc["cells"]), "the ceiling cut some cells short"
     assert any("output-length trap" in w["message"] for w in doc["warnings"])

