@@ -415,24 +415,3 @@ def test_behind_a_hop_the_counters_are_not_held_against_bursts() -> None:
     (also,) = sp.behind_a_hop([undecided])  # an open point's figure is bursts as much as a decided one's
     assert also.estimate.tokens_per_step is None and also.estimate.reason.code == "speculative.point_behind_a_hop"
 
-
-def test_a_hop_seen_only_pooled_leaves_the_points_that_read_more_than_one_undecided() -> None:
-    """No stream alone named a hop, but the run's groups pooled grow with their gaps at a hop's slope: a point
-    that read speculating keeps no figure, while one that read a token a step stands (bursts only join steps)."""
-    spec = sp.analyse_point(1, "predictable", [stream([2] * 40)], failed=0, rates=[], aggregates=[],
-                            baseline_rates=None)
-    plain = sp.analyse_point(1, "unpredictable", [stream([1] * 40)], failed=0, rates=[], aggregates=[],
-                             baseline_rates=None)
-    assert spec.estimate.verdict == "speculating" and plain.estimate.verdict == "not_speculating"
-    assert spec.coalesced == plain.coalesced == 0 and len(spec.paced) > 0
-    gaps = [0.5 + (i % 7) / 6 for i in range(24)]
-    hop = tuple((g, g * (1 + 0.05 * (-1) ** i)) for i, g in enumerate(gaps))  # sizes in proportion to the gaps
-    left = sp.behind_a_hop([replace(spec, paced=hop), replace(plain, paced=())])
-    assert left[0].estimate.verdict == "inconclusive" and left[0].estimate.tokens_per_step is None
-    assert left[0].estimate.reason.code == "speculative.point_paced"
-    assert left[0].estimate.reason["paced"].code == "run.paced"
-    assert left[1] == replace(plain, paced=())
-    steps = tuple((g, 1.0 + 0.05 * (-1) ** i) for i, g in enumerate(gaps))  # sizes whatever the gaps
-    assert sp.behind_a_hop([replace(spec, paced=steps), plain]) == [replace(spec, paced=steps), plain]
-    run = sp.analyse_speculative(left, with_baseline=False)
-    assert run.verdict == "inconclusive"

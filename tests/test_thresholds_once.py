@@ -130,7 +130,6 @@ DISTINCT = {
     "analysis.staircase.windows.WINDOW_MIN_FRAC": "a window's length against the batch's median window: "
                                                   "read in one burst below",
     "analysis.witness.SERVICE_SPREAD_TOL": "spread of one batch's service times: equal requests",
-    "analysis.transit.PACED_STEPS_HI": "the pooled size-on-gap slope's upper end below which groups are steps",
     # 0.6
     "analysis.interference.verdict.BLOCKING_COVER": "the victims' step against the prefill window: blocking",
     "analysis.staircase.grouping.REFERENCE_STEP_LO": "lower end of an even staircase's mean step against its first "
@@ -169,8 +168,6 @@ DISTINCT = {
     "analysis.interference.verdict.PREFILL_GROWTH_MIN": "the intruder's TTFT growth across sizes worth reading",
     "analysis.staircase.grouping.REFERENCE_STEP_HI": "upper end of an even staircase's mean step against its first "
                                                      "finish",
-    "analysis.transit.PACED_STEEP_LO": "the pooled size-on-gap slope's lower end above which groups are steps "
-                                       "(a verify step that costs per token)",
     # 3
     "analysis.check.CONTEXT_BISECTIONS": "more context probes after a refusal, at most",
     "analysis.arms.records.MIN_REPS_FOR_RISE": "reps behind a rise",

@@ -7,7 +7,7 @@ import random
 from dataclasses import replace
 
 from servecheck.analysis import arms as A
-from servecheck.analysis.transit import PACED_MIN_GROUPS, bursts, hop_hold_ns, paced_on_the_way, relative
+from servecheck.analysis.transit import bursts, hop_hold_ns
 from servecheck.model.reason import Reason
 
 MS = 1_000_000
@@ -66,49 +66,3 @@ def test_an_arms_rep_a_hop_held_is_left_out_and_named() -> None:
     assert speedup is not None and speedup.n == 4
     assert any(isinstance(w.message, Reason) and w.message.code == "arms.late_kept" for w in small.warnings)
 
-
-def varied_steps(seed: int, steps: int, step_ms: float = 13.0, mean: float = 2.0, cost_ms: float = 0.0) -> list[int]:
-    """A speculating server's stream: 1 + Binomial(4, (mean - 1) / 4) tokens a step, each step `step_ms` plus
-    `cost_ms` a token (a verify step that costs per token accepted), jittered 5%."""
-    rng, t, out = random.Random(seed), 0.0, []
-    for _ in range(steps):
-        k = 1 + sum(rng.random() < (mean - 1) / 4 for _ in range(4))
-        t += (step_ms + cost_ms * k) * rng.uniform(0.95, 1.05) * MS
-        out += [int(t) + j * 2_000 for j in range(k)]
-    return out
-
-
-def pooled(streams: list[list[int]]) -> list[tuple[float, float]]:
-    """Every stream's (opening gap, size) per group, as speculative's grouping hands them on (first and last out)."""
-    pairs: list[tuple[float, float]] = []
-    for times in streams:
-        found = bursts(times)
-        pairs += relative([(k, g) for k, g, _ in found[1:-1] if g is not None])
-    return pairs
-
-
-def test_a_hop_in_front_of_a_speculating_server_shows_only_pooled() -> None:
-    """Two tokens a 13 ms step on average, through a 35-105 ms hop: the way real llama.cpp with
-    --spec-synth-len 2 read `speculating` at 4-5x its tokens per step. Pooled over four streams the sizes
-    grow with the gaps at a hop's slope; without the hop the same server's steps keep their size."""
-    held = [through_hop(varied_steps(s, 64), (35, 105), seed=s) for s in range(4)]
-    found = paced_on_the_way(pooled(held))
-    assert found is not None and found.code == "run.paced", found
-    assert found["lo"] > 0 and found["lo"] <= 1 <= found["hi"] and found["groups"] >= PACED_MIN_GROUPS
-    assert paced_on_the_way(pooled([varied_steps(s, 64) for s in range(4)])) is None
-
-
-def test_a_draft_whose_steps_cost_per_token_is_no_hop() -> None:
-    """A verify step that takes longer the more it accepts: sizes grow with the gaps, but far more steeply than
-    a hop's 1 (the step's fixed cost dominates), so the steps stand; gaps varying too little tell nothing."""
-    costly = [varied_steps(s, 64, step_ms=13.0, cost_ms=2.0) for s in range(4)]
-    assert paced_on_the_way(pooled(costly)) is None
-    even = [made(13.0, 64, per_step=3) for _ in range(2)]
-    assert paced_on_the_way(pooled(even)) is None
-
-
-def test_too_few_groups_across_the_run_are_no_evidence_of_steps() -> None:
-    few = [through_hop(varied_steps(0, 40, step_ms=8.0), (35, 105))]
-    found = paced_on_the_way(pooled(few))
-    assert found is not None and found.code == "run.paced_too_few"
-    assert found["groups"] < PACED_MIN_GROUPS == found["needed"]

@@ -170,29 +170,3 @@ def mean_interval(values: Sequence[float], critical: Callable[[int], float] = st
     var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
     half = critical(len(values) - 1) * math.sqrt(var / len(values))
     return MeanInterval(mean, mean - half, mean + half)
-
-
-@dataclass(frozen=True, slots=True)
-class SlopeInterval:
-    slope: float
-    lo: float
-    hi: float
-
-
-def slope_interval(points: Sequence[tuple[float, float]],
-                   critical: Callable[[int], float] = student_t_95) -> SlopeInterval | None:
-    """The least-squares slope of y on x over (x, y) points and its two-sided interval, slope +-
-    critical(n - 2) * its standard error; None below three points or where x does not vary."""
-    n = len(points)
-    if n < 3:
-        return None
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    if sxx <= 0:
-        return None
-    sxy = sum((x - mx) * (y - my) for x, y in points)
-    syy = sum((y - my) ** 2 for _, y in points)
-    slope = sxy / sxx
-    half = critical(n - 2) * math.sqrt(max(syy - slope * sxy, 0.0) / (n - 2) / sxx)
-    return SlopeInterval(slope, slope - half, slope + half)

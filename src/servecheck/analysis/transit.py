@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from servecheck.analysis.stats import slope_interval
 from servecheck.model.reason import Reason
 
 # No gap above this joins two events into one burst: a loopback write takes microseconds, and no engine
@@ -36,24 +35,6 @@ COALESCE_FIT = 0.8
 COALESCE_FIT_SHARE = 0.35
 # Below this mean size there is nothing to mistake for speculation.
 COALESCE_MIN_MEAN = 1.15
-# Across a run's streams a hop shows where no stream alone does. A speculating server's steps vary in size,
-# so the dozen bursts of one stream through a 35-105 ms hop follow their gaps only loosely (real llama.cpp
-# with --spec-synth-len 2 or the target as its own draft: r 0.2-0.9, three of six runs read `speculating`
-# at 1.6-4.4x its tokens per step). Pooled, each group's size and opening gap over its stream's means, the
-# sizes of a hop's bursts grow in proportion to their gaps (a slope of 1), while a server's steps keep their
-# size whatever their length (a slope near 0; a draft whose verify step costs per token, steeper than 1).
-# The groups are read as steps only on that evidence: where the pooled gaps vary (COALESCE_MIN_CV), the
-# slope's 95% interval must lie below PACED_STEPS_HI (half a hop's) or above PACED_STEEP_LO (twice a
-# hop's); an interval that reaches a hop's slope leaves them possibly bursts made on the way. Gaps that vary
-# less tell nothing either way (a hop on a fixed timer; docs/speculative.md, Limits). The first group (its
-# gap is the prefill) and the last (cut short by the token budget) are not paired. Seen: a hop's slopes
-# 0.55-1.43 (intervals' upper ends 1.01 and more); a server's -0.23-0.00 under busy.py (upper ends 0.13-0.49).
-PACED_STEPS_HI = 0.5
-PACED_STEEP_LO = 2.0
-# Fewer than PACED_MIN_GROUPS pooled groups could not show a hop, so they are no evidence of steps either:
-# a run whose streams a hop cut into a few bursts each (the simulator's 2 tokens per 8 ms step behind the
-# hop: one stream of 8 bursts of 14 tokens read `speculating` at 14 tokens a step) decides nothing.
-PACED_MIN_GROUPS = 2 * MIN_STEPS
 
 
 def in_transit(groups: Sequence[tuple[int, int | None, int]]) -> tuple[str, Reason] | None:
@@ -77,32 +58,6 @@ def in_transit(groups: Sequence[tuple[int, int | None, int]]) -> tuple[str, Reas
     if cv < COALESCE_MIN_CV or r is None or r < COALESCE_MIN_R or fit < COALESCE_FIT:
         return None
     return "coalesced", Reason("run.coalesced", r=r, fit=fit, per_token_ms=per_token / 1e6)
-
-
-def paced_on_the_way(pairs: Sequence[tuple[float, float]]) -> Reason | None:
-    """Why a run's groups may be bursts made on the way, or are too few to tell (see PACED_MIN_GROUPS); None
-    where they can be read as steps. `pairs` are every stream's (opening gap, size) per group, each over its
-    stream's mean; ask only where the groups hold more than a token (a hop only ever joins steps)."""
-    if len(pairs) < PACED_MIN_GROUPS:
-        return Reason("run.paced_too_few", groups=len(pairs), needed=PACED_MIN_GROUPS)
-    gaps = [g for g, _ in pairs]
-    mean_gap = sum(gaps) / len(gaps)
-    cv = math.sqrt(sum((g - mean_gap) ** 2 for g in gaps) / (len(gaps) - 1)) / mean_gap
-    fit = slope_interval(pairs)
-    if cv < COALESCE_MIN_CV or fit is None or fit.hi < PACED_STEPS_HI or fit.lo > PACED_STEEP_LO:
-        return None
-    return Reason("run.paced", slope=fit.slope, lo=fit.lo, hi=fit.hi, groups=len(pairs), cv=cv)
-
-
-def relative(groups: Sequence[tuple[int, int]]) -> tuple[tuple[float, float], ...]:
-    """(opening gap, size) per group, each over the groups' mean: a stream's share of `paced_on_the_way`."""
-    if not groups:
-        return ()
-    mean_size = sum(k for k, _ in groups) / len(groups)
-    mean_gap = sum(g for _, g in groups) / len(groups)
-    if mean_size <= 0 or mean_gap <= 0:
-        return ()
-    return tuple((g / mean_gap, k / mean_size) for k, g in groups)
 
 
 def _pearson(xs: Sequence[float], ys: Sequence[float]) -> float | None:

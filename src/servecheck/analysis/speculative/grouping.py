@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from servecheck.analysis.client_timing import late_reads, vouch
 from servecheck.analysis.stats import median
-from servecheck.analysis.transit import BURST_NS, MIN_STEPS, in_transit, relative
+from servecheck.analysis.transit import BURST_NS, MIN_STEPS, in_transit
 from servecheck.model.client import ClientLateness
 from servecheck.model.reason import Reason, Text
 
@@ -103,9 +103,6 @@ class Grouping:
     late_groups: int = 0  # groups left out: the client was late for the read that opened them
     # "client_late" | "client_coarse" | "coalesced" | ... where the client or a hop decided it
     problem_code: str | None = None
-    # (opening gap, size) of every group the client read on time but the first and the last, each over the
-    # stream's mean: the stream's share of the run's pooled test for a hop (transit.paced_on_the_way)
-    paced: tuple[tuple[float, float], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -165,7 +162,6 @@ def group_steps(stream: Stream) -> Grouping:
             Reason("speculative.client_late", late=len(opened_late), groups=len(split), needed_ms=needed / 1e6)))
     if (coalesced := in_transit([g for i, g in enumerate(split) if i not in opened_late])) is not None:
         return Grouping(step_ns=step_ns, late_groups=len(opened_late), problem_code=coalesced[0], problem=coalesced[1])
-    paced = relative([(k, g) for i, (k, g, _) in enumerate(split[:-1]) if g is not None and i not in opened_late])
     steps, held, source = unhold(split, step_ns)
     wide, _, wide_source = unhold(split, step_ns, local=False)
     steps = [k for k, i in zip(steps[:-1], source[:-1]) if i not in opened_late]
@@ -176,7 +172,7 @@ def group_steps(stream: Stream) -> Grouping:
     method = Reason("speculative.split", how=how, threshold_ms=threshold / 1e6, split_fraction=SPLIT_FRACTION,
                          step_ms=step_ns / 1e6, late=len(late), held=held, left_out=len(opened_late))
     return Grouping(steps=tuple(steps), steps_stream_wide=tuple(wide), step_ns=step_ns,
-                    threshold_ns=threshold, method=method, late_groups=len(opened_late), paced=paced)
+                    threshold_ns=threshold, method=method, late_groups=len(opened_late))
 
 
 def step_time(gaps: Sequence[int]) -> tuple[float, Reason]:

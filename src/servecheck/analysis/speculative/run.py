@@ -12,7 +12,6 @@ from servecheck.analysis.speculative.grouping import Stream, group_steps
 from servecheck.analysis.speculative.paying import Pays, pays, stops_paying
 from servecheck.analysis.speculative.verdict import Estimate, estimate, run_verdict
 from servecheck.analysis.stats import median
-from servecheck.analysis.transit import paced_on_the_way
 from servecheck.model.bodies.speculative import PROMPT_KINDS, SpecVerdict, SpeculativePoint, kind_label
 from servecheck.model.reason import Reason, Text
 
@@ -35,7 +34,6 @@ class SpecPointAnalysis:
     late_groups: int = 0  # groups left out: the client was late for the read that opened them
     coalesced: int = 0  # streams whose groups were bursts made in transit
     extra_reps: int = 0  # reps taken beyond the planned ones because pays / costs was undecided
-    paced: tuple[tuple[float, float], ...] = ()  # its grouped streams' (gap, size) pairs (Grouping.paced)
 
     def record(self) -> SpeculativePoint:
         est, paid, counters = self.estimate, self.paid, self.counters
@@ -71,7 +69,6 @@ def analyse_point(n: int, kind: str, streams: Sequence[Stream], *, failed: int, 
         paid=paid, extra_reps=extra_reps,
         late_groups=sum(g.late_groups for g in groupings),
         coalesced=sum(g.problem_code == "coalesced" for g in groupings),
-        paced=tuple(xy for g in groupings for xy in g.paced),
     )
 
 
@@ -101,29 +98,19 @@ class SpeculativeAnalysis:
 
 
 def behind_a_hop(points: Sequence[SpecPointAnalysis]) -> list[SpecPointAnalysis]:
-    """The points as the run can stand by them. Where any stream arrived coalesced in transit, a hop buffered
-    the run's streams, so no point's groups are steps: every point with an estimate is left undecided, named,
-    and keeps no tokens per step (a figure made of bursts would read as a measurement in the table, in `diff`
-    and in the history; what it read alone stays in the reason, as that), nor are the server's counters held
-    against it (a disagreement with bursts is no finding about the server). Where no stream alone shows a hop
-    but the run's groups pooled do (`transit.paced_on_the_way`), the same for every point that read more than
-    a token a step: bursts only ever join steps, so a point that reads one token a step stands."""
+    """The points as the run can stand by them: where any stream arrived coalesced in transit, a hop buffered
+    the run's streams, so no point's groups are steps. Every point with an estimate is left undecided, named,
+    and keeps no tokens per step: a figure made of bursts would read as a measurement in the table, in `diff`
+    and in the history (what it read alone stays in the reason, as that). The server's counters are not held
+    against it either: a disagreement with bursts is no finding about the server."""
     hop = sum(p.coalesced for p in points)
-    if hop:
-        return [p if p.estimate.tokens_per_step is None else _undecided(
-                    p, Reason("speculative.point_behind_a_hop", streams=hop, alone=p.estimate.reason))
-                for p in points]
-    paced = paced_on_the_way([xy for p in points for xy in p.paced])
-    if paced is None:
+    if not hop:
         return list(points)
-    return [p if p.estimate.tokens_per_step is None or p.estimate.verdict == "not_speculating" else _undecided(
-                p, Reason("speculative.point_paced", paced=paced, alone=p.estimate.reason))
+    return [p if p.estimate.tokens_per_step is None else replace(
+                p, estimate=replace(p.estimate, tokens_per_step=None, interval=None, verdict="inconclusive", reason=(
+                    Reason("speculative.point_behind_a_hop", streams=hop, alone=p.estimate.reason))),
+                counters=unheld(p.counters))
             for p in points]
-
-
-def _undecided(p: SpecPointAnalysis, reason: Reason) -> SpecPointAnalysis:
-    return replace(p, estimate=replace(p.estimate, tokens_per_step=None, interval=None, verdict="inconclusive",
-                                       reason=reason), counters=unheld(p.counters))
 
 
 def unheld(counters: CounterCheck) -> CounterCheck:

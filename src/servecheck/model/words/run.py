@@ -39,21 +39,6 @@ def coalesced(*, r: float, fit: float, per_token_ms: float) -> str:
             "the stream), not decode steps; measure without the hop")
 
 
-@BOOK.says("paced")
-def paced(*, slope: float, lo: float, hi: float, groups: int, cv: float) -> str:
-    return (f"across the run's streams the groups' sizes against the time since the group before (slope {slope:.2f} "
-            f"[{lo:.2f}, {hi:.2f}] over {groups} groups, each over its stream's mean, gaps varying {cv:.0%}) do not "
-            "rule out a hop's bursts (a hop that buffers the stream makes the slope 1, a server's steps about 0): they "
-            "may be bursts made on the way (a proxy or gateway that buffers the stream, or reads the client made "
-            "late), not decode steps; measure without the hop")
-
-
-@BOOK.says("paced_too_few")
-def paced_too_few(*, groups: int, needed: int) -> str:
-    return (f"only {groups} groups across the run's streams (their first and last left out): too few to tell decode "
-            f"steps from bursts made on the way (at least {needed} needed); raise --tokens or --reps")
-
-
 # ---------------------------------------------------------------- a run's one verdict word (analysis.run_verdict)
 
 

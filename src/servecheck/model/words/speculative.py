@@ -241,11 +241,6 @@ def point_behind_a_hop(*, streams: int, alone: str) -> str:
             f"it read: {alone})")
 
 
-@BOOK.says("point_paced")
-def point_paced(*, paced: str, alone: str) -> str:
-    return f"{paced} (alone this point read: {alone})"
-
-
 @BOOK.says("run_behind_a_hop")
 def run_behind_a_hop(*, streams: int, points_read: str) -> str:
     return (f"{streams} stream(s) arrived in bursts coalesced in transit (a proxy or gateway that buffers the "
