@@ -73,7 +73,7 @@ def check_counters(streams: Sequence[Stream], est: Estimate, metrics: MetricDelt
     if server is None:
         return CounterCheck(None, None, None, Reason("speculative.no_counters"))
     if est.tokens_per_step is None:
-        return CounterCheck(server, acceptance, None, Reason("speculative.counters_alone", server=server))
+        return alone(server, acceptance)
     if est.grouped < est.streams:
         # the counters count every request of the point; the estimate only the streams the noise guard
         # let through: two readings of different requests (acceptance differs from prompt to prompt)
@@ -87,3 +87,8 @@ def check_counters(streams: Sequence[Stream], est: Estimate, metrics: MetricDelt
                    stopwatch=est.tokens_per_step)))
     return CounterCheck(server, acceptance, False, (
         Reason("speculative.counters_disagree", server=server, stopwatch=est.tokens_per_step, off=off)))
+
+
+def alone(server: float, acceptance: float | None) -> CounterCheck:
+    """The server's counters with no estimate to hold them against."""
+    return CounterCheck(server, acceptance, None, Reason("speculative.counters_alone", server=server))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from servecheck.analysis.speculative.counters import CounterCheck, MetricDeltas, check_counters
+from servecheck.analysis.speculative.counters import CounterCheck, MetricDeltas, alone, check_counters
 from servecheck.analysis.speculative.grouping import Stream, group_steps
 from servecheck.analysis.speculative.paying import Pays, pays, stops_paying
 from servecheck.analysis.speculative.verdict import Estimate, estimate, run_verdict
@@ -109,16 +109,9 @@ def behind_a_hop(points: Sequence[SpecPointAnalysis]) -> list[SpecPointAnalysis]
     return [p if p.estimate.tokens_per_step is None else replace(
                 p, estimate=replace(p.estimate, tokens_per_step=None, interval=None, verdict="inconclusive", reason=(
                     Reason("speculative.point_behind_a_hop", streams=hop, alone=p.estimate.reason))),
-                counters=unheld(p.counters))
+                counters=p.counters if p.counters.server_tokens_per_step is None else alone(
+                    p.counters.server_tokens_per_step, p.counters.acceptance))
             for p in points]
-
-
-def unheld(counters: CounterCheck) -> CounterCheck:
-    """The server's counters alone, where there is no estimate to hold them against."""
-    if counters.server_tokens_per_step is None:
-        return counters
-    return CounterCheck(counters.server_tokens_per_step, counters.acceptance, None,
-                        Reason("speculative.counters_alone", server=counters.server_tokens_per_step))
 
 
 def analyse_speculative(points: Sequence[SpecPointAnalysis], *, with_baseline: bool) -> SpeculativeAnalysis:
